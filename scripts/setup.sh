@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# setup.sh: install everything thx needs on Debian 12 (bookworm), and nothing else.
+# Idempotent: packages already present are not touched, and a second run does no apt work.
+# This is the only install step; the build, the tests and the Dockerfile all go through it.
+set -euo pipefail
+
+PACKAGES=(
+  # toolchain
+  g++ cmake make ninja-build pkg-config
+  # LibTorch 1.13 (CPU) and an optimized BLAS: without libopenblas0-pthread apt may pick the
+  # reference BLAS, and every matmul then runs ~50x slower.
+  libtorch-dev libopenblas0-pthread
+  # product libraries
+  libsentencepiece-dev sentencepiece libyaml-cpp-dev libspdlog-dev libfmt-dev
+  libhdf5-dev libcli11-dev nlohmann-json3-dev
+  # tests
+  libgtest-dev
+  # fixture generators and probe checkers use Debian's own /usr/bin/python3
+  python3-torch python3-numpy python3-h5py
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then
+  command -v sudo >/dev/null || { echo "setup.sh: need root or sudo to install: ${missing[*]}" >&2; exit 1; }
+  SUDO="sudo"
+fi
+
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "[setup] installing: ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+else
+  echo "[setup] all ${#PACKAGES[@]} packages present"
+fi
+
+# LibTorch links libblas.so.3 through Debian's alternatives; make sure it resolves to OpenBLAS.
+arch=$(dpkg-architecture -qDEB_HOST_MULTIARCH 2>/dev/null || echo x86_64-linux-gnu)
+for lib in libblas.so.3 liblapack.so.3; do
+  want=/usr/lib/$arch/openblas-pthread/$lib
+  alt=$lib-$arch
+  if [ -e "$want" ] && [ "$(readlink -f /usr/lib/$arch/$lib)" != "$(readlink -f "$want")" ]; then
+    echo "[setup] pointing $lib at OpenBLAS"
+    $SUDO update-alternatives --set "$alt" "$want" >/dev/null
+  fi
+done
+echo "[setup] BLAS: $(readlink -f /usr/lib/$arch/libblas.so.3)"

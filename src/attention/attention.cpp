@@ -1,0 +1,26 @@
+#include "attention/attention.h"
+
+namespace thx {
+
+int64_t AttentionCache::length() const {
+  if (memory.empty()) return 0;
+  auto it = memory.find("K");
+  if (it != memory.end()) return it->second.size(2);
+  return memory.begin()->second.size(1);  // "M" [b,t,d_M]
+}
+
+void add_bias_and_mask(torch::Tensor& L, const torch::Tensor& bias, const torch::Tensor& mask) {
+  if (bias.defined()) L.add_(bias);
+  if (mask.defined()) {
+    TORCH_CHECK(mask.scalar_type() == torch::kBool, "attention: mask must be bool, got ",
+                mask.scalar_type());
+    L.masked_fill_(mask.logical_not(), -1e9);
+  }
+}
+
+void init_normal(torch::Tensor& p, double std) {
+  torch::NoGradGuard no_grad;
+  p.normal_(0.0, std);
+}
+
+}  // namespace thx

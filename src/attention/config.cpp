@@ -1,0 +1,145 @@
+#include "attention/config.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <set>
+
+#include "common/error.h"
+
+namespace thx {
+namespace {
+
+// Largest size of one attention parameter tensor we accept (4G elements): a guard against
+// typos like h: 100000 that would otherwise try to allocate terabytes.
+constexpr int64_t kMaxElements = int64_t{1} << 32;
+
+}  // namespace
+
+const std::vector<std::string>& variant_names() {
+  static const std::vector<std::string> names = {"multi_head", "talking_heads", "project_logits",
+                                                 "project_weights", "general_bilinear"};
+  return names;
+}
+
+std::string AttentionDims::name() const { return variant_names()[static_cast<int>(variant)]; }
+
+std::string AttentionDims::summary() const {
+  std::string s = name();
+  if (variant == Variant::general_bilinear) return s + fmt::format(" h={}", h);
+  if (variant == Variant::multi_head) return s + fmt::format(" h={} d_k={} d_v={}", h, d_k, d_v);
+  s += fmt::format(" h_k={} h={} h_v={} d_k={} d_v={}", h_k, h, h_v, d_k, d_v);
+  std::vector<std::string> dyn;
+  if (X_l) dyn.push_back("X_l");
+  if (M_l) dyn.push_back("M_l");
+  if (X_w) dyn.push_back("X_w");
+  if (M_w) dyn.push_back("M_w");
+  if (!dyn.empty()) s += fmt::format(" dynamic=[{}]", fmt::join(dyn, ","));
+  return s;
+}
+
+AttentionDims resolve(const AttentionConfig& c, int64_t d_X, int64_t d_M, int64_t d_Y,
+                      const std::string& path) {
+  auto key = [&](const char* k) { return path + "." + k; };
+  AttentionDims d;
+  d.d_X = d_X, d.d_M = d_M, d.d_Y = d_Y;
+
+  const auto& names = variant_names();
+  auto it = std::find(names.begin(), names.end(), c.variant);
+  if (it == names.end())
+    throw ConfigError(key("variant"), fmt::format("'{}' is not a variant; allowed: {}", c.variant,
+                                                  fmt::join(names, ", ")));
+  d.variant = static_cast<Variant>(it - names.begin());
+  const std::string& v = c.variant;
+
+  auto positive = [&](const char* k, int64_t x) {
+    if (x < 1) throw ConfigError(key(k), fmt::format("{} is invalid: must be an integer >= 1", x));
+  };
+  positive("h", c.h);
+  if (c.h_k) positive("h_k", *c.h_k);
+  if (c.h_v) positive("h_v", *c.h_v);
+  if (c.d_k) positive("d_k", *c.d_k);
+  if (c.d_v) positive("d_v", *c.d_v);
+  if (!(c.dropout >= 0.0 && c.dropout < 1.0))
+    throw ConfigError(key("dropout"), fmt::format("{} is invalid: must be in [0, 1)", c.dropout));
+  d.dropout = c.dropout;
+  d.h = c.h;
+
+  // Head counts that the variant fixes to h may be written only as h.
+  auto tied_to_h = [&](const char* k, const std::optional<int64_t>& x, const char* why) {
+    if (x && *x != c.h)
+      throw ConfigError(key(k), fmt::format("{} conflicts with {}.h = {}: {} ({} = h)", *x, path,
+                                            c.h, why, k));
+  };
+
+  if (d.variant == Variant::general_bilinear) {
+    // Section 6: P [d_X, d_M, h], Q [d_M, d_Y, h]; no per-head key or value sizes exist.
+    for (auto [k, x] : {std::pair{"h_k", c.h_k}, std::pair{"h_v", c.h_v}, std::pair{"d_k", c.d_k},
+                        std::pair{"d_v", c.d_v}})
+      if (x)
+        throw ConfigError(key(k), fmt::format("is not a setting of general_bilinear, which has "
+                                              "only h (its P is [d_X, d_M, h]); remove {}", k));
+    d.h_k = d.h_v = c.h;
+  } else {
+    if (d.variant == Variant::multi_head) {
+      tied_to_h("h_k", c.h_k, "multi_head has one head count");
+      tied_to_h("h_v", c.h_v, "multi_head has one head count");
+    }
+    if (d.variant == Variant::project_logits)
+      tied_to_h("h_v", c.h_v, "project_logits has no P_w, so values use the softmax heads");
+    if (d.variant == Variant::project_weights)
+      tied_to_h("h_k", c.h_k, "project_weights has no P_l, so keys use the softmax heads");
+    d.h_k = c.h_k.value_or(c.h);
+    d.h_v = c.h_v.value_or(c.h);
+    auto per_head = [&](const char* k, const char* hk, int64_t heads, int64_t model,
+                        const std::optional<int64_t>& x) {
+      if (x) return *x;
+      if (heads > model || model % heads != 0)
+        throw ConfigError(key(k), fmt::format("not set, and the default d_model / {} = {} / {} is "
+                                              "not a whole number >= 1; set {} explicitly",
+                                              hk, model, heads, k));
+      return model / heads;
+    };
+    d.d_k = per_head("d_k", "h_k", d.h_k, d_Y, c.d_k);
+    d.d_v = per_head("d_v", "h_v", d.h_v, d_Y, c.d_v);
+  }
+
+  // Dynamic projections (Appendix A) exist only on top of both talking-heads projections.
+  std::set<std::string> seen;
+  for (size_t i = 0; i < c.dynamic.size(); ++i) {
+    const std::string& p = c.dynamic[i];
+    const std::string k = fmt::format("dynamic[{}]", i);
+    if (d.variant != Variant::talking_heads)
+      throw ConfigError(key("dynamic"),
+                        fmt::format("dynamic projections need {}.variant talking_heads, not {}",
+                                    path, v));
+    if (!seen.insert(p).second)
+      throw ConfigError(key(k.c_str()), fmt::format("'{}' is listed twice", p));
+    if (p == "X_l") d.X_l = true;
+    else if (p == "M_l") d.M_l = true;
+    else if (p == "X_w") d.X_w = true;
+    else if (p == "M_w") d.M_w = true;
+    else
+      throw ConfigError(key(k.c_str()),
+                        fmt::format("'{}' is not a dynamic projection; allowed: X_l, M_l, X_w, M_w", p));
+  }
+
+  // Shapes too large to allocate are typos, not experiments.
+  auto bounded = [&](const char* k, double elements) {
+    if (elements > static_cast<double>(kMaxElements))
+      throw ConfigError(key(k), fmt::format("makes a parameter of {:.3g} elements (limit {:.3g}); "
+                                            "check the head counts and sizes", elements,
+                                            static_cast<double>(kMaxElements)));
+  };
+  const double dX = d_X, dM = d_M, dY = d_Y;
+  if (d.variant == Variant::general_bilinear) {
+    bounded("h", dX * dM * d.h);
+  } else {
+    bounded(c.d_k ? "d_k" : "h_k", dX * d.d_k * d.h_k);
+    bounded(c.d_v ? "d_v" : "h_v", dY * d.d_v * d.h_v);
+    bounded("h", std::max(dX, dM) * d.h_k * d.h + std::max(dX, dM) * d.h * d.h_v);
+  }
+  return d;
+}
+
+}  // namespace thx

@@ -1,0 +1,49 @@
+#include "attention/general_bilinear.h"
+
+#include <cmath>
+
+namespace thx {
+
+using torch::Tensor;
+
+GeneralBilinearAttention::GeneralBilinearAttention(const AttentionDims& dims) : Attention(dims) {
+  TORCH_CHECK(dims.variant == Variant::general_bilinear && !dims.any_dynamic(),
+              "GeneralBilinearAttention: dims are not general_bilinear: ", dims.summary());
+  P = register_parameter("P", torch::empty({dims.d_X, dims.d_M, dims.h}));
+  Q = register_parameter("Q", torch::empty({dims.d_M, dims.d_Y, dims.h}));
+  init_normal(P, 1.0 / std::sqrt(double(dims.d_X) * dims.d_M));
+  init_normal(Q, 1.0 / std::sqrt(double(dims.h) * dims.d_M));
+}
+
+Tensor GeneralBilinearAttention::forward(const Tensor& X, const Tensor& M, const Tensor& bias,
+                                         const Tensor& mask) {
+  const auto& d = dims_;
+  TORCH_CHECK(X.dim() == 3 && X.size(2) == d.d_X, "attention: X must be [b,n,", d.d_X, "], got ",
+              X.sizes());
+  TORCH_CHECK(M.dim() == 3 && M.size(2) == d.d_M, "attention: M must be [b,m,", d.d_M, "], got ",
+              M.sizes());
+  const int64_t b = X.size(0), n = X.size(1), m = M.size(1), h = d.h;
+  Tensor XP = torch::matmul(X, P.permute({0, 2, 1}).reshape({d.d_X, h * d.d_M}))  // [b,n,h*d_M]
+                  .view({b, n, h, d.d_M})
+                  .transpose(1, 2)
+                  .reshape({b, h * n, d.d_M});                                      // [b,h*n,d_M]
+  Tensor L = at::_unsafe_view(torch::bmm(XP, M.transpose(1, 2)), {b, h, n, m});   // [b,h,n,m]
+  add_bias_and_mask(L, bias, mask);
+  Tensor W = torch::softmax(L, -1);                                                 // [b,h,n,m]
+  if (d.dropout > 0 && is_training()) W = torch::dropout(W, d.dropout, true);
+  Tensor WM = torch::bmm(W.reshape({b, h * n, m}), M)                               // [b,h*n,d_M]
+                  .view({b, h, n, d.d_M})
+                  .transpose(1, 2)
+                  .reshape({b, n, h * d.d_M});                                      // [b,n,h*d_M]
+  return torch::matmul(WM, Q.permute({2, 0, 1}).reshape({h * d.d_M, d.d_Y}));      // [b,n,d_Y]
+}
+
+Tensor GeneralBilinearAttention::forward_cached(const Tensor& X, const Tensor& M,
+                                                AttentionCache& cache, const Tensor& bias,
+                                                const Tensor& mask) {
+  auto& c = cache.memory;
+  if (!(cache.fixed && c.count("M"))) c["M"] = c.count("M") ? torch::cat({c["M"], M}, 1) : M;
+  return forward(X, c["M"], bias, mask);
+}
+
+}  // namespace thx

@@ -1,0 +1,49 @@
+// thx bench: benchmarks (not tests). `thx bench attention` times one attention layer.
+#include "cli/command.h"
+#include "experiments/bench_attention.h"
+
+namespace thx {
+namespace {
+
+struct BenchCommand : Command {
+  CLI::App* attention = nullptr;
+  BenchAttentionOptions opt;
+  bool no_reference = false;
+
+  explicit BenchCommand(CLI::App& parent) {
+    app = parent.add_subcommand("bench", "Benchmarks; results go to docs/benchmarks.md");
+    app->require_subcommand(1);
+    attention = app->add_subcommand(
+        "attention", "Forward+backward of one attention layer: multi_head vs talking_heads at "
+                     "each h, vs the paper's einsum reference, vs the fp32 matmul peak");
+    attention->add_option("--d-model", opt.d_model)->capture_default_str()->check(CLI::PositiveNumber);
+    attention->add_option("--n", opt.n, "n = m")->capture_default_str()->check(CLI::PositiveNumber);
+    attention->add_option("--batch", opt.batch)->capture_default_str()->check(CLI::PositiveNumber);
+    attention->add_option("--heads", opt.heads, "head counts h (d_k = d_v = d_model / h)")
+        ->delimiter(',')
+        ->capture_default_str();
+    attention->add_option("--reps", opt.reps, "timed runs per layer (median)")
+        ->capture_default_str()->check(CLI::PositiveNumber);
+    attention->add_flag("--no-reference", no_reference, "skip the einsum reference");
+    attention->add_option("--out", opt.markdown_out, "also write the Markdown report here");
+  }
+
+  int run() override {
+    if (attention->parsed()) {
+      for (int64_t h : opt.heads)
+        if (h < 1 || opt.d_model % h != 0)
+          throw InputError(fmt::format("--heads: {} does not divide --d-model {}", h, opt.d_model));
+      opt.reference = !no_reference;
+      bench_attention(opt);
+    }
+    return 0;
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Command> make_bench_command(CLI::App& parent) {
+  return std::make_unique<BenchCommand>(parent);
+}
+
+}  // namespace thx

@@ -1,0 +1,51 @@
+// command.h: how a subcommand plugs into the thx binary.
+//
+// Each subcommand lives in its own cmd_*.cpp: it declares its flags on a CLI11 subcommand,
+// and run() only validates, builds and calls into experiments/training/eval. Bad input
+// throws InputError (exit 2, one line); main() owns the error reporting.
+#pragma once
+#include <CLI/CLI.hpp>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/config_tree.h"
+#include "common/schema.h"
+
+namespace thx {
+
+struct Command {
+  virtual ~Command() = default;
+  virtual int run() = 0;
+  CLI::App* app = nullptr;
+};
+
+std::unique_ptr<Command> make_costs_command(CLI::App& parent);
+std::unique_ptr<Command> make_probe_command(CLI::App& parent);
+std::unique_ptr<Command> make_bench_command(CLI::App& parent);
+
+// --config (repeatable, merged in order), --set KEY=VALUE (repeatable), --dump-config.
+struct ConfigOptions {
+  std::vector<std::string> files, sets;
+  bool dump = false;
+
+  void add_to(CLI::App* app);
+  // Merge the files and overrides over `defaults_yaml`.
+  ConfigTree tree(const std::string& defaults_yaml = "") const;
+};
+
+// Read and validate a typed config. `validate` throws ConfigError for semantic problems; every
+// ConfigError becomes one InputError line naming the file/line the value came from.
+template <class T, class Validate>
+T load_config(const ConfigTree& tree, Validate&& validate) {
+  try {
+    T config = cfg::read<T>(tree.root());
+    validate(config);
+    return config;
+  } catch (const ConfigError& e) {
+    throw InputError(tree.describe(e));
+  }
+}
+
+}  // namespace thx

@@ -1,0 +1,128 @@
+#include "common/config_tree.h"
+
+#include <fstream>
+#include <functional>
+#include <sstream>
+
+namespace thx {
+namespace {
+
+std::string join(const std::string& path, const std::string& key) {
+  return path.empty() ? key : path + "." + key;
+}
+
+std::string where(const std::string& file, const YAML::Node& node) {
+  if (file.rfind("--set", 0) == 0 || node.Mark().is_null()) return file;
+  return fmt::format("{}:{}", file, node.Mark().line + 1);
+}
+
+}  // namespace
+
+ConfigTree::ConfigTree() : root_(YAML::NodeType::Map) {}
+
+void ConfigTree::merge_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw InputError(fmt::format("{}: cannot read config file", path));
+  std::stringstream text;
+  text << in.rdbuf();
+  merge_text(text.str(), path);
+}
+
+void ConfigTree::merge_text(const std::string& yaml, const std::string& origin) {
+  YAML::Node doc;
+  try {
+    doc = YAML::Load(yaml);
+  } catch (const YAML::ParserException& e) {
+    throw InputError(fmt::format("{}:{}:{}: invalid YAML: {}", origin, e.mark.line + 1,
+                                 e.mark.column + 1, e.msg));
+  }
+  if (!doc || doc.IsNull()) return;  // an empty file configures nothing
+  if (!doc.IsMap())
+    throw InputError(fmt::format("{}: the top level must be a mapping of keys (e.g. 'attention:')",
+                                 origin));
+  for (const auto& kv : doc) {
+    const std::string key = kv.first.as<std::string>();
+    merge_into(root_, key, kv.second, key, origin);
+  }
+}
+
+void ConfigTree::merge_into(YAML::Node& parent, const std::string& key, const YAML::Node& src,
+                            const std::string& path, const std::string& file) {
+  YAML::Node dst = parent[key];
+  if (src.IsMap() && dst.IsDefined() && dst.IsMap()) {
+    for (const auto& kv : src) {
+      const std::string sub = kv.first.as<std::string>();
+      merge_into(dst, sub, kv.second, join(path, sub), file);
+    }
+    return;
+  }
+  parent[key] = YAML::Clone(src);
+  // A replaced subtree forgets the origins of what it replaced.
+  for (auto it = origins_.lower_bound(path + "."); it != origins_.end() &&
+                                                   it->first.rfind(path + ".", 0) == 0;)
+    it = origins_.erase(it);
+  record(src, path, file);
+}
+
+void ConfigTree::record(const YAML::Node& src, const std::string& path, const std::string& file) {
+  origins_[path] = where(file, src);
+  if (src.IsMap())
+    for (const auto& kv : src) record(kv.second, join(path, kv.first.as<std::string>()), file);
+}
+
+void ConfigTree::set(const std::string& assignment) {
+  const std::string origin = "--set " + assignment;
+  const auto eq = assignment.find('=');
+  if (eq == std::string::npos || eq == 0)
+    throw InputError(fmt::format("{}: expected KEY=VALUE, e.g. --set attention.h=24", origin));
+  const std::string key = assignment.substr(0, eq);
+  YAML::Node value;
+  try {
+    value = YAML::Load(assignment.substr(eq + 1));
+  } catch (const YAML::ParserException& e) {
+    throw InputError(fmt::format("{}: value is not valid YAML: {}", origin, e.msg));
+  }
+  std::vector<std::string> parts;
+  std::stringstream ss(key);
+  for (std::string p; std::getline(ss, p, '.');) {
+    if (p.empty()) throw InputError(fmt::format("{}: empty component in key '{}'", origin, key));
+    parts.push_back(p);
+  }
+  if (parts.empty() || key.back() == '.')
+    throw InputError(fmt::format("{}: empty component in key '{}'", origin, key));
+  // An intermediate key that holds a scalar cannot take a subkey: say so instead of replacing
+  // it. (yaml-cpp nodes are references: walk with fresh nodes, never by assigning to one.)
+  std::function<void(const YAML::Node&, size_t, const std::string&)> check =
+      [&](const YAML::Node& cur, size_t i, const std::string& path) {
+        if (i + 1 >= parts.size()) return;
+        const YAML::Node next = cur[parts[i]];
+        const std::string sub = join(path, parts[i]);
+        if (!next.IsDefined() || next.IsNull()) return;
+        if (!next.IsMap())
+          throw InputError(fmt::format("{}: '{}' holds a value, not a mapping of keys", origin, sub));
+        check(next, i + 1, sub);
+      };
+  check(root_, 0, "");
+  // Wrap the value in mappings along the dotted key and merge it like a file.
+  std::function<YAML::Node(size_t)> wrap = [&](size_t i) -> YAML::Node {
+    if (i + 1 == parts.size()) return value;
+    YAML::Node m(YAML::NodeType::Map);
+    m[parts[i + 1]] = wrap(i + 1);
+    return m;
+  };
+  merge_into(root_, parts[0], wrap(0), parts[0], origin);
+}
+
+std::string ConfigTree::origin(const std::string& key) const {
+  // A list element ("a.b[2]") was written where its list was. A key never written is a
+  // default, whoever wrote its parent.
+  const std::string k = key.substr(0, key.find('['));
+  auto it = origins_.find(k);
+  return it != origins_.end() ? it->second : "defaults";
+}
+
+std::string ConfigTree::describe(const ConfigError& e) const {
+  return fmt::format("{}: {}: {}", origin(e.key), e.key, e.what());
+}
+
+}  // namespace thx

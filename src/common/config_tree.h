@@ -1,0 +1,48 @@
+// config_tree.h: the YAML document a command is configured from.
+//
+// Priority, lowest first: defaults < --config files (merged in the order given) < --set
+// KEY=VALUE overrides. Mappings merge key by key; scalars and sequences replace. The tree
+// remembers where every value came from ("a.yaml:7", "--set attention.h=24"), so that an
+// error about a key can name the file and line the bad value was written on.
+//
+// It does not know any key: typed structs read it through schema.h, which rejects unknown
+// keys and wrong types. Modules never see YAML.
+#pragma once
+#include <yaml-cpp/yaml.h>
+
+#include <map>
+#include <string>
+
+#include "common/error.h"
+
+namespace thx {
+
+class ConfigTree {
+ public:
+  ConfigTree();
+
+  // Merge a YAML file. Throws InputError naming the file (and line) when it cannot be read,
+  // is not valid YAML, or its top level is not a mapping.
+  void merge_file(const std::string& path);
+  // Merge YAML text; `origin` names it in messages ("defaults", a test name, ...).
+  void merge_text(const std::string& yaml, const std::string& origin);
+  // Apply one "dotted.key=VALUE" override; VALUE is parsed as YAML, so "[X_l,M_l]" is a list.
+  void set(const std::string& assignment);
+
+  const YAML::Node& root() const { return root_; }
+
+  // Where the value at `key` (or its nearest parent) came from; "defaults" if never set.
+  std::string origin(const std::string& key) const;
+  // One line for a ConfigError: "<origin>: <key>: <message>".
+  std::string describe(const ConfigError& e) const;
+
+ private:
+  void merge_into(YAML::Node& parent, const std::string& key, const YAML::Node& src,
+                  const std::string& path, const std::string& file);
+  void record(const YAML::Node& src, const std::string& path, const std::string& file);
+
+  YAML::Node root_;
+  std::map<std::string, std::string> origins_;
+};
+
+}  // namespace thx

@@ -1,0 +1,67 @@
+// h5.h: tensors to and from HDF5 files, written atomically.
+//
+// H5Writer writes to a temporary file beside the target and renames it into place on
+// commit(), so a crash or an error never leaves a half-written file under the real name and
+// never touches an existing one until the new file is complete. H5Reader turns every failure
+// (missing file, not HDF5, truncated, missing dataset, wrong type) into an InputError that
+// names the file and the dataset.
+//
+// Datasets are addressed by absolute paths ("/params/P_q"); groups are created as needed.
+// Supported dtypes: float32, float64, int32, int64, uint8 (bool is stored as uint8).
+#pragma once
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace thx {
+
+class H5Writer {
+ public:
+  explicit H5Writer(std::string path);
+  ~H5Writer();
+  H5Writer(const H5Writer&) = delete;
+  H5Writer& operator=(const H5Writer&) = delete;
+
+  // Write a tensor (any layout; it is made contiguous on the CPU). gzip > 0 compresses.
+  void write(const std::string& name, const torch::Tensor& t, int gzip = 0);
+  void write_scalar(const std::string& name, double value);
+  // A string attribute on an object ("/" for the file).
+  void attr(const std::string& object, const std::string& key, const std::string& value);
+  // Flush, fsync and rename the temporary file to the target path.
+  void commit();
+
+  const std::string& path() const { return path_; }
+
+ private:
+  void ensure_parent(const std::string& name);
+  std::string path_, tmp_;
+  int64_t file_ = -1;
+  bool committed_ = false;
+};
+
+class H5Reader {
+ public:
+  explicit H5Reader(std::string path);
+  ~H5Reader();
+  H5Reader(const H5Reader&) = delete;
+  H5Reader& operator=(const H5Reader&) = delete;
+
+  bool has(const std::string& name) const;
+  torch::Tensor read(const std::string& name) const;
+  double read_scalar(const std::string& name) const;
+  std::string attr(const std::string& object, const std::string& key) const;
+  // Names of the members of a group (datasets and groups), sorted.
+  std::vector<std::string> list(const std::string& group) const;
+  // Every dataset below a group, as absolute paths, sorted.
+  std::vector<std::string> datasets(const std::string& group = "/") const;
+
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  int64_t file_ = -1;
+};
+
+}  // namespace thx

@@ -1,0 +1,15 @@
+// log.h: spdlog loggers with a [component] prefix, as Marian does: "[12:01:02] [attention] ...".
+// All loggers write to stderr, so stdout stays clean for tables and dumped configs.
+#pragma once
+#include <spdlog/spdlog.h>
+#include <string>
+
+namespace thx {
+
+// The logger for one component ("cli", "attention", "bench", ...), created on first use.
+std::shared_ptr<spdlog::logger> log(const std::string& component);
+
+// Set the level of every thx logger: "debug", "info", "warn", "error" or "off".
+void set_log_level(const std::string& level);
+
+}  // namespace thx

@@ -1,0 +1,28 @@
+// bench_attention.h: `thx bench attention`, forward plus backward of one attention layer.
+//
+// Times multi_head and talking_heads (h_k = h = h_v, d_k = d_v = d_model / h) and the paper's
+// einsum reference, and the fp32 matmul peak of this machine in the same run, so that every
+// number reported is a ratio measured side by side. A benchmark, not a test: it asserts
+// nothing and prints whether the targets of the foundation issue are met.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace thx {
+
+struct BenchAttentionOptions {
+  int64_t d_model = 768, n = 512, batch = 2;
+  std::vector<int64_t> heads = {6, 12, 24, 48};
+  int64_t reps = 5, warmup = 2;
+  bool reference = true;
+  std::string markdown_out;  // also write the report here
+};
+
+// Runs the benchmark and returns the Markdown report (also printed to stdout).
+std::string bench_attention(const BenchAttentionOptions& opt);
+
+// Best observed fp32 GFLOP/s of a square matmul of size `size`.
+double matmul_peak_gflops(int64_t size = 2048, int64_t reps = 5);
+
+}  // namespace thx

@@ -1,0 +1,174 @@
+// The thx binary: help, config merging and dumping, the probe file, and bad input (one line,
+// exit code 2, nothing written).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "common/h5.h"
+#include "test_util.h"
+
+namespace thx::test {
+namespace {
+
+TEST(Cli, HelpDescribesEverySubcommandAndOption) {
+  RunResult r = run_thx("--help");
+  EXPECT_EQ(r.code, 0) << r.out;
+  for (const char* s : {"costs", "attention-probe", "bench", "--threads", "--log-level"})
+    EXPECT_NE(r.out.find(s), std::string::npos) << s;
+  r = run_thx("attention-probe --help");
+  EXPECT_EQ(r.code, 0);
+  for (const char* s : {"--config", "--set", "--dump-config", "--d-model", "--n", "--m",
+                        "--batch", "--seed", "--mask", "--bias", "--out"})
+    EXPECT_NE(r.out.find(s), std::string::npos) << s;
+  r = run_thx("bench attention --help");
+  EXPECT_EQ(r.code, 0);
+  EXPECT_NE(r.out.find("--heads"), std::string::npos);
+}
+
+TEST(Cli, UnknownSubcommandOrFlagExitsTwo) {
+  EXPECT_EQ(run_thx("frobnicate").code, 2);
+  EXPECT_EQ(run_thx("costs --colour").code, 2);
+  EXPECT_EQ(run_thx("").code, 2);
+  RunResult r = run_thx("costs --format html");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(lines(r.out), 1) << r.out;
+  EXPECT_NE(r.out.find("allowed: markdown, csv, latex"), std::string::npos) << r.out;
+}
+
+TEST(Cli, ConfigsMergeInOrderSetWinsAndDumpRoundTrips) {
+  TempDir dir;
+  const auto a = dir.write("a.yaml", "attention:\n  variant: talking_heads\n  h: 5\n");
+  const auto b = dir.write("b.yaml", "attention:\n  h: 12\n  dynamic: [X_l]\n");
+  RunResult r = run_thx("attention-probe --config " + a + " --config " + b +
+                        " --set attention.h_v=4 --set attention.d_v=16 --dump-config");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("variant: talking_heads"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("h: 12"), std::string::npos) << r.out;  // b.yaml wins over a.yaml
+  EXPECT_NE(r.out.find("h_v: 4"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("dynamic: [X_l]"), std::string::npos) << r.out;
+  // The dump is itself a config that resolves to the same dump.
+  const auto dumped = dir.write("dumped.yaml", r.out);
+  RunResult again = run_thx("attention-probe --config " + dumped + " --dump-config");
+  EXPECT_EQ(again.code, 0);
+  EXPECT_EQ(again.out, r.out);
+}
+
+TEST(Cli, ProbeWritesTheDocumentedLayout) {
+  TempDir dir;
+  const std::string args =
+      "--log-level warn attention-probe --set attention.variant=talking_heads "
+      "--set attention.h_k=2 --set attention.h=3 --set attention.h_v=4 --set attention.d_k=5 "
+      "--set attention.d_v=6 --d-model 16 --n 4 --m 4 --batch 2 --mask causal --bias --out ";
+  const std::string out = dir.file("probe.h5");
+  RunResult r = run_thx(args + out);
+  ASSERT_EQ(r.code, 0) << r.out;
+  H5Reader h(out);
+  EXPECT_EQ(h.read("/inputs/X").sizes().vec(), (std::vector<int64_t>{2, 4, 16}));
+  EXPECT_EQ(h.read("/inputs/bias").sizes().vec(), (std::vector<int64_t>{1, 3, 4, 4}));
+  EXPECT_EQ(h.read("/inputs/mask").scalar_type(), torch::kUInt8);
+  EXPECT_EQ(h.read("/inputs/mask").sizes().vec(), (std::vector<int64_t>{4, 4}));
+  EXPECT_EQ(h.read("/params/P_q").sizes().vec(), (std::vector<int64_t>{16, 5, 2}));
+  EXPECT_EQ(h.read("/params/P_o").sizes().vec(), (std::vector<int64_t>{16, 6, 4}));
+  EXPECT_EQ(h.read("/grads/P_l").sizes().vec(), (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(h.read("/grads/P_w").sizes().vec(), (std::vector<int64_t>{3, 4}));
+  EXPECT_EQ(h.read("/outputs/Y").sizes().vec(), (std::vector<int64_t>{2, 4, 16}));
+  EXPECT_NE(h.attr("/", "config").find("variant: talking_heads"), std::string::npos);
+  // The same seed gives the same file contents.
+  const std::string out2 = dir.file("probe2.h5");
+  ASSERT_EQ(run_thx(args + out2).code, 0);
+  H5Reader h2(out2);
+  EXPECT_TRUE(torch::equal(h.read("/outputs/Y"), h2.read("/outputs/Y")));
+  EXPECT_TRUE(torch::equal(h.read("/grads/P_q"), h2.read("/grads/P_q")));
+}
+
+// Bad attention settings: each gives exactly one line naming the key and what is allowed,
+// exit code 2, and no output file.
+struct BadCase {
+  std::string args;    // --set ... flags, or a YAML body for a --config file
+  std::string expect;  // a substring of the one error line
+  bool yaml = false;
+};
+
+TEST(Cli, BadAttentionSettingsGiveOneLineAndExitTwo) {
+  const std::vector<BadCase> cases = {
+      {"--set attention.h_k=0 --set attention.variant=talking_heads",
+       "attention.h_k: 0 is invalid: must be an integer >= 1"},
+      {"--set attention.h_k=-3 --set attention.variant=talking_heads",
+       "attention.h_k: -3 is invalid"},
+      {"--set attention.variant=talking_head",
+       "attention.variant: 'talking_head' is not a variant; allowed: multi_head, talking_heads, "
+       "project_logits, project_weights, general_bilinear"},
+      {"--set attention.h=8 --set attention.dynamic=[X_l]",
+       "attention.dynamic: dynamic projections need attention.variant talking_heads, not "
+       "multi_head"},
+      {"--set attention.variant=general_bilinear --set attention.d_k=64",
+       "attention.d_k: is not a setting of general_bilinear"},
+      {"--set attention.variant=general_bilinear --set attention.h_v=4",
+       "attention.h_v: is not a setting of general_bilinear"},
+      {"--set attention.h=5", "attention.d_k: not set, and the default d_model / h_k = 64 / 5"},
+      {"--set attention.h=128",
+       "attention.d_k: not set, and the default d_model / h_k = 64 / 128"},
+      {"--set attention.variant=talking_heads --set attention.h_v=3 --set attention.d_k=8",
+       "attention.d_v: not set, and the default d_model / h_v = 64 / 3"},
+      {"--set attention.h=twelve", "attention.h: expected an integer, got 'twelve'"},
+      {"--set attention.h=12.5", "attention.h: expected an integer, got '12.5'"},
+      {"--set attention.dropout=-0.1", "attention.dropout: -0.1 is invalid: must be in [0, 1)"},
+      {"--set attention.dropout=1", "attention.dropout: 1 is invalid: must be in [0, 1)"},
+      {"--set attention.h_k=4 --set attention.h=8",
+       "attention.h_k: 4 conflicts with attention.h = 8: multi_head has one head count"},
+      {"--set attention.variant=project_logits --set attention.h_v=4 --set attention.h=8",
+       "attention.h_v: 4 conflicts with attention.h = 8: project_logits has no P_w"},
+      {"--set attention.variant=project_weights --set attention.h_k=4 --set attention.h=8",
+       "attention.h_k: 4 conflicts with attention.h = 8: project_weights has no P_l"},
+      {"--set attention.h=8 --set attention.variant=talking_heads --set attention.dynamic=[X_l,X_q]",
+       "attention.dynamic[1]: 'X_q' is not a dynamic projection; allowed: X_l, M_l, X_w, M_w"},
+      {"--set attention.h=8 --set attention.variant=talking_heads --set attention.dynamic=[M_w,M_w]",
+       "attention.dynamic[1]: 'M_w' is listed twice"},
+      {"--set attention.variant=talking_heads --set attention.dynamic=X_l",
+       "attention.dynamic: expected a list such as [a, b], got 'X_l'"},
+      {"--set attention.heads=8", "attention.heads: unknown key; allowed keys under attention: "
+                                  "variant, h_k, h, h_v, d_k, d_v, dynamic, dropout"},
+      {"--set attention.d_k=1000000 --set attention.d_v=1 --set attention.h=100000",
+       "attention.d_k: makes a parameter of"},
+      {"--set attention.variant=[a]", "attention.variant: expected a string, got a list"},
+      {"--set attention=7", "attention: expected a mapping of keys, got '7'"},
+      {"--set atention.h=8", "atention: unknown key; allowed top-level keys: attention"},
+      {"attention:\n  variant: multi_head\n  h: 8\n  d_v: 0\n",
+       "bad.yaml:4: attention.d_v: 0 is invalid", true},
+      {"attention:\n  h: [1, 2\n", "invalid YAML", true},
+      {"--set attention.h=", "attention.h: expected an integer, got null"},
+  };
+  TempDir dir;
+  const std::string out = dir.file("never.h5");
+  for (const auto& c : cases) {
+    std::string args = c.args;
+    if (c.yaml) args = "--config " + dir.write("bad.yaml", c.args);
+    RunResult r = run_thx("attention-probe --d-model 64 " + args + " --out " + out);
+    EXPECT_EQ(r.code, 2) << args << "\n" << r.out;
+    EXPECT_EQ(lines(r.out), 1) << args << "\n" << r.out;
+    EXPECT_NE(r.out.find(c.expect), std::string::npos) << args << "\n" << r.out;
+    EXPECT_FALSE(std::filesystem::exists(out)) << args;
+  }
+  EXPECT_GE(cases.size(), 15u);
+}
+
+TEST(Cli, BadProbeFlagsExitTwoAndWriteNothing) {
+  TempDir dir;
+  const std::string out = dir.file("p.h5");
+  for (const std::string args : {"--mask diagonal", "--mask causal --n 3 --m 4", "--n 0",
+                                 "--d-model -5", "--batch x"}) {
+    RunResult r = run_thx("attention-probe " + args + " --out " + out);
+    EXPECT_EQ(r.code, 2) << args << "\n" << r.out;
+    EXPECT_FALSE(std::filesystem::exists(out)) << args;
+  }
+  RunResult r = run_thx("attention-probe --config " + dir.file("nope.yaml") + " --out " + out);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.out, "thx: error: " + dir.file("nope.yaml") + ": cannot read config file\n");
+  // An output directory that does not exist: one line, exit 2.
+  r = run_thx("--log-level warn attention-probe --out " + dir.file("no/such/dir/p.h5"));
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_EQ(lines(r.out), 1) << r.out;
+}
+
+}  // namespace
+}  // namespace thx::test

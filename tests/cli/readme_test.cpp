@@ -1,0 +1,64 @@
+// The README stays true: every YAML snippet in it is a valid config that builds its layer at
+// T5-base width, each is one of configs/attention/*.yaml, and .ci/run runs the README's test
+// command.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+
+#include "attention/factory.h"
+#include "cli/run_config.h"
+#include "common/config_tree.h"
+
+namespace thx {
+namespace {
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+std::vector<std::string> yaml_blocks(const std::string& markdown) {
+  std::vector<std::string> out;
+  std::regex block("```yaml\n([\\s\\S]*?)```");
+  for (std::sregex_iterator it(markdown.begin(), markdown.end(), block), end; it != end; ++it)
+    out.push_back((*it)[1].str());
+  return out;
+}
+
+TEST(Readme, EveryYamlSnippetIsAValidConfigFile) {
+  const std::string root = THX_SOURCE_DIR;
+  const auto snippets = yaml_blocks(slurp(root + "/README.md"));
+  ASSERT_EQ(snippets.size(), 6u);
+  std::set<std::string> files;
+  for (const auto& e : std::filesystem::directory_iterator(root + "/configs/attention")) {
+    std::string body = slurp(e.path().string());
+    // Drop the leading comment lines: the README shows the YAML only.
+    while (body.rfind("#", 0) == 0) body = body.substr(body.find('\n') + 1);
+    files.insert(body);
+  }
+  for (const auto& s : snippets) {
+    ConfigTree t;
+    t.merge_text(s, "README.md");
+    const RunConfig c = cfg::read<RunConfig>(t.root());
+    EXPECT_NO_THROW(make_attention(c.attention, 768)) << s;
+    EXPECT_TRUE(files.count(s)) << "not in configs/attention/:\n" << s;
+  }
+}
+
+TEST(Readme, CiRunsTheReadmeTestCommand) {
+  const std::string root = THX_SOURCE_DIR;
+  const std::string readme = slurp(root + "/README.md");
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(readme, m, std::regex("```sh\n([^\n]*)\n([^\n]*)\n```")));
+  EXPECT_NE(m[1].str().find("thx costs"), std::string::npos);
+  EXPECT_NE(m[2].str().find("ctest"), std::string::npos);
+  EXPECT_NE(slurp(root + "/.ci/run").find("sed -n 2p"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace thx

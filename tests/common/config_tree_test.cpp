@@ -1,0 +1,144 @@
+// ConfigTree (merging, --set, origins) and schema.h (strict typed reading, writing).
+#include <gtest/gtest.h>
+
+#include "common/config_tree.h"
+#include "common/schema.h"
+#include "test_util.h"
+
+namespace thx {
+namespace {
+
+struct Inner {
+  int64_t a = 1;
+  std::optional<int64_t> b;
+  std::vector<std::string> list;
+};
+template <class V>
+void visit(V& v, Inner& c) {
+  v("a", c.a, "an integer");
+  v("b", c.b, "optional");
+  v("list", c.list);
+}
+struct Outer {
+  std::string name = "x";
+  double rate = 0.5;
+  bool flag = false;
+  Inner inner;
+};
+template <class V>
+void visit(V& v, Outer& c) {
+  v("name", c.name);
+  v("rate", c.rate);
+  v("flag", c.flag);
+  v("inner", c.inner);
+}
+
+std::string error_of(const ConfigTree& t) {
+  try {
+    cfg::read<Outer>(t.root());
+  } catch (const ConfigError& e) {
+    return t.describe(e);
+  }
+  return "";
+}
+
+TEST(ConfigTree, MergesFilesInOrderAndSetWins) {
+  test::TempDir dir;
+  const auto a = dir.write("a.yaml", "name: first\ninner:\n  a: 2\n  list: [p, q]\n");
+  const auto b = dir.write("b.yaml", "inner:\n  b: 7\nrate: 0.25\n");
+  ConfigTree t;
+  t.merge_file(a);
+  t.merge_file(b);
+  t.set("inner.a=5");
+  t.set("inner.list=[r]");
+  const Outer o = cfg::read<Outer>(t.root());
+  EXPECT_EQ(o.name, "first");
+  EXPECT_EQ(o.rate, 0.25);
+  EXPECT_EQ(o.inner.a, 5);
+  EXPECT_EQ(o.inner.b, 7);
+  EXPECT_EQ(o.inner.list, std::vector<std::string>{"r"});
+  EXPECT_EQ(t.origin("name"), a + ":1");
+  EXPECT_EQ(t.origin("inner.b"), b + ":2");
+  EXPECT_EQ(t.origin("inner.a"), "--set inner.a=5");
+  EXPECT_EQ(t.origin("flag"), "defaults");
+}
+
+TEST(ConfigTree, ErrorsNameFileLineKeyAndAllowed) {
+  test::TempDir dir;
+  ConfigTree t;
+  t.merge_file(dir.write("c.yaml", "name: ok\ninner:\n  a: 3\n  c: 4\n"));
+  EXPECT_EQ(error_of(t), dir.file("c.yaml") + ":4: inner.c: unknown key; allowed keys under "
+                                              "inner: a, b, list");
+  ConfigTree u;
+  u.merge_file(dir.write("d.yaml", "inner:\n  a: three\n"));
+  EXPECT_EQ(error_of(u), dir.file("d.yaml") + ":2: inner.a: expected an integer, got 'three'");
+  ConfigTree v;
+  v.set("rate=fast");
+  EXPECT_EQ(error_of(v), "--set rate=fast: rate: expected a finite number, got 'fast'");
+  ConfigTree w;
+  w.set("inner.list=p");
+  EXPECT_EQ(error_of(w), "--set inner.list=p: inner.list: expected a list such as [a, b], got 'p'");
+  ConfigTree x;
+  x.merge_text("nmae: typo\n", "x.yaml");
+  EXPECT_EQ(error_of(x),
+            "x.yaml:1: nmae: unknown key; allowed top-level keys: name, rate, flag, inner");
+  ConfigTree y;
+  y.merge_text("inner: 5\n", "y.yaml");
+  EXPECT_EQ(error_of(y), "y.yaml:1: inner: expected a mapping of keys, got '5'");
+  ConfigTree z;
+  z.set("inner.a=2.5");
+  EXPECT_EQ(error_of(z), "--set inner.a=2.5: inner.a: expected an integer, got '2.5'");
+}
+
+TEST(ConfigTree, BadFilesAndOverridesAreInputErrors) {
+  test::TempDir dir;
+  ConfigTree t;
+  EXPECT_THROW(t.merge_file(dir.file("missing.yaml")), InputError);
+  try {
+    t.merge_file(dir.write("bad.yaml", "a: [1, 2\nb: 3\n"));
+    FAIL() << "no error";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("bad.yaml:"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("invalid YAML"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(t.merge_text("- a\n- b\n", "list.yaml"), InputError);  // top level not a map
+  EXPECT_THROW(t.set("novalue"), InputError);
+  EXPECT_THROW(t.set("=3"), InputError);
+  EXPECT_THROW(t.set("a..b=3"), InputError);
+  EXPECT_THROW(t.set("a=[1,"), InputError);
+  t.set("name=x");
+  EXPECT_THROW(t.set("name.sub=1"), InputError);  // name holds a scalar
+}
+
+TEST(Schema, NullOptionalAndEmptyFile) {
+  ConfigTree t;
+  t.merge_text("", "empty.yaml");
+  t.merge_text("inner:\n  b: ~\n", "n.yaml");
+  const Outer o = cfg::read<Outer>(t.root());
+  EXPECT_FALSE(o.inner.b.has_value());
+  EXPECT_EQ(o.inner.a, 1);  // default kept
+}
+
+TEST(Schema, WriterRoundTripsThroughReader) {
+  Outer o;
+  o.name = "talking heads";
+  o.rate = 1e-3;
+  o.flag = true;
+  o.inner.a = -4;
+  o.inner.b = 9;
+  o.inner.list = {"X_l", "M_w"};
+  const std::string yaml = cfg::to_yaml(o);
+  EXPECT_NE(yaml.find("# an integer"), std::string::npos) << yaml;
+  ConfigTree t;
+  t.merge_text(yaml, "dump");
+  const Outer r = cfg::read<Outer>(t.root());
+  EXPECT_EQ(r.name, o.name);
+  EXPECT_EQ(r.rate, o.rate);
+  EXPECT_EQ(r.flag, o.flag);
+  EXPECT_EQ(r.inner.a, o.inner.a);
+  EXPECT_EQ(r.inner.b, o.inner.b);
+  EXPECT_EQ(r.inner.list, o.inner.list);
+}
+
+}  // namespace
+}  // namespace thx

@@ -1,0 +1,126 @@
+// h5.h (atomic writes, typed round trips, clear errors on damaged files), csv.h, text_table.h.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "common/csv.h"
+#include "common/error.h"
+#include "common/h5.h"
+#include "common/text_table.h"
+#include "test_util.h"
+
+namespace thx {
+namespace {
+
+TEST(H5, RoundTripsEveryDtypeAndAttributes) {
+  test::TempDir dir;
+  const std::string path = dir.file("t.h5");
+  std::map<std::string, torch::Tensor> want = {
+      {"/a/f32", torch::randn({3, 4})},
+      {"/a/f64", torch::randn({2}, torch::kFloat64)},
+      {"/b/c/i32", torch::arange(6, torch::kInt32).view({2, 3})},
+      {"/i64", torch::tensor({int64_t{1} << 40})},
+      {"/u8", torch::tensor({0, 1, 255}).to(torch::kUInt8)},
+      {"/scalar", torch::tensor(2.5f)},
+      {"/empty", torch::empty({0, 3})},
+      {"/gz", torch::arange(10000, torch::kInt32)},
+  };
+  {
+    H5Writer w(path);
+    for (const auto& [k, v] : want) w.write(k, v, k == "/gz" ? 4 : 0);
+    w.write("/strided", torch::arange(12.0).view({3, 4}).t());
+    w.attr("/", "config", "attention:\n  h: 24\n");
+    w.commit();
+  }
+  H5Reader r(path);
+  for (const auto& [k, v] : want) {
+    torch::Tensor got = r.read(k);
+    EXPECT_EQ(got.scalar_type(), v.scalar_type()) << k;
+    EXPECT_TRUE(torch::equal(got, v)) << k;
+  }
+  EXPECT_TRUE(torch::equal(r.read("/strided"), torch::arange(12.0).view({3, 4}).t()));
+  EXPECT_EQ(r.attr("/", "config"), "attention:\n  h: 24\n");
+  EXPECT_TRUE(r.has("/b/c/i32"));
+  EXPECT_FALSE(r.has("/b/x/i32"));
+  EXPECT_EQ(r.datasets("/a"), (std::vector<std::string>{"/a/f32", "/a/f64"}));
+  EXPECT_THROW(r.read("/nope"), InputError);
+}
+
+TEST(H5, UncommittedWriteLeavesNothingAndKeepsTheOldFile) {
+  test::TempDir dir;
+  const std::string path = dir.file("keep.h5");
+  {
+    H5Writer w(path);
+    w.write("/x", torch::ones({2}));
+    w.commit();
+  }
+  {
+    H5Writer w(path);  // abandoned: e.g. an exception between open and commit
+    w.write("/x", torch::zeros({2}));
+  }
+  H5Reader r(path);
+  EXPECT_TRUE(torch::equal(r.read("/x"), torch::ones({2})));
+  int files = 0;
+  for (auto& e : std::filesystem::directory_iterator(dir.path)) files += e.is_regular_file();
+  EXPECT_EQ(files, 1) << "a temporary file was left behind";
+}
+
+TEST(H5, TruncatedOrForeignFilesGiveOneClearError) {
+  test::TempDir dir;
+  const std::string good = dir.file("good.h5");
+  {
+    H5Writer w(good);
+    w.write("/x", torch::randn({1000}));
+    w.commit();
+  }
+  const auto size = std::filesystem::file_size(good);
+  std::filesystem::copy_file(good, dir.file("cut.h5"));
+  std::filesystem::resize_file(dir.file("cut.h5"), size / 2);
+  for (const std::string& bad : {dir.file("cut.h5"), dir.write("text.h5", "not hdf5"),
+                                 dir.file("absent.h5")}) {
+    try {
+      H5Reader r(bad);
+      r.read("/x");
+      FAIL() << bad << ": no error";
+    } catch (const InputError& e) {
+      const std::string msg = e.what();
+      EXPECT_EQ(msg.rfind(bad + ": ", 0), 0u) << msg;
+      EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+    }
+  }
+}
+
+TEST(Csv, QuotesBlankLinesAndErrors) {
+  test::TempDir dir;
+  const auto t = read_csv(dir.write("a.csv", "x,y\r\n1,\"a, \"\"b\"\"\"\n\n2,\"multi\nline\"\n"));
+  ASSERT_EQ(t.rows.size(), 2u);
+  EXPECT_EQ(t.rows[0].at("y"), "a, \"b\"");
+  EXPECT_EQ(t.rows[1].at("y"), "multi\nline");
+  EXPECT_EQ(t.lines[1], 4);
+  try {
+    read_csv(dir.write("b.csv", "x,y\n1,2\n3\n"));
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()), dir.file("b.csv") + ":3: 1 fields, the header has 2");
+  }
+  EXPECT_THROW(read_csv(dir.write("c.csv", "x\n\"open\n")), InputError);
+}
+
+TEST(TextTable, ThreeFormats) {
+  TextTable t;
+  t.header = {"variant", "params"};
+  t.align = "lr";
+  t.rows = {{"multi_head", "2359296"}, {"a,b", "1"}};
+  t.notes = {"note"};
+  EXPECT_EQ(render(t, TableFormat::csv), "variant,params\nmulti_head,2359296\n\"a,b\",1\n");
+  const std::string md = render(t, TableFormat::markdown);
+  EXPECT_NE(md.find("| multi_head | 2359296 |"), std::string::npos) << md;
+  EXPECT_NE(md.find("|------------|--------:|"), std::string::npos) << md;
+  const std::string tex = render(t, TableFormat::latex);
+  EXPECT_NE(tex.find("multi\\_head & 2359296 \\\\"), std::string::npos) << tex;
+  EXPECT_THROW(parse_table_format("html"), InputError);
+}
+
+}  // namespace
+}  // namespace thx

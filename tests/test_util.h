@@ -1,0 +1,76 @@
+// test_util.h: helpers shared by the tests: tensor comparison with stated tolerances (the max
+// error is printed on failure), running the thx binary, and temporary directories.
+#pragma once
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+namespace thx::test {
+
+// max |a - b| <= atol + rtol * max |b|, printing the max error and where it is.
+inline ::testing::AssertionResult close(const torch::Tensor& a, const torch::Tensor& b,
+                                        double atol, double rtol) {
+  if (a.sizes() != b.sizes())
+    return ::testing::AssertionFailure() << "shapes differ: " << a.sizes() << " vs " << b.sizes();
+  const torch::Tensor d = (a.to(torch::kFloat64) - b.to(torch::kFloat64)).abs();
+  const double err = d.numel() ? d.max().item<double>() : 0.0;
+  const double scale = b.numel() ? b.abs().max().item<double>() : 0.0;
+  const double tol = atol + rtol * scale;
+  if (std::isfinite(err) && err <= tol)
+    return ::testing::AssertionSuccess() << "max error " << err << " <= " << tol;
+  const int64_t at = d.numel() ? d.flatten().argmax().item<int64_t>() : -1;
+  return ::testing::AssertionFailure() << "max error " << err << " > tolerance " << tol
+                                       << " (atol " << atol << ", rtol " << rtol << " x max|b| "
+                                       << scale << ") at flat index " << at;
+}
+
+struct RunResult {
+  int code = -1;
+  std::string out;  // stdout and stderr together
+};
+
+// Run the thx binary with `args` (a shell-quoted string).
+inline RunResult run_thx(const std::string& args) {
+  const std::string cmd = std::string(THX_BINARY) + " " + args + " 2>&1";
+  RunResult r;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return r;
+  char buf[4096];
+  size_t got;
+  while ((got = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, got);
+  const int status = pclose(p);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+// A fresh directory under the system temp dir, removed with the object.
+struct TempDir {
+  std::filesystem::path path;
+  TempDir() {
+    char tmpl[] = "/tmp/thx-test-XXXXXX";
+    path = mkdtemp(tmpl);
+  }
+  ~TempDir() { std::filesystem::remove_all(path); }
+  std::string file(const std::string& name) const { return (path / name).string(); }
+  std::string write(const std::string& name, const std::string& text) const {
+    std::ofstream(file(name)) << text;
+    return file(name);
+  }
+};
+
+// Number of non-empty lines.
+inline int lines(const std::string& s) {
+  int n = 0;
+  bool any = false;
+  for (char c : s) {
+    if (c == '\n') n += any, any = false;
+    else any = true;
+  }
+  return n + any;
+}
+
+}  // namespace thx::test
