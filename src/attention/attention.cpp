@@ -3,10 +3,7 @@
 namespace thx {
 
 int64_t AttentionCache::length() const {
-  if (memory.empty()) return 0;
-  auto it = memory.find("K");
-  if (it != memory.end()) return it->second.size(2);
-  return memory.begin()->second.size(1);  // "M" [b,t,d_M]
+  return memory.empty() ? 0 : memory.begin()->second.size(1);  // every entry is [b,t,...]
 }
 
 void add_bias_and_mask(torch::Tensor& L, const torch::Tensor& bias, const torch::Tensor& mask) {

@@ -33,7 +33,7 @@ namespace thx {
 // Memory-side state of one attention layer during incremental decoding.
 struct AttentionCache {
   // Tensors per memory position, concatenated along the position dimension as positions
-  // arrive: "K" [b,h_k,t,d_k], "V" [b,h_v,t,d_v], "R_Ml" [b,t,h_k,h], "R_Mw" [b,t,h,h_v], or
+  // arrive: "K" [b,t,h_k,d_k], "V" [b,t,h_v,d_v], "R_Ml" [b,t,h_k,h], "R_Mw" [b,t,h,h_v], or
   // "M" [b,t,d_M] for general_bilinear.
   std::map<std::string, torch::Tensor> memory;
   // false: each call appends its M (decoder self-attention, M = the new positions).

@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "attention/fused.h"
+
 namespace thx {
 
 using torch::Tensor;
@@ -23,18 +25,13 @@ Tensor GeneralBilinearAttention::forward(const Tensor& X, const Tensor& M, const
   TORCH_CHECK(M.dim() == 3 && M.size(2) == d.d_M, "attention: M must be [b,m,", d.d_M, "], got ",
               M.sizes());
   const int64_t b = X.size(0), n = X.size(1), m = M.size(1), h = d.h;
+  // Rows-major throughout: [b, n, h, .], so that no tensor is transposed.
   Tensor XP = torch::matmul(X, P.permute({0, 2, 1}).reshape({d.d_X, h * d.d_M}))  // [b,n,h*d_M]
-                  .view({b, n, h, d.d_M})
-                  .transpose(1, 2)
-                  .reshape({b, h * n, d.d_M});                                      // [b,h*n,d_M]
-  Tensor L = at::_unsafe_view(torch::bmm(XP, M.transpose(1, 2)), {b, h, n, m});   // [b,h,n,m]
-  add_bias_and_mask(L, bias, mask);
-  Tensor W = torch::softmax(L, -1);                                                 // [b,h,n,m]
+                  .view({b, n * h, d.d_M});
+  Tensor L = torch::bmm(XP, M.transpose(1, 2)).view({b, n, h, m});                // [b,n,h,m]
+  Tensor W = heads_softmax(L, {}, {}, bias, mask);                                  // [b,n,h,m]
   if (d.dropout > 0 && is_training()) W = torch::dropout(W, d.dropout, true);
-  Tensor WM = torch::bmm(W.reshape({b, h * n, m}), M)                               // [b,h*n,d_M]
-                  .view({b, h, n, d.d_M})
-                  .transpose(1, 2)
-                  .reshape({b, n, h * d.d_M});                                      // [b,n,h*d_M]
+  Tensor WM = torch::bmm(W.reshape({b, n * h, m}), M).view({b, n, h * d.d_M});      // [b,n,h*d_M]
   return torch::matmul(WM, Q.permute({2, 0, 1}).reshape({h * d.d_M, d.d_Y}));      // [b,n,d_Y]
 }
 

@@ -2,51 +2,47 @@
 
 #include <cmath>
 
+#include "attention/fused.h"
+
 namespace thx {
 namespace {
 
 using torch::Tensor;
 
-// x [b,n,d] times P [d,e,g] -> [b,g,n,e] (heads-major). The weight is permuted (a copy of
-// the small parameter), so that the activation product is one plain GEMM.
-Tensor heads_in(const Tensor& x, const Tensor& P) {
-  const int64_t b = x.size(0), n = x.size(1), d = P.size(0), e = P.size(1), g = P.size(2);
-  Tensor w = P.permute({0, 2, 1}).reshape({d, g * e});  // [d, g*e]
-  return torch::matmul(x, w).view({b, n, g, e}).transpose(1, 2);
+// x [b,n,d] times P [d,e,g] -> [b,n,g,e], the layout a GEMM produces. The weight is permuted
+// (a copy of the small parameter); the activations never are.
+Tensor project(const Tensor& x, const Tensor& P) {
+  const int64_t d = P.size(0), e = P.size(1), g = P.size(2);
+  return torch::matmul(x, P.permute({0, 2, 1}).reshape({d, g * e}))
+      .view({x.size(0), x.size(1), g, e});
 }
 
-// O [b,g,n,e] times P [d_Y,e,g] -> [b,n,d_Y].
-Tensor heads_out(const Tensor& O, const Tensor& P) {
-  const int64_t b = O.size(0), n = O.size(2), dY = P.size(0), e = P.size(1), g = P.size(2);
-  Tensor w = P.permute({2, 1, 0}).reshape({g * e, dY});       // [g*e, d_Y]
-  return torch::matmul(O.transpose(1, 2).reshape({b, n, g * e}), w);
+// O [b,n,g,e] times P [d_Y,e,g] -> [b,n,d_Y].
+Tensor project_out(const Tensor& O, const Tensor& P) {
+  const int64_t dY = P.size(0), e = P.size(1), g = P.size(2);
+  return torch::matmul(O.reshape({O.size(0), O.size(1), g * e}),
+                       P.permute({2, 1, 0}).reshape({g * e, dY}));
 }
 
-// T [b,g,n,m] mixed across heads by P [g,g2] -> [b,g2,n,m]: one batched GEMM
-// [g2,g] x [g,n*m]. _unsafe_view keeps the result a plain tensor for autograd, so that the
-// in-place bias and mask that follow do not cost a copy in the backward pass.
+// x [b,n,d] times P [d,g,g2] -> [b,n,g,g2]: a dynamic projection's per-position matrices.
+Tensor generate(const Tensor& x, const Tensor& P) {
+  return torch::matmul(x, P.reshape({P.size(0), P.size(1) * P.size(2)}))
+      .view({x.size(0), x.size(1), P.size(1), P.size(2)});
+}
+
+// T [b,g,n,m] mixed across heads by P [g,g2] -> [b,g2,n,m] (one batched GEMM).
 Tensor mix_heads(const Tensor& T, const Tensor& P) {
   const int64_t b = T.size(0), g = T.size(1), n = T.size(2), m = T.size(3), g2 = P.size(1);
   Tensor out = torch::bmm(P.t().expand({b, g2, g}), T.reshape({b, g, n * m}));  // [b,g2,n*m]
   return at::_unsafe_view(out, {b, g2, n, m});
 }
 
-// Per-query dynamic term: sum_g T[b,g,n,m] R[b,n,g,g2] -> [b,g2,n,m].
+// Dynamic terms (Appendix A): sum_g T[b,g,n,m] R[b,n,g,g2] and sum_g T[b,g,n,m] R[b,m,g,g2].
 Tensor mix_heads_per_query(const Tensor& T, const Tensor& R) {
-  return torch::matmul(R.transpose(2, 3), T.permute({0, 2, 1, 3}))  // [b,n,g2,m]
-      .permute({0, 2, 1, 3});
+  return torch::matmul(R.transpose(2, 3), T.permute({0, 2, 1, 3})).permute({0, 2, 1, 3});
 }
-
-// Per-memory-position dynamic term: sum_g T[b,g,n,m] R[b,m,g,g2] -> [b,g2,n,m].
 Tensor mix_heads_per_memory(const Tensor& T, const Tensor& R) {
-  return torch::matmul(R.transpose(2, 3), T.permute({0, 3, 1, 2}))  // [b,m,g2,n]
-      .permute({0, 2, 3, 1});
-}
-
-// x [b,n,d] times P [d,g,g2] -> [b,n,g,g2].
-Tensor generate(const Tensor& x, const Tensor& P) {
-  return torch::matmul(x, P.reshape({P.size(0), P.size(1) * P.size(2)}))
-      .view({x.size(0), x.size(1), P.size(1), P.size(2)});
+  return torch::matmul(R.transpose(2, 3), T.permute({0, 3, 1, 2})).permute({0, 2, 3, 1});
 }
 
 }  // namespace
@@ -76,8 +72,8 @@ ProjectedAttention::Memory ProjectedAttention::project_memory(const Tensor& M) {
   TORCH_CHECK(M.dim() == 3 && M.size(2) == dims_.d_M, "attention: M must be [b,m,", dims_.d_M,
               "], got ", M.sizes());
   Memory mem;
-  mem.K = heads_in(M, P_k).contiguous();  // [b,h_k,m,d_k]
-  mem.V = heads_in(M, P_v).contiguous();  // [b,h_v,m,d_v]
+  mem.K = project(M, P_k);                           // [b,m,h_k,d_k]
+  mem.V = project(M, P_v);                           // [b,m,h_v,d_v]
   if (P_Ml.defined()) mem.R_Ml = generate(M, P_Ml);  // [b,m,h_k,h]
   if (P_Mw.defined()) mem.R_Mw = generate(M, P_Mw);  // [b,m,h,h_v]
   return mem;
@@ -87,19 +83,24 @@ Tensor ProjectedAttention::attend(const Tensor& X, const Memory& mem, const Tens
                                   const Tensor& mask) {
   TORCH_CHECK(X.dim() == 3 && X.size(2) == dims_.d_X, "attention: X must be [b,n,", dims_.d_X,
               "], got ", X.sizes());
-  Tensor Q = heads_in(X, P_q);                         // [b,h_k,n,d_k]
-  Tensor J = torch::matmul(Q, mem.K.transpose(2, 3));  // [b,h_k,n,m]
-  Tensor L = P_l.defined() ? mix_heads(J, P_l) : J;    // [b,h,n,m]
+  const Tensor Q = project(X, P_q);  // [b,n,h_k,d_k]
+  const bool dropout = dims_.dropout > 0 && is_training();
+  if (!dims_.any_dynamic() && !dropout)  // the fused core (fused.h)
+    return project_out(attention_core(Q, mem.K, mem.V, P_l, P_w, bias, mask), P_o);
+
+  // ATen path, heads-major [b,heads,n,m]: dynamic projections, attention dropout.
+  Tensor J = torch::matmul(Q.transpose(1, 2), mem.K.permute({0, 2, 3, 1}));  // [b,h_k,n,m]
+  Tensor L = P_l.defined() ? mix_heads(J, P_l) : J;                          // [b,h,n,m]
   if (P_Xl.defined()) L = L + mix_heads_per_query(J, generate(X, P_Xl));
   if (P_Ml.defined()) L = L + mix_heads_per_memory(J, mem.R_Ml);
   add_bias_and_mask(L, bias, mask);
-  Tensor W = torch::softmax(L, -1);                    // [b,h,n,m]
-  Tensor U = P_w.defined() ? mix_heads(W, P_w) : W;    // [b,h_v,n,m]
+  Tensor W = torch::softmax(L, -1);                                          // [b,h,n,m]
+  Tensor U = P_w.defined() ? mix_heads(W, P_w) : W;                          // [b,h_v,n,m]
   if (P_Xw.defined()) U = U + mix_heads_per_query(W, generate(X, P_Xw));
   if (P_Mw.defined()) U = U + mix_heads_per_memory(W, mem.R_Mw);
-  if (dims_.dropout > 0 && is_training()) U = torch::dropout(U, dims_.dropout, true);
-  Tensor O = torch::matmul(U, mem.V);                  // [b,h_v,n,d_v]
-  return heads_out(O, P_o);                            // [b,n,d_Y]
+  if (dropout) U = torch::dropout(U, dims_.dropout, true);
+  Tensor O = torch::matmul(U, mem.V.transpose(1, 2));                        // [b,h_v,n,d_v]
+  return project_out(O.transpose(1, 2), P_o);                                // [b,n,d_Y]
 }
 
 Tensor ProjectedAttention::forward(const Tensor& X, const Tensor& M, const Tensor& bias,
@@ -112,14 +113,13 @@ Tensor ProjectedAttention::forward_cached(const Tensor& X, const Tensor& M, Atte
   auto& c = cache.memory;
   if (!(cache.fixed && c.count("K"))) {
     Memory add = project_memory(M);
-    auto append = [&](const char* key, const Tensor& t, int64_t dim) {
-      if (!t.defined()) return;
-      c[key] = c.count(key) ? torch::cat({c[key], t}, dim) : t;
+    auto append = [&](const char* key, const Tensor& t) {  // along the position dimension
+      if (t.defined()) c[key] = c.count(key) ? torch::cat({c[key], t}, 1) : t;
     };
-    append("K", add.K, 2);
-    append("V", add.V, 2);
-    append("R_Ml", add.R_Ml, 1);
-    append("R_Mw", add.R_Mw, 1);
+    append("K", add.K);
+    append("V", add.V);
+    append("R_Ml", add.R_Ml);
+    append("R_Mw", add.R_Mw);
   }
   Memory mem{c["K"], c["V"], c.count("R_Ml") ? c["R_Ml"] : Tensor(),
              c.count("R_Mw") ? c["R_Mw"] : Tensor()};

@@ -12,10 +12,9 @@
 //   U[b,h_v,n,m]   = W·P_w (+ W·R_Xw[n] + W·R_Mw[m]), dropout      (W when no P_w)
 //   O[b,h_v,n,d_v] = U V                                            Y[b,n,d_Y] = O P_o
 //
-// Layout: heads-major [b, heads, n, m], the layout batched matmul produces. The head
-// projections are then one batched GEMM each, [h, h_k] x [h_k, n*m], reading and writing
-// each [b,h,n,m] tensor exactly once: no permuted copies of the big tensors, except for the
-// dynamic terms, whose per-position projection needs positions as the batch dimension.
+// The static variants run on the fused core (fused.h), in the [b, n, heads, .] layout the
+// projections produce, with no transposed copies. The dynamic projections and attention
+// dropout (fine-tuning) take an ATen path in heads-major layout [b, heads, n, m].
 // There is no 1/sqrt(d_k) at run time: as the paper says, it is folded into P_q's init.
 #pragma once
 #include "attention/attention.h"
@@ -42,7 +41,7 @@ class ProjectedAttention : public Attention {
 
  private:
   struct Memory {
-    torch::Tensor K, V;        // [b,h_k,m,d_k] [b,h_v,m,d_v]
+    torch::Tensor K, V;        // [b,m,h_k,d_k] [b,m,h_v,d_v]
     torch::Tensor R_Ml, R_Mw;  // [b,m,h_k,h] [b,m,h,h_v], when dynamic
   };
   Memory project_memory(const torch::Tensor& M);

@@ -10,6 +10,7 @@
 #include "common/runtime.h"
 
 int main(int argc, char** argv) {
+  thx::reexec_with_thread_environment(argv);  // see common/runtime.h
   CLI::App app{"thx: Talking-Heads Attention (Shazeer et al., 2020) experiments on LibTorch.\n"
                "Run 'thx SUBCOMMAND --help' for the options of each subcommand."};
   app.require_subcommand(1);

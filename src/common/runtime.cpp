@@ -3,6 +3,10 @@
 #include <malloc.h>
 #include <torch/torch.h>
 
+#include <unistd.h>
+
+#include <climits>
+#include <cstdlib>
 #include <thread>
 
 namespace thx {
@@ -11,11 +15,26 @@ void configure_runtime(int64_t threads) {
   static bool malloc_done = false;
   if (!malloc_done) {
     mallopt(M_MMAP_MAX, 0);                  // large blocks from the heap, not fresh mmaps
-    mallopt(M_TRIM_THRESHOLD, 1L << 62);     // and never hand freed memory back to the OS
+    mallopt(M_TRIM_THRESHOLD, INT_MAX);      // and keep up to 2 GB of freed memory
     malloc_done = true;
   }
   if (threads <= 0) threads = std::max(1u, std::thread::hardware_concurrency());
   torch::set_num_threads(static_cast<int>(threads));
+}
+
+}  // namespace thx
+
+namespace thx {
+
+void reexec_with_thread_environment(char** argv) {
+  bool changed = false;
+  for (auto [key, value] : {std::pair{"OMP_WAIT_POLICY", "PASSIVE"},
+                            std::pair{"OPENBLAS_THREAD_TIMEOUT", "4"}})
+    if (!std::getenv(key)) {
+      ::setenv(key, value, 1);
+      changed = true;
+    }
+  if (changed) ::execv("/proc/self/exe", argv);  // returns only on failure: run as we are
 }
 
 }  // namespace thx

@@ -2,6 +2,12 @@
 //
 // - Threads: LibTorch's OpenMP pool may start with one thread (seen on Debian 12 VMs), so thx
 //   sets the intra-op thread count explicitly (default: every core).
+// - Idle threads: LibTorch's OpenMP pool spins after each parallel region (GOMP's default
+//   wait policy) and OpenBLAS's pool spins with sched_yield for ~2^28 cycles after each
+//   GEMM. On a 2-core machine each steals the cores the other needs: measured, 30-50% slower
+//   layers. Both read their policy from the environment when the libraries load, so
+//   thx re-executes itself once with OMP_WAIT_POLICY=PASSIVE and OPENBLAS_THREAD_TIMEOUT=4
+//   unless the user has set them.
 // - Memory: glibc serves allocations above 32 MB with mmap and unmaps them on free, so every
 //   [b,h,n,m] attention tensor would be fresh memory, paid for in page faults on first touch
 //   (measured: softmax over [2,24,512,512] 26 ms with them, 7 ms without). thx keeps freed
@@ -13,5 +19,9 @@ namespace thx {
 
 // threads <= 0: all hardware threads.
 void configure_runtime(int64_t threads = 0);
+
+// Call first in main(): re-executes the program with the thread-pool environment above if it
+// is not set yet. Returns only when no re-execution happened (or it failed).
+void reexec_with_thread_environment(char** argv);
 
 }  // namespace thx

@@ -20,8 +20,6 @@ std::string dims_key(const PaperAttention& a, int64_t d_model) {
   return key;
 }
 
-std::string opt(const std::optional<int64_t>& x) { return x ? std::to_string(*x) : ""; }
-
 }  // namespace
 
 std::string paper_number(double x) {

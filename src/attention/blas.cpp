@@ -1,0 +1,22 @@
+#include "attention/blas.h"
+
+// The Fortran interface, which every BLAS provides (CBLAS is not in the reference BLAS).
+extern "C" void sgemm_(const char* transa, const char* transb, const int* m, const int* n,
+                       const int* k, const float* alpha, const float* a, const int* lda,
+                       const float* b, const int* ldb, const float* beta, float* c,
+                       const int* ldc);
+
+namespace thx::blas {
+
+void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+           const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+           int64_t ldc) {
+  if (M == 0 || N == 0) return;
+  // Row-major C = op(A) op(B) is column-major C' = op(B)' op(A)', with X' the same memory.
+  const char ta = trans_a ? 'T' : 'N', tb = trans_b ? 'T' : 'N';
+  const int m = static_cast<int>(N), n = static_cast<int>(M), k = static_cast<int>(K);
+  const int la = static_cast<int>(lda), lb = static_cast<int>(ldb), lc = static_cast<int>(ldc);
+  sgemm_(&tb, &ta, &m, &n, &k, &alpha, B, &lb, A, &la, &beta, C, &lc);
+}
+
+}  // namespace thx::blas

@@ -1,0 +1,49 @@
+// fused.h: the fused CPU attention core of the talking-heads family.
+//
+// Layout: [b, n, heads, m] ("rows-major"), the layout the input projections produce. For one
+// query position, the rows of all heads are one contiguous block, so the head projections
+// run on data in cache; BLAS reads and writes each head's [n, m] block in place through its
+// leading dimension (blas.h), so no tensor is ever transposed.
+//
+// attention_core():  Q [b,n,h_k,d_k], K [b,m,h_k,d_k], V [b,m,h_v,d_v] -> O [b,n,h_v,d_v]
+//   J = Q·K (per head, BLAS)  ->  per query row, in cache (kernels.h):
+//   L = P_l^T J, + bias, mask, W = softmax_m(L), U = P_w^T W  ->  O = U·V (per head, BLAS)
+// heads_softmax():   the middle part alone, J [b,n,h_k,m] -> U [b,n,h_v,m] (general bilinear).
+//
+// P_l [h_k,h] and P_w [h,h_v] may be undefined (multi-head and the hybrids). bias and mask
+// are broadcastable to [b,h,n,m] (the attention interface's indexing), mask bool.
+// Backward recomputes nothing: it reads W (and J, U where the projections need them) once.
+// Per-thread partial sums for dP_l, dP_w and the bias gradient avoid any locking.
+//
+// Both fall back to an ATen composition of the same math (the *_reference functions) for
+// what the fused code does not cover: tensors that are not fp32 on the CPU, and a bias or
+// mask broadcast along m. Dropout and the dynamic projections are not here: projected.cpp
+// keeps its ATen path for them.
+#pragma once
+#include <torch/torch.h>
+
+namespace thx {
+
+torch::Tensor attention_core(const torch::Tensor& Q, const torch::Tensor& K,
+                             const torch::Tensor& V, const torch::Tensor& P_l,
+                             const torch::Tensor& P_w, const torch::Tensor& bias,
+                             const torch::Tensor& mask);
+
+torch::Tensor heads_softmax(const torch::Tensor& J, const torch::Tensor& P_l,
+                            const torch::Tensor& P_w, const torch::Tensor& bias,
+                            const torch::Tensor& mask);
+
+// The plain ATen compositions (and fallbacks). Same arguments, same results.
+torch::Tensor attention_core_reference(const torch::Tensor& Q, const torch::Tensor& K,
+                                       const torch::Tensor& V, const torch::Tensor& P_l,
+                                       const torch::Tensor& P_w, const torch::Tensor& bias,
+                                       const torch::Tensor& mask);
+torch::Tensor heads_softmax_reference(const torch::Tensor& J, const torch::Tensor& P_l,
+                                      const torch::Tensor& P_w, const torch::Tensor& bias,
+                                      const torch::Tensor& mask);
+
+// Use the fused code where it applies (default true). For tests and benchmarks.
+void set_fused_attention(bool enabled);
+bool fused_attention_enabled();
+
+}  // namespace thx

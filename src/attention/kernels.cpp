@@ -1,0 +1,70 @@
+#include "attention/kernels.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace thx::kernels {
+namespace {
+
+void mix(float* out, int64_t os, const float* in, int64_t is, const float* C, int64_t co,
+         int64_t ci, int64_t O, int64_t I, int64_t len, bool accumulate) {
+  for (int64_t o = 0; o < O; ++o) {
+    float* y = out + o * os;
+    if (!accumulate) std::fill(y, y + len, 0.0f);
+    for (int64_t i = 0; i < I; ++i) {
+      const float c = C[o * co + i * ci];
+      const float* x = in + i * is;
+      for (int64_t j = 0; j < len; ++j) y[j] += c * x[j];
+    }
+  }
+}
+
+void gram(float* G, const float* A, int64_t as, int64_t NA, const float* B, int64_t bs,
+          int64_t NB, int64_t len) {
+  for (int64_t a = 0; a < NA; ++a)
+    for (int64_t c = 0; c < NB; ++c) {
+      float s = 0;
+      for (int64_t j = 0; j < len; ++j) s += A[a * as + j] * B[c * bs + j];
+      G[a * NB + c] += s;
+    }
+}
+
+void softmax(float* x, const float* bias, const uint8_t* mask, int64_t len) {
+  float mx = -std::numeric_limits<float>::infinity();
+  for (int64_t j = 0; j < len; ++j) {
+    float v = x[j] + (bias ? bias[j] : 0.0f);
+    if (mask && !mask[j]) v = -1e9f;
+    x[j] = v;
+    mx = std::max(mx, v);
+  }
+  float sum = 0;
+  for (int64_t j = 0; j < len; ++j) sum += (x[j] = std::exp(x[j] - mx));
+  const float inv = 1.0f / sum;
+  for (int64_t j = 0; j < len; ++j) x[j] *= inv;
+}
+
+void softmax_backward(float* dx, const float* w, const float* g, const uint8_t* mask,
+                      int64_t len) {
+  float dot = 0;
+  for (int64_t j = 0; j < len; ++j) dot += w[j] * g[j];
+  for (int64_t j = 0; j < len; ++j) dx[j] = (mask && !mask[j]) ? 0.0f : w[j] * (g[j] - dot);
+}
+
+const Ops kGeneric = {"generic", mix, gram, softmax, softmax_backward};
+
+}  // namespace
+
+const Ops& generic_ops() { return kGeneric; }
+
+const Ops& best_ops() {
+  static const Ops* best = [] {
+    const Ops* avx2 = avx2_ops();
+    __builtin_cpu_init();
+    return (avx2 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) ? avx2
+                                                                                     : &kGeneric;
+  }();
+  return *best;
+}
+
+}  // namespace thx::kernels

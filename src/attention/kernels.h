@@ -1,0 +1,36 @@
+// kernels.h: the CPU inner loops of the fused attention core (fused.h), on raw
+// float rows, in two builds: AVX2+FMA (kernels_avx2.cpp, chosen when the CPU has them) and
+// portable loops (kernels.cpp). Tests check each against the other and against ATen.
+//
+// Row layout: a "row" is len consecutive floats; consecutive rows are `stride` apart.
+// No torch here, so the AVX2 file compiles without the torch precompiled header.
+#pragma once
+#include <cstdint>
+
+namespace thx::kernels {
+
+struct Ops {
+  const char* name;
+  // out[o*out_stride + j] (+)= sum_i C[o*c_o + i*c_i] * in[i*in_stride + j], o < O, j < len:
+  // a small GEMM whose left factor may be read transposed (c_o = 1). With accumulate the
+  // sum is added to out, else it replaces it.
+  void (*mix)(float* out, int64_t out_stride, const float* in, int64_t in_stride,
+              const float* C, int64_t c_o, int64_t c_i, int64_t O, int64_t I, int64_t len,
+              bool accumulate);
+  // G[a*NB + c] += sum_j A[a*a_stride + j] * B[c*b_stride + j], for a < NA, c < NB.
+  void (*gram)(float* G, const float* A, int64_t a_stride, int64_t NA, const float* B,
+               int64_t b_stride, int64_t NB, int64_t len);
+  // In place: x = softmax(x + bias) over len, with x = -1e9 where mask[j] == 0.
+  // bias and mask may be null.
+  void (*softmax)(float* x, const float* bias, const uint8_t* mask, int64_t len);
+  // dx = w * (g - sum(w * g)), and 0 where mask[j] == 0 (mask may be null).
+  void (*softmax_backward)(float* dx, const float* w, const float* g, const uint8_t* mask,
+                           int64_t len);
+};
+
+const Ops& generic_ops();
+const Ops* avx2_ops();  // null when this build has no AVX2 kernels
+// AVX2+FMA when the CPU supports them, else the portable loops.
+const Ops& best_ops();
+
+}  // namespace thx::kernels
