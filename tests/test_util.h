@@ -33,8 +33,11 @@ struct RunResult {
   std::string out;  // stdout and stderr together
 };
 
-// Run the thx binary with `args` (a shell-quoted string).
+// Run the thx binary with `args` (a shell-quoted string). The thread-pool environment is set
+// so that thx does not re-execute itself (common/runtime.h), which would double start-up.
 inline RunResult run_thx(const std::string& args) {
+  setenv("OMP_WAIT_POLICY", "PASSIVE", 0);
+  setenv("OPENBLAS_THREAD_TIMEOUT", "4", 0);
   const std::string cmd = std::string(THX_BINARY) + " " + args + " 2>&1";
   RunResult r;
   FILE* p = popen(cmd.c_str(), "r");

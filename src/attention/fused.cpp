@@ -71,92 +71,93 @@ struct RowProblem {
   }
 };
 
-// Forward over rows: J [b,n,h_k,m] -> W [b,n,h,m] -> U [b,n,h_v,m]. J may be W (no P_l),
-// and U may be W (no P_w).
-void rows_forward(const RowProblem& p, const float* J, float* W, float* U) {
+// The work on one query row (all heads), forward and backward. Row pointers address
+// [heads, m] blocks with heads m floats apart.
+struct RowKernels {
+  const RowProblem& p;
   const kernels::Ops& k = kernels::best_ops();
-  const Tensor Cl = p.P_l.defined() ? p.P_l.t().contiguous() : Tensor();  // [h,h_k]
-  const Tensor Cw = p.P_w.defined() ? p.P_w.t().contiguous() : Tensor();  // [h_v,h]
-  const Rows<float> B = p.bias.defined() ? Rows<float>(p.bias) : Rows<float>();
-  const Rows<uint8_t> Mk = p.mask.defined() ? Rows<uint8_t>(p.mask) : Rows<uint8_t>();
-  const int64_t m = p.m, h = p.h;
-  at::parallel_for(0, p.n, 4, [&](int64_t i0, int64_t i1) {
-    for (int64_t i = i0; i < i1; ++i)
-      for (int64_t bb = 0; bb < p.b; ++bb) {
-        const int64_t row = bb * p.n + i;
-        const float* Jr = J + row * p.hk * m;  // [h_k, m]
-        float* Wr = W + row * h * m;           // [h, m]
-        if (Cl.defined()) k.mix(Wr, m, Jr, m, ptr(Cl), p.hk, 1, h, p.hk, m, false);
-        else if (Wr != Jr) std::memcpy(Wr, Jr, sizeof(float) * h * m);
-        for (int64_t hh = 0; hh < h; ++hh) k.softmax(Wr + hh * m, B.at(bb, hh, i), Mk.at(bb, hh, i), m);
-        if (Cw.defined()) k.mix(U + row * p.hv * m, m, Wr, m, ptr(Cw), h, 1, p.hv, h, m, false);
-      }
-  });
-}
+  Tensor Cl, Cw, Pl, Pw;  // P_l^T [h,h_k], P_w^T [h_v,h], P_l [h_k,h], P_w [h,h_v]
+  Rows<float> B;
+  Rows<uint8_t> Mk;
 
-struct RowGrads {
-  Tensor dP_l, dP_w, dbias;
+  explicit RowKernels(const RowProblem& p_) : p(p_) {
+    if (p.P_l.defined()) Cl = p.P_l.t().contiguous(), Pl = p.P_l.contiguous();
+    if (p.P_w.defined()) Cw = p.P_w.t().contiguous(), Pw = p.P_w.contiguous();
+    if (p.bias.defined()) B = Rows<float>(p.bias);
+    if (p.mask.defined()) Mk = Rows<uint8_t>(p.mask);
+  }
+
+  // J [h_k,m] -> W [h,m] (W may be J without P_l) -> U [h_v,m] (U may be W without P_w).
+  void forward(const float* J, float* W, float* U, int64_t bb, int64_t i) const {
+    const int64_t m = p.m;
+    if (Cl.defined()) k.mix(W, m, J, m, ptr(Cl), p.hk, 1, p.h, p.hk, m, false);
+    else if (W != J) std::memcpy(W, J, sizeof(float) * p.h * m);
+    for (int64_t hh = 0; hh < p.h; ++hh) k.softmax(W + hh * m, B.at(bb, hh, i), Mk.at(bb, hh, i), m);
+    if (Cw.defined()) k.mix(U, m, W, m, ptr(Cw), p.h, 1, p.hv, p.h, m, false);
+  }
+
+  // U [h_v,m] = P_w^T W, for the backward pass.
+  void weights_to_values(const float* W, float* U) const {
+    k.mix(U, p.m, W, p.m, ptr(Cw), p.h, 1, p.hv, p.h, p.m, false);
+  }
+
+  // dU [h_v,m], W [h,m], J [h_k,m] -> dJ [h_k,m] (dJ may be dU without projections).
+  // Adds to gl (dP_l), gw (dP_w) and, through bias_row, the bias gradient. dW, dL: scratch
+  // [h,m] each.
+  template <class BiasRow>
+  void backward(const float* dU, const float* W, const float* J, float* dJ, float* dWbuf,
+                float* dLbuf, float* gl, float* gw, BiasRow&& bias_row, int64_t bb,
+                int64_t i) const {
+    const int64_t m = p.m, h = p.h;
+    const float* dW = dU;  // dW = P_w dU, dP_w += W dU^T
+    if (Pw.defined()) {
+      k.mix(dWbuf, m, dU, m, ptr(Pw), p.hv, 1, h, p.hv, m, false);
+      k.gram(gw, W, m, h, dU, m, p.hv, m);
+      dW = dWbuf;
+    }
+    // dL = W (dW - sum W dW), 0 where masked; straight into dJ when there is no P_l.
+    float* dL = Pl.defined() ? dLbuf : dJ;
+    for (int64_t hh = 0; hh < h; ++hh)
+      k.softmax_backward(dL + hh * m, W + hh * m, dW + hh * m, Mk.at(bb, hh, i), m);
+    for (int64_t hh = 0; hh < h; ++hh)
+      if (float* d = bias_row(bb, hh, i)) {
+        const float* s = dL + hh * m;
+        for (int64_t j = 0; j < m; ++j) d[j] += s[j];
+      }
+    if (Pl.defined()) {  // dP_l += J dL^T, dJ = P_l dL
+      k.gram(gl, J, m, p.hk, dL, m, h, m);
+      k.mix(dJ, m, dL, m, ptr(Pl), h, 1, p.hk, h, m, false);
+    }
+  }
 };
 
-// Backward over rows: dU [b,n,h_v,m] -> dJ [b,n,h_k,m] (dJ may alias dU when there is no
-// P_l and no P_w), and the gradients of P_l, P_w and bias (shape bias_shape) if requested.
-RowGrads rows_backward(const RowProblem& p, const float* dU, const float* W, const float* J,
-                       float* dJ, const std::vector<int64_t>& bias_shape, bool bias_grad) {
-  const kernels::Ops& k = kernels::best_ops();
-  const int threads = at::get_num_threads();
-  const int64_t m = p.m, h = p.h, hk = p.hk, hv = p.hv;
-  const Rows<uint8_t> Mk = p.mask.defined() ? Rows<uint8_t>(p.mask) : Rows<uint8_t>();
-  const Tensor Pl = p.P_l.defined() ? p.P_l.contiguous() : Tensor();  // dJ = P_l dL
-  const Tensor Pw = p.P_w.defined() ? p.P_w.contiguous() : Tensor();  // dW = P_w dU
-  Tensor gPl = Pl.defined() ? torch::zeros({threads, hk, h}) : Tensor();
-  Tensor gPw = Pw.defined() ? torch::zeros({threads, h, hv}) : Tensor();
-  // The bias gradient is dL summed to the bias's shape [B,H,N,m], B in {1,b}, H in {1,h},
-  // N in {1,n}. Rows are split across threads, so N = 1 accumulates per thread.
-  std::vector<int64_t> s4(4 - std::min<size_t>(4, bias_shape.size()), 1);
-  s4.insert(s4.end(), bias_shape.begin(), bias_shape.end());
-  const int64_t Bb = s4[0], Hb = s4[1], Nb = s4[2];
-  Tensor gB = bias_grad ? torch::zeros({Nb == 1 ? threads : 1, Bb, Hb, Nb, m}) : Tensor();
+// The bias gradient is dL summed to the bias's shape [B,H,N,m], B in {1,b}, H in {1,h},
+// N in {1,n}. Work is split across threads by query rows, so N = 1 accumulates per thread.
+struct BiasGrad {
+  bool on = false;
+  int64_t Bb = 1, Hb = 1, Nb = 1, m = 0;
+  std::vector<int64_t> shape;
+  Tensor acc;  // [threads or 1, B, H, N, m]
 
-  at::parallel_for(0, p.n, 4, [&](int64_t i0, int64_t i1) {
-    const int t = at::get_thread_num();
-    std::vector<float> dWbuf(Pw.defined() ? h * m : 0), dLbuf(Pl.defined() ? h * m : 0);
-    float* gl = Pl.defined() ? gPl[t].data_ptr<float>() : nullptr;
-    float* gw = Pw.defined() ? gPw[t].data_ptr<float>() : nullptr;
-    float* db = bias_grad ? gB[Nb == 1 ? t : 0].data_ptr<float>() : nullptr;
-    for (int64_t i = i0; i < i1; ++i)
-      for (int64_t bb = 0; bb < p.b; ++bb) {
-        const int64_t row = bb * p.n + i;
-        const float* Wr = W + row * h * m;
-        const float* dUr = dU + row * hv * m;
-        const float* dW = dUr;  // dW = P_w dU, and dP_w += W dU^T
-        if (Pw.defined()) {
-          k.mix(dWbuf.data(), m, dUr, m, ptr(Pw), hv, 1, h, hv, m, false);
-          k.gram(gw, Wr, m, h, dUr, m, hv, m);
-          dW = dWbuf.data();
-        }
-        // dL = W (dW - sum W dW), 0 where masked; straight into dJ when there is no P_l.
-        float* dL = Pl.defined() ? dLbuf.data() : dJ + row * hk * m;
-        for (int64_t hh = 0; hh < h; ++hh)
-          k.softmax_backward(dL + hh * m, Wr + hh * m, dW + hh * m, Mk.at(bb, hh, i), m);
-        if (db)
-          for (int64_t hh = 0; hh < h; ++hh) {
-            float* d = db + (((Bb == 1 ? 0 : bb) * Hb + (Hb == 1 ? 0 : hh)) * Nb +
-                             (Nb == 1 ? 0 : i)) * m;
-            const float* s = dL + hh * m;
-            for (int64_t j = 0; j < m; ++j) d[j] += s[j];
-          }
-        if (Pl.defined()) {  // dP_l += J dL^T, dJ = P_l dL
-          k.gram(gl, J + row * hk * m, m, hk, dL, m, h, m);
-          k.mix(dJ + row * hk * m, m, dL, m, ptr(Pl), h, 1, hk, h, m, false);
-        }
-      }
-  });
-  RowGrads g;
-  if (Pl.defined()) g.dP_l = gPl.sum(0);
-  if (Pw.defined()) g.dP_w = gPw.sum(0);
-  if (bias_grad) g.dbias = gB.sum(0).view(bias_shape);
-  return g;
-}
+  BiasGrad(AutogradContext* ctx, int64_t m_, int threads) : m(m_) {
+    on = ctx->saved_data["bias_grad"].toBool();
+    if (!on) return;
+    shape = ctx->saved_data["bias_shape"].toIntVector();
+    std::vector<int64_t> s4(4 - std::min<size_t>(4, shape.size()), 1);
+    s4.insert(s4.end(), shape.begin(), shape.end());
+    Bb = s4[0], Hb = s4[1], Nb = s4[2];
+    acc = torch::zeros({Nb == 1 ? threads : 1, Bb, Hb, Nb, m});
+  }
+  // Row (b, h, i) of this thread's accumulator, or null when no gradient is wanted.
+  auto row_fn(int t) const {
+    float* base = on ? acc[Nb == 1 ? t : 0].data_ptr<float>() : nullptr;
+    return [this, base](int64_t b, int64_t h, int64_t i) -> float* {
+      if (!base) return nullptr;
+      return base + (((Bb == 1 ? 0 : b) * Hb + (Hb == 1 ? 0 : h)) * Nb + (Nb == 1 ? 0 : i)) * m;
+    };
+  }
+  Tensor result() const { return on ? acc.sum(0).view(shape) : Tensor(); }
+};
 
 void save_bias_info(AutogradContext* ctx, const Tensor& bias) {
   ctx->saved_data["bias_shape"] = c10::IValue(bias.defined() ? bias.sizes().vec() : std::vector<int64_t>{});
@@ -171,9 +172,18 @@ struct HeadsSoftmaxFn : torch::autograd::Function<HeadsSoftmaxFn> {
     const Tensor J = J_in.contiguous(), P_l = present(P_l_in), P_w = present(P_w_in);
     const RowProblem p(J.size(0), J.size(1), J.size(3), J.size(2), P_l, P_w, present(bias_in),
                        present(mask_in));
+    const RowKernels rk(p);
     Tensor W = torch::empty({p.b, p.n, p.h, p.m});
     Tensor U = P_w.defined() ? torch::empty({p.b, p.n, p.hv, p.m}) : W;
-    rows_forward(p, J.data_ptr<float>(), W.data_ptr<float>(), U.data_ptr<float>());
+    const float* pJ = J.data_ptr<float>();
+    float *pW = W.data_ptr<float>(), *pU = U.data_ptr<float>();
+    at::parallel_for(0, p.n, 4, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i)
+        for (int64_t bb = 0; bb < p.b; ++bb) {
+          const int64_t row = bb * p.n + i;
+          rk.forward(pJ + row * p.hk * p.m, pW + row * p.h * p.m, pU + row * p.hv * p.m, bb, i);
+        }
+    });
     ctx->save_for_backward({placeholder(P_l.defined() ? J : Tensor()), W, placeholder(P_l),
                             placeholder(P_w), placeholder(p.mask)});
     save_bias_info(ctx, present(bias_in));
@@ -186,16 +196,61 @@ struct HeadsSoftmaxFn : torch::autograd::Function<HeadsSoftmaxFn> {
     RowProblem p(W.size(0), W.size(1), W.size(3), P_l.defined() ? P_l.size(0) : W.size(2), P_l,
                  P_w, Tensor(), Tensor());
     p.mask = present(s[4]);
+    const RowKernels rk(p);
+    const int threads = at::get_num_threads();
     const Tensor dU = grads[0].contiguous();
     Tensor dJ = torch::empty({p.b, p.n, p.hk, p.m});
-    RowGrads g = rows_backward(p, dU.data_ptr<float>(), W.data_ptr<float>(), ptr(J),
-                               dJ.data_ptr<float>(), ctx->saved_data["bias_shape"].toIntVector(),
-                               ctx->saved_data["bias_grad"].toBool());
-    return {dJ, g.dP_l, g.dP_w, g.dbias, Tensor()};
+    Tensor gPl = P_l.defined() ? torch::zeros({threads, p.hk, p.h}) : Tensor();
+    Tensor gPw = P_w.defined() ? torch::zeros({threads, p.h, p.hv}) : Tensor();
+    const BiasGrad bias(ctx, p.m, threads);
+    const float *pdU = dU.data_ptr<float>(), *pW = W.data_ptr<float>(), *pJ = ptr(J);
+    float* pdJ = dJ.data_ptr<float>();
+    at::parallel_for(0, p.n, 4, [&](int64_t i0, int64_t i1) {
+      const int t = at::get_thread_num();
+      std::vector<float> dWbuf(p.h * p.m), dLbuf(p.h * p.m);
+      auto bias_row = bias.row_fn(t);
+      for (int64_t i = i0; i < i1; ++i)
+        for (int64_t bb = 0; bb < p.b; ++bb) {
+          const int64_t row = bb * p.n + i;
+          rk.backward(pdU + row * p.hv * p.m, pW + row * p.h * p.m,
+                      pJ ? pJ + row * p.hk * p.m : nullptr, pdJ + row * p.hk * p.m, dWbuf.data(),
+                      dLbuf.data(), P_l.defined() ? gPl[t].data_ptr<float>() : nullptr,
+                      P_w.defined() ? gPw[t].data_ptr<float>() : nullptr, bias_row, bb, i);
+        }
+    });
+    return {dJ, P_l.defined() ? gPl.sum(0) : Tensor(), P_w.defined() ? gPw.sum(0) : Tensor(),
+            bias.result(), Tensor()};
   }
 };
 
 // ---- attention_core ----------------------------------------------------------------------
+//
+// Two kinds of product, two tools. J = Q K^T and dU = dO V^T have a short inner dimension
+// (d_k, d_v) and a long [n, m] output that the row kernels consume at once: they are
+// computed in cache, kRows query rows at a time, by the mix kernel, and never stored. U V,
+// U^T dO, dJ K and dJ^T Q have long inner dimensions: BLAS runs them well, on each head's
+// block in place through its leading dimension (blas.h). Stored for the backward pass: W,
+// and U when there is a P_w. J is recomputed.
+
+constexpr int64_t kRows = 24;  // query rows per block (measured best of 6, 12, 24, 48)
+
+struct CoreShapes {
+  int64_t b, n, m, hk, dk, hv, dv;
+  CoreShapes(const Tensor& Q, const Tensor& K, const Tensor& V)
+      : b(Q.size(0)), n(Q.size(1)), m(K.size(1)), hk(Q.size(2)), dk(Q.size(3)), hv(V.size(2)),
+        dv(V.size(3)) {}
+  int64_t blocks() const { return (n + kRows - 1) / kRows; }
+};
+
+// X [R,g,m] for query rows i0.. of batch bb: X_g = A_g B_g^T, with A [b,n,g,d] and
+// B^T [b,g,d,m] (J from Q and K^T, dU from dO and V^T).
+void block_product(const kernels::Ops& k, const CoreShapes& s, int64_t g, int64_t d,
+                   const float* A, const float* Bt, float* X, int64_t bb, int64_t i0, int64_t R) {
+  const float* Ab = A + (bb * s.n + i0) * g * d;
+  for (int64_t h = 0; h < g; ++h)
+    k.mix(X + h * s.m, g * s.m, Bt + (bb * g + h) * d * s.m, s.m, Ab + h * d, g * d, 1, R, d,
+          s.m, false);
+}
 
 struct AttentionCoreFn : torch::autograd::Function<AttentionCoreFn> {
   static Tensor forward(AutogradContext* ctx, const Tensor& Q_in, const Tensor& K_in,
@@ -203,72 +258,104 @@ struct AttentionCoreFn : torch::autograd::Function<AttentionCoreFn> {
                         const Tensor& bias_in, const Tensor& mask_in) {
     const Tensor Q = Q_in.contiguous(), K = K_in.contiguous(), V = V_in.contiguous();
     const Tensor P_l = present(P_l_in), P_w = present(P_w_in);
-    const int64_t b = Q.size(0), n = Q.size(1), hk = Q.size(2), dk = Q.size(3), m = K.size(1);
-    const int64_t dv = V.size(3);
-    const RowProblem p(b, n, m, hk, P_l, P_w, present(bias_in), present(mask_in));
-    const int64_t h = p.h, hv = p.hv;
-    Tensor W = torch::empty({b, n, h, m});                                   // [b,n,h,m]
-    Tensor J = P_l.defined() ? torch::empty({b, n, hk, m}) : W;              // [b,n,h_k,m]
-    Tensor U = P_w.defined() ? torch::empty({b, n, hv, m}) : W;              // [b,n,h_v,m]
-    Tensor O = torch::empty({b, n, hv, dv});                                 // [b,n,h_v,d_v]
-    const float *q = Q.data_ptr<float>(), *kk = K.data_ptr<float>(), *v = V.data_ptr<float>();
-    float *j = J.data_ptr<float>(), *u = U.data_ptr<float>(), *o = O.data_ptr<float>();
-    for (int64_t bb = 0; bb < b; ++bb)
-      for (int64_t g = 0; g < hk; ++g)  // J_g = Q_g K_g^T
-        blas::sgemm(false, true, n, m, dk, 1.0f, q + (bb * n * hk + g) * dk, hk * dk,
-                    kk + (bb * m * hk + g) * dk, hk * dk, 0.0f, j + (bb * n * hk + g) * m, hk * m);
-    rows_forward(p, j, W.data_ptr<float>(), u);
-    for (int64_t bb = 0; bb < b; ++bb)
-      for (int64_t g = 0; g < hv; ++g)  // O_g = U_g V_g
-        blas::sgemm(false, false, n, dv, m, 1.0f, u + (bb * n * hv + g) * m, hv * m,
-                    v + (bb * m * hv + g) * dv, hv * dv, 0.0f, o + (bb * n * hv + g) * dv, hv * dv);
-    ctx->save_for_backward({Q, K, V, placeholder(P_l.defined() ? J : Tensor()), W,
-                            placeholder(P_w.defined() ? U : Tensor()), placeholder(P_l),
-                            placeholder(P_w), placeholder(p.mask)});
+    const CoreShapes s(Q, K, V);
+    const RowProblem p(s.b, s.n, s.m, s.hk, P_l, P_w, present(bias_in), present(mask_in));
+    const RowKernels rk(p);
+    const Tensor Kt = K.permute({0, 2, 3, 1}).contiguous();  // [b,h_k,d_k,m]
+    Tensor W = torch::empty({s.b, s.n, p.h, s.m});           // [b,n,h,m]
+    Tensor U = P_w.defined() ? torch::empty({s.b, s.n, s.hv, s.m}) : W;  // [b,n,h_v,m]
+    Tensor O = torch::empty({s.b, s.n, s.hv, s.dv});         // [b,n,h_v,d_v]
+    const float *q = Q.data_ptr<float>(), *kt = Kt.data_ptr<float>(), *v = V.data_ptr<float>();
+    float *w = W.data_ptr<float>(), *u = U.data_ptr<float>(), *o = O.data_ptr<float>();
+
+    at::parallel_for(0, s.blocks(), 1, [&](int64_t c0, int64_t c1) {
+      std::vector<float> Jbuf(P_l.defined() ? kRows * s.hk * s.m : 0);
+      for (int64_t c = c0; c < c1; ++c)
+        for (int64_t bb = 0; bb < s.b; ++bb) {
+          const int64_t i0 = c * kRows, R = std::min(kRows, s.n - i0), row = bb * s.n + i0;
+          float* Wb = w + row * p.h * s.m;                   // [R,h,m]
+          float* Jb = P_l.defined() ? Jbuf.data() : Wb;      // [R,h_k,m]
+          block_product(rk.k, s, s.hk, s.dk, q, kt, Jb, bb, i0, R);
+          for (int64_t r = 0; r < R; ++r)
+            rk.forward(Jb + r * s.hk * s.m, Wb + r * p.h * s.m, u + (row + r) * s.hv * s.m, bb,
+                       i0 + r);
+        }
+    });
+    for (int64_t bb = 0; bb < s.b; ++bb)
+      for (int64_t g = 0; g < s.hv; ++g)  // O_g = U_g V_g
+        blas::sgemm(false, false, s.n, s.dv, s.m, 1.0f, u + (bb * s.n * s.hv + g) * s.m,
+                    s.hv * s.m, v + (bb * s.m * s.hv + g) * s.dv, s.hv * s.dv, 0.0f,
+                    o + (bb * s.n * s.hv + g) * s.dv, s.hv * s.dv);
+    ctx->save_for_backward({Q, K, V, W, placeholder(P_w.defined() ? U : Tensor()),
+                            placeholder(P_l), placeholder(P_w), placeholder(p.mask)});
     save_bias_info(ctx, present(bias_in));
     return O;
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    const auto s = ctx->get_saved_variables();
-    const Tensor Q = s[0], K = s[1], V = s[2], J = present(s[3]), W = s[4];
-    const Tensor U = present(s[5]).defined() ? s[5] : W;
-    const Tensor P_l = present(s[6]), P_w = present(s[7]);
-    const int64_t b = Q.size(0), n = Q.size(1), hk = Q.size(2), dk = Q.size(3), m = K.size(1);
-    const int64_t dv = V.size(3);
-    RowProblem p(b, n, m, hk, P_l, P_w, Tensor(), Tensor());
-    p.mask = present(s[8]);
-    const int64_t hv = p.hv;
+    const auto sv = ctx->get_saved_variables();
+    const Tensor Q = sv[0], K = sv[1], V = sv[2], W = sv[3];
+    const Tensor U = present(sv[4]).defined() ? sv[4] : W;
+    const Tensor P_l = present(sv[5]), P_w = present(sv[6]);
+    const CoreShapes s(Q, K, V);
+    RowProblem p(s.b, s.n, s.m, s.hk, P_l, P_w, Tensor(), Tensor());
+    p.mask = present(sv[7]);
+    const RowKernels rk(p);
+    const int threads = at::get_num_threads();
     const Tensor dO = grads[0].contiguous();
-    Tensor dU = torch::empty({b, n, hv, m}), dV = torch::empty({b, m, hv, dv});
-    const float *q = Q.data_ptr<float>(), *kk = K.data_ptr<float>(), *v = V.data_ptr<float>();
-    const float *u = U.data_ptr<float>(), *go = dO.data_ptr<float>();
-    float *du = dU.data_ptr<float>(), *dvp = dV.data_ptr<float>();
-    for (int64_t bb = 0; bb < b; ++bb)
-      for (int64_t g = 0; g < hv; ++g) {
-        // dU_g = dO_g V_g^T, dV_g = U_g^T dO_g
-        blas::sgemm(false, true, n, m, dv, 1.0f, go + (bb * n * hv + g) * dv, hv * dv,
-                    v + (bb * m * hv + g) * dv, hv * dv, 0.0f, du + (bb * n * hv + g) * m, hv * m);
-        blas::sgemm(true, false, m, dv, n, 1.0f, u + (bb * n * hv + g) * m, hv * m,
-                    go + (bb * n * hv + g) * dv, hv * dv, 0.0f, dvp + (bb * m * hv + g) * dv, hv * dv);
-      }
-    // Without head projections dJ = dL is computed in place over dU.
-    Tensor dJ = (P_l.defined() || P_w.defined()) ? torch::empty({b, n, hk, m}) : dU;
-    RowGrads gr = rows_backward(p, du, W.data_ptr<float>(), ptr(J), dJ.data_ptr<float>(),
-                                ctx->saved_data["bias_shape"].toIntVector(),
-                                ctx->saved_data["bias_grad"].toBool());
-    Tensor dQ = torch::empty({b, n, hk, dk}), dK = torch::empty({b, m, hk, dk});
-    const float* dj = dJ.data_ptr<float>();
-    float *dq = dQ.data_ptr<float>(), *dkp = dK.data_ptr<float>();
-    for (int64_t bb = 0; bb < b; ++bb)
-      for (int64_t g = 0; g < hk; ++g) {
+    const Tensor Vt = V.permute({0, 2, 3, 1}).contiguous();  // [b,h_v,d_v,m]
+    const Tensor Kt = P_l.defined() ? K.permute({0, 2, 3, 1}).contiguous() : Tensor();
+    Tensor dJ = torch::empty({s.b, s.n, s.hk, s.m});         // [b,n,h_k,m]
+    Tensor dQ = torch::empty({s.b, s.n, s.hk, s.dk}), dK = torch::empty({s.b, s.m, s.hk, s.dk});
+    Tensor dV = torch::empty({s.b, s.m, s.hv, s.dv});
+    Tensor gPl = P_l.defined() ? torch::zeros({threads, s.hk, p.h}) : Tensor();
+    Tensor gPw = P_w.defined() ? torch::zeros({threads, p.h, s.hv}) : Tensor();
+    const BiasGrad bias(ctx, s.m, threads);
+    const float *q = Q.data_ptr<float>(), *kk = K.data_ptr<float>(), *vt = Vt.data_ptr<float>();
+    const float *w = W.data_ptr<float>(), *u = U.data_ptr<float>(), *go = dO.data_ptr<float>();
+    const float* kt = ptr(Kt);
+    float *dj = dJ.data_ptr<float>(), *dq = dQ.data_ptr<float>(), *dkp = dK.data_ptr<float>();
+    float* dvp = dV.data_ptr<float>();
+
+    for (int64_t bb = 0; bb < s.b; ++bb)
+      for (int64_t g = 0; g < s.hv; ++g)  // dV_g = U_g^T dO_g
+        blas::sgemm(true, false, s.m, s.dv, s.n, 1.0f, u + (bb * s.n * s.hv + g) * s.m,
+                    s.hv * s.m, go + (bb * s.n * s.hv + g) * s.dv, s.hv * s.dv, 0.0f,
+                    dvp + (bb * s.m * s.hv + g) * s.dv, s.hv * s.dv);
+    at::parallel_for(0, s.blocks(), 1, [&](int64_t c0, int64_t c1) {
+      const int t = at::get_thread_num();
+      std::vector<float> dUbuf(kRows * s.hv * s.m), Jbuf(P_l.defined() ? kRows * s.hk * s.m : 0);
+      std::vector<float> Wbuf(p.h * s.m), dWbuf(p.h * s.m), dLbuf(p.h * s.m);
+      float* gl = P_l.defined() ? gPl[t].data_ptr<float>() : nullptr;
+      float* gw = P_w.defined() ? gPw[t].data_ptr<float>() : nullptr;
+      auto bias_row = bias.row_fn(t);
+      for (int64_t c = c0; c < c1; ++c)
+        for (int64_t bb = 0; bb < s.b; ++bb) {
+          const int64_t i0 = c * kRows, R = std::min(kRows, s.n - i0), row = bb * s.n + i0;
+          block_product(rk.k, s, s.hv, s.dv, go, vt, dUbuf.data(), bb, i0, R);  // dU = dO V^T
+          if (P_l.defined()) block_product(rk.k, s, s.hk, s.dk, q, kt, Jbuf.data(), bb, i0, R);
+          for (int64_t r = 0; r < R; ++r) {
+            // W streams in from memory: one sequential copy beats the kernels' first touches.
+            std::memcpy(Wbuf.data(), w + (row + r) * p.h * s.m, sizeof(float) * p.h * s.m);
+            rk.backward(dUbuf.data() + r * s.hv * s.m, Wbuf.data(),
+                        P_l.defined() ? Jbuf.data() + r * s.hk * s.m : nullptr,
+                        dj + (row + r) * s.hk * s.m, dWbuf.data(), dLbuf.data(), gl, gw,
+                        bias_row, bb, i0 + r);
+          }
+        }
+    });
+    for (int64_t bb = 0; bb < s.b; ++bb)
+      for (int64_t g = 0; g < s.hk; ++g) {
         // dQ_g = dJ_g K_g, dK_g = dJ_g^T Q_g
-        blas::sgemm(false, false, n, dk, m, 1.0f, dj + (bb * n * hk + g) * m, hk * m,
-                    kk + (bb * m * hk + g) * dk, hk * dk, 0.0f, dq + (bb * n * hk + g) * dk, hk * dk);
-        blas::sgemm(true, false, m, dk, n, 1.0f, dj + (bb * n * hk + g) * m, hk * m,
-                    q + (bb * n * hk + g) * dk, hk * dk, 0.0f, dkp + (bb * m * hk + g) * dk, hk * dk);
+        blas::sgemm(false, false, s.n, s.dk, s.m, 1.0f, dj + (bb * s.n * s.hk + g) * s.m,
+                    s.hk * s.m, kk + (bb * s.m * s.hk + g) * s.dk, s.hk * s.dk, 0.0f,
+                    dq + (bb * s.n * s.hk + g) * s.dk, s.hk * s.dk);
+        blas::sgemm(true, false, s.m, s.dk, s.n, 1.0f, dj + (bb * s.n * s.hk + g) * s.m,
+                    s.hk * s.m, q + (bb * s.n * s.hk + g) * s.dk, s.hk * s.dk, 0.0f,
+                    dkp + (bb * s.m * s.hk + g) * s.dk, s.hk * s.dk);
       }
-    return {dQ, dK, dV, gr.dP_l, gr.dP_w, gr.dbias, Tensor()};
+    return {dQ, dK, dV, P_l.defined() ? gPl.sum(0) : Tensor(),
+            P_w.defined() ? gPw.sum(0) : Tensor(), bias.result(), Tensor()};
   }
 };
 

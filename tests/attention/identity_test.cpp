@@ -194,5 +194,28 @@ TEST(Identity, PaddingNeverChangesUnmaskedOutputs) {
   }
 }
 
+// Attention dropout acts only in training, on the weights that multiply the values (after
+// P_w), so it is unbiased: the mean over many training passes is the eval output. 4000
+// passes: the standard error of the mean is ~1.5% of one pass's spread; tolerance 5e-2 * max.
+TEST(Dropout, OnlyInTrainingAndUnbiased) {
+  for (const char* v : {"talking_heads", "multi_head", "general_bilinear"}) {
+    torch::manual_seed(17);
+    AttentionConfig c = make_config(v, 3, 3, 3, 4, 4);
+    c.dropout = 0.3;
+    auto layer = make_attention(resolve(c, kDX, kDM, kDY));
+    torch::NoGradGuard g;
+    const Shared in = inputs(3);
+    layer->eval();
+    const torch::Tensor eval = layer->forward(in.X, in.M, in.bias, in.mask);
+    EXPECT_TRUE(torch::equal(eval, layer->forward(in.X, in.M, in.bias, in.mask))) << v;
+    layer->train();
+    torch::Tensor sum = torch::zeros_like(eval);
+    const int passes = 4000;
+    for (int i = 0; i < passes; ++i) sum += layer->forward(in.X, in.M, in.bias, in.mask);
+    EXPECT_FALSE(close(layer->forward(in.X, in.M, in.bias, in.mask), eval, 1e-3, 0)) << v;
+    EXPECT_TRUE(close(sum / passes, eval, 0, 5e-2)) << v;
+  }
+}
+
 }  // namespace
 }  // namespace thx::test
