@@ -35,6 +35,14 @@ TEST(Cli, UnknownSubcommandOrFlagExitsTwo) {
   EXPECT_NE(r.out.find("allowed: markdown, csv, latex"), std::string::npos) << r.out;
 }
 
+TEST(Cli, BadBenchFlagsExitTwo) {
+  RunResult r = run_thx("bench attention --heads 7");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_EQ(r.out, "thx: error: --heads: 7 does not divide --d-model 768\n");
+  EXPECT_EQ(run_thx("bench").code, 2);
+  EXPECT_EQ(run_thx("bench attention --reps 0").code, 2);
+}
+
 TEST(Cli, ConfigsMergeInOrderSetWinsAndDumpRoundTrips) {
   TempDir dir;
   const auto a = dir.write("a.yaml", "attention:\n  variant: talking_heads\n  h: 5\n");
