@@ -24,6 +24,8 @@ struct Command {
 std::unique_ptr<Command> make_costs_command(CLI::App& parent);
 std::unique_ptr<Command> make_probe_command(CLI::App& parent);
 std::unique_ptr<Command> make_bench_command(CLI::App& parent);
+std::unique_ptr<Command> make_spm_train_command(CLI::App& parent);
+std::unique_ptr<Command> make_prepare_command(CLI::App& parent);
 
 // --config (repeatable, merged in order), --set KEY=VALUE (repeatable), --dump-config.
 struct ConfigOptions {

@@ -27,6 +27,8 @@ int main(int argc, char** argv) {
   commands.push_back(thx::make_costs_command(app));
   commands.push_back(thx::make_probe_command(app));
   commands.push_back(thx::make_bench_command(app));
+  commands.push_back(thx::make_spm_train_command(app));
+  commands.push_back(thx::make_prepare_command(app));
 
   try {
     app.parse(argc, argv);
@@ -39,6 +41,9 @@ int main(int argc, char** argv) {
   try {
     for (auto& c : commands)
       if (c->app->parsed()) return c->run();
+  } catch (const thx::ConfigError& e) {  // a flag validated like a config key
+    std::cerr << "thx: error: " << e.key << ": " << e.what() << "\n";
+    return 2;
   } catch (const thx::InputError& e) {
     std::cerr << "thx: error: " << e.what() << "\n";
     return 2;

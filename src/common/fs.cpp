@@ -1,0 +1,54 @@
+#include "common/fs.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "common/error.h"
+
+namespace thx {
+
+void write_file_atomic(const std::string& path, const std::string& text) {
+  const std::string tmp = fmt::format("{}.tmp-{}", path, ::getpid());
+  {
+    std::ofstream out(tmp, std::ios::binary);
+    if (!out) throw InputError(fmt::format("{}: cannot create file", tmp));
+    out << text;
+    if (!out.flush()) throw InputError(fmt::format("{}: cannot write file", tmp));
+  }
+  const int fd = ::open(tmp.c_str(), O_RDONLY);
+  if (fd >= 0) {
+    ::fsync(fd);
+    ::close(fd);
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    throw InputError(fmt::format("{}: cannot rename into place", path));
+  }
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError(fmt::format("{}: cannot read file", path));
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+uint64_t fnv1a(const void* data, size_t size, uint64_t h) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (size_t i = 0; i < size; ++i) h = (h ^ p[i]) * 0x100000001b3ULL;
+  return h;
+}
+
+std::string file_stamp(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) throw InputError(fmt::format("{}: no such file", path));
+  return fmt::format("{}:{}", st.st_size, int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec);
+}
+
+}  // namespace thx

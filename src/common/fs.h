@@ -1,0 +1,26 @@
+// fs.h: small file-system helpers: atomic text writes and file fingerprints.
+#pragma once
+#include <cstdint>
+#include <string>
+
+namespace thx {
+
+// Write `text` to `path` through a temporary file, fsync and rename: readers see the old
+// file or the new one, never a partial write. Throws InputError if the directory is not
+// writable.
+void write_file_atomic(const std::string& path, const std::string& text);
+
+// The whole file as a string; InputError naming the file if it cannot be read.
+std::string read_file(const std::string& path);
+
+// FNV-1a 64-bit hash, for stable, order-independent decisions (held-out split) and for
+// fingerprints. Not cryptographic.
+uint64_t fnv1a(const void* data, size_t size, uint64_t seed = 0xcbf29ce484222325ULL);
+inline uint64_t fnv1a(const std::string& s, uint64_t seed = 0xcbf29ce484222325ULL) {
+  return fnv1a(s.data(), s.size(), seed);
+}
+
+// "size:mtime_ns" of a file, for detecting changed inputs; InputError if it does not exist.
+std::string file_stamp(const std::string& path);
+
+}  // namespace thx

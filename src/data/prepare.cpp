@@ -1,0 +1,229 @@
+#include "data/prepare.h"
+
+#include <ATen/Parallel.h>
+
+#include <chrono>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "common/error.h"
+#include "common/fs.h"
+#include "common/h5.h"
+#include "common/log.h"
+#include "data/tokenizer.h"
+
+namespace thx {
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+constexpr int kVersion = 1;
+const char* kSplits[2] = {"train", "heldout"};
+
+std::string fingerprint(const PrepareOptions& o, const std::vector<std::string>& files,
+                        const std::vector<std::string>& heldout) {
+  json j;
+  j["version"] = kVersion;
+  for (const auto& f : files) j["inputs"].push_back({f, file_stamp(f)});
+  j["heldout_files"] = heldout;
+  j["heldout_fraction"] = o.heldout_files.empty() ? o.heldout_fraction : 0.0;
+  j["format"] = corpus_format_name(o.format);
+  j["tokenizer"] = {fs::absolute(o.tokenizer).string(), file_stamp(o.tokenizer)};
+  j["shard_tokens"] = o.shard_tokens;
+  return fmt::format("{:016x}", fnv1a(j.dump()));
+}
+
+// Accumulates documents of one split and writes a shard whenever it is full.
+struct ShardWriter {
+  ShardWriter(std::string d, std::string s, int64_t n) : dir(std::move(d)), split(std::move(s)), shard_tokens(n) {}
+  std::string dir, split;
+  int64_t shard_tokens;
+  std::vector<int32_t> tokens;
+  std::vector<int64_t> offsets{0};
+  std::vector<std::string> shards;
+  int64_t documents = 0, total_tokens = 0;
+
+  void add(const std::vector<int32_t>& doc) {
+    if (doc.empty()) return;
+    tokens.insert(tokens.end(), doc.begin(), doc.end());
+    offsets.push_back(int64_t(tokens.size()));
+    ++documents, total_tokens += int64_t(doc.size());
+    if (int64_t(tokens.size()) >= shard_tokens) flush();
+  }
+  void flush() {
+    if (offsets.size() < 2) return;
+    const std::string name = fmt::format("{}-{:05d}.h5", split, shards.size());
+    H5Writer w((fs::path(dir) / name).string());
+    w.write("/tokens", torch::from_blob(tokens.data(), {int64_t(tokens.size())}, torch::kInt32), 1);
+    w.write("/doc_offsets", torch::from_blob(offsets.data(), {int64_t(offsets.size())}, torch::kInt64), 1);
+    w.attr("/", "split", split);
+    w.commit();
+    shards.push_back(name);
+    tokens.clear();
+    offsets.assign(1, 0);
+  }
+};
+
+}  // namespace
+
+PrepareResult run_prepare(const PrepareOptions& o) {
+  auto log = thx::log("prepare");
+  PrepareResult result;
+  THX_CHECK(!o.out_dir.empty(), "prepare: --out DIR is required");
+  THX_CHECK(o.heldout_fraction >= 0 && o.heldout_fraction < 1,
+            "--heldout-fraction {}: must be in [0, 1)", o.heldout_fraction);
+  THX_CHECK(o.shard_tokens >= 1024, "--shard-tokens {}: must be at least 1024", o.shard_tokens);
+  const Tokenizer tok(o.tokenizer);
+  auto files = expand_inputs(o.inputs);
+  std::set<std::string> heldout_set;
+  if (!o.heldout_files.empty())
+    for (const auto& f : expand_inputs(o.heldout_files)) heldout_set.insert(f);
+  std::vector<std::string> heldout(heldout_set.begin(), heldout_set.end());
+  for (const auto& f : heldout)  // held-out files need not be listed among the inputs
+    if (std::find(files.begin(), files.end(), f) == files.end()) files.push_back(f);
+  std::sort(files.begin(), files.end());
+
+  const std::string fp = fingerprint(o, files, heldout);
+  const fs::path manifest_path = fs::path(o.out_dir) / "manifest.json";
+  if (fs::exists(manifest_path)) {
+    try {
+      const json m = json::parse(read_file(manifest_path.string()));
+      bool complete = m.value("fingerprint", "") == fp;
+      for (const char* s : kSplits)
+        for (const auto& sh : m["splits"][s]["shards"])
+          complete = complete && fs::exists(fs::path(o.out_dir) / sh.get<std::string>());
+      if (complete) {
+        log->info("{} is up to date with its inputs; nothing to do", o.out_dir);
+        result.up_to_date = true;
+        for (int s = 0; s < 2; ++s) {
+          result.documents[s] = m["splits"][kSplits[s]]["documents"];
+          result.tokens[s] = m["splits"][kSplits[s]]["tokens"];
+        }
+        return result;
+      }
+    } catch (const json::exception&) {
+      // A damaged manifest is rebuilt below.
+    }
+  }
+  fs::create_directories(o.out_dir);
+
+  int64_t total_bytes = 0;
+  for (const auto& f : files) total_bytes += int64_t(fs::file_size(f));
+  log->info("tokenizing {} files ({:.1f} MB) with {} into {}", files.size(), total_bytes / 1e6,
+            o.tokenizer, o.out_dir);
+  ShardWriter writers[2] = {ShardWriter(o.out_dir, "train", o.shard_tokens),
+                            ShardWriter(o.out_dir, "heldout", o.shard_tokens)};
+
+  // Documents are tokenized in parallel in batches and appended in order.
+  std::vector<std::string> batch;
+  std::vector<int> batch_split;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto last_report = t0;
+  int64_t docs = 0;
+  auto flush_batch = [&] {
+    std::vector<std::vector<int32_t>> ids(batch.size());
+    at::parallel_for(0, int64_t(batch.size()), 16, [&](int64_t a, int64_t b) {
+      for (int64_t i = a; i < b; ++i) ids[i] = tok.encode(batch[i]);
+    });
+    for (size_t i = 0; i < batch.size(); ++i) writers[batch_split[i]].add(ids[i]);
+    docs += int64_t(batch.size());
+    batch.clear(), batch_split.clear();
+  };
+  for (const auto& f : files) {
+    const int file_split = heldout_set.count(f) ? 1 : 0;
+    CorpusStats file_stats;
+    read_corpus({f}, o.format, [&](std::string&& doc) {
+      int s = file_split;
+      if (heldout.empty())  // by fraction, from the text itself
+        s = double(fnv1a(doc) >> 11) * 0x1.0p-53 < o.heldout_fraction ? 1 : 0;
+      batch.push_back(std::move(doc));
+      batch_split.push_back(s);
+      if (batch.size() >= 1024) flush_batch();
+    }, file_stats, {});
+    result.stats.files += file_stats.files, result.stats.documents += file_stats.documents;
+    result.stats.bytes += file_stats.bytes, result.stats.bad_lines += file_stats.bad_lines;
+    for (const auto& e : file_stats.bad_examples)
+      if (result.stats.bad_examples.size() < 5) result.stats.bad_examples.push_back(e);
+    const auto now = std::chrono::steady_clock::now();
+    if (std::chrono::duration<double>(now - last_report).count() > 2.0) {
+      const double secs = std::chrono::duration<double>(now - t0).count();
+      const double rate = result.stats.bytes / std::max(secs, 1e-9);
+      log->info("{:.0f}% of {:.1f} MB, {} docs, {:.0f} docs/s, ETA {:.0f}s",
+                100.0 * result.stats.bytes / std::max<int64_t>(total_bytes, 1), total_bytes / 1e6,
+                docs + int64_t(batch.size()), (docs + batch.size()) / std::max(secs, 1e-9),
+                (total_bytes - result.stats.bytes) / std::max(rate, 1.0));
+      last_report = now;
+    }
+  }
+  flush_batch();
+  if (result.stats.documents == 0)
+    throw InputError(fmt::format("prepare: no usable document in {} files ({} malformed lines)",
+                                 files.size(), result.stats.bad_lines));
+  for (auto& w : writers) w.flush();
+  if (writers[0].documents == 0)
+    throw InputError("prepare: every document went to the held-out split; lower "
+                     "--heldout-fraction or hold out fewer files");
+
+  json m;
+  m["thx_prepare"] = kVersion;
+  m["fingerprint"] = fp;
+  m["format"] = corpus_format_name(o.format);
+  m["tokenizer"] = {{"path", fs::absolute(o.tokenizer).string()}, {"pieces", tok.pieces()},
+                    {"vocab_size", tok.vocab_size()}};
+  for (const auto& f : files) m["inputs"].push_back({{"path", f}, {"stamp", file_stamp(f)}});
+  m["heldout"] = heldout.empty() ? json{{"fraction", o.heldout_fraction}} : json{{"files", heldout}};
+  m["bad_lines"] = result.stats.bad_lines;
+  m["bad_examples"] = result.stats.bad_examples;
+  for (int s = 0; s < 2; ++s) {
+    m["splits"][kSplits[s]] = {{"shards", writers[s].shards},
+                               {"documents", writers[s].documents},
+                               {"tokens", writers[s].total_tokens}};
+    result.documents[s] = writers[s].documents, result.tokens[s] = writers[s].total_tokens;
+  }
+  write_file_atomic(manifest_path.string(), m.dump(2) + "\n");
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  log->info("train: {} docs, {} tokens; heldout: {} docs, {} tokens; {} malformed lines; {:.1f}s",
+            result.documents[0], result.tokens[0], result.documents[1], result.tokens[1],
+            result.stats.bad_lines, secs);
+  for (const auto& e : result.stats.bad_examples) log->warn("skipped {}", e);
+  return result;
+}
+
+TokenCorpus load_split(const std::string& dir, const std::string& split) {
+  const fs::path manifest_path = fs::path(dir) / "manifest.json";
+  if (!fs::exists(manifest_path))
+    throw InputError(fmt::format("{}: no manifest.json; run `thx prepare` first", dir));
+  json m;
+  try {
+    m = json::parse(read_file(manifest_path.string()));
+  } catch (const json::exception& e) {
+    throw InputError(fmt::format("{}: not valid JSON ({})", manifest_path.string(), e.what()));
+  }
+  if (!m.contains("splits") || !m["splits"].contains(split))
+    throw InputError(fmt::format("{}: no split '{}'", manifest_path.string(), split));
+  TokenCorpus c;
+  c.offsets = {0};
+  c.vocab_size = m["tokenizer"].value("vocab_size", 0);
+  c.tokenizer = m["tokenizer"].value("path", "");
+  for (const auto& name : m["splits"][split]["shards"]) {
+    const std::string path = (fs::path(dir) / name.get<std::string>()).string();
+    H5Reader r(path);
+    const torch::Tensor t = r.read("/tokens"), off = r.read("/doc_offsets");
+    if (t.scalar_type() != torch::kInt32 || off.scalar_type() != torch::kInt64 || off.dim() != 1 ||
+        off.size(0) < 2 || off[-1].item<int64_t>() != t.numel() || off[0].item<int64_t>() != 0)
+      throw InputError(fmt::format("{}: inconsistent /tokens and /doc_offsets", path));
+    const int64_t base = int64_t(c.tokens.size());
+    c.tokens.insert(c.tokens.end(), t.data_ptr<int32_t>(), t.data_ptr<int32_t>() + t.numel());
+    const int64_t* o = off.data_ptr<int64_t>();
+    for (int64_t i = 1; i < off.size(0); ++i) c.offsets.push_back(base + o[i]);
+  }
+  if (c.documents() == 0) throw InputError(fmt::format("{}: split '{}' is empty", dir, split));
+  for (int32_t t : c.tokens)
+    if (t < 0 || (c.vocab_size > 0 && t >= c.vocab_size))
+      throw InputError(fmt::format("{}: token id {} outside the vocabulary ({})", dir, t, c.vocab_size));
+  return c;
+}
+
+}  // namespace thx

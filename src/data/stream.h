@@ -1,0 +1,53 @@
+// stream.h: span-corruption examples from a tokenized corpus, packed as T5 packs them.
+//
+// Documents are concatenated, each followed by EOS, in an order shuffled per epoch from the
+// seed (or in corpus order), and cut into raw chunks of span_lengths().raw tokens; each
+// chunk is span-corrupted with a random generator seeded from (seed, example index). Example
+// k is therefore a function of the seed and k alone, whatever the batch size or thread count,
+// and the stream resumes exactly from its state().
+#pragma once
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <random>
+
+#include "data/prepare.h"
+#include "data/span_corruption.h"
+
+namespace thx {
+
+struct StreamState {
+  int64_t epoch = 0, doc = 0, offset = 0, example = 0;
+};
+
+struct Batch {
+  torch::Tensor inputs;          // [B, inputs_length] int64, 0 = padding
+  torch::Tensor decoder_inputs;  // [B, targets_length]: targets shifted right, 0 first
+  torch::Tensor targets;         // [B, targets_length], 0 = padding
+};
+
+class SpanCorruptionStream {
+ public:
+  SpanCorruptionStream(const TokenCorpus& corpus, int64_t inputs_length, int64_t targets_length,
+                       double density, double mean_span, uint64_t seed, bool shuffle);
+
+  Batch next(int64_t batch_size);
+  Corrupted next_example();
+
+  const StreamState& state() const { return state_; }
+  void set_state(const StreamState& s);
+  const SpanLengths& lengths() const { return lengths_; }
+
+ private:
+  void start_epoch();
+  const TokenCorpus& corpus_;
+  SpanLengths lengths_;
+  int64_t inputs_length_, targets_length_;
+  double density_, mean_span_;
+  uint64_t seed_;
+  bool shuffle_;
+  StreamState state_;
+  std::vector<int64_t> order_;
+};
+
+}  // namespace thx

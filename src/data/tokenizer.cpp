@@ -1,0 +1,167 @@
+#include "data/tokenizer.h"
+
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <random>
+#include <sstream>
+#include <thread>
+
+#include "common/error.h"
+#include "common/log.h"
+
+namespace thx {
+
+namespace {
+
+// The SentencePiece plugin (spm_plugin.cpp), loaded once in a symbol scope of its own.
+struct Spm {
+  void* (*load)(const char*, char*, int);
+  void (*unload)(void*);
+  void (*info)(void*, int*);
+  size_t (*encode)(void*, const char*, size_t, int**);
+  char* (*decode)(void*, const int*, size_t);
+  void (*free)(void*);
+  int (*train)(const char* const*, const char* const*, int, const char* const*, size_t, char*, int);
+};
+
+std::string plugin_path() {
+  if (const char* env = std::getenv("THX_SPM_PLUGIN")) return env;
+  // Beside the running binary (the thx build directory), else where CMake built it.
+  char exe[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (n > 0) {
+    exe[n] = '\0';
+    const auto beside = std::filesystem::path(exe).parent_path() / "libthx_spm.so";
+    if (std::filesystem::exists(beside)) return beside.string();
+  }
+  return THX_SPM_PLUGIN;
+}
+
+const Spm& spm() {
+  static const Spm s = [] {
+    const std::string path = plugin_path();
+    void* h = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
+    if (!h) throw std::runtime_error(fmt::format("cannot load the SentencePiece plugin: {}", ::dlerror()));
+    auto sym = [&](const char* name) {
+      void* f = ::dlsym(h, name);
+      if (!f) throw std::runtime_error(fmt::format("{}: no symbol {}", path, name));
+      return f;
+    };
+    Spm r;
+    r.load = reinterpret_cast<decltype(r.load)>(sym("thx_spm_load"));
+    r.unload = reinterpret_cast<decltype(r.unload)>(sym("thx_spm_unload"));
+    r.info = reinterpret_cast<decltype(r.info)>(sym("thx_spm_info"));
+    r.encode = reinterpret_cast<decltype(r.encode)>(sym("thx_spm_encode"));
+    r.decode = reinterpret_cast<decltype(r.decode)>(sym("thx_spm_decode"));
+    r.free = reinterpret_cast<decltype(r.free)>(sym("thx_spm_free"));
+    r.train = reinterpret_cast<decltype(r.train)>(sym("thx_spm_train"));
+    return r;
+  }();
+  return s;
+}
+
+}  // namespace
+
+Tokenizer::Tokenizer(const std::string& model_path) : path_(model_path) {
+  if (!std::filesystem::is_regular_file(model_path))
+    throw InputError(fmt::format("{}: no such SentencePiece model file", model_path));
+  char err[512] = {0};
+  handle_ = spm().load(model_path.c_str(), err, sizeof err);
+  if (!handle_) throw InputError(fmt::format("{}: not a SentencePiece model ({})", model_path, err));
+  int info[4];
+  spm().info(handle_, info);
+  if (info[1] != kPad || info[2] != kEos || info[3] != kUnk) {
+    spm().unload(handle_);
+    throw InputError(fmt::format("{}: pad/eos/unk ids are {}/{}/{}; thx needs 0/1/2 as T5 (train "
+                                 "one with `thx spm-train`)",
+                                 model_path, info[1], info[2], info[3]));
+  }
+  pieces_ = info[0];
+}
+
+Tokenizer::~Tokenizer() {
+  if (handle_) spm().unload(handle_);
+}
+
+std::vector<int32_t> Tokenizer::encode(const std::string& text) const {
+  int* ids = nullptr;
+  const size_t n = spm().encode(handle_, text.data(), text.size(), &ids);
+  std::vector<int32_t> out(ids, ids + n);
+  spm().free(ids);
+  return out;
+}
+
+std::string Tokenizer::decode(const std::vector<int32_t>& ids) const {
+  std::string out;
+  std::vector<int> run;
+  auto flush = [&] {
+    if (run.empty()) return;
+    char* s = spm().decode(handle_, run.data(), run.size());
+    out += s;
+    spm().free(s);
+    run.clear();
+  };
+  for (int32_t id : ids) {
+    if (id == kPad || id == kEos) continue;
+    if (id >= pieces_ && id < vocab_size()) {
+      flush();
+      out += fmt::format("<extra_id_{}>", vocab_size() - 1 - id);
+    } else if (id >= 0 && id < pieces_) {
+      run.push_back(id);
+    }
+  }
+  flush();
+  return out;
+}
+
+CorpusStats train_sentencepiece(const SpmTrainOptions& o) {
+  auto log = thx::log("spm");
+  if (o.pieces < 8) throw InputError(fmt::format("--pieces {}: must be at least 8", o.pieces));
+  if (o.model_prefix.empty()) throw InputError("spm-train: --out PREFIX is required");
+  const auto files = expand_inputs(o.inputs);
+  // Reservoir-sample lines, so that memory stays bounded on any corpus.
+  std::vector<std::string> sample;
+  std::mt19937_64 rng(o.seed);
+  int64_t seen = 0;
+  CorpusStats stats;
+  read_corpus(files, o.format, [&](std::string&& doc) {
+    std::stringstream ss(doc);
+    for (std::string line; std::getline(ss, line);) {
+      if (line.empty()) continue;
+      ++seen;
+      if (int64_t(sample.size()) < o.max_sentences) sample.push_back(std::move(line));
+      else {
+        const int64_t j = std::uniform_int_distribution<int64_t>(0, seen - 1)(rng);
+        if (j < o.max_sentences) sample[j] = std::move(line);
+      }
+    }
+  }, stats);
+  log->info("{} files, {} documents, {} lines ({} sampled), {} malformed lines skipped",
+            stats.files, stats.documents, seen, sample.size(), stats.bad_lines);
+  const int64_t threads = o.threads > 0 ? o.threads : std::max(1u, std::thread::hardware_concurrency());
+  const std::unordered_map<std::string, std::string> args = {
+      {"model_prefix", o.model_prefix},
+      {"model_type", "unigram"},
+      {"vocab_size", std::to_string(o.pieces)},
+      {"pad_id", "0"}, {"eos_id", "1"}, {"unk_id", "2"}, {"bos_id", "-1"},
+      {"character_coverage", fmt::format("{}", o.character_coverage)},
+      {"num_threads", std::to_string(threads)},
+      {"input_sentence_size", std::to_string(o.max_sentences)},
+      {"shuffle_input_sentence", "false"},  // already sampled, with our seed
+      {"minloglevel", "2"},
+  };
+  std::vector<const char*> keys, values, sentences;
+  for (const auto& [k, v] : args) keys.push_back(k.c_str()), values.push_back(v.c_str());
+  for (const auto& s : sample) sentences.push_back(s.c_str());
+  char err[1024] = {0};
+  if (spm().train(keys.data(), values.data(), int(keys.size()), sentences.data(), sentences.size(),
+                  err, sizeof err) != 0)
+    throw InputError(fmt::format("spm-train: SentencePiece could not train: {}", err));
+  log->info("wrote {}.model ({} pieces + {} sentinels)", o.model_prefix, o.pieces,
+            Tokenizer::kSentinels);
+  return stats;
+}
+
+}  // namespace thx
