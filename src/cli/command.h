@@ -26,6 +26,8 @@ std::unique_ptr<Command> make_probe_command(CLI::App& parent);
 std::unique_ptr<Command> make_bench_command(CLI::App& parent);
 std::unique_ptr<Command> make_spm_train_command(CLI::App& parent);
 std::unique_ptr<Command> make_prepare_command(CLI::App& parent);
+std::unique_ptr<Command> make_pretrain_command(CLI::App& parent);
+std::unique_ptr<Command> make_step_probe_command(CLI::App& parent);
 
 // --config (repeatable, merged in order), --set KEY=VALUE (repeatable), --dump-config.
 struct ConfigOptions {

@@ -29,6 +29,8 @@ int main(int argc, char** argv) {
   commands.push_back(thx::make_bench_command(app));
   commands.push_back(thx::make_spm_train_command(app));
   commands.push_back(thx::make_prepare_command(app));
+  commands.push_back(thx::make_pretrain_command(app));
+  commands.push_back(thx::make_step_probe_command(app));
 
   try {
     app.parse(argc, argv);
@@ -47,6 +49,9 @@ int main(int argc, char** argv) {
   } catch (const thx::InputError& e) {
     std::cerr << "thx: error: " << e.what() << "\n";
     return 2;
+  } catch (const thx::RunError& e) {
+    std::cerr << "thx: error: " << e.what() << "\n";
+    return 1;
   } catch (const c10::Error& e) {
     std::cerr << "thx: internal error: " << e.what_without_backtrace() << "\n";
     return 1;

@@ -113,6 +113,27 @@ void ConfigTree::set(const std::string& assignment) {
   merge_into(root_, parts[0], wrap(0), parts[0], origin);
 }
 
+void ConfigTree::inherit(const std::string& child, const std::string& parent) {
+  YAML::Node c = root_[child];
+  const YAML::Node p = static_cast<const YAML::Node&>(root_)[parent];
+  if (!c.IsDefined() || !c.IsMap() || !p.IsDefined() || !p.IsMap()) return;
+  std::function<void(YAML::Node, const YAML::Node&, const std::string&, const std::string&)> fill =
+      [&](YAML::Node dst, const YAML::Node& src, const std::string& dpath, const std::string& spath) {
+        for (const auto& kv : src) {
+          const std::string key = kv.first.as<std::string>();
+          YAML::Node existing = dst[key];
+          if (!existing.IsDefined()) {
+            dst[key] = YAML::Clone(kv.second);
+            auto it = origins_.find(join(spath, key));
+            if (it != origins_.end()) origins_[join(dpath, key)] = it->second;
+          } else if (existing.IsMap() && kv.second.IsMap()) {
+            fill(existing, kv.second, join(dpath, key), join(spath, key));
+          }
+        }
+      };
+  fill(c, p, child, parent);
+}
+
 std::string ConfigTree::origin(const std::string& key) const {
   // A list element ("a.b[2]") was written where its list was. A key never written is a
   // default, whoever wrote its parent.

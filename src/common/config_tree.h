@@ -29,6 +29,10 @@ class ConfigTree {
   // Apply one "dotted.key=VALUE" override; VALUE is parsed as YAML, so "[X_l,M_l]" is a list.
   void set(const std::string& assignment);
 
+  // If `child` is a mapping, give it every key of `parent` it does not set itself (deeply),
+  // with the parent's origins.
+  void inherit(const std::string& child, const std::string& parent);
+
   const YAML::Node& root() const { return root_; }
 
   // Where the value at `key` (or its nearest parent) came from; "defaults" if never set.

@@ -23,6 +23,12 @@ struct ConfigError : InputError {
   std::string key;  // dotted path, e.g. "attention.h_k"
 };
 
+// A run that cannot continue for a reason that is not the user's input (a diverged loss):
+// one line, exit code 1.
+struct RunError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
 // THX_CHECK(cond, "fmt", args...): throw InputError with a formatted message when cond fails.
 #define THX_CHECK(cond, ...)                                               \
   do {                                                                     \

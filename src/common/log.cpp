@@ -1,5 +1,6 @@
 #include "common/log.h"
 
+#include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 
 #include <mutex>
@@ -8,6 +9,7 @@ namespace thx {
 namespace {
 std::mutex g_mutex;
 spdlog::level::level_enum g_level = spdlog::level::info;
+std::shared_ptr<spdlog::sinks::basic_file_sink_mt> g_file;
 }  // namespace
 
 std::shared_ptr<spdlog::logger> log(const std::string& component) {
@@ -15,6 +17,7 @@ std::shared_ptr<spdlog::logger> log(const std::string& component) {
   if (auto existing = spdlog::get(component)) return existing;
   auto logger = spdlog::stderr_color_mt(component);
   logger->set_pattern("[%H:%M:%S] [%n] %^%v%$");
+  if (g_file) logger->sinks().push_back(g_file);
   logger->set_level(g_level);
   return logger;
 }
@@ -23,6 +26,27 @@ void set_log_level(const std::string& level) {
   std::lock_guard<std::mutex> lock(g_mutex);
   g_level = spdlog::level::from_str(level);
   spdlog::apply_all([](const std::shared_ptr<spdlog::logger>& l) { l->set_level(g_level); });
+}
+
+}  // namespace thx
+
+namespace thx {
+
+void add_log_file(const std::string& path) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  g_file = std::make_shared<spdlog::sinks::basic_file_sink_mt>(path, false);
+  g_file->set_pattern("[%Y-%m-%d %H:%M:%S] [%n] %v");
+  spdlog::apply_all([](const std::shared_ptr<spdlog::logger>& l) { l->sinks().push_back(g_file); });
+}
+
+void remove_log_file() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  if (!g_file) return;
+  spdlog::apply_all([](const std::shared_ptr<spdlog::logger>& l) {
+    auto& s = l->sinks();
+    s.erase(std::remove(s.begin(), s.end(), g_file), s.end());
+  });
+  g_file.reset();
 }
 
 }  // namespace thx

@@ -12,4 +12,8 @@ std::shared_ptr<spdlog::logger> log(const std::string& component);
 // Set the level of every thx logger: "debug", "info", "warn", "error" or "off".
 void set_log_level(const std::string& level);
 
+// Also write every thx logger's output to `path` (appending), until remove_log_file().
+void add_log_file(const std::string& path);
+void remove_log_file();
+
 }  // namespace thx

@@ -1,0 +1,120 @@
+// thx pretrain and thx step-probe: T5 span-corruption pretraining.
+//
+// Step-probe file layout (fixed; outside tools rely on it):
+//   /batch/{inputs,decoder_inputs,targets}   int32, 0 = padding
+//   /params_before/<path>, /grads/<path>, /params_after/<path>
+//   /optimizer/<path>/{vr,vc} (factored) or /v, and /m with momentum
+//   /loss (mean CE per target token + z-loss), /nll (mean CE), /learning_rate
+//   attribute "config": the resolved YAML
+#include <filesystem>
+
+#include "attention/config.h"
+#include "cli/command.h"
+#include "cli/run_config.h"
+#include "common/log.h"
+#include "models/t5.h"
+#include "training/pretrain.h"
+
+namespace thx {
+namespace {
+
+// Read, inherit, validate everything pretraining needs; ConfigErrors name file and line.
+PretrainConfig load_pretrain_config(const ConfigOptions& options, std::string* yaml_out) {
+  ConfigTree tree = options.tree();
+  inherit_attention(tree);
+  PretrainConfig pc;
+  const RunConfig rc = load_config<RunConfig>(tree, [&](const RunConfig& c) {
+    validate(c.model);
+    const int64_t d = c.model.d_model;
+    const AttentionConfig& a = c.attention;
+    pc.attention.encoder_self = c.attention_encoder_self.value_or(a);
+    pc.attention.decoder_self = c.attention_decoder_self.value_or(a);
+    pc.attention.encoder_decoder = c.attention_encoder_decoder.value_or(a);
+    resolve(a, d, d, d, "attention");
+    resolve(pc.attention.encoder_self, d, d, d, c.attention_encoder_self ? "attention_encoder_self" : "attention");
+    resolve(pc.attention.decoder_self, d, d, d, c.attention_decoder_self ? "attention_decoder_self" : "attention");
+    resolve(pc.attention.encoder_decoder, d, d, d,
+            c.attention_encoder_decoder ? "attention_encoder_decoder" : "attention");
+    validate(c.data);
+    validate(c.train);
+    validate(c.optimizer);
+    validate(c.checkpoint);
+    validate(c.eval);
+  });
+  pc.model = rc.model;
+  pc.data = rc.data;
+  pc.train = rc.train;
+  pc.optimizer = rc.optimizer;
+  pc.checkpoint = rc.checkpoint;
+  pc.eval = rc.eval;
+  pc.yaml = cfg::to_yaml(rc);
+  if (yaml_out) *yaml_out = pc.yaml;
+  return pc;
+}
+
+struct PretrainCommand : Command {
+  ConfigOptions config;
+  std::string run_dir;
+  bool resume = false;
+
+  explicit PretrainCommand(CLI::App& parent) {
+    app = parent.add_subcommand("pretrain", "Pretrain T5 on span corruption (section 7.1), with "
+                                            "checkpoints, held-out ln(PPL) and exact --resume");
+    config.add_to(app);
+    app->add_option("--run-dir", run_dir, "run directory: config, metrics, log, checkpoints")
+        ->type_name("DIR");
+    app->add_flag("--resume", resume, "continue from the newest checkpoint in --run-dir");
+  }
+
+  int run() override {
+    std::string yaml;
+    const PretrainConfig pc = load_pretrain_config(config, &yaml);
+    if (config.dump) {
+      std::fputs(yaml.c_str(), stdout);
+      return 0;
+    }
+    if (run_dir.empty()) throw InputError("pretrain: --run-dir DIR is required");
+    thx::log("train")->info("resolved config:\n{}", yaml);
+    const PretrainResult r = run_pretrain(pc, run_dir, resume);
+    std::printf("%s step %lld held-out ln(PPL) %.4f%s\n", run_dir.c_str(), (long long)r.step,
+                r.ln_ppl, r.interrupted ? " (interrupted; --resume continues)" : "");
+    return 0;
+  }
+};
+
+struct StepProbeCommand : Command {
+  ConfigOptions config;
+  std::string out;
+
+  explicit StepProbeCommand(CLI::App& parent) {
+    app = parent.add_subcommand("step-probe",
+                                "Run exactly one optimizer step on the first batch and write the "
+                                "batch, parameters before and after, gradients, optimizer state "
+                                "and loss to HDF5");
+    config.add_to(app);
+    app->add_option("--out", out, "output HDF5 file (written atomically)")->type_name("FILE");
+  }
+
+  int run() override {
+    std::string yaml;
+    const PretrainConfig pc = load_pretrain_config(config, &yaml);
+    if (config.dump) {
+      std::fputs(yaml.c_str(), stdout);
+      return 0;
+    }
+    if (out.empty()) throw InputError("step-probe: --out FILE is required");
+    run_step_probe(pc, out);
+    return 0;
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Command> make_pretrain_command(CLI::App& parent) {
+  return std::make_unique<PretrainCommand>(parent);
+}
+std::unique_ptr<Command> make_step_probe_command(CLI::App& parent) {
+  return std::make_unique<StepProbeCommand>(parent);
+}
+
+}  // namespace thx

@@ -1,0 +1,208 @@
+#include "models/t5.h"
+
+#include <cmath>
+
+#include "attention/factory.h"
+#include "common/error.h"
+
+namespace thx {
+
+using torch::Tensor;
+
+void validate(const ModelConfig& c, const std::string& path) {
+  auto positive = [&](const char* key, int64_t v) {
+    if (v < 1) throw ConfigError(path + "." + key, fmt::format("{} is invalid: must be >= 1", v));
+  };
+  positive("d_model", c.d_model);
+  positive("d_ff", c.d_ff);
+  positive("encoder_layers", c.encoder_layers);
+  positive("decoder_layers", c.decoder_layers);
+  positive("relative_max_distance", c.relative_max_distance);
+  if (c.relative_buckets < 4 || c.relative_buckets % 2)
+    throw ConfigError(path + ".relative_buckets",
+                      fmt::format("{} is invalid: must be an even number >= 4", c.relative_buckets));
+  if (c.vocab_size < 0)
+    throw ConfigError(path + ".vocab_size", fmt::format("{} is invalid: 0 (from the tokenizer) or >= 1", c.vocab_size));
+  for (auto [key, v] : {std::pair{"dropout", c.dropout}, std::pair{"ff_dropout", c.ff_dropout}})
+    if (!(v >= 0 && v < 1)) throw ConfigError(path + "." + key, fmt::format("{} is invalid: must be in [0, 1)", v));
+  if (!(c.z_loss >= 0)) throw ConfigError(path + ".z_loss", fmt::format("{} is invalid: must be >= 0", c.z_loss));
+}
+
+int64_t relative_position_bucket(int64_t relative_position, bool bidirectional,
+                                 int64_t num_buckets, int64_t max_distance) {
+  int64_t ret = 0, n = -relative_position;
+  if (bidirectional) {
+    num_buckets /= 2;
+    if (n < 0) ret += num_buckets;
+    n = std::abs(n);
+  } else {
+    n = std::max<int64_t>(n, 0);
+  }
+  const int64_t max_exact = num_buckets / 2;  // half the buckets are exact distances
+  if (n < max_exact) return ret + n;
+  // The rest grow logarithmically up to max_distance (float32 and truncation, as T5).
+  const int64_t large = max_exact + int64_t(std::log(float(n) / max_exact) /
+                                            std::log(float(max_distance) / max_exact) *
+                                            (num_buckets - max_exact));
+  return ret + std::min(large, num_buckets - 1);
+}
+
+Tensor relative_position_buckets(int64_t n, int64_t m, bool bidirectional, int64_t num_buckets,
+                                 int64_t max_distance, int64_t query_offset) {
+  Tensor b = torch::empty({n, m}, torch::kInt64);
+  auto a = b.accessor<int64_t, 2>();
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < m; ++j)
+      a[i][j] = relative_position_bucket(j - (query_offset + i), bidirectional, num_buckets, max_distance);
+  return b;
+}
+
+// ---- layers ------------------------------------------------------------------------------
+
+RMSNormImpl::RMSNormImpl(int64_t d) { scale = register_parameter("scale", torch::ones({d})); }
+
+Tensor RMSNormImpl::forward(const Tensor& x) {
+  return x * torch::rsqrt(x.pow(2).mean(-1, true) + 1e-6) * scale;
+}
+
+FeedForwardImpl::FeedForwardImpl(int64_t d, int64_t d_ff, double dropout_) : dropout(dropout_) {
+  wi = register_parameter("wi", torch::empty({d, d_ff}));
+  wo = register_parameter("wo", torch::empty({d_ff, d}));
+  init_normal(wi, 1.0 / std::sqrt(double(d)));     // fan-in variance scaling
+  init_normal(wo, 1.0 / std::sqrt(double(d_ff)));
+}
+
+Tensor FeedForwardImpl::forward(const Tensor& x) {
+  Tensor h = torch::relu(torch::matmul(x, wi));  // [..., d_ff]
+  if (dropout > 0 && is_training()) h = torch::dropout(h, dropout, true);
+  return torch::matmul(h, wo);
+}
+
+struct LayerImpl : torch::nn::Module {
+  RMSNorm norm_self{nullptr}, norm_cross{nullptr}, norm_ff{nullptr};
+  std::shared_ptr<Attention> self_attention, cross_attention;
+  FeedForward ff{nullptr};
+};
+
+// One stack: the encoder (bidirectional bias, no cross-attention) or the decoder.
+class StackImpl : public torch::nn::Module {
+ public:
+  StackImpl(const ModelConfig& c, const AttentionConfig& self_cfg, const AttentionConfig* cross_cfg,
+            bool decoder, const std::string& path)
+      : config_(c), decoder_(decoder) {
+    const int64_t d = c.d_model;
+    const AttentionDims self_dims = resolve(self_cfg, d, d, d, path + "_self");
+    const AttentionDims cross_dims =
+        cross_cfg ? resolve(*cross_cfg, d, d, d, "attention_encoder_decoder") : AttentionDims{};
+    layers_ = register_module("layers", torch::nn::ModuleList());
+    const int64_t count = decoder ? c.decoder_layers : c.encoder_layers;
+    for (int64_t i = 0; i < count; ++i) {
+      auto l = std::make_shared<LayerImpl>();
+      l->norm_self = l->register_module("norm_self", RMSNorm(d));
+      l->self_attention = l->register_module("self_attention", make_attention(self_dims));
+      if (cross_cfg) {
+        l->norm_cross = l->register_module("norm_cross", RMSNorm(d));
+        l->cross_attention = l->register_module("cross_attention", make_attention(cross_dims));
+      }
+      l->norm_ff = l->register_module("norm_ff", RMSNorm(d));
+      l->ff = l->register_module("ff", FeedForward(d, c.d_ff, c.ff_dropout));
+      layers_->push_back(l);
+      raw_.push_back(l.get());
+    }
+    final_norm_ = register_module("final_norm", RMSNorm(d));
+    // One row per softmax head of this stack's self-attention; Glorot uniform (see t5.h).
+    const int64_t h = self_dims.h;
+    relative_attention_bias = register_parameter("relative_attention_bias",
+                                                 torch::empty({h, c.relative_buckets}));
+    const double limit = std::sqrt(6.0 / double(h + c.relative_buckets));
+    torch::NoGradGuard g;
+    relative_attention_bias.uniform_(-limit, limit);
+  }
+
+  // x [B,L,d]; memory/memory_mask only for the decoder. Returns the normalized output.
+  Tensor forward(Tensor x, const Tensor& mask, const Tensor& memory, const Tensor& memory_mask) {
+    const int64_t L = x.size(1);
+    const Tensor buckets = relative_position_buckets(L, L, !decoder_, config_.relative_buckets,
+                                                     config_.relative_max_distance);
+    const Tensor bias = relative_attention_bias.index_select(1, buckets.flatten())  // [h, L*L]
+                            .view({1, -1, L, L});                                   // [1,h,L,L]
+    auto drop = [&](const Tensor& t) {
+      return config_.dropout > 0 && is_training() ? torch::dropout(t, config_.dropout, true) : t;
+    };
+    x = drop(x);
+    for (LayerImpl* l : raw_) {
+      Tensor h = l->norm_self->forward(x);
+      x = x + drop(l->self_attention->forward(h, h, bias, mask));
+      if (l->cross_attention) {
+        h = l->norm_cross->forward(x);
+        x = x + drop(l->cross_attention->forward(h, memory, {}, memory_mask));
+      }
+      x = x + drop(l->ff->forward(l->norm_ff->forward(x)));
+    }
+    return drop(final_norm_->forward(x));
+  }
+
+  Tensor relative_attention_bias;  // [h, buckets]
+
+ private:
+  ModelConfig config_;
+  bool decoder_;
+  torch::nn::ModuleList layers_{nullptr};
+  std::vector<LayerImpl*> raw_;
+  RMSNorm final_norm_{nullptr};
+};
+
+// ---- T5 ----------------------------------------------------------------------------------
+
+T5Impl::T5Impl(const ModelConfig& config, const T5Attention& attention, int64_t vocab_size)
+    : config_(config), vocab_size_(vocab_size) {
+  validate(config);
+  THX_CHECK(vocab_size >= 2, "T5: vocabulary size {} is too small", vocab_size);
+  const int64_t padded = (vocab_size + 127) / 128 * 128;
+  shared = register_parameter("shared", torch::empty({padded, config.d_model}));
+  init_normal(shared, 1.0);
+  encoder_ = register_module("encoder", std::make_shared<StackImpl>(
+                                            config, attention.encoder_self, nullptr, false,
+                                            "attention_encoder"));
+  decoder_ = register_module("decoder", std::make_shared<StackImpl>(
+                                            config, attention.decoder_self,
+                                            &attention.encoder_decoder, true, "attention_decoder"));
+}
+
+Tensor T5Impl::logits(const Tensor& inputs, const Tensor& decoder_inputs) {
+  const int64_t t = decoder_inputs.size(1);
+  const Tensor enc_mask = (inputs != 0).view({inputs.size(0), 1, 1, inputs.size(1)});   // [B,1,1,n]
+  const Tensor enc = encoder_->forward(torch::embedding(shared, inputs), enc_mask, {}, {});
+  const Tensor causal = torch::ones({t, t}, torch::kBool).tril().view({1, 1, t, t});     // [1,1,t,t]
+  const Tensor dec = decoder_->forward(torch::embedding(shared, decoder_inputs), causal, enc, enc_mask);
+  // Tied output projection, scaled by d^-1/2; only the V real rows of the embedding.
+  return torch::matmul(dec * (1.0 / std::sqrt(double(config_.d_model))),
+                       shared.narrow(0, 0, vocab_size_).t());                            // [B,t,V]
+}
+
+T5Impl::Output T5Impl::forward(const Tensor& inputs, const Tensor& decoder_inputs,
+                               const Tensor& targets) {
+  Output out;
+  out.logits = logits(inputs, decoder_inputs);
+  const Tensor lse = torch::logsumexp(out.logits, -1);                                  // [B,t]
+  const Tensor target_logit = out.logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1); // [B,t]
+  const Tensor weight = (targets != 0).to(out.logits.scalar_type());
+  out.tokens = weight.sum().item<int64_t>();
+  const double denom = std::max<int64_t>(out.tokens, 1);
+  out.nll_sum = ((lse - target_logit) * weight).sum();
+  out.nll = out.nll_sum / denom;
+  out.loss = out.nll + config_.z_loss * (lse.pow(2) * weight).sum() / denom;
+  return out;
+}
+
+std::vector<std::pair<std::string, Tensor>> T5Impl::named_parameters_by_path() const {
+  std::vector<std::pair<std::string, Tensor>> out;
+  for (const auto& kv : named_parameters()) {
+    std::string k = kv.key();
+    std::replace(k.begin(), k.end(), '.', '/');
+    out.emplace_back(k, kv.value());
+  }
+  return out;
+}
+
+}  // namespace thx

@@ -1,0 +1,78 @@
+#include "training/config.h"
+
+#include <fmt/format.h>
+
+#include "common/error.h"
+
+namespace thx {
+namespace {
+
+void at_least(const char* key, int64_t v, int64_t lo) {
+  if (v < lo) throw ConfigError(key, fmt::format("{} is invalid: must be >= {}", v, lo));
+}
+
+void one_of(const char* key, const std::string& v, std::initializer_list<const char*> allowed) {
+  std::string list;
+  for (const char* a : allowed) {
+    if (v == a) return;
+    list += std::string(list.empty() ? "" : ", ") + a;
+  }
+  throw ConfigError(key, fmt::format("'{}' is not allowed; allowed: {}", v, list));
+}
+
+}  // namespace
+
+void validate(const DataConfig& c) {
+  if (c.prepared.empty())
+    throw ConfigError("data.prepared", "is required: the directory written by `thx prepare`");
+  at_least("data.inputs_length", c.inputs_length, 4);
+  at_least("data.targets_length", c.targets_length, 2);
+  if (!(c.noise_density > 0 && c.noise_density < 1))
+    throw ConfigError("data.noise_density", fmt::format("{} is invalid: must be in (0, 1)", c.noise_density));
+  if (!(c.mean_noise_span_length >= 1))
+    throw ConfigError("data.mean_noise_span_length", fmt::format("{} is invalid: must be >= 1", c.mean_noise_span_length));
+}
+
+void validate(const TrainConfig& c) {
+  at_least("train.steps", c.steps, 1);
+  at_least("train.batch_size", c.batch_size, 1);
+  at_least("train.grad_accum", c.grad_accum, 1);
+  at_least("train.log_every", c.log_every, 1);
+  if (c.batch_size % c.grad_accum)
+    throw ConfigError("train.grad_accum", fmt::format("{} does not divide train.batch_size {}",
+                                                      c.grad_accum, c.batch_size));
+}
+
+void validate(const OptimizerConfig& c) {
+  one_of("optimizer.name", c.name, {"adafactor", "adamw"});
+  one_of("optimizer.schedule", c.schedule, {"inverse_sqrt", "constant"});
+  one_of("optimizer.factor_attention", c.factor_attention, {"mesh_tf", "combined", "per_head"});
+  if (!(c.learning_rate > 0))
+    throw ConfigError("optimizer.learning_rate", fmt::format("{} is invalid: must be > 0", c.learning_rate));
+  at_least("optimizer.warmup_steps", c.warmup_steps, 1);
+  if (!(c.decay_fraction >= 0 && c.decay_fraction <= 1))
+    throw ConfigError("optimizer.decay_fraction", fmt::format("{} is invalid: must be in [0, 1]", c.decay_fraction));
+  if (c.beta1 && !(*c.beta1 >= 0 && *c.beta1 < 1))
+    throw ConfigError("optimizer.beta1", fmt::format("{} is invalid: must be in [0, 1) or null", *c.beta1));
+  if (!(c.clipping_threshold > 0))
+    throw ConfigError("optimizer.clipping_threshold", fmt::format("{} is invalid: must be > 0", c.clipping_threshold));
+  if (!(c.weight_decay >= 0))
+    throw ConfigError("optimizer.weight_decay", fmt::format("{} is invalid: must be >= 0", c.weight_decay));
+  for (auto [k, v] : {std::pair{"optimizer.adam_beta1", c.adam_beta1}, std::pair{"optimizer.adam_beta2", c.adam_beta2}})
+    if (!(v >= 0 && v < 1)) throw ConfigError(k, fmt::format("{} is invalid: must be in [0, 1)", v));
+  if (!(c.adam_epsilon > 0))
+    throw ConfigError("optimizer.adam_epsilon", fmt::format("{} is invalid: must be > 0", c.adam_epsilon));
+}
+
+void validate(const CheckpointConfig& c) {
+  at_least("checkpoint.every", c.every, 1);
+  at_least("checkpoint.keep", c.keep, 1);
+}
+
+void validate(const EvalConfig& c) {
+  at_least("eval.every", c.every, 1);
+  at_least("eval.examples", c.examples, 1);
+  at_least("eval.batch_size", c.batch_size, 1);
+}
+
+}  // namespace thx

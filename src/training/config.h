@@ -1,0 +1,106 @@
+// config.h: the data, train, optimizer, checkpoint and eval blocks of a pretraining config.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace thx {
+
+struct DataConfig {
+  std::string prepared;  // a directory written by `thx prepare`
+  int64_t inputs_length = 512;
+  int64_t targets_length = 114;
+  double noise_density = 0.15;
+  double mean_noise_span_length = 3.0;
+};
+
+template <class V>
+void visit(V& v, DataConfig& c) {
+  v("prepared", c.prepared, "directory written by `thx prepare` (required)");
+  v("inputs_length", c.inputs_length, "encoder tokens per example (paper: 512)");
+  v("targets_length", c.targets_length, "decoder tokens per example (paper: 114)");
+  v("noise_density", c.noise_density, "fraction of tokens corrupted");
+  v("mean_noise_span_length", c.mean_noise_span_length);
+}
+
+struct TrainConfig {
+  int64_t steps = 524288;
+  int64_t batch_size = 128;
+  int64_t seed = 0;
+  int64_t grad_accum = 1;  // micro-batches per step; batch_size is split among them
+  int64_t log_every = 10;
+};
+
+template <class V>
+void visit(V& v, TrainConfig& c) {
+  v("steps", c.steps, "optimizer steps (paper: 524288, or 65536 for the short runs)");
+  v("batch_size", c.batch_size, "examples per step (paper: 128)");
+  v("seed", c.seed, "seed of the initialization and of the data order");
+  v("grad_accum", c.grad_accum, "micro-batches per step (batch_size must divide evenly)");
+  v("log_every", c.log_every, "steps between progress lines and metrics records");
+}
+
+struct OptimizerConfig {
+  std::string name = "adafactor";        // adafactor | adamw
+  double learning_rate = 1.0;            // c in c * rsqrt(max(t, warmup))
+  std::string schedule = "inverse_sqrt"; // inverse_sqrt | constant
+  int64_t warmup_steps = 10000;
+  double decay_fraction = 0.1;           // linear decay to 0 over this final fraction
+  std::optional<double> beta1;           // Adafactor momentum; none by default
+  double clipping_threshold = 1.0;
+  std::string factor_attention = "mesh_tf";  // mesh_tf | combined | per_head
+  double weight_decay = 0.0;             // AdamW
+  double adam_beta1 = 0.9, adam_beta2 = 0.999, adam_epsilon = 1e-8;
+};
+
+template <class V>
+void visit(V& v, OptimizerConfig& c) {
+  v("name", c.name, "adafactor | adamw");
+  v("learning_rate", c.learning_rate, "inverse_sqrt: lr_t = learning_rate * rsqrt(max(t, warmup_steps)) * decay; constant: the rate");
+  v("schedule", c.schedule, "inverse_sqrt | constant");
+  v("warmup_steps", c.warmup_steps, "inverse_sqrt: the rate is constant before this step");
+  v("decay_fraction", c.decay_fraction, "linear decay to 0 over this final fraction of the steps");
+  v("beta1", c.beta1, "Adafactor momentum (null: none, as T5)");
+  v("clipping_threshold", c.clipping_threshold, "Adafactor update clipping (RMS)");
+  v("factor_attention", c.factor_attention,
+    "mesh_tf | combined | per_head: how P_q, P_k, P_v, P_o are seen when factoring second moments");
+  v("weight_decay", c.weight_decay, "AdamW decoupled weight decay");
+  v("adam_beta1", c.adam_beta1);
+  v("adam_beta2", c.adam_beta2);
+  v("adam_epsilon", c.adam_epsilon);
+}
+
+struct CheckpointConfig {
+  int64_t every = 1000;
+  int64_t keep = 3;
+};
+
+template <class V>
+void visit(V& v, CheckpointConfig& c) {
+  v("every", c.every, "steps between checkpoints (and one at the end)");
+  v("keep", c.keep, "how many of the latest checkpoints to keep");
+}
+
+struct EvalConfig {
+  int64_t every = 1000;
+  int64_t examples = 128;
+  int64_t batch_size = 32;
+  int64_t seed = 1234;
+};
+
+template <class V>
+void visit(V& v, EvalConfig& c) {
+  v("every", c.every, "steps between held-out ln(PPL) evaluations (and one at the end)");
+  v("examples", c.examples, "held-out examples (fixed for the whole run)");
+  v("batch_size", c.batch_size);
+  v("seed", c.seed, "seed of the held-out span corruption");
+}
+
+// ConfigError for impossible values, naming the key.
+void validate(const DataConfig& c);
+void validate(const TrainConfig& c);
+void validate(const OptimizerConfig& c);
+void validate(const CheckpointConfig& c);
+void validate(const EvalConfig& c);
+
+}  // namespace thx

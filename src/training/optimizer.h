@@ -1,0 +1,74 @@
+// optimizer.h: Adafactor with Mesh TensorFlow's semantics, AdamW, and the learning-rate
+// schedule of the paper (section 7.1).
+//
+// Adafactor (Shazeer & Stern, 2018), as mesh_tensorflow/optimize.py applies it, step t from 1:
+//   decay = 1 - t^-0.8            (so decay = 0 at t = 1)
+//   g2 = g^2 + 1e-30
+//   factored (the two largest dims d0 >= d1 of the variable's shape, both >= 128; ties keep
+//   their order):  vr = decay vr + (1-decay) mean_{d0}(g2)   (shape without d0)
+//                  vc = decay vc + (1-decay) mean_{d1}(g2)   (shape without d1)
+//                  x = g * rsqrt(vr / mean_{d1}(vr)) * rsqrt(vc)
+//   otherwise:     v = decay v + (1-decay) g2,  x = g * rsqrt(v)
+//   x /= max(1, rms(x) / clipping_threshold)
+//   u = lr * max(rms(W), 1e-3) * x   (the parameter scale of the value before the update)
+//   with beta1: m = beta1 m + (1-beta1) u, u = m
+//   W -= u
+//
+// Which shape decides factoring is the variable's "view": P_q, P_k, P_v and P_o are seen per
+// head ([d, d_k, h], the paper's shape) or combined ([d, d_k*h]), as optimizer.factor_attention
+// says; mesh_tf does what the paper's code did: combined for multi_head, per head for the
+// talking-heads family. P_l and P_w are never factored.
+#pragma once
+#include <torch/torch.h>
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "training/config.h"
+
+namespace thx {
+
+struct OptimizedParam {
+  std::string path;             // module path, "encoder/layers/0/self_attention/P_q"
+  torch::Tensor param;
+  std::vector<int64_t> view;    // the shape whose dims decide factoring (numel unchanged)
+  bool never_factor = false;
+};
+
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+  // One update from the params' .grad(), at learning rate lr. Increments step().
+  virtual void step(double lr) = 0;
+  int64_t steps() const { return step_; }
+  // State tensors by name ("<path>/vr", "<path>/v", "<path>/m", ...), for checkpoints and
+  // probe files; load_state() restores exactly what state() returned.
+  virtual std::map<std::string, torch::Tensor> state() const = 0;
+  virtual void load_state(const std::map<std::string, torch::Tensor>& s, int64_t step) = 0;
+
+ protected:
+  int64_t step_ = 0;
+};
+
+struct AdafactorOptions {
+  double decay_exponent = 0.8, epsilon1 = 1e-30, epsilon2 = 1e-3, clipping_threshold = 1.0;
+  std::optional<double> beta1;
+  int64_t min_dim_size_to_factor = 128;
+};
+
+std::unique_ptr<Optimizer> make_adafactor(std::vector<OptimizedParam> params, AdafactorOptions o);
+std::unique_ptr<Optimizer> make_adamw(std::vector<OptimizedParam> params, double beta1,
+                                      double beta2, double epsilon, double weight_decay);
+std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& c, std::vector<OptimizedParam> params);
+
+// The two dims Adafactor reduces over for this view, {d0, d1}, or nullopt if not factored.
+std::optional<std::pair<int64_t, int64_t>> factored_dims(const std::vector<int64_t>& view,
+                                                         int64_t min_dim_size = 128);
+
+// lr_t for step t (from 1) of T: c * rsqrt(max(t, warmup)) * min(1, (T - t) / (fraction * T))
+// for inverse_sqrt; c for constant (fine-tuning).
+double learning_rate(const OptimizerConfig& c, int64_t t, int64_t total_steps);
+
+}  // namespace thx

@@ -1,0 +1,304 @@
+#include "training/pretrain.h"
+
+#include <csignal>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "common/error.h"
+#include "common/fs.h"
+#include "common/h5.h"
+#include "common/log.h"
+#include "data/stream.h"
+#include "training/checkpoint.h"
+
+namespace thx {
+namespace fs = std::filesystem;
+using torch::Tensor;
+
+namespace {
+
+volatile std::sig_atomic_t g_stop = 0;
+void on_signal(int) { g_stop = 1; }
+
+// Installs SIGINT/SIGTERM handlers for the duration of a run.
+struct SignalScope {
+  using Handler = void (*)(int);
+  Handler old_int, old_term;
+  SignalScope() {
+    g_stop = 0;
+    old_int = std::signal(SIGINT, on_signal);
+    old_term = std::signal(SIGTERM, on_signal);
+  }
+  ~SignalScope() {
+    std::signal(SIGINT, old_int);
+    std::signal(SIGTERM, old_term);
+  }
+};
+
+std::string format_duration(double s) {
+  if (s < 60) return fmt::format("{:.0f}s", s);
+  if (s < 3600) return fmt::format("{:.0f}m{:02.0f}s", std::floor(s / 60), std::fmod(s, 60));
+  return fmt::format("{:.0f}h{:02.0f}m", std::floor(s / 3600), std::fmod(s / 60, 60));
+}
+
+struct Setup {
+  TokenCorpus train, heldout;
+  T5 model{nullptr};
+  std::unique_ptr<Optimizer> optimizer;
+  std::unique_ptr<SpanCorruptionStream> stream;
+};
+
+Setup build(const PretrainConfig& c) {
+  Setup s;
+  s.train = load_split(c.data.prepared, "train");
+  const int64_t vocab = c.model.vocab_size > 0 ? c.model.vocab_size : s.train.vocab_size;
+  THX_CHECK(vocab >= s.train.vocab_size, "model.vocab_size {} is smaller than the data's vocabulary {}",
+            vocab, s.train.vocab_size);
+  torch::manual_seed(uint64_t(c.train.seed));
+  s.model = T5(c.model, c.attention, vocab);
+  s.optimizer = make_optimizer(c.optimizer, optimized_params(*s.model, c.optimizer.factor_attention));
+  s.stream = std::make_unique<SpanCorruptionStream>(
+      s.train, c.data.inputs_length, c.data.targets_length, c.data.noise_density,
+      c.data.mean_noise_span_length, uint64_t(c.train.seed), true);
+  return s;
+}
+
+std::vector<Batch> heldout_batches(const PretrainConfig& c, const TokenCorpus& heldout) {
+  SpanCorruptionStream s(heldout, c.data.inputs_length, c.data.targets_length, c.data.noise_density,
+                         c.data.mean_noise_span_length, uint64_t(c.eval.seed), false);
+  std::vector<Batch> out;
+  for (int64_t done = 0; done < c.eval.examples; done += c.eval.batch_size)
+    out.push_back(s.next(std::min(c.eval.batch_size, c.eval.examples - done)));
+  return out;
+}
+
+// One optimizer step's gradients: micro-batches weighted by their share of target tokens, so
+// that the gradient is that of the mean over the whole batch. Returns {loss, nll, tokens}.
+struct StepLoss {
+  double loss = 0, nll = 0;
+  int64_t tokens = 0;
+};
+
+StepLoss accumulate_gradients(T5Impl& model, const std::vector<Batch>& micro) {
+  int64_t total = 0;
+  for (const auto& b : micro) total += (b.targets != 0).sum().item<int64_t>();
+  StepLoss r;
+  r.tokens = total;
+  for (const auto& b : micro) {
+    auto out = model.forward(b.inputs, b.decoder_inputs, b.targets);
+    const double share = double(out.tokens) / std::max<int64_t>(total, 1);
+    (out.loss * share).backward();
+    r.loss += out.loss.item<double>() * share;
+    r.nll += out.nll.item<double>() * share;
+  }
+  return r;
+}
+
+std::vector<Batch> next_micro_batches(SpanCorruptionStream& s, const TrainConfig& t) {
+  std::vector<Batch> micro;
+  for (int64_t i = 0; i < t.grad_accum; ++i) micro.push_back(s.next(t.batch_size / t.grad_accum));
+  return micro;
+}
+
+void zero_grad(torch::nn::Module& m) {
+  for (auto& p : m.parameters()) p.mutable_grad() = Tensor();
+}
+
+}  // namespace
+
+std::vector<OptimizedParam> optimized_params(T5Impl& model, const std::string& mode) {
+  std::map<std::string, Variant> variants;  // attention module path -> its variant
+  for (const auto& item : model.named_modules()) {
+    if (auto a = std::dynamic_pointer_cast<Attention>(item.value())) {
+      std::string k = item.key();
+      std::replace(k.begin(), k.end(), '.', '/');
+      variants[k] = a->dims().variant;
+    }
+  }
+  std::vector<OptimizedParam> out;
+  for (const auto& [path, p] : model.named_parameters_by_path()) {
+    OptimizedParam op{path, p, p.sizes().vec(), false};
+    const auto slash = path.find_last_of('/');
+    const std::string name = path.substr(slash + 1), owner = path.substr(0, slash);
+    if (name == "P_l" || name == "P_w") op.never_factor = true;
+    auto it = variants.find(owner);
+    if (it != variants.end() && (name == "P_q" || name == "P_k" || name == "P_v" || name == "P_o")) {
+      const bool combined = mode == "combined" || (mode == "mesh_tf" && it->second == Variant::multi_head);
+      if (combined) op.view = {op.view[0], op.view[1] * op.view[2]};  // [d, d_k*h]
+    }
+    out.push_back(op);
+  }
+  return out;
+}
+
+double evaluate(T5Impl& model, const std::vector<Batch>& batches) {
+  torch::NoGradGuard no_grad;
+  const bool was_training = model.is_training();
+  model.eval();
+  double nll = 0;
+  int64_t tokens = 0;
+  for (const auto& b : batches) {
+    auto out = model.forward(b.inputs, b.decoder_inputs, b.targets);
+    nll += out.nll_sum.item<double>(), tokens += out.tokens;
+  }
+  model.train(was_training);
+  return nll / std::max<int64_t>(tokens, 1);
+}
+
+PretrainResult run_pretrain(const PretrainConfig& c, const std::string& run_dir, bool resume) {
+  auto log = thx::log("train");
+  const std::string ckpt_dir = (fs::path(run_dir) / "checkpoints").string();
+  const auto existing = list_checkpoints(ckpt_dir);
+  if (!resume && !existing.empty())
+    throw InputError(fmt::format("{}: the run directory already has checkpoints; pass --resume to "
+                                 "continue it, or choose another --run-dir", run_dir));
+  Setup s = build(c);  // validates the data before anything is written
+  s.heldout = load_split(c.data.prepared, "heldout");
+  fs::create_directories(ckpt_dir);
+  write_file_atomic((fs::path(run_dir) / "config.yaml").string(), c.yaml);
+  add_log_file((fs::path(run_dir) / "train.log").string());
+  struct LogFileScope {
+    ~LogFileScope() { remove_log_file(); }
+  } log_file_scope;
+
+  PretrainResult result;
+  int64_t step = 0;
+  if (resume && !existing.empty()) {
+    const Checkpoint ck = load_checkpoint(existing.back());
+    torch::NoGradGuard g;
+    for (const auto& [path, p] : s.model->named_parameters_by_path()) {
+      auto it = ck.params.find(path);
+      if (it == ck.params.end())
+        throw InputError(fmt::format("{}: no parameter {} (was the model configured differently?)",
+                                     existing.back(), path));
+      if (it->second.sizes() != p.sizes())
+        throw InputError(fmt::format("{}: {} has shape {}, the model has {} (was the model "
+                                     "configured differently?)", existing.back(), path,
+                                     c10::str(it->second.sizes()), c10::str(p.sizes())));
+      p.copy_(it->second);
+    }
+    s.optimizer->load_state(ck.optimizer, ck.optimizer_step);
+    s.stream->set_state(ck.stream);
+    if (ck.rng.defined()) {
+      at::Generator gen = at::detail::getDefaultCPUGenerator();
+      gen.set_state(ck.rng);
+    }
+    step = ck.step;
+    log->info("resumed from {} at step {}", existing.back(), step);
+  } else if (resume) {
+    log->warn("--resume: no checkpoint in {}; starting from step 0", ckpt_dir);
+  }
+
+  const std::vector<Batch> eval_batches = heldout_batches(c, s.heldout);
+  std::ofstream metrics((fs::path(run_dir) / "metrics.jsonl").string(), std::ios::app);
+  auto record = [&](const nlohmann::json& j) { metrics << j.dump() << "\n" << std::flush; };
+  auto save = [&](int64_t at) {
+    Checkpoint ck;
+    for (const auto& [path, p] : s.model->named_parameters_by_path()) ck.params[path] = p;
+    ck.optimizer = s.optimizer->state();
+    ck.step = at;
+    ck.optimizer_step = s.optimizer->steps();
+    ck.stream = s.stream->state();
+    ck.rng = at::detail::getDefaultCPUGenerator().get_state();
+    ck.config = c.yaml;
+    const std::string path = checkpoint_path(ckpt_dir, at);
+    save_checkpoint(path, ck);
+    prune_checkpoints(ckpt_dir, c.checkpoint.keep);
+    log->info("checkpoint {}", path);
+  };
+  auto eval_now = [&](int64_t at) {
+    result.ln_ppl = evaluate(*s.model, eval_batches);
+    record({{"step", at}, {"ln_ppl", result.ln_ppl}});
+    log->info("step {}: held-out ln(PPL) {:.4f} ({} examples)", at, result.ln_ppl, c.eval.examples);
+  };
+
+  log->info("T5 {} parameters; {} steps of {} examples ({} x {} -> {}), {} threads",
+            [&] { int64_t n = 0; for (auto& p : s.model->parameters()) n += p.numel(); return n; }(),
+            c.train.steps, c.train.batch_size, c.data.inputs_length, s.stream->lengths().raw,
+            c.data.targets_length, torch::get_num_threads());
+  SignalScope signals;
+  s.model->train();
+  const auto t_start = std::chrono::steady_clock::now();
+  const int64_t first = step;
+  double window_time = 0;
+  int64_t window_tokens = 0, window_steps = 0;
+  while (step < c.train.steps) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const std::vector<Batch> micro = next_micro_batches(*s.stream, c.train);
+    zero_grad(*s.model);
+    const StepLoss l = accumulate_gradients(*s.model, micro);
+    if (!std::isfinite(l.loss))
+      throw RunError(fmt::format("step {}: the loss is {}; training stopped and no "
+                                           "checkpoint was written (the last good one is kept in {})",
+                                           step + 1, l.loss, ckpt_dir));
+    const double lr = learning_rate(c.optimizer, step + 1, c.train.steps);
+    s.optimizer->step(lr);
+    ++step;
+    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    int64_t tokens = 0;
+    for (const auto& b : micro) tokens += b.inputs.numel() + b.targets.numel();
+    window_time += dt, window_tokens += tokens, ++window_steps;
+    if (step % c.train.log_every == 0 || step == c.train.steps) {
+      const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
+      const double eta = elapsed / double(step - first) * double(c.train.steps - step);
+      record({{"step", step}, {"loss", l.loss}, {"nll", l.nll}, {"lr", lr},
+              {"tokens_per_s", window_tokens / window_time}, {"step_time_s", window_time / window_steps}});
+      log->info("step {}/{} loss {:.4f} nll {:.4f} lr {:.3g} | {:.0f} tok/s {:.3f} s/step ETA {}",
+                step, c.train.steps, l.loss, l.nll, lr, window_tokens / window_time,
+                window_time / window_steps, format_duration(eta));
+      window_time = 0, window_tokens = 0, window_steps = 0;
+    }
+    const bool last = step == c.train.steps;
+    if (step % c.eval.every == 0 || last) eval_now(step);
+    if (step % c.checkpoint.every == 0 || last) save(step);
+    if (g_stop) {
+      if (!(step % c.checkpoint.every == 0 || last)) save(step);
+      log->warn("stopped by a signal at step {}; resume with --resume", step);
+      result.interrupted = true;
+      break;
+    }
+  }
+  result.step = step;
+  return result;
+}
+
+void run_step_probe(const PretrainConfig& c, const std::string& out) {
+  Setup s = build(c);
+  const std::vector<Batch> micro = next_micro_batches(*s.stream, c.train);
+  H5Writer w(out);
+  const Batch& b = micro.front();
+  if (micro.size() == 1) {
+    w.write("/batch/inputs", b.inputs.to(torch::kInt32));
+    w.write("/batch/decoder_inputs", b.decoder_inputs.to(torch::kInt32));
+    w.write("/batch/targets", b.targets.to(torch::kInt32));
+  } else {
+    auto cat = [&](auto field) {
+      std::vector<Tensor> t;
+      for (const auto& m : micro) t.push_back(field(m).to(torch::kInt32));
+      return torch::cat(t);
+    };
+    w.write("/batch/inputs", cat([](const Batch& m) { return m.inputs; }));
+    w.write("/batch/decoder_inputs", cat([](const Batch& m) { return m.decoder_inputs; }));
+    w.write("/batch/targets", cat([](const Batch& m) { return m.targets; }));
+  }
+  const auto params = s.model->named_parameters_by_path();
+  for (const auto& [path, p] : params) w.write("/params_before/" + path, p);
+  s.model->train();
+  const StepLoss l = accumulate_gradients(*s.model, micro);
+  for (const auto& [path, p] : params)
+    if (p.grad().defined()) w.write("/grads/" + path, p.grad());
+  const double lr = learning_rate(c.optimizer, 1, c.train.steps);
+  s.optimizer->step(lr);
+  for (const auto& [path, p] : params) w.write("/params_after/" + path, p);
+  for (const auto& [k, v] : s.optimizer->state()) w.write("/optimizer/" + k, v);
+  w.write_scalar("/loss", l.loss);
+  w.write_scalar("/nll", l.nll);
+  w.write_scalar("/learning_rate", lr);
+  w.attr("/", "config", c.yaml);
+  w.commit();
+  thx::log("probe")->info("wrote {}: loss {:.6f}, nll {:.6f}, lr {:.3g}", out, l.loss, l.nll, lr);
+}
+
+}  // namespace thx
