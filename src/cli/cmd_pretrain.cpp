@@ -74,7 +74,6 @@ struct PretrainCommand : Command {
       return 0;
     }
     if (run_dir.empty()) throw InputError("pretrain: --run-dir DIR is required");
-    thx::log("train")->info("resolved config:\n{}", yaml);
     const PretrainResult r = run_pretrain(pc, run_dir, resume);
     std::printf("%s step %lld held-out ln(PPL) %.4f%s\n", run_dir.c_str(), (long long)r.step,
                 r.ln_ppl, r.interrupted ? " (interrupted; --resume continues)" : "");

@@ -156,6 +156,7 @@ PretrainResult run_pretrain(const PretrainConfig& c, const std::string& run_dir,
                                  "continue it, or choose another --run-dir", run_dir));
   Setup s = build(c);  // validates the data before anything is written
   s.heldout = load_split(c.data.prepared, "heldout");
+  log->info("resolved config:\n{}", c.yaml);
   fs::create_directories(ckpt_dir);
   write_file_atomic((fs::path(run_dir) / "config.yaml").string(), c.yaml);
   add_log_file((fs::path(run_dir) / "train.log").string());

@@ -140,7 +140,8 @@ TEST(Cli, BadAttentionSettingsGiveOneLineAndExitTwo) {
        "attention.d_k: makes a parameter of"},
       {"--set attention.variant=[a]", "attention.variant: expected a string, got a list"},
       {"--set attention=7", "attention: expected a mapping of keys, got '7'"},
-      {"--set atention.h=8", "atention: unknown key; allowed top-level keys: attention"},
+      {"--set atention.h=8", "atention: unknown key; allowed top-level keys: model, attention, "
+                             "attention_encoder_self"},
       {"attention:\n  variant: multi_head\n  h: 8\n  d_v: 0\n",
        "bad.yaml:4: attention.d_v: 0 is invalid", true},
       {"attention:\n  h: [1, 2\n", "invalid YAML", true},
@@ -158,6 +159,42 @@ TEST(Cli, BadAttentionSettingsGiveOneLineAndExitTwo) {
     EXPECT_FALSE(std::filesystem::exists(out)) << args;
   }
   EXPECT_GE(cases.size(), 15u);
+}
+
+TEST(Cli, BadPretrainConfigsExitTwoWithOneLine) {
+  TempDir dir;
+  const std::string base = "pretrain --config " + std::string(THX_SOURCE_DIR) +
+                           "/configs/t5/mini.yaml --run-dir " + dir.file("run") + " ";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"--set data.prepared=" + dir.file("nope"), dir.file("nope") + ": no manifest.json; run `thx prepare` first"},
+      {"--set train.steps=0", "train.steps: 0 is invalid: must be >= 1"},
+      {"--set optimizer.name=sgd", "optimizer.name: 'sgd' is not allowed; allowed: adafactor, adamw"},
+      {"--set optimizer.factor_attention=rows", "allowed: mesh_tf, combined, per_head"},
+      {"--set train.grad_accum=3", "train.grad_accum: 3 does not divide train.batch_size 16"},
+      {"--set attention_encoder_self.variant=talking_heads --set attention_encoder_self.h_k=0",
+       "attention_encoder_self.h_k: 0 is invalid"},
+      {"--set attention_decoder_self.dynamic=[X_l]",
+       "attention_decoder_self.dynamic: dynamic projections need attention_decoder_self.variant "
+       "talking_heads, not multi_head"},
+      {"--set model.relative_buckets=7", "model.relative_buckets: 7 is invalid"},
+      {"--set data.noise_density=1.5", "data.noise_density: 1.5 is invalid"},
+      {"--set data.prepared=", "data.prepared: expected a string, got null"},
+      {"--set 'data.prepared=\"\"'", "data.prepared: is required"},
+  };
+  for (const auto& [args, want] : cases) {
+    RunResult r = run_thx(base + args);
+    EXPECT_EQ(r.code, 2) << args << "\n" << r.out;
+    EXPECT_EQ(lines(r.out), 1) << args << "\n" << r.out;
+    EXPECT_NE(r.out.find(want), std::string::npos) << args << "\n" << r.out;
+    EXPECT_FALSE(std::filesystem::exists(dir.file("run"))) << args;
+  }
+  // The per-layer blocks inherit from attention key by key.
+  RunResult d = run_thx("pretrain --config " + std::string(THX_SOURCE_DIR) + "/configs/t5/mini.yaml "
+                        "--set attention.h=4 --set attention_encoder_self.variant=talking_heads --dump-config");
+  ASSERT_EQ(d.code, 0) << d.out;
+  EXPECT_NE(d.out.find("attention_encoder_self:\n  variant: talking_heads"), std::string::npos) << d.out;
+  const auto enc = d.out.find("attention_encoder_self:");
+  EXPECT_NE(d.out.find("  h: 4", enc), std::string::npos) << d.out;
 }
 
 TEST(Cli, BadProbeFlagsExitTwoAndWriteNothing) {

@@ -12,9 +12,14 @@ usage: probe_check.py probe.h5 [probe.h5 ...]
 """
 import sys
 
+import os
+
 import h5py
 import numpy as np
 import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import paper_reference  # noqa: E402
 
 torch.set_default_dtype(torch.float64)
 
@@ -24,44 +29,13 @@ def t(ds):
 
 
 def reference(f, X, M, p):
-    variant = f.attrs["variant"]
-    if isinstance(variant, bytes):
-        variant = variant.decode()
     b, n, m = X.shape[0], X.shape[1], M.shape[1]
     bias = t(f["inputs/bias"]) if "inputs/bias" in f else None
     mask = None
     if "inputs/mask" in f:
         raw = torch.tensor(np.asarray(f["inputs/mask"])).bool()
-        mask = raw.view(b, 1, m, 1) if raw.shape == (b, m) else raw.view(1, n, m, 1)
-
-    def logits_extras(L):  # L [b,n,m,h]
-        if bias is not None:
-            L = L + bias.permute(0, 2, 3, 1)
-        if mask is not None:
-            L = torch.where(mask, L, torch.tensor(-1e9))
-        return L
-
-    if variant == "general_bilinear":
-        L = logits_extras(torch.einsum("bnx,bmy,xyh->bnmh", X, M, p["P"]))
-        W = torch.softmax(L, dim=2)
-        return torch.einsum("bnmh,bmy,yzh->bnz", W, M, p["Q"])
-    Q = torch.einsum("bnx,xkh->bnkh", X, p["P_q"])
-    K = torch.einsum("bmx,xkh->bmkh", M, p["P_k"])
-    V = torch.einsum("bmx,xvh->bmvh", M, p["P_v"])
-    J = torch.einsum("bnkh,bmkh->bnmh", Q, K)
-    L = torch.einsum("bnmh,hg->bnmg", J, p["P_l"]) if "P_l" in p else J
-    if "P_Xl" in p:
-        L = L + torch.einsum("bnmh,bnhg->bnmg", J, torch.einsum("bnx,xhg->bnhg", X, p["P_Xl"]))
-    if "P_Ml" in p:
-        L = L + torch.einsum("bnmh,bmhg->bnmg", J, torch.einsum("bmx,xhg->bmhg", M, p["P_Ml"]))
-    W = torch.softmax(logits_extras(L), dim=2)
-    U = torch.einsum("bnmg,gv->bnmv", W, p["P_w"]) if "P_w" in p else W
-    if "P_Xw" in p:
-        U = U + torch.einsum("bnmg,bngv->bnmv", W, torch.einsum("bnx,xgv->bngv", X, p["P_Xw"]))
-    if "P_Mw" in p:
-        U = U + torch.einsum("bnmg,bmgv->bnmv", W, torch.einsum("bmx,xgv->bmgv", M, p["P_Mw"]))
-    O = torch.einsum("bnmv,bmev->bnev", U, V)
-    return torch.einsum("bnev,yev->bny", O, p["P_o"])
+        mask = raw.view(b, 1, 1, m) if raw.shape == (b, m) else raw.view(1, 1, n, m)
+    return paper_reference.attention(X, M, p, bias, mask)
 
 
 def close(name, got, want):
@@ -87,6 +61,8 @@ def check(path):
         results.append(close("grad X", np.asarray(f["input_grads/X"]), X.grad.numpy()))
         results.append(close("grad M", np.asarray(f["input_grads/M"]), M.grad.numpy()))
         dims = f.attrs["dims"]
+        if isinstance(dims, bytes):
+            dims = dims.decode()
     ok = all(r[0] for r in results)
     worst = max(r[1] for r in results)
     print(f"{'ok ' if ok else 'BAD'} {path}: {dims}: {len(results)} tensors, max error {worst:.2g}")

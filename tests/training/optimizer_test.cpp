@@ -1,0 +1,238 @@
+// Adafactor and AdamW against their formulas, computed here in double precision with plain
+// loops over several steps; the learning-rate schedule's values; factoring decisions.
+//
+// Tolerance: thx works in fp32 on the same inputs; the reference in fp64. Each element
+// check is |thx - ref| <= 1e-6 + 1e-5 |ref| after three steps (a few dozen fp32 operations).
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "models/t5.h"
+#include "test_util.h"
+#include "training/optimizer.h"
+#include "training/pretrain.h"
+
+namespace thx {
+namespace {
+
+using Vec = std::vector<double>;
+
+double rms(const Vec& x) {
+  double s = 0;
+  for (double v : x) s += v * v;
+  return std::sqrt(s / double(x.size()));
+}
+
+// Reference Adafactor for one variable of `shape` (row-major), straight from the formulas
+// in optimizer.h, with explicit index arithmetic.
+struct RefAdafactor {
+  std::vector<int64_t> shape;
+  bool factored = false;
+  int d0 = 0, d1 = 0;
+  Vec vr, vc, v, m;
+  std::optional<double> beta1;
+  int64_t t = 0;
+
+  int64_t numel() const {
+    int64_t n = 1;
+    for (auto s : shape) n *= s;
+    return n;
+  }
+  // Index of element e with dimension d dropped.
+  int64_t drop(int64_t e, int d) const {
+    int64_t out = 0, stride = 1;
+    for (int k = int(shape.size()) - 1; k >= 0; --k) {
+      const int64_t ik = e % shape[k];
+      e /= shape[k];
+      if (k == d) continue;
+      out += ik * stride;
+      stride *= shape[k];
+    }
+    return out;
+  }
+
+  void step(Vec& w, const Vec& g, double lr) {
+    ++t;
+    const double decay = 1 - std::pow(double(t), -0.8);
+    const int64_t n = numel();
+    Vec x(n);
+    if (factored) {
+      const int64_t nr = n / shape[d0], nc = n / shape[d1];
+      if (vr.empty()) vr.assign(nr, 0), vc.assign(nc, 0);
+      Vec mr(nr, 0), mc(nc, 0);
+      for (int64_t e = 0; e < n; ++e) {
+        const double g2 = g[e] * g[e] + 1e-30;
+        mr[drop(e, d0)] += g2 / shape[d0];
+        mc[drop(e, d1)] += g2 / shape[d1];
+      }
+      for (int64_t i = 0; i < nr; ++i) vr[i] = decay * vr[i] + (1 - decay) * mr[i];
+      for (int64_t i = 0; i < nc; ++i) vc[i] = decay * vc[i] + (1 - decay) * mc[i];
+      // long-term mean of vr over d1: vr's index space is the shape without d0.
+      std::vector<int64_t> rshape;
+      for (int k = 0; k < int(shape.size()); ++k)
+        if (k != d0) rshape.push_back(shape[k]);
+      const int d1r = d1 < d0 ? d1 : d1 - 1;
+      RefAdafactor rs;
+      rs.shape = rshape;
+      Vec ltm(nr / rshape[d1r], 0);
+      for (int64_t i = 0; i < nr; ++i) ltm[rs.drop(i, d1r)] += vr[i] / rshape[d1r];
+      for (int64_t e = 0; e < n; ++e) {
+        const int64_t r = drop(e, d0);
+        x[e] = g[e] / std::sqrt(vr[r] / ltm[rs.drop(r, d1r)]) / std::sqrt(vc[drop(e, d1)]);
+      }
+    } else {
+      if (v.empty()) v.assign(n, 0);
+      for (int64_t e = 0; e < n; ++e) {
+        v[e] = decay * v[e] + (1 - decay) * (g[e] * g[e] + 1e-30);
+        x[e] = g[e] / std::sqrt(v[e]);
+      }
+    }
+    const double clip = std::max(1.0, rms(x) / 1.0);
+    const double scale = std::max(rms(w), 1e-3) * lr;
+    if (beta1 && m.empty()) m.assign(n, 0);
+    for (int64_t e = 0; e < n; ++e) {
+      double u = x[e] / clip * scale;
+      if (beta1) u = m[e] = *beta1 * m[e] + (1 - *beta1) * u;
+      w[e] -= u;
+    }
+  }
+};
+
+Vec to_vec(const torch::Tensor& t) {
+  const torch::Tensor d = t.to(torch::kFloat64).contiguous();
+  return Vec(d.data_ptr<double>(), d.data_ptr<double>() + d.numel());
+}
+
+void check_adafactor(std::vector<int64_t> shape, bool expect_factored, std::optional<double> beta1,
+                     std::vector<int64_t> view = {}) {
+  torch::manual_seed(3);
+  torch::Tensor w = (torch::randn(shape) * 0.05).requires_grad_(true);
+  RefAdafactor ref;
+  ref.shape = view.empty() ? shape : view;
+  ref.beta1 = beta1;
+  const auto dims = factored_dims(ref.shape);
+  ASSERT_EQ(dims.has_value(), expect_factored);
+  if (dims) ref.factored = true, ref.d0 = int(dims->first), ref.d1 = int(dims->second);
+  AdafactorOptions o;
+  o.beta1 = beta1;
+  auto opt = make_adafactor({{"w", w, ref.shape, false}}, o);
+  Vec rw = to_vec(w);
+  for (int step = 1; step <= 3; ++step) {
+    torch::Tensor g = torch::randn(shape) * (step == 2 ? 10.0 : 0.1);  // step 2 clips
+    w.mutable_grad() = g;
+    const double lr = 0.01 / step;
+    opt->step(lr);
+    ref.step(rw, to_vec(g), lr);
+    const Vec got = to_vec(w);
+    double worst = 0;
+    for (size_t e = 0; e < got.size(); ++e)
+      worst = std::max(worst, std::abs(got[e] - rw[e]) - (1e-6 + 1e-5 * std::abs(rw[e])));
+    EXPECT_LE(worst, 0.0) << "step " << step << ", shape " << c10::str(shape);
+  }
+  const auto st = opt->state();
+  EXPECT_EQ(st.count("w/vr"), size_t(expect_factored));
+  EXPECT_EQ(st.count("w/v"), size_t(!expect_factored));
+  EXPECT_EQ(st.count("w/m"), size_t(beta1.has_value()));
+}
+
+TEST(Adafactor, FactoredMatrixMatchesTheFormulas) { check_adafactor({130, 140}, true, std::nullopt); }
+TEST(Adafactor, UnfactoredMatchesTheFormulas) { check_adafactor({10, 20}, false, std::nullopt); }
+TEST(Adafactor, ThreeDimensionalPerHeadMatchesTheFormulas) {
+  check_adafactor({150, 4, 140}, true, std::nullopt);  // d0 = dim 0, d1 = dim 2
+}
+TEST(Adafactor, MomentumMatchesTheFormulas) { check_adafactor({130, 140}, true, 0.9); }
+TEST(Adafactor, CombinedViewOfAPerHeadParameter) {
+  // A [160, 32, 4] parameter seen as [160, 128] (optimizer.factor_attention: combined).
+  check_adafactor({160, 32, 4}, true, std::nullopt, {160, 128});
+}
+
+TEST(Adafactor, FactoredDimsFollowMeshTensorFlow) {
+  using P = std::pair<int64_t, int64_t>;
+  EXPECT_EQ(factored_dims({768, 768}), P(0, 1));     // ties keep their order
+  EXPECT_EQ(factored_dims({768, 3072}), P(1, 0));
+  EXPECT_EQ(factored_dims({768, 128, 6}), P(0, 1));  // h = 6: d_k = 128 still factors
+  EXPECT_EQ(factored_dims({6, 768, 128}), P(1, 2));
+  EXPECT_FALSE(factored_dims({768, 32, 24}));         // talking-heads 24: per head, unfactored
+  EXPECT_FALSE(factored_dims({64, 64}));
+  EXPECT_FALSE(factored_dims({4096}));
+}
+
+TEST(Adafactor, StateRoundTripsExactly) {
+  torch::manual_seed(4);
+  torch::Tensor a = torch::randn({130, 140}).requires_grad_(true), b = a.detach().clone().requires_grad_(true);
+  AdafactorOptions o;
+  o.beta1 = 0.5;
+  auto oa = make_adafactor({{"p", a, {130, 140}, false}}, o);
+  auto ob = make_adafactor({{"p", b, {130, 140}, false}}, o);
+  const torch::Tensor g1 = torch::randn({130, 140}), g2 = torch::randn({130, 140});
+  a.mutable_grad() = g1;
+  oa->step(0.01);
+  { torch::NoGradGuard ng; b.copy_(a); }
+  ob->load_state(oa->state(), oa->steps());
+  a.mutable_grad() = g2, b.mutable_grad() = g2;
+  oa->step(0.01), ob->step(0.01);
+  EXPECT_TRUE(torch::equal(a, b));
+}
+
+TEST(AdamW, MatchesTheFormulas) {
+  torch::manual_seed(5);
+  torch::Tensor w = torch::randn({7}).requires_grad_(true);
+  Vec rw = to_vec(w), m(7, 0), v(7, 0);
+  auto opt = make_adamw({{"w", w, {7}, false}}, 0.9, 0.99, 1e-8, 0.1);
+  for (int t = 1; t <= 3; ++t) {
+    const torch::Tensor g = torch::randn({7});
+    w.mutable_grad() = g;
+    opt->step(0.05);
+    const Vec gv = to_vec(g);
+    for (int i = 0; i < 7; ++i) {
+      m[i] = 0.9 * m[i] + 0.1 * gv[i];
+      v[i] = 0.99 * v[i] + 0.01 * gv[i] * gv[i];
+      const double mh = m[i] / (1 - std::pow(0.9, t)), vh = v[i] / (1 - std::pow(0.99, t));
+      rw[i] = rw[i] * (1 - 0.05 * 0.1) - 0.05 * mh / (std::sqrt(vh) + 1e-8);
+    }
+    EXPECT_TRUE(test::close(w.detach().to(torch::kFloat64), torch::tensor(rw, torch::kFloat64), 1e-6, 1e-5));
+  }
+}
+
+TEST(Schedule, InverseSqrtWithLinearDecay) {
+  OptimizerConfig c;  // learning_rate 1, warmup 10000, decay over the last 10%
+  const int64_t T = 100000;
+  EXPECT_DOUBLE_EQ(learning_rate(c, 1, T), 0.01);
+  EXPECT_DOUBLE_EQ(learning_rate(c, 10000, T), 0.01);
+  EXPECT_DOUBLE_EQ(learning_rate(c, 40000, T), 0.005);
+  EXPECT_NEAR(learning_rate(c, 90000, T), 1 / std::sqrt(90000.0), 1e-15);
+  EXPECT_NEAR(learning_rate(c, 95000, T), 0.5 / std::sqrt(95000.0), 1e-15);
+  EXPECT_DOUBLE_EQ(learning_rate(c, T, T), 0.0);
+  c.schedule = "constant";
+  c.learning_rate = 1e-3;
+  EXPECT_DOUBLE_EQ(learning_rate(c, 5, T), 1e-3);
+  EXPECT_DOUBLE_EQ(learning_rate(c, T, T), 1e-3);
+}
+
+TEST(FactorAttention, ViewsPerMode) {
+  ModelConfig mc;
+  mc.d_model = 256, mc.d_ff = 64, mc.encoder_layers = 1, mc.decoder_layers = 1;
+  AttentionConfig mh, th;
+  mh.h = 8;                                       // d_k 32
+  th.variant = "talking_heads", th.h = 8;
+  T5 model(mc, T5Attention{th, mh, mh}, 100);
+  auto views = [&](const std::string& mode) {
+    std::map<std::string, std::pair<std::vector<int64_t>, bool>> out;
+    for (const auto& p : optimized_params(*model, mode)) out[p.path] = {p.view, p.never_factor};
+    return out;
+  };
+  const std::string enc = "encoder/layers/0/self_attention/", dec = "decoder/layers/0/self_attention/";
+  auto mesh = views("mesh_tf"), comb = views("combined"), per = views("per_head");
+  EXPECT_EQ(mesh[enc + "P_q"].first, (std::vector<int64_t>{256, 32, 8}));  // talking-heads: per head
+  EXPECT_EQ(mesh[dec + "P_q"].first, (std::vector<int64_t>{256, 256}));    // multi-head: combined
+  EXPECT_EQ(mesh[dec + "P_o"].first, (std::vector<int64_t>{256, 256}));
+  EXPECT_EQ(comb[enc + "P_k"].first, (std::vector<int64_t>{256, 256}));
+  EXPECT_EQ(per[dec + "P_v"].first, (std::vector<int64_t>{256, 32, 8}));
+  EXPECT_TRUE(mesh[enc + "P_l"].second);
+  EXPECT_TRUE(mesh[enc + "P_w"].second);
+  EXPECT_FALSE(mesh[enc + "P_q"].second);
+  EXPECT_EQ(mesh["shared"].first, (std::vector<int64_t>{128, 256}));
+}
+
+}  // namespace
+}  // namespace thx

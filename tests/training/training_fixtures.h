@@ -1,0 +1,38 @@
+// training_fixtures.h: a prepared synthetic corpus and a tiny pretraining config.
+#pragma once
+#include "data/data_fixtures.h"
+#include "data/prepare.h"
+#include "training/pretrain.h"
+
+namespace thx::test {
+
+// Tokenizer + prepared shards of synthetic_corpus(docs) in dir/prep; returns the directory.
+inline std::string prepared_corpus(const TempDir& dir, int docs = 120) {
+  PrepareOptions o;
+  o.inputs = {dir.write("corpus.txt", synthetic_corpus(docs))};
+  o.format = CorpusFormat::text;
+  o.tokenizer = tiny_tokenizer(dir);
+  o.out_dir = dir.file("prep");
+  o.heldout_fraction = 0.1;
+  run_prepare(o);
+  return o.out_dir;
+}
+
+inline PretrainConfig tiny_pretrain(const std::string& prepared, int64_t steps) {
+  PretrainConfig c;
+  c.model.d_model = 32, c.model.d_ff = 64, c.model.encoder_layers = 1, c.model.decoder_layers = 1;
+  AttentionConfig mh;
+  mh.h = 4;
+  AttentionConfig th = mh;
+  th.variant = "talking_heads";
+  c.attention = {th, mh, mh};
+  c.data.prepared = prepared;
+  c.data.inputs_length = 32, c.data.targets_length = 8;
+  c.train.steps = steps, c.train.batch_size = 8, c.train.log_every = 5;
+  c.checkpoint.every = 5, c.checkpoint.keep = 2;
+  c.eval.every = 5, c.eval.examples = 8, c.eval.batch_size = 8;
+  c.yaml = "tiny: true\n";
+  return c;
+}
+
+}  // namespace thx::test
