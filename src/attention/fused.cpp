@@ -281,11 +281,12 @@ struct AttentionCoreFn : torch::autograd::Function<AttentionCoreFn> {
                        i0 + r);
         }
     });
-    for (int64_t bb = 0; bb < s.b; ++bb)
-      for (int64_t g = 0; g < s.hv; ++g)  // O_g = U_g V_g
-        blas::sgemm(false, false, s.n, s.dv, s.m, 1.0f, u + (bb * s.n * s.hv + g) * s.m,
-                    s.hv * s.m, v + (bb * s.m * s.hv + g) * s.dv, s.hv * s.dv, 0.0f,
-                    o + (bb * s.n * s.hv + g) * s.dv, s.hv * s.dv);
+    blas::parallel_gemms(s.b * s.hv, [&](int64_t i) {  // O_g = U_g V_g
+      const int64_t bb = i / s.hv, g = i % s.hv;
+      blas::sgemm(false, false, s.n, s.dv, s.m, 1.0f, u + (bb * s.n * s.hv + g) * s.m, s.hv * s.m,
+                  v + (bb * s.m * s.hv + g) * s.dv, s.hv * s.dv, 0.0f,
+                  o + (bb * s.n * s.hv + g) * s.dv, s.hv * s.dv);
+    });
     ctx->save_for_backward({Q, K, V, W, placeholder(P_w.defined() ? U : Tensor()),
                             placeholder(P_l), placeholder(P_w), placeholder(p.mask)});
     save_bias_info(ctx, present(bias_in));
@@ -317,11 +318,12 @@ struct AttentionCoreFn : torch::autograd::Function<AttentionCoreFn> {
     float *dj = dJ.data_ptr<float>(), *dq = dQ.data_ptr<float>(), *dkp = dK.data_ptr<float>();
     float* dvp = dV.data_ptr<float>();
 
-    for (int64_t bb = 0; bb < s.b; ++bb)
-      for (int64_t g = 0; g < s.hv; ++g)  // dV_g = U_g^T dO_g
-        blas::sgemm(true, false, s.m, s.dv, s.n, 1.0f, u + (bb * s.n * s.hv + g) * s.m,
-                    s.hv * s.m, go + (bb * s.n * s.hv + g) * s.dv, s.hv * s.dv, 0.0f,
-                    dvp + (bb * s.m * s.hv + g) * s.dv, s.hv * s.dv);
+    blas::parallel_gemms(s.b * s.hv, [&](int64_t i) {  // dV_g = U_g^T dO_g
+      const int64_t bb = i / s.hv, g = i % s.hv;
+      blas::sgemm(true, false, s.m, s.dv, s.n, 1.0f, u + (bb * s.n * s.hv + g) * s.m, s.hv * s.m,
+                  go + (bb * s.n * s.hv + g) * s.dv, s.hv * s.dv, 0.0f,
+                  dvp + (bb * s.m * s.hv + g) * s.dv, s.hv * s.dv);
+    });
     at::parallel_for(0, s.blocks(), 1, [&](int64_t c0, int64_t c1) {
       const int t = at::get_thread_num();
       std::vector<float> dUbuf(kRows * s.hv * s.m), Jbuf(P_l.defined() ? kRows * s.hk * s.m : 0);
@@ -344,16 +346,15 @@ struct AttentionCoreFn : torch::autograd::Function<AttentionCoreFn> {
           }
         }
     });
-    for (int64_t bb = 0; bb < s.b; ++bb)
-      for (int64_t g = 0; g < s.hk; ++g) {
-        // dQ_g = dJ_g K_g, dK_g = dJ_g^T Q_g
-        blas::sgemm(false, false, s.n, s.dk, s.m, 1.0f, dj + (bb * s.n * s.hk + g) * s.m,
-                    s.hk * s.m, kk + (bb * s.m * s.hk + g) * s.dk, s.hk * s.dk, 0.0f,
-                    dq + (bb * s.n * s.hk + g) * s.dk, s.hk * s.dk);
-        blas::sgemm(true, false, s.m, s.dk, s.n, 1.0f, dj + (bb * s.n * s.hk + g) * s.m,
-                    s.hk * s.m, q + (bb * s.n * s.hk + g) * s.dk, s.hk * s.dk, 0.0f,
-                    dkp + (bb * s.m * s.hk + g) * s.dk, s.hk * s.dk);
-      }
+    blas::parallel_gemms(s.b * s.hk, [&](int64_t i) {  // dQ_g = dJ_g K_g, dK_g = dJ_g^T Q_g
+      const int64_t bb = i / s.hk, g = i % s.hk;
+      blas::sgemm(false, false, s.n, s.dk, s.m, 1.0f, dj + (bb * s.n * s.hk + g) * s.m, s.hk * s.m,
+                  kk + (bb * s.m * s.hk + g) * s.dk, s.hk * s.dk, 0.0f,
+                  dq + (bb * s.n * s.hk + g) * s.dk, s.hk * s.dk);
+      blas::sgemm(true, false, s.m, s.dk, s.n, 1.0f, dj + (bb * s.n * s.hk + g) * s.m, s.hk * s.m,
+                  q + (bb * s.n * s.hk + g) * s.dk, s.hk * s.dk, 0.0f,
+                  dkp + (bb * s.m * s.hk + g) * s.dk, s.hk * s.dk);
+    });
     return {dQ, dK, dV, P_l.defined() ? gPl.sum(0) : Tensor(),
             P_w.defined() ? gPw.sum(0) : Tensor(), bias.result(), Tensor()};
   }

@@ -1,14 +1,19 @@
 // thx bench: benchmarks (not tests). `thx bench attention` times one attention layer.
 #include "cli/command.h"
+#include "cli/run_config.h"
 #include "experiments/bench_attention.h"
+#include "experiments/bench_train.h"
 
 namespace thx {
 namespace {
 
 struct BenchCommand : Command {
   CLI::App* attention = nullptr;
+  CLI::App* train = nullptr;
   BenchAttentionOptions opt;
   bool no_reference = false;
+  ConfigOptions config;
+  BenchTrainOptions topt;
 
   explicit BenchCommand(CLI::App& parent) {
     app = parent.add_subcommand("bench", "Benchmarks; results go to docs/benchmarks.md");
@@ -26,6 +31,18 @@ struct BenchCommand : Command {
         ->capture_default_str()->check(CLI::PositiveNumber);
     attention->add_flag("--no-reference", no_reference, "skip the einsum reference");
     attention->add_option("--out", opt.markdown_out, "also write the Markdown report here");
+
+    train = app->add_subcommand(
+        "train", "Whole T5 training steps on random tokens: step time, tokens/s, model FLOPs as a "
+                 "fraction of the matmul peak; multi-head and talking-heads of the configured h");
+    config.add_to(train);
+    train->add_option("--steps", topt.steps, "timed steps (median)")->capture_default_str()
+        ->check(CLI::PositiveNumber);
+    train->add_option("--peer", topt.peer, "also run this peer_t5.py (PyTorch eager) on the same "
+                                           "configuration and threads")->type_name("FILE");
+    train->add_flag("--base", topt.base_sweep,
+                    "also time the paper's base size at batch 8, 512/114, for h = 12, 24, 48");
+    train->add_option("--out", topt.markdown_out, "also write the Markdown report here");
   }
 
   int run() override {
@@ -35,6 +52,28 @@ struct BenchCommand : Command {
           throw InputError(fmt::format("--heads: {} does not divide --d-model {}", h, opt.d_model));
       opt.reference = !no_reference;
       bench_attention(opt);
+    }
+    if (train->parsed()) {
+      ConfigTree tree = config.tree();
+      inherit_attention(tree);
+      const RunConfig rc = load_config<RunConfig>(tree, [](const RunConfig& c) {
+        validate(c.model);
+        validate(c.train);
+        validate(c.optimizer);
+        const int64_t d = c.model.d_model;
+        for (const auto& a : {c.attention_encoder_self, c.attention_decoder_self, c.attention_encoder_decoder})
+          resolve(a.value_or(c.attention), d, d, d);
+      });
+      if (config.dump) {
+        std::fputs(cfg::to_yaml(rc).c_str(), stdout);
+        return 0;
+      }
+      PretrainConfig& p = topt.config;
+      p.model = rc.model, p.data = rc.data, p.train = rc.train, p.optimizer = rc.optimizer;
+      p.attention = {rc.attention_encoder_self.value_or(rc.attention),
+                     rc.attention_decoder_self.value_or(rc.attention),
+                     rc.attention_encoder_decoder.value_or(rc.attention)};
+      bench_train(topt);
     }
     return 0;
   }

@@ -1,0 +1,175 @@
+#include "experiments/bench_train.h"
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <regex>
+
+#include "attention/costs.h"
+#include "common/log.h"
+#include "common/text_table.h"
+#include "experiments/bench_attention.h"
+
+namespace thx {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Timed {
+  double step_s = 0;                     // median
+  double fwd_s = 0, bwd_s = 0, opt_s = 0;  // medians of the parts
+  int64_t params = 0;
+};
+
+Timed time_steps(const PretrainConfig& c, int64_t vocab, int64_t batch, int64_t steps, int64_t warmup) {
+  torch::manual_seed(0);
+  T5 model(c.model, c.attention, vocab);
+  auto opt = make_optimizer(c.optimizer, optimized_params(*model, c.optimizer.factor_attention));
+  model->train();
+  const torch::Tensor in = torch::randint(2, vocab, {batch, c.data.inputs_length});
+  const torch::Tensor tg = torch::randint(2, vocab, {batch, c.data.targets_length});
+  torch::Tensor dec = torch::zeros_like(tg);
+  dec.narrow(1, 1, tg.size(1) - 1).copy_(tg.narrow(1, 0, tg.size(1) - 1));
+  std::vector<double> t, tf, tb, to;
+  auto secs = [](Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); };
+  for (int64_t i = 0; i < warmup + steps; ++i) {
+    const auto t0 = Clock::now();
+    for (auto& p : model->parameters()) p.mutable_grad() = torch::Tensor();
+    torch::Tensor loss = model->forward(in, dec, tg).loss;
+    const auto t1 = Clock::now();
+    loss.backward();
+    const auto t2 = Clock::now();
+    opt->step(1e-3);
+    const auto t3 = Clock::now();
+    if (i >= warmup) t.push_back(secs(t0, t3)), tf.push_back(secs(t0, t1)), tb.push_back(secs(t1, t2)), to.push_back(secs(t2, t3));
+  }
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  Timed r;
+  r.step_s = median(t), r.fwd_s = median(tf), r.bwd_s = median(tb), r.opt_s = median(to);
+  for (auto& p : model->parameters()) r.params += p.numel();
+  return r;
+}
+
+// Runs the peer script; returns its median step time in seconds, or -1 with a warning.
+double run_peer(const std::string& peer, const PretrainConfig& c, int64_t vocab, int64_t steps) {
+  const AttentionConfig& a = c.attention.encoder_self;
+  const bool th = a.variant == "talking_heads";
+  if (!(a.variant == "multi_head" || th) || c.model.encoder_layers != c.model.decoder_layers) {
+    thx::log("bench")->warn("the peer supports only multi_head/talking_heads with equal encoder "
+                            "and decoder depth; no peer run");
+    return -1;
+  }
+  const std::string cmd = fmt::format(
+      "/usr/bin/python3 {} --bench --attn {} --heads {} --d-model {} --d-ff {} --layers {} "
+      "--batch {} --inputs-len {} --targets-len {} --threads {} --steps {} --vocab {} 2>&1",
+      peer, th ? "th" : "mha", a.h, c.model.d_model, c.model.d_ff, c.model.encoder_layers,
+      c.train.batch_size, c.data.inputs_length, c.data.targets_length, torch::get_num_threads(),
+      steps + 3, vocab - 100);
+  thx::log("bench")->info("peer: {}", cmd);
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return -1;
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  pclose(p);
+  std::smatch m;
+  if (std::regex_search(out, m, std::regex("median_step_s=([0-9.]+)"))) return std::stod(m[1]);
+  thx::log("bench")->warn("the peer printed no RESULT line:\n{}", out);
+  return -1;
+}
+
+}  // namespace
+
+double t5_forward_multiplies(const ModelConfig& m, const T5Attention& a, int64_t n, int64_t t,
+                             int64_t vocab) {
+  const int64_t d = m.d_model;
+  auto att = [&](const AttentionConfig& c, int64_t q, int64_t k) {
+    return multiplies(resolve(c, d, d, d), q, k, CostConvention::Full);
+  };
+  const double ff = double(d) * m.d_ff;
+  const double enc = m.encoder_layers * (att(a.encoder_self, n, n) + n * ff * 2);
+  const double dec = m.decoder_layers * (att(a.decoder_self, t, t) + att(a.encoder_decoder, t, n) + t * ff * 2);
+  return enc + dec + double(t) * d * vocab;
+}
+
+std::string bench_train(const BenchTrainOptions& o) {
+  auto log = thx::log("bench");
+  const double peak = matmul_peak_gflops();
+  log->info("fp32 matmul peak: {:.1f} GFLOP/s, {} threads", peak, torch::get_num_threads());
+  TextTable table;
+  table.header = {"config", "attention", "params", "batch", "s/step", "tokens/s", "model GFLOP/s",
+                  "% of peak", "peer s/step", "thx / peer"};
+  table.align = "llrrrrrrrr";
+  auto measure = [&](const std::string& name, const PretrainConfig& c, int64_t vocab, int64_t batch,
+                     bool peer) {
+    const Timed t = time_steps(c, vocab, batch, o.steps, o.warmup);
+    const double flops = 6.0 * batch * t5_forward_multiplies(c.model, c.attention, c.data.inputs_length,
+                                                             c.data.targets_length, vocab);
+    const double gflops = flops / t.step_s / 1e9;
+    const double tokens = double(batch) * (c.data.inputs_length + c.data.targets_length) / t.step_s;
+    double peer_s = -1;
+    if (peer) {
+      PretrainConfig pc = c;
+      pc.train.batch_size = batch;
+      peer_s = run_peer(o.peer, pc, vocab, o.steps);
+    }
+    const AttentionDims d = resolve(c.attention.encoder_self, c.model.d_model, c.model.d_model, c.model.d_model);
+    table.rows.push_back({name, d.summary(), std::to_string(t.params), std::to_string(batch),
+                          fmt::format("{:.3f}", t.step_s), fmt::format("{:.0f}", tokens),
+                          fmt::format("{:.1f}", gflops), fmt::format("{:.0f}%", 100 * gflops / peak),
+                          peer_s > 0 ? fmt::format("{:.3f}", peer_s) : "-",
+                          peer_s > 0 ? fmt::format("{:.2f}", t.step_s / peer_s) : "-"});
+    log->info("{} {}: {:.3f} s/step (forward {:.3f}, backward {:.3f}, optimizer {:.3f}), {:.0f}% of peak{}",
+              name, d.summary(), t.step_s, t.fwd_s, t.bwd_s, t.opt_s, 100 * gflops / peak, peer_s > 0 ? fmt::format(", peer {:.3f} s/step", peer_s) : "");
+    return t.step_s;
+  };
+  const PretrainConfig& c = o.config;
+  const int64_t vocab = c.model.vocab_size > 0 ? c.model.vocab_size : 8100;
+  std::string report;
+  // The configured model, as multi-head and as talking-heads of the same h.
+  PretrainConfig mh = c, th = c;
+  auto set_variant = [](PretrainConfig& p, const char* v) {
+    for (AttentionConfig* a : {&p.attention.encoder_self, &p.attention.decoder_self, &p.attention.encoder_decoder}) {
+      a->variant = v, a->h_k.reset(), a->h_v.reset(), a->dynamic.clear();
+    }
+  };
+  set_variant(mh, "multi_head");
+  set_variant(th, "talking_heads");
+  const bool peer = !o.peer.empty();
+  measure("configured", mh, vocab, c.train.batch_size, peer);
+  measure("configured", th, vocab, c.train.batch_size, peer);
+  TextTable ratios;
+  ratios.header = {"h", "TH/MH step time", "paper's TPU ratio"};
+  ratios.align = "rrr";
+  if (o.base_sweep) {
+    const std::map<int64_t, std::string> paper = {{12, "0.18/0.15 = 1.20"}, {24, "0.22/0.17 = 1.29"},
+                                                  {48, "0.32/0.21 = 1.52"}};
+    for (int64_t h : {12, 24, 48}) {
+      PretrainConfig b = c;
+      b.model = ModelConfig{};  // the paper's base: 12+12 layers, 768, 3072
+      b.data.inputs_length = 512, b.data.targets_length = 114;
+      for (AttentionConfig* a : {&b.attention.encoder_self, &b.attention.decoder_self, &b.attention.encoder_decoder})
+        a->h = h, a->d_k.reset(), a->d_v.reset();
+      PretrainConfig bm = b, bt = b;
+      set_variant(bm, "multi_head");
+      set_variant(bt, "talking_heads");
+      const double tm = measure(fmt::format("base h={}", h), bm, 32128, 8, false);
+      const double tt = measure(fmt::format("base h={}", h), bt, 32128, 8, false);
+      ratios.rows.push_back({std::to_string(h), fmt::format("{:.2f}", tt / tm), paper.at(h)});
+    }
+  }
+  report = fmt::format("fp32 matmul peak {:.1f} GFLOP/s (2048^3), {} threads; median of {} steps after {} "
+                       "warm-up; model FLOPs = 6 x forward multiply-adds.\n\n",
+                       peak, torch::get_num_threads(), o.steps, o.warmup) +
+           render(table, TableFormat::markdown);
+  if (o.base_sweep) report += "\n" + render(ratios, TableFormat::markdown);
+  std::fputs(report.c_str(), stdout);
+  if (!o.markdown_out.empty()) std::ofstream(o.markdown_out) << report;
+  return report;
+}
+
+}  // namespace thx

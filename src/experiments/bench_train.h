@@ -1,0 +1,30 @@
+// bench_train.h: `thx bench train`, whole T5 training steps on random tokens.
+//
+// Reports step time, tokens/s and model FLOPs/s as a fraction of the fp32 matmul peak
+// measured in the same run. Model FLOPs = 2 x the multiply-adds of every matmul of the
+// forward pass (attention by section 5's formulas, all terms; feed-forward; the output
+// projection) x 3 for forward plus backward. Optionally also runs the PyTorch-eager peer
+// (../shared/bench/peer_t5.py) on the same configuration and threads, and reports the ratio.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "training/pretrain.h"
+
+namespace thx {
+
+struct BenchTrainOptions {
+  PretrainConfig config;      // model, attention, data lengths, batch size, optimizer
+  int64_t steps = 5, warmup = 2;
+  std::string peer;           // path of peer_t5.py; empty: no peer run
+  bool base_sweep = false;    // also: base size, batch 8, 512/114, MH and TH at h 12, 24, 48
+  std::string markdown_out;
+};
+
+std::string bench_train(const BenchTrainOptions& options);
+
+// Forward multiply-adds of one training example (all matmuls).
+double t5_forward_multiplies(const ModelConfig& m, const T5Attention& a, int64_t inputs_length,
+                             int64_t targets_length, int64_t vocab_size);
+
+}  // namespace thx
