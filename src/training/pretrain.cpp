@@ -219,6 +219,11 @@ PretrainResult run_pretrain(const PretrainConfig& c, const std::string& run_dir,
             [&] { int64_t n = 0; for (auto& p : s.model->parameters()) n += p.numel(); return n; }(),
             c.train.steps, c.train.batch_size, c.data.inputs_length, s.stream->lengths().raw,
             c.data.targets_length, torch::get_num_threads());
+  if (step >= c.train.steps) {  // a finished run: report where it ended
+    eval_now(step);
+    result.step = step;
+    return result;
+  }
   SignalScope signals;
   s.model->train();
   const auto t_start = std::chrono::steady_clock::now();
