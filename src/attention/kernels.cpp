@@ -44,6 +44,14 @@ void softmax(float* x, const float* bias, const uint8_t* mask, int64_t len) {
   for (int64_t j = 0; j < len; ++j) x[j] *= inv;
 }
 
+float logsumexp(const float* x, int64_t len) {
+  float mx = -std::numeric_limits<float>::infinity();
+  for (int64_t j = 0; j < len; ++j) mx = std::max(mx, x[j]);
+  double sum = 0;
+  for (int64_t j = 0; j < len; ++j) sum += std::exp(x[j] - mx);
+  return mx + float(std::log(sum));
+}
+
 void softmax_backward(float* dx, const float* w, const float* g, const uint8_t* mask,
                       int64_t len) {
   float dot = 0;
@@ -51,7 +59,7 @@ void softmax_backward(float* dx, const float* w, const float* g, const uint8_t* 
   for (int64_t j = 0; j < len; ++j) dx[j] = (mask && !mask[j]) ? 0.0f : w[j] * (g[j] - dot);
 }
 
-const Ops kGeneric = {"generic", mix, gram, softmax, softmax_backward};
+const Ops kGeneric = {"generic", mix, gram, softmax, logsumexp, softmax_backward};
 
 }  // namespace
 

@@ -23,6 +23,8 @@ struct Ops {
   // In place: x = softmax(x + bias) over len, with x = -1e9 where mask[j] == 0.
   // bias and mask may be null.
   void (*softmax)(float* x, const float* bias, const uint8_t* mask, int64_t len);
+  // log(sum_j exp(x[j])), computed stably.
+  float (*logsumexp)(const float* x, int64_t len);
   // dx = w * (g - sum(w * g)), and 0 where mask[j] == 0 (mask may be null).
   void (*softmax_backward)(float* dx, const float* w, const float* g, const uint8_t* mask,
                            int64_t len);

@@ -235,6 +235,21 @@ void softmax(float* x, const float* bias, const uint8_t* mask, int64_t len) {
   for (int64_t j = full; j < len; ++j) x[j] *= 1.0f / sum;
 }
 
+float logsumexp(const float* x, int64_t len) {
+  const int64_t full = len & ~int64_t{7};
+  __m256 vmax = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+  for (int64_t j = 0; j < full; j += 8) vmax = _mm256_max_ps(vmax, _mm256_loadu_ps(x + j));
+  float mx = hmax(vmax);
+  for (int64_t j = full; j < len; ++j) mx = std::max(mx, x[j]);
+  const __m256 vm = _mm256_set1_ps(mx);
+  __m256 vsum = _mm256_setzero_ps();
+  for (int64_t j = 0; j < full; j += 8)
+    vsum = _mm256_add_ps(vsum, exp256(_mm256_sub_ps(_mm256_loadu_ps(x + j), vm)));
+  float sum = hsum(vsum);
+  for (int64_t j = full; j < len; ++j) sum += std::exp(x[j] - mx);
+  return mx + std::log(sum);
+}
+
 void softmax_backward(float* dx, const float* w, const float* g, const uint8_t* mask,
                       int64_t len) {
   const int64_t full = len & ~int64_t{7};
@@ -256,7 +271,7 @@ void softmax_backward(float* dx, const float* w, const float* g, const uint8_t* 
   for (int64_t j = full; j < len; ++j) dx[j] = (mask && !mask[j]) ? 0.0f : w[j] * (g[j] - dot);
 }
 
-const Ops kAvx2 = {"avx2", mix, gram, softmax, softmax_backward};
+const Ops kAvx2 = {"avx2", mix, gram, softmax, logsumexp, softmax_backward};
 
 }  // namespace
 

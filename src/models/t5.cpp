@@ -1,9 +1,12 @@
 #include "models/t5.h"
 
+#include <ATen/Parallel.h>
+
 #include <cmath>
 
 #include "attention/factory.h"
 #include "common/error.h"
+#include "models/loss.h"
 
 namespace thx {
 
@@ -61,7 +64,63 @@ Tensor relative_position_buckets(int64_t n, int64_t m, bool bidirectional, int64
 
 RMSNormImpl::RMSNormImpl(int64_t d) { scale = register_parameter("scale", torch::ones({d})); }
 
+namespace {
+
+// y = x * r * scale with r = rsqrt(mean(x^2) + 1e-6) per row; one pass forward, one backward:
+//   dx = r * (dy*scale - x * r^2 * mean(dy*scale*x)),  dscale = sum over rows of dy * x * r.
+struct RMSNormFn : torch::autograd::Function<RMSNormFn> {
+  static Tensor forward(torch::autograd::AutogradContext* ctx, const Tensor& x_in, const Tensor& scale) {
+    const Tensor x = x_in.contiguous();
+    const int64_t d = x.size(-1), rows = x.numel() / d;
+    Tensor y = torch::empty_like(x), r = torch::empty({rows}, x.options());
+    const float *px = x.data_ptr<float>(), *ps = scale.data_ptr<float>();
+    float *py = y.data_ptr<float>(), *pr = r.data_ptr<float>();
+    at::parallel_for(0, rows, 64, [&](int64_t a, int64_t b) {
+      for (int64_t i = a; i < b; ++i) {
+        const float* xi = px + i * d;
+        float ss = 0;
+        for (int64_t j = 0; j < d; ++j) ss += xi[j] * xi[j];
+        const float ri = 1.0f / std::sqrt(ss / float(d) + 1e-6f);
+        pr[i] = ri;
+        float* yi = py + i * d;
+        for (int64_t j = 0; j < d; ++j) yi[j] = xi[j] * ri * ps[j];
+      }
+    });
+    ctx->save_for_backward({x, scale, r});
+    return y;
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto s = ctx->get_saved_variables();
+    const Tensor &x = s[0], &scale = s[1], &r = s[2];
+    const Tensor dy = grads[0].contiguous();
+    const int64_t d = x.size(-1), rows = x.numel() / d;
+    const int threads = at::get_num_threads();
+    Tensor dx = torch::empty_like(x), dscale = torch::zeros({threads, d}, x.options());
+    const float *px = x.data_ptr<float>(), *ps = scale.data_ptr<float>(), *pr = r.data_ptr<float>();
+    const float* pdy = dy.data_ptr<float>();
+    float* pdx = dx.data_ptr<float>();
+    at::parallel_for(0, rows, 64, [&](int64_t a, int64_t b) {
+      float* ds = dscale[at::get_thread_num()].data_ptr<float>();
+      for (int64_t i = a; i < b; ++i) {
+        const float *xi = px + i * d, *gi = pdy + i * d;
+        const float ri = pr[i];
+        float dot = 0;
+        for (int64_t j = 0; j < d; ++j) dot += gi[j] * ps[j] * xi[j], ds[j] += gi[j] * xi[j] * ri;
+        const float k = ri * ri * dot / float(d);
+        float* o = pdx + i * d;
+        for (int64_t j = 0; j < d; ++j) o[j] = ri * (gi[j] * ps[j] - xi[j] * k);
+      }
+    });
+    return {dx, dscale.sum(0)};
+  }
+};
+
+}  // namespace
+
 Tensor RMSNormImpl::forward(const Tensor& x) {
+  if (x.scalar_type() == torch::kFloat32 && x.device().is_cpu() && scale.scalar_type() == torch::kFloat32)
+    return RMSNormFn::apply(x, scale);
   return x * torch::rsqrt(x.pow(2).mean(-1, true) + 1e-6) * scale;
 }
 
@@ -183,15 +242,14 @@ Tensor T5Impl::logits(const Tensor& inputs, const Tensor& decoder_inputs) {
 T5Impl::Output T5Impl::forward(const Tensor& inputs, const Tensor& decoder_inputs,
                                const Tensor& targets) {
   Output out;
-  out.logits = logits(inputs, decoder_inputs);
-  const Tensor lse = torch::logsumexp(out.logits, -1);                                  // [B,t]
-  const Tensor target_logit = out.logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1); // [B,t]
-  const Tensor weight = (targets != 0).to(out.logits.scalar_type());
-  out.tokens = weight.sum().item<int64_t>();
+  out.logits = logits(inputs, decoder_inputs);                                          // [B,t,V]
+  out.tokens = (targets != 0).sum().item<int64_t>();
   const double denom = std::max<int64_t>(out.tokens, 1);
-  out.nll_sum = ((lse - target_logit) * weight).sum();
-  out.nll = out.nll_sum / denom;
-  out.loss = out.nll + config_.z_loss * (lse.pow(2) * weight).sum() / denom;
+  const LossSums s = cross_entropy_z_loss(out.logits.view({-1, vocab_size_}), targets.reshape({-1}),
+                                          config_.z_loss);  // fused (loss.h)
+  out.nll_sum = s.nll_sum;
+  out.nll = s.nll_sum / denom;
+  out.loss = s.loss_sum / denom;
   return out;
 }
 

@@ -1,6 +1,9 @@
 #include "training/optimizer.h"
 
+#include <ATen/Parallel.h>
+
 #include <cmath>
+#include <functional>
 
 #include "common/error.h"
 
@@ -53,10 +56,31 @@ class Adafactor : public Optimizer {
     torch::NoGradGuard no_grad;
     ++step_;
     const double decay = 1.0 - std::pow(double(step_), -o_.decay_exponent);
+    std::vector<bool> done(params_.size(), false);
+    if (fused_) {
+      // Largest first into the least loaded of the threads' bins; one parallel region.
+      const int threads = at::get_num_threads();
+      std::vector<size_t> order;
+      for (size_t i = 0; i < params_.size(); ++i)
+        if (params_[i].param.grad().defined() && fusable(params_[i])) order.push_back(i), done[i] = true;
+      std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+        return params_[a].param.numel() > params_[b].param.numel();
+      });
+      std::vector<std::vector<size_t>> bins(threads);
+      std::vector<int64_t> load(threads, 0);
+      for (size_t i : order) {
+        const int t = int(std::min_element(load.begin(), load.end()) - load.begin());
+        bins[t].push_back(i), load[t] += params_[i].param.numel();
+      }
+      at::parallel_for(0, threads, 1, [&](int64_t lo, int64_t hi) {
+        for (int64_t t = lo; t < hi; ++t)
+          for (size_t i : bins[t]) fused_update(params_[i], slots_[i], decay, lr);
+      });
+    }
     for (size_t i = 0; i < params_.size(); ++i) {
       OptimizedParam& p = params_[i];
       Slot& s = slots_[i];
-      if (!p.param.grad().defined()) continue;
+      if (done[i] || !p.param.grad().defined()) continue;
       const Tensor g = p.param.grad().reshape(p.view);
       const Tensor g2 = g.pow(2) + o_.epsilon1;
       Tensor x;
@@ -78,6 +102,8 @@ class Adafactor : public Optimizer {
       p.param.sub_(update.view(p.param.sizes()));
     }
   }
+
+  void set_fused(bool on) override { fused_ = on; }
 
   std::map<std::string, Tensor> state() const override {
     std::map<std::string, Tensor> out;
@@ -125,6 +151,116 @@ class Adafactor : public Optimizer {
     std::optional<std::pair<int64_t, int64_t>> dims;
     Tensor vr, vc, v, m;
   };
+
+  // The same update in three passes of plain loops over raw fp32 memory, instead of ~30
+  // ATen operations (each a pass, a dispatch and an allocation). Serial per variable: step()
+  // spreads the variables over the threads, one parallel region per step. The view is seen
+  // as [A, X, B, Y, C] with X and Y the two factored dims (A, B, C: the dims around them).
+  static bool fusable(const OptimizedParam& p) {
+    const Tensor& w = p.param;
+    const Tensor& g = w.grad();
+    return w.scalar_type() == torch::kFloat32 && w.is_contiguous() && w.device().is_cpu() &&
+           g.defined() && g.scalar_type() == torch::kFloat32 && g.is_contiguous();
+  }
+
+  void fused_update(OptimizedParam& p, Slot& s, double decay, double lr) const {
+    const int64_t n = p.param.numel();
+    float* pw = p.param.data_ptr<float>();
+    const float* pg = p.param.grad().data_ptr<float>();
+    const float mix = float(1.0 - decay), keep = float(decay), eps1 = float(o_.epsilon1);
+    double sum_x2 = 0, sum_w2 = 0;
+    for (int64_t e = 0; e < n; ++e) sum_w2 += double(pw[e]) * pw[e];
+    int64_t A = 1, X = 1, B = 1, Y = 1, C = n;
+    bool d0_first = true;
+    std::vector<float> r_scale, c_scale;  // rsqrt(vr / mean_d1 vr) [A,?,B,?,C], rsqrt(vc)
+    const float* v = nullptr;
+    if (s.dims) {
+      const auto [d0, d1] = *s.dims;
+      const int64_t i = std::min(d0, d1), j = std::max(d0, d1);
+      d0_first = d0 == i;
+      C = 1;
+      for (int64_t k = 0; k < int64_t(p.view.size()); ++k) {
+        const int64_t e = p.view[k];
+        if (k < i) A *= e; else if (k == i) X = e; else if (k < j) B *= e; else if (k == j) Y = e; else C *= e;
+      }
+      // Means of g^2 over X ([A,B,Y,C]) and over Y ([A,X,B,C]).
+      std::vector<float> over_x(A * B * Y * C, 0.f), over_y(A * X * B * C, 0.f);
+      for (int64_t a = 0; a < A; ++a)
+        for (int64_t x = 0; x < X; ++x)
+          for (int64_t b = 0; b < B; ++b)
+            for (int64_t y = 0; y < Y; ++y) {
+              const float* gp = pg + (((a * X + x) * B + b) * Y + y) * C;
+              float* rx = over_y.data() + ((a * X + x) * B + b) * C;
+              float* ry = over_x.data() + ((a * B + b) * Y + y) * C;
+              for (int64_t c = 0; c < C; ++c) {
+                const float g2 = gp[c] * gp[c] + eps1;
+                rx[c] += g2, ry[c] += g2;
+              }
+            }
+      for (auto& q : over_x) q /= float(X);
+      for (auto& q : over_y) q /= float(Y);
+      // vr drops d0, vc drops d1; their keepdim layouts are these index spaces.
+      float* vr = s.vr.data_ptr<float>();
+      float* vc = s.vc.data_ptr<float>();
+      const std::vector<float>& new_r = d0_first ? over_x : over_y;
+      const std::vector<float>& new_c = d0_first ? over_y : over_x;
+      for (size_t k = 0; k < new_r.size(); ++k) vr[k] = keep * vr[k] + mix * new_r[k];
+      for (size_t k = 0; k < new_c.size(); ++k) vc[k] = keep * vc[k] + mix * new_c[k];
+      // r = rsqrt(vr / mean of vr over d1): vr [A,B,Y,C] (d1 = Y) or [A,X,B,C] (d1 = X).
+      const int64_t R = d0_first ? Y : X;
+      r_scale.resize(new_r.size());
+      for (int64_t a = 0; a < A; ++a)
+        for (int64_t b = 0; b < B; ++b)
+          for (int64_t c = 0; c < C; ++c) {
+            auto at = [&](int64_t k) { return ((a * (d0_first ? B : R) + (d0_first ? b : k)) *
+                                               (d0_first ? R : B) + (d0_first ? k : b)) * C + c; };
+            double mean = 0;
+            for (int64_t k = 0; k < R; ++k) mean += vr[at(k)];
+            mean /= double(R);
+            for (int64_t k = 0; k < R; ++k) r_scale[at(k)] = float(1.0 / std::sqrt(vr[at(k)] / mean));
+          }
+      c_scale.resize(new_c.size());
+      for (size_t k = 0; k < new_c.size(); ++k) c_scale[k] = 1.0f / std::sqrt(vc[k]);
+    } else {
+      float* vv = s.v.data_ptr<float>();
+      for (int64_t e = 0; e < n; ++e) vv[e] = keep * vv[e] + mix * (pg[e] * pg[e] + eps1);
+      v = vv;
+    }
+    // x for a run of C elements starting at (a, x, b, y).
+    auto for_each_run = [&](auto&& fn) {  // fn(e0, g, r, c): x_e = g[e] * r[e] * c[e]
+      if (!s.dims) return fn(int64_t{0}, pg, (const float*)nullptr, (const float*)nullptr);
+      for (int64_t a = 0; a < A; ++a)
+        for (int64_t x = 0; x < X; ++x)
+          for (int64_t b = 0; b < B; ++b)
+            for (int64_t y = 0; y < Y; ++y) {
+              const int64_t e0 = (((a * X + x) * B + b) * Y + y) * C;
+              const int64_t kx = ((a * B + b) * Y + y) * C, ky = ((a * X + x) * B + b) * C;
+              fn(e0, pg + e0, r_scale.data() + (d0_first ? kx : ky), c_scale.data() + (d0_first ? ky : kx));
+            }
+    };
+    auto x_at = [&](int64_t e0, const float* g, const float* r, const float* c, int64_t k) {
+      return r ? g[k] * r[k] * c[k] : g[k] / std::sqrt(v[e0 + k]);
+    };
+    for_each_run([&](int64_t e0, const float* g, const float* r, const float* c) {
+      for (int64_t k = 0; k < C; ++k) {
+        const float x = x_at(e0, g, r, c, k);
+        sum_x2 += double(x) * x;
+      }
+    });
+    const double rms_x = std::sqrt(sum_x2 / double(n)), rms_w = std::sqrt(sum_w2 / double(n));
+    const float scale = float(lr * std::max(rms_w, o_.epsilon2) / std::max(1.0, rms_x / o_.clipping_threshold));
+    float* m = s.m.defined() ? s.m.data_ptr<float>() : nullptr;
+    const float b1 = o_.beta1 ? float(*o_.beta1) : 0.f;
+    for_each_run([&](int64_t e0, const float* g, const float* r, const float* c) {
+      for (int64_t k = 0; k < C; ++k) {
+        float u = x_at(e0, g, r, c, k) * scale;
+        if (m) u = m[e0 + k] = b1 * m[e0 + k] + (1 - b1) * u;
+        pw[e0 + k] -= u;
+      }
+    });
+  }
+
+  bool fused_ = true;
   std::vector<OptimizedParam> params_;
   std::vector<Slot> slots_;
   AdafactorOptions o_;

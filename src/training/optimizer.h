@@ -47,6 +47,8 @@ class Optimizer {
   // probe files; load_state() restores exactly what state() returned.
   virtual std::map<std::string, torch::Tensor> state() const = 0;
   virtual void load_state(const std::map<std::string, torch::Tensor>& s, int64_t step) = 0;
+  // Adafactor: use the fused loops (default) or the ATen composition (the reference).
+  virtual void set_fused(bool) {}
 
  protected:
   int64_t step_ = 0;

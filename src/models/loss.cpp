@@ -1,0 +1,92 @@
+#include "models/loss.h"
+
+#include <ATen/Parallel.h>
+
+#include <cstring>
+
+#include "attention/kernels.h"
+
+namespace thx {
+namespace {
+
+using torch::Tensor;
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+struct CrossEntropyZFn : torch::autograd::Function<CrossEntropyZFn> {
+  static variable_list forward(AutogradContext* ctx, const Tensor& logits_in, const Tensor& targets_in,
+                               double z) {
+    const Tensor x = logits_in.contiguous(), t = targets_in.to(torch::kInt64).contiguous();
+    const int64_t N = x.size(0), V = x.size(1);
+    Tensor lse = torch::empty({N}, x.options());
+    const float* px = x.data_ptr<float>();
+    const int64_t* pt = t.data_ptr<int64_t>();
+    float* pl = lse.data_ptr<float>();
+    const kernels::Ops& k = kernels::best_ops();
+    at::parallel_for(0, N, 16, [&](int64_t a, int64_t b) {
+      for (int64_t i = a; i < b; ++i) pl[i] = k.logsumexp(px + i * V, V);
+    });
+    double nll = 0, zz = 0;
+    for (int64_t i = 0; i < N; ++i) {
+      if (pt[i] == 0) continue;
+      TORCH_CHECK(pt[i] > 0 && pt[i] < V, "cross_entropy: target ", pt[i], " outside [0, ", V, ")");
+      nll += double(pl[i]) - px[i * V + pt[i]];
+      zz += double(pl[i]) * pl[i];
+    }
+    ctx->save_for_backward({x, t, lse});
+    ctx->saved_data["z"] = z;
+    auto scalar = [&](double v) { return torch::tensor(float(v), x.options()); };
+    return {scalar(nll + z * zz), scalar(nll), lse};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto s = ctx->get_saved_variables();
+    const Tensor &x = s[0], &t = s[1], &lse = s[2];
+    const double z = ctx->saved_data["z"].toDouble();
+    const float g_loss = grads[0].defined() ? grads[0].item<float>() : 0.f;
+    const float g_nll = grads[1].defined() ? grads[1].item<float>() : 0.f;
+    const int64_t N = x.size(0), V = x.size(1);
+    Tensor dx = torch::empty_like(x);
+    const float *px = x.data_ptr<float>(), *pl = lse.data_ptr<float>();
+    const int64_t* pt = t.data_ptr<int64_t>();
+    float* pd = dx.data_ptr<float>();
+    const kernels::Ops& k = kernels::best_ops();
+    at::parallel_for(0, N, 16, [&](int64_t a, int64_t b) {
+      for (int64_t i = a; i < b; ++i) {
+        float* d = pd + i * V;
+        if (pt[i] == 0) {
+          std::memset(d, 0, sizeof(float) * V);
+          continue;
+        }
+        std::memcpy(d, px + i * V, sizeof(float) * V);
+        k.softmax(d, nullptr, nullptr, V);  // p
+        const float scale = g_loss + g_nll + float(2 * z) * g_loss * pl[i];
+        for (int64_t j = 0; j < V; ++j) d[j] *= scale;
+        d[pt[i]] -= g_loss + g_nll;
+      }
+    });
+    return {dx, Tensor(), Tensor()};
+  }
+};
+
+}  // namespace
+
+LossSums cross_entropy_z_loss_reference(const Tensor& logits, const Tensor& targets, double z) {
+  const Tensor lse = torch::logsumexp(logits, -1);                                  // [N]
+  const Tensor target_logit = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1);  // [N]
+  const Tensor w = (targets != 0).to(logits.scalar_type());
+  LossSums r;
+  r.nll_sum = ((lse - target_logit) * w).sum();
+  r.loss_sum = r.nll_sum + z * (lse.pow(2) * w).sum();
+  r.lse = lse.detach();
+  return r;
+}
+
+LossSums cross_entropy_z_loss(const Tensor& logits, const Tensor& targets, double z) {
+  if (logits.scalar_type() != torch::kFloat32 || !logits.device().is_cpu() || logits.dim() != 2)
+    return cross_entropy_z_loss_reference(logits, targets, z);
+  auto out = CrossEntropyZFn::apply(logits, targets, z);
+  return {out[0], out[1], out[2]};
+}
+
+}  // namespace thx
