@@ -238,7 +238,7 @@ PretrainResult run_pretrain(const PretrainConfig& c, const std::string& run_dir,
     if (!std::isfinite(l.loss))
       throw RunError(fmt::format("step {}: the loss is {}; training stopped and no "
                                            "checkpoint was written (the last good one is kept in {})",
-                                           step + 1, l.loss, ckpt_dir));
+                                           step + 1, std::isnan(l.loss) ? "NaN" : l.loss > 0 ? "+inf" : "-inf", ckpt_dir));
     const double lr = learning_rate(c.optimizer, step + 1, c.train.steps);
     s.optimizer->step(lr);
     ++step;

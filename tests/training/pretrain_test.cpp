@@ -90,7 +90,7 @@ TEST(Pretrain, NonFiniteLossStopsAndKeepsTheGoodCheckpoint) {
     FAIL() << "no error";
   } catch (const RunError& e) {
     EXPECT_TRUE(std::regex_search(std::string(e.what()),
-                                  std::regex("^step [0-9]+: the loss is (nan|inf|-inf); training stopped")))
+                                  std::regex("^step [0-9]+: the loss is (NaN|\\+inf|-inf); training stopped")))
         << e.what();
   }
   EXPECT_EQ(list_checkpoints(run + "/checkpoints").back(), good);
