@@ -46,7 +46,8 @@ struct PrepareCommand : Command {
   explicit PrepareCommand(CLI::App& parent) {
     app = parent.add_subcommand("prepare",
                                 "Tokenize a corpus once into compressed HDF5 shards with a "
-                                "deterministic held-out split; a re-run with unchanged inputs does nothing");
+                                "deterministic held-out split; a re-run with unchanged inputs "
+                                "does nothing, and shards of other inputs are never replaced");
     app->add_option("--input", o.inputs, "corpus file, directory or glob; repeatable")
         ->required()->type_name("PATH");
     app->add_option("--format", format, kFormats)->capture_default_str();

@@ -94,6 +94,12 @@ PrepareResult run_prepare(const PrepareOptions& o) {
       for (const char* s : kSplits)
         for (const auto& sh : m["splits"][s]["shards"])
           complete = complete && fs::exists(fs::path(o.out_dir) / sh.get<std::string>());
+      // Shards made from other inputs are not replaced: runs and checkpoints refer to them.
+      if (m.value("fingerprint", "") != fp && !m.value("fingerprint", "").empty())
+        throw InputError(fmt::format(
+            "--out {}: holds shards prepared from other inputs or settings (see its "
+            "manifest.json); choose another --out, or remove the directory to rebuild",
+            o.out_dir));
       if (complete) {
         log->info("{} is up to date with its inputs; nothing to do", o.out_dir);
         result.up_to_date = true;

@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <random>
+#include <regex>
 #include <sstream>
 #include <thread>
 
@@ -120,6 +121,16 @@ CorpusStats train_sentencepiece(const SpmTrainOptions& o) {
   auto log = thx::log("spm");
   if (o.pieces < 8) throw InputError(fmt::format("--pieces {}: must be at least 8", o.pieces));
   if (o.model_prefix.empty()) throw InputError("spm-train: --out PREFIX is required");
+  // Check the destination before reading any corpus: training can take minutes. An existing
+  // model is never replaced (runs and shards were made with it).
+  namespace fs = std::filesystem;
+  const fs::path model_file = o.model_prefix + ".model";
+  const fs::path dir = model_file.parent_path().empty() ? fs::path(".") : model_file.parent_path();
+  if (!fs::is_directory(dir))
+    throw InputError(fmt::format("--out {}: directory {} does not exist", o.model_prefix, dir.string()));
+  if (fs::exists(model_file))
+    throw InputError(fmt::format("--out {}: {} exists; remove it or choose another prefix",
+                                 o.model_prefix, model_file.string()));
   const auto files = expand_inputs(o.inputs);
   // Reservoir-sample lines, so that memory stays bounded on any corpus.
   std::vector<std::string> sample;
@@ -141,8 +152,11 @@ CorpusStats train_sentencepiece(const SpmTrainOptions& o) {
   log->info("{} files, {} documents, {} lines ({} sampled), {} malformed lines skipped",
             stats.files, stats.documents, seen, sample.size(), stats.bad_lines);
   const int64_t threads = o.threads > 0 ? o.threads : std::max(1u, std::thread::hardware_concurrency());
+  // SentencePiece writes PREFIX.model and PREFIX.vocab in place; train under a temporary
+  // prefix and rename, so that an interrupted run leaves no half-written model behind.
+  const std::string tmp_prefix = fmt::format("{}.tmp{}", o.model_prefix, getpid());
   const std::unordered_map<std::string, std::string> args = {
-      {"model_prefix", o.model_prefix},
+      {"model_prefix", tmp_prefix},
       {"model_type", "unigram"},
       {"vocab_size", std::to_string(o.pieces)},
       {"pad_id", "0"}, {"eos_id", "1"}, {"unk_id", "2"}, {"bos_id", "-1"},
@@ -157,8 +171,15 @@ CorpusStats train_sentencepiece(const SpmTrainOptions& o) {
   for (const auto& s : sample) sentences.push_back(s.c_str());
   char err[1024] = {0};
   if (spm().train(keys.data(), values.data(), int(keys.size()), sentences.data(), sentences.size(),
-                  err, sizeof err) != 0)
-    throw InputError(fmt::format("spm-train: SentencePiece could not train: {}", err));
+                  err, sizeof err) != 0) {
+    std::error_code ec;
+    fs::remove(tmp_prefix + ".model", ec), fs::remove(tmp_prefix + ".vocab", ec);
+    // Keep SentencePiece's message, without its "Internal: file.cc(660) [condition] " prefix.
+    std::string msg = std::regex_replace(std::string(err), std::regex(R"(^\w+: \S+\(\d+\) \[.*?\] )"), "");
+    throw InputError(fmt::format("spm-train: SentencePiece could not train: {}", msg));
+  }
+  fs::rename(tmp_prefix + ".vocab", o.model_prefix + ".vocab");
+  fs::rename(tmp_prefix + ".model", model_file);
   log->info("wrote {}.model ({} pieces + {} sentinels)", o.model_prefix, o.pieces,
             Tokenizer::kSentinels);
   return stats;

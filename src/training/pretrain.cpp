@@ -20,7 +20,16 @@ using torch::Tensor;
 namespace {
 
 volatile std::sig_atomic_t g_stop = 0;
-void on_signal(int) { g_stop = 1; }
+// The first SIGINT/SIGTERM asks for a checkpoint and a clean stop after the current step; a
+// second one, while that is pending, ends the process at once (signal and raise are both
+// async-signal-safe).
+void on_signal(int sig) {
+  if (g_stop) {
+    std::signal(sig, SIG_DFL);
+    std::raise(sig);
+  }
+  g_stop = 1;
+}
 
 // Installs SIGINT/SIGTERM handlers for the duration of a run.
 struct SignalScope {

@@ -4,6 +4,7 @@
 
 #include <filesystem>
 
+#include "common/fs.h"
 #include "common/h5.h"
 #include "test_util.h"
 
@@ -213,6 +214,45 @@ TEST(Cli, BadProbeFlagsExitTwoAndWriteNothing) {
   r = run_thx("--log-level warn attention-probe --out " + dir.file("no/such/dir/p.h5"));
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_EQ(lines(r.out), 1) << r.out;
+}
+
+TEST(Cli, BadTokenizerAndPrepareInputExitTwoAndKeepFiles) {
+  TempDir dir;
+  const std::string small = dir.write("small.txt", "hello world\n");
+  const std::string bad = dir.write("bad.jsonl", "{\"text\": 5}\n{oops\n");
+  const std::string model = dir.write("old.model", "an existing model\n");
+  const std::string junk = dir.write("junk.model", "junk\n");
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"spm-train --input " + dir.file("nope.txt") + " --out " + dir.file("m"),
+       dir.file("nope.txt") + ": no such file, directory or matching file"},
+      {"spm-train --input " + small + " --format xml --out " + dir.file("m"),
+       "--format: 'xml' is not a corpus format; allowed: auto, text, text_files, wikiextractor, jsonl, books"},
+      {"spm-train --input " + bad + " --out " + dir.file("m"),
+       bad + ": no usable document (2 malformed lines); first problem: " + bad + ":1: no \"text\" string"},
+      {"spm-train --input " + small + " --out " + dir.file("no/dir/m"),
+       "directory " + dir.file("no/dir") + " does not exist"},
+      {"spm-train --input " + small + " --out " + dir.file("old"),
+       dir.file("old.model") + " exists; remove it or choose another prefix"},
+      {"spm-train --input " + small + " --out " + dir.file("m") + " --pieces 8000",
+       "spm-train: SentencePiece could not train: Vocabulary size too high (8000). Please set it to a value <= "},
+      {"prepare --input " + small + " --tokenizer " + dir.file("nope.model") + " --out " + dir.file("p"),
+       dir.file("nope.model") + ": no such SentencePiece model file"},
+      {"prepare --input " + small + " --tokenizer " + junk + " --out " + dir.file("p"),
+       junk + ": not a SentencePiece model"},
+      {"prepare --input " + small + " --tokenizer " + junk + " --out " + dir.file("p") +
+           " --heldout-fraction 1.5", "--heldout-fraction 1.5: must be in [0, 1)"},
+  };
+  for (const auto& [args, want] : cases) {
+    RunResult r = run_thx("--log-level warn " + args);
+    EXPECT_EQ(r.code, 2) << args << "\n" << r.out;
+    EXPECT_EQ(lines(r.out), 1) << args << "\n" << r.out;
+    EXPECT_EQ(r.out.rfind("thx: error: ", 0), 0u) << args << "\n" << r.out;
+    EXPECT_NE(r.out.find(want), std::string::npos) << args << "\n" << r.out;
+  }
+  EXPECT_EQ(read_file(model), "an existing model\n");
+  for (const char* f : {"m.model", "m.vocab", "p"}) EXPECT_FALSE(std::filesystem::exists(dir.file(f))) << f;
+  for (const auto& e : std::filesystem::directory_iterator(dir.path))  // no temporary model left
+    EXPECT_EQ(e.path().string().find(".tmp"), std::string::npos) << e.path();
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include "common/error.h"
+#include "common/fs.h"
 #include "data/data_fixtures.h"
 #include "data/prepare.h"
 #include "data/stream.h"
@@ -80,10 +81,23 @@ TEST(Prepare, ShardsRoundTripAndReRunsDoNothing) {
   }
   EXPECT_EQ(ti, train.documents());
   EXPECT_EQ(hi, held.documents());
-  // Same inputs: nothing to do. A changed input: redone.
+  // Same inputs: nothing to do. A changed input: refused, and the shards stay as they were.
   EXPECT_TRUE(run_prepare(o).up_to_date);
+  const std::string manifest = read_file(o.out_dir + "/manifest.json");
   dir.write("corpus.txt", synthetic_corpus(301));
-  EXPECT_FALSE(run_prepare(o).up_to_date);
+  try {
+    run_prepare(o);
+    FAIL() << "changed inputs rebuilt over existing shards";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("holds shards prepared from other inputs"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(read_file(o.out_dir + "/manifest.json"), manifest);
+  EXPECT_EQ(load_split(o.out_dir, "train").documents(), train.documents());
+  // Into a fresh directory, the changed corpus is prepared.
+  o.out_dir = dir.file("prep2");
+  const PrepareResult r2 = run_prepare(o);
+  EXPECT_EQ(r2.documents[0] + r2.documents[1], 301);
 }
 
 TEST(Prepare, HeldOutByFilesAndDamagedShards) {

@@ -3,7 +3,9 @@
 
 #include <filesystem>
 #include <fstream>
+#include <csignal>
 #include <regex>
+#include <thread>
 
 #include "common/error.h"
 #include "common/h5.h"
@@ -95,6 +97,36 @@ TEST(Pretrain, NonFiniteLossStopsAndKeepsTheGoodCheckpoint) {
   }
   EXPECT_EQ(list_checkpoints(run + "/checkpoints").back(), good);
   EXPECT_EQ(fs::file_size(good), before);
+}
+
+TEST(Pretrain, SigtermSavesACheckpointAndResumeContinues) {
+  TempDir dir;
+  PretrainConfig c = tiny_pretrain(prepared_corpus(dir), 100000);
+  c.checkpoint.every = 100000, c.eval.every = 100000;  // only the signal makes a checkpoint
+  const std::string run = dir.file("run");
+  // A watcher sends SIGTERM once the first progress line is in metrics.jsonl.
+  std::thread watcher([&] {
+    for (int i = 0; i < 6000; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      std::error_code ec;
+      if (fs::file_size(run + "/metrics.jsonl", ec) > 0 && !ec) break;
+    }
+    std::raise(SIGTERM);
+  });
+  const PretrainResult r = run_pretrain(c, run, false);
+  watcher.join();
+  EXPECT_TRUE(r.interrupted);
+  ASSERT_GE(r.step, 5);
+  ASSERT_LT(r.step, c.train.steps);
+  const auto saved = list_checkpoints(run + "/checkpoints");
+  ASSERT_EQ(saved.size(), 1u);
+  EXPECT_EQ(saved.back(), checkpoint_path(run + "/checkpoints", r.step));
+  EXPECT_EQ(load_checkpoint(saved.back()).step, r.step);
+  // --resume picks it up and runs to the (now shorter) end.
+  c.train.steps = r.step + 3;
+  const PretrainResult r2 = run_pretrain(c, run, true);
+  EXPECT_FALSE(r2.interrupted);
+  EXPECT_EQ(r2.step, r.step + 3);
 }
 
 }  // namespace thx::test
