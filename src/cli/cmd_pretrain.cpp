@@ -16,11 +16,8 @@
 #include "training/pretrain.h"
 
 namespace thx {
-namespace {
-
 // Read, inherit, validate everything pretraining needs; ConfigErrors name file and line.
-PretrainConfig load_pretrain_config(const ConfigOptions& options, std::string* yaml_out) {
-  ConfigTree tree = options.tree();
+PretrainConfig load_pretrain_config(ConfigTree& tree, std::string* yaml_out) {
   inherit_attention(tree);
   PretrainConfig pc;
   const RunConfig rc = load_config<RunConfig>(tree, [&](const RunConfig& c) {
@@ -50,6 +47,13 @@ PretrainConfig load_pretrain_config(const ConfigOptions& options, std::string* y
   pc.yaml = cfg::to_yaml(rc);
   if (yaml_out) *yaml_out = pc.yaml;
   return pc;
+}
+
+namespace {
+
+PretrainConfig load_pretrain_config(const ConfigOptions& options, std::string* yaml_out) {
+  ConfigTree tree = options.tree();
+  return load_pretrain_config(tree, yaml_out);
 }
 
 struct PretrainCommand : Command {

@@ -31,6 +31,9 @@ int main(int argc, char** argv) {
   commands.push_back(thx::make_prepare_command(app));
   commands.push_back(thx::make_pretrain_command(app));
   commands.push_back(thx::make_step_probe_command(app));
+  commands.push_back(thx::make_sweep_command(app));
+  commands.push_back(thx::make_table_command(app));
+  commands.push_back(thx::make_claims_command(app));
 
   try {
     app.parse(argc, argv);

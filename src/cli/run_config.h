@@ -49,4 +49,9 @@ inline void inherit_attention(ConfigTree& tree) {
   for (const char* k : kLayerTypes) tree.inherit(k, "attention");
 }
 
+// The pretraining config a tree resolves to (thx pretrain, thx sweep); `yaml_out` gets the
+// resolved YAML. Throws InputError naming the file and line of a bad key or value.
+struct PretrainConfig;
+PretrainConfig load_pretrain_config(ConfigTree& tree, std::string* yaml_out);
+
 }  // namespace thx

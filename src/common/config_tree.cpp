@@ -82,6 +82,10 @@ void ConfigTree::set(const std::string& assignment) {
   } catch (const YAML::ParserException& e) {
     throw InputError(fmt::format("{}: value is not valid YAML: {}", origin, e.msg));
   }
+  set(key, value, origin);
+}
+
+void ConfigTree::set(const std::string& key, const YAML::Node& value, const std::string& origin) {
   std::vector<std::string> parts;
   std::stringstream ss(key);
   for (std::string p; std::getline(ss, p, '.');) {

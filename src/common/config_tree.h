@@ -28,6 +28,9 @@ class ConfigTree {
   void merge_text(const std::string& yaml, const std::string& origin);
   // Apply one "dotted.key=VALUE" override; VALUE is parsed as YAML, so "[X_l,M_l]" is a list.
   void set(const std::string& assignment);
+  // Set one dotted key to a YAML value. `origin` names where it was written: a file name
+  // (the value's own line, if it has one, is added) or "--set ...".
+  void set(const std::string& key, const YAML::Node& value, const std::string& origin);
 
   // If `child` is a mapping, give it every key of `parent` it does not set itself (deeply),
   // with the parent's origins.

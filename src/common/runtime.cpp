@@ -1,5 +1,6 @@
 #include "common/runtime.h"
 
+#include <dlfcn.h>
 #include <malloc.h>
 #include <torch/torch.h>
 
@@ -20,6 +21,12 @@ void configure_runtime(int64_t threads) {
   }
   if (threads <= 0) threads = std::max(1u, std::thread::hardware_concurrency());
   torch::set_num_threads(static_cast<int>(threads));
+  // ATen's thread count does not reach a pthreads OpenBLAS, which would otherwise use every
+  // core whatever --threads says (two sweep jobs of one thread each would then fight over
+  // both cores).
+  using SetThreads = void (*)(int);
+  if (auto set = reinterpret_cast<SetThreads>(::dlsym(RTLD_DEFAULT, "openblas_set_num_threads")))
+    set(static_cast<int>(threads));
 }
 
 }  // namespace thx

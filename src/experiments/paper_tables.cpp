@@ -42,6 +42,7 @@ std::vector<PaperRow> load_paper_rows(const std::string& csv_path) {
     }
     PaperRow& p = rows[it->second];
     const std::string& metric = r.at("metric");
+    if (!p.values.count(metric)) p.metric_order.push_back(metric);
     p.values[metric] = r.at("value");
     if (!r.at("stddev").empty()) p.stddev[metric] = r.at("stddev");
     if (!r.at("note").empty()) p.notes[metric] = r.at("note");

@@ -21,6 +21,7 @@ struct PaperRow {
   std::map<std::string, std::string> values;  // metric -> value as printed ("1.611e9")
   std::map<std::string, std::string> stddev;  // metric -> stddev as printed
   std::map<std::string, std::string> notes;   // metric -> note
+  std::vector<std::string> metric_order;      // metrics in the printed column order
 };
 
 // The copy shipped with thx: <source>/data/paper/tables.csv.

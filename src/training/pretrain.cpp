@@ -1,6 +1,11 @@
 #include "training/pretrain.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
 #include <csignal>
+#include <thread>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -156,8 +161,35 @@ double evaluate(T5Impl& model, const std::vector<Batch>& batches) {
   return nll / std::max<int64_t>(tokens, 1);
 }
 
+namespace {
+
+// An exclusive lock on <run_dir>/.lock for the life of a run, so that two processes never
+// train in one directory (a sweep restarted while a run it started is still saving). Waits up
+// to a minute for the other to finish.
+struct RunDirLock {
+  int fd = -1;
+  ~RunDirLock() {
+    if (fd >= 0) ::close(fd);
+  }
+  void acquire(const std::string& dir) {
+    if (fd >= 0) return;
+    fd = ::open((fs::path(dir) / ".lock").c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0644);
+    if (fd < 0) throw InputError(fmt::format("{}: cannot create its lock file", dir));
+    for (int i = 0; ::flock(fd, LOCK_EX | LOCK_NB) != 0; ++i) {
+      if (i == 0) thx::log("train")->warn("{}: another process is training here; waiting", dir);
+      if (i == 600)
+        throw InputError(fmt::format("{}: another process is training in this run directory", dir));
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  }
+};
+
+}  // namespace
+
 PretrainResult run_pretrain(const PretrainConfig& c, const std::string& run_dir, bool resume) {
   auto log = thx::log("train");
+  RunDirLock lock;
+  if (fs::is_directory(run_dir)) lock.acquire(run_dir);
   const std::string ckpt_dir = (fs::path(run_dir) / "checkpoints").string();
   const auto existing = list_checkpoints(ckpt_dir);
   if (!resume && !existing.empty())
@@ -167,6 +199,7 @@ PretrainResult run_pretrain(const PretrainConfig& c, const std::string& run_dir,
   s.heldout = load_split(c.data.prepared, "heldout");
   log->info("resolved config:\n{}", c.yaml);
   fs::create_directories(ckpt_dir);
+  lock.acquire(run_dir);
   write_file_atomic((fs::path(run_dir) / "config.yaml").string(), c.yaml);
   add_log_file((fs::path(run_dir) / "train.log").string());
   struct LogFileScope {

@@ -1,0 +1,94 @@
+// sweep.h: experiments as data. A sweep file names base configs and the axes to vary; each
+// combination is one run with a stable name, its own run directory and resolved config.
+//
+//   sweep: table1-mini            # the sweep's name (run directories: runs/<name>/<run>)
+//   table: table1                 # the paper layout its results fill (thx table)
+//   base: ../t5/mini.yaml         # one config file or a list, relative to this file
+//   set: {train.batch_size: 16}   # dotted-key overrides applied to every run
+//   variants:                     # explicit named variants, each a set of overrides
+//     - {name: mh, set: {attention.variant: multi_head}}
+//   grid: {attention.h: [6, 12]}  # cartesian product of the listed values
+//   zip: {attention.h: [6, 12], attention.d_k: [32, 16]}  # paired lists
+//   budgets: {short: 2000, full: 16000}   # train.steps, one run per budget
+//   seeds: [1, 2]                 # train.seed, one run per seed
+//
+// A budget may carry its own seeds, as the paper's four short runs and one full run:
+//   budgets: {short: {steps: 65536, seeds: [1, 2, 3, 4]}, full: 524288}
+//
+// Runs are variants x grid x zip x budgets x seeds, in that nesting order. A run's name joins
+// its variant name, its grid and zip values ("h12", or the bare value for attention.variant),
+// its budget and "s<seed>". Overrides are applied in the order base < set < variant < grid <
+// zip < budget < seed; each keeps its file and line, so a bad key or value in a sweep is
+// reported at the line it was written on.
+#pragma once
+#include <nlohmann/json.hpp>
+#include <yaml-cpp/yaml.h>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/config_tree.h"
+
+namespace thx {
+
+struct SweepOverride {
+  std::string key;   // dotted, e.g. attention.h
+  YAML::Node value;  // keeps its line in the sweep file
+};
+
+struct SweepRun {
+  std::string name;
+  std::string variant;  // the variant's name, "" without variants
+  std::string budget;   // "" without budgets
+  std::optional<int64_t> seed, steps;
+  std::vector<SweepOverride> overrides;  // set, variant, grid, zip, in that order
+};
+
+struct Sweep {
+  std::string file;  // the sweep file
+  std::string name, table, description;
+  std::vector<std::string> bases;  // resolved paths
+  std::vector<SweepRun> runs;
+};
+
+// Parse and expand a sweep file. Throws InputError ("file:line: ...") for malformed YAML, an
+// unknown key, an empty grid axis, zip lists of different lengths, or a duplicate run name.
+// Config keys are not checked here: see sweep_run_tree().
+Sweep load_sweep(const std::string& path);
+
+// The run's config tree: the base files, then its overrides with their sweep-file origins,
+// then train.steps and train.seed.
+ConfigTree sweep_run_tree(const Sweep& sweep, const SweepRun& run);
+
+// What the runner needs to know of a run's resolved config.
+struct ResolvedRun {
+  std::string yaml;       // the resolved config, written to <run>/run.yaml
+  int64_t steps = 0;      // train.steps
+  double flops = 0;       // model FLOPs of the whole run (6 x forward multiply-adds x examples)
+  std::string attention;  // one-line summary of the attention of each layer type
+  std::map<std::string, std::string> info;  // JSON values copied into the results
+};
+
+struct SweepOptions {
+  std::string out_dir;  // default: runs/<sweep name>
+  int64_t jobs = 1;
+  bool dry_run = false;
+  std::string thx_binary;  // the executable each run starts: `thx pretrain`
+  int64_t threads = 0;     // cores to share among the jobs (default: all)
+};
+
+// Resolve every run (errors name the sweep file and line), then run those not finished,
+// `jobs` processes at a time, each with threads / jobs threads. Interrupted runs resume from
+// their checkpoints. Writes <out>/results.jsonl (one JSON object per finished run, in sweep
+// order). Returns the number of runs that failed.
+int run_sweep(const Sweep& sweep, const SweepOptions& options,
+              const std::function<ResolvedRun(ConfigTree&)>& resolve);
+
+// <out>/results.jsonl, read back; throws InputError naming the file and line.
+std::vector<nlohmann::json> read_results(const std::string& dir);
+
+}  // namespace thx

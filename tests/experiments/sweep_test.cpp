@@ -1,0 +1,226 @@
+// Sweeps: expansion and names, bad sweep files; tables from hand-made results; the claims on
+// the published numbers and on synthetic results where they hold and where they fail.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "common/error.h"
+#include "experiments/claims.h"
+#include "experiments/results_table.h"
+#include "experiments/sweep.h"
+#include "test_util.h"
+
+namespace thx::test {
+namespace {
+using json = nlohmann::json;
+
+std::vector<std::string> names(const Sweep& s) {
+  std::vector<std::string> out;
+  for (const auto& r : s.runs) out.push_back(r.name);
+  return out;
+}
+
+// The error of load_sweep(text), or "" when it loads.
+std::string sweep_error(const TempDir& dir, const std::string& text) {
+  const std::string path = dir.write("s.yaml", text);
+  try {
+    load_sweep(path);
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Sweep, GridZipVariantsBudgetsAndSeedsExpandWithStableNames) {
+  TempDir dir;
+  dir.write("base.yaml", "train: {steps: 10}\n");
+  Sweep s = load_sweep(dir.write("s.yaml",
+                                 "sweep: t\nbase: base.yaml\n"
+                                 "grid: {attention.variant: [multi_head, talking_heads], attention.h: [6, 12]}\n"
+                                 "seeds: [1, 2]\n"));
+  EXPECT_EQ(names(s), (std::vector<std::string>{
+                          "multi_head-h6-s1", "multi_head-h6-s2", "multi_head-h12-s1", "multi_head-h12-s2",
+                          "talking_heads-h6-s1", "talking_heads-h6-s2", "talking_heads-h12-s1",
+                          "talking_heads-h12-s2"}));
+  EXPECT_EQ(*s.runs[3].seed, 2);
+  // The same file expands to the same names, in the same order.
+  EXPECT_EQ(names(load_sweep(s.file)), names(s));
+
+  s = load_sweep(dir.write("s.yaml",
+                           "sweep: t\nbase: base.yaml\n"
+                           "zip: {attention.h: [6, 24], attention.d_k: [32, 8]}\n"
+                           "budgets: {short: {steps: 100, seeds: [1, 2, 3, 4]}, full: 800}\n"));
+  EXPECT_EQ(names(s), (std::vector<std::string>{"h6-d_k32-short-s1", "h6-d_k32-short-s2", "h6-d_k32-short-s3",
+                                                "h6-d_k32-short-s4", "h6-d_k32-full", "h24-d_k8-short-s1",
+                                                "h24-d_k8-short-s2", "h24-d_k8-short-s3", "h24-d_k8-short-s4",
+                                                "h24-d_k8-full"}));
+  EXPECT_EQ(*s.runs[4].steps, 800);
+  EXPECT_FALSE(s.runs[4].seed);
+
+  s = load_sweep(dir.write("s.yaml",
+                           "sweep: t\nbase: base.yaml\nset: {train.batch_size: 4}\n"
+                           "variants:\n"
+                           "  - {name: mh, set: {attention.variant: multi_head}}\n"
+                           "  - {name: th-enc, set: {attention_encoder_self.variant: talking_heads}}\n"
+                           "grid: {attention.h: [6]}\n"));
+  EXPECT_EQ(names(s), (std::vector<std::string>{"mh-h6", "th-enc-h6"}));
+  // Overrides apply in order base < set < variant < grid, and keep their sweep-file lines.
+  ConfigTree t = sweep_run_tree(s, s.runs[1]);
+  EXPECT_EQ(t.root()["train"]["steps"].as<int>(), 10);
+  EXPECT_EQ(t.root()["train"]["batch_size"].as<int>(), 4);
+  EXPECT_EQ(t.root()["attention_encoder_self"]["variant"].as<std::string>(), "talking_heads");
+  EXPECT_EQ(t.root()["attention"]["h"].as<int>(), 6);
+  EXPECT_EQ(t.origin("attention_encoder_self.variant"), s.file + ":6");
+  EXPECT_EQ(t.origin("attention.h"), s.file + ":7");
+}
+
+TEST(Sweep, BadSweepFilesNameTheLineAndWhatIsAllowed) {
+  TempDir dir;
+  dir.write("base.yaml", "train: {steps: 10}\n");
+  const std::string head = "sweep: t\nbase: base.yaml\n";
+  const std::string f = dir.file("s.yaml");
+  EXPECT_EQ(sweep_error(dir, head + "grids: {attention.h: [6]}\n"),
+            f + ":3: unknown key 'grids'; allowed: sweep, table, description, base, set, variants, "
+                "grid, zip, budgets, seeds");
+  EXPECT_EQ(sweep_error(dir, head + "grid: {attention.h: []}\n"),
+            f + ":3: grid.attention.h: empty list; an axis needs at least one value");
+  EXPECT_EQ(sweep_error(dir, head + "grid: {}\n"),
+            f + ":3: grid: expected a mapping of dotted keys to lists of values");
+  EXPECT_EQ(sweep_error(dir, head + "variants:\n  - {name: a, set: {attention.h: 6}}\n  - {name: a, set: {attention.h: 12}}\n"),
+            f + ": two runs are both named 'a' (" + f + ":4 and " + f + ":5); give the variants "
+                "distinct names or vary distinct values");
+  EXPECT_EQ(sweep_error(dir, head + "zip: {attention.h: [6, 12], attention.d_k: [8]}\n"),
+            f + ": zip: attention.d_k has 1 values but attention.h has 2; zipped lists pair up and must "
+                "be equally long");
+  EXPECT_EQ(sweep_error(dir, "sweep: t\nbase: nope.yaml\n"), f + ":2: base: " + dir.file("nope.yaml") + " does not exist");
+  EXPECT_EQ(sweep_error(dir, "base: base.yaml\n"), f + ": 'sweep: NAME' is required");
+  EXPECT_EQ(sweep_error(dir, head + "seeds: [1, x]\n"), f + ":3: seeds: 'x' is not an integer");
+  EXPECT_EQ(sweep_error(dir, head + "budgets: {short: 0}\n"), f + ":3: budgets.short: expected a positive number of steps");
+  EXPECT_EQ(sweep_error(dir, head + "grid: {attention.h: [6\n"), f + ":4:1: invalid YAML: end of sequence flow not found");
+  // An unknown config key in an axis is caught when the run's config is read, at its line.
+  const Sweep s = load_sweep(dir.write("s.yaml", head + "grid: {attention.hh: [6]}\n"));
+  ConfigTree t = sweep_run_tree(s, s.runs[0]);
+  EXPECT_EQ(t.origin("attention.hh"), f + ":3");
+}
+
+// A result line as thx sweep writes it, for a T5 run with one attention everywhere.
+json result(const std::string& variant, int64_t h, double ln_ppl, int64_t seed, int64_t d_model = 192) {
+  const int64_t d_k = d_model / h;
+  json a = {{"variant", variant}, {"h_k", h}, {"h", h}, {"h_v", h}, {"d_k", d_k}, {"d_v", d_k},
+            {"dynamic", json::array()}};
+  return {{"name", fmt::format("{}-h{}-s{}", variant, h, seed)}, {"budget", "short"}, {"seed", seed},
+          {"ln_ppl", ln_ppl}, {"d_model", d_model}, {"step_time_s", 0.5},
+          {"attention", {{"encoder_self", a}, {"decoder_self", a}, {"encoder_decoder", a}}},
+          {"params_per_att_layer", {{"encoder_self", 1000}, {"decoder_self", 1000}, {"encoder_decoder", 1000}}},
+          {"multiplies_per_att_layer", {{"encoder_self", 5e6}, {"decoder_self", 1e6}, {"encoder_decoder", 2e6}}}};
+}
+
+TEST(Table, RowsMatchByHeadsAndRelativeWidthAndCellsAreNeverInvented) {
+  const auto paper = load_paper_rows(default_tables_csv());
+  std::vector<json> results = {result("multi_head", 6, 5.0, 1), result("multi_head", 6, 5.2, 2),
+                               result("talking_heads", 6, 4.9, 1),
+                               // h = 24 with d_k = 2 d_model / h: Table 1's "multi-head 24, d_k 64" row
+                               result("multi_head", 24, 4.0, 1)};
+  results.back()["attention"]["encoder_self"]["d_k"] = 16;
+  results.back()["attention"]["encoder_self"]["d_v"] = 16;
+  for (const char* l : {"decoder_self", "encoder_decoder"})
+    results.back()["attention"][l] = results.back()["attention"]["encoder_self"];
+  const auto rows = match_rows(1, paper, results);
+  ASSERT_EQ(rows.size(), 11u);
+  EXPECT_EQ(rows[0].runs.size(), 2u);  // multi-head 6
+  EXPECT_EQ(rows[2].runs.size(), 0u);  // multi-head 24, d_k 32: not the d_k = 2 d/h run
+  EXPECT_EQ(rows[8].runs.size(), 1u);  // multi-head 24, d_k 64
+  EXPECT_EQ(rows[4].runs.size(), 1u);  // talking-heads 6
+  EXPECT_TRUE(rows[10].published_only);
+  const auto a = aggregate(rows[0], "ln_ppl_65536");
+  ASSERT_TRUE(a);
+  EXPECT_DOUBLE_EQ(a->mean, 5.1);
+  EXPECT_NEAR(*a->std, 0.1414213562, 1e-9);
+  EXPECT_FALSE(aggregate(rows[0], "ln_ppl_524288"));  // no full-budget run
+  EXPECT_FALSE(aggregate(rows[0], "squad11_dev_f1"));
+
+  const std::string md = render(results_table(1, rows, "hand-made"), TableFormat::markdown);
+  // Row 1: ours 5.100 ± 0.141 beside the paper's 2.010 ± 0.005, difference +3.090.
+  EXPECT_NE(md.find("| 32 (128) | 32 (128) |        2 | 5.100 ± 0.141 | 2.010 ± 0.005 | +3.090 |"),
+            std::string::npos) << md;
+  // Missing cells are marked, and the paper's downstream values sit beside them.
+  EXPECT_NE(md.find("|                 — | 89.88 |"), std::string::npos) << md;
+  EXPECT_NE(md.find("—: no run of this sweep has the value."), std::string::npos);
+  const std::string csv = render(results_table(1, rows, "hand-made"), TableFormat::csv);
+  EXPECT_NE(csv.find("talking-heads,6,6,6,32 (128),32 (128),1,4.900,1.965 ± 0.009,+2.935"), std::string::npos) << csv;
+  EXPECT_NO_THROW(render(results_table(11, match_rows(11, paper, results), "x"), TableFormat::latex));
+  EXPECT_THROW(parse_layout("table14"), InputError);
+  EXPECT_EQ(parse_layout("table13"), 13);
+}
+
+const ClaimResult& claim(const std::vector<ClaimResult>& all, int n) {
+  for (const auto& c : all)
+    if (c.number == n) return c;
+  throw std::runtime_error("no claim");
+}
+
+TEST(Claims, EveryClaimHoldsOnThePublishedNumbersAndTheContradictionsShow) {
+  const auto paper = load_paper_rows(default_tables_csv());
+  const auto claims = evaluate_claims(paper, published_cells(paper));
+  for (int n = 1; n <= 8; ++n) EXPECT_EQ(claim(claims, n).verdict, Verdict::holds) << "claim " << n;
+  // ALBERT at 6 heads: talking-heads 79.44 < multi-head 79.7, outside claim 7's scope.
+  bool albert6 = false;
+  for (const auto& r : claim(claims, 7).comparisons)
+    if (!r.in_scope) {
+      albert6 = true;
+      EXPECT_NEAR(*r.margin, 79.44 - 79.7, 1e-9);
+    }
+  EXPECT_TRUE(albert6);
+  // Table 1, MNLI-m at 12 heads: 86.19 vs 86.20, a broader reading that fails.
+  bool tie = false;
+  for (const auto& c : claims)
+    if (c.number == 0 && c.tables == "Table 1") {
+      EXPECT_EQ(c.verdict, Verdict::fails);
+      for (const auto& r : c.comparisons)
+        if (r.metric == "mnli_m_dev" && r.margin && *r.margin < 0) {
+          tie = true;
+          EXPECT_NEAR(*r.margin, 86.19 - 86.20, 1e-9);
+        }
+    }
+  EXPECT_TRUE(tie);
+  const std::string report = render_claims(claims, "the paper");
+  EXPECT_NE(report.find("(outside the claim)"), std::string::npos);
+}
+
+TEST(Claims, SyntheticResultsWhereTheyHoldFailOrLackData) {
+  const auto paper = load_paper_rows(default_tables_csv());
+  // Claims 1 and 2 on Table 1: talking-heads better at every h, multi-head worse at 48.
+  auto make = [&](double mh48, double th6) {
+    std::vector<json> r;
+    const std::map<int64_t, double> mh = {{6, 5.0}, {12, 4.9}, {24, 4.85}, {48, mh48}};
+    const std::map<int64_t, double> th = {{6, th6}, {12, 4.8}, {24, 4.7}, {48, 4.6}};
+    for (int seed : {1, 2})
+      for (auto [h, v] : mh) r.push_back(result("multi_head", h, v + 0.001 * seed, seed));
+    for (int seed : {1, 2})
+      for (auto [h, v] : th) r.push_back(result("talking_heads", h, v + 0.001 * seed, seed));
+    return r;
+  };
+  auto run = [&](const std::vector<json>& results) { return evaluate_claims(paper, sweep_cells(paper, results)); };
+  auto holds = run(make(4.95, 4.95));
+  EXPECT_EQ(claim(holds, 1).verdict, Verdict::holds);
+  EXPECT_EQ(claim(holds, 2).verdict, Verdict::holds);
+  EXPECT_EQ(claim(holds, 3).verdict, Verdict::not_enough_data);  // no Table 2 runs
+  EXPECT_EQ(claim(holds, 5).verdict, Verdict::not_enough_data);  // no downstream numbers
+  for (const auto& r : claim(holds, 1).comparisons) {
+    if (!r.margin) continue;
+    EXPECT_GT(*r.margin, 0);
+    EXPECT_NEAR(*r.sigma, 0.001, 1e-9);  // sqrt(2) x the sample std of (v+0.001, v+0.002)
+  }
+  auto fails = run(make(4.80, 5.05));  // multi-head improves at 48; talking-heads loses at 6
+  EXPECT_EQ(claim(fails, 1).verdict, Verdict::fails);
+  EXPECT_EQ(claim(fails, 2).verdict, Verdict::fails);
+  // Half the rows: not enough data for claim 1, which needs every head count.
+  std::vector<json> half;
+  for (const auto& r : make(4.95, 4.95))
+    if (r["attention"]["encoder_self"]["h"] <= 12) half.push_back(r);
+  EXPECT_EQ(claim(run(half), 1).verdict, Verdict::not_enough_data);
+  EXPECT_EQ(claim(run({}), 4).verdict, Verdict::not_enough_data);
+}
+
+}  // namespace
+}  // namespace thx::test
