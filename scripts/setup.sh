@@ -17,6 +17,8 @@ PACKAGES=(
   libgtest-dev
   # fixture generators and probe checkers use Debian's own /usr/bin/python3
   python3-torch python3-numpy python3-h5py
+  # plots (scripts/plot_curves.py, scripts/plot_figure1.py)
+  python3-matplotlib
   # the quickstart corpus: the Linux kernel's documentation sources, 24 MB of English prose
   # (reStructuredText, GPL-2) under /usr/share/doc/linux-doc-6.1/html/_sources
   linux-doc-6.1

@@ -24,6 +24,7 @@
 #include "common/fs.h"
 #include "common/log.h"
 #include "experiments/bench_attention.h"
+#include "experiments/results_table.h"
 
 namespace thx {
 namespace fs = std::filesystem;
@@ -98,7 +99,15 @@ Sweep load_sweep(const std::string& path) {
     s.name = root["sweep"].as<std::string>();
     if (s.name.empty() || s.name.find('/') != std::string::npos)
       throw InputError(fmt::format("{}: sweep: '{}' is not a usable name", at(path, root["sweep"]), s.name));
-    if (root["table"]) s.table = root["table"].as<std::string>();
+    if (root["table"]) {
+      s.table = root["table"].as<std::string>();
+      try {
+        parse_layout(s.table);
+      } catch (const InputError&) {
+        throw InputError(fmt::format("{}: table: '{}' is not a layout; allowed: table1 ... table13",
+                                     at(path, root["table"]), s.table));
+      }
+    }
     if (root["description"]) s.description = root["description"].as<std::string>();
   } catch (const YAML::Exception& e) {
     throw InputError(fmt::format("{}:{}: {}", path, e.mark.line + 1, e.msg));
@@ -413,11 +422,25 @@ int run_sweep(const Sweep& sweep, const SweepOptions& o,
   if (o.dry_run) {
     std::printf("sweep %s (%s): %zu runs into %s\n", sweep.name.c_str(), sweep.file.c_str(),
                 plan.size(), out.c_str());
-    std::printf("| run | steps | attention | model PFLOP | state |\n|---|---:|---|---:|---|\n");
+    // Which printed rows of the sweep's table each run fills (thx table's matching rule).
+    std::vector<PaperRow> paper;
+    if (!sweep.table.empty()) paper = load_paper_rows(default_tables_csv());
+    auto fills = [&](const Planned& p) {
+      if (sweep.table.empty()) return std::string("-");
+      json r = {{"name", p.run->name}};
+      for (const auto& [k, v] : p.resolved.info) r[k] = json::parse(v);
+      std::vector<std::string> rows;
+      for (const auto& m : match_rows(parse_layout(sweep.table), paper, {r}))
+        if (!m.runs.empty()) rows.push_back(fmt::format("{}", m.paper.row));
+      return rows.empty() ? std::string("none") : fmt::format("{}", fmt::join(rows, ", "));
+    };
+    std::printf("| run | steps | attention | fills %s row | model PFLOP | state |\n"
+                "|---|---:|---|---|---:|---|\n", sweep.table.empty() ? "-" : sweep.table.c_str());
     for (const auto& p : plan) {
       const bool started = fs::exists(fs::path(p.dir) / "checkpoints");
-      std::printf("| %s | %lld | %s | %.3f | %s |\n", p.run->name.c_str(),
-                  (long long)p.resolved.steps, p.resolved.attention.c_str(), p.resolved.flops / 1e15,
+      std::printf("| %s | %lld | %s | %s | %.3f | %s |\n", p.run->name.c_str(),
+                  (long long)p.resolved.steps, p.resolved.attention.c_str(), fills(p).c_str(),
+                  p.resolved.flops / 1e15,
                   p.finished ? "finished" : started ? "started (resumes)" : "to run");
     }
     const double peak = matmul_peak_gflops(1024, 3) * 1e9;

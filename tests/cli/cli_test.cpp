@@ -255,5 +255,34 @@ TEST(Cli, BadTokenizerAndPrepareInputExitTwoAndKeepFiles) {
     EXPECT_EQ(e.path().string().find(".tmp"), std::string::npos) << e.path();
 }
 
+TEST(Cli, TableAndClaimsCommands) {
+  TempDir dir;
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"table --layout table14 --sweep " + dir.path.string(),
+       "--layout table14: unknown layout; allowed: table1 ... table13, costs"},
+      {"table --layout table1", "table: --sweep DIR is required for --layout table1"},
+      {"table --layout table1 --sweep " + dir.file("none"),
+       dir.file("none") + "/results.jsonl: no results file; run `thx sweep` first"},
+      {"claims", "claims: give exactly one of --sweep DIR and --published"},
+      {"claims --published --sweep " + dir.path.string(), "claims: give exactly one of --sweep DIR and --published"},
+  };
+  for (const auto& [args, want] : cases) {
+    RunResult r = run_thx(args);
+    EXPECT_EQ(r.code, 2) << args << "\n" << r.out;
+    EXPECT_EQ(r.out, "thx: error: " + want + "\n") << args;
+  }
+  dir.write("results.jsonl", "{\"name\": \"a\"}\nnot json\n");
+  RunResult r = run_thx("table --layout table1 --sweep " + dir.path.string());
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.out.rfind("thx: error: " + dir.file("results.jsonl") + ":2: not a JSON object", 0), 0u) << r.out;
+  r = run_thx("table --layout costs --format csv");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("2359296"), std::string::npos);
+  r = run_thx("claims --published");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("| **fails** |"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("| **fails** |"), r.out.rfind("| **fails** |")) << "only the broader reading fails";
+}
+
 }  // namespace
 }  // namespace thx::test

@@ -7,12 +7,17 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
+#include <set>
+#include <sstream>
 #include <thread>
 
 #include <nlohmann/json.hpp>
 
 #include "common/fs.h"
+#include "common/error.h"
+#include "experiments/results_table.h"
 #include "experiments/sweep.h"
 #include "training/training_fixtures.h"
 
@@ -85,6 +90,27 @@ TEST(SweepRun, KilledMidwayAndRestartedEqualsUninterrupted) {
   r = run_thx("--threads 1 sweep --config " + sweep + " --out " + killed);
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_EQ(ln_ppl(killed), want);  // bit for bit
+
+  // The plots of the finished sweep: loss curves, and Figure 1 from a talking-heads checkpoint.
+  auto png = [](const std::string& path) {
+    const std::string bytes = fs::exists(path) ? read_file(path) : "";
+    return bytes.size() > 1000 && bytes.compare(0, 8, "\x89PNG\r\n\x1a\n") == 0;
+  };
+  const std::string scripts = std::string(THX_SOURCE_DIR) + "/scripts/";
+  const std::string curves = dir.file("curves.png"), fig1 = dir.file("fig1.png");
+  EXPECT_EQ(std::system(("/usr/bin/python3 " + scripts + "plot_curves.py " + straight + " --out " +
+                         curves + " > /dev/null").c_str()), 0);
+  EXPECT_TRUE(png(curves));
+  const std::string ckpt = straight + "/h4/checkpoints/step-00000040.h5";
+  EXPECT_EQ(std::system(("/usr/bin/python3 " + scripts + "plot_figure1.py " + ckpt + " --out " + fig1 +
+                         " --summary " + dir.file("fig1.txt") + " > /dev/null").c_str()), 0);
+  EXPECT_TRUE(png(fig1));
+  const std::string summary = read_file(dir.file("fig1.txt"));
+  EXPECT_NE(summary.find("encoder/layers/0/self_attention\n  P_l 4x4: det "), std::string::npos) << summary;
+  EXPECT_NE(summary.find("P_l x P_w 4x4: det "), std::string::npos) << summary;
+  // A checkpoint without talking-heads layers is one clear error.
+  EXPECT_NE(std::system(("/usr/bin/python3 " + scripts + "plot_figure1.py " + dir.file("nope.h5") +
+                         " --out " + dir.file("x.png") + " 2> /dev/null").c_str()), 0);
 }
 
 TEST(SweepRun, AFailedRunIsReportedAndTheOthersFinish) {
@@ -113,6 +139,57 @@ TEST(SweepRun, AFailedRunIsReportedAndTheOthersFinish) {
   EXPECT_NE(r.out.find("broken failed"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("1 of 2 runs finished"), std::string::npos) << r.out;
   EXPECT_EQ(read_results(dir.file("mixed")).size(), 1u);
+}
+
+}  // namespace
+}  // namespace thx::test
+
+namespace thx::test {
+namespace {
+
+// Every shipped sweep resolves, each of its runs fills a row of its table, and together they
+// fill every row the paper ran (all but the published baselines; the mini Table 1 by design
+// only rows 1-8).
+TEST(SweepRun, ShippedSweepsResolveAndFillEveryRowOfTheirTable) {
+  const auto paper = load_paper_rows(default_tables_csv());
+  int files = 0;
+  for (const char* dir : {"configs/paper", "configs/mini"})
+    for (const auto& e : fs::directory_iterator(fs::path(THX_SOURCE_DIR) / dir)) {
+      const Sweep s = [&] {
+        try {
+          return load_sweep(e.path().string());
+        } catch (const InputError&) {
+          return Sweep{};  // configs/mini/t5.yaml is a config, not a sweep
+        }
+      }();
+      if (s.runs.empty()) continue;
+      ++files;
+      RunResult r = run_thx("sweep --dry-run --config " + e.path().string() + " --out /nonexistent");
+      ASSERT_EQ(r.code, 0) << e.path() << "\n" << r.out;
+      std::set<std::string> filled;
+      int runs = 0;
+      std::stringstream ss(r.out);
+      for (std::string line; std::getline(ss, line);) {
+        if (line.rfind("| ", 0) != 0 || line.rfind("| run ", 0) == 0) continue;
+        std::vector<std::string> cells;
+        std::stringstream ls(line.substr(2));
+        for (std::string c; std::getline(ls, c, '|');) cells.push_back(c);
+        ASSERT_GE(cells.size(), 4u) << line;
+        const std::string fills = cells[3].substr(1, cells[3].size() - 2);
+        EXPECT_NE(fills, "none") << e.path() << ": " << line;
+        std::stringstream fs_(fills);
+        for (std::string row; std::getline(fs_, row, ',');) filled.insert(row.substr(row.find_first_not_of(' ')));
+        ++runs;
+      }
+      EXPECT_EQ(runs, int(s.runs.size())) << e.path();
+      const int table = parse_layout(s.table);
+      // The mini Table 1 keeps the eight multi-head and talking-heads rows only (rows 1-8).
+      const bool mini_table1 = e.path().filename() == "table1.yaml" && std::string(dir) == "configs/mini";
+      for (const auto& p : paper)
+        if (p.table == table && p.label.find("Raffel") == std::string::npos && !(mini_table1 && p.row > 8))
+          EXPECT_TRUE(filled.count(std::to_string(p.row))) << e.path() << ": row " << p.row << " " << p.label;
+    }
+  EXPECT_EQ(files, 14);
 }
 
 }  // namespace

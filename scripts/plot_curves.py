@@ -1,0 +1,73 @@
+#!/usr/bin/python3
+"""Training loss and held-out ln(PPL) curves of every run of a sweep, from their metrics.
+
+    /usr/bin/python3 scripts/plot_curves.py runs/table1-mini --out curves.png
+
+Reads <sweep>/<run>/metrics.jsonl (written by `thx pretrain`). One colour per configuration
+(the run name without its seed), one line per seed. Needs Debian's python3-matplotlib.
+"""
+import argparse
+import json
+import os
+import re
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+def read_metrics(path):
+    train, held = [], []
+    with open(path) as f:
+        for n, line in enumerate(f, 1):
+            try:
+                j = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # a line cut by a kill
+            if "ln_ppl" in j:
+                held.append((j["step"], j["ln_ppl"]))
+            elif "loss" in j:
+                train.append((j["step"], j["loss"]))
+    return train, held
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("sweep", help="sweep directory (runs/<name>)")
+    ap.add_argument("--out", required=True, help="PNG file to write")
+    args = ap.parse_args()
+    if not os.path.isdir(args.sweep):
+        sys.exit(f"plot_curves: {args.sweep}: no such sweep directory")
+    runs = sorted(d for d in os.listdir(args.sweep)
+                  if os.path.isfile(os.path.join(args.sweep, d, "metrics.jsonl")))
+    if not runs:
+        sys.exit(f"plot_curves: {args.sweep}: no run has a metrics.jsonl yet")
+    groups = sorted({re.sub(r"-s\d+$", "", r) for r in runs})
+    colours = {g: plt.cm.tab10(i % 10) if len(groups) <= 10 else plt.cm.tab20(i % 20)
+               for i, g in enumerate(groups)}
+    fig, (ax_loss, ax_ppl) = plt.subplots(1, 2, figsize=(13, 5))
+    labelled = set()
+    for r in runs:
+        train, held = read_metrics(os.path.join(args.sweep, r, "metrics.jsonl"))
+        g = re.sub(r"-s\d+$", "", r)
+        label = g if g not in labelled else None
+        labelled.add(g)
+        if train:
+            ax_loss.plot(*zip(*train), color=colours[g], lw=1, alpha=0.8, label=label)
+        if held:
+            ax_ppl.plot(*zip(*held), color=colours[g], lw=1.2, marker="o", ms=3, alpha=0.8)
+    ax_loss.set(title="training loss (cross-entropy + z-loss)", xlabel="step", ylabel="loss")
+    ax_ppl.set(title="held-out ln(PPL)", xlabel="step", ylabel="ln(PPL)")
+    for ax in (ax_loss, ax_ppl):
+        ax.grid(alpha=0.3)
+    ax_loss.legend(fontsize=7, ncol=2)
+    fig.suptitle(f"{os.path.basename(os.path.normpath(args.sweep))}: {len(runs)} runs")
+    fig.tight_layout()
+    fig.savefig(args.out, dpi=110)
+    print(f"wrote {args.out} ({len(runs)} runs)")
+
+
+if __name__ == "__main__":
+    main()
