@@ -1,7 +1,9 @@
-// The README stays true: every YAML snippet in it is a valid config that builds its layer at
-// T5-base width, each is one of configs/attention/*.yaml, and .ci/run runs the README's test
-// command.
+// The README stays true: every YAML config snippet in it is a valid config that builds its
+// layer at T5-base width and is one of configs/attention/*.yaml, its sweep snippet expands,
+// and .ci/run runs the README's test command.
 #include <gtest/gtest.h>
+
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -11,6 +13,7 @@
 #include "attention/factory.h"
 #include "cli/run_config.h"
 #include "common/config_tree.h"
+#include "experiments/sweep.h"
 
 namespace thx {
 namespace {
@@ -32,7 +35,24 @@ std::vector<std::string> yaml_blocks(const std::string& markdown) {
 
 TEST(Readme, EveryYamlSnippetIsAValidConfigFile) {
   const std::string root = THX_SOURCE_DIR;
-  const auto snippets = yaml_blocks(slurp(root + "/README.md"));
+  auto snippets = yaml_blocks(slurp(root + "/README.md"));
+  ASSERT_EQ(snippets.size(), 7u);
+  // Sweep files load and expand (their base beside them, as in configs/mini/).
+  for (auto it = snippets.begin(); it != snippets.end();) {
+    if (it->rfind("sweep:", 0) != 0) {
+      ++it;
+      continue;
+    }
+    const auto dir = std::filesystem::temp_directory_path() / ("thx-readme-" + std::to_string(getpid()));
+    std::filesystem::create_directories(dir);
+    std::filesystem::copy_file(root + "/configs/mini/t5.yaml", dir / "t5.yaml");
+    std::ofstream(dir / "sweep.yaml") << *it;
+    const Sweep sw = load_sweep((dir / "sweep.yaml").string());
+    EXPECT_EQ(sw.runs.size(), 16u);
+    EXPECT_EQ(sw.runs.back().name, "talking_heads-h48-short-s2");
+    std::filesystem::remove_all(dir);
+    it = snippets.erase(it);
+  }
   ASSERT_EQ(snippets.size(), 6u);
   std::set<std::string> files;
   for (const auto& e : std::filesystem::directory_iterator(root + "/configs/attention")) {

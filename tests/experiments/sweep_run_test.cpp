@@ -124,6 +124,12 @@ TEST(SweepRun, AFailedRunIsReportedAndTheOthersFinish) {
   EXPECT_NE(r.out.find("thx: error: " + bad + ": run 'h3': "), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("32 / 3 is not a whole number"), std::string::npos) << r.out;
   EXPECT_FALSE(fs::exists(dir.file("bad")));
+  // An unknown key on an axis: its sweep-file line and the keys allowed there.
+  const std::string hh = dir.write("hh.yaml", "sweep: hh\nbase: base.yaml\ngrid: {attention.hh: [2]}\n");
+  r = run_thx("sweep --dry-run --config " + hh);
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_EQ(r.out, "thx: error: run 'hh2': " + hh + ":3: attention.hh: unknown key; allowed keys under "
+                   "attention: variant, h_k, h, h_v, d_k, d_v, dynamic, dropout\n");
   // A run that fails while training (its data deleted under it) does not stop the others.
   const std::string prepared2 = dir.file("prep2");
   fs::copy(dir.file("prep"), prepared2);
