@@ -1,5 +1,7 @@
 // thx table and thx claims: a sweep's results in the paper's layouts, and the paper's claims
 // checked on them (or on the published numbers).
+#include <filesystem>
+
 #include "cli/command.h"
 #include "common/text_table.h"
 #include "experiments/claims.h"
@@ -17,7 +19,7 @@ struct TableCommand : Command {
     app = parent.add_subcommand("table", "The paper's Tables 1-13 filled from a sweep's results, "
                                          "the published value and the difference beside each cell");
     app->add_option("--sweep", sweep, "sweep directory (holds results.jsonl)")->type_name("DIR");
-    app->add_option("--layout", layout, "table1 ... table13, or costs")->required();
+    app->add_option("--layout", layout, "table1 ... table13, or costs (default: the sweep's `table:`)");
     app->add_option("--format", format, "markdown | csv | latex")->capture_default_str();
     app->add_option("--tables", tables, "the paper's tables.csv")->capture_default_str();
   }
@@ -25,6 +27,17 @@ struct TableCommand : Command {
   int run() override {
     const TableFormat f = parse_table_format(format);
     const auto paper = load_paper_rows(tables);
+    if (layout.empty() && !sweep.empty()) {
+      // The table the sweep file names, from the copy thx sweep keeps in its directory.
+      const std::string copy = (std::filesystem::path(sweep) / "sweep.yaml").string();
+      if (std::filesystem::exists(copy)) {
+        const YAML::Node n = YAML::LoadFile(copy)["table"];
+        if (n && n.IsScalar()) layout = n.as<std::string>();
+      }
+      if (layout.empty())
+        throw InputError(fmt::format("table: --layout is required ({} names no table)", copy));
+    }
+    if (layout.empty()) throw InputError("table: --layout is required: table1 ... table13, or costs");
     if (layout == "costs") {
       std::fputs(render(cost_table(cost_rows(paper), f), f).c_str(), stdout);
       return 0;

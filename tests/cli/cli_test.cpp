@@ -275,6 +275,13 @@ TEST(Cli, TableAndClaimsCommands) {
   RunResult r = run_thx("table --layout table1 --sweep " + dir.path.string());
   EXPECT_EQ(r.code, 2);
   EXPECT_EQ(r.out.rfind("thx: error: " + dir.file("results.jsonl") + ":2: not a JSON object", 0), 0u) << r.out;
+  // Without --layout, the table the sweep names (its copy of the sweep file).
+  dir.write("results.jsonl", "{\"name\": \"a\"}\n");
+  dir.write("sweep.yaml", "sweep: x\ntable: table3\nbase: b.yaml\n");
+  r = run_thx("table --sweep " + dir.path.string());
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("Table 3 of the paper"), std::string::npos) << r.out;
+  EXPECT_EQ(run_thx("table").code, 2);
   r = run_thx("table --layout costs --format csv");
   EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("2359296"), std::string::npos);
