@@ -38,6 +38,9 @@ def main():
     ap.add_argument("sweep", help="sweep directory (runs/<name>)")
     ap.add_argument("--out", required=True, help="PNG file to write")
     args = ap.parse_args()
+    out_dir = os.path.dirname(os.path.abspath(args.out))
+    if not os.path.isdir(out_dir):
+        sys.exit(f"{os.path.basename(__file__)}: --out {args.out}: directory {out_dir} does not exist")
     if not os.path.isdir(args.sweep):
         sys.exit(f"plot_curves: {args.sweep}: no such sweep directory")
     runs = sorted(d for d in os.listdir(args.sweep)

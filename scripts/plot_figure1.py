@@ -11,6 +11,7 @@ checkpoint's parameter paths (.../P_l [h_k, h] and .../P_w [h, h_v]); logits-onl
 weights-only layers show the one matrix they have. Needs Debian's python3-matplotlib and h5py.
 """
 import argparse
+import os
 import sys
 
 import h5py
@@ -45,6 +46,9 @@ def main():
     ap.add_argument("--summary", help="also write the text summary here")
     ap.add_argument("--layers", default="", help="only layers whose path contains this text")
     args = ap.parse_args()
+    out_dir = os.path.dirname(os.path.abspath(args.out))
+    if not os.path.isdir(out_dir):
+        sys.exit(f"{os.path.basename(__file__)}: --out {args.out}: directory {out_dir} does not exist")
     try:
         f = h5py.File(args.checkpoint, "r")
     except OSError as e:
