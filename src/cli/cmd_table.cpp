@@ -30,9 +30,14 @@ struct TableCommand : Command {
     if (layout.empty() && !sweep.empty()) {
       // The table the sweep file names, from the copy thx sweep keeps in its directory.
       const std::string copy = (std::filesystem::path(sweep) / "sweep.yaml").string();
+      // (Not load_sweep: the copy's relative base paths do not resolve from here.)
       if (std::filesystem::exists(copy)) {
-        const YAML::Node n = YAML::LoadFile(copy)["table"];
-        if (n && n.IsScalar()) layout = n.as<std::string>();
+        try {
+          const YAML::Node n = YAML::LoadFile(copy)["table"];
+          if (n && n.IsScalar()) layout = n.as<std::string>();
+        } catch (const YAML::Exception& e) {
+          throw InputError(fmt::format("{}:{}: {}", copy, e.mark.line + 1, e.msg));
+        }
       }
       if (layout.empty())
         throw InputError(fmt::format("table: --layout is required ({} names no table)", copy));

@@ -49,4 +49,11 @@ void remove_log_file() {
   g_file.reset();
 }
 
+std::string format_duration(double seconds) {
+  const int64_t t = seconds > 0 ? int64_t(seconds + 0.5) : 0;
+  if (t < 60) return fmt::format("{}s", t);
+  if (t < 3600) return fmt::format("{}m{:02d}s", t / 60, int(t % 60));
+  return fmt::format("{}h{:02d}m", t / 3600, int(t % 3600 / 60));
+}
+
 }  // namespace thx

@@ -16,4 +16,8 @@ void set_log_level(const std::string& level);
 void add_log_file(const std::string& path);
 void remove_log_file();
 
+// A duration for progress lines and ETAs: "42s", "3m07s", "2h05m" (rounded to whole seconds
+// first, so that 59.6 s reads "1m00s", not "0m60s").
+std::string format_duration(double seconds);
+
 }  // namespace thx

@@ -188,7 +188,6 @@ std::optional<Aggregate> aggregate(const MatchedRow& row, const std::string& met
       }
     } else {
       if (!r.contains(metric) || !r[metric].is_number()) continue;
-      if (metric == "step_time_s" && budget != "short" && budget != "full") continue;
       v.push_back(r[metric]);
     }
   }

@@ -72,7 +72,20 @@ struct Axis {
 
 }  // namespace
 
+namespace {
+Sweep load_sweep_unchecked(const std::string& path);
+}  // namespace
+
 Sweep load_sweep(const std::string& path) {
+  try {
+    return load_sweep_unchecked(path);
+  } catch (const YAML::Exception& e) {  // e.g. a mapping where a name or value belongs
+    throw InputError(fmt::format("{}:{}: {}", path, e.mark.line + 1, e.msg));
+  }
+}
+
+namespace {
+Sweep load_sweep_unchecked(const std::string& path) {
   YAML::Node root;
   try {
     root = YAML::LoadFile(path);
@@ -285,6 +298,8 @@ Sweep load_sweep(const std::string& path) {
   return s;
 }
 
+}  // namespace
+
 ConfigTree sweep_run_tree(const Sweep& sweep, const SweepRun& run) {
   ConfigTree t;
   for (const auto& b : sweep.bases) t.merge_file(b);
@@ -308,8 +323,27 @@ std::vector<json> read_results(const std::string& dir) {
     } catch (const json::exception& e) {
       throw InputError(fmt::format("{}:{}: not a JSON object ({})", path, line_no, e.what()));
     }
-    if (!out.back().is_object() || !out.back().contains("name"))
+    const json& r = out.back();
+    if (!r.is_object() || !r.contains("name") || !r["name"].is_string())
       throw InputError(fmt::format("{}:{}: expected a JSON object with a 'name'", path, line_no));
+    for (const char* k : {"ln_ppl", "best_ln_ppl", "step_time_s", "tokens_per_s", "d_model", "seed", "steps"})
+      if (r.contains(k) && !r[k].is_number())
+        throw InputError(fmt::format("{}:{}: '{}' must be a number", path, line_no, k));
+    for (const char* k : {"budget", "variant", "model"})
+      if (r.contains(k) && !r[k].is_string())
+        throw InputError(fmt::format("{}:{}: '{}' must be a string", path, line_no, k));
+    if (r.contains("attention")) {
+      bool ok = r["attention"].is_object();
+      if (ok)
+        for (const auto& [layer, a] : r["attention"].items()) {
+          ok = ok && a.is_object() && a.contains("variant") && a["variant"].is_string();
+          for (const char* k : {"h_k", "h", "h_v", "d_k", "d_v"})
+            ok = ok && a.contains(k) && a[k].is_number_integer();
+        }
+      if (!ok)
+        throw InputError(fmt::format("{}:{}: 'attention' must map each layer type to "
+                                     "{{variant, h_k, h, h_v, d_k, d_v, dynamic}}", path, line_no));
+    }
   }
   return out;
 }
@@ -361,12 +395,6 @@ std::string last_line(const std::string& path) {
   for (std::string line; std::getline(in, line);)
     if (!line.empty()) last = line;
   return last;
-}
-
-std::string format_hms(double s) {
-  const int64_t t = int64_t(s + 0.5);
-  return t >= 3600 ? fmt::format("{}h{:02d}m", t / 3600, int(t % 3600 / 60))
-                   : fmt::format("{}m{:02d}s", t / 60, int(t % 60));
 }
 
 }  // namespace
@@ -447,7 +475,7 @@ int run_sweep(const Sweep& sweep, const SweepOptions& o,
     std::printf("\nTo run: %.3f of %.3f PFLOP of model FLOPs, about %s on %lld threads at 50%% "
                 "of this machine's fp32 matmul peak (%.0f GFLOP/s, measured now; mini T5 steps "
                 "reach 45-65%% at one thread per job, docs/benchmarks.md).\n",
-                flops_left / 1e15, flops_all / 1e15, format_hms(flops_left / (0.5 * peak)).c_str(),
+                flops_left / 1e15, flops_all / 1e15, format_duration(flops_left / (0.5 * peak)).c_str(),
                 (long long)torch::get_num_threads(), peak / 1e9);
     return 0;
   }
@@ -570,7 +598,7 @@ int run_sweep(const Sweep& sweep, const SweepOptions& o,
       const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       const double eta = flops_done > 0 ? elapsed / flops_done * (flops_left - flops_done) : 0;
       log->info("[{}/{}] finished {}: ln(PPL) {:.4f}, {} | ETA {}", done, todo, p.run->name,
-                r.value("ln_ppl", 0.0), format_hms(wall), format_hms(eta));
+                r.value("ln_ppl", 0.0), format_duration(wall), format_duration(eta));
     } else if (ok || g_sweep_stop) {
       log->warn("{}: stopped at a checkpoint; the next `thx sweep` resumes it", p.run->name);
     } else {

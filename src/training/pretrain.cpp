@@ -51,12 +51,6 @@ struct SignalScope {
   }
 };
 
-std::string format_duration(double s) {
-  if (s < 60) return fmt::format("{:.0f}s", s);
-  if (s < 3600) return fmt::format("{:.0f}m{:02.0f}s", std::floor(s / 60), std::fmod(s, 60));
-  return fmt::format("{:.0f}h{:02.0f}m", std::floor(s / 3600), std::fmod(s / 60, 60));
-}
-
 struct Setup {
   TokenCorpus train, heldout;
   T5 model{nullptr};

@@ -275,6 +275,14 @@ TEST(Cli, TableAndClaimsCommands) {
   RunResult r = run_thx("table --layout table1 --sweep " + dir.path.string());
   EXPECT_EQ(r.code, 2);
   EXPECT_EQ(r.out.rfind("thx: error: " + dir.file("results.jsonl") + ":2: not a JSON object", 0), 0u) << r.out;
+  dir.write("results.jsonl", "{\"name\": \"a\", \"ln_ppl\": \"low\"}\n");
+  r = run_thx("table --layout table1 --sweep " + dir.path.string());
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.out, "thx: error: " + dir.file("results.jsonl") + ":1: 'ln_ppl' must be a number\n");
+  dir.write("results.jsonl", "{\"name\": \"a\", \"attention\": {\"encoder_self\": {\"h\": 4}}}\n");
+  r = run_thx("claims --sweep " + dir.path.string());
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_EQ(lines(r.out), 1) << r.out;
   // Without --layout, the table the sweep names (its copy of the sweep file).
   dir.write("results.jsonl", "{\"name\": \"a\"}\n");
   dir.write("sweep.yaml", "sweep: x\ntable: table3\nbase: b.yaml\n");

@@ -97,6 +97,8 @@ TEST(Sweep, BadSweepFilesNameTheLineAndWhatIsAllowed) {
   EXPECT_EQ(sweep_error(dir, head + "seeds: [1, x]\n"), f + ":3: seeds: 'x' is not an integer");
   EXPECT_EQ(sweep_error(dir, head + "budgets: {short: 0}\n"), f + ":3: budgets.short: expected a positive number of steps");
   EXPECT_EQ(sweep_error(dir, head + "grid: {attention.h: [6\n"), f + ":4:1: invalid YAML: end of sequence flow not found");
+  EXPECT_EQ(sweep_error(dir, head + "grid: {attention.h: [{a: 1}]}\n"),
+            f + ":3: bad conversion");
   // An unknown config key in an axis is caught when the run's config is read, at its line.
   const Sweep s = load_sweep(dir.write("s.yaml", head + "grid: {attention.hh: [6]}\n"));
   ConfigTree t = sweep_run_tree(s, s.runs[0]);
