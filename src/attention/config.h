@@ -48,6 +48,9 @@ struct AttentionDims {
   int64_t d_k = 0, d_v = 0;  // 0 for general_bilinear
   bool X_l = false, M_l = false, X_w = false, M_w = false;
   double dropout = 0.0;
+  // Dense-layer biases on Q, K, V and the output (BERT, ALBERT); set by the model, not the
+  // attention block. general_bilinear has none.
+  bool biases = false;
 
   bool has_P_l() const { return variant == Variant::talking_heads || variant == Variant::project_logits; }
   bool has_P_w() const { return variant == Variant::talking_heads || variant == Variant::project_weights; }

@@ -66,6 +66,12 @@ ProjectedAttention::ProjectedAttention(const AttentionDims& dims) : Attention(di
   if (d.M_l) P_Ml = param("P_Ml", {d.d_M, d.h_k, d.h}, 0.1 / std::sqrt(double(d.d_M) * d.h_k));
   if (d.X_w) P_Xw = param("P_Xw", {d.d_X, d.h, d.h_v}, 0.1 / std::sqrt(double(d.d_X) * d.h));
   if (d.M_w) P_Mw = param("P_Mw", {d.d_M, d.h, d.h_v}, 0.1 / std::sqrt(double(d.d_M) * d.h));
+  if (d.biases) {  // BERT's dense-layer biases, zero at the start
+    bias_q = register_parameter("bias_q", torch::zeros({d.d_k, d.h_k}));
+    bias_k = register_parameter("bias_k", torch::zeros({d.d_k, d.h_k}));
+    bias_v = register_parameter("bias_v", torch::zeros({d.d_v, d.h_v}));
+    bias_o = register_parameter("bias_o", torch::zeros({d.d_Y}));
+  }
 }
 
 ProjectedAttention::Memory ProjectedAttention::project_memory(const Tensor& M) {
@@ -74,6 +80,7 @@ ProjectedAttention::Memory ProjectedAttention::project_memory(const Tensor& M) {
   Memory mem;
   mem.K = project(M, P_k);                           // [b,m,h_k,d_k]
   mem.V = project(M, P_v);                           // [b,m,h_v,d_v]
+  if (bias_k.defined()) mem.K = mem.K + bias_k.t(), mem.V = mem.V + bias_v.t();
   if (P_Ml.defined()) mem.R_Ml = generate(M, P_Ml);  // [b,m,h_k,h]
   if (P_Mw.defined()) mem.R_Mw = generate(M, P_Mw);  // [b,m,h,h_v]
   return mem;
@@ -83,10 +90,15 @@ Tensor ProjectedAttention::attend(const Tensor& X, const Memory& mem, const Tens
                                   const Tensor& mask) {
   TORCH_CHECK(X.dim() == 3 && X.size(2) == dims_.d_X, "attention: X must be [b,n,", dims_.d_X,
               "], got ", X.sizes());
-  const Tensor Q = project(X, P_q);  // [b,n,h_k,d_k]
+  Tensor Q = project(X, P_q);  // [b,n,h_k,d_k]
+  if (bias_q.defined()) Q = Q + bias_q.t();
+  auto out = [&](const Tensor& O) {  // O [b,n,h_v,d_v] -> Y [b,n,d_Y]
+    Tensor Y = project_out(O, P_o);
+    return bias_o.defined() ? Y + bias_o : Y;
+  };
   const bool dropout = dims_.dropout > 0 && is_training();
   if (!dims_.any_dynamic() && !dropout)  // the fused core (fused.h)
-    return project_out(attention_core(Q, mem.K, mem.V, P_l, P_w, bias, mask), P_o);
+    return out(attention_core(Q, mem.K, mem.V, P_l, P_w, bias, mask));
 
   // ATen path, heads-major [b,heads,n,m]: dynamic projections, attention dropout.
   Tensor J = torch::matmul(Q.transpose(1, 2), mem.K.permute({0, 2, 3, 1}));  // [b,h_k,n,m]
@@ -100,7 +112,7 @@ Tensor ProjectedAttention::attend(const Tensor& X, const Memory& mem, const Tens
   if (P_Mw.defined()) U = U + mix_heads_per_memory(W, mem.R_Mw);
   if (dropout) U = torch::dropout(U, dims_.dropout, true);
   Tensor O = torch::matmul(U, mem.V.transpose(1, 2));                        // [b,h_v,n,d_v]
-  return project_out(O.transpose(1, 2), P_o);                                // [b,n,d_Y]
+  return out(O.transpose(1, 2));                                             // [b,n,d_Y]
 }
 
 Tensor ProjectedAttention::forward(const Tensor& X, const Tensor& M, const Tensor& bias,

@@ -6,11 +6,12 @@
 // here, and each variant's own file registers its parameters and states its algorithm:
 //
 //   Q[b,h_k,n,d_k] = X P_q          K[b,h_k,m,d_k] = M P_k        V[b,h_v,m,d_v] = M P_v
+//                    (+ bias_q)                       (+ bias_k)                       (+ bias_v)
 //   J[b,h_k,n,m]   = Q K^T                                          dot products
 //   L[b,h,n,m]     = J·P_l (+ J·R_Xl[n] + J·R_Ml[m])  + bias        logits   (J when no P_l)
 //   W[b,h,n,m]     = softmax_m(L, mask)                             weights
 //   U[b,h_v,n,m]   = W·P_w (+ W·R_Xw[n] + W·R_Mw[m]), dropout      (W when no P_w)
-//   O[b,h_v,n,d_v] = U V                                            Y[b,n,d_Y] = O P_o
+//   O[b,h_v,n,d_v] = U V                                            Y[b,n,d_Y] = O P_o (+ bias_o)
 //
 // The static variants run on the fused core (fused.h), in the [b, n, heads, .] layout the
 // projections produce, with no transposed copies. The dynamic projections and attention
@@ -34,6 +35,7 @@ class ProjectedAttention : public Attention {
   torch::Tensor P_l, P_w;            // [h_k,h] [h,h_v]
   torch::Tensor P_Xl, P_Ml;          // [d_X,h_k,h] [d_M,h_k,h]
   torch::Tensor P_Xw, P_Mw;          // [d_X,h,h_v] [d_M,h,h_v]
+  torch::Tensor bias_q, bias_k, bias_v, bias_o;  // [d_k,h_k] [d_k,h_k] [d_v,h_v] [d_Y], if biases
 
  protected:
   // Registers and initializes (Mesh TensorFlow's normal stds) every parameter `dims` calls for.

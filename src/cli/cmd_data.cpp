@@ -12,11 +12,13 @@ struct SpmTrainCommand : Command {
   SpmTrainOptions o;
   std::string format = "auto";
   int64_t seed = 0;
+  std::string convention = "t5";
 
   explicit SpmTrainCommand(CLI::App& parent) {
     app = parent.add_subcommand("spm-train",
-                                "Train a unigram SentencePiece model (T5's ids: pad 0, eos 1, unk 2; "
-                                "100 sentinels follow) from corpus files");
+                                "Train a unigram SentencePiece model from corpus files, with T5's ids "
+                                "(pad 0, eos 1, unk 2; 100 sentinels follow) or ALBERT's (pad 0, "
+                                "unk 1, [CLS] 2, [SEP] 3, [MASK] 4)");
     app->add_option("--input", o.inputs, "corpus file, directory or glob; repeatable")
         ->required()->type_name("PATH");
     app->add_option("--format", format, kFormats)->capture_default_str();
@@ -29,8 +31,11 @@ struct SpmTrainCommand : Command {
     app->add_option("--character-coverage", o.character_coverage)->capture_default_str()
         ->check(CLI::Range(0.5, 1.0));
     app->add_option("--seed", seed, "seed of the line sample")->capture_default_str();
+    app->add_option("--convention", convention, "t5 (T5 pretraining) | albert (BERT/ALBERT)")
+        ->capture_default_str();
   }
   int run() override {
+    o.convention = parse_convention(convention, "--convention");
     o.format = parse_corpus_format(format, "--format");
     o.seed = uint64_t(seed);
     o.threads = torch::get_num_threads();
@@ -48,7 +53,9 @@ struct PrepareCommand : Command {
                                 "Tokenize a corpus once into compressed HDF5 shards with a "
                                 "deterministic held-out split; a re-run with unchanged inputs "
                                 "does nothing, and shards of other inputs are never replaced");
-    app->add_option("--input", o.inputs, "corpus file, directory or glob; repeatable")
+    app->add_option("--input", o.inputs,
+                    "corpus file, directory or glob; repeatable; FORMAT:PATH gives this input "
+                    "its own format (books:DIR)")
         ->required()->type_name("PATH");
     app->add_option("--format", format, kFormats)->capture_default_str();
     app->add_option("--tokenizer", o.tokenizer, "SentencePiece .model")->required()->type_name("FILE");

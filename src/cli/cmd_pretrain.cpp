@@ -22,6 +22,15 @@ PretrainConfig load_pretrain_config(ConfigTree& tree, std::string* yaml_out) {
   PretrainConfig pc;
   const RunConfig rc = load_config<RunConfig>(tree, [&](const RunConfig& c) {
     validate(c.model);
+    if (c.model.encoder_only()) {
+      if (c.attention_decoder_self)
+        throw ConfigError("attention_decoder_self", fmt::format("model.type {} has no decoder", c.model.type));
+      if (c.attention_encoder_decoder)
+        throw ConfigError("attention_encoder_decoder", fmt::format("model.type {} has no decoder", c.model.type));
+      if (c.model.positions == "absolute" && c.data.inputs_length > c.model.max_positions)
+        throw ConfigError("data.inputs_length", fmt::format("{} is more than model.max_positions {}",
+                                                            c.data.inputs_length, c.model.max_positions));
+    }
     const int64_t d = c.model.d_model;
     const AttentionConfig& a = c.attention;
     pc.attention.encoder_self = c.attention_encoder_self.value_or(a);
@@ -62,8 +71,9 @@ struct PretrainCommand : Command {
   bool resume = false;
 
   explicit PretrainCommand(CLI::App& parent) {
-    app = parent.add_subcommand("pretrain", "Pretrain T5 on span corruption (section 7.1), with "
-                                            "checkpoints, held-out ln(PPL) and exact --resume");
+    app = parent.add_subcommand("pretrain", "Pretrain T5 on span corruption (section 7.1) or BERT/ALBERT "
+                                            "on MLM + SOP/NSP (7.2, 7.3), with checkpoints, held-out "
+                                            "metrics and exact --resume");
     config.add_to(app);
     app->add_option("--run-dir", run_dir, "run directory: config, metrics, log, checkpoints")
         ->type_name("DIR");

@@ -45,8 +45,12 @@ ResolvedRun resolve_run(ConfigTree& tree) {
   const PretrainConfig pc = load_pretrain_config(tree, &r.yaml);
   const int64_t d = pc.model.d_model, n = pc.data.inputs_length, t = pc.data.targets_length;
   r.steps = pc.train.steps;
+  const bool encoder_only = pc.model.encoder_only();
   r.flops = 6.0 * double(pc.train.batch_size) * double(pc.train.steps) *
-            t5_forward_multiplies(pc.model, pc.attention, n, t, prepared_vocab(pc.data.prepared));
+            (encoder_only ? encoder_forward_multiplies(pc.model, pc.attention.encoder_self, n,
+                                                       pc.data.max_predictions_per_seq,
+                                                       prepared_vocab(pc.data.prepared))
+                          : t5_forward_multiplies(pc.model, pc.attention, n, t, prepared_vocab(pc.data.prepared)));
   const std::pair<const char*, const AttentionConfig*> layers[] = {
       {"encoder_self", &pc.attention.encoder_self},
       {"decoder_self", &pc.attention.decoder_self},
@@ -54,6 +58,7 @@ ResolvedRun resolve_run(ConfigTree& tree) {
   json att, params, mults;
   std::string summary;
   for (const auto& [name, cfg] : layers) {
+    if (encoder_only && std::string(name) != "encoder_self") continue;  // no decoder
     const AttentionDims dims = resolve(*cfg, d, d, d);
     att[name] = attention_json(dims);
     // Per attention layer, at the run's own sizes: n = m = inputs length (as the paper's
@@ -65,13 +70,14 @@ ResolvedRun resolve_run(ConfigTree& tree) {
     summary += (summary.empty() ? "" : "; ") + std::string(name) + " " + dims.summary();
   }
   // One line when all three layer types agree.
-  if (att["encoder_self"] == att["decoder_self"] && att["encoder_self"] == att["encoder_decoder"])
+  if (encoder_only || (att["encoder_self"] == att["decoder_self"] && att["encoder_self"] == att["encoder_decoder"]))
     summary = resolve(pc.attention.encoder_self, d, d, d).summary();
   r.attention = summary;
   r.info["attention"] = att.dump();
   r.info["params_per_att_layer"] = params.dump();
   r.info["multiplies_per_att_layer"] = mults.dump();
   r.info["d_model"] = std::to_string(d);
+  r.info["model"] = json(pc.model.type).dump();
   r.info["inputs_length"] = std::to_string(n);
   r.info["targets_length"] = std::to_string(t);
   r.info["batch_size"] = std::to_string(pc.train.batch_size);

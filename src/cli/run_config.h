@@ -29,12 +29,12 @@ struct RunConfig {
 
 template <class V>
 void visit(V& v, RunConfig& c) {
-  v("model", c.model, "T5 v1.0 (section 7.1)");
+  v("model", c.model, "T5 v1.0 (section 7.1), BERT (7.3) or ALBERT (7.2)");
   v("attention", c.attention, "attention of every layer (sections 3-6, Appendix A)");
   v("attention_encoder_self", c.attention_encoder_self, "overrides for encoder self-attention");
   v("attention_decoder_self", c.attention_decoder_self, "overrides for decoder self-attention");
   v("attention_encoder_decoder", c.attention_encoder_decoder, "overrides for encoder-decoder attention");
-  v("data", c.data, "span-corruption data");
+  v("data", c.data, "span corruption (t5) or masked LM + sentence task (bert, albert)");
   v("train", c.train);
   v("optimizer", c.optimizer);
   v("checkpoint", c.checkpoint);

@@ -166,6 +166,17 @@ const char* corpus_format_name(CorpusFormat f) {
   return "?";
 }
 
+std::pair<std::optional<CorpusFormat>, std::string> split_format_prefix(const std::string& spec) {
+  const auto colon = spec.find(':');
+  if (colon != std::string::npos && colon > 0) {
+    const std::string name = spec.substr(0, colon);
+    for (auto f : {CorpusFormat::auto_detect, CorpusFormat::text, CorpusFormat::text_files,
+                   CorpusFormat::wikiextractor, CorpusFormat::jsonl, CorpusFormat::books})
+      if (name == corpus_format_name(f)) return {f, spec.substr(colon + 1)};
+  }
+  return {std::nullopt, spec};
+}
+
 std::vector<std::string> expand_inputs(const std::vector<std::string>& specs) {
   std::set<std::string> files;
   bool matched = false;

@@ -15,6 +15,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,10 @@ struct CorpusStats {
   std::vector<std::string> bad_examples;  // the first few, "file:line: why"
   void bad(const std::string& where, const std::string& why);
 };
+
+// "books:PATH" -> {books, PATH}: an input spec may name its own format (thx prepare reads
+// Wikipedia and books in one run). A spec without a known format prefix -> {nullopt, spec}.
+std::pair<std::optional<CorpusFormat>, std::string> split_format_prefix(const std::string& spec);
 
 // Files, directories and globs -> sorted, de-duplicated regular files. InputError for an
 // input that matches nothing.

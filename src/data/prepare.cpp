@@ -1,5 +1,7 @@
 #include "data/prepare.h"
 
+#include <map>
+
 #include <ATen/Parallel.h>
 
 #include <chrono>
@@ -30,6 +32,8 @@ std::string fingerprint(const PrepareOptions& o, const std::vector<std::string>&
   j["heldout_files"] = heldout;
   j["heldout_fraction"] = o.heldout_files.empty() ? o.heldout_fraction : 0.0;
   j["format"] = corpus_format_name(o.format);
+  for (const auto& spec : o.inputs)  // per-input formats ("books:DIR")
+    if (split_format_prefix(spec).first) j["formats"].push_back(spec);
   j["tokenizer"] = {fs::absolute(o.tokenizer).string(), file_stamp(o.tokenizer)};
   j["shard_tokens"] = o.shard_tokens;
   return fmt::format("{:016x}", fnv1a(j.dump()));
@@ -76,7 +80,15 @@ PrepareResult run_prepare(const PrepareOptions& o) {
             "--heldout-fraction {}: must be in [0, 1)", o.heldout_fraction);
   THX_CHECK(o.shard_tokens >= 1024, "--shard-tokens {}: must be at least 1024", o.shard_tokens);
   const Tokenizer tok(o.tokenizer);
-  auto files = expand_inputs(o.inputs);
+  std::vector<std::string> paths;
+  std::map<std::string, CorpusFormat> file_format;  // files named under a FORMAT: prefix
+  for (const auto& spec : o.inputs) {
+    const auto [format, path] = split_format_prefix(spec);
+    paths.push_back(path);
+    if (format)
+      for (const auto& f : expand_inputs({path})) file_format[f] = *format;
+  }
+  auto files = expand_inputs(paths);
   std::set<std::string> heldout_set;
   if (!o.heldout_files.empty())
     for (const auto& f : expand_inputs(o.heldout_files)) heldout_set.insert(f);
@@ -140,7 +152,8 @@ PrepareResult run_prepare(const PrepareOptions& o) {
   for (const auto& f : files) {
     const int file_split = heldout_set.count(f) ? 1 : 0;
     CorpusStats file_stats;
-    read_corpus({f}, o.format, [&](std::string&& doc) {
+    const auto ff = file_format.find(f);
+    read_corpus({f}, ff != file_format.end() ? ff->second : o.format, [&](std::string&& doc) {
       int s = file_split;
       if (heldout.empty())  // by fraction, from the text itself
         s = double(fnv1a(doc) >> 11) * 0x1.0p-53 < o.heldout_fraction ? 1 : 0;
@@ -177,7 +190,8 @@ PrepareResult run_prepare(const PrepareOptions& o) {
   m["fingerprint"] = fp;
   m["format"] = corpus_format_name(o.format);
   m["tokenizer"] = {{"path", fs::absolute(o.tokenizer).string()}, {"pieces", tok.pieces()},
-                    {"vocab_size", tok.vocab_size()}};
+                    {"vocab_size", tok.vocab_size()},
+                    {"convention", convention_name(tok.convention())}};
   for (const auto& f : files) m["inputs"].push_back({{"path", f}, {"stamp", file_stamp(f)}});
   m["heldout"] = heldout.empty() ? json{{"fraction", o.heldout_fraction}} : json{{"files", heldout}};
   m["bad_lines"] = result.stats.bad_lines;
@@ -213,6 +227,7 @@ TokenCorpus load_split(const std::string& dir, const std::string& split) {
   c.offsets = {0};
   c.vocab_size = m["tokenizer"].value("vocab_size", 0);
   c.tokenizer = m["tokenizer"].value("path", "");
+  c.convention = m["tokenizer"].value("convention", "t5");
   for (const auto& name : m["splits"][split]["shards"]) {
     const std::string path = (fs::path(dir) / name.get<std::string>()).string();
     H5Reader r(path);

@@ -41,6 +41,7 @@ struct TokenCorpus {
   std::vector<int64_t> offsets;  // document d is tokens[offsets[d], offsets[d+1])
   int64_t vocab_size = 0;        // of the tokenizer that produced it (S + 100)
   std::string tokenizer;         // its path, as recorded
+  std::string convention = "t5"; // its id convention: t5 | albert (tokenizer.h)
   int64_t documents() const { return int64_t(offsets.size()) - 1; }
 };
 

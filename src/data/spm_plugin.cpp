@@ -85,6 +85,14 @@ char* thx_spm_decode(void* h, const int* ids, size_t n) {
 
 void thx_spm_free(void* p) { std::free(p); }
 
+// The piece of one id, as a malloc'ed NUL-terminated string (free with thx_spm_free).
+char* thx_spm_piece(void* h, int id) {
+  const std::string& s = static_cast<sentencepiece::SentencePieceProcessor*>(h)->IdToPiece(id);
+  char* out = static_cast<char*>(std::malloc(s.size() + 1));
+  std::memcpy(out, s.c_str(), s.size() + 1);
+  return out;
+}
+
 // Trains with key=value arguments on the given sentences. Returns 0 on success.
 int thx_spm_train(const char* const* keys, const char* const* values, int nargs,
                   const char* const* sentences, size_t nsentences, char* err, int errlen) {

@@ -3,15 +3,16 @@
 #include "common/error.h"
 
 namespace thx {
-namespace {
 
-uint64_t splitmix64(uint64_t x) {
+uint64_t mix_seed(uint64_t x) {
   x += 0x9e3779b97f4a7c15ULL;
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
   x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
   return x ^ (x >> 31);
 }
 
+namespace {
+uint64_t splitmix64(uint64_t x) { return mix_seed(x); }
 }  // namespace
 
 SpanCorruptionStream::SpanCorruptionStream(const TokenCorpus& corpus, int64_t inputs_length,

@@ -20,22 +20,39 @@ struct StreamState {
   int64_t epoch = 0, doc = 0, offset = 0, example = 0;
 };
 
+// One batch. T5: inputs, decoder_inputs, targets. BERT/ALBERT (data/mlm.h): inputs,
+// token_types, positions (of the masked tokens), targets (their original ids), labels.
 struct Batch {
   torch::Tensor inputs;          // [B, inputs_length] int64, 0 = padding
   torch::Tensor decoder_inputs;  // [B, targets_length]: targets shifted right, 0 first
-  torch::Tensor targets;         // [B, targets_length], 0 = padding
+  torch::Tensor targets;         // [B, targets_length], 0 = padding  (MLM: [B, P])
+  torch::Tensor token_types;     // [B, inputs_length] segment ids      (MLM)
+  torch::Tensor positions;       // [B, P] masked positions, 0 padded    (MLM)
+  torch::Tensor labels;          // [B] sentence label, -1 = none        (MLM)
 };
 
-class SpanCorruptionStream {
+// A resumable source of training or held-out batches.
+class ExampleStream {
+ public:
+  virtual ~ExampleStream() = default;
+  virtual Batch next(int64_t batch_size) = 0;
+  virtual const StreamState& state() const = 0;
+  virtual void set_state(const StreamState& s) = 0;
+};
+
+// splitmix64, the seed mixer of every stream.
+uint64_t mix_seed(uint64_t x);
+
+class SpanCorruptionStream : public ExampleStream {
  public:
   SpanCorruptionStream(const TokenCorpus& corpus, int64_t inputs_length, int64_t targets_length,
                        double density, double mean_span, uint64_t seed, bool shuffle);
 
-  Batch next(int64_t batch_size);
+  Batch next(int64_t batch_size) override;
   Corrupted next_example();
 
-  const StreamState& state() const { return state_; }
-  void set_state(const StreamState& s);
+  const StreamState& state() const override { return state_; }
+  void set_state(const StreamState& s) override;
   const SpanLengths& lengths() const { return lengths_; }
 
  private:

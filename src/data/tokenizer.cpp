@@ -24,6 +24,7 @@ struct Spm {
   size_t (*encode)(void*, const char*, size_t, int**);
   char* (*decode)(void*, const int*, size_t);
   void (*free)(void*);
+  char* (*piece)(void*, int);
   int (*train)(const char* const*, const char* const*, int, const char* const*, size_t, char*, int);
 };
 
@@ -58,6 +59,7 @@ const Spm& spm() {
     r.decode = reinterpret_cast<decltype(r.decode)>(sym("thx_spm_decode"));
     r.free = reinterpret_cast<decltype(r.free)>(sym("thx_spm_free"));
     r.train = reinterpret_cast<decltype(r.train)>(sym("thx_spm_train"));
+    r.piece = reinterpret_cast<decltype(r.piece)>(sym("thx_spm_piece"));
     return r;
   }();
   return s;
@@ -73,13 +75,44 @@ Tokenizer::Tokenizer(const std::string& model_path) : path_(model_path) {
   if (!handle_) throw InputError(fmt::format("{}: not a SentencePiece model ({})", model_path, err));
   int info[4];
   spm().info(handle_, info);
-  if (info[1] != kPad || info[2] != kEos || info[3] != kUnk) {
-    spm().unload(handle_);
-    throw InputError(fmt::format("{}: pad/eos/unk ids are {}/{}/{}; thx needs 0/1/2 as T5 (train "
-                                 "one with `thx spm-train`)",
-                                 model_path, info[1], info[2], info[3]));
-  }
   pieces_ = info[0];
+  if (info[1] == kPad && info[2] == kEos && info[3] == kUnk) {
+    convention_ = TokenizerConvention::t5;
+  } else if (info[1] == kPad && info[2] < 0 && info[3] == kAlbertUnk && pieces_ > kMask &&
+             piece(kCls) == "[CLS]" && piece(kSep) == "[SEP]" && piece(kMask) == "[MASK]") {
+    convention_ = TokenizerConvention::albert;
+  } else {
+    spm().unload(handle_);
+    throw InputError(fmt::format(
+        "{}: pad/eos/unk ids are {}/{}/{}; thx needs T5's 0/1/2, or ALBERT's pad 0, unk 1, [CLS] 2, "
+        "[SEP] 3, [MASK] 4 (train one with `thx spm-train --convention t5|albert`)",
+        model_path, info[1], info[2], info[3]));
+  }
+}
+
+std::string Tokenizer::piece(int32_t id) const {
+  char* s = spm().piece(handle_, id);
+  std::string out(s);
+  spm().free(s);
+  return out;
+}
+
+std::vector<uint8_t> Tokenizer::word_starts() const {
+  std::vector<uint8_t> out(size_t(vocab_size()), 0);
+  const std::string mark = "\xe2\x96\x81";  // U+2581
+  const int32_t first = convention_ == TokenizerConvention::t5 ? kUnk + 1 : kMask + 1;
+  for (int32_t id = first; id < pieces_; ++id) out[size_t(id)] = piece(id).rfind(mark, 0) == 0;
+  return out;
+}
+
+const char* convention_name(TokenizerConvention c) {
+  return c == TokenizerConvention::t5 ? "t5" : "albert";
+}
+
+TokenizerConvention parse_convention(const std::string& s, const std::string& what) {
+  if (s == "t5") return TokenizerConvention::t5;
+  if (s == "albert") return TokenizerConvention::albert;
+  throw InputError(fmt::format("{} '{}' is invalid: t5 | albert", what, s));
 }
 
 Tokenizer::~Tokenizer() {
@@ -105,7 +138,7 @@ std::string Tokenizer::decode(const std::vector<int32_t>& ids) const {
     run.clear();
   };
   for (int32_t id : ids) {
-    if (id == kPad || id == kEos) continue;
+    if (id == kPad || (convention_ == TokenizerConvention::t5 && id == kEos)) continue;
     if (id >= pieces_ && id < vocab_size()) {
       flush();
       out += fmt::format("<extra_id_{}>", vocab_size() - 1 - id);
@@ -159,15 +192,22 @@ CorpusStats train_sentencepiece(const SpmTrainOptions& o) {
       {"model_prefix", tmp_prefix},
       {"model_type", "unigram"},
       {"vocab_size", std::to_string(o.pieces)},
-      {"pad_id", "0"}, {"eos_id", "1"}, {"unk_id", "2"}, {"bos_id", "-1"},
+      {"bos_id", "-1"},
       {"character_coverage", fmt::format("{}", o.character_coverage)},
       {"num_threads", std::to_string(threads)},
       {"input_sentence_size", std::to_string(o.max_sentences)},
       {"shuffle_input_sentence", "false"},  // already sampled, with our seed
       {"minloglevel", "2"},
   };
+  auto all = args;
+  if (o.convention == TokenizerConvention::t5) {
+    all.insert({{"pad_id", "0"}, {"eos_id", "1"}, {"unk_id", "2"}});
+  } else {
+    all.insert({{"pad_id", "0"}, {"unk_id", "1"}, {"eos_id", "-1"},
+                {"control_symbols", "[CLS],[SEP],[MASK]"}});
+  }
   std::vector<const char*> keys, values, sentences;
-  for (const auto& [k, v] : args) keys.push_back(k.c_str()), values.push_back(v.c_str());
+  for (const auto& [k, v] : all) keys.push_back(k.c_str()), values.push_back(v.c_str());
   for (const auto& s : sample) sentences.push_back(s.c_str());
   char err[1024] = {0};
   if (spm().train(keys.data(), values.data(), int(keys.size()), sentences.data(), sentences.size(),
@@ -180,8 +220,11 @@ CorpusStats train_sentencepiece(const SpmTrainOptions& o) {
   }
   fs::rename(tmp_prefix + ".vocab", o.model_prefix + ".vocab");
   fs::rename(tmp_prefix + ".model", model_file);
-  log->info("wrote {}.model ({} pieces + {} sentinels)", o.model_prefix, o.pieces,
-            Tokenizer::kSentinels);
+  if (o.convention == TokenizerConvention::t5)
+    log->info("wrote {}.model ({} pieces + {} sentinels, T5 ids)", o.model_prefix, o.pieces,
+              Tokenizer::kSentinels);
+  else
+    log->info("wrote {}.model ({} pieces, ALBERT ids)", o.model_prefix, o.pieces);
   return stats;
 }
 

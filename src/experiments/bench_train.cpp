@@ -96,6 +96,16 @@ double t5_forward_multiplies(const ModelConfig& m, const T5Attention& a, int64_t
   return enc + dec + double(t) * d * vocab;
 }
 
+double encoder_forward_multiplies(const ModelConfig& m, const AttentionConfig& a, int64_t n,
+                                  int64_t predictions, int64_t vocab) {
+  const int64_t d = m.d_model, E = m.embedding_size > 0 ? m.embedding_size : d;
+  const double att = multiplies(resolve(a, d, d, d), n, n, CostConvention::Full);
+  const double layers = m.encoder_layers * (att + 2.0 * n * d * m.d_ff);
+  const double embed = (m.type == "albert" || E != d) ? double(n) * E * d : 0.0;
+  const double heads = double(predictions) * (double(d) * E + double(E) * vocab) + double(d) * d;
+  return layers + embed + heads;
+}
+
 std::string bench_train(const BenchTrainOptions& o) {
   auto log = thx::log("bench");
   const double peak = matmul_peak_gflops();

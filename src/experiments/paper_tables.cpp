@@ -50,6 +50,23 @@ std::vector<PaperRow> load_paper_rows(const std::string& csv_path) {
   return rows;
 }
 
+std::string encoder_table_model(int64_t table) { return table == 7 ? "bert" : "albert"; }
+
+AttentionConfig encoder_attention(const PaperRow& row) {
+  static const std::map<std::string, std::string> kVariants = {
+      {"Multi-head", "multi_head"}, {"Talking-heads", "talking_heads"},
+      {"Logit-project-only", "project_logits"}, {"Weight-project-only", "project_weights"}};
+  auto it = kVariants.find(row.label);
+  if (it == kVariants.end() || !row.h)
+    throw InputError(fmt::format("table {} row {}: '{}' is not an ALBERT/BERT attention row",
+                                 row.table, row.row, row.label));
+  AttentionConfig c;
+  c.variant = it->second;
+  c.h = *row.h;
+  c.d_k = row.d_k, c.d_v = row.d_v;
+  return c;
+}
+
 PaperAttention t5_attention(const PaperRow& row) {
   auto need = [&](const std::optional<int64_t>& x, const char* what) {
     if (!x)

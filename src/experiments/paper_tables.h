@@ -40,4 +40,10 @@ struct PaperAttention {
 // Throws InputError for a label that is not a T5 attention configuration.
 PaperAttention t5_attention(const PaperRow& row);
 
+// Tables 5-7 (ALBERT, BERT): the model type ("albert" for 5 and 6, "bert" for 7) and the
+// attention of every layer ("Multi-head", "Talking-heads", "Logit-project-only",
+// "Weight-project-only"; heads h, d_k = d_v). InputError for another label.
+std::string encoder_table_model(int64_t table);
+AttentionConfig encoder_attention(const PaperRow& row);
+
 }  // namespace thx

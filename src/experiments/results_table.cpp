@@ -153,7 +153,16 @@ std::vector<MatchedRow> match_rows(int table, const std::vector<PaperRow>& paper
         if (all) m.runs.push_back(r);
       }
     }
-    // Tables 5-7 (ALBERT, BERT) are filled once encoder-only runs exist (issue 5).
+    if (table >= 5 && table <= 7) {  // ALBERT (5, 6) and BERT (7): encoder self-attention only
+      const Signature want =
+          signature(resolve(encoder_attention(p), kPaperDModel, kPaperDModel, kPaperDModel), kPaperDModel);
+      const std::string model = encoder_table_model(table);
+      for (const auto& r : results) {
+        if (r.value("model", "t5") != model) continue;
+        const auto s = run_signature(r, "encoder_self");
+        if (s && *s == want) m.runs.push_back(r);
+      }
+    }
     out.push_back(m);
   }
   return out;

@@ -326,7 +326,8 @@ std::vector<json> read_results(const std::string& dir) {
     const json& r = out.back();
     if (!r.is_object() || !r.contains("name") || !r["name"].is_string())
       throw InputError(fmt::format("{}:{}: expected a JSON object with a 'name'", path, line_no));
-    for (const char* k : {"ln_ppl", "best_ln_ppl", "step_time_s", "tokens_per_s", "d_model", "seed", "steps"})
+    for (const char* k : {"ln_ppl", "best_ln_ppl", "step_time_s", "tokens_per_s", "d_model", "seed", "steps",
+                          "mlm", "sop", "nsp"})
       if (r.contains(k) && !r[k].is_number())
         throw InputError(fmt::format("{}:{}: '{}' must be a number", path, line_no, k));
     for (const char* k : {"budget", "variant", "model"})
@@ -361,6 +362,7 @@ json summarize_metrics(const std::string& run_dir, int64_t steps, bool* finished
   std::ifstream in((fs::path(run_dir) / "metrics.jsonl").string());
   std::vector<double> step_times, tokens_per_s;
   std::optional<double> final_ppl, best_ppl;
+  std::map<std::string, double> accuracies;  // BERT/ALBERT: at the last evaluation
   int64_t last_eval = -1;
   json curve = json::array();
   for (std::string line; std::getline(in, line);) {
@@ -374,6 +376,9 @@ json summarize_metrics(const std::string& run_dir, int64_t steps, bool* finished
       const double v = j["ln_ppl"];
       final_ppl = v, last_eval = j.value("step", int64_t(-1));
       best_ppl = best_ppl ? std::min(*best_ppl, v) : v;
+      accuracies.clear();
+      for (const char* k : {"mlm", "sop", "nsp"})
+        if (j.contains(std::string(k) + "_accuracy")) accuracies[k] = 100.0 * j[std::string(k) + "_accuracy"].get<double>();
     }
     if (j.contains("step_time_s")) step_times.push_back(j["step_time_s"]);
     if (j.contains("tokens_per_s")) tokens_per_s.push_back(j["tokens_per_s"]);
@@ -381,6 +386,7 @@ json summarize_metrics(const std::string& run_dir, int64_t steps, bool* finished
   *finished = final_ppl && last_eval == steps;
   json r;
   if (final_ppl) r["ln_ppl"] = *final_ppl, r["best_ln_ppl"] = *best_ppl;
+  for (const auto& [k, v] : accuracies) r[k] = v;  // percent, as Tables 5 and 6 print them
   auto median = [](std::vector<double> v) {
     std::sort(v.begin(), v.end());
     return v.empty() ? 0.0 : v[v.size() / 2];

@@ -28,7 +28,24 @@ void validate(const ModelConfig& c, const std::string& path) {
     throw ConfigError(path + ".vocab_size", fmt::format("{} is invalid: 0 (from the tokenizer) or >= 1", c.vocab_size));
   for (auto [key, v] : {std::pair{"dropout", c.dropout}, std::pair{"ff_dropout", c.ff_dropout}})
     if (!(v >= 0 && v < 1)) throw ConfigError(path + "." + key, fmt::format("{} is invalid: must be in [0, 1)", v));
-  if (!(c.z_loss >= 0)) throw ConfigError(path + ".z_loss", fmt::format("{} is invalid: must be >= 0", c.z_loss));
+  if (!(c.z_loss_value() >= 0))
+    throw ConfigError(path + ".z_loss", fmt::format("{} is invalid: must be >= 0", c.z_loss_value()));
+  if (c.type != "t5" && c.type != "bert" && c.type != "albert")
+    throw ConfigError(path + ".type", fmt::format("'{}' is not allowed; allowed: t5, bert, albert", c.type));
+  if (c.embedding_size < 0)
+    throw ConfigError(path + ".embedding_size", fmt::format("{} is invalid: 0 (d_model) or >= 1", c.embedding_size));
+  if (c.hidden_groups < 1 || c.hidden_groups > c.encoder_layers)
+    throw ConfigError(path + ".hidden_groups", fmt::format("{} is invalid: must be in [1, encoder_layers = {}]",
+                                                           c.hidden_groups, c.encoder_layers));
+  if (c.type == "albert" && c.encoder_layers % c.hidden_groups)
+    throw ConfigError(path + ".hidden_groups", fmt::format("{} does not divide encoder_layers {}",
+                                                           c.hidden_groups, c.encoder_layers));
+  if (c.positions != "absolute" && c.positions != "relative")
+    throw ConfigError(path + ".positions", fmt::format("'{}' is not allowed; allowed: absolute, relative", c.positions));
+  positive("max_positions", c.max_positions);
+  positive("type_vocab_size", c.type_vocab_size);
+  if (!(c.attention_dropout >= 0 && c.attention_dropout < 1))
+    throw ConfigError(path + ".attention_dropout", fmt::format("{} is invalid: must be in [0, 1)", c.attention_dropout));
 }
 
 int64_t relative_position_bucket(int64_t relative_position, bool bidirectional,
@@ -246,7 +263,7 @@ T5Impl::Output T5Impl::forward(const Tensor& inputs, const Tensor& decoder_input
   out.tokens = (targets != 0).sum().item<int64_t>();
   const double denom = std::max<int64_t>(out.tokens, 1);
   const LossSums s = cross_entropy_z_loss(out.logits.view({-1, vocab_size_}), targets.reshape({-1}),
-                                          config_.z_loss);  // fused (loss.h)
+                                          config_.z_loss_value());  // fused (loss.h)
   out.nll_sum = s.nll_sum;
   out.nll = s.nll_sum / denom;
   out.loss = s.loss_sum / denom;

@@ -29,6 +29,16 @@ void validate(const DataConfig& c) {
   at_least("data.targets_length", c.targets_length, 2);
   if (!(c.noise_density > 0 && c.noise_density < 1))
     throw ConfigError("data.noise_density", fmt::format("{} is invalid: must be in (0, 1)", c.noise_density));
+  if (!(c.masked_lm_prob > 0 && c.masked_lm_prob < 1))
+    throw ConfigError("data.masked_lm_prob", fmt::format("{} is invalid: must be in (0, 1)", c.masked_lm_prob));
+  at_least("data.max_predictions_per_seq", c.max_predictions_per_seq, 1);
+  if (c.max_predictions_per_seq > c.inputs_length)
+    throw ConfigError("data.max_predictions_per_seq",
+                      fmt::format("{} is invalid: more than data.inputs_length {}", c.max_predictions_per_seq, c.inputs_length));
+  at_least("data.max_ngram", c.max_ngram, 1);
+  if (!(c.short_seq_prob >= 0 && c.short_seq_prob <= 1))
+    throw ConfigError("data.short_seq_prob", fmt::format("{} is invalid: must be in [0, 1]", c.short_seq_prob));
+  one_of("data.sentence_task", c.sentence_task, {"sop", "nsp", "none"});
   if (!(c.mean_noise_span_length >= 1))
     throw ConfigError("data.mean_noise_span_length", fmt::format("{} is invalid: must be >= 1", c.mean_noise_span_length));
 }
@@ -44,8 +54,13 @@ void validate(const TrainConfig& c) {
 }
 
 void validate(const OptimizerConfig& c) {
-  one_of("optimizer.name", c.name, {"adafactor", "adamw"});
-  one_of("optimizer.schedule", c.schedule, {"inverse_sqrt", "constant"});
+  one_of("optimizer.name", c.name, {"adafactor", "adamw", "lamb"});
+  one_of("optimizer.schedule", c.schedule, {"inverse_sqrt", "constant", "polynomial"});
+  if (!(c.power > 0))
+    throw ConfigError("optimizer.power", fmt::format("{} is invalid: must be > 0", c.power));
+  if (!(c.end_learning_rate >= 0 && c.end_learning_rate <= c.learning_rate))
+    throw ConfigError("optimizer.end_learning_rate",
+                      fmt::format("{} is invalid: must be in [0, learning_rate]", c.end_learning_rate));
   one_of("optimizer.factor_attention", c.factor_attention, {"mesh_tf", "combined", "per_head"});
   if (!(c.learning_rate > 0))
     throw ConfigError("optimizer.learning_rate", fmt::format("{} is invalid: must be > 0", c.learning_rate));

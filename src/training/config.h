@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace thx {
 
@@ -12,6 +13,13 @@ struct DataConfig {
   int64_t targets_length = 114;
   double noise_density = 0.15;
   double mean_noise_span_length = 3.0;
+  // BERT / ALBERT (data/mlm.h); inputs_length is max_seq_length.
+  double masked_lm_prob = 0.15;
+  int64_t max_predictions_per_seq = 20;
+  int64_t max_ngram = 3;
+  bool whole_word = true;
+  double short_seq_prob = 0.1;
+  std::string sentence_task = "sop";  // sop | nsp | none
 };
 
 template <class V>
@@ -21,6 +29,12 @@ void visit(V& v, DataConfig& c) {
   v("targets_length", c.targets_length, "decoder tokens per example (paper: 114)");
   v("noise_density", c.noise_density, "fraction of tokens corrupted");
   v("mean_noise_span_length", c.mean_noise_span_length);
+  v("masked_lm_prob", c.masked_lm_prob, "bert/albert: fraction of tokens masked");
+  v("max_predictions_per_seq", c.max_predictions_per_seq, "bert/albert: cap on masked tokens per sequence (ALBERT at 512: 20)");
+  v("max_ngram", c.max_ngram, "bert/albert: longest masked n-gram, in whole words (ALBERT: 3; 1 = BERT)");
+  v("whole_word", c.whole_word, "bert/albert: mask whole words (SentencePiece word starts)");
+  v("short_seq_prob", c.short_seq_prob, "bert/albert: probability of a shorter example");
+  v("sentence_task", c.sentence_task, "bert/albert: sop (ALBERT) | nsp (BERT) | none");
 }
 
 struct TrainConfig {
@@ -41,33 +55,41 @@ void visit(V& v, TrainConfig& c) {
 }
 
 struct OptimizerConfig {
-  std::string name = "adafactor";        // adafactor | adamw
-  double learning_rate = 1.0;            // c in c * rsqrt(max(t, warmup))
-  std::string schedule = "inverse_sqrt"; // inverse_sqrt | constant
+  std::string name = "adafactor";        // adafactor | adamw | lamb
+  double learning_rate = 1.0;            // c in c * rsqrt(max(t, warmup)), or the peak
+  std::string schedule = "inverse_sqrt"; // inverse_sqrt | constant | polynomial
+  double power = 1.0;                    // polynomial decay exponent
+  double end_learning_rate = 0.0;        // polynomial: the rate at the last step
   int64_t warmup_steps = 10000;
   double decay_fraction = 0.1;           // linear decay to 0 over this final fraction
   std::optional<double> beta1;           // Adafactor momentum; none by default
   double clipping_threshold = 1.0;
   std::string factor_attention = "mesh_tf";  // mesh_tf | combined | per_head
-  double weight_decay = 0.0;             // AdamW
+  double weight_decay = 0.0;             // AdamW, LAMB
   double adam_beta1 = 0.9, adam_beta2 = 0.999, adam_epsilon = 1e-8;
+  bool adam_bias_correction = true;      // AdamW only; BERT's has none
+  std::vector<std::string> no_decay = {"norm", "bias"};  // path substrings: no decay, no trust ratio
 };
 
 template <class V>
 void visit(V& v, OptimizerConfig& c) {
-  v("name", c.name, "adafactor | adamw");
-  v("learning_rate", c.learning_rate, "inverse_sqrt: lr_t = learning_rate * rsqrt(max(t, warmup_steps)) * decay; constant: the rate");
-  v("schedule", c.schedule, "inverse_sqrt | constant");
-  v("warmup_steps", c.warmup_steps, "inverse_sqrt: the rate is constant before this step");
+  v("name", c.name, "adafactor | adamw | lamb (ALBERT)");
+  v("learning_rate", c.learning_rate, "inverse_sqrt: lr_t = learning_rate * rsqrt(max(t, warmup_steps)) * decay; constant: the rate; polynomial: the peak");
+  v("schedule", c.schedule, "inverse_sqrt | constant | polynomial (linear warmup, then (1-t/T)^power)");
+  v("warmup_steps", c.warmup_steps, "inverse_sqrt: the rate is constant before this step; polynomial: linear warmup");
+  v("power", c.power, "polynomial: decay exponent (BERT, ALBERT: 1)");
+  v("end_learning_rate", c.end_learning_rate, "polynomial: the rate at the last step");
   v("decay_fraction", c.decay_fraction, "linear decay to 0 over this final fraction of the steps");
   v("beta1", c.beta1, "Adafactor momentum (null: none, as T5)");
   v("clipping_threshold", c.clipping_threshold, "Adafactor update clipping (RMS)");
   v("factor_attention", c.factor_attention,
     "mesh_tf | combined | per_head: how P_q, P_k, P_v, P_o are seen when factoring second moments");
-  v("weight_decay", c.weight_decay, "AdamW decoupled weight decay");
+  v("weight_decay", c.weight_decay, "AdamW/LAMB decoupled weight decay (ALBERT: 0.01)");
   v("adam_beta1", c.adam_beta1);
   v("adam_beta2", c.adam_beta2);
-  v("adam_epsilon", c.adam_epsilon);
+  v("adam_epsilon", c.adam_epsilon, "AdamW/LAMB epsilon (BERT, ALBERT: 1e-6)");
+  v("adam_bias_correction", c.adam_bias_correction, "AdamW bias correction (BERT's optimizer has none)");
+  v("no_decay", c.no_decay, "parameters whose path contains one of these get no weight decay (and no LAMB trust ratio)");
 }
 
 struct CheckpointConfig {

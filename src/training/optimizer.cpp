@@ -23,6 +23,11 @@ std::optional<std::pair<int64_t, int64_t>> factored_dims(const std::vector<int64
 
 double learning_rate(const OptimizerConfig& c, int64_t t, int64_t T) {
   if (c.schedule == "constant") return c.learning_rate;
+  if (c.schedule == "polynomial") {
+    if (t < c.warmup_steps) return c.learning_rate * double(t) / double(c.warmup_steps);
+    const double left = 1.0 - double(std::min(t, T)) / double(T);
+    return (c.learning_rate - c.end_learning_rate) * std::pow(left, c.power) + c.end_learning_rate;
+  }
   const double base = c.learning_rate / std::sqrt(double(std::max<int64_t>(t, c.warmup_steps)));
   const double tail = c.decay_fraction * double(T);
   const double decay = tail > 0 ? std::min(1.0, double(T - t) / tail) : 1.0;
@@ -266,26 +271,39 @@ class Adafactor : public Optimizer {
   AdafactorOptions o_;
 };
 
-// AdamW (Loshchilov & Hutter): bias-corrected moments, decoupled weight decay lr * wd * W.
-class AdamW : public Optimizer {
+// The Adam family, one loop. Per parameter, step t from 1:
+//   m = b1 m + (1-b1) g,  v = b2 v + (1-b2) g^2
+//   u = m' / (sqrt(v') + eps)      m' = m/(1-b1^t), v' = v/(1-b2^t) with bias correction
+//                                   (AdamW, Loshchilov & Hutter); m, v without (BERT, ALBERT)
+//   u += wd W                       decoupled decay, unless the parameter is no_decay
+//   r = |W| / |u| (LAMB, per tensor; 1 if either norm is 0 or the parameter is no_decay)
+//   W -= lr r u
+class Adam : public Optimizer {
  public:
-  AdamW(std::vector<OptimizedParam> params, double b1, double b2, double eps, double wd)
-      : params_(std::move(params)), b1_(b1), b2_(b2), eps_(eps), wd_(wd) {
+  Adam(std::vector<OptimizedParam> params, AdamOptions o) : params_(std::move(params)), o_(o) {
     for (auto& p : params_) m_.push_back(torch::zeros_like(p.param)), v_.push_back(torch::zeros_like(p.param));
   }
 
   void step(double lr) override {
     torch::NoGradGuard no_grad;
     ++step_;
-    const double c1 = 1.0 - std::pow(b1_, double(step_)), c2 = 1.0 - std::pow(b2_, double(step_));
+    const double c1 = o_.bias_correction ? 1.0 - std::pow(o_.beta1, double(step_)) : 1.0;
+    const double c2 = o_.bias_correction ? 1.0 - std::pow(o_.beta2, double(step_)) : 1.0;
     for (size_t i = 0; i < params_.size(); ++i) {
       Tensor& w = params_[i].param;
       if (!w.grad().defined()) continue;
       const Tensor& g = w.grad();
-      m_[i].mul_(b1_).add_(g, 1.0 - b1_);
-      v_[i].mul_(b2_).addcmul_(g, g, 1.0 - b2_);
-      if (wd_ > 0) w.mul_(1.0 - lr * wd_);
-      w.addcdiv_(m_[i] / c1, (v_[i] / c2).sqrt_().add_(eps_), -lr);
+      m_[i].mul_(o_.beta1).add_(g, 1.0 - o_.beta1);
+      v_[i].mul_(o_.beta2).addcmul_(g, g, 1.0 - o_.beta2);
+      Tensor u = (m_[i] / c1).div_((v_[i] / c2).sqrt_().add_(o_.epsilon));
+      const bool decays = o_.weight_decay > 0 && !params_[i].no_decay;
+      if (decays) u.add_(w, o_.weight_decay);
+      double ratio = 1.0;
+      if (o_.trust_ratio && !params_[i].no_decay) {
+        const double wn = w.norm().item<double>(), un = u.norm().item<double>();
+        if (wn > 0 && un > 0) ratio = wn / un;
+      }
+      w.add_(u, -lr * ratio);
     }
   }
 
@@ -313,23 +331,28 @@ class AdamW : public Optimizer {
  private:
   std::vector<OptimizedParam> params_;
   std::vector<Tensor> m_, v_;
-  double b1_, b2_, eps_, wd_;
+  AdamOptions o_;
 };
 
 }  // namespace
+
+std::unique_ptr<Optimizer> make_adam(std::vector<OptimizedParam> params, AdamOptions o) {
+  return std::make_unique<Adam>(std::move(params), o);
+}
 
 std::unique_ptr<Optimizer> make_adafactor(std::vector<OptimizedParam> params, AdafactorOptions o) {
   return std::make_unique<Adafactor>(std::move(params), o);
 }
 
-std::unique_ptr<Optimizer> make_adamw(std::vector<OptimizedParam> params, double beta1,
-                                      double beta2, double epsilon, double weight_decay) {
-  return std::make_unique<AdamW>(std::move(params), beta1, beta2, epsilon, weight_decay);
-}
-
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& c, std::vector<OptimizedParam> params) {
-  if (c.name == "adamw")
-    return make_adamw(std::move(params), c.adam_beta1, c.adam_beta2, c.adam_epsilon, c.weight_decay);
+  if (c.name == "adamw" || c.name == "lamb") {
+    AdamOptions o;
+    o.beta1 = c.adam_beta1, o.beta2 = c.adam_beta2, o.epsilon = c.adam_epsilon;
+    o.weight_decay = c.weight_decay;
+    o.bias_correction = c.name == "adamw" && c.adam_bias_correction;
+    o.trust_ratio = c.name == "lamb";
+    return make_adam(std::move(params), o);
+  }
   AdafactorOptions o;
   o.beta1 = c.beta1;
   o.clipping_threshold = c.clipping_threshold;

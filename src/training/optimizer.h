@@ -1,5 +1,6 @@
-// optimizer.h: Adafactor with Mesh TensorFlow's semantics, AdamW, and the learning-rate
-// schedule of the paper (section 7.1).
+// optimizer.h: Adafactor with Mesh TensorFlow's semantics, the Adam family (AdamW; BERT's
+// AdamWeightDecay; LAMB as ALBERT's code), and the learning-rate schedules: the paper's
+// (section 7.1) and BERT's/ALBERT's warmup + polynomial decay.
 //
 // Adafactor (Shazeer & Stern, 2018), as mesh_tensorflow/optimize.py applies it, step t from 1:
 //   decay = 1 - t^-0.8            (so decay = 0 at t = 1)
@@ -35,6 +36,7 @@ struct OptimizedParam {
   torch::Tensor param;
   std::vector<int64_t> view;    // the shape whose dims decide factoring (numel unchanged)
   bool never_factor = false;
+  bool no_decay = false;        // Adam family: no weight decay and no LAMB trust ratio
 };
 
 class Optimizer {
@@ -61,16 +63,27 @@ struct AdafactorOptions {
 };
 
 std::unique_ptr<Optimizer> make_adafactor(std::vector<OptimizedParam> params, AdafactorOptions o);
-std::unique_ptr<Optimizer> make_adamw(std::vector<OptimizedParam> params, double beta1,
-                                      double beta2, double epsilon, double weight_decay);
+// The Adam family (optimizer.cpp states the update). AdamW: bias_correction, no trust ratio.
+// BERT's AdamWeightDecayOptimizer: neither. LAMB as ALBERT's lamb_optimizer.py: trust ratio
+// |W|/|u| per tensor, no bias correction; no_decay parameters (layer norms, biases) get
+// neither weight decay nor the trust ratio, as ALBERT excludes them from both.
+struct AdamOptions {
+  double beta1 = 0.9, beta2 = 0.999, epsilon = 1e-6, weight_decay = 0.0;
+  bool bias_correction = true, trust_ratio = false;
+};
+std::unique_ptr<Optimizer> make_adam(std::vector<OptimizedParam> params, AdamOptions o);
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& c, std::vector<OptimizedParam> params);
 
 // The two dims Adafactor reduces over for this view, {d0, d1}, or nullopt if not factored.
 std::optional<std::pair<int64_t, int64_t>> factored_dims(const std::vector<int64_t>& view,
                                                          int64_t min_dim_size = 128);
 
-// lr_t for step t (from 1) of T: c * rsqrt(max(t, warmup)) * min(1, (T - t) / (fraction * T))
-// for inverse_sqrt; c for constant (fine-tuning).
+// lr_t for step t (from 1) of T:
+//   inverse_sqrt: c * rsqrt(max(t, warmup)) * min(1, (T - t) / (fraction * T))  (the paper's T5)
+//   constant:     c                                                          (fine-tuning)
+//   polynomial:   c * t / warmup for t < warmup, else
+//                 (c - end) * (1 - t/T)^power + end      (BERT and ALBERT: power 1, end 0;
+//                 their global_step is t - 1, so their first update, at rate 0, is skipped)
 double learning_rate(const OptimizerConfig& c, int64_t t, int64_t total_steps);
 
 }  // namespace thx

@@ -1,18 +1,23 @@
-// pretrain.h: `thx pretrain` and `thx step-probe`: T5 span-corruption pretraining.
+// pretrain.h: `thx pretrain` and `thx step-probe`: T5 span-corruption pretraining, and
+// BERT/ALBERT masked-LM pretraining with SOP or NSP (model.type picks).
 //
 // Run directory:
 //   config.yaml      the resolved configuration
 //   metrics.jsonl    one record per logged step: step, loss, nll, lr, tokens_per_s,
-//                    step_time_s; and per evaluation: step, ln_ppl
+//                    step_time_s; and per evaluation: step, ln_ppl (T5: per target token;
+//                    BERT/ALBERT: per masked token), and for BERT/ALBERT mlm_accuracy and
+//                    sop_accuracy or nsp_accuracy (fractions)
 //   train.log        everything the console showed
 //   checkpoints/     step-NNNNNNNN.h5 (checkpoint.h)
 // --resume continues from the newest checkpoint bit for bit (parameters, optimizer, step,
 // RNG and data position). SIGINT or SIGTERM saves a checkpoint and stops; a NaN or infinite
 // loss stops with an error naming the step and writes nothing.
 #pragma once
+#include <optional>
 #include <string>
 
 #include "data/stream.h"
+#include "models/encoder.h"
 #include "models/t5.h"
 #include "training/config.h"
 #include "training/optimizer.h"
@@ -33,6 +38,7 @@ struct PretrainConfig {
 struct PretrainResult {
   int64_t step = 0;          // the last completed step
   double ln_ppl = 0;         // the last held-out evaluation
+  std::optional<double> mlm_accuracy, sentence_accuracy;  // BERT/ALBERT
   bool interrupted = false;  // stopped by a signal (a checkpoint was saved)
 };
 
@@ -45,6 +51,20 @@ void run_step_probe(const PretrainConfig& config, const std::string& out);
 // The parameters the optimizer updates, each with the shape that decides Adafactor's
 // factoring under optimizer.factor_attention (see optimizer.h).
 std::vector<OptimizedParam> optimized_params(T5Impl& model, const std::string& factor_attention);
+// Any model: factoring views as above, and no_decay from optimizer.no_decay.
+std::vector<OptimizedParam> optimized_params(torch::nn::Module& model,
+                                             const std::vector<std::pair<std::string, torch::Tensor>>& params,
+                                             const OptimizerConfig& c);
+
+// Sums over held-out batches, and what they give.
+struct EvalSums {
+  double nll = 0;
+  int64_t tokens = 0, correct = 0, sentence_count = 0, sentence_correct = 0;
+};
+struct EvalMetrics {
+  double ln_ppl = 0;                                       // mean NLL per target/masked token
+  std::optional<double> mlm_accuracy, sentence_accuracy;  // BERT/ALBERT
+};
 
 // Held-out ln(PPL): mean NLL per target token over the given batches.
 double evaluate(T5Impl& model, const std::vector<Batch>& batches);

@@ -202,7 +202,9 @@ TEST(AdamW, MatchesTheFormulas) {
   torch::manual_seed(5);
   torch::Tensor w = torch::randn({7}).requires_grad_(true);
   Vec rw = to_vec(w), m(7, 0), v(7, 0);
-  auto opt = make_adamw({{"w", w, {7}, false}}, 0.9, 0.99, 1e-8, 0.1);
+  AdamOptions o;
+  o.beta1 = 0.9, o.beta2 = 0.99, o.epsilon = 1e-8, o.weight_decay = 0.1;  // AdamW: bias-corrected
+  auto opt = make_adam({{"w", w, {7}, false}}, o);
   for (int t = 1; t <= 3; ++t) {
     const torch::Tensor g = torch::randn({7});
     w.mutable_grad() = g;
