@@ -7,8 +7,10 @@ Each matrix is drawn as a heatmap normalized to [-1, 1] (divided by its largest 
 one row of panels per layer. The text summary (printed, and written with --summary) gives for
 each matrix, as section 7.4 does, the determinant and the smallest eigenvalue magnitude when it
 is square, and its singular values otherwise (h_k != h or h != h_v). Layers are found by the
-checkpoint's parameter paths (.../P_l [h_k, h] and .../P_w [h, h_v]); logits-only and
-weights-only layers show the one matrix they have. Needs Debian's python3-matplotlib and h5py.
+checkpoint's parameter paths (.../P_l [h_k, h] and .../P_w [h, h_v]) in T5, BERT and ALBERT
+checkpoints; an ALBERT group (encoder/groups/g/attention) is one row, shared by its layers.
+Logits-only and weights-only layers show the one matrix they have. Needs Debian's
+python3-matplotlib and h5py.
 """
 import argparse
 import os
@@ -23,10 +25,12 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 
 def layer_key(path):
-    # encoder/layers/3/self_attention -> (0, 3, 0): encoder before decoder, self before cross.
+    # T5: encoder/layers/3/self_attention -> (0, 3, 0): encoder before decoder, self before
+    # cross. BERT: encoder/layers/3/attention. ALBERT: encoder/groups/0/attention, one set of
+    # matrices shared by every layer of the group.
     parts = path.split("/")
     stack = 0 if parts[0] == "encoder" else 1
-    return stack, int(parts[2]), 0 if parts[3] == "self_attention" else 1
+    return stack, int(parts[2]), 1 if parts[3] == "cross_attention" else 0
 
 
 def describe(name, m):

@@ -33,15 +33,17 @@ struct BenchCommand : Command {
     attention->add_option("--out", opt.markdown_out, "also write the Markdown report here");
 
     train = app->add_subcommand(
-        "train", "Whole T5 training steps on random tokens: step time, tokens/s, model FLOPs as a "
-                 "fraction of the matmul peak; multi-head and talking-heads of the configured h");
+        "train", "Whole training steps (T5, BERT or ALBERT, by model.type) on random tokens: step "
+                 "time, tokens/s, model FLOPs as a fraction of the matmul peak; multi-head and "
+                 "talking-heads of the configured h");
     config.add_to(train);
     train->add_option("--steps", topt.steps, "timed steps (median)")->capture_default_str()
         ->check(CLI::PositiveNumber);
     train->add_option("--peer", topt.peer, "also run this peer_t5.py (PyTorch eager) on the same "
                                            "configuration and threads")->type_name("FILE");
     train->add_flag("--base", topt.base_sweep,
-                    "also time the paper's base size at batch 8, 512/114, for h = 12, 24, 48");
+                    "also time the base size: T5 at batch 8, 512/114, h = 12, 24, 48; BERT-base or "
+                    "ALBERT-base at batch 4, length 512, h = 12, 48");
     train->add_option("--out", topt.markdown_out, "also write the Markdown report here");
   }
 

@@ -6,6 +6,8 @@
 #include <regex>
 
 #include "attention/costs.h"
+
+#include <functional>
 #include "common/log.h"
 #include "common/text_table.h"
 #include "experiments/bench_attention.h"
@@ -23,19 +25,38 @@ struct Timed {
 
 Timed time_steps(const PretrainConfig& c, int64_t vocab, int64_t batch, int64_t steps, int64_t warmup) {
   torch::manual_seed(0);
-  T5 model(c.model, c.attention, vocab);
-  auto opt = make_optimizer(c.optimizer, optimized_params(*model, c.optimizer.factor_attention));
+  T5 t5{nullptr};
+  EncoderModel enc{nullptr};
+  std::shared_ptr<torch::nn::Module> model;
+  std::unique_ptr<Optimizer> opt;
+  std::function<torch::Tensor()> loss_of;
+  const int64_t n = c.data.inputs_length;
+  if (c.model.encoder_only()) {  // MLM + SOP on random tokens, as the stream's shapes
+    enc = EncoderModel(c.model, c.attention.encoder_self, vocab, c.data.sentence_task != "none");
+    model = enc.ptr();
+    opt = make_optimizer(c.optimizer, optimized_params(*enc, enc->named_parameters_by_path(), c.optimizer));
+    const int64_t P = c.data.max_predictions_per_seq;
+    const torch::Tensor ids = torch::randint(5, vocab, {batch, n}), types = torch::zeros({batch, n}, torch::kInt64);
+    const torch::Tensor positions = torch::randint(1, n, {batch, P}), targets = torch::randint(5, vocab, {batch, P});
+    const torch::Tensor labels = torch::randint(0, 2, {batch});
+    loss_of = [=]() mutable { return enc->forward(ids, types, positions, targets, labels).loss; };
+  } else {
+    t5 = T5(c.model, c.attention, vocab);
+    model = t5.ptr();
+    opt = make_optimizer(c.optimizer, optimized_params(*t5, c.optimizer.factor_attention));
+    const torch::Tensor in = torch::randint(2, vocab, {batch, n});
+    const torch::Tensor tg = torch::randint(2, vocab, {batch, c.data.targets_length});
+    torch::Tensor dec = torch::zeros_like(tg);
+    dec.narrow(1, 1, tg.size(1) - 1).copy_(tg.narrow(1, 0, tg.size(1) - 1));
+    loss_of = [=]() mutable { return t5->forward(in, dec, tg).loss; };
+  }
   model->train();
-  const torch::Tensor in = torch::randint(2, vocab, {batch, c.data.inputs_length});
-  const torch::Tensor tg = torch::randint(2, vocab, {batch, c.data.targets_length});
-  torch::Tensor dec = torch::zeros_like(tg);
-  dec.narrow(1, 1, tg.size(1) - 1).copy_(tg.narrow(1, 0, tg.size(1) - 1));
   std::vector<double> t, tf, tb, to;
   auto secs = [](Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); };
   for (int64_t i = 0; i < warmup + steps; ++i) {
     const auto t0 = Clock::now();
     for (auto& p : model->parameters()) p.mutable_grad() = torch::Tensor();
-    torch::Tensor loss = model->forward(in, dec, tg).loss;
+    torch::Tensor loss = loss_of();
     const auto t1 = Clock::now();
     loss.backward();
     const auto t2 = Clock::now();
@@ -117,10 +138,14 @@ std::string bench_train(const BenchTrainOptions& o) {
   auto measure = [&](const std::string& name, const PretrainConfig& c, int64_t vocab, int64_t batch,
                      bool peer) {
     const Timed t = time_steps(c, vocab, batch, o.steps, o.warmup);
-    const double flops = 6.0 * batch * t5_forward_multiplies(c.model, c.attention, c.data.inputs_length,
-                                                             c.data.targets_length, vocab);
+    const bool enc = c.model.encoder_only();
+    const double flops = 6.0 * batch *
+                         (enc ? encoder_forward_multiplies(c.model, c.attention.encoder_self, c.data.inputs_length,
+                                                           c.data.max_predictions_per_seq, vocab)
+                              : t5_forward_multiplies(c.model, c.attention, c.data.inputs_length,
+                                                      c.data.targets_length, vocab));
     const double gflops = flops / t.step_s / 1e9;
-    const double tokens = double(batch) * (c.data.inputs_length + c.data.targets_length) / t.step_s;
+    const double tokens = double(batch) * (c.data.inputs_length + (enc ? 0 : c.data.targets_length)) / t.step_s;
     double peer_s = -1;
     if (peer) {
       PretrainConfig pc = c;
@@ -138,7 +163,7 @@ std::string bench_train(const BenchTrainOptions& o) {
     return t.step_s;
   };
   const PretrainConfig& c = o.config;
-  const int64_t vocab = c.model.vocab_size > 0 ? c.model.vocab_size : 8100;
+  const int64_t vocab = c.model.vocab_size > 0 ? c.model.vocab_size : c.model.encoder_only() ? 30000 : 8100;
   std::string report;
   // The configured model, as multi-head and as talking-heads of the same h.
   PretrainConfig mh = c, th = c;
@@ -149,13 +174,32 @@ std::string bench_train(const BenchTrainOptions& o) {
   };
   set_variant(mh, "multi_head");
   set_variant(th, "talking_heads");
-  const bool peer = !o.peer.empty();
+  const bool peer = !o.peer.empty() && !c.model.encoder_only();  // the peer is a T5
   measure("configured", mh, vocab, c.train.batch_size, peer);
   measure("configured", th, vocab, c.train.batch_size, peer);
   TextTable ratios;
   ratios.header = {"h", "TH/MH step time", "paper's TPU ratio"};
   ratios.align = "rrr";
-  if (o.base_sweep) {
+  if (o.base_sweep && c.model.encoder_only()) {
+    // BERT-base or ALBERT-base (E = 128) at length 512, multi-head and talking-heads.
+    for (int64_t h : {12, 48}) {
+      PretrainConfig b = c;
+      ModelConfig m;
+      m.type = c.model.type, m.recompute = c.model.recompute;
+      m.embedding_size = c.model.type == "albert" ? 128 : 0;
+      m.positions = c.model.type == "bert" ? "relative" : "absolute";
+      b.model = m;
+      b.data.inputs_length = 512, b.data.max_predictions_per_seq = c.model.type == "bert" ? 80 : 20;
+      b.attention.encoder_self.h = h, b.attention.encoder_self.d_k.reset(), b.attention.encoder_self.d_v.reset();
+      PretrainConfig bm = b, bt = b;
+      set_variant(bm, "multi_head");
+      set_variant(bt, "talking_heads");
+      const std::string name = fmt::format("{}-base h={}", c.model.type, h);
+      const double tm = measure(name, bm, 30000, 4, false);
+      const double tt = measure(name, bt, 30000, 4, false);
+      ratios.rows.push_back({std::to_string(h), fmt::format("{:.2f}", tt / tm), "-"});
+    }
+  } else if (o.base_sweep) {
     const std::map<int64_t, std::string> paper = {{12, "0.18/0.15 = 1.20"}, {24, "0.22/0.17 = 1.29"},
                                                   {48, "0.32/0.21 = 1.52"}};
     for (int64_t h : {12, 24, 48}) {

@@ -35,49 +35,38 @@ Tensor layer_norm(const Tensor& x, const Tensor& scale, const Tensor& bias) {
 
 }  // namespace
 
-// One transformer layer of BERT/ALBERT; ALBERT runs one object for every layer of its group.
-class EncoderLayerImpl : public torch::nn::Module {
- public:
-  EncoderLayerImpl(const ModelConfig& c, const AttentionDims& dims) : dropout_(c.dropout) {
-    const int64_t d = c.d_model;
-    attention = register_module("attention", make_attention(dims));
-    if (auto* p = dynamic_cast<ProjectedAttention*>(attention.get())) {
-      torch::NoGradGuard g;  // BERT's initializer, with P_q carrying 1/sqrt(d_k)
-      init_truncated(p->P_q, kInitStd / std::sqrt(double(dims.d_k)));
-      init_truncated(p->P_k, kInitStd);
-      init_truncated(p->P_v, kInitStd);
-      init_truncated(p->P_o, kInitStd);
-    }
-    attention_norm_scale = register_parameter("attention_norm/scale", torch::ones({d}));
-    attention_norm_bias = register_parameter("attention_norm/bias", torch::zeros({d}));
-    wi = register_parameter("ff/wi", torch::empty({d, c.d_ff}));
-    bias_i = register_parameter("ff/bias_i", torch::zeros({c.d_ff}));
-    wo = register_parameter("ff/wo", torch::empty({c.d_ff, d}));
-    bias_o = register_parameter("ff/bias_o", torch::zeros({d}));
-    init_truncated(wi, kInitStd);
-    init_truncated(wo, kInitStd);
-    ff_norm_scale = register_parameter("ff_norm/scale", torch::ones({d}));
-    ff_norm_bias = register_parameter("ff_norm/bias", torch::zeros({d}));
+EncoderLayerImpl::EncoderLayerImpl(const ModelConfig& c, const AttentionDims& dims) : dropout_(c.dropout) {
+  const int64_t d = c.d_model;
+  attention = register_module("attention", make_attention(dims));
+  if (auto* p = dynamic_cast<ProjectedAttention*>(attention.get())) {
+    torch::NoGradGuard g;  // BERT's initializer, with P_q carrying 1/sqrt(d_k)
+    init_truncated(p->P_q, kInitStd / std::sqrt(double(dims.d_k)));
+    init_truncated(p->P_k, kInitStd);
+    init_truncated(p->P_v, kInitStd);
+    init_truncated(p->P_o, kInitStd);
   }
+  attention_norm_scale = register_parameter("attention_norm/scale", torch::ones({d}));
+  attention_norm_bias = register_parameter("attention_norm/bias", torch::zeros({d}));
+  wi = register_parameter("ff/wi", torch::empty({d, c.d_ff}));
+  bias_i = register_parameter("ff/bias_i", torch::zeros({c.d_ff}));
+  wo = register_parameter("ff/wo", torch::empty({c.d_ff, d}));
+  bias_o = register_parameter("ff/bias_o", torch::zeros({d}));
+  init_truncated(wi, kInitStd);
+  init_truncated(wo, kInitStd);
+  ff_norm_scale = register_parameter("ff_norm/scale", torch::ones({d}));
+  ff_norm_bias = register_parameter("ff_norm/bias", torch::zeros({d}));
+}
 
-  Tensor forward(Tensor x, const Tensor& bias, const Tensor& mask) {
-    auto drop = [&](const Tensor& t) {
-      return dropout_ > 0 && is_training() ? torch::dropout(t, dropout_, true) : t;
-    };
-    x = layer_norm(x + drop(attention->forward(x, x, bias, mask)), attention_norm_scale,
-                   attention_norm_bias);
-    const Tensor h = torch::gelu(torch::addmm(bias_i, x.reshape({-1, x.size(-1)}), wi));
-    const Tensor f = torch::addmm(bias_o, h, wo).view(x.sizes());
-    return layer_norm(x + drop(f), ff_norm_scale, ff_norm_bias);
-  }
-
-  std::shared_ptr<Attention> attention;
-  Tensor attention_norm_scale, attention_norm_bias, wi, bias_i, wo, bias_o, ff_norm_scale,
-      ff_norm_bias;
-
- private:
-  double dropout_;
-};
+Tensor EncoderLayerImpl::forward(Tensor x, const Tensor& bias, const Tensor& mask) {
+  auto drop = [&](const Tensor& t) {
+    return dropout_ > 0 && is_training() ? torch::dropout(t, dropout_, true) : t;
+  };
+  x = layer_norm(x + drop(attention->forward(x, x, bias, mask)), attention_norm_scale,
+                 attention_norm_bias);
+  const Tensor h = torch::gelu(torch::addmm(bias_i, x.reshape({-1, x.size(-1)}), wi));
+  const Tensor f = torch::addmm(bias_o, h, wo).view(x.sizes());
+  return layer_norm(x + drop(f), ff_norm_scale, ff_norm_bias);
+}
 
 namespace {
 

@@ -36,7 +36,22 @@
 
 namespace thx {
 
-class EncoderLayerImpl;
+// One post-layer-norm transformer layer; ALBERT runs one object for every layer of a group.
+// Parameters: attention/{P_q,...,bias_q,...}, attention_norm/{scale,bias},
+// ff/{wi,bias_i,wo,bias_o}, ff_norm/{scale,bias}.
+class EncoderLayerImpl : public torch::nn::Module {
+ public:
+  EncoderLayerImpl(const ModelConfig& config, const AttentionDims& dims);
+  // x [B,n,d]; bias broadcastable to [B,h,n,n] (or undefined); mask [B,1,1,n].
+  torch::Tensor forward(torch::Tensor x, const torch::Tensor& bias, const torch::Tensor& mask);
+
+  std::shared_ptr<Attention> attention;
+  torch::Tensor attention_norm_scale, attention_norm_bias, wi, bias_i, wo, bias_o, ff_norm_scale,
+      ff_norm_bias;
+
+ private:
+  double dropout_;
+};
 
 class EncoderModelImpl : public torch::nn::Module {
  public:

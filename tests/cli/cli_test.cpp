@@ -169,7 +169,7 @@ TEST(Cli, BadPretrainConfigsExitTwoWithOneLine) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"--set data.prepared=" + dir.file("nope"), dir.file("nope") + ": no manifest.json; run `thx prepare` first"},
       {"--set train.steps=0", "train.steps: 0 is invalid: must be >= 1"},
-      {"--set optimizer.name=sgd", "optimizer.name: 'sgd' is not allowed; allowed: adafactor, adamw"},
+      {"--set optimizer.name=sgd", "optimizer.name: 'sgd' is not allowed; allowed: adafactor, adamw, lamb"},
       {"--set optimizer.factor_attention=rows", "allowed: mesh_tf, combined, per_head"},
       {"--set train.grad_accum=3", "train.grad_accum: 3 does not divide train.batch_size 16"},
       {"--set attention_encoder_self.variant=talking_heads --set attention_encoder_self.h_k=0",
@@ -196,6 +196,40 @@ TEST(Cli, BadPretrainConfigsExitTwoWithOneLine) {
   EXPECT_NE(d.out.find("attention_encoder_self:\n  variant: talking_heads"), std::string::npos) << d.out;
   const auto enc = d.out.find("attention_encoder_self:");
   EXPECT_NE(d.out.find("  h: 4", enc), std::string::npos) << d.out;
+}
+
+TEST(Cli, BadAlbertAndBertConfigsExitTwoWithOneLine) {
+  TempDir dir;
+  const std::string base = "pretrain --config " + std::string(THX_SOURCE_DIR) +
+                           "/configs/albert/mini.yaml --run-dir " + dir.file("run") + " ";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"--set model.hidden_groups=0", "model.hidden_groups: 0 is invalid: must be in [1, encoder_layers = 3]"},
+      {"--set model.hidden_groups=2", "model.hidden_groups: 2 does not divide encoder_layers 3"},
+      {"--set model.type=gpt", "model.type: 'gpt' is not allowed; allowed: t5, bert, albert"},
+      {"--set model.positions=rotary", "model.positions: 'rotary' is not allowed; allowed: absolute, relative"},
+      {"--set data.masked_lm_prob=1.5", "data.masked_lm_prob: 1.5 is invalid: must be in (0, 1)"},
+      {"--set data.masked_lm_prob=0", "data.masked_lm_prob: 0 is invalid: must be in (0, 1)"},
+      {"--set data.max_predictions_per_seq=0", "data.max_predictions_per_seq: 0 is invalid: must be >= 1"},
+      {"--set data.max_ngram=0", "data.max_ngram: 0 is invalid: must be >= 1"},
+      {"--set data.sentence_task=both", "data.sentence_task: 'both' is not allowed; allowed: sop, nsp, none"},
+      {"--set data.inputs_length=256", "data.inputs_length: 256 is more than model.max_positions 128"},
+      {"--set attention_decoder_self.h=4", "attention_decoder_self: model.type albert has no decoder"},
+      {"--set optimizer.schedule=cosine", "allowed: inverse_sqrt, constant, polynomial"},
+      {"--set optimizer.power=0", "optimizer.power: 0 is invalid: must be > 0"},
+      {"--set attention.variant=talking_heads --set attention.h=7", "attention.d_k: not set, and the default d_model / h_k = 192 / 7"},
+  };
+  for (const auto& [args, want] : cases) {
+    RunResult r = run_thx(base + args);
+    EXPECT_EQ(r.code, 2) << args << "\n" << r.out;
+    EXPECT_EQ(lines(r.out), 1) << args << "\n" << r.out;
+    EXPECT_NE(r.out.find(want), std::string::npos) << args << "\n" << r.out;
+    EXPECT_FALSE(std::filesystem::exists(dir.file("run"))) << args;
+  }
+  // Every shipped BERT/ALBERT config resolves.
+  for (const char* f : {"albert/base.yaml", "albert/paper.yaml", "albert/mini.yaml", "bert/base.yaml", "bert/mini.yaml"}) {
+    RunResult d = run_thx("pretrain --config " + std::string(THX_SOURCE_DIR) + "/configs/" + f + " --dump-config");
+    EXPECT_EQ(d.code, 0) << f << "\n" << d.out;
+  }
 }
 
 TEST(Cli, BadProbeFlagsExitTwoAndWriteNothing) {

@@ -32,7 +32,8 @@ inline std::string synthetic_corpus(int docs, int sentences_per_doc = 6) {
 }
 
 // A SentencePiece model of `pieces` pieces trained on synthetic_corpus(200), in `dir`.
-inline std::string tiny_tokenizer(const TempDir& dir, int64_t pieces = 64) {
+inline std::string tiny_tokenizer(const TempDir& dir, int64_t pieces = 64,
+                                  TokenizerConvention convention = TokenizerConvention::t5) {
   const std::string corpus = dir.write("spm_corpus.txt", synthetic_corpus(200));
   SpmTrainOptions o;
   o.inputs = {corpus};
@@ -40,6 +41,7 @@ inline std::string tiny_tokenizer(const TempDir& dir, int64_t pieces = 64) {
   o.model_prefix = dir.file("tiny");
   o.pieces = pieces;
   o.threads = 1;
+  o.convention = convention;
   train_sentencepiece(o);
   return dir.file("tiny.model");
 }

@@ -155,6 +155,45 @@ TEST(Table, RowsMatchByHeadsAndRelativeWidthAndCellsAreNeverInvented) {
   EXPECT_EQ(parse_layout("table13"), 13);
 }
 
+// An ALBERT or BERT run: encoder self-attention only, MLM and SOP in percent.
+json encoder_result(const std::string& model, const std::string& variant, int64_t h, double mlm,
+                    double sop, int64_t seed) {
+  json r = result(variant, h, 7.0, seed);
+  r["model"] = model;
+  r["attention"].erase("decoder_self");
+  r["attention"].erase("encoder_decoder");
+  r["mlm"] = mlm, r["sop"] = sop;
+  return r;
+}
+
+TEST(Table, AlbertAndBertRowsMatchByModelVariantAndHeads) {
+  const auto paper = load_paper_rows(default_tables_csv());
+  const std::vector<json> results = {
+      encoder_result("albert", "multi_head", 6, 10.0, 50.0, 1),
+      encoder_result("albert", "multi_head", 6, 12.0, 52.0, 2),
+      encoder_result("albert", "talking_heads", 48, 11.0, 60.0, 1),
+      encoder_result("albert", "project_logits", 12, 9.0, 51.0, 1),
+      encoder_result("bert", "talking_heads", 6, 20.0, 70.0, 1),
+      result("talking_heads", 6, 5.0, 1)};  // a T5 run never fills an encoder table
+  const auto t5 = match_rows(5, paper, results);
+  ASSERT_EQ(t5.size(), 8u);
+  EXPECT_EQ(t5[0].runs.size(), 2u);  // Multi-head 6
+  EXPECT_EQ(t5[4].runs.size(), 0u);  // Talking-heads 6: the BERT and T5 runs do not count
+  EXPECT_EQ(t5[7].runs.size(), 1u);  // Talking-heads 48
+  const auto mlm = aggregate(t5[0], "mlm");
+  ASSERT_TRUE(mlm);
+  EXPECT_DOUBLE_EQ(mlm->mean, 11.0);
+  EXPECT_NEAR(*mlm->std, std::sqrt(2.0), 1e-12);
+  EXPECT_FALSE(aggregate(t5[0], "squad11_f1"));  // no fine-tuning yet
+  const auto t6 = match_rows(6, paper, results);
+  EXPECT_EQ(t6[1].runs.size(), 1u);  // Logit-project-only 12
+  const auto t7 = match_rows(7, paper, results);
+  EXPECT_EQ(t7[1].runs.size(), 1u);  // BERT talking-heads 6
+  EXPECT_EQ(t7[0].runs.size(), 0u);
+  const std::string md = render(results_table(5, t5, "hand-made"), TableFormat::markdown);
+  EXPECT_NE(md.find("| 11.0 ± 1.414 |  54.3 | -43.3 |"), std::string::npos) << md;  // ours, the paper's, Δ
+}
+
 const ClaimResult& claim(const std::vector<ClaimResult>& all, int n) {
   for (const auto& c : all)
     if (c.number == n) return c;

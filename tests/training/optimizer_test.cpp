@@ -9,6 +9,7 @@
 
 #include "models/t5.h"
 #include "test_util.h"
+#include "models/encoder.h"
 #include "training/optimizer.h"
 #include "training/pretrain.h"
 
@@ -218,6 +219,71 @@ TEST(AdamW, MatchesTheFormulas) {
     }
     EXPECT_TRUE(test::close(w.detach().to(torch::kFloat64), torch::tensor(rw, torch::kFloat64), 1e-6, 1e-5));
   }
+}
+
+// LAMB as ALBERT's lamb_optimizer.py, and BERT's AdamWeightDecay, from their update rules:
+// m, v without bias correction; u = m / (sqrt(v) + eps) + wd W; LAMB scales by |W| / |u| per
+// tensor; a no_decay tensor gets neither the decay nor the ratio.
+TEST(Lamb, MatchesAlbertsUpdateRule) {
+  for (const bool lamb : {true, false}) {
+    torch::manual_seed(6);
+    torch::Tensor w = torch::randn({5}).requires_grad_(true), b = torch::randn({3}).requires_grad_(true);
+    Vec rw = to_vec(w), rb = to_vec(b), mw(5, 0), vw(5, 0), mb(3, 0), vb(3, 0);
+    OptimizerConfig c;
+    c.name = lamb ? "lamb" : "adamw";
+    c.adam_bias_correction = false, c.weight_decay = 0.01, c.adam_epsilon = 1e-6;
+    std::vector<OptimizedParam> ps = {{"layer/w", w, {5}, false}, {"layer/bias", b, {3}, false, true}};
+    auto opt = make_optimizer(c, ps);
+    for (int t = 1; t <= 3; ++t) {
+      const torch::Tensor gw = torch::randn({5}), gb = torch::randn({3});
+      w.mutable_grad() = gw, b.mutable_grad() = gb;
+      opt->step(0.1);
+      auto update = [&](Vec& p, Vec& m, Vec& v, const Vec& g, bool decay) {
+        Vec u(p.size());
+        double pn = 0, un = 0;
+        for (size_t i = 0; i < p.size(); ++i) {
+          m[i] = 0.9 * m[i] + 0.1 * g[i];
+          v[i] = 0.999 * v[i] + 0.001 * g[i] * g[i];
+          u[i] = m[i] / (std::sqrt(v[i]) + 1e-6) + (decay ? 0.01 * p[i] : 0.0);
+          pn += p[i] * p[i], un += u[i] * u[i];
+        }
+        const double ratio = lamb && decay ? std::sqrt(pn) / std::sqrt(un) : 1.0;
+        for (size_t i = 0; i < p.size(); ++i) p[i] -= 0.1 * ratio * u[i];
+      };
+      update(rw, mw, vw, to_vec(gw), true);
+      update(rb, mb, vb, to_vec(gb), false);
+      EXPECT_TRUE(test::close(w.detach().to(torch::kFloat64), torch::tensor(rw, torch::kFloat64), 1e-6, 1e-5)) << lamb;
+      EXPECT_TRUE(test::close(b.detach().to(torch::kFloat64), torch::tensor(rb, torch::kFloat64), 1e-6, 1e-5)) << lamb;
+    }
+  }
+}
+
+TEST(Lamb, NoDecayFollowsTheConfiguredPathKeys) {
+  ModelConfig mc;
+  mc.type = "albert", mc.d_model = 16, mc.d_ff = 16, mc.encoder_layers = 2, mc.max_positions = 8;
+  AttentionConfig a;
+  a.h = 2;
+  EncoderModel m(mc, a, 20);
+  OptimizerConfig c;  // no_decay: [norm, bias]
+  for (const auto& p : optimized_params(*m, m->named_parameters_by_path(), c)) {
+    const bool excluded = p.path.find("norm") != std::string::npos || p.path.find("bias") != std::string::npos;
+    EXPECT_EQ(p.no_decay, excluded) << p.path;
+    if (p.param.dim() == 1) EXPECT_TRUE(p.no_decay) << p.path;  // every 1-D tensor is a norm or a bias
+  }
+}
+
+TEST(Schedule, PolynomialWarmupAndDecay) {
+  OptimizerConfig c;
+  c.schedule = "polynomial", c.learning_rate = 0.00176, c.warmup_steps = 3125;  // ALBERT
+  const int64_t T = 125000;
+  EXPECT_DOUBLE_EQ(learning_rate(c, 1, T), 0.00176 / 3125);
+  EXPECT_DOUBLE_EQ(learning_rate(c, 1000, T), 0.00176 * 1000 / 3125);
+  EXPECT_DOUBLE_EQ(learning_rate(c, 3125, T), 0.00176 * (1 - 3125.0 / T));
+  EXPECT_DOUBLE_EQ(learning_rate(c, 62500, T), 0.00088);
+  EXPECT_DOUBLE_EQ(learning_rate(c, T, T), 0.0);
+  c.power = 2.0, c.end_learning_rate = 1e-5;
+  EXPECT_DOUBLE_EQ(learning_rate(c, 62500, T), (0.00176 - 1e-5) * 0.25 + 1e-5);
+  EXPECT_DOUBLE_EQ(learning_rate(c, T, T), 1e-5);
 }
 
 TEST(Schedule, InverseSqrtWithLinearDecay) {

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "common/error.h"
+#include "common/fs.h"
 #include "common/h5.h"
 #include "training/checkpoint.h"
 #include "training/training_fixtures.h"
@@ -127,6 +128,63 @@ TEST(Pretrain, SigtermSavesACheckpointAndResumeContinues) {
   const PretrainResult r2 = run_pretrain(c, run, true);
   EXPECT_FALSE(r2.interrupted);
   EXPECT_EQ(r2.step, r.step + 3);
+}
+
+// ALBERT pretraining end to end: MLM and SOP metrics in metrics.jsonl, each shared parameter
+// once in the checkpoint, and --resume bit-exact (parameters, LAMB state, data position).
+TEST(Pretrain, AlbertMetricsCheckpointsAndExactResume) {
+  TempDir dir;
+  const std::string prep = prepared_corpus(dir, 120, TokenizerConvention::albert);
+  PretrainConfig c = tiny_albert_pretrain(prep, 10);
+  const PretrainResult straight = run_pretrain(c, dir.file("straight"), false);
+  ASSERT_TRUE(straight.mlm_accuracy && straight.sentence_accuracy);
+  EXPECT_GE(*straight.mlm_accuracy, 0.0);
+  std::ifstream m(dir.file("straight") + "/metrics.jsonl");
+  std::string text((std::istreambuf_iterator<char>(m)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("\"mlm_accuracy\""), std::string::npos);
+  EXPECT_NE(text.find("\"sop_accuracy\""), std::string::npos);
+  const Checkpoint a = load_checkpoint(list_checkpoints(dir.file("straight") + "/checkpoints").back());
+  EXPECT_TRUE(a.params.count("encoder/groups/0/attention/P_l"));
+  for (const auto& [k, v] : a.params) EXPECT_EQ(k.find("encoder/layers/"), std::string::npos) << k;
+  EXPECT_TRUE(a.optimizer.count("encoder/groups/0/attention/P_l/m"));
+  // Resume from the step-5 checkpoint of a copy (the step-10 one removed): the same bits.
+  fs::copy(dir.file("straight"), dir.file("resumed"), fs::copy_options::recursive);
+  fs::remove(checkpoint_path(dir.file("resumed") + "/checkpoints", 10));
+  run_pretrain(c, dir.file("resumed"), true);
+  const Checkpoint b = load_checkpoint(list_checkpoints(dir.file("resumed") + "/checkpoints").back());
+  ASSERT_EQ(a.params.size(), b.params.size());
+  for (const auto& [k, v] : a.params) EXPECT_TRUE(torch::equal(v, b.params.at(k))) << k;
+  for (const auto& [k, v] : a.optimizer) EXPECT_TRUE(torch::equal(v, b.optimizer.at(k))) << k;
+  EXPECT_EQ(a.stream.example, b.stream.example);
+  // Figure 1 from an ALBERT checkpoint: the shared group is one layer; with h_k != h != h_v the
+  // matrices are rectangular and the summary gives singular values.
+  const std::string scripts = std::string(THX_SOURCE_DIR) + "/scripts/";
+  auto figure = [&](const std::string& ckpt, const std::string& name) {
+    const std::string png = dir.file(name + ".png"), txt = dir.file(name + ".txt");
+    EXPECT_EQ(std::system(("/usr/bin/python3 " + scripts + "plot_figure1.py " + ckpt + " --out " + png +
+                           " --summary " + txt + " > /dev/null").c_str()), 0);
+    const std::string bytes = fs::exists(png) ? read_file(png) : "";
+    EXPECT_TRUE(bytes.size() > 1000 && bytes.compare(0, 8, "\x89PNG\r\n\x1a\n") == 0);
+    return fs::exists(txt) ? read_file(txt) : "";
+  };
+  const std::string square = figure(list_checkpoints(dir.file("straight") + "/checkpoints").back(), "square");
+  EXPECT_NE(square.find("encoder/groups/0/attention\n  P_l 4x4: det "), std::string::npos) << square;
+  PretrainConfig rect = tiny_albert_pretrain(prep, 2);
+  rect.attention.encoder_self.h_k = 2, rect.attention.encoder_self.h_v = 8;
+  run_pretrain(rect, dir.file("rect"), false);
+  const std::string r = figure(list_checkpoints(dir.file("rect") + "/checkpoints").back(), "rect");
+  EXPECT_NE(r.find("P_l 2x4: singular values "), std::string::npos) << r;
+  EXPECT_NE(r.find("P_w 4x8: singular values "), std::string::npos) << r;
+  EXPECT_NE(r.find("P_l x P_w 2x8: singular values "), std::string::npos) << r;
+  // T5-convention shards are refused for ALBERT with the reason.
+  TempDir t5_dir;
+  PretrainConfig t5_data = tiny_albert_pretrain(prepared_corpus(t5_dir, 60), 2);
+  try {
+    run_pretrain(t5_data, dir.file("wrong"), false);
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("tokenized with t5 ids"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace thx::test

@@ -7,11 +7,12 @@
 namespace thx::test {
 
 // Tokenizer + prepared shards of synthetic_corpus(docs) in dir/prep; returns the directory.
-inline std::string prepared_corpus(const TempDir& dir, int docs = 120) {
+inline std::string prepared_corpus(const TempDir& dir, int docs = 120,
+                                   TokenizerConvention convention = TokenizerConvention::t5) {
   PrepareOptions o;
   o.inputs = {dir.write("corpus.txt", synthetic_corpus(docs))};
   o.format = CorpusFormat::text;
-  o.tokenizer = tiny_tokenizer(dir);
+  o.tokenizer = tiny_tokenizer(dir, 64, convention);
   o.out_dir = dir.file("prep");
   o.heldout_fraction = 0.1;
   run_prepare(o);
@@ -32,6 +33,27 @@ inline PretrainConfig tiny_pretrain(const std::string& prepared, int64_t steps) 
   c.checkpoint.every = 5, c.checkpoint.keep = 2;
   c.eval.every = 5, c.eval.examples = 8, c.eval.batch_size = 8;
   c.yaml = "tiny: true\n";
+  return c;
+}
+
+// A tiny ALBERT (model.type albert, 2 layers in 1 group, talking-heads) on prepared shards of
+// an ALBERT-convention tokenizer: MLM + SOP, LAMB.
+inline PretrainConfig tiny_albert_pretrain(const std::string& prepared, int64_t steps) {
+  PretrainConfig c;
+  c.model.type = "albert";
+  c.model.d_model = 32, c.model.d_ff = 64, c.model.encoder_layers = 2, c.model.embedding_size = 16;
+  c.model.max_positions = 32;
+  AttentionConfig th;
+  th.variant = "talking_heads", th.h = 4;
+  c.attention = {th, th, th};
+  c.data.prepared = prepared;
+  c.data.inputs_length = 32, c.data.max_predictions_per_seq = 5;
+  c.train.steps = steps, c.train.batch_size = 8, c.train.log_every = 5;
+  c.optimizer.name = "lamb", c.optimizer.schedule = "polynomial", c.optimizer.learning_rate = 0.01;
+  c.optimizer.warmup_steps = 2, c.optimizer.weight_decay = 0.01, c.optimizer.adam_epsilon = 1e-6;
+  c.checkpoint.every = 5, c.checkpoint.keep = 2;
+  c.eval.every = 5, c.eval.examples = 8, c.eval.batch_size = 8;
+  c.yaml = "tiny_albert: true\n";
   return c;
 }
 
