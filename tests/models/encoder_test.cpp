@@ -106,6 +106,7 @@ std::pair<Tensor, Tensor> batch(int64_t vocab, int64_t n = 10) {
 struct Case {
   std::string type, positions, variant;
 };
+void PrintTo(const Case& c, std::ostream* os) { *os << c.type << " " << c.positions << " " << c.variant; }
 
 class EncoderReference : public ::testing::TestWithParam<Case> {};
 
