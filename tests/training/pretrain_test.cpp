@@ -156,6 +156,15 @@ TEST(Pretrain, AlbertMetricsCheckpointsAndExactResume) {
   for (const auto& [k, v] : a.params) EXPECT_TRUE(torch::equal(v, b.params.at(k))) << k;
   for (const auto& [k, v] : a.optimizer) EXPECT_TRUE(torch::equal(v, b.optimizer.at(k))) << k;
   EXPECT_EQ(a.stream.example, b.stream.example);
+  // step-probe writes the MLM batch and the shared parameters once.
+  const std::string probe = dir.file("probe.h5");
+  run_step_probe(c, probe);
+  H5Reader h(probe);
+  for (const char* k : {"/batch/inputs", "/batch/token_types", "/batch/positions", "/batch/targets", "/batch/labels"})
+    EXPECT_TRUE(h.has(k)) << k;
+  EXPECT_EQ(h.read("/batch/positions").sizes().vec(), (std::vector<int64_t>{8, 5}));
+  EXPECT_TRUE(h.has("/grads/encoder/groups/0/attention/P_l"));
+  EXPECT_TRUE(h.has("/optimizer/encoder/groups/0/attention/P_l/m"));
   // Figure 1 from an ALBERT checkpoint: the shared group is one layer; with h_k != h != h_v the
   // matrices are rectangular and the summary gives singular values.
   const std::string scripts = std::string(THX_SOURCE_DIR) + "/scripts/";
