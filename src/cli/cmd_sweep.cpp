@@ -59,7 +59,8 @@ ResolvedRun resolve_run(ConfigTree& tree) {
   std::string summary;
   for (const auto& [name, cfg] : layers) {
     if (encoder_only && std::string(name) != "encoder_self") continue;  // no decoder
-    const AttentionDims dims = resolve(*cfg, d, d, d);
+    AttentionDims dims = resolve(*cfg, d, d, d);
+    dims.biases = encoder_only && dims.variant != Variant::general_bilinear;  // BERT's dense biases
     att[name] = attention_json(dims);
     // Per attention layer, at the run's own sizes: n = m = inputs length (as the paper's
     // n = m = 512), and for encoder-decoder attention m = inputs, n = targets.

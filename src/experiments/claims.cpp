@@ -55,6 +55,11 @@ std::vector<ClaimDef> definitions() {
       {0, "Table 4", "ln(PPL)",
        "(broader reading) by ln(PPL), encoder-decoder placement is the best single placement", kLnPpl,
        {{4, 4, 2}, {4, 4, 3}}},
+      // The pretraining columns behind claim 7 (section 7.2), which a sweep fills without
+      // fine-tuning.
+      {0, "Table 5", "MLM and SOP",
+       "(broader reading) in pretraining, talking-heads beats multi-head from 12 heads up on MLM and SOP accuracy",
+       {"mlm", "sop"}, {{5, 6, 2}, {5, 7, 3}, {5, 8, 4}, {5, 5, 1, false}}},
   };
 }
 

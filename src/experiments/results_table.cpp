@@ -271,7 +271,7 @@ TextTable results_table(int table, const std::vector<MatchedRow>& rows, const st
       cells.push_back(opt(r.paper.h_k)), cells.push_back(opt(r.paper.h)), cells.push_back(opt(r.paper.h_v));
       cells.push_back(dim(r.paper.d_k, "d_k")), cells.push_back(dim(r.paper.d_v, "d_v"));
     } else {
-      cells.push_back(opt(r.paper.h)), cells.push_back(opt(r.paper.d_k));
+      cells.push_back(opt(r.paper.h)), cells.push_back(dim(r.paper.d_k, "d_k"));
     }
     cells.push_back(r.published_only ? "baseline" : std::to_string(r.runs.size()));
     for (const auto& m : metrics) {
@@ -281,7 +281,9 @@ TextTable results_table(int table, const std::vector<MatchedRow>& rows, const st
         if (!a.text.empty()) return a.text;
         if (m == "params_per_att_layer") return fmt::format("{:.0f}", a.mean);
         if (m == "multiplies_per_att_layer") return paper_number(a.mean);
-        const int d = ours && m == "step_time_s" ? 3 : dec;
+        // Ours with more digits where mini-scale differences are small: step time, and the
+        // MLM/SOP accuracies the paper prints to one decimal.
+        const int d = ours && m == "step_time_s" ? 3 : ours && (m == "mlm" || m == "sop" || m == "nsp") ? 2 : dec;
         std::string s = fmt::format("{:.{}f}", a.mean, d);
         if (a.std) s += fmt::format(" ± {:.{}f}", *a.std, std::max(d, 3));
         if (ours && a.n > 1 && !a.std) s += fmt::format(" [{}]", a.n);

@@ -191,7 +191,7 @@ TEST(Table, AlbertAndBertRowsMatchByModelVariantAndHeads) {
   EXPECT_EQ(t7[1].runs.size(), 1u);  // BERT talking-heads 6
   EXPECT_EQ(t7[0].runs.size(), 0u);
   const std::string md = render(results_table(5, t5, "hand-made"), TableFormat::markdown);
-  EXPECT_NE(md.find("| 11.0 ± 1.414 |  54.3 | -43.3 |"), std::string::npos) << md;  // ours, the paper's, Δ
+  EXPECT_NE(md.find("| 11.00 ± 1.414 |  54.3 | -43.3 |"), std::string::npos) << md;  // ours, the paper's, Δ
 }
 
 const ClaimResult& claim(const std::vector<ClaimResult>& all, int n) {
@@ -226,6 +226,30 @@ TEST(Claims, EveryClaimHoldsOnThePublishedNumbersAndTheContradictionsShow) {
   EXPECT_TRUE(tie);
   const std::string report = render_claims(claims, "the paper");
   EXPECT_NE(report.find("(outside the claim)"), std::string::npos);
+  // Table 5's pretraining columns: talking-heads ahead on MLM and SOP from 12 heads up.
+  bool table5 = false;
+  for (const auto& c : claims)
+    if (c.number == 0 && c.tables == "Table 5") {
+      table5 = true;
+      EXPECT_EQ(c.verdict, Verdict::holds);
+    }
+  EXPECT_TRUE(table5);
+}
+
+TEST(Claims, Table5PretrainingColumnsOnSweepResults) {
+  const auto paper = load_paper_rows(default_tables_csv());
+  auto verdict = [&](double th_mlm) {
+    std::vector<json> r;
+    for (int64_t h : {6, 12, 24, 48}) {
+      r.push_back(encoder_result("albert", "multi_head", h, 10.0, 52.0, 1));
+      r.push_back(encoder_result("albert", "talking_heads", h, th_mlm, 53.0, 1));
+    }
+    for (const auto& c : evaluate_claims(paper, sweep_cells(paper, r)))
+      if (c.number == 0 && c.tables == "Table 5") return c.verdict;
+    return Verdict::not_enough_data;
+  };
+  EXPECT_EQ(verdict(11.0), Verdict::holds);
+  EXPECT_EQ(verdict(9.0), Verdict::fails);
 }
 
 TEST(Claims, SyntheticResultsWhereTheyHoldFailOrLackData) {
