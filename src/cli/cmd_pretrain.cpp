@@ -89,8 +89,13 @@ struct PretrainCommand : Command {
     }
     if (run_dir.empty()) throw InputError("pretrain: --run-dir DIR is required");
     const PretrainResult r = run_pretrain(pc, run_dir, resume);
-    std::printf("%s step %lld held-out ln(PPL) %.4f%s\n", run_dir.c_str(), (long long)r.step,
-                r.ln_ppl, r.interrupted ? " (interrupted; --resume continues)" : "");
+    std::string extra;
+    if (r.mlm_accuracy) extra += fmt::format(", MLM accuracy {:.2f}%", 100 * *r.mlm_accuracy);
+    if (r.sentence_accuracy)
+      extra += fmt::format(", {} accuracy {:.2f}%", pc.data.sentence_task, 100 * *r.sentence_accuracy);
+    std::printf("%s step %lld held-out %sln(PPL) %.4f%s%s\n", run_dir.c_str(), (long long)r.step,
+                r.mlm_accuracy ? "MLM " : "", r.ln_ppl, extra.c_str(),
+                r.interrupted ? " (interrupted; --resume continues)" : "");
     return 0;
   }
 };
