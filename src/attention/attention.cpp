@@ -1,5 +1,7 @@
 #include "attention/attention.h"
 
+#include <algorithm>
+
 namespace thx {
 
 int64_t AttentionCache::length() const {
@@ -18,6 +20,17 @@ void add_bias_and_mask(torch::Tensor& L, const torch::Tensor& bias, const torch:
 void init_normal(torch::Tensor& p, double std) {
   torch::NoGradGuard no_grad;
   p.normal_(0.0, std);
+}
+
+std::string module_path(std::string key) {
+  std::replace(key.begin(), key.end(), '.', '/');
+  return key;
+}
+
+std::vector<std::pair<std::string, torch::Tensor>> parameters_by_path(const torch::nn::Module& m) {
+  std::vector<std::pair<std::string, torch::Tensor>> out;
+  for (const auto& kv : m.named_parameters()) out.emplace_back(module_path(kv.key()), kv.value());
+  return out;
 }
 
 }  // namespace thx

@@ -66,6 +66,13 @@ class Attention : public torch::nn::Module {
 // Apply bias and mask to logits L [b,h,n,m] in place (L must not be needed by autograd).
 void add_bias_and_mask(torch::Tensor& L, const torch::Tensor& bias, const torch::Tensor& mask);
 
+// Every parameter of a module under its module path with '/' separators
+// ("encoder/layers/0/self_attention/P_q"), in registration order: the names of checkpoints and
+// probe files.
+std::vector<std::pair<std::string, torch::Tensor>> parameters_by_path(const torch::nn::Module& m);
+// A module key with '.' separators as such a path.
+std::string module_path(std::string key);
+
 // Normal(0, std) initialization of a freshly registered parameter.
 void init_normal(torch::Tensor& p, double std);
 

@@ -79,7 +79,6 @@ PrepareResult run_prepare(const PrepareOptions& o) {
   THX_CHECK(o.heldout_fraction >= 0 && o.heldout_fraction < 1,
             "--heldout-fraction {}: must be in [0, 1)", o.heldout_fraction);
   THX_CHECK(o.shard_tokens >= 1024, "--shard-tokens {}: must be at least 1024", o.shard_tokens);
-  const Tokenizer tok(o.tokenizer);
   std::vector<std::string> paths;
   std::map<std::string, CorpusFormat> file_format;  // files named under a FORMAT: prefix
   for (const auto& spec : o.inputs) {
@@ -89,6 +88,7 @@ PrepareResult run_prepare(const PrepareOptions& o) {
       for (const auto& f : expand_inputs({path})) file_format[f] = *format;
   }
   auto files = expand_inputs(paths);
+  const Tokenizer tok(o.tokenizer);
   std::set<std::string> heldout_set;
   if (!o.heldout_files.empty())
     for (const auto& f : expand_inputs(o.heldout_files)) heldout_set.insert(f);

@@ -24,7 +24,6 @@ struct ModelConfig {
   std::string positions = "absolute";  // absolute (BERT, ALBERT) | relative (the paper's BERT)
   int64_t max_positions = 512;         // absolute position embeddings
   int64_t type_vocab_size = 2;         // token types (segments A and B)
-  double attention_dropout = 0.0;      // on the attention weights (BERT: 0.1)
   bool recompute = false;              // recompute each layer in the backward pass
 
   double z_loss_value() const { return z_loss.value_or(type == "t5" ? 1e-4 : 0.0); }
@@ -49,7 +48,6 @@ void visit(V& v, ModelConfig& c) {
   v("positions", c.positions, "bert/albert: absolute (learned embeddings) | relative (T5's bucketed bias)");
   v("max_positions", c.max_positions, "bert/albert: absolute position embeddings");
   v("type_vocab_size", c.type_vocab_size, "bert/albert: token types");
-  v("attention_dropout", c.attention_dropout, "bert/albert: dropout on the attention weights");
   v("recompute", c.recompute, "bert/albert: keep only layer inputs and recompute each layer in the backward pass (for many heads at long lengths)");
 }
 

@@ -114,7 +114,6 @@ EncoderModelImpl::EncoderModelImpl(const ModelConfig& c, const AttentionConfig& 
   E_ = c.embedding_size > 0 ? c.embedding_size : d;
   AttentionDims dims = resolve(attention, d, d, d, "attention");
   dims.biases = dims.variant != Variant::general_bilinear;
-  dims.dropout = c.attention_dropout > 0 ? c.attention_dropout : dims.dropout;
   heads_ = dims.h;
   auto param = [&](const std::string& name, std::vector<int64_t> shape) {
     Tensor p = register_parameter(name, torch::empty(shape));
@@ -230,13 +229,7 @@ EncoderModelImpl::Output EncoderModelImpl::forward(const Tensor& ids, const Tens
 }
 
 std::vector<std::pair<std::string, Tensor>> EncoderModelImpl::named_parameters_by_path() const {
-  std::vector<std::pair<std::string, Tensor>> out;
-  for (const auto& kv : named_parameters()) {
-    std::string k = kv.key();
-    std::replace(k.begin(), k.end(), '.', '/');
-    out.emplace_back(k, kv.value());
-  }
-  return out;
+  return parameters_by_path(*this);
 }
 
 int64_t encoder_activation_bytes(const ModelConfig& c, const AttentionConfig& attention, int64_t B,

@@ -44,8 +44,7 @@ void validate(const ModelConfig& c, const std::string& path) {
     throw ConfigError(path + ".positions", fmt::format("'{}' is not allowed; allowed: absolute, relative", c.positions));
   positive("max_positions", c.max_positions);
   positive("type_vocab_size", c.type_vocab_size);
-  if (!(c.attention_dropout >= 0 && c.attention_dropout < 1))
-    throw ConfigError(path + ".attention_dropout", fmt::format("{} is invalid: must be in [0, 1)", c.attention_dropout));
+
 }
 
 int64_t relative_position_bucket(int64_t relative_position, bool bidirectional,
@@ -271,13 +270,7 @@ T5Impl::Output T5Impl::forward(const Tensor& inputs, const Tensor& decoder_input
 }
 
 std::vector<std::pair<std::string, Tensor>> T5Impl::named_parameters_by_path() const {
-  std::vector<std::pair<std::string, Tensor>> out;
-  for (const auto& kv : named_parameters()) {
-    std::string k = kv.key();
-    std::replace(k.begin(), k.end(), '.', '/');
-    out.emplace_back(k, kv.value());
-  }
-  return out;
+  return parameters_by_path(*this);
 }
 
 }  // namespace thx

@@ -123,6 +123,11 @@ Setup build(const PretrainConfig& c) {
   THX_CHECK(vocab >= s.train.vocab_size, "model.vocab_size {} is smaller than the data's vocabulary {}",
             vocab, s.train.vocab_size);
   if (c.model.encoder_only()) s.word_starts = mlm_word_starts(s.train, c.data.prepared);
+  else if (s.train.convention != "t5")
+    throw InputError(fmt::format(
+        "{}: tokenized with {} ids; T5 needs T5's (eos 1 and 100 sentinels): train one with "
+        "`thx spm-train --convention t5` and run `thx prepare` with it",
+        c.data.prepared, s.train.convention));
   torch::manual_seed(uint64_t(c.train.seed));
   if (c.model.encoder_only())
     s.model.encoder = EncoderModel(c.model, c.attention.encoder_self, vocab, c.data.sentence_task != "none");
@@ -204,11 +209,8 @@ std::vector<OptimizedParam> optimized_params(torch::nn::Module& model,
   const std::string& mode = c.factor_attention;
   std::map<std::string, Variant> variants;  // attention module path -> its variant
   for (const auto& item : model.named_modules()) {
-    if (auto a = std::dynamic_pointer_cast<Attention>(item.value())) {
-      std::string k = item.key();
-      std::replace(k.begin(), k.end(), '.', '/');
-      variants[k] = a->dims().variant;
-    }
+    if (auto a = std::dynamic_pointer_cast<Attention>(item.value()))
+      variants[module_path(item.key())] = a->dims().variant;
   }
   std::vector<OptimizedParam> out;
   for (const auto& [path, p] : params) {

@@ -162,6 +162,19 @@ TEST(Cli, BadAttentionSettingsGiveOneLineAndExitTwo) {
   EXPECT_GE(cases.size(), 15u);
 }
 
+// Each `base + args` exits 2 with one line containing `want`, and `run_dir` is never created.
+void expect_one_line_errors(const std::string& base,
+                            const std::vector<std::pair<std::string, std::string>>& cases,
+                            const std::string& run_dir) {
+  for (const auto& [args, want] : cases) {
+    RunResult r = run_thx(base + args);
+    EXPECT_EQ(r.code, 2) << args << "\n" << r.out;
+    EXPECT_EQ(lines(r.out), 1) << args << "\n" << r.out;
+    EXPECT_NE(r.out.find(want), std::string::npos) << args << "\n" << r.out;
+    EXPECT_FALSE(std::filesystem::exists(run_dir)) << args;
+  }
+}
+
 TEST(Cli, BadPretrainConfigsExitTwoWithOneLine) {
   TempDir dir;
   const std::string base = "pretrain --config " + std::string(THX_SOURCE_DIR) +
@@ -182,13 +195,7 @@ TEST(Cli, BadPretrainConfigsExitTwoWithOneLine) {
       {"--set data.prepared=", "data.prepared: expected a string, got null"},
       {"--set 'data.prepared=\"\"'", "data.prepared: is required"},
   };
-  for (const auto& [args, want] : cases) {
-    RunResult r = run_thx(base + args);
-    EXPECT_EQ(r.code, 2) << args << "\n" << r.out;
-    EXPECT_EQ(lines(r.out), 1) << args << "\n" << r.out;
-    EXPECT_NE(r.out.find(want), std::string::npos) << args << "\n" << r.out;
-    EXPECT_FALSE(std::filesystem::exists(dir.file("run"))) << args;
-  }
+  expect_one_line_errors(base, cases, dir.file("run"));
   // The per-layer blocks inherit from attention key by key.
   RunResult d = run_thx("pretrain --config " + std::string(THX_SOURCE_DIR) + "/configs/t5/mini.yaml "
                         "--set attention.h=4 --set attention_encoder_self.variant=talking_heads --dump-config");
@@ -218,13 +225,7 @@ TEST(Cli, BadAlbertAndBertConfigsExitTwoWithOneLine) {
       {"--set optimizer.power=0", "optimizer.power: 0 is invalid: must be > 0"},
       {"--set attention.variant=talking_heads --set attention.h=7", "attention.d_k: not set, and the default d_model / h_k = 192 / 7"},
   };
-  for (const auto& [args, want] : cases) {
-    RunResult r = run_thx(base + args);
-    EXPECT_EQ(r.code, 2) << args << "\n" << r.out;
-    EXPECT_EQ(lines(r.out), 1) << args << "\n" << r.out;
-    EXPECT_NE(r.out.find(want), std::string::npos) << args << "\n" << r.out;
-    EXPECT_FALSE(std::filesystem::exists(dir.file("run"))) << args;
-  }
+  expect_one_line_errors(base, cases, dir.file("run"));
   // Every shipped BERT/ALBERT config resolves.
   for (const char* f : {"albert/base.yaml", "albert/paper.yaml", "albert/mini.yaml", "bert/base.yaml", "bert/mini.yaml"}) {
     RunResult d = run_thx("pretrain --config " + std::string(THX_SOURCE_DIR) + "/configs/" + f + " --dump-config");
@@ -269,6 +270,10 @@ TEST(Cli, BadTokenizerAndPrepareInputExitTwoAndKeepFiles) {
        dir.file("old.model") + " exists; remove it or choose another prefix"},
       {"spm-train --input " + small + " --out " + dir.file("m") + " --pieces 8000",
        "spm-train: SentencePiece could not train: Vocabulary size too high (8000). Please set it to a value <= "},
+      {"spm-train --input " + small + " --out " + dir.file("m") + " --convention bert",
+       "--convention 'bert' is invalid: t5 | albert"},
+      {"prepare --input books:" + dir.file("nope*.txt") + " --tokenizer " + junk + " --out " + dir.file("p"),
+       dir.file("nope*.txt") + ": no such file, directory or matching file"},
       {"prepare --input " + small + " --tokenizer " + dir.file("nope.model") + " --out " + dir.file("p"),
        dir.file("nope.model") + ": no such SentencePiece model file"},
       {"prepare --input " + small + " --tokenizer " + junk + " --out " + dir.file("p"),

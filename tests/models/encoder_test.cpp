@@ -137,6 +137,73 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"bert", "absolute", "project_weights"}),
     [](const auto& info) { return info.param.type + "_" + info.param.positions + "_" + info.param.variant; });
 
+// The pretraining heads and the loss against BERT's published formulas, in float64 on the
+// reference's hidden states: MLM h = LN(gelu(x[pos] W + b)), logits = h E^T + output_bias over
+// the V real rows, mean CE over the predicted positions (targets 0 carry no weight);
+// pooled = tanh(x[:,0] W_p + b_p), sentence logits = pooled W_s + b_s, mean CE over labelled
+// examples; loss = the sum. A missing bias, norm, tie or mask term moves the loss by > 1e-3.
+TEST(EncoderHeads, MlmSentenceAndLossMatchThePublishedFormulas) {
+  for (const std::string type : {"bert", "albert"}) {
+    torch::manual_seed(9);
+    ModelConfig c = tiny(type, "relative");
+    EncoderModel m(c, heads("talking_heads", 4), 50);
+    m->eval();
+    {
+      torch::NoGradGuard g;
+      for (auto& p : m->parameters())
+        if (p.dim() == 1) p.add_(torch::randn_like(p) * 0.1);
+    }
+    auto [ids, types] = batch(50);
+    const Tensor positions = torch::tensor({{1, 4, 6}, {2, 3, 0}});
+    const Tensor targets = torch::tensor({{7, 11, 13}, {17, 19, 0}});  // one padded prediction
+    const Tensor labels = torch::tensor({1, -1});                       // one unlabelled example
+    const auto out = m->forward(ids, types, positions, targets, labels);
+    auto p = params_of(*m);
+    const Tensor x = reference_encode(c, p, ids, types);  // [B,n,d] float64
+    const int64_t E = p["mlm/w"].size(1);
+    double nll = 0, correct = 0;
+    for (int64_t b = 0; b < 2; ++b)
+      for (int64_t k = 0; k < 3; ++k) {
+        const int64_t t = targets[b][k].item<int64_t>();
+        if (t == 0) continue;
+        const Tensor xi = x[b][positions[b][k].item<int64_t>()];
+        const Tensor h = ln(gelu_erf(torch::matmul(xi, p["mlm/w"]) + p["mlm/bias"]), p["mlm/norm/scale"],
+                            p["mlm/norm/bias"]);
+        const Tensor logits = torch::matmul(p["embeddings/word"].narrow(0, 0, 50), h) + p["mlm/output_bias"];
+        nll += (torch::logsumexp(logits, 0) - logits[t]).item<double>();
+        correct += logits.argmax().item<int64_t>() == t;
+      }
+    ASSERT_EQ(E, type == "albert" ? 8 : 24);
+    const Tensor pooled = torch::tanh(torch::matmul(x.select(1, 0), p["pooler/w"]) + p["pooler/bias"]);
+    const Tensor sl = torch::matmul(pooled[0], p["sentence/w"]) + p["sentence/bias"];
+    const double sentence_nll = (torch::logsumexp(sl, 0) - sl[1]).item<double>();
+    EXPECT_EQ(out.mlm_tokens, 5);
+    EXPECT_EQ(out.sentence_count, 1);
+    EXPECT_EQ(out.mlm_correct, int64_t(correct));
+    EXPECT_NEAR(out.mlm_nll_sum.item<double>(), nll, 1e-4 * nll) << type;
+    // fp32 model vs fp64 formulas: 1e-4 relative.
+    EXPECT_NEAR(out.loss.item<double>(), nll / 5 + sentence_nll, 1e-4 * (nll / 5 + sentence_nll)) << type;
+  }
+}
+
+// BERT's initializer: N(0, 0.02) truncated at 2 sigma (std 0.02 x 0.8796), P_q with the folded
+// 1/sqrt(d_k), biases 0, layer norms 1.
+TEST(EncoderInit, TruncatedNormalAndFoldedQueryScale) {
+  torch::manual_seed(10);
+  ModelConfig c;
+  c.type = "bert", c.d_model = 256, c.d_ff = 512, c.encoder_layers = 1;
+  EncoderModel m(c, heads("multi_head", 4), 4000);  // d_k 64
+  auto p = params_of(*m);
+  const double trunc = 0.02 * 0.879596;
+  for (const char* k : {"embeddings/word", "encoder/layers/0/ff/wi", "encoder/layers/0/attention/P_k"}) {
+    EXPECT_NEAR(p[k].std().item<double>(), trunc, 0.02 * trunc) << k;
+    EXPECT_LE(p[k].abs().max().item<double>(), 0.04 + 1e-7) << k;
+  }
+  EXPECT_NEAR(p["encoder/layers/0/attention/P_q"].std().item<double>(), trunc / 8, 0.03 * trunc / 8);
+  EXPECT_EQ(p["encoder/layers/0/attention/bias_q"].abs().max().item<double>(), 0.0);
+  EXPECT_EQ(p["encoder/layers/0/ff_norm/scale"].min().item<double>(), 1.0);
+}
+
 // Published totals, computed from the published architectures (Devlin et al. Table/appendix;
 // Lan et al. Table 1): embeddings + encoder + pooler, without the pretraining heads, with
 // the word embedding's unpadded rows.
@@ -432,8 +499,8 @@ TEST(EncoderConfig, BadValuesAreRefusedWithTheKey) {
   EXPECT_EQ(key_of(c), "model.positions");
   c = tiny("bert"), c.embedding_size = -1;
   EXPECT_EQ(key_of(c), "model.embedding_size");
-  c = tiny("bert"), c.attention_dropout = 1.0;
-  EXPECT_EQ(key_of(c), "model.attention_dropout");
+  c = tiny("bert"), c.z_loss = -1.0;
+  EXPECT_EQ(key_of(c), "model.z_loss");
   EXPECT_EQ(key_of(tiny("albert")), "(accepted)");
 }
 

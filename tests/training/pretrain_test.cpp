@@ -185,6 +185,14 @@ TEST(Pretrain, AlbertMetricsCheckpointsAndExactResume) {
   EXPECT_NE(r.find("P_l 2x4: singular values "), std::string::npos) << r;
   EXPECT_NE(r.find("P_w 4x8: singular values "), std::string::npos) << r;
   EXPECT_NE(r.find("P_l x P_w 2x8: singular values "), std::string::npos) << r;
+  // ALBERT-convention shards are refused for T5 (no sentinels, no EOS), with the reason.
+  try {
+    run_pretrain(tiny_pretrain(prep, 2), dir.file("t5-on-albert"), false);
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("tokenized with albert ids; T5 needs T5's"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(fs::exists(dir.file("t5-on-albert")));
   // T5-convention shards are refused for ALBERT with the reason.
   TempDir t5_dir;
   PretrainConfig t5_data = tiny_albert_pretrain(prepared_corpus(t5_dir, 60), 2);
