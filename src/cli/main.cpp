@@ -34,6 +34,9 @@ int main(int argc, char** argv) {
   commands.push_back(thx::make_sweep_command(app));
   commands.push_back(thx::make_table_command(app));
   commands.push_back(thx::make_claims_command(app));
+  commands.push_back(thx::make_finetune_command(app));
+  commands.push_back(thx::make_eval_command(app));
+  commands.push_back(thx::make_score_command(app));
 
   try {
     app.parse(argc, argv);

@@ -35,6 +35,8 @@ Tensor layer_norm(const Tensor& x, const Tensor& scale, const Tensor& bias) {
 
 }  // namespace
 
+void init_truncated_normal(Tensor& p, double std) { init_truncated(p, std); }
+
 EncoderLayerImpl::EncoderLayerImpl(const ModelConfig& c, const AttentionDims& dims) : dropout_(c.dropout) {
   const int64_t d = c.d_model;
   attention = register_module("attention", make_attention(dims));

@@ -103,6 +103,10 @@ class EncoderModelImpl : public torch::nn::Module {
 };
 TORCH_MODULE(EncoderModel);
 
+// N(0, std) truncated at 2 std, as TensorFlow's truncated_normal (BERT's initializer; task
+// heads use it too).
+void init_truncated_normal(torch::Tensor& p, double std);
+
 // Rough bytes of activations one training step keeps for backward, for a batch of B examples
 // of n positions: everything (recompute = false) or the layer inputs plus one layer's.
 int64_t encoder_activation_bytes(const ModelConfig& config, const AttentionConfig& attention,

@@ -217,6 +217,26 @@ class StackImpl : public torch::nn::Module {
     return drop(final_norm_->forward(x));
   }
 
+  // Decoder only: one new position (at `position`) of x [B,1,d] through every layer, with the
+  // per-layer caches (self: appended; cross: the encoder output, projected once).
+  Tensor decode_step(Tensor x, int64_t position, const Tensor& memory, const Tensor& memory_mask,
+                     std::vector<AttentionCache>& self_caches, std::vector<AttentionCache>& cross_caches) {
+    const Tensor buckets = relative_position_buckets(1, position + 1, false, config_.relative_buckets,
+                                                     config_.relative_max_distance, position);
+    const Tensor bias = relative_attention_bias.index_select(1, buckets.flatten())  // [h, s+1]
+                            .view({1, -1, 1, position + 1});                        // [1,h,1,s+1]
+    for (size_t i = 0; i < raw_.size(); ++i) {
+      LayerImpl* l = raw_[i];
+      Tensor h = l->norm_self->forward(x);
+      x = x + l->self_attention->forward_cached(h, h, self_caches[i], bias, {});
+      h = l->norm_cross->forward(x);
+      x = x + l->cross_attention->forward_cached(h, memory, cross_caches[i], {}, memory_mask);
+      x = x + l->ff->forward(l->norm_ff->forward(x));
+    }
+    return final_norm_->forward(x);
+  }
+  int64_t layer_count() const { return int64_t(raw_.size()); }
+
   Tensor relative_attention_bias;  // [h, buckets]
 
  private:
@@ -266,6 +286,36 @@ T5Impl::Output T5Impl::forward(const Tensor& inputs, const Tensor& decoder_input
   out.nll_sum = s.nll_sum;
   out.nll = s.nll_sum / denom;
   out.loss = s.loss_sum / denom;
+  return out;
+}
+
+Tensor T5Impl::encode(const Tensor& inputs) {
+  const Tensor enc_mask = (inputs != 0).view({inputs.size(0), 1, 1, inputs.size(1)});
+  return encoder_->forward(torch::embedding(shared, inputs), enc_mask, {}, {});
+}
+
+Tensor T5Impl::greedy_decode(const Tensor& inputs, int64_t max_length, int64_t eos) {
+  torch::NoGradGuard no_grad;
+  const int64_t B = inputs.size(0);
+  const Tensor enc_mask = (inputs != 0).view({B, 1, 1, inputs.size(1)});
+  const Tensor enc = encode(inputs);
+  std::vector<AttentionCache> self_caches(decoder_->layer_count()), cross_caches(decoder_->layer_count());
+  for (auto& c : cross_caches) c.fixed = true;
+  Tensor out = torch::zeros({B, max_length}, torch::kInt64);
+  Tensor token = torch::zeros({B, 1}, torch::kInt64);  // the decoder starts from padding (id 0)
+  Tensor done = torch::zeros({B}, torch::kBool);
+  const Tensor output_rows = shared.narrow(0, 0, vocab_size_).t();
+  const double scale = 1.0 / std::sqrt(double(config_.d_model));
+  for (int64_t s = 0; s < max_length; ++s) {
+    const Tensor y = decoder_->decode_step(torch::embedding(shared, token), s, enc, enc_mask, self_caches,
+                                           cross_caches);                       // [B,1,d]
+    const Tensor next = torch::matmul(y.squeeze(1) * scale, output_rows).argmax(-1);  // [B]
+    const Tensor kept = next.masked_fill(done, 0);
+    out.select(1, s).copy_(kept);
+    done = done | (next == eos);
+    if (done.all().item<bool>()) break;
+    token = next.view({B, 1});
+  }
   return out;
 }
 

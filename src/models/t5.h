@@ -75,6 +75,13 @@ class T5Impl : public torch::nn::Module {
   Output forward(const torch::Tensor& inputs, const torch::Tensor& decoder_inputs,
                  const torch::Tensor& targets);
   torch::Tensor logits(const torch::Tensor& inputs, const torch::Tensor& decoder_inputs);
+  // The encoder's output [B,n,d] for inputs [B,n].
+  torch::Tensor encode(const torch::Tensor& inputs);
+  // Greedy decoding with the incremental cache (attention.h's forward_cached: each step
+  // projects only the new position; encoder-decoder keys and values are projected once).
+  // Returns [B, max_length] ids: each row's tokens up to and including its first `eos`, then 0.
+  // Runs without gradients; call eval() first for dropout-free decoding.
+  torch::Tensor greedy_decode(const torch::Tensor& inputs, int64_t max_length, int64_t eos = 1);
 
   // Module paths with '/' separators ("encoder/layers/0/self_attention/P_q"), in a fixed
   // order: the names used by checkpoints and probe files.

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Fine-tune one mini pretrained model on the quality-evidence tasks and time each step.
+#   scripts/finetune_mini.sh albert|t5 PRETRAINED_RUN OUT [THREADS]
+# albert: configs/mini/finetune-albert.yaml, one run per task group (SST-2; RTE, MRPC, CoLA,
+#         STS-B; SQuAD v1.1; RACE), each task from the pretrained weights.
+# t5:     configs/mini/finetune-t5.yaml, one examples-proportional mixture of every task.
+# Writes OUT/<group>/<task>.json (+ predictions) and OUT/times.tsv (group, seconds).
+set -euo pipefail
+kind=$1 pretrained=$2 out=$3 threads=${4:-2}
+thx=${THX:-build/thx}
+mkdir -p "$out"
+run() {  # group, then --set overrides
+  local group=$1; shift
+  local start=$SECONDS
+  "$thx" --threads "$threads" finetune --config "configs/mini/finetune-$kind.yaml" \
+    --set finetune.pretrained="$pretrained" "$@" --out "$out/$group"
+  printf '%s\t%s\n' "$group" $((SECONDS - start)) >> "$out/times.tsv"
+}
+if [[ $kind == albert ]]; then
+  run sst2 --set 'finetune.tasks=[sst2]' --set finetune.steps=1000 --set finetune.eval_every=250
+  run glue-small --set 'finetune.tasks=[rte, mrpc, cola, stsb]' --set finetune.steps=500 --set finetune.eval_every=125
+  run squad11 --set 'finetune.tasks=[squad11]' --set finetune.steps=1000 --set finetune.eval_every=500
+  run race --set 'finetune.tasks=[race]' --set finetune.steps=400 --set finetune.eval_every=200 --set finetune.batch_size=16
+else
+  run mixture
+fi

@@ -1,0 +1,254 @@
+// Fine-tuning pieces: text-to-text formats round-trip, SQuAD window merging, greedy decoding
+// with the incremental cache against full recomputation, and tiny models that fine-tune above
+// chance on a tiny task through run_finetune (the code `thx finetune` runs).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "common/error.h"
+#include "eval/finetune.h"
+#include "eval/text2text.h"
+#include "models/encoder.h"
+#include "models/t5.h"
+#include "training/training_fixtures.h"
+
+namespace thx {
+namespace {
+namespace fs = std::filesystem;
+using test::TempDir;
+using json = nlohmann::json;
+
+TEST(TextToText, FormatsAsT5AndRoundTrips) {
+  TaskExample mnli;
+  mnli.text = {"The cat sat.", "A cat sat."};
+  mnli.label = 2;
+  const TaskSpec& m = task_spec("mnli");
+  EXPECT_EQ(t5_input(m, mnli), "mnli hypothesis: A cat sat. premise: The cat sat.");
+  const auto pairs = t5_training_pairs(m, mnli);
+  ASSERT_EQ(pairs.size(), 1u);
+  EXPECT_EQ(pairs[0].target, "contradiction");
+  TaskExample sq;
+  sq.text = {"Who won?", "Denver won."};
+  sq.answers = {"Denver"};
+  EXPECT_EQ(t5_input(task_spec("squad11"), sq), "question: Who won? context: Denver won.");
+  EXPECT_EQ(t5_training_pairs(task_spec("squad11"), sq).at(0).target, "Denver");
+  // Every class of every classification task maps to its target text and back.
+  for (const auto& spec : task_specs()) {
+    if (spec.kind != TaskKind::classification && spec.name != "copa") continue;
+    for (int l = 0; l < int(target_names(spec).size()); ++l) {
+      TaskExample e;
+      e.text = {"a", "b", "c"}, e.options = {"a", "b"}, e.word = "cause", e.label = l;
+      const auto p = t5_training_pairs(spec, e);
+      ASSERT_EQ(p.size(), 1u) << spec.name;
+      EXPECT_EQ(text_to_label(spec, p[0].target), l) << spec.name;
+      EXPECT_FALSE(p[0].input.empty());
+    }
+    EXPECT_EQ(text_to_label(spec, "no such label"), -1) << spec.name;  // a miss
+  }
+  EXPECT_EQ(target_names(task_spec("sst2")), (std::vector<std::string>{"negative", "positive"}));
+  // STS-B: rounded to 0.2 with one decimal, parsed back; not a number -> -1.
+  EXPECT_EQ(score_to_text(3.78), "3.8");
+  EXPECT_EQ(score_to_text(0.5), "0.4");  // tf.round(2.5) = 2: half to even
+  EXPECT_EQ(score_to_text(1.5), "1.6");  // 7.5 -> 8
+  for (int k = 0; k <= 25; ++k) EXPECT_NEAR(text_to_score(score_to_text(k * 0.2)), k * 0.2, 1e-9);
+  EXPECT_EQ(text_to_score("high"), -1.0);
+  // Unlabeled (test) examples give no training pairs.
+  TaskExample unlabeled;
+  unlabeled.text = {"x"};
+  EXPECT_TRUE(t5_training_pairs(task_spec("sst2"), unlabeled).empty());
+}
+
+TEST(SpanHead, WindowsAndMaximumContext) {
+  // 10 document tokens, room 4, stride 2: windows start at 0, 2, 4, 6; the last reaches the end.
+  const auto w = doc_windows(10, 4, 2);
+  ASSERT_EQ(w.size(), 4u);
+  EXPECT_EQ(w[3], (std::pair<int64_t, int64_t>{6, 4}));
+  // Token 3: window 0 gives min(3, 0) = 0, window 1 min(1, 2) = 1 -> window 1. Token 2: window
+  // 0 min(2, 1) = 1, window 1 min(0, 3) = 0 -> window 0.
+  EXPECT_FALSE(is_max_context(w, 0, 3));
+  EXPECT_TRUE(is_max_context(w, 1, 3));
+  EXPECT_TRUE(is_max_context(w, 0, 2));
+  EXPECT_FALSE(is_max_context(w, 1, 2));
+  // Every token has exactly one window of maximum context.
+  for (int64_t t = 0; t < 10; ++t) {
+    int owners = 0;
+    for (size_t i = 0; i < w.size(); ++i) owners += is_max_context(w, i, t);
+    EXPECT_EQ(owners, 1) << t;
+  }
+}
+
+TEST(SpanHead, MergesWindowsByMaximumContext) {
+  // Two windows over words 0..5 (one token per word) after [CLS] q [SEP] (3 positions).
+  auto window = [](int64_t first_word, int64_t words, const std::vector<bool>& max_ctx) {
+    SpanWindow s;
+    s.token_to_word = {-1, -1, -1};
+    s.max_context = {false, false, false};
+    for (int64_t i = 0; i < words; ++i) s.token_to_word.push_back(first_word + i), s.max_context.push_back(max_ctx[i]);
+    s.token_to_word.push_back(-1), s.max_context.push_back(false);
+    s.start_logits.assign(s.token_to_word.size(), 0.f);
+    s.end_logits.assign(s.token_to_word.size(), 0.f);
+    return s;
+  };
+  SpanWindow a = window(0, 4, {true, true, true, false}), b = window(2, 4, {false, true, true, true});
+  // The highest start overall is word 3 in window a, where word 3 does not have its maximum
+  // context: it must lose to word 3 in window b (a lower logit but the right window).
+  a.start_logits[3 + 3] = 9.f, a.end_logits[3 + 3] = 9.f;
+  b.start_logits[3 + 1] = 5.f, b.end_logits[3 + 2] = 5.f;   // words 3..4 in window b
+  SpanAnswer s = best_span({a, b}, 20, 30);
+  EXPECT_EQ(s.start_word, 3);
+  EXPECT_EQ(s.end_word, 4);
+  EXPECT_DOUBLE_EQ(s.score, 10.0);
+  // The no-answer score is the smallest [CLS] score over windows.
+  a.start_logits[0] = 1.f, a.end_logits[0] = 1.f, b.start_logits[0] = -1.f;
+  EXPECT_DOUBLE_EQ(best_span({a, b}, 20, 30).null_score, -1.0);
+  // max_answer_length 1 excludes the two-word span; end before start never counts.
+  s = best_span({a, b}, 20, 1);
+  EXPECT_EQ(s.end_word - s.start_word, 0);
+  b.start_logits[3 + 2] = 20.f, b.end_logits[3 + 1] = 20.f;  // start word 4, end word 3
+  s = best_span({b}, 20, 30);
+  EXPECT_LE(s.start_word, s.end_word);
+}
+
+TEST(GreedyDecode, IncrementalCacheEqualsFullRecomputation) {
+  ModelConfig mc;
+  mc.d_model = 24, mc.d_ff = 32, mc.encoder_layers = 2, mc.decoder_layers = 2;
+  mc.relative_buckets = 8, mc.relative_max_distance = 16;
+  for (const char* variant : {"multi_head", "talking_heads", "general_bilinear"}) {
+    AttentionConfig a;
+    a.variant = variant, a.h = 4;
+    AttentionConfig dyn = a;
+    if (std::string(variant) == "talking_heads") dyn.dynamic = {"X_l", "M_w"};
+    torch::manual_seed(3);
+    T5 model(mc, T5Attention{a, dyn, a}, 40);
+    model->eval();
+    torch::Tensor inputs = torch::randint(2, 40, {3, 9});
+    inputs[2].narrow(0, 6, 3).fill_(0);  // padding
+    const int64_t L = 7;
+    const torch::Tensor fast = model->greedy_decode(inputs, L, /*eos=*/1);
+    // Reference: the whole decoder rerun on the growing prefix, argmax of the last position.
+    torch::NoGradGuard g;
+    torch::Tensor prefix = torch::zeros({3, 1}, torch::kInt64);
+    torch::Tensor slow = torch::zeros({3, L}, torch::kInt64);
+    torch::Tensor done = torch::zeros({3}, torch::kBool);
+    for (int64_t s = 0; s < L; ++s) {
+      const torch::Tensor next = model->logits(inputs, prefix).select(1, s).argmax(-1);
+      slow.select(1, s).copy_(next.masked_fill(done, 0));
+      done = done | (next == 1);
+      prefix = torch::cat({prefix, next.view({3, 1})}, 1);
+    }
+    EXPECT_TRUE(torch::equal(fast, slow)) << variant << "\n" << fast << "\n" << slow;
+  }
+}
+
+// A task that needs the words: label 1 sentences carry "attention", label 0 ones "softmax".
+void write_tiny_sst2(const TempDir& t) {
+  const char* filler[] = {"the", "model", "heads", "talk", "to", "each", "other", "and", "learn"};
+  uint64_t x = 12345;
+  auto sentence = [&](int label) {
+    std::string s;
+    const int n = 4 + int(x % 4);
+    const int at = int(x % n);
+    for (int i = 0; i < n; ++i) {
+      x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+      s += (i ? " " : "") + std::string(i == at ? (label ? "attention" : "softmax") : filler[x % 9]);
+    }
+    return s;
+  };
+  fs::create_directories(t.file("data/glue/SST-2"));
+  for (auto [split, n] : std::vector<std::pair<std::string, int>>{{"train", 400}, {"dev", 100}}) {
+    std::string tsv = "sentence\tlabel\n";
+    for (int i = 0; i < n; ++i) tsv += sentence(i % 2) + "\t" + std::to_string(i % 2) + "\n";
+    std::ofstream(t.file("data/glue/SST-2/" + split + ".tsv")) << tsv;
+  }
+}
+
+double best_accuracy(const std::string& out) {
+  std::ifstream in(out + "/sst2.json");
+  const json j = json::parse(in);
+  EXPECT_EQ(j["examples"], 100);
+  EXPECT_EQ(j["protocol"].get<std::string>().find("best"), 0u);
+  return j["metrics"]["accuracy"];
+}
+
+TEST(Finetune, TinyAlbertLearnsATinyTaskAboveChance) {
+  TempDir t;
+  write_tiny_sst2(t);
+  Pretrained p;
+  p.config = test::tiny_albert_pretrain("", 1);
+  p.path = "in-memory";
+  torch::manual_seed(1);
+  const std::string tok = test::tiny_tokenizer(t, 64, TokenizerConvention::albert);
+  EncoderModel m(p.config.model, p.config.attention.encoder_self, 64, false);
+  for (const auto& [k, v] : m->named_parameters_by_path()) p.checkpoint.params[k] = v.detach().clone();
+  FinetuneRunConfig c;
+  c.finetune.pretrained = "in-memory", c.finetune.tokenizer = tok, c.finetune.data = t.file("data");
+  c.finetune.tasks = {"sst2"};
+  c.finetune.steps = 60, c.finetune.batch_size = 16, c.finetune.inputs_length = 32;
+  c.finetune.eval_every = 30, c.finetune.log_every = 30, c.finetune.max_query_length = 8;
+  c.optimizer.name = "adamw", c.optimizer.schedule = "constant", c.optimizer.learning_rate = 3e-3;
+  run_finetune(c, p, t.file("out"));
+  const double acc = best_accuracy(t.file("out"));
+  EXPECT_GT(acc, 80.0) << "chance is 50%";
+  // The predictions file is in GLUE's submission layout, one row per dev example.
+  std::ifstream tsv(t.file("out/SST-2.tsv"));
+  std::string header;
+  std::getline(tsv, header);
+  EXPECT_EQ(header, "index\tprediction");
+  int rows = 0;
+  for (std::string line; std::getline(tsv, line);) ++rows;
+  EXPECT_EQ(rows, 100);
+  // Results are never overwritten: a second run into the same directory is refused.
+  EXPECT_THROW(run_finetune(c, p, t.file("out")), InputError);
+  // `thx eval` on the fine-tuned parameters reproduces the final evaluation's score.
+  run_eval(c, p, t.file("out"), t.file("eval"));
+  std::ifstream in(t.file("eval/sst2.json"));
+  const json e = json::parse(in);
+  std::ifstream in2(t.file("out/sst2.json"));
+  const json f = json::parse(in2);
+  EXPECT_DOUBLE_EQ(e["metrics"]["accuracy"].get<double>(), f["history"].back()["metrics"]["accuracy"].get<double>());
+}
+
+TEST(Finetune, TinyT5LearnsATinyTaskAboveChanceTextToText) {
+  TempDir t;
+  write_tiny_sst2(t);
+  Pretrained p;
+  p.config = test::tiny_pretrain("", 1);
+  p.path = "in-memory";
+  const std::string tok = test::tiny_tokenizer(t, 64, TokenizerConvention::t5);
+  torch::manual_seed(1);
+  T5 m(p.config.model, p.config.attention, 164);
+  for (const auto& [k, v] : m->named_parameters_by_path()) p.checkpoint.params[k] = v.detach().clone();
+  FinetuneRunConfig c;
+  c.finetune.pretrained = "in-memory", c.finetune.tokenizer = tok, c.finetune.data = t.file("data");
+  c.finetune.tasks = {"sst2"};
+  c.finetune.steps = 150, c.finetune.batch_size = 16, c.finetune.inputs_length = 32, c.finetune.targets_length = 12;
+  c.finetune.eval_every = 75, c.finetune.log_every = 75, c.finetune.max_query_length = 8;
+  c.finetune.freeze_embedding = false;  // a random embedding cannot stay fixed and spell labels
+  c.optimizer.schedule = "constant", c.optimizer.learning_rate = 1e-2;
+  run_finetune(c, p, t.file("out"));
+  EXPECT_GT(best_accuracy(t.file("out")), 80.0) << "chance is 50%; a miss counts as wrong";
+}
+
+TEST(Finetune, ConfigErrorsNameTheKey) {
+  FinetuneConfig c;
+  c.pretrained = "x";
+  EXPECT_THROW(validate(c), ConfigError);  // no tasks
+  c.tasks = {"sst2", "mnli_matched"};
+  try {
+    validate(c);
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(e.key, "finetune.tasks[1]");
+    EXPECT_NE(std::string(e.what()).find("allowed: cola"), std::string::npos);
+  }
+  c.tasks = {"sst2"};
+  c.max_query_length = 600;
+  EXPECT_THROW(validate(c), ConfigError);
+  EXPECT_THROW(resolve_checkpoint("/nonexistent/run"), InputError);
+}
+
+}  // namespace
+}  // namespace thx
