@@ -49,6 +49,8 @@ void validate(const FinetuneConfig& c, const std::string& path) {
   if (c.eval_examples < 0) throw ConfigError(path + ".eval_examples", "must be 0 (all) or positive");
   if (c.max_train_examples < 0) throw ConfigError(path + ".max_train_examples", "must be 0 (all) or positive");
   if (!(c.dropout >= 0 && c.dropout < 1)) throw ConfigError(path + ".dropout", fmt::format("{} is not in [0, 1)", c.dropout));
+  if (!(c.classifier_dropout >= 0 && c.classifier_dropout < 1))
+    throw ConfigError(path + ".classifier_dropout", fmt::format("{} is not in [0, 1)", c.classifier_dropout));
   if (c.attention_dropout && !(*c.attention_dropout >= 0 && *c.attention_dropout < 1))
     throw ConfigError(path + ".attention_dropout", fmt::format("{} is not in [0, 1)", *c.attention_dropout));
 }
@@ -724,7 +726,8 @@ struct EncoderRun {
     const Tensor hidden = m->encode(b.ids, b.types);
     if (s.kind == TaskKind::span) return torch::matmul(hidden, h->w) + h->b;  // [B,n,2]
     Tensor pooled = m->pooled(hidden);
-    if (m->is_training() && cfg.finetune.dropout > 0) pooled = torch::dropout(pooled, cfg.finetune.dropout, true);
+    if (m->is_training() && cfg.finetune.classifier_dropout > 0)
+      pooled = torch::dropout(pooled, cfg.finetune.classifier_dropout, true);
     const Tensor out = torch::addmm(h->b, pooled, h->w);  // [B,K]
     return s.kind == TaskKind::classification ? out : out.squeeze(1);
   }

@@ -56,6 +56,7 @@ struct FinetuneConfig {
   int64_t eval_batch_size = 64;
   double dropout = 0.1;
   std::optional<double> attention_dropout;  // default: dropout
+  double classifier_dropout = 0.1;          // BERT/ALBERT: on the pooled vector before a head
   bool freeze_embedding = true;
   int64_t mixing_cap = 524288;
   int64_t seed = 1;
@@ -80,6 +81,7 @@ void visit(V& v, FinetuneConfig& c) {
   v("eval_batch_size", c.eval_batch_size);
   v("dropout", c.dropout, "on layer outputs, feed-forward hidden units and attention weights");
   v("attention_dropout", c.attention_dropout, "on attention weights (default: dropout); non-zero runs attention on the ATen path, not the fused CPU core");
+  v("classifier_dropout", c.classifier_dropout, "bert/albert: dropout on the pooled vector before the head (ALBERT: 0.1)");
   v("freeze_embedding", c.freeze_embedding, "t5: keep the shared embedding fixed (the paper)");
   v("mixing_cap", c.mixing_cap, "t5: examples-proportional mixing cap K");
   v("seed", c.seed, "seed of heads' initialization, dropout and data order");

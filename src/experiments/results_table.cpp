@@ -8,6 +8,7 @@
 
 #include "attention/config.h"
 #include "common/error.h"
+#include "eval/metrics.h"
 #include "experiments/cost_table.h"
 
 namespace thx {
@@ -98,7 +99,74 @@ bool has_difference(const std::string& metric) {
          metric != "multiplies_per_att_layer";
 }
 
+// A downstream column of a printed table, as (task, metric) pairs of `thx finetune` results
+// (run["downstream"][task][metric], percent); several pairs are averaged (the averages).
+std::vector<std::pair<std::string, std::string>> downstream_sources(int table, const std::string& metric) {
+  using V = std::vector<std::pair<std::string, std::string>>;
+  static const std::map<std::string, V> t5 = {
+      {"squad11_dev_f1", {{"squad11", "f1"}}}, {"mnli_m_dev", {{"mnli", "accuracy"}}},
+      {"squad_em", {{"squad11", "exact_match"}}}, {"squad_f1", {{"squad11", "f1"}}},
+      // Table 11 (GLUE)
+      {"cola_mcc", {{"cola", "mcc"}}}, {"sst_2_acc", {{"sst2", "accuracy"}}},
+      {"mrpc_f1", {{"mrpc", "f1"}}}, {"mrpc_acc", {{"mrpc", "accuracy"}}},
+      {"stsb_pcc", {{"stsb", "pearson"}}}, {"stsb_scc", {{"stsb", "spearman"}}},
+      {"qqp_f1", {{"qqp", "f1"}}}, {"qqp_acc", {{"qqp", "accuracy"}}},
+      {"mnlim_acc", {{"mnli", "accuracy"}}}, {"mnlimm_acc", {{"mnli_mm", "accuracy"}}},
+      {"qnli_acc", {{"qnli", "accuracy"}}},
+      // Table 12 (SuperGLUE)
+      {"boolq_acc", {{"boolq", "accuracy"}}}, {"cb_f1", {{"cb", "f1_macro"}}}, {"cb_acc", {{"cb", "accuracy"}}},
+      {"copa_acc", {{"copa", "accuracy"}}}, {"multirc_f1", {{"multirc", "f1a"}}},
+      {"multirc_em", {{"multirc", "exact_match"}}}, {"record_f1", {{"record", "f1"}}},
+      {"record_em", {{"record", "exact_match"}}}, {"wic_acc", {{"wic", "accuracy"}}},
+      {"wsc_acc", {{"wsc", "accuracy"}}}};
+  static const std::map<std::string, V> encoder = {  // Tables 5-7
+      {"squad11_f1", {{"squad11", "f1"}}}, {"squad20_f1", {{"squad20", "f1"}}},
+      {"mnli", {{"mnli", "accuracy"}}},    {"sst_2", {{"sst2", "accuracy"}}},
+      {"race", {{"race", "accuracy"}}},
+      // ALBERT's Average: the five downstream columns.
+      {"average", {{"squad11", "f1"}, {"squad20", "f1"}, {"mnli", "accuracy"}, {"sst2", "accuracy"}, {"race", "accuracy"}}}};
+  if (metric == "rte_acc") return {{table == 12 ? "rte_sg" : "rte", "accuracy"}};
+  const auto& m = table >= 5 && table <= 7 ? encoder : t5;
+  auto it = m.find(metric);
+  return it != m.end() ? it->second : V{};
+}
+
+// The GLUE (Table 11) or SuperGLUE (Table 12) tasks of T5's average.
+const std::vector<std::string>& average_tasks(int table) {
+  static const std::vector<std::string> glue = {"cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "mnli_mm", "qnli", "rte", "wnli"};
+  static const std::vector<std::string> superglue = {"boolq", "cb", "copa", "multirc", "record", "rte_sg", "wic", "wsc"};
+  return table == 11 ? glue : superglue;
+}
+
 }  // namespace
+
+std::optional<double> downstream_value(int table, const std::string& metric, const json& run) {
+  if (!run.contains("downstream") || !run["downstream"].is_object()) return std::nullopt;
+  const json& d = run["downstream"];
+  if (metric == "score_average" && (table == 11 || table == 12)) {
+    // T5's average over the benchmark's tasks this run has (a two-metric task averages first).
+    std::map<std::string, std::map<std::string, double>> scores;
+    for (const auto& task : average_tasks(table))
+      if (d.contains(task) && d[task].is_object())
+        for (const auto& [k, v] : d[task].items())
+          if (v.is_number() && k != "threshold" && k.rfind("has_", 0) && k.rfind("no_", 0) && k.rfind("best_", 0))
+            scores[task][k] = v.get<double>();
+    if (scores.empty()) return std::nullopt;
+    return benchmark_average(scores).value;
+  }
+  const auto sources = downstream_sources(table, metric);
+  if (sources.empty()) return std::nullopt;
+  double sum = 0;
+  for (const auto& [task, key] : sources) {
+    if (!d.contains(task) || !d[task].contains(key) || !d[task][key].is_number()) return std::nullopt;
+    sum += d[task][key].get<double>();
+  }
+  return sum / double(sources.size());
+}
+
+bool is_downstream_metric(int table, const std::string& metric) {
+  return !downstream_sources(table, metric).empty() || (metric == "score_average" && (table == 11 || table == 12));
+}
 
 int parse_layout(const std::string& name) {
   if (name.rfind("table", 0) == 0) {
@@ -195,6 +263,8 @@ std::optional<Aggregate> aggregate(const MatchedRow& row, const std::string& met
         else
           texts.insert("various");
       }
+    } else if (is_downstream_metric(row.paper.table, metric)) {
+      if (const auto x = downstream_value(row.paper.table, metric, r)) v.push_back(*x);
     } else {
       if (!r.contains(metric) || !r[metric].is_number()) continue;
       v.push_back(r[metric]);
@@ -318,6 +388,28 @@ TextTable results_table(int table, const std::vector<MatchedRow>& rows, const st
                       "own (multiplies at n = m = their inputs length); no difference is taken.");
   }
   if (any_missing) t.notes.push_back("—: no run of this sweep has the value.");
+  // Downstream columns: where they come from, and why a column may stay empty.
+  bool downstream = false, mnli_column = false, mnli_any = false;
+  for (const auto& m : metrics) {
+    if (!is_downstream_metric(table, m)) continue;
+    downstream = true;
+    const bool mnli = m == "mnli_m_dev" || m == "mnli" || m == "mnlim_acc" || m == "mnlimm_acc";
+    mnli_column = mnli_column || mnli;
+    for (const auto& r : rows)
+      if (mnli && !r.published_only && aggregate(r, m)) mnli_any = true;
+  }
+  if (downstream)
+    t.notes.push_back("Downstream columns: dev-set scores of `thx finetune` (each task's best evaluation, "
+                      "T5's and ALBERT's protocol), read from <run>/finetune/**/<task>.json by `thx sweep`.");
+  if (mnli_column && !mnli_any)
+    t.notes.push_back("MNLI: no run has it; MNLI's training data is not available offline "
+                      "(../shared/data/README.md), so its columns stay empty.");
+  if (table == 11 || table == 12)
+    t.notes.push_back(fmt::format("Average (ours): T5's {} average (a task with two metrics averages them "
+                                  "first) over the tasks the runs have; the paper's printed average also "
+                                  "covers tasks its tables do not show, so it cannot be recomputed from the "
+                                  "printed columns, and a gap between the two is not an error.",
+                                  table == 11 ? "GLUE" : "SuperGLUE"));
   return t;
 }
 

@@ -56,6 +56,14 @@ std::optional<Aggregate> published(const PaperRow& row, const std::string& metri
 // The paper's layout of `table` with our value, the published value and the difference.
 TextTable results_table(int table, const std::vector<MatchedRow>& rows, const std::string& source);
 
+// Downstream columns (SQuAD, MNLI, the appendix's per-task columns, Tables 5-7): the value a
+// run's "downstream" block ({task: {metric: percent}}, from `thx finetune`) gives for a printed
+// metric of a table; nullopt when the run lacks a task it needs. score_average of Tables 11
+// and 12 is T5's GLUE / SuperGLUE average over the tasks present; Tables 5-6's average is
+// ALBERT's mean of its five downstream columns.
+std::optional<double> downstream_value(int table, const std::string& metric, const nlohmann::json& run);
+bool is_downstream_metric(int table, const std::string& metric);
+
 // Metrics of a table in the paper's column order.
 std::vector<std::string> table_metrics(int table, const std::vector<PaperRow>& paper);
 

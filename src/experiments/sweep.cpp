@@ -333,6 +333,17 @@ std::vector<json> read_results(const std::string& dir) {
     for (const char* k : {"budget", "variant", "model"})
       if (r.contains(k) && !r[k].is_string())
         throw InputError(fmt::format("{}:{}: '{}' must be a string", path, line_no, k));
+    if (r.contains("downstream")) {
+      bool ok = r["downstream"].is_object();
+      if (ok)
+        for (const auto& [task, m] : r["downstream"].items()) {
+          ok = ok && m.is_object();
+          if (ok)
+            for (const auto& [k, v] : m.items()) ok = ok && v.is_number();
+        }
+      if (!ok)
+        throw InputError(fmt::format("{}:{}: 'downstream' must map each task to {{metric: number}}", path, line_no));
+    }
     if (r.contains("attention")) {
       bool ok = r["attention"].is_object();
       if (ok)
@@ -393,6 +404,27 @@ json summarize_metrics(const std::string& run_dir, int64_t steps, bool* finished
   };
   if (!step_times.empty()) r["step_time_s"] = median(step_times), r["tokens_per_s"] = median(tokens_per_s);
   return r;
+}
+
+// Fine-tuning results under <run>/finetune/ (any depth): each <task>.json that `thx finetune`
+// wrote, as {task: metrics}. Read whenever results.jsonl is written, so that fine-tuning done
+// after a run finished reaches the tables with the next `thx sweep`.
+json read_downstream(const std::string& run_dir) {
+  json downstream = json::object();
+  const fs::path ft = fs::path(run_dir) / "finetune";
+  if (!fs::is_directory(ft)) return downstream;
+  for (const auto& f : fs::recursive_directory_iterator(ft)) {
+    if (!f.is_regular_file() || f.path().extension() != ".json") continue;
+    try {
+      const json j = json::parse(read_file(f.path().string()));
+      if (j.is_object() && j.contains("task") && j["task"].is_string() && j.contains("metrics") &&
+          j["metrics"].is_object() && j.contains("history"))
+        downstream[j["task"].get<std::string>()] = j["metrics"];
+    } catch (const std::exception&) {
+      // predictions files and other JSON beside the results
+    }
+  }
+  return downstream;
 }
 
 std::string last_line(const std::string& path) {
@@ -498,7 +530,11 @@ int run_sweep(const Sweep& sweep, const SweepOptions& o,
     std::string text;
     for (const auto& p : plan) {
       const fs::path rj = fs::path(p.dir) / "result.json";
-      if (fs::exists(rj)) text += json::parse(read_file(rj.string())).dump() + "\n";
+      if (!fs::exists(rj)) continue;
+      json r = json::parse(read_file(rj.string()));
+      const json d = read_downstream(p.dir);
+      if (!d.empty()) r["downstream"] = d;
+      text += r.dump() + "\n";
     }
     write_file_atomic((fs::path(out) / "results.jsonl").string(), text);
   };

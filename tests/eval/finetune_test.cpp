@@ -8,7 +8,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/config_tree.h"
 #include "common/error.h"
+#include "common/schema.h"
 #include "eval/finetune.h"
 #include "eval/text2text.h"
 #include "models/encoder.h"
@@ -248,6 +250,24 @@ TEST(Finetune, ConfigErrorsNameTheKey) {
   c.max_query_length = 600;
   EXPECT_THROW(validate(c), ConfigError);
   EXPECT_THROW(resolve_checkpoint("/nonexistent/run"), InputError);
+}
+
+// Every shipped fine-tuning config reads and validates once a pretrained model is named.
+TEST(Finetune, ShippedConfigsValidate) {
+  int n = 0;
+  for (const char* dir : {"configs/paper", "configs/mini"})
+    for (const auto& f : fs::directory_iterator(fs::path(THX_SOURCE_DIR) / dir)) {
+      if (f.path().filename().string().rfind("finetune", 0) != 0) continue;
+      ConfigTree t;
+      t.merge_file(f.path().string());
+      t.set("finetune.pretrained=runs/x");
+      FinetuneRunConfig c;
+      EXPECT_NO_THROW(c = cfg::read<FinetuneRunConfig>(t.root())) << f.path();
+      EXPECT_NO_THROW(validate(c.finetune)) << f.path();
+      EXPECT_NO_THROW(validate(c.optimizer)) << f.path();
+      ++n;
+    }
+  EXPECT_EQ(n, 8);  // paper: T5 + five ALBERT columns; mini: T5 and ALBERT
 }
 
 }  // namespace

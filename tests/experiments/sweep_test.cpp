@@ -194,6 +194,48 @@ TEST(Table, AlbertAndBertRowsMatchByModelVariantAndHeads) {
   EXPECT_NE(md.find("| 11.00 ± 1.414 |  54.3 | -43.3 |"), std::string::npos) << md;  // ours, the paper's, Δ
 }
 
+// Downstream columns come from the fine-tuning results a run carries (`thx finetune` ->
+// <run>/finetune/**/<task>.json -> results.jsonl "downstream").
+TEST(Table, DownstreamColumnsFromFineTuningResults) {
+  const auto paper = load_paper_rows(default_tables_csv());
+  json a = result("multi_head", 12, 5.0, 1), b = result("multi_head", 12, 5.2, 2);
+  a["downstream"] = {{"squad11", {{"exact_match", 70.0}, {"f1", 80.0}}},
+                     {"sst2", {{"accuracy", 90.0}}},
+                     {"mrpc", {{"f1", 84.0}, {"accuracy", 76.0}}},
+                     {"rte", {{"accuracy", 60.0}}}};
+  b["downstream"] = {{"squad11", {{"exact_match", 72.0}, {"f1", 82.0}}}};
+  const std::vector<json> results = {a, b};
+  auto rows = match_rows(1, paper, results);
+  const auto f1 = aggregate(rows[1], "squad11_dev_f1");  // multi-head 12
+  ASSERT_TRUE(f1);
+  EXPECT_DOUBLE_EQ(f1->mean, 81.0);
+  EXPECT_EQ(f1->n, 2);
+  EXPECT_FALSE(aggregate(rows[1], "mnli_m_dev"));
+  std::string md = render(results_table(1, rows, "x"), TableFormat::markdown);
+  EXPECT_NE(md.find("MNLI: no run has it"), std::string::npos) << md;
+  // Table 11: per-task columns and T5's GLUE average over the tasks present:
+  // ((84 + 76)/2 + 90 + 60) / 3 = 76.667 (one run has GLUE tasks).
+  rows = match_rows(11, paper, results);
+  const auto mrpc = aggregate(rows[1], "mrpc_f1");
+  ASSERT_TRUE(mrpc);
+  EXPECT_DOUBLE_EQ(mrpc->mean, 84.0);
+  const auto avg = aggregate(rows[1], "score_average");
+  ASSERT_TRUE(avg);
+  EXPECT_NEAR(avg->mean, (80.0 + 90.0 + 60.0) / 3.0, 1e-12);
+  EXPECT_EQ(avg->n, 1);
+  EXPECT_TRUE(is_downstream_metric(12, "rte_acc"));
+  EXPECT_FALSE(downstream_value(12, "rte_acc", a));  // Table 12's RTE is SuperGLUE's
+  EXPECT_DOUBLE_EQ(*downstream_value(11, "rte_acc", a), 60.0);
+  md = render(results_table(11, rows, "x"), TableFormat::markdown);
+  EXPECT_NE(md.find("Average (ours): T5's GLUE average"), std::string::npos) << md;
+  // Table 13 and an ALBERT row of Table 5 (its Average needs all five columns).
+  EXPECT_DOUBLE_EQ(*downstream_value(13, "squad_em", a), 70.0);
+  json e = encoder_result("albert", "multi_head", 12, 10.0, 50.0, 1);
+  e["downstream"] = {{"sst2", {{"accuracy", 80.0}}}, {"race", {{"accuracy", 40.0}}}};
+  EXPECT_DOUBLE_EQ(*downstream_value(5, "sst_2", e), 80.0);
+  EXPECT_FALSE(downstream_value(5, "average", e));
+}
+
 const ClaimResult& claim(const std::vector<ClaimResult>& all, int n) {
   for (const auto& c : all)
     if (c.number == n) return c;
