@@ -17,10 +17,11 @@ run() {  # group, then --set overrides
   printf '%s\t%s\n' "$group" $((SECONDS - start)) >> "$out/times.tsv"
 }
 if [[ $kind == albert ]]; then
+  [[ -f $out/sst2/sst2.json ]] ||
   run sst2 --set 'finetune.tasks=[sst2]' --set finetune.steps=1000 --set finetune.eval_every=250
-  run glue-small --set 'finetune.tasks=[rte, mrpc, cola, stsb]' --set finetune.steps=500 --set finetune.eval_every=125
-  run squad11 --set 'finetune.tasks=[squad11]' --set finetune.steps=1000 --set finetune.eval_every=500
-  run race --set 'finetune.tasks=[race]' --set finetune.steps=400 --set finetune.eval_every=200 --set finetune.batch_size=16
+  run glue-small --set 'finetune.tasks=[rte, mrpc, cola, stsb]' --set finetune.steps=250 --set finetune.eval_every=125
+  run squad11 --set 'finetune.tasks=[squad11]' --set finetune.steps=600 --set finetune.eval_every=300
+  run race --set 'finetune.tasks=[race]' --set finetune.steps=200 --set finetune.eval_every=100 --set finetune.batch_size=16
 else
   run mixture
 fi

@@ -252,6 +252,54 @@ TEST(Finetune, ConfigErrorsNameTheKey) {
   EXPECT_THROW(resolve_checkpoint("/nonexistent/run"), InputError);
 }
 
+// SQuAD v2.0 through the span head end to end: windows over a context longer than one input,
+// the no-answer threshold chosen on dev, and the official predictions files.
+TEST(Finetune, TinyAlbertSquadV2WritesOfficialPredictions) {
+  TempDir t;
+  json data = {{"version", "v2.0"}, {"data", json::array()}};
+  json paragraphs = json::array();
+  for (int i = 0; i < 24; ++i) {
+    std::string context = "the model heads talk to each other and learn";
+    for (int k = 0; k < i % 5; ++k) context += " the model heads talk";
+    const bool answerable = i % 3 != 0;
+    const std::string answer = "attention";
+    const int64_t start = int64_t(context.size()) + 1;
+    if (answerable) context += " " + answer + " weights";
+    json qa = {{"id", "q" + std::to_string(i)}, {"question", "what do heads learn"}, {"is_impossible", !answerable}};
+    qa["answers"] = answerable ? json::array({{{"text", answer}, {"answer_start", start}}}) : json::array();
+    paragraphs.push_back({{"context", context}, {"qas", json::array({qa})}});
+  }
+  data["data"].push_back({{"title", "t"}, {"paragraphs", paragraphs}});
+  fs::create_directories(t.file("data/squad/v2.0"));
+  std::ofstream(t.file("data/squad/v2.0/train-v2.0.json")) << data.dump();
+  std::ofstream(t.file("data/squad/v2.0/dev-v2.0.json")) << data.dump();
+  Pretrained p;
+  p.config = test::tiny_albert_pretrain("", 1);
+  p.path = "in-memory";
+  const std::string tok = test::tiny_tokenizer(t, 64, TokenizerConvention::albert);
+  torch::manual_seed(1);
+  EncoderModel m(p.config.model, p.config.attention.encoder_self, 64, false);
+  for (const auto& [k, v] : m->named_parameters_by_path()) p.checkpoint.params[k] = v.detach().clone();
+  FinetuneRunConfig c;
+  c.finetune.pretrained = "in-memory", c.finetune.tokenizer = tok, c.finetune.data = t.file("data");
+  c.finetune.tasks = {"squad20"};
+  c.finetune.steps = 20, c.finetune.batch_size = 8, c.finetune.inputs_length = 24;  // several windows
+  c.finetune.eval_every = 20, c.finetune.log_every = 20, c.finetune.max_query_length = 6;
+  c.finetune.doc_stride = 4;
+  c.optimizer.name = "adamw", c.optimizer.schedule = "constant", c.optimizer.learning_rate = 3e-3;
+  run_finetune(c, p, t.file("out"));
+  std::ifstream in(t.file("out/squad20.json"));
+  const json r = json::parse(in);
+  for (const char* k : {"exact_match", "f1", "has_ans_f1", "no_ans_f1", "threshold", "best_f1"})
+    EXPECT_TRUE(r["metrics"].contains(k)) << k;
+  EXPECT_EQ(r["examples"], 24);
+  std::ifstream pf(t.file("out/squad20_predictions.json"));
+  const json preds = json::parse(pf);
+  EXPECT_EQ(preds.size(), 24u);
+  for (const auto& [id, a] : preds.items()) EXPECT_TRUE(a.is_string());
+  EXPECT_TRUE(fs::exists(t.file("out/squad20_na_probs.json")));
+}
+
 // Every shipped fine-tuning config reads and validates once a pretrained model is named.
 TEST(Finetune, ShippedConfigsValidate) {
   int n = 0;
