@@ -276,6 +276,8 @@ std::string glue_folder_name(const std::string& task) {
   return it != m.end() ? it->second : task;
 }
 
+}  // namespace
+
 // Predictions in the official formats: SQuAD {id: answer}; GLUE "index\tprediction" TSV;
 // SuperGLUE {"idx", "label"} JSON lines.
 void write_predictions(const std::string& dir, const TaskSpec& spec, const std::vector<TaskExample>& dev,
@@ -306,6 +308,31 @@ void write_predictions(const std::string& dir, const TaskSpec& spec, const std::
     return;
   }
   std::string s;
+  if (spec.name == "multirc") {
+    // SuperGLUE's nesting: one line per passage, {idx, passage: {questions: [{idx, answers:
+    // [{idx, label}]}]}}; our ids are "passage/question/answer".
+    std::vector<std::pair<std::string, json>> passages;  // in file order
+    for (size_t i = 0; i < dev.size() && i < ev.predictions.size(); ++i) {
+      const std::string& id = dev[i].id;
+      const size_t a = id.find('/'), b = id.rfind('/');
+      auto num = [](const std::string& x) -> json {
+        try {
+          return json::parse(x);
+        } catch (const json::exception&) {
+          return x;
+        }
+      };
+      const std::string pid = id.substr(0, a), qid = id.substr(a + 1, b - a - 1), aid = id.substr(b + 1);
+      if (passages.empty() || passages.back().first != pid)
+        passages.push_back({pid, {{"idx", num(pid)}, {"passage", {{"questions", json::array()}}}}});
+      json& qs = passages.back().second["passage"]["questions"];
+      if (qs.empty() || qs.back()["idx"] != num(qid)) qs.push_back({{"idx", num(qid)}, {"answers", json::array()}});
+      qs.back()["answers"].push_back({{"idx", num(aid)}, {"label", ev.predictions[i] == "True" ? 1 : 0}});
+    }
+    for (const auto& [pid, j] : passages) s += j.dump() + "\n";
+    write_file_atomic((fs::path(dir) / (name + ".jsonl")).string(), s);
+    return;
+  }
   for (size_t i = 0; i < dev.size() && i < ev.predictions.size(); ++i) {
     json j;
     try {
@@ -321,6 +348,8 @@ void write_predictions(const std::string& dir, const TaskSpec& spec, const std::
   }
   write_file_atomic((fs::path(dir) / (name + ".jsonl")).string(), s);
 }
+
+namespace {
 
 void write_record(const std::string& dir, const TaskRecord& r) {
   json j;

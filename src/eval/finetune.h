@@ -149,6 +149,10 @@ std::vector<std::pair<int64_t, int64_t>> doc_windows(int64_t doc_tokens, int64_t
 // _check_is_max_context: min(left, right) + 0.01 * length, the first window wins ties).
 bool is_max_context(const std::vector<std::pair<int64_t, int64_t>>& windows, size_t w, int64_t pos);
 
+// A task's dev predictions in its official format, into dir (see the file list above).
+void write_predictions(const std::string& dir, const TaskSpec& spec, const std::vector<TaskExample>& dev,
+                       const TaskEval& ev);
+
 // `thx finetune`: fine-tune and evaluate; writes out_dir as above.
 void run_finetune(const FinetuneRunConfig& config, const Pretrained& pretrained, const std::string& out_dir);
 // `thx eval`: evaluate a fine-tuned checkpoint (model.h5 or <task>.h5) on the tasks' dev sets.

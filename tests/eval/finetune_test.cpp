@@ -300,6 +300,40 @@ TEST(Finetune, TinyAlbertSquadV2WritesOfficialPredictions) {
   EXPECT_TRUE(fs::exists(t.file("out/squad20_na_probs.json")));
 }
 
+TEST(Predictions, OfficialFormatsPerBenchmark) {
+  TempDir t;
+  auto read = [&](const std::string& f) {
+    std::ifstream in(t.file(f));
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  std::vector<TaskExample> dev(2);
+  dev[0].id = "0", dev[1].id = "1";
+  TaskEval ev;
+  ev.predictions = {"entailment", "not_entailment"};
+  write_predictions(t.path.string(), task_spec("rte"), dev, ev);
+  EXPECT_EQ(read("RTE.tsv"), "index\tprediction\n0\tentailment\n1\tnot_entailment\n");
+  ev.predictions = {"True", "False"};
+  write_predictions(t.path.string(), task_spec("boolq"), dev, ev);
+  EXPECT_EQ(read("BoolQ.jsonl"), "{\"idx\":0,\"label\":\"true\"}\n{\"idx\":1,\"label\":\"false\"}\n");
+  ev.predictions = {"choice2", "choice1"};
+  write_predictions(t.path.string(), task_spec("copa"), dev, ev);
+  EXPECT_EQ(read("COPA.jsonl"), "{\"idx\":0,\"label\":1}\n{\"idx\":1,\"label\":0}\n");
+  // MultiRC nests answers in questions in passages.
+  std::vector<TaskExample> m(3);
+  m[0].id = "0/0/0", m[1].id = "0/0/1", m[2].id = "0/1/2";
+  ev.predictions = {"True", "False", "True"};
+  write_predictions(t.path.string(), task_spec("multirc"), m, ev);
+  const json j = json::parse(read("MultiRC.jsonl"));
+  EXPECT_EQ(j["idx"], 0);
+  ASSERT_EQ(j["passage"]["questions"].size(), 2u);
+  EXPECT_EQ(j["passage"]["questions"][0]["answers"][1]["label"], 0);
+  EXPECT_EQ(j["passage"]["questions"][1]["answers"][0]["idx"], 2);
+  // SQuAD: {id: answer}.
+  ev.answers = {{"a", "Denver"}, {"b", ""}};
+  write_predictions(t.path.string(), task_spec("squad11"), dev, ev);
+  EXPECT_EQ(json::parse(read("squad11_predictions.json")), json({{"a", "Denver"}, {"b", ""}}));
+}
+
 // Every shipped fine-tuning config reads and validates once a pretrained model is named.
 TEST(Finetune, ShippedConfigsValidate) {
   int n = 0;
