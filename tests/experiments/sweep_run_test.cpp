@@ -145,6 +145,15 @@ TEST(SweepRun, AFailedRunIsReportedAndTheOthersFinish) {
   EXPECT_NE(r.out.find("broken failed"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("1 of 2 runs finished"), std::string::npos) << r.out;
   EXPECT_EQ(read_results(dir.file("mixed")).size(), 1u);
+  // Fine-tuning results added under a finished run reach results.jsonl with the next sweep.
+  const fs::path ft = fs::path(dir.file("mixed")) / "fine" / "finetune" / "glue";
+  fs::create_directories(ft);
+  std::ofstream(ft / "sst2.json") << R"({"task": "sst2", "metrics": {"accuracy": 81.5}, "history": []})";
+  std::ofstream(ft / "squad11_predictions.json") << R"({"q1": "x"})";  // not a result: ignored
+  r = run_thx("--threads 1 sweep --config " + mixed + " --out " + dir.file("mixed"));
+  const auto results = read_results(dir.file("mixed"));
+  ASSERT_EQ(results.size(), 1u);
+  EXPECT_EQ(results[0]["downstream"], json({{"sst2", {{"accuracy", 81.5}}}})) << r.out;
 }
 
 }  // namespace
