@@ -309,6 +309,27 @@ ConfigTree sweep_run_tree(const Sweep& sweep, const SweepRun& run) {
   return t;
 }
 
+// Fine-tuning results under <run>/finetune/ (any depth): each <task>.json that `thx finetune`
+// wrote, as {task: metrics}. Read whenever results.jsonl is written, so that fine-tuning done
+// after a run finished reaches the tables (read_results merges it too).
+json read_downstream(const std::string& run_dir) {
+  json downstream = json::object();
+  const fs::path ft = fs::path(run_dir) / "finetune";
+  if (!fs::is_directory(ft)) return downstream;
+  for (const auto& f : fs::recursive_directory_iterator(ft)) {
+    if (!f.is_regular_file() || f.path().extension() != ".json") continue;
+    try {
+      const json j = json::parse(read_file(f.path().string()));
+      if (j.is_object() && j.contains("task") && j["task"].is_string() && j.contains("metrics") &&
+          j["metrics"].is_object() && j.contains("history"))
+        downstream[j["task"].get<std::string>()] = j["metrics"];
+    } catch (const std::exception&) {
+      // predictions files and other JSON beside the results
+    }
+  }
+  return downstream;
+}
+
 std::vector<json> read_results(const std::string& dir) {
   const std::string path = (fs::path(dir) / "results.jsonl").string();
   std::ifstream in(path);
@@ -323,9 +344,12 @@ std::vector<json> read_results(const std::string& dir) {
     } catch (const json::exception& e) {
       throw InputError(fmt::format("{}:{}: not a JSON object ({})", path, line_no, e.what()));
     }
-    const json& r = out.back();
+    json& r = out.back();
     if (!r.is_object() || !r.contains("name") || !r["name"].is_string())
       throw InputError(fmt::format("{}:{}: expected a JSON object with a 'name'", path, line_no));
+    // Fine-tuning done since the sweep wrote this line.
+    const json d = read_downstream((fs::path(dir) / r["name"].get<std::string>()).string());
+    if (!d.empty()) r["downstream"] = d;
     for (const char* k : {"ln_ppl", "best_ln_ppl", "step_time_s", "tokens_per_s", "d_model", "seed", "steps",
                           "mlm", "sop", "nsp"})
       if (r.contains(k) && !r[k].is_number())
@@ -404,27 +428,6 @@ json summarize_metrics(const std::string& run_dir, int64_t steps, bool* finished
   };
   if (!step_times.empty()) r["step_time_s"] = median(step_times), r["tokens_per_s"] = median(tokens_per_s);
   return r;
-}
-
-// Fine-tuning results under <run>/finetune/ (any depth): each <task>.json that `thx finetune`
-// wrote, as {task: metrics}. Read whenever results.jsonl is written, so that fine-tuning done
-// after a run finished reaches the tables with the next `thx sweep`.
-json read_downstream(const std::string& run_dir) {
-  json downstream = json::object();
-  const fs::path ft = fs::path(run_dir) / "finetune";
-  if (!fs::is_directory(ft)) return downstream;
-  for (const auto& f : fs::recursive_directory_iterator(ft)) {
-    if (!f.is_regular_file() || f.path().extension() != ".json") continue;
-    try {
-      const json j = json::parse(read_file(f.path().string()));
-      if (j.is_object() && j.contains("task") && j["task"].is_string() && j.contains("metrics") &&
-          j["metrics"].is_object() && j.contains("history"))
-        downstream[j["task"].get<std::string>()] = j["metrics"];
-    } catch (const std::exception&) {
-      // predictions files and other JSON beside the results
-    }
-  }
-  return downstream;
 }
 
 std::string last_line(const std::string& path) {

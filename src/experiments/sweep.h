@@ -88,7 +88,9 @@ struct SweepOptions {
 int run_sweep(const Sweep& sweep, const SweepOptions& options,
               const std::function<ResolvedRun(ConfigTree&)>& resolve);
 
-// <out>/results.jsonl, read back; throws InputError naming the file and line.
+// <out>/results.jsonl, read back; throws InputError naming the file and line. Each run's
+// fine-tuning results (<out>/<run>/finetune/**/<task>.json, from `thx finetune`) are merged in
+// as "downstream": {task: metrics}, also when they were written after the sweep finished.
 std::vector<nlohmann::json> read_results(const std::string& dir);
 
 }  // namespace thx
