@@ -353,7 +353,9 @@ TextTable results_table(int table, const std::vector<MatchedRow>& rows, const st
         if (m == "multiplies_per_att_layer") return paper_number(a.mean);
         // Ours with more digits where mini-scale differences are small: step time, and the
         // MLM/SOP accuracies the paper prints to one decimal.
-        const int d = ours && m == "step_time_s" ? 3 : ours && (m == "mlm" || m == "sop" || m == "nsp") ? 2 : dec;
+        const int d = ours && m == "step_time_s"                                                ? 3
+                      : ours && (m == "mlm" || m == "sop" || m == "nsp" || is_downstream_metric(table, m)) ? 2
+                                                                                                    : dec;
         std::string s = fmt::format("{:.{}f}", a.mean, d);
         if (a.std) s += fmt::format(" ± {:.{}f}", *a.std, std::max(d, 3));
         if (ours && a.n > 1 && !a.std) s += fmt::format(" [{}]", a.n);
@@ -400,7 +402,7 @@ TextTable results_table(int table, const std::vector<MatchedRow>& rows, const st
   }
   if (downstream)
     t.notes.push_back("Downstream columns: dev-set scores of `thx finetune` (each task's best evaluation, "
-                      "T5's and ALBERT's protocol), read from <run>/finetune/**/<task>.json by `thx sweep`.");
+                      "T5's and ALBERT's protocol), read from <run>/finetune/**/<task>.json; ours to two decimals.");
   if (mnli_column && !mnli_any)
     t.notes.push_back("MNLI: no run has it; MNLI's training data is not available offline "
                       "(../shared/data/README.md), so its columns stay empty.");
