@@ -163,7 +163,12 @@ locale_t utf8_locale() {
   }();
   return l;
 }
-bool is_space(char32_t c) { return c < 0x80 ? std::isspace(int(c)) != 0 : iswspace_l(wint_t(c), utf8_locale()) != 0; }
+// Python's str.split() whitespace (str.isspace), which glibc's iswspace does not match (it
+// leaves out U+00A0 and U+202F, for one).
+bool is_space(char32_t c) {
+  return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 || c == 0x1680 ||
+         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
+}
 bool is_word(char32_t c) {  // Python re's \w for str patterns: alphanumeric or underscore
   return c == U'_' || (c < 0x80 ? std::isalnum(int(c)) != 0 : iswalnum_l(wint_t(c), utf8_locale()) != 0);
 }

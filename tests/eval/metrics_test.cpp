@@ -60,6 +60,7 @@ TEST(SquadMetric, NormalizationAsTheOfficialScripts) {
   EXPECT_EQ(normalize_answer("the-a"), "thea");                     // joined once "-" is gone
   EXPECT_EQ(normalize_answer("Ångström  units"), "ångström units");  // Unicode lowercase
   EXPECT_EQ(normalize_answer("\tNew\nYork "), "new york");
+  EXPECT_EQ(normalize_answer("New\u00a0York\u2009City"), "new york city");  // Python splits on Unicode spaces
   EXPECT_EQ(normalize_answer("café the"), "café");  // é is a word character: "the" stands alone
 }
 
