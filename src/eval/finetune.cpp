@@ -999,14 +999,26 @@ void prepare_out(const std::string& out) {
 }  // namespace
 
 void run_finetune(const FinetuneRunConfig& config, const Pretrained& pretrained, const std::string& out_dir) {
+  // Everything that can be checked is checked before the output directory is touched.
   validate(config.finetune);
-  prepare_out(out_dir);
+  if (pretrained.config.model.encoder_only())
+    for (const auto& t : config.finetune.tasks)
+      THX_CHECK(t != "record", "finetune.tasks: record needs an entity-ranking head, which BERT/ALBERT "
+                               "fine-tuning does not have; T5 fine-tunes it as text to text");
+  const std::string tokenizer = tokenizer_path(config.finetune, pretrained.config);
+  THX_CHECK(fs::is_regular_file(tokenizer), "{}: no such tokenizer model (finetune.tokenizer)", tokenizer);
+  for (const auto& t : config.finetune.tasks)
+    for (const char* split : {"train", "dev"}) {
+      const std::string path = task_path(config.finetune.data, t, split);
+      THX_CHECK(fs::exists(path), "{}: not found (task {}, split {}; finetune.data is {})", path, t, split,
+                config.finetune.data);
+    }
   for (const auto& t : config.finetune.tasks)
     if (fs::exists(fs::path(out_dir) / (t + ".json")))
       throw InputError(fmt::format("{}: already has results for {}; choose a new --out (nothing was "
                                    "overwritten)", out_dir, t));
+  prepare_out(out_dir);
   add_log_file((fs::path(out_dir) / "finetune.log").string());
-  const std::string tokenizer = tokenizer_path(config.finetune, pretrained.config);
   if (pretrained.config.model.encoder_only()) {
     EncoderRun r(config, pretrained, out_dir, tokenizer);
     for (const auto& t : config.finetune.tasks) r.run_task(t);

@@ -202,6 +202,16 @@ TEST(Finetune, TinyAlbertLearnsATinyTaskAboveChance) {
   int rows = 0;
   for (std::string line; std::getline(tsv, line);) ++rows;
   EXPECT_EQ(rows, 100);
+  // A task whose files are absent (MNLI is not offline here) stops before --out is touched.
+  FinetuneRunConfig missing = c;
+  missing.finetune.tasks = {"mnli"};
+  try {
+    run_finetune(missing, p, t.file("never"));
+    ADD_FAILURE() << "no error";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("not found (task mnli, split train"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(fs::exists(t.file("never")));
   // Results are never overwritten: a second run into the same directory is refused.
   EXPECT_THROW(run_finetune(c, p, t.file("out")), InputError);
   // `thx eval` on the fine-tuned parameters reproduces the final evaluation's score.
