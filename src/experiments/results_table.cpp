@@ -406,12 +406,23 @@ TextTable results_table(int table, const std::vector<MatchedRow>& rows, const st
   if (mnli_column && !mnli_any)
     t.notes.push_back("MNLI: no run has it; MNLI's training data is not available offline "
                       "(../shared/data/README.md), so its columns stay empty.");
-  if (table == 11 || table == 12)
+  if (table == 11 || table == 12) {
+    std::set<std::string> covered;  // the benchmark's tasks some run has
+    for (const auto& r : rows)
+      for (const auto& run : r.runs)
+        if (run.contains("downstream"))
+          for (const auto& task : average_tasks(table))
+            if (run["downstream"].contains(task)) covered.insert(task);
+    std::string names;
+    for (const auto& task : average_tasks(table))
+      if (covered.count(task)) names += (names.empty() ? "" : ", ") + task;
     t.notes.push_back(fmt::format("Average (ours): T5's {} average (a task with two metrics averages them "
-                                  "first) over the tasks the runs have; the paper's printed average also "
+                                  "first) over the tasks a run has{}; the paper's printed average also "
                                   "covers tasks its tables do not show, so it cannot be recomputed from the "
                                   "printed columns, and a gap between the two is not an error.",
-                                  table == 11 ? "GLUE" : "SuperGLUE"));
+                                  table == 11 ? "GLUE" : "SuperGLUE",
+                                  names.empty() ? "" : " (here: " + names + ")"));
+  }
   return t;
 }
 

@@ -228,6 +228,7 @@ TEST(Table, DownstreamColumnsFromFineTuningResults) {
   EXPECT_DOUBLE_EQ(*downstream_value(11, "rte_acc", a), 60.0);
   md = render(results_table(11, rows, "x"), TableFormat::markdown);
   EXPECT_NE(md.find("Average (ours): T5's GLUE average"), std::string::npos) << md;
+  EXPECT_NE(md.find("(here: sst2, mrpc, rte)"), std::string::npos) << md;  // the tasks it covers
   // Table 13 and an ALBERT row of Table 5 (its Average needs all five columns).
   EXPECT_DOUBLE_EQ(*downstream_value(13, "squad_em", a), 70.0);
   json e = encoder_result("albert", "multi_head", 12, 10.0, 50.0, 1);
