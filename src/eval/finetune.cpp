@@ -470,6 +470,9 @@ struct T5Run {
     ev.examples = int64_t(dev.size());
     std::vector<int> labels;
     std::vector<double> scores;
+    // Label names as the tokenizer renders them (what the model was trained to produce).
+    std::vector<std::string> rendered;
+    for (const auto& name : target_names(spec)) rendered.push_back(tok.decode(tok.encode(name)));
     for (size_t i = 0; i < dev.size(); ++i) {
       if (spec.kind == TaskKind::regression) {
         scores.push_back(text_to_score(texts[i]));
@@ -478,7 +481,7 @@ struct T5Run {
         ev.answers[dev[i].id] = texts[i];
         ev.predictions.push_back(texts[i]);
       } else {
-        labels.push_back(text_to_label(spec, texts[i]));
+        labels.push_back(text_to_label(rendered, texts[i]));
         const int l = labels.back();
         // Submission files name classes as the task's files do; a miss writes the raw text.
         ev.predictions.push_back(l >= 0 ? (spec.name == "copa" ? target_names(spec)[size_t(l)] : spec.labels[size_t(l)])

@@ -78,12 +78,13 @@ double text_to_score(const std::string& text) {
   return -1.0;
 }
 
-int text_to_label(const TaskSpec& spec, const std::string& text) {
-  const auto& names = target_names(spec);
+int text_to_label(const std::vector<std::string>& names, const std::string& text) {
   for (size_t i = 0; i < names.size(); ++i)
     if (names[i] == text) return int(i);
   return -1;
 }
+
+int text_to_label(const TaskSpec& spec, const std::string& text) { return text_to_label(target_names(spec), text); }
 
 std::vector<TextExample> t5_training_pairs(const TaskSpec& spec, const TaskExample& e) {
   std::vector<TextExample> out;

@@ -36,6 +36,10 @@ std::string t5_input(const TaskSpec& spec, const TaskExample& e);
 std::vector<TextExample> t5_training_pairs(const TaskSpec& spec, const TaskExample& e);
 
 int text_to_label(const TaskSpec& spec, const std::string& text);  // -1: a miss
+// The same against given renderings of the label names: a tokenizer that lacks a character
+// of a name (a Wikipedia vocabulary without "_" for "not_entailment") decodes the name as
+// decode(encode(name)), and that is what a model trained on those targets can produce.
+int text_to_label(const std::vector<std::string>& rendered_names, const std::string& text);
 double text_to_score(const std::string& text);                     // STS-B; -1 when not a number
 std::string score_to_text(double score);  // round(5 s) / 5 (half to even, as tf.round), "%.1f"
 
