@@ -1035,9 +1035,19 @@ void run_finetune(const FinetuneRunConfig& config, const Pretrained& pretrained,
 
 void run_eval(const FinetuneRunConfig& config, const Pretrained& model, const std::string& checkpoint,
               const std::string& out_dir) {
+  // As run_finetune: every input is checked before the output directory is created.
   validate(config.finetune);
-  prepare_out(out_dir);
   const std::string tokenizer = tokenizer_path(config.finetune, model.config);
+  THX_CHECK(fs::is_regular_file(tokenizer), "{}: no such tokenizer model (finetune.tokenizer)", tokenizer);
+  for (const auto& t : config.finetune.tasks) {
+    const std::string dev = task_path(config.finetune.data, t, "dev");
+    THX_CHECK(fs::exists(dev), "{}: not found (task {}, split dev; finetune.data is {})", dev, t, config.finetune.data);
+    const std::string file = !fs::is_directory(checkpoint)             ? checkpoint
+                             : model.config.model.encoder_only() ? (fs::path(checkpoint) / (t + ".h5")).string()
+                                                                 : (fs::path(checkpoint) / "model.h5").string();
+    THX_CHECK(fs::is_regular_file(file), "{}: no fine-tuned parameters for task {} (--checkpoint)", file, t);
+  }
+  prepare_out(out_dir);
   if (model.config.model.encoder_only()) {
     EncoderRun r(config, model, out_dir, tokenizer);
     for (const auto& t : config.finetune.tasks) {

@@ -215,6 +215,11 @@ TEST(Finetune, TinyAlbertLearnsATinyTaskAboveChance) {
   EXPECT_FALSE(fs::exists(t.file("never")));
   // Results are never overwritten: a second run into the same directory is refused.
   EXPECT_THROW(run_finetune(c, p, t.file("out")), InputError);
+  // `thx eval` without fine-tuned parameters for a task stops before --out is touched.
+  FinetuneRunConfig other = c;
+  other.finetune.tasks = {"sst2"};
+  EXPECT_THROW(run_eval(other, p, t.file("nothing-here"), t.file("eval-never")), InputError);
+  EXPECT_FALSE(fs::exists(t.file("eval-never")));
   // `thx eval` on the fine-tuned parameters reproduces the final evaluation's score.
   run_eval(c, p, t.file("out"), t.file("eval"));
   std::ifstream in(t.file("eval/sst2.json"));
