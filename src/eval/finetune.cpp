@@ -43,9 +43,11 @@ void validate(const FinetuneConfig& c, const std::string& path) {
   positive(c.n_best, "n_best"), positive(c.max_answer_length, "max_answer_length");
   positive(c.max_query_length, "max_query_length"), positive(c.doc_stride, "doc_stride");
   if (c.inputs_length < 16) throw ConfigError(path + ".inputs_length", fmt::format("{} must be at least 16", c.inputs_length));
-  if (c.max_query_length + 8 > c.inputs_length)
+  const bool squad = std::any_of(c.tasks.begin(), c.tasks.end(), [](const std::string& t) { return t.rfind("squad", 0) == 0; });
+  if (squad && c.max_query_length + 8 > c.inputs_length)  // only SQuAD's span windows cut the question
     throw ConfigError(path + ".max_query_length",
-                      fmt::format("{} leaves no room for the document in inputs_length {}", c.max_query_length, c.inputs_length));
+                      fmt::format("{} leaves no room for the SQuAD context in inputs_length {} (lower "
+                                  "max_query_length or raise inputs_length)", c.max_query_length, c.inputs_length));
   if (c.eval_examples < 0) throw ConfigError(path + ".eval_examples", "must be 0 (all) or positive");
   if (c.max_train_examples < 0) throw ConfigError(path + ".max_train_examples", "must be 0 (all) or positive");
   if (!(c.dropout >= 0 && c.dropout < 1)) throw ConfigError(path + ".dropout", fmt::format("{} is not in [0, 1)", c.dropout));

@@ -16,6 +16,7 @@
 #include "eval/text2text.h"
 #include "models/encoder.h"
 #include "models/t5.h"
+#include "training/checkpoint.h"
 #include "training/training_fixtures.h"
 
 namespace thx {
@@ -176,22 +177,33 @@ double best_accuracy(const std::string& out) {
   return j["metrics"]["accuracy"];
 }
 
+// A randomly initialised tiny ALBERT standing in for a pretrained one, and a fine-tuning config
+// (AdamW at a constant 3e-3) on t's data/ with it; each test sets its tasks and lengths.
+struct TinyAlbert {
+  Pretrained p;
+  FinetuneRunConfig c;
+};
+TinyAlbert tiny_albert(const TempDir& t, int64_t max_positions = 32) {
+  TinyAlbert a;
+  a.p.config = test::tiny_albert_pretrain("", 1);
+  a.p.config.model.max_positions = max_positions;
+  a.p.path = "in-memory";
+  torch::manual_seed(1);
+  const std::string tok = test::tiny_tokenizer(t, 64, TokenizerConvention::albert);
+  EncoderModel m(a.p.config.model, a.p.config.attention.encoder_self, 64, false);
+  for (const auto& [k, v] : m->named_parameters_by_path()) a.p.checkpoint.params[k] = v.detach().clone();
+  a.c.finetune.pretrained = "in-memory", a.c.finetune.tokenizer = tok, a.c.finetune.data = t.file("data");
+  a.c.optimizer.name = "adamw", a.c.optimizer.schedule = "constant", a.c.optimizer.learning_rate = 3e-3;
+  return a;
+}
+
 TEST(Finetune, TinyAlbertLearnsATinyTaskAboveChance) {
   TempDir t;
   write_tiny_sst2(t);
-  Pretrained p;
-  p.config = test::tiny_albert_pretrain("", 1);
-  p.path = "in-memory";
-  torch::manual_seed(1);
-  const std::string tok = test::tiny_tokenizer(t, 64, TokenizerConvention::albert);
-  EncoderModel m(p.config.model, p.config.attention.encoder_self, 64, false);
-  for (const auto& [k, v] : m->named_parameters_by_path()) p.checkpoint.params[k] = v.detach().clone();
-  FinetuneRunConfig c;
-  c.finetune.pretrained = "in-memory", c.finetune.tokenizer = tok, c.finetune.data = t.file("data");
+  auto [p, c] = tiny_albert(t);
   c.finetune.tasks = {"sst2"};
   c.finetune.steps = 60, c.finetune.batch_size = 16, c.finetune.inputs_length = 32;
   c.finetune.eval_every = 30, c.finetune.log_every = 30, c.finetune.max_query_length = 8;
-  c.optimizer.name = "adamw", c.optimizer.schedule = "constant", c.optimizer.learning_rate = 3e-3;
   run_finetune(c, p, t.file("out"));
   const double acc = best_accuracy(t.file("out"));
   EXPECT_GT(acc, 80.0) << "chance is 50%";
@@ -227,6 +239,121 @@ TEST(Finetune, TinyAlbertLearnsATinyTaskAboveChance) {
   std::ifstream in2(t.file("out/sst2.json"));
   const json f = json::parse(in2);
   EXPECT_DOUBLE_EQ(e["metrics"]["accuracy"].get<double>(), f["history"].back()["metrics"]["accuracy"].get<double>());
+}
+
+// The encoder heads against their formulas. After a short fine-tuning run (one evaluation, at
+// the last step, so the written predictions come from the saved parameters), every dev example
+// is rerun alone (no padding, no batching) from <task>.h5 and scored by hand:
+//   pooled = tanh(x[:,0] W_p + b_p); classification argmax(pooled W + b); regression pooled w + b;
+//   multiple choice: one score per option ([CLS] article [SEP] question+option [SEP]), argmax.
+// The predictions files thx wrote must equal these, row by row.
+TEST(EncoderHeads, PredictionsEqualTheHeadFormulas) {
+  TempDir t;
+  write_tiny_sst2(t);
+  fs::create_directories(t.file("data/glue/STS-B"));
+  for (const char* split : {"train", "dev"}) {
+    std::string tsv = "sentence1\tsentence2\tscore\n";
+    for (int i = 0; i < 12; ++i) {  // the score counts the "attention"s: learnable, so the scores spread
+      std::string a = "the model";
+      for (int k = 0; k < i % 6; ++k) a += " attention";
+      tsv += fmt::format("{}\theads talk{}\t{}\n", a, i < 6 ? "" : " to", i % 6);  // no two pairs alike: no ties
+    }
+    std::ofstream(t.file(std::string("data/glue/STS-B/") + split + ".tsv")) << tsv;
+  }
+  for (const char* split : {"train", "dev"})
+    for (int a = 0; a < 3; ++a) {
+      fs::create_directories(t.file(fmt::format("data/race/{}/high", split)));
+      json art = {{"id", fmt::format("high{}.txt", a)}, {"article", "the model heads talk to each other"}};
+      art["questions"] = {"what do heads do", "the heads _ each other"};
+      art["options"] = {{"talk", "learn", "model", "softmax"}, {"attention", "to", "other", "the"}};
+      art["answers"] = {std::string(1, char('A' + a)), "D"};
+      std::ofstream(t.file(fmt::format("data/race/{}/high/{}.txt", split, a))) << art.dump();
+    }
+  auto [p, c] = tiny_albert(t, 128);  // room for every fixture input: the reference does not cut
+  c.finetune.tasks = {"sst2", "stsb", "race"};
+  c.finetune.steps = 60, c.finetune.batch_size = 8, c.finetune.inputs_length = 128, c.finetune.eval_batch_size = 5;
+  c.finetune.eval_every = 60, c.finetune.log_every = 60;
+  run_finetune(c, p, t.file("out"));
+
+  Tokenizer tk(c.finetune.tokenizer);
+  auto reference = [&](const std::string& task, const std::string& a, const std::string* b) {
+    const Checkpoint ck = load_checkpoint(t.file("out/" + task + ".h5"));
+    EncoderModel r(p.config.model, p.config.attention.encoder_self, 64, false);
+    torch::NoGradGuard g;
+    r->eval();
+    for (auto& [k, v] : r->named_parameters_by_path()) v.copy_(ck.params.at(k));
+    std::vector<int64_t> ids = {Tokenizer::kCls}, types;
+    for (int32_t x : tk.encode(a)) ids.push_back(x);
+    ids.push_back(Tokenizer::kSep);
+    types.assign(ids.size(), 0);
+    if (b) {
+      for (int32_t x : tk.encode(*b)) ids.push_back(x);
+      ids.push_back(Tokenizer::kSep);
+      types.resize(ids.size(), 1);
+    }
+    const auto n = int64_t(ids.size());
+    EXPECT_LE(n, 64) << "the run would have cut this input";
+    const torch::Tensor x = r->encode(torch::tensor(ids).view({1, n}), torch::tensor(types).view({1, n}));
+    const torch::Tensor pooled = torch::tanh(torch::matmul(x.select(1, 0), ck.params.at("pooler/w")) + ck.params.at("pooler/bias"));
+    return (torch::matmul(pooled, ck.params.at("heads/" + task + "/w")) + ck.params.at("heads/" + task + "/bias")).view(-1);
+  };
+  auto lines = [&](const std::string& f) {
+    std::ifstream in(t.file(f));
+    std::vector<std::string> v;
+    for (std::string l; std::getline(in, l);) v.push_back(l.substr(l.find('\t') + 1));
+    return std::vector<std::string>(v.begin() + 1, v.end());  // without the header
+  };
+  // Classification.
+  const auto sst = load_task(t.file("data"), "sst2", "dev");
+  const auto sst_pred = lines("out/SST-2.tsv");
+  ASSERT_EQ(sst_pred.size(), sst.examples.size());
+  int correct = 0;
+  for (size_t i = 0; i < sst.examples.size(); ++i) {
+    const torch::Tensor l = reference("sst2", sst.examples[i].text[0], nullptr);
+    ASSERT_EQ(l.numel(), 2);
+    const int label = int(l.argmax().item<int64_t>());
+    EXPECT_EQ(sst_pred[i], task_spec("sst2").labels[size_t(label)]) << i << " logits " << l;
+    correct += label == sst.examples[i].label;
+  }
+  EXPECT_GT(correct, 80) << "a learned head; a constant one would not test the inputs";
+  std::ifstream sj(t.file("out/sst2.json"));
+  EXPECT_NEAR(json::parse(sj)["metrics"]["accuracy"].get<double>(), 100.0 * correct / double(sst.examples.size()), 1e-9);
+  // Regression: the written score (3 decimals) is pooled w + b; the Pearson r in stsb.json,
+  // computed from the unrounded scores, equals the reference's (the scores differ in the 4th
+  // decimal only after 6 steps, so this is the check that sees the inputs).
+  const auto sts = load_task(t.file("data"), "stsb", "dev");
+  const auto sts_pred = lines("out/STS-B.tsv");
+  ASSERT_EQ(sts_pred.size(), sts.examples.size());
+  std::vector<double> ref_score, gold;
+  for (size_t i = 0; i < sts.examples.size(); ++i) {
+    const torch::Tensor l = reference("stsb", sts.examples[i].text[0], &sts.examples[i].text[1]);
+    ASSERT_EQ(l.numel(), 1);
+    EXPECT_NEAR(std::stod(sts_pred[i]), l.item<double>(), 1.5e-3) << i;
+    ref_score.push_back(l.item<double>()), gold.push_back(sts.examples[i].score);
+  }
+  const auto spread = std::minmax_element(ref_score.begin(), ref_score.end());
+  EXPECT_GT(*spread.second - *spread.first, 0.5) << "near-constant scores would not test the inputs";
+  std::ifstream stj(t.file("out/stsb.json"));
+  const json sts_metrics = json::parse(stj)["metrics"];
+  EXPECT_NEAR(sts_metrics["pearson"].get<double>(), 100.0 * pearson(ref_score, gold), 1e-2);
+  EXPECT_NEAR(sts_metrics["spearman"].get<double>(), 100.0 * spearman(ref_score, gold), 1e-2);
+  // Multiple choice: the argmax of the four option scores, as a letter.
+  const auto race = load_task(t.file("data"), "race", "dev");
+  std::ifstream rp(t.file("out/race_predictions.json"));
+  const json race_pred = json::parse(rp);
+  ASSERT_EQ(race_pred.size(), race.examples.size());
+  for (const auto& e : race.examples) {
+    std::vector<float> score;
+    for (const auto& o : e.options) {
+      const std::string& q = e.text[1];
+      const size_t blank = q.find('_');
+      const std::string second = blank == std::string::npos ? q + " " + o : q.substr(0, blank) + o + q.substr(blank + 1);
+      score.push_back(reference("race", e.text[0], &second).item<float>());
+    }
+    ASSERT_EQ(score.size(), 4u);
+    const auto best = std::max_element(score.begin(), score.end()) - score.begin();
+    EXPECT_EQ(race_pred[e.id].get<std::string>(), std::string(1, char('A' + best))) << e.id;
+  }
 }
 
 TEST(Finetune, TinyT5LearnsATinyTaskAboveChanceTextToText) {
@@ -302,7 +429,14 @@ TEST(Finetune, ConfigErrorsNameTheKey) {
   }
   c.tasks = {"sst2"};
   c.max_query_length = 600;
-  EXPECT_THROW(validate(c), ConfigError);
+  EXPECT_NO_THROW(validate(c)) << "only SQuAD's windows use max_query_length";
+  c.tasks = {"sst2", "squad11"};
+  try {
+    validate(c);
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(e.key, "finetune.max_query_length");
+  }
   EXPECT_THROW(resolve_checkpoint("/nonexistent/run"), InputError);
 }
 
@@ -327,20 +461,11 @@ TEST(Finetune, TinyAlbertSquadV2WritesOfficialPredictions) {
   fs::create_directories(t.file("data/squad/v2.0"));
   std::ofstream(t.file("data/squad/v2.0/train-v2.0.json")) << data.dump();
   std::ofstream(t.file("data/squad/v2.0/dev-v2.0.json")) << data.dump();
-  Pretrained p;
-  p.config = test::tiny_albert_pretrain("", 1);
-  p.path = "in-memory";
-  const std::string tok = test::tiny_tokenizer(t, 64, TokenizerConvention::albert);
-  torch::manual_seed(1);
-  EncoderModel m(p.config.model, p.config.attention.encoder_self, 64, false);
-  for (const auto& [k, v] : m->named_parameters_by_path()) p.checkpoint.params[k] = v.detach().clone();
-  FinetuneRunConfig c;
-  c.finetune.pretrained = "in-memory", c.finetune.tokenizer = tok, c.finetune.data = t.file("data");
+  auto [p, c] = tiny_albert(t);
   c.finetune.tasks = {"squad20"};
   c.finetune.steps = 20, c.finetune.batch_size = 8, c.finetune.inputs_length = 24;  // several windows
   c.finetune.eval_every = 20, c.finetune.log_every = 20, c.finetune.max_query_length = 6;
   c.finetune.doc_stride = 4;
-  c.optimizer.name = "adamw", c.optimizer.schedule = "constant", c.optimizer.learning_rate = 3e-3;
   run_finetune(c, p, t.file("out"));
   std::ifstream in(t.file("out/squad20.json"));
   const json r = json::parse(in);
