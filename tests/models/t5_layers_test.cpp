@@ -75,6 +75,25 @@ TEST(T5, TiedScaledOutputAndPaddedRowsNeverProduced) {
   EXPECT_TRUE(test::close(after.narrow(2, 0, 69), before_clamped.narrow(2, 0, 69), 0, 0));
 }
 
+// A row's logits do not depend on how much padding its batch adds to the inputs (a fine-tuning
+// mixture pads a short SST-2 input to the longest SQuAD context of its batch), for multi-head
+// and talking-heads.
+TEST(T5, InputPaddingChangesNoLogits) {
+  ModelConfig mc;
+  mc.d_model = 16, mc.d_ff = 32, mc.encoder_layers = 2, mc.decoder_layers = 2;
+  mc.relative_buckets = 8, mc.relative_max_distance = 16;
+  for (const char* variant : {"multi_head", "talking_heads"}) {
+    AttentionConfig a;
+    a.variant = variant, a.h = 4;
+    torch::manual_seed(4);
+    T5 model(mc, T5Attention{a, a, a}, 50);
+    model->eval();
+    const torch::Tensor in = torch::randint(2, 50, {1, 5}), dec = torch::randint(2, 50, {1, 3});
+    const torch::Tensor padded = torch::cat({in, torch::zeros({1, 40}, torch::kInt64)}, 1);
+    EXPECT_TRUE(test::close(model->logits(padded, dec), model->logits(in, dec), 1e-5, 1e-5)) << variant;
+  }
+}
+
 TEST(T5, LossIsMeanCrossEntropyPlusZLossOverTargetTokens) {
   ModelConfig mc;
   mc.d_model = 16, mc.d_ff = 32, mc.encoder_layers = 1, mc.decoder_layers = 1, mc.z_loss = 0.01;
