@@ -1,20 +1,22 @@
 #!/usr/bin/env bash
 # Fine-tune one mini pretrained model on the quality-evidence tasks and time each step.
-#   scripts/finetune_mini.sh albert|t5 PRETRAINED_RUN OUT [THREADS]
+#   scripts/finetune_mini.sh albert|t5 PRETRAINED_RUN OUT [THREADS [--set KEY=VALUE ...]]
 # albert: configs/mini/finetune-albert.yaml, one run per task group (SST-2; RTE, MRPC, CoLA,
 #         STS-B; SQuAD v1.1; RACE), each task from the pretrained weights.
 # t5:     configs/mini/finetune-t5.yaml, one examples-proportional mixture of every task.
 # Writes OUT/<group>/<task>.json (+ predictions) and OUT/times.tsv (group, seconds).
-# SST2_STEPS (default 1000) sets the SST-2 run's length; it is evaluated every quarter.
+# SST2_STEPS (default 1000) sets the SST-2 run's length; it is evaluated every quarter. Arguments
+# after THREADS go to every `thx finetune` (e.g. --set finetune.freeze_embedding=true).
 set -euo pipefail
 kind=$1 pretrained=$2 out=$3 threads=${4:-2}
+extra=("${@:5}")
 thx=${THX:-build/thx}
 mkdir -p "$out"
 run() {  # group, then --set overrides
   local group=$1; shift
   local start=$SECONDS
   "$thx" --threads "$threads" finetune --config "configs/mini/finetune-$kind.yaml" \
-    --set finetune.pretrained="$pretrained" "$@" --out "$out/$group"
+    --set finetune.pretrained="$pretrained" "$@" ${extra[@]+"${extra[@]}"} --out "$out/$group"
   printf '%s\t%s\n' "$group" $((SECONDS - start)) >> "$out/times.tsv"
 }
 if [[ $kind == albert ]]; then
