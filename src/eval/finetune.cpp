@@ -43,8 +43,8 @@ void validate(const FinetuneConfig& c, const std::string& path) {
   positive(c.n_best, "n_best"), positive(c.max_answer_length, "max_answer_length");
   positive(c.max_query_length, "max_query_length"), positive(c.doc_stride, "doc_stride");
   if (c.inputs_length < 16) throw ConfigError(path + ".inputs_length", fmt::format("{} must be at least 16", c.inputs_length));
-  const bool squad = std::any_of(c.tasks.begin(), c.tasks.end(), [](const std::string& t) { return t.rfind("squad", 0) == 0; });
-  if (squad && c.max_query_length + 8 > c.inputs_length)  // only SQuAD's span windows cut the question
+  const bool span = std::any_of(c.tasks.begin(), c.tasks.end(), [](const std::string& t) { return task_spec(t).kind == TaskKind::span; });
+  if (span && c.max_query_length + 8 > c.inputs_length)  // only the span head's windows cut the question
     throw ConfigError(path + ".max_query_length",
                       fmt::format("{} leaves no room for the SQuAD context in inputs_length {} (lower "
                                   "max_query_length or raise inputs_length)", c.max_query_length, c.inputs_length));
@@ -1035,6 +1035,13 @@ void run_finetune(const FinetuneRunConfig& config, const Pretrained& pretrained,
   remove_log_file();
 }
 
+// The fine-tuned parameters `thx eval --checkpoint` names for a task: the file itself, or in a
+// `thx finetune` directory <task>.h5 (BERT/ALBERT, one run per task) or model.h5 (T5's mixture).
+std::string finetuned_file(const std::string& checkpoint, const Pretrained& model, const std::string& task) {
+  if (!fs::is_directory(checkpoint)) return checkpoint;
+  return (fs::path(checkpoint) / (model.config.model.encoder_only() ? task + ".h5" : "model.h5")).string();
+}
+
 void run_eval(const FinetuneRunConfig& config, const Pretrained& model, const std::string& checkpoint,
               const std::string& out_dir) {
   // As run_finetune: every input is checked before the output directory is created.
@@ -1044,21 +1051,18 @@ void run_eval(const FinetuneRunConfig& config, const Pretrained& model, const st
   for (const auto& t : config.finetune.tasks) {
     const std::string dev = task_path(config.finetune.data, t, "dev");
     THX_CHECK(fs::exists(dev), "{}: not found (task {}, split dev; finetune.data is {})", dev, t, config.finetune.data);
-    const std::string file = !fs::is_directory(checkpoint)             ? checkpoint
-                             : model.config.model.encoder_only() ? (fs::path(checkpoint) / (t + ".h5")).string()
-                                                                 : (fs::path(checkpoint) / "model.h5").string();
+    const std::string file = finetuned_file(checkpoint, model, t);
     THX_CHECK(fs::is_regular_file(file), "{}: no fine-tuned parameters for task {} (--checkpoint)", file, t);
   }
   prepare_out(out_dir);
   if (model.config.model.encoder_only()) {
     EncoderRun r(config, model, out_dir, tokenizer);
     for (const auto& t : config.finetune.tasks) {
-      std::string file = checkpoint;
-      if (fs::is_directory(checkpoint)) file = (fs::path(checkpoint) / (t + ".h5")).string();
+      const std::string file = finetuned_file(checkpoint, model, t);
       r.eval_task(t, load_checkpoint(file), file);
     }
   } else {
-    const std::string file = fs::is_directory(checkpoint) ? (fs::path(checkpoint) / "model.h5").string() : checkpoint;
+    const std::string file = finetuned_file(checkpoint, model, config.finetune.tasks.front());
     const Checkpoint ck = load_checkpoint(file);
     T5Run r(config, model, out_dir, tokenizer);
     copy_params(r.model->named_parameters_by_path(), ck.params, file);
