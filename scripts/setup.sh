@@ -13,10 +13,17 @@ PACKAGES=(
   # product libraries
   libsentencepiece-dev sentencepiece libyaml-cpp-dev libspdlog-dev libfmt-dev
   libhdf5-dev libcli11-dev nlohmann-json3-dev
+  # TensorBoard event files: the Event/Summary messages are protobuf (src/training/tensorboard)
+  libprotobuf-dev protobuf-compiler
+  # Boost.CRC (header-only): the CRC-32C of the TensorBoard files' TFRecord framing
+  libboost-dev
   # tests
   libgtest-dev
   # fixture generators and probe checkers use Debian's own /usr/bin/python3
   python3-torch python3-numpy python3-h5py
+  # the independent TensorBoard reader of the tests (tests/scripts/tb_check.py): Google's
+  # protobuf runtime and a CRC-32C of its own
+  python3-protobuf python3-crc32c
   # plots (scripts/plot_curves.py, scripts/plot_figure1.py)
   python3-matplotlib
   # the quickstart corpus: the Linux kernel's documentation sources, 24 MB of English prose

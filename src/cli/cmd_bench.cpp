@@ -1,6 +1,6 @@
 // thx bench: benchmarks (not tests). `thx bench attention` times one attention layer.
 #include "cli/command.h"
-#include "cli/run_config.h"
+#include "training/spec.h"
 #include "experiments/bench_attention.h"
 #include "experiments/bench_train.h"
 

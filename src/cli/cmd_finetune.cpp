@@ -3,10 +3,9 @@
 #include <fstream>
 
 #include <nlohmann/json.hpp>
-#include <yaml-cpp/yaml.h>
 
 #include "cli/command.h"
-#include "cli/run_config.h"
+#include "training/spec.h"
 #include "common/fs.h"
 #include "common/log.h"
 #include "eval/finetune.h"
@@ -23,32 +22,10 @@ FinetuneRunConfig load_finetune_config(const ConfigOptions& options, std::string
   const FinetuneRunConfig c = load_config<FinetuneRunConfig>(tree, [](const FinetuneRunConfig& c) {
     validate(c.finetune);
     validate(c.optimizer);
+    validate(c.checkpoint);
   });
   if (yaml) *yaml = cfg::to_yaml(c);
   return c;
-}
-
-// A checkpoint and the model configuration stored in it.
-Pretrained load_pretrained(const std::string& setting) {
-  Pretrained p;
-  p.path = resolve_checkpoint(setting);
-  p.checkpoint = load_checkpoint(p.path);
-  if (p.checkpoint.config.empty())
-    throw InputError(fmt::format("{}: carries no configuration (attribute 'config')", p.path));
-  // Checkpoints written before model.attention_dropout became attention.dropout (9692936)
-  // carry the old key; it means the same thing.
-  YAML::Node stored = YAML::Load(p.checkpoint.config);
-  if (stored["model"] && stored["model"]["attention_dropout"]) {
-    const YAML::Node v = stored["model"]["attention_dropout"];
-    stored["model"].remove("attention_dropout");
-    if (!stored["attention"]["dropout"]) stored["attention"]["dropout"] = v;
-  }
-  YAML::Emitter emit;
-  emit << stored;
-  ConfigTree tree;
-  tree.merge_text(emit.c_str(), p.path + " (stored config)");
-  p.config = load_pretrain_config(tree, nullptr);
-  return p;
 }
 
 const char* const kTaskHelp =
@@ -58,6 +35,7 @@ const char* const kTaskHelp =
 struct FinetuneCommand : Command {
   ConfigOptions config;
   std::string out;
+  FinetuneOptions options;
 
   explicit FinetuneCommand(CLI::App& parent) {
     app = parent.add_subcommand("finetune",
@@ -65,8 +43,12 @@ struct FinetuneCommand : Command {
                                 "(a head per task) and report each task's best dev evaluation");
     app->footer(kTaskHelp);
     config.add_to(app);
-    app->add_option("--out", out, "output directory: <task>.json, predictions, log, fine-tuned parameters")
+    app->add_option("--out", out, "output directory: <task>.json, predictions, log, checkpoints, fine-tuned parameters")
         ->type_name("DIR");
+    app->add_flag("--resume", options.resume, "continue the run in --out from its newest checkpoint");
+    app->add_option("--allow-config-change", options.allow_changes,
+                    "with --resume: keys (or blocks) whose values may differ from the run's finetune.yaml")
+        ->type_name("KEY")->expected(1, -1);
   }
 
   int run() override {
@@ -78,8 +60,10 @@ struct FinetuneCommand : Command {
     }
     if (out.empty()) throw InputError("finetune: --out DIR is required");
     const Pretrained p = load_pretrained(c.finetune.pretrained);
-    run_finetune(c, p, out);
-    write_file_atomic((fs::path(out) / "finetune.yaml").string(), yaml);
+    if (!run_finetune(c, p, out, options)) {
+      std::printf("%s: interrupted; --resume continues\n", out.c_str());
+      return 0;
+    }
     std::printf("%s: fine-tuned %s; results in %s/<task>.json\n", out.c_str(), p.path.c_str(), out.c_str());
     return 0;
   }

@@ -10,54 +10,11 @@
 
 #include "attention/config.h"
 #include "cli/command.h"
-#include "cli/run_config.h"
 #include "common/log.h"
 #include "models/t5.h"
 #include "training/pretrain.h"
 
 namespace thx {
-// Read, inherit, validate everything pretraining needs; ConfigErrors name file and line.
-PretrainConfig load_pretrain_config(ConfigTree& tree, std::string* yaml_out) {
-  inherit_attention(tree);
-  PretrainConfig pc;
-  const RunConfig rc = load_config<RunConfig>(tree, [&](const RunConfig& c) {
-    validate(c.model);
-    if (c.model.encoder_only()) {
-      if (c.attention_decoder_self)
-        throw ConfigError("attention_decoder_self", fmt::format("model.type {} has no decoder", c.model.type));
-      if (c.attention_encoder_decoder)
-        throw ConfigError("attention_encoder_decoder", fmt::format("model.type {} has no decoder", c.model.type));
-      if (c.model.positions == "absolute" && c.data.inputs_length > c.model.max_positions)
-        throw ConfigError("data.inputs_length", fmt::format("{} is more than model.max_positions {}",
-                                                            c.data.inputs_length, c.model.max_positions));
-    }
-    const int64_t d = c.model.d_model;
-    const AttentionConfig& a = c.attention;
-    pc.attention.encoder_self = c.attention_encoder_self.value_or(a);
-    pc.attention.decoder_self = c.attention_decoder_self.value_or(a);
-    pc.attention.encoder_decoder = c.attention_encoder_decoder.value_or(a);
-    resolve(a, d, d, d, "attention");
-    resolve(pc.attention.encoder_self, d, d, d, c.attention_encoder_self ? "attention_encoder_self" : "attention");
-    resolve(pc.attention.decoder_self, d, d, d, c.attention_decoder_self ? "attention_decoder_self" : "attention");
-    resolve(pc.attention.encoder_decoder, d, d, d,
-            c.attention_encoder_decoder ? "attention_encoder_decoder" : "attention");
-    validate(c.data);
-    validate(c.train);
-    validate(c.optimizer);
-    validate(c.checkpoint);
-    validate(c.eval);
-  });
-  pc.model = rc.model;
-  pc.data = rc.data;
-  pc.train = rc.train;
-  pc.optimizer = rc.optimizer;
-  pc.checkpoint = rc.checkpoint;
-  pc.eval = rc.eval;
-  pc.yaml = cfg::to_yaml(rc);
-  if (yaml_out) *yaml_out = pc.yaml;
-  return pc;
-}
-
 namespace {
 
 PretrainConfig load_pretrain_config(const ConfigOptions& options, std::string* yaml_out) {
@@ -69,6 +26,7 @@ struct PretrainCommand : Command {
   ConfigOptions config;
   std::string run_dir;
   bool resume = false;
+  std::vector<std::string> allow_changes;
 
   explicit PretrainCommand(CLI::App& parent) {
     app = parent.add_subcommand("pretrain", "Pretrain T5 on span corruption (section 7.1) or BERT/ALBERT "
@@ -78,6 +36,10 @@ struct PretrainCommand : Command {
     app->add_option("--run-dir", run_dir, "run directory: config, metrics, log, checkpoints")
         ->type_name("DIR");
     app->add_flag("--resume", resume, "continue from the newest checkpoint in --run-dir");
+    app->add_option("--allow-config-change", allow_changes,
+                    "with --resume: keys (or blocks) whose values may differ from the run's stored config; "
+                    "the change is recorded in config_changes.jsonl")
+        ->type_name("KEY")->expected(1, -1);
   }
 
   int run() override {
@@ -88,7 +50,7 @@ struct PretrainCommand : Command {
       return 0;
     }
     if (run_dir.empty()) throw InputError("pretrain: --run-dir DIR is required");
-    const PretrainResult r = run_pretrain(pc, run_dir, resume);
+    const PretrainResult r = run_pretrain(pc, run_dir, resume, allow_changes);
     std::string extra;
     if (r.mlm_accuracy) extra += fmt::format(", MLM accuracy {:.2f}%", 100 * *r.mlm_accuracy);
     if (r.sentence_accuracy)

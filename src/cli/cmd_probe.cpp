@@ -12,7 +12,7 @@
 // The loss whose gradients are stored is sum(Y * G). Dropout is off (eval mode).
 #include "attention/factory.h"
 #include "cli/command.h"
-#include "cli/run_config.h"
+#include "training/spec.h"
 #include "common/h5.h"
 #include "common/log.h"
 

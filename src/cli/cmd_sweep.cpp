@@ -9,7 +9,7 @@
 #include "attention/costs.h"
 #include "attention/factory.h"
 #include "cli/command.h"
-#include "cli/run_config.h"
+#include "training/spec.h"
 #include "common/fs.h"
 #include "experiments/bench_train.h"
 #include "experiments/sweep.h"

@@ -45,17 +45,4 @@ struct ConfigOptions {
   ConfigTree tree(const std::string& defaults_yaml = "") const;
 };
 
-// Read and validate a typed config. `validate` throws ConfigError for semantic problems; every
-// ConfigError becomes one InputError line naming the file/line the value came from.
-template <class T, class Validate>
-T load_config(const ConfigTree& tree, Validate&& validate) {
-  try {
-    T config = cfg::read<T>(tree.root());
-    validate(config);
-    return config;
-  } catch (const ConfigError& e) {
-    throw InputError(tree.describe(e));
-  }
-}
-
 }  // namespace thx

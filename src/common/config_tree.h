@@ -14,6 +14,7 @@
 #include <string>
 
 #include "common/error.h"
+#include "common/schema.h"
 
 namespace thx {
 
@@ -51,5 +52,18 @@ class ConfigTree {
   YAML::Node root_;
   std::map<std::string, std::string> origins_;
 };
+
+// Read and validate a typed config. `validate` throws ConfigError for semantic problems; every
+// ConfigError becomes one InputError line naming the file/line the value came from.
+template <class T, class Validate>
+T load_config(const ConfigTree& tree, Validate&& validate) {
+  try {
+    T config = cfg::read<T>(tree.root());
+    validate(config);
+    return config;
+  } catch (const ConfigError& e) {
+    throw InputError(tree.describe(e));
+  }
+}
 
 }  // namespace thx

@@ -2,6 +2,8 @@
 // All loggers write to stderr, so stdout stays clean for tables and dumped configs.
 #pragma once
 #include <spdlog/spdlog.h>
+
+#include <chrono>
 #include <string>
 
 namespace thx {
@@ -19,5 +21,10 @@ void remove_log_file();
 // A duration for progress lines and ETAs: "42s", "3m07s", "2h05m" (rounded to whole seconds
 // first, so that 59.6 s reads "1m00s", not "0m60s").
 std::string format_duration(double seconds);
+
+// Seconds from t to now, on the monotonic clock.
+inline double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
 
 }  // namespace thx

@@ -29,6 +29,9 @@ struct Batch {
   torch::Tensor token_types;     // [B, inputs_length] segment ids      (MLM)
   torch::Tensor positions;       // [B, P] masked positions, 0 padded    (MLM)
   torch::Tensor labels;          // [B] sentence label, -1 = none        (MLM)
+                                 //     fine-tuning heads: class / option label
+  torch::Tensor scores;          // [B] float regression target (fine-tuning heads; targets
+                                 //     [B,2] then holds span start and end)
 };
 
 // A resumable source of training or held-out batches.

@@ -18,10 +18,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
 // Median seconds of fn() over reps, after warmup calls.
 template <class F>
 double time_median(F&& fn, int64_t warmup, int64_t reps) {

@@ -1,6 +1,7 @@
 #include "training/checkpoint.h"
 
 #include <filesystem>
+#include <cstring>
 #include <regex>
 
 #include "common/error.h"
@@ -24,6 +25,11 @@ void save_checkpoint(const std::string& path, const Checkpoint& c) {
   w.write("/state/stream/doc", torch::tensor(c.stream.doc));
   w.write("/state/stream/offset", torch::tensor(c.stream.offset));
   w.write("/state/stream/example", torch::tensor(c.stream.example));
+  for (const auto& [k, v] : c.extra) {
+    torch::Tensor bytes = torch::empty({int64_t(v.size())}, torch::kUInt8);
+    std::memcpy(bytes.data_ptr<uint8_t>(), v.data(), v.size());
+    w.write("/state/extra/" + k, bytes);
+  }
   w.attr("/", "config", c.config);
   w.commit();
 }
@@ -41,6 +47,11 @@ Checkpoint load_checkpoint(const std::string& path) {
   c.stream = {scalar("/state/stream/epoch"), scalar("/state/stream/doc"),
               scalar("/state/stream/offset"), scalar("/state/stream/example")};
   c.config = r.attr("/", "config");
+  if (r.has("/state/extra"))
+    for (const auto& name : r.datasets("/state/extra")) {
+      const torch::Tensor t = r.read(name).contiguous();
+      c.extra[name.substr(13)] = std::string(reinterpret_cast<const char*>(t.data_ptr<uint8_t>()), size_t(t.numel()));
+    }
   if (c.params.empty()) throw InputError(fmt::format("{}: no parameters (not a thx checkpoint?)", path));
   return c;
 }

@@ -5,6 +5,8 @@
 //   /optimizer/<module path>/{vr,vc,v,m}
 //   /state/step, /state/optimizer_step, /state/rng (LibTorch's CPU generator),
 //   /state/stream/{epoch,doc,offset,example}
+//   /state/extra/<name>                uint8: what a trainer keeps beyond these (fine-tuning:
+//                                      its data order and sampler state, the best evaluations)
 //   attribute "config": the resolved YAML of the run
 // A new checkpoint is complete (temp file, fsync, rename) before any older one is deleted.
 #pragma once
@@ -24,6 +26,7 @@ struct Checkpoint {
   StreamState stream;
   torch::Tensor rng;
   std::string config;
+  std::map<std::string, std::string> extra;  // /state/extra/<name>, as bytes
 };
 
 void save_checkpoint(const std::string& path, const Checkpoint& c);

@@ -3,15 +3,16 @@
 //
 // Run directory:
 //   config.yaml      the resolved configuration
-//   metrics.jsonl    one record per logged step: step, loss, nll, lr, tokens_per_s,
-//                    step_time_s; and per evaluation: step, ln_ppl (T5: per target token;
+//   metrics.jsonl    one record per logged step: step, loss, nll (means since the previous
+//                    record), lr, tokens_per_s, step_time_s; and per evaluation: step, ln_ppl (T5: per target token;
 //                    BERT/ALBERT: per masked token), and for BERT/ALBERT mlm_accuracy and
 //                    sop_accuracy or nsp_accuracy (fractions)
 //   train.log        everything the console showed
+//   tb/              TensorBoard events: train/* and eval/* scalars (tensorboard.h)
 //   checkpoints/     step-NNNNNNNN.h5 (checkpoint.h)
-// --resume continues from the newest checkpoint bit for bit (parameters, optimizer, step,
-// RNG and data position). SIGINT or SIGTERM saves a checkpoint and stops; a NaN or infinite
-// loss stops with an error naming the step and writes nothing.
+// The loop (loop.h) trains: --resume continues from the newest checkpoint bit for bit
+// (parameters, optimizer, step, RNG and data position). SIGINT or SIGTERM saves a checkpoint
+// and stops; a NaN or infinite loss stops with an error naming the step and writes nothing.
 #pragma once
 #include <optional>
 #include <string>
@@ -21,19 +22,9 @@
 #include "models/t5.h"
 #include "training/config.h"
 #include "training/optimizer.h"
+#include "training/spec.h"
 
 namespace thx {
-
-struct PretrainConfig {
-  ModelConfig model;
-  T5Attention attention;
-  DataConfig data;
-  TrainConfig train;
-  OptimizerConfig optimizer;
-  CheckpointConfig checkpoint;
-  EvalConfig eval;
-  std::string yaml;  // the resolved config, stored in the run directory and checkpoints
-};
 
 struct PretrainResult {
   int64_t step = 0;          // the last completed step
@@ -42,7 +33,10 @@ struct PretrainResult {
   bool interrupted = false;  // stopped by a signal (a checkpoint was saved)
 };
 
-PretrainResult run_pretrain(const PretrainConfig& config, const std::string& run_dir, bool resume);
+// The run directory is prepared by RunDirectory (run_dir.h): --resume compares the stored
+// config with this one, and `allow_changes` names the keys that may differ.
+PretrainResult run_pretrain(const PretrainConfig& config, const std::string& run_dir, bool resume,
+                            const std::vector<std::string>& allow_changes = {});
 
 // One optimizer step on the first batch; writes batch, parameters before and after,
 // gradients, optimizer state, loss and nll to HDF5 (the layout in cmd_pretrain.cpp).
@@ -65,8 +59,5 @@ struct EvalMetrics {
   double ln_ppl = 0;                                       // mean NLL per target/masked token
   std::optional<double> mlm_accuracy, sentence_accuracy;  // BERT/ALBERT
 };
-
-// Held-out ln(PPL): mean NLL per target token over the given batches.
-double evaluate(T5Impl& model, const std::vector<Batch>& batches);
 
 }  // namespace thx

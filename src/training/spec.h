@@ -1,16 +1,23 @@
-// run_config.h: the root of a thx YAML config. Each block is a typed struct owned by the
-// module that uses it; each command validates the blocks it needs.
+// spec.h: a pretraining config, read and validated once, here in training/: `cli/` only calls
+// it, and so do the sweep runner (every run is validated before any starts) and fine-tuning
+// (which rebuilds a pretrained model from the YAML stored in its checkpoint).
 //
-// attention_encoder_self, attention_decoder_self and attention_encoder_decoder override the
-// top-level attention block key by key for one layer type (Tables 4 and 10): a key they do
-// not set is inherited from `attention` (ConfigTree::inherit, before reading).
+// RunConfig is the root of the YAML: one typed block per module. attention_encoder_self,
+// attention_decoder_self and attention_encoder_decoder override the top-level attention block
+// key by key for one layer type (Tables 4 and 10): a key they do not set is inherited from
+// `attention` (ConfigTree::inherit, once, before reading).
+//
+// Keys that moved: checkpoints written before attention dropout became attention.dropout
+// (9692936) carry model.attention_dropout; pretrain_config_from_checkpoint maps it.
 #pragma once
 #include <optional>
+#include <string>
 
 #include "attention/config.h"
 #include "common/config_tree.h"
 #include "common/schema.h"
 #include "models/config.h"
+#include "models/t5.h"
 #include "training/config.h"
 
 namespace thx {
@@ -49,9 +56,26 @@ inline void inherit_attention(ConfigTree& tree) {
   for (const char* k : kLayerTypes) tree.inherit(k, "attention");
 }
 
-// The pretraining config a tree resolves to (thx pretrain, thx sweep); `yaml_out` gets the
-// resolved YAML. Throws InputError naming the file and line of a bad key or value.
-struct PretrainConfig;
-PretrainConfig load_pretrain_config(ConfigTree& tree, std::string* yaml_out);
+// Everything pretraining needs, validated.
+struct PretrainConfig {
+  ModelConfig model;
+  T5Attention attention;  // per layer type, after inheritance (encoder-only models: encoder_self)
+  DataConfig data;
+  TrainConfig train;
+  OptimizerConfig optimizer;
+  CheckpointConfig checkpoint;
+  EvalConfig eval;
+  std::string yaml;  // the resolved config, stored in the run directory and checkpoints
+};
+
+// Inherit, read and validate a tree; an InputError names the file and line of a bad key or
+// value. `yaml_out` gets the resolved YAML (also in the result's .yaml).
+PretrainConfig load_pretrain_config(ConfigTree& tree, std::string* yaml_out = nullptr);
+// The same from YAML text (a run's config.yaml, a checkpoint's stored config); `origin` names
+// it in messages. Old keys are migrated (above).
+PretrainConfig pretrain_config_from_text(const std::string& yaml, const std::string& origin);
+// The YAML of a PretrainConfig built in code (tests, probes): every layer type's attention
+// block written out, so that reading it back gives the same config.
+std::string to_yaml(const PretrainConfig& c);
 
 }  // namespace thx

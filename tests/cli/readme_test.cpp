@@ -11,7 +11,7 @@
 #include <sstream>
 
 #include "attention/factory.h"
-#include "cli/run_config.h"
+#include "training/spec.h"
 #include "common/config_tree.h"
 #include "experiments/sweep.h"
 

@@ -17,6 +17,7 @@
 #include "models/encoder.h"
 #include "models/t5.h"
 #include "training/checkpoint.h"
+#include "eval/eval_fixtures.h"
 #include "training/training_fixtures.h"
 
 namespace thx {
@@ -147,28 +148,6 @@ TEST(GreedyDecode, IncrementalCacheEqualsFullRecomputation) {
   }
 }
 
-// A task that needs the words: label 1 sentences carry "attention", label 0 ones "softmax".
-void write_tiny_sst2(const TempDir& t) {
-  const char* filler[] = {"the", "model", "heads", "talk", "to", "each", "other", "and", "learn"};
-  uint64_t x = 12345;
-  auto sentence = [&](int label) {
-    std::string s;
-    const int n = 4 + int(x % 4);
-    const int at = int(x % n);
-    for (int i = 0; i < n; ++i) {
-      x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-      s += (i ? " " : "") + std::string(i == at ? (label ? "attention" : "softmax") : filler[x % 9]);
-    }
-    return s;
-  };
-  fs::create_directories(t.file("data/glue/SST-2"));
-  for (auto [split, n] : std::vector<std::pair<std::string, int>>{{"train", 400}, {"dev", 100}}) {
-    std::string tsv = "sentence\tlabel\n";
-    for (int i = 0; i < n; ++i) tsv += sentence(i % 2) + "\t" + std::to_string(i % 2) + "\n";
-    std::ofstream(t.file("data/glue/SST-2/" + split + ".tsv")) << tsv;
-  }
-}
-
 double best_accuracy(const std::string& out) {
   std::ifstream in(out + "/sst2.json");
   const json j = json::parse(in);
@@ -199,7 +178,7 @@ TinyAlbert tiny_albert(const TempDir& t, int64_t max_positions = 32) {
 
 TEST(Finetune, TinyAlbertLearnsATinyTaskAboveChance) {
   TempDir t;
-  write_tiny_sst2(t);
+  test::write_tiny_sst2(t);
   auto [p, c] = tiny_albert(t);
   c.finetune.tasks = {"sst2"};
   c.finetune.steps = 60, c.finetune.batch_size = 16, c.finetune.inputs_length = 32;
@@ -249,7 +228,7 @@ TEST(Finetune, TinyAlbertLearnsATinyTaskAboveChance) {
 // The predictions files thx wrote must equal these, row by row.
 TEST(EncoderHeads, PredictionsEqualTheHeadFormulas) {
   TempDir t;
-  write_tiny_sst2(t);
+  test::write_tiny_sst2(t);
   fs::create_directories(t.file("data/glue/STS-B"));
   for (const char* split : {"train", "dev"}) {
     std::string tsv = "sentence1\tsentence2\tscore\n";
@@ -358,7 +337,7 @@ TEST(EncoderHeads, PredictionsEqualTheHeadFormulas) {
 
 TEST(Finetune, TinyT5LearnsATinyTaskAboveChanceTextToText) {
   TempDir t;
-  write_tiny_sst2(t);
+  test::write_tiny_sst2(t);
   Pretrained p;
   p.config = test::tiny_pretrain("", 1);
   p.path = "in-memory";
@@ -381,7 +360,7 @@ TEST(Finetune, TinyT5LearnsATinyTaskAboveChanceTextToText) {
 // the name as decode(encode(name)) renders it; evaluation compares against that rendering.
 TEST(Finetune, TinyT5LabelsWithCharactersTheVocabularyLacks) {
   TempDir t;
-  write_tiny_sst2(t);
+  test::write_tiny_sst2(t);
   fs::create_directories(t.file("data/glue/RTE"));
   for (const char* split : {"train", "dev"}) {
     std::ifstream in(t.file(std::string("data/glue/SST-2/") + split + ".tsv"));

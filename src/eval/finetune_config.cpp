@@ -1,0 +1,128 @@
+#include "eval/finetune_config.h"
+
+#include <algorithm>
+#include <filesystem>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "common/error.h"
+#include "common/fs.h"
+#include "common/log.h"
+
+namespace thx {
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+void validate(const FinetuneConfig& c, const std::string& path) {
+  auto positive = [&](int64_t v, const char* key) {
+    if (v < 1) throw ConfigError(path + "." + key, fmt::format("{} must be at least 1", v));
+  };
+  if (c.pretrained.empty())
+    throw ConfigError(path + ".pretrained", "required: a pretrained checkpoint (.h5) or run directory");
+  if (c.tasks.empty()) throw ConfigError(path + ".tasks", fmt::format("required; allowed: {}", task_names()));
+  for (size_t i = 0; i < c.tasks.size(); ++i) {
+    try {
+      task_spec(c.tasks[i]);
+    } catch (const InputError& e) {
+      throw ConfigError(fmt::format("{}.tasks[{}]", path, i), e.what());
+    }
+    if (std::count(c.tasks.begin(), c.tasks.end(), c.tasks[i]) > 1)
+      throw ConfigError(fmt::format("{}.tasks[{}]", path, i), fmt::format("'{}' is listed twice", c.tasks[i]));
+  }
+  positive(c.steps, "steps"), positive(c.batch_size, "batch_size"), positive(c.eval_every, "eval_every");
+  positive(c.eval_batch_size, "eval_batch_size"), positive(c.log_every, "log_every");
+  positive(c.targets_length, "targets_length"), positive(c.mixing_cap, "mixing_cap");
+  positive(c.n_best, "n_best"), positive(c.max_answer_length, "max_answer_length");
+  positive(c.max_query_length, "max_query_length"), positive(c.doc_stride, "doc_stride");
+  if (c.inputs_length < 16) throw ConfigError(path + ".inputs_length", fmt::format("{} must be at least 16", c.inputs_length));
+  const bool span = std::any_of(c.tasks.begin(), c.tasks.end(), [](const std::string& t) { return task_spec(t).kind == TaskKind::span; });
+  if (span && c.max_query_length + 8 > c.inputs_length)  // only the span head's windows cut the question
+    throw ConfigError(path + ".max_query_length",
+                      fmt::format("{} leaves no room for the SQuAD context in inputs_length {} (lower "
+                                  "max_query_length or raise inputs_length)", c.max_query_length, c.inputs_length));
+  if (c.eval_examples < 0) throw ConfigError(path + ".eval_examples", "must be 0 (all) or positive");
+  if (c.max_train_examples < 0) throw ConfigError(path + ".max_train_examples", "must be 0 (all) or positive");
+  if (!(c.dropout >= 0 && c.dropout < 1)) throw ConfigError(path + ".dropout", fmt::format("{} is not in [0, 1)", c.dropout));
+  if (!(c.classifier_dropout >= 0 && c.classifier_dropout < 1))
+    throw ConfigError(path + ".classifier_dropout", fmt::format("{} is not in [0, 1)", c.classifier_dropout));
+  if (c.attention_dropout && !(*c.attention_dropout >= 0 && *c.attention_dropout < 1))
+    throw ConfigError(path + ".attention_dropout", fmt::format("{} is not in [0, 1)", *c.attention_dropout));
+}
+
+std::string resolve_checkpoint(const std::string& pretrained) {
+  if (fs::is_regular_file(pretrained)) return pretrained;
+  if (fs::is_directory(pretrained)) {
+    const fs::path dir = fs::is_directory(fs::path(pretrained) / "checkpoints") ? fs::path(pretrained) / "checkpoints"
+                                                                               : fs::path(pretrained);
+    const auto all = list_checkpoints(dir.string());
+    if (all.empty()) throw InputError(fmt::format("{}: no checkpoints (step-*.h5) in it", dir.string()));
+    return all.back();
+  }
+  throw InputError(fmt::format("{}: no such checkpoint file or run directory", pretrained));
+}
+
+Pretrained load_pretrained(const std::string& setting) {
+  Pretrained p;
+  p.path = resolve_checkpoint(setting);
+  p.checkpoint = load_checkpoint(p.path);
+  if (p.checkpoint.config.empty())
+    throw InputError(fmt::format("{}: carries no configuration (attribute 'config')", p.path));
+  p.config = pretrain_config_from_text(p.checkpoint.config, p.path + " (stored config)");
+  return p;
+}
+
+std::string tokenizer_path(const FinetuneConfig& c, const PretrainConfig& pc) {
+  if (!c.tokenizer.empty()) return c.tokenizer;
+  const fs::path manifest = fs::path(pc.data.prepared) / "manifest.json";
+  if (fs::exists(manifest)) {
+    try {
+      const json j = json::parse(read_file(manifest.string()));
+      if (j.contains("tokenizer") && j["tokenizer"].is_string()) return j["tokenizer"];
+      if (j.contains("tokenizer") && j["tokenizer"].is_object() && j["tokenizer"].contains("path"))
+        return j["tokenizer"]["path"];
+    } catch (const json::exception&) {
+    }
+  }
+  throw InputError(fmt::format("finetune.tokenizer: not set, and {} names none; set it to the "
+                               "SentencePiece model the pretraining data was prepared with",
+                               manifest.string()));
+}
+
+// The model's configuration for fine-tuning: the pretrained one with dropout everywhere.
+PretrainConfig with_dropout(PretrainConfig pc, const FinetuneConfig& c) {
+  const double p = c.dropout, a = c.attention_dropout.value_or(c.dropout);
+  pc.model.dropout = p, pc.model.ff_dropout = p;
+  pc.attention.encoder_self.dropout = a, pc.attention.decoder_self.dropout = a;
+  pc.attention.encoder_decoder.dropout = a;
+  return pc;
+}
+
+Splits load_splits(const FinetuneConfig& c, const std::string& task, bool need_train, std::mt19937_64& rng) {
+  ReadOptions o;
+  o.skip_bad = c.skip_bad_rows;
+  Splits s;
+  s.dev = load_task(c.data, task, "dev", o);
+  if (s.dev.skipped) thx::log("finetune")->warn("{}: skipped {} malformed rows", s.dev.path, s.dev.skipped);
+  if (c.eval_examples > 0 && int64_t(s.dev.examples.size()) > c.eval_examples) {
+    // A fixed prefix would be one topic in SQuAD; a seeded sample of whole examples instead.
+    std::mt19937_64 pick(1234);
+    std::shuffle(s.dev.examples.begin(), s.dev.examples.end(), pick);
+    s.dev.examples.resize(size_t(c.eval_examples));
+  }
+  if (need_train) {
+    s.train = load_task(c.data, task, "train", o);
+    if (s.train.skipped) thx::log("finetune")->warn("{}: skipped {} malformed rows", s.train.path, s.train.skipped);
+    std::shuffle(s.train.examples.begin(), s.train.examples.end(), rng);
+    if (c.max_train_examples > 0 && int64_t(s.train.examples.size()) > c.max_train_examples)
+      s.train.examples.resize(size_t(c.max_train_examples));
+  }
+  return s;
+}
+
+std::vector<int32_t> cut(std::vector<int32_t> v, size_t max) {
+  if (max > 0 && v.size() > max) v.resize(max);
+  return v;
+}
+
+}  // namespace thx

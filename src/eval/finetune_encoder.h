@@ -1,0 +1,27 @@
+// finetune_encoder.h: BERT/ALBERT fine-tuning (sections 7.2, 7.3), on the training loop: one
+// run per task from the pretrained weights, with a head on top (models/heads.h):
+// classification or regression on the pooled [CLS] vector (GLUE, SuperGLUE), a span head
+// (start/end logits over doc-stride windows, squad_spans.h; SQuAD v2: the [CLS] span is "no
+// answer", its score margin the no-answer probability, thresholded as the official script's
+// best threshold on dev), or multiple choice (RACE, COPA: one score per option from the
+// pooled vector, softmax over the options).
+//
+// Checkpoints: <out>/checkpoints/<task>/step-N.h5, holding beyond the parameters (heads
+// included, heads/<task>/{w,bias}) and optimizer: the data order and its generator, LibTorch's
+// CPU generator (dropout) and the task's record of evaluations. At the end: <out>/<task>.h5.
+// On --resume a task whose <task>.h5 exists is done and skipped.
+#pragma once
+#include <string>
+
+#include "eval/finetune_config.h"
+#include "training/checkpoint.h"
+
+namespace thx {
+
+// Fine-tune every task in turn; returns false if stopped by a signal (a checkpoint was saved).
+bool finetune_encoder(const FinetuneJob& job);
+// Evaluate a task's fine-tuned parameters (<task>.h5) on its dev set into job.out.
+void eval_encoder_task(const FinetuneJob& job, const std::string& task, const Checkpoint& finetuned,
+                       const std::string& file);
+
+}  // namespace thx

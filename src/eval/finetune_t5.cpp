@@ -1,0 +1,263 @@
+#include "eval/finetune_t5.h"
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <numeric>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "common/error.h"
+#include "common/log.h"
+#include "data/tokenizer.h"
+#include "eval/predictions.h"
+#include "eval/text2text.h"
+#include "models/t5.h"
+#include "training/loop.h"
+#include "training/pretrain.h"
+
+// Shapes: B examples in a batch, n input tokens, t target tokens.
+namespace thx {
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using torch::Tensor;
+
+namespace {
+
+struct T5Item {
+  std::vector<int32_t> input, target;
+};
+
+// Rows of token ids, zero-padded to the longest ([rows, max len]); with prefix >= 0 each row
+// starts with it (decoder inputs: the targets shifted right behind 0).
+Tensor pad_rows(const std::vector<const std::vector<int32_t>*>& rows, int64_t prefix = -1) {
+  size_t n = 0;
+  for (auto* r : rows) n = std::max(n, r->size() + (prefix >= 0 ? 1 : 0));
+  Tensor t = torch::zeros({int64_t(rows.size()), int64_t(std::max<size_t>(n, 1))}, torch::kInt64);
+  auto a = t.accessor<int64_t, 2>();
+  for (size_t i = 0; i < rows.size(); ++i) {
+    size_t j = 0;
+    if (prefix >= 0) a[i][j++] = prefix;
+    for (size_t k = 0; k < rows[i]->size() && j < size_t(n); ++k) a[i][j++] = (*rows[i])[k];
+  }
+  return t;
+}
+
+class T5Finetune : public Trainee {
+ public:
+  explicit T5Finetune(const FinetuneJob& job)
+      : job_(job), f_(job.config.finetune), pc_(with_dropout(job.pretrained.config, job.config.finetune)),
+        tok_(job.tokenizer), rng_(uint64_t(f_.seed)) {
+    const int64_t vocab = pc_.model.vocab_size > 0 ? pc_.model.vocab_size : tok_.vocab_size();
+    torch::manual_seed(uint64_t(f_.seed));
+    model = T5(pc_.model, pc_.attention, vocab);
+  }
+
+  // Every task's dev split, and with need_train its training pairs and mixing rate.
+  void load(bool need_train) {
+    auto log = thx::log("finetune");
+    for (const auto& t : f_.tasks) {
+      specs_.push_back(&task_spec(t));
+      data_.push_back(load_splits(f_, t, need_train, rng_));
+      records.push_back(TaskRecord{t});
+      if (!need_train) continue;
+      std::vector<T5Item> items;
+      for (const auto& e : data_.back().train.examples)
+        for (const auto& p : t5_training_pairs(*specs_.back(), e)) items.push_back(item(p.input, p.target));
+      THX_CHECK(!items.empty(), "{}: no labeled training examples", data_.back().train.path);
+      rates_.push_back(double(std::min<int64_t>(int64_t(items.size()), f_.mixing_cap)));
+      log->info("{}: {} training pairs, {} dev examples", t, items.size(), data_.back().dev.examples.size());
+      train_.push_back(std::move(items));
+    }
+    if (!need_train) return;
+    const double total_rate = std::accumulate(rates_.begin(), rates_.end(), 0.0);
+    for (size_t k = 0; k < rates_.size(); ++k) log->info("mixture: {} {:.2f}%", f_.tasks[k], 100 * rates_[k] / total_rate);
+    pick_task_ = std::discrete_distribution<size_t>(rates_.begin(), rates_.end());
+    if (f_.freeze_embedding) model->shared.requires_grad_(false);
+    std::vector<std::pair<std::string, Tensor>> trained;
+    for (const auto& [k, p] : model->named_parameters_by_path())
+      if (p.requires_grad()) trained.emplace_back(k, p);
+    optimizer_ = make_optimizer(job_.config.optimizer, optimized_params(*model, trained, job_.config.optimizer));
+  }
+
+  torch::nn::Module& module() override { return *model; }
+  std::vector<std::pair<std::string, Tensor>> parameters() override { return model->named_parameters_by_path(); }
+  Optimizer& optimizer() override { return *optimizer_; }
+
+  std::vector<Batch> next_step(int64_t micro) override {
+    std::vector<Batch> out;
+    for (int64_t m = 0; m < micro; ++m) {
+      std::vector<const std::vector<int32_t>*> in, tg;
+      for (int64_t i = 0; i < f_.batch_size / micro; ++i) {
+        const auto& items = train_[pick_task_(rng_)];
+        const T5Item& it = items[std::uniform_int_distribution<size_t>(0, items.size() - 1)(rng_)];
+        in.push_back(&it.input), tg.push_back(&it.target);
+      }
+      Batch b;
+      b.inputs = pad_rows(in), b.targets = pad_rows(tg);                            // [B,n], [B,t]
+      b.decoder_inputs = pad_rows(tg, 0).narrow(1, 0, b.targets.size(1));          // [B,t] shifted right
+      out.push_back(std::move(b));
+    }
+    return out;
+  }
+  double weight(const Batch& b) override { return double((b.targets != 0).sum().item<int64_t>()); }
+  int64_t tokens(const Batch& b) override { return b.inputs.numel() + b.targets.numel(); }
+  MicroLoss forward(const Batch& b) override {
+    auto r = model->forward(b.inputs, b.decoder_inputs, b.targets);
+    return {r.loss, r.nll_sum.item<double>()};
+  }
+
+  json evaluate(int64_t step) override {
+    auto log = thx::log("finetune");
+    json all = json::object();
+    for (size_t k = 0; k < specs_.size(); ++k) {
+      const auto t0 = std::chrono::steady_clock::now();
+      const TaskEval ev = evaluate_task(k);
+      const bool best = note_eval(records[k], step, ev);
+      log->info("step {} {} dev ({} examples, {:.0f} s): {}{}", step, specs_[k]->name, ev.examples,
+                seconds_since(t0), show_metrics(ev.metrics), best ? " (best so far)" : "");
+      if (best) write_predictions(job_.out, *specs_[k], data_[k].dev.examples, ev);
+      write_record(job_.out, records[k]);
+      all[specs_[k]->name] = ev.metrics;
+    }
+    return all;
+  }
+
+  void save_state(Checkpoint& c) override {
+    std::ostringstream s;
+    s << rng_;
+    c.extra["sampler"] = s.str();
+    json r = json::array();
+    for (const auto& rec : records) r.push_back(to_json(rec));
+    c.extra["records"] = r.dump();
+    c.rng = at::detail::getDefaultCPUGenerator().get_state();
+  }
+  void load_state(const Checkpoint& c) override {
+    for (const char* k : {"sampler", "records"})
+      if (!c.extra.count(k)) throw InputError(fmt::format("a fine-tuning checkpoint needs /state/extra/{}; this one has none", k));
+    std::istringstream(c.extra.at("sampler")) >> rng_;
+    const json r = json::parse(c.extra.at("records"));
+    for (size_t k = 0; k < records.size() && k < r.size(); ++k) records[k] = task_record_from_json(r[k]);
+    at::Generator gen = at::detail::getDefaultCPUGenerator();
+    gen.set_state(c.rng);
+  }
+
+  // One task's dev set decoded greedily, in batches of similar input lengths.
+  TaskEval evaluate_task(size_t k) {
+    const auto& f = f_;
+    const TaskSpec& spec = *specs_[k];
+    const auto& dev = data_[k].dev.examples;
+    std::vector<std::vector<int32_t>> inputs;
+    for (const auto& e : dev) {
+      auto v = cut(tok_.encode(t5_input(spec, e)), size_t(f.inputs_length - 1));
+      v.push_back(Tokenizer::kEos);
+      inputs.push_back(std::move(v));
+    }
+    std::vector<size_t> order(dev.size());
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return inputs[a].size() < inputs[b].size(); });
+    std::vector<std::string> texts(dev.size());
+    model->eval();
+    for (size_t b = 0; b < order.size(); b += size_t(f.eval_batch_size)) {
+      std::vector<const std::vector<int32_t>*> rows;
+      for (size_t i = b; i < std::min(order.size(), b + size_t(f.eval_batch_size)); ++i) rows.push_back(&inputs[order[i]]);
+      const Tensor ids = model->greedy_decode(pad_rows(rows), f.targets_length, Tokenizer::kEos);
+      auto a = ids.accessor<int64_t, 2>();
+      for (size_t r = 0; r < rows.size(); ++r) {
+        std::vector<int32_t> v;
+        for (int64_t j = 0; j < ids.size(1) && a[r][j] != 0 && a[r][j] != Tokenizer::kEos; ++j) v.push_back(int32_t(a[r][j]));
+        texts[order[b + r]] = tok_.decode(v);
+      }
+    }
+    model->train();
+    TaskEval ev;
+    ev.examples = int64_t(dev.size());
+    std::vector<int> labels;
+    std::vector<double> scores;
+    // Label names as the tokenizer renders them (what the model was trained to produce).
+    std::vector<std::string> rendered;
+    for (const auto& name : target_names(spec)) rendered.push_back(tok_.decode(tok_.encode(name)));
+    for (size_t i = 0; i < dev.size(); ++i) {
+      if (spec.kind == TaskKind::regression) {
+        scores.push_back(text_to_score(texts[i]));
+        ev.predictions.push_back(fmt::format("{:.3f}", scores.back()));
+      } else if (spec.kind == TaskKind::span) {
+        ev.answers[dev[i].id] = texts[i];
+        ev.predictions.push_back(texts[i]);
+      } else {
+        labels.push_back(text_to_label(rendered, texts[i]));
+        const int l = labels.back();
+        // Submission files name classes as the task's files do; a miss writes the raw text.
+        ev.predictions.push_back(l >= 0 ? (spec.name == "copa" ? target_names(spec)[size_t(l)] : spec.labels[size_t(l)])
+                                        : texts[i]);
+      }
+    }
+    ev.metrics = score_task(spec, dev, labels, scores, texts);
+    return ev;
+  }
+
+  T5 model{nullptr};
+  std::vector<TaskRecord> records;
+  std::vector<const TaskSpec*> specs_;
+  std::vector<Splits> data_;
+
+ private:
+  T5Item item(const std::string& input, const std::string& target) const {
+    T5Item it;
+    it.input = cut(tok_.encode(input), size_t(f_.inputs_length - 1));
+    it.input.push_back(Tokenizer::kEos);
+    it.target = cut(tok_.encode(target), size_t(f_.targets_length - 1));
+    it.target.push_back(Tokenizer::kEos);
+    return it;
+  }
+
+  const FinetuneJob& job_;
+  const FinetuneConfig& f_;
+  PretrainConfig pc_;
+  Tokenizer tok_;
+  std::mt19937_64 rng_;  // the mixture sampler (and, before training, the data shuffles)
+  std::vector<std::vector<T5Item>> train_;
+  std::vector<double> rates_;
+  std::discrete_distribution<size_t> pick_task_;
+  std::unique_ptr<Optimizer> optimizer_;
+};
+
+}  // namespace
+
+bool finetune_t5(const FinetuneJob& job) {
+  const auto& f = job.config.finetune;
+  T5Finetune t(job);
+  copy_parameters(t.model->named_parameters_by_path(), job.pretrained.checkpoint.params, job.pretrained.path);
+  t.load(true);
+  LoopOptions o;
+  o.steps = f.steps, o.log_every = f.log_every, o.eval_every = f.eval_every;
+  o.checkpoint_every = job.config.checkpoint.every, o.keep = job.config.checkpoint.keep;
+  o.schedule = job.config.optimizer;
+  o.checkpoint_dir = (fs::path(job.out) / "checkpoints").string();
+  o.metrics_file = (fs::path(job.out) / "metrics.jsonl").string();
+  o.events = job.events, o.config = job.yaml, o.resume = job.resume, o.eval_if_finished = false;
+  const LoopResult r = train(t, o);
+  if (!r.finished) return false;
+  write_params((fs::path(job.out) / "model.h5").string(), t.model->named_parameters_by_path(),
+               job.pretrained.config.yaml, f.steps);
+  for (const auto& rec : t.records)
+    thx::log("finetune")->info("{}: best at step {}: {}", rec.task, rec.best_step, show_metrics(rec.best));
+  return true;
+}
+
+void eval_t5(const FinetuneJob& job, const Checkpoint& ck, const std::string& file) {
+  T5Finetune t(job);
+  copy_parameters(t.model->named_parameters_by_path(), ck.params, file);
+  t.load(false);
+  for (size_t k = 0; k < t.specs_.size(); ++k) {
+    const TaskEval ev = t.evaluate_task(k);
+    note_eval(t.records[k], ck.step, ev);
+    write_predictions(job.out, *t.specs_[k], t.data_[k].dev.examples, ev);
+    write_record(job.out, t.records[k]);
+    thx::log("eval")->info("{} dev ({} examples): {}", t.records[k].task, ev.examples, show_metrics(ev.metrics));
+  }
+}
+
+}  // namespace thx

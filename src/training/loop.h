@@ -1,0 +1,107 @@
+// loop.h: the one training loop of thx. T5 span corruption, BERT/ALBERT MLM with SOP/NSP, the
+// T5 text-to-text mixture and the encoder task heads all run on it; what differs between them
+// sits behind `Trainee`. It does not know models, data formats or tasks.
+//
+// The loop owns, once:
+//   - gradient accumulation: the step's micro-batches, each weighted by its share of the
+//     step's weight (target tokens, masked tokens or examples), so the gradient is that of the
+//     mean over the whole batch; and the learning-rate schedule (optimizer.h);
+//   - the finiteness check of the loss, before the optimizer step (a NaN never reaches the
+//     parameters, and the last good checkpoint stays the newest);
+//   - progress lines with tokens/s, s/step and ETA; metrics.jsonl; TensorBoard scalars;
+//   - periodic evaluation (every eval_every steps and at the last);
+//   - atomic checkpoints every checkpoint_every steps and at the last, keeping the newest N;
+//     a checkpoint on SIGINT/SIGTERM (a second signal ends the process at once);
+//   - bit-exact resume: parameters, optimizer state, step, the data position and the RNG
+//     states (Trainee::save_state / load_state) come back from the newest checkpoint.
+//
+// Records (one JSON object per line in metrics.jsonl, and the same scalars in TensorBoard):
+//   train: {step, loss, nll, lr, tokens_per_s, step_time_s}: loss and nll are means over the
+//          steps since the previous record; with a tag, also {"task": tag}
+//   eval:  {step, <metric>: value, ...} as Trainee::evaluate returns them
+#pragma once
+#include <torch/torch.h>
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "data/stream.h"
+#include "training/checkpoint.h"
+#include "training/config.h"
+#include "training/optimizer.h"
+
+namespace thx {
+
+class EventWriter;
+
+// One micro-batch's forward pass: the loss to differentiate (a mean over the micro-batch),
+// and the sums the loop reports.
+struct MicroLoss {
+  torch::Tensor loss;  // scalar
+  double nll_sum = 0;  // summed NLL over the micro-batch's weight units (0: not reported)
+};
+
+// The model-specific part of training.
+class Trainee {
+ public:
+  virtual ~Trainee() = default;
+  // The module whose train()/eval() mode the loop switches.
+  virtual torch::nn::Module& module() = 0;
+  // Every tensor a checkpoint holds (the model's parameters and any heads), by path.
+  virtual std::vector<std::pair<std::string, torch::Tensor>> parameters() = 0;
+  virtual Optimizer& optimizer() = 0;
+  // The next step's `micro` micro-batches; advances the data position.
+  virtual std::vector<Batch> next_step(int64_t micro) = 0;
+  // What a micro-batch weighs in the step's mean (target or masked tokens, or examples).
+  virtual double weight(const Batch& b) = 0;
+  // Tokens the micro-batch moves through the model, for tokens/s.
+  virtual int64_t tokens(const Batch& b) = 0;
+  virtual MicroLoss forward(const Batch& b) = 0;
+  // Held-out or dev evaluation after `step`: named values (a JSON object of numbers, or
+  // nested objects whose numbers are scalars too). The trainee logs its own result line.
+  virtual nlohmann::json evaluate(int64_t step) = 0;
+  // State beyond parameters and optimizer: the data position and RNG states.
+  virtual void save_state(Checkpoint& c) = 0;
+  virtual void load_state(const Checkpoint& c) = 0;
+};
+
+struct LoopOptions {
+  int64_t steps = 0, grad_accum = 1;
+  int64_t log_every = 10, eval_every = 1000, checkpoint_every = 1000, keep = 3;
+  OptimizerConfig schedule;      // the learning-rate schedule (learning_rate(), optimizer.h)
+  std::string checkpoint_dir;    // step-NNNNNNNN.h5 files
+  std::string metrics_file;      // metrics.jsonl (appended)
+  EventWriter* events = nullptr; // TensorBoard; tags are prefixed with tag + "/" if tag is set
+  std::string tag;               // a fine-tuning task: in records, log lines and TB tags
+  std::string config;            // the resolved YAML, stored in every checkpoint
+  bool resume = false;           // continue from the newest checkpoint in checkpoint_dir
+  bool eval_if_finished = true;  // a run already at `steps`: evaluate once and report
+};
+
+struct LoopResult {
+  int64_t step = 0;          // the last completed step
+  nlohmann::json last_eval;  // the last evaluation's values ({} if none ran)
+  bool interrupted = false;  // stopped by a signal; a checkpoint was saved
+  bool finished = false;     // step == steps
+};
+
+LoopResult train(Trainee& trainee, const LoopOptions& options);
+
+// One step's gradients, accumulated into .grad() over the micro-batches (the loop's own rule;
+// also what `thx step-probe` runs): returns the step's mean loss and mean NLL per weight unit.
+struct StepLoss {
+  double loss = 0, nll = 0, weight = 0;
+};
+StepLoss accumulate_gradients(Trainee& trainee, const std::vector<Batch>& micro);
+
+// Restore parameters from a checkpoint's map: every path must be there with its shape, or an
+// InputError names the file and the parameter.
+void copy_parameters(const std::vector<std::pair<std::string, torch::Tensor>>& params,
+                     const std::map<std::string, torch::Tensor>& saved, const std::string& file);
+
+}  // namespace thx

@@ -1,0 +1,141 @@
+#include "training/run_dir.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <yaml-cpp/yaml.h>
+
+#include "common/error.h"
+#include "common/fs.h"
+#include "common/log.h"
+#include "training/checkpoint.h"
+
+namespace thx {
+namespace fs = std::filesystem;
+
+namespace {
+
+void flatten(const YAML::Node& n, const std::string& key, std::map<std::string, std::string>& out) {
+  if (n.IsMap()) {
+    for (const auto& kv : n) flatten(kv.second, key.empty() ? kv.first.as<std::string>() : key + "." + kv.first.as<std::string>(), out);
+    return;
+  }
+  YAML::Emitter e;
+  e << YAML::Flow << n;
+  out[key] = e.c_str();
+}
+
+// Whether `key` is covered by an allowed name: the key itself or a block above it.
+bool allowed(const std::string& key, const std::vector<std::string>& allow) {
+  for (const auto& a : allow)
+    if (key == a || (key.size() > a.size() && key.compare(0, a.size(), a) == 0 && key[a.size()] == '.')) return true;
+  return false;
+}
+
+// An exclusive lock on <dir>/.lock, so that two processes never train in one directory (a
+// sweep restarted while a run it started is still saving). Waits up to a minute.
+int lock_dir(const std::string& dir) {
+  const int fd = ::open((fs::path(dir) / ".lock").c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0644);
+  if (fd < 0) throw InputError(fmt::format("{}: cannot create its lock file", dir));
+  for (int i = 0; ::flock(fd, LOCK_EX | LOCK_NB) != 0; ++i) {
+    if (i == 0) thx::log("train")->warn("{}: another process is training here; waiting", dir);
+    if (i == 600) {
+      ::close(fd);
+      throw InputError(fmt::format("{}: another process is training in this run directory", dir));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return fd;
+}
+
+}  // namespace
+
+std::map<std::string, std::pair<std::string, std::string>> config_differences(const std::string& a,
+                                                                               const std::string& b) {
+  std::map<std::string, std::string> fa, fb;
+  flatten(YAML::Load(a), "", fa);
+  flatten(YAML::Load(b), "", fb);
+  std::map<std::string, std::pair<std::string, std::string>> out;
+  for (const auto& [k, v] : fa) {
+    auto it = fb.find(k);
+    if (it == fb.end()) out[k] = {v, ""};
+    else if (it->second != v) out[k] = {v, it->second};
+  }
+  for (const auto& [k, v] : fb)
+    if (!fa.count(k)) out[k] = {"", v};
+  return out;
+}
+
+RunDirectory::RunDirectory(RunDirOptions o) : o_(std::move(o)) {
+  if (fs::is_directory(o_.dir)) lock_fd_ = lock_dir(o_.dir);
+  std::string newest;
+  for (const auto& d : o_.checkpoint_dirs) {
+    const auto all = list_checkpoints(d);
+    if (!all.empty()) newest = all.back();
+  }
+  if (!o_.resume) {
+    if (!newest.empty())
+      throw InputError(fmt::format("{}: the run directory already has checkpoints; pass --resume to continue "
+                                   "it, or choose another directory (nothing was overwritten)", o_.dir));
+    for (const auto& r : o_.results)
+      if (fs::exists(r))
+        throw InputError(fmt::format("{}: already exists; pass --resume to continue that run, or choose "
+                                     "another directory (nothing was overwritten)", r));
+    return;
+  }
+  from_checkpoint_ = newest;
+  const fs::path stored = fs::path(o_.dir) / o_.config_file;
+  if (!fs::exists(stored) || !o_.normalize) return;
+  const std::string before = o_.normalize(read_file(stored.string()), stored.string());
+  for (const auto& [k, v] : config_differences(before, o_.yaml)) {
+    if (allowed(k, o_.allow_changes)) changes_[k] = v;
+    else {
+      std::vector<std::string> keys;
+      for (const auto& [k2, v2] : config_differences(before, o_.yaml))
+        if (!allowed(k2, o_.allow_changes))
+          keys.push_back(fmt::format("{} ({} -> {})", k2, v2.first.empty() ? "unset" : v2.first,
+                                     v2.second.empty() ? "unset" : v2.second));
+      throw InputError(fmt::format("{}: --resume with a config that differs in {}; resume with the same "
+                                   "config, or pass --allow-config-change KEY... to change it deliberately "
+                                   "(nothing was changed)", stored.string(), fmt::join(keys, ", ")));
+    }
+  }
+}
+
+RunDirectory::~RunDirectory() {
+  if (log_open_) remove_log_file();
+  if (lock_fd_ >= 0) ::close(lock_fd_);
+}
+
+void RunDirectory::open() {
+  std::error_code ec;
+  fs::create_directories(o_.dir, ec);
+  if (ec) throw InputError(fmt::format("{}: cannot create the directory ({})", o_.dir, ec.message()));
+  if (lock_fd_ < 0) lock_fd_ = lock_dir(o_.dir);
+  if (!changes_.empty()) {
+    nlohmann::json c = nlohmann::json::object();
+    for (const auto& [k, v] : changes_) {
+      c[k] = {{"from", v.first}, {"to", v.second}};
+      thx::log("train")->warn("{}: config change on resume (allowed): {}: {} -> {}", o_.dir, k,
+                              v.first.empty() ? "unset" : v.first, v.second.empty() ? "unset" : v.second);
+    }
+    const nlohmann::json rec{{"time", std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count()},
+                             {"from_checkpoint", from_checkpoint_}, {"changes", c}};
+    std::ofstream((fs::path(o_.dir) / "config_changes.jsonl").string(), std::ios::app) << rec.dump() << "\n";
+  }
+  write_file_atomic((fs::path(o_.dir) / o_.config_file).string(), o_.yaml);
+  if (!o_.log_file.empty()) {
+    add_log_file((fs::path(o_.dir) / o_.log_file).string());
+    log_open_ = true;
+  }
+}
+
+}  // namespace thx

@@ -1,0 +1,81 @@
+#include "training/spec.h"
+
+#include <yaml-cpp/yaml.h>
+
+namespace thx {
+
+PretrainConfig load_pretrain_config(ConfigTree& tree, std::string* yaml_out) {
+  inherit_attention(tree);
+  PretrainConfig pc;
+  const RunConfig rc = load_config<RunConfig>(tree, [&](const RunConfig& c) {
+    validate(c.model);
+    if (c.model.encoder_only()) {
+      if (c.attention_decoder_self)
+        throw ConfigError("attention_decoder_self", fmt::format("model.type {} has no decoder", c.model.type));
+      if (c.attention_encoder_decoder)
+        throw ConfigError("attention_encoder_decoder", fmt::format("model.type {} has no decoder", c.model.type));
+      if (c.model.positions == "absolute" && c.data.inputs_length > c.model.max_positions)
+        throw ConfigError("data.inputs_length", fmt::format("{} is more than model.max_positions {}",
+                                                            c.data.inputs_length, c.model.max_positions));
+    }
+    const int64_t d = c.model.d_model;
+    const AttentionConfig& a = c.attention;
+    pc.attention.encoder_self = c.attention_encoder_self.value_or(a);
+    pc.attention.decoder_self = c.attention_decoder_self.value_or(a);
+    pc.attention.encoder_decoder = c.attention_encoder_decoder.value_or(a);
+    resolve(a, d, d, d, "attention");
+    resolve(pc.attention.encoder_self, d, d, d, c.attention_encoder_self ? "attention_encoder_self" : "attention");
+    resolve(pc.attention.decoder_self, d, d, d, c.attention_decoder_self ? "attention_decoder_self" : "attention");
+    resolve(pc.attention.encoder_decoder, d, d, d,
+            c.attention_encoder_decoder ? "attention_encoder_decoder" : "attention");
+    validate(c.data);
+    validate(c.train);
+    validate(c.optimizer);
+    validate(c.checkpoint);
+    validate(c.eval);
+  });
+  pc.model = rc.model;
+  pc.data = rc.data;
+  pc.train = rc.train;
+  pc.optimizer = rc.optimizer;
+  pc.checkpoint = rc.checkpoint;
+  pc.eval = rc.eval;
+  pc.yaml = cfg::to_yaml(rc);
+  if (yaml_out) *yaml_out = pc.yaml;
+  return pc;
+}
+
+PretrainConfig pretrain_config_from_text(const std::string& yaml, const std::string& origin) {
+  YAML::Node stored;
+  try {
+    stored = YAML::Load(yaml);
+  } catch (const YAML::Exception& e) {
+    throw InputError(fmt::format("{}: not valid YAML ({})", origin, e.what()));
+  }
+  if (stored.IsMap() && stored["model"] && stored["model"]["attention_dropout"]) {
+    const YAML::Node v = stored["model"]["attention_dropout"];
+    stored["model"].remove("attention_dropout");
+    if (!stored["attention"]["dropout"]) stored["attention"]["dropout"] = v;
+  }
+  YAML::Emitter emit;
+  emit << stored;
+  ConfigTree tree;
+  tree.merge_text(emit.c_str(), origin);
+  return load_pretrain_config(tree);
+}
+
+std::string to_yaml(const PretrainConfig& c) {
+  RunConfig rc;
+  rc.model = c.model;
+  rc.attention = c.attention.encoder_self;
+  if (!c.model.encoder_only()) {
+    rc.attention_encoder_self = c.attention.encoder_self;
+    rc.attention_decoder_self = c.attention.decoder_self;
+    rc.attention_encoder_decoder = c.attention.encoder_decoder;
+  }
+  rc.data = c.data, rc.train = c.train, rc.optimizer = c.optimizer;
+  rc.checkpoint = c.checkpoint, rc.eval = c.eval;
+  return cfg::to_yaml(rc);
+}
+
+}  // namespace thx
