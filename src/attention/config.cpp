@@ -5,6 +5,7 @@
 
 #include <set>
 
+#include "attention/registry.h"
 #include "common/error.h"
 
 namespace thx {
@@ -16,18 +17,22 @@ constexpr int64_t kMaxElements = int64_t{1} << 32;
 
 }  // namespace
 
-const std::vector<std::string>& variant_names() {
-  static const std::vector<std::string> names = {"multi_head", "talking_heads", "project_logits",
-                                                 "project_weights", "general_bilinear"};
-  return names;
+const char* variant_help() {
+  static const std::string help = variant_choices(" | ");
+  return help.c_str();
 }
 
-std::string AttentionDims::name() const { return variant_names()[static_cast<int>(variant)]; }
+std::string AttentionDims::name() const {
+  TORCH_CHECK(variant, "AttentionDims: not resolved (no variant)");
+  return variant->name;
+}
+bool AttentionDims::has_P_l() const { return variant && variant->P_l; }
+bool AttentionDims::has_P_w() const { return variant && variant->P_w; }
 
 std::string AttentionDims::summary() const {
   std::string s = name();
-  if (variant == Variant::general_bilinear) return s + fmt::format(" h={}", h);
-  if (variant == Variant::multi_head) return s + fmt::format(" h={} d_k={} d_v={}", h, d_k, d_v);
+  if (!variant->per_head) return s + fmt::format(" h={}", h);
+  if (!variant->P_l && !variant->P_w) return s + fmt::format(" h={} d_k={} d_v={}", h, d_k, d_v);
   s += fmt::format(" h_k={} h={} h_v={} d_k={} d_v={}", h_k, h, h_v, d_k, d_v);
   std::vector<std::string> dyn;
   if (X_l) dyn.push_back("X_l");
@@ -44,13 +49,11 @@ AttentionDims resolve(const AttentionConfig& c, int64_t d_X, int64_t d_M, int64_
   AttentionDims d;
   d.d_X = d_X, d.d_M = d_M, d.d_Y = d_Y;
 
-  const auto& names = variant_names();
-  auto it = std::find(names.begin(), names.end(), c.variant);
-  if (it == names.end())
+  d.variant = find_variant(c.variant);
+  if (!d.variant)
     throw ConfigError(key("variant"), fmt::format("'{}' is not a variant; allowed: {}", c.variant,
-                                                  fmt::join(names, ", ")));
-  d.variant = static_cast<Variant>(it - names.begin());
-  const std::string& v = c.variant;
+                                                  variant_choices(", ")));
+  const VariantSpec& v = *d.variant;
 
   auto positive = [&](const char* k, int64_t x) {
     if (x < 1) throw ConfigError(key(k), fmt::format("{} is invalid: must be an integer >= 1", x));
@@ -72,23 +75,17 @@ AttentionDims resolve(const AttentionConfig& c, int64_t d_X, int64_t d_M, int64_
                                             c.h, why, k));
   };
 
-  if (d.variant == Variant::general_bilinear) {
-    // Section 6: P [d_X, d_M, h], Q [d_M, d_Y, h]; no per-head key or value sizes exist.
+  if (!v.per_head) {
+    // e.g. section 6: P [d_X, d_M, h], Q [d_M, d_Y, h]; no per-head key or value sizes exist.
     for (auto [k, x] : {std::pair{"h_k", c.h_k}, std::pair{"h_v", c.h_v}, std::pair{"d_k", c.d_k},
                         std::pair{"d_v", c.d_v}})
       if (x)
-        throw ConfigError(key(k), fmt::format("is not a setting of general_bilinear, which has "
-                                              "only h (its P is [d_X, d_M, h]); remove {}", k));
+        throw ConfigError(key(k), fmt::format("is not a setting of {}, which has only h; remove {}",
+                                              v.name, k));
     d.h_k = d.h_v = c.h;
   } else {
-    if (d.variant == Variant::multi_head) {
-      tied_to_h("h_k", c.h_k, "multi_head has one head count");
-      tied_to_h("h_v", c.h_v, "multi_head has one head count");
-    }
-    if (d.variant == Variant::project_logits)
-      tied_to_h("h_v", c.h_v, "project_logits has no P_w, so values use the softmax heads");
-    if (d.variant == Variant::project_weights)
-      tied_to_h("h_k", c.h_k, "project_weights has no P_l, so keys use the softmax heads");
+    if (!v.h_k_tied.empty()) tied_to_h("h_k", c.h_k, v.h_k_tied.c_str());
+    if (!v.h_v_tied.empty()) tied_to_h("h_v", c.h_v, v.h_v_tied.c_str());
     d.h_k = c.h_k.value_or(c.h);
     d.h_v = c.h_v.value_or(c.h);
     auto per_head = [&](const char* k, const char* hk, int64_t heads, int64_t model,
@@ -109,10 +106,13 @@ AttentionDims resolve(const AttentionConfig& c, int64_t d_X, int64_t d_M, int64_
   for (size_t i = 0; i < c.dynamic.size(); ++i) {
     const std::string& p = c.dynamic[i];
     const std::string k = fmt::format("dynamic[{}]", i);
-    if (d.variant != Variant::talking_heads)
-      throw ConfigError(key("dynamic"),
-                        fmt::format("dynamic projections need {}.variant talking_heads, not {}",
-                                    path, v));
+    if (!v.dynamic) {
+      std::vector<std::string> able;
+      for (const auto& r : variant_registry())
+        if (r.dynamic) able.push_back(r.name);
+      throw ConfigError(key("dynamic"), fmt::format("dynamic projections need {}.variant {}, not {}", path,
+                                                    fmt::join(able, " or "), v.name));
+    }
     if (!seen.insert(p).second)
       throw ConfigError(key(k.c_str()), fmt::format("'{}' is listed twice", p));
     if (p == "X_l") d.X_l = true;
@@ -132,7 +132,7 @@ AttentionDims resolve(const AttentionConfig& c, int64_t d_X, int64_t d_M, int64_
                                             static_cast<double>(kMaxElements)));
   };
   const double dX = d_X, dM = d_M, dY = d_Y;
-  if (d.variant == Variant::general_bilinear) {
+  if (!v.per_head) {
     bounded("h", dX * dM * d.h);
   } else {
     bounded(c.d_k ? "d_k" : "h_k", dX * d.d_k * d.h_k);

@@ -12,6 +12,9 @@
 
 namespace thx {
 
+// "multi_head | talking_heads | ...": the registry's names, for the help of attention.variant.
+const char* variant_help();
+
 struct AttentionConfig {
   std::string variant = "multi_head";
   std::optional<int64_t> h_k;  // heads of queries and keys (default h)
@@ -25,8 +28,7 @@ struct AttentionConfig {
 
 template <class V>
 void visit(V& v, AttentionConfig& c) {
-  v("variant", c.variant,
-    "multi_head | talking_heads | project_logits | project_weights | general_bilinear");
+  v("variant", c.variant, variant_help());
   v("h_k", c.h_k, "query/key heads; default h");
   v("h", c.h, "softmax heads (the one head count of multi_head and general_bilinear)");
   v("h_v", c.h_v, "value heads; default h");
@@ -36,13 +38,10 @@ void visit(V& v, AttentionConfig& c) {
   v("dropout", c.dropout, "dropout on the final attention weights (after P_w)");
 }
 
-enum class Variant { multi_head, talking_heads, project_logits, project_weights, general_bilinear };
-
-// Every variant name, in the order the paper introduces them.
-const std::vector<std::string>& variant_names();
+struct VariantSpec;  // attention/registry.h: one row per variant
 
 struct AttentionDims {
-  Variant variant = Variant::multi_head;
+  const VariantSpec* variant = nullptr;  // its row in the registry (set by resolve())
   int64_t d_X = 0, d_M = 0, d_Y = 0;
   int64_t h_k = 0, h = 0, h_v = 0;
   int64_t d_k = 0, d_v = 0;  // 0 for general_bilinear
@@ -52,8 +51,8 @@ struct AttentionDims {
   // attention block. general_bilinear has none.
   bool biases = false;
 
-  bool has_P_l() const { return variant == Variant::talking_heads || variant == Variant::project_logits; }
-  bool has_P_w() const { return variant == Variant::talking_heads || variant == Variant::project_weights; }
+  bool has_P_l() const;  // the row's P_l, P_w
+  bool has_P_w() const;
   bool any_dynamic() const { return X_l || M_l || X_w || M_w; }
   std::string name() const;  // "talking_heads", ...
   std::string summary() const;  // "talking_heads h_k=24 h=24 h_v=24 d_k=32 d_v=32 dynamic=[X_l]"

@@ -1,16 +1,23 @@
 #include "attention/costs.h"
 
+#include "attention/registry.h"
+
 namespace thx {
 
-double multiplies(const AttentionDims& d, int64_t n_, int64_t m_, CostConvention convention) {
+double multiplies(const AttentionDims& d, int64_t n, int64_t m, CostConvention convention) {
+  return d.variant->multiplies(d, n, m, convention);
+}
+
+double general_bilinear_multiplies(const AttentionDims& d, int64_t n_, int64_t m_, CostConvention convention) {
+  const double n = n_, m = m_, dX = d.d_X, dM = d.d_M, dY = d.d_Y, h = d.h;
+  // X·P, (XP)·M, W·M, (WM)·Q.
+  return convention == CostConvention::Paper ? h * n * dX * dM + h * n * dM * dY + 2 * n * m * dM
+                                             : h * n * dX * dM + 2 * h * n * m * dM + h * n * dM * dY;
+}
+
+double projected_multiplies(const AttentionDims& d, int64_t n_, int64_t m_, CostConvention convention) {
   const double n = n_, m = m_, dX = d.d_X, dM = d.d_M, dY = d.d_Y;
   const bool paper = convention == CostConvention::Paper;
-  if (d.variant == Variant::general_bilinear) {
-    // X·P, (XP)·M, W·M, (WM)·Q.
-    const double h = d.h;
-    return paper ? h * n * dX * dM + h * n * dM * dY + 2 * n * m * dM
-                 : h * n * dX * dM + 2 * h * n * m * dM + h * n * dM * dY;
-  }
   // Section 5: projections, dot products, weighted sums (with h_k, h_v heads).
   double c = d.d_k * d.h_k * (n * dX + m * dM + n * m) + d.d_v * d.h_v * (m * dM + n * m + n * dY);
   if (d.has_P_l()) c += n * m * d.h * d.h_k;

@@ -15,8 +15,15 @@ namespace thx {
 
 enum class CostConvention { Paper, Full };
 
+// The variant's formula (its registry row's).
 double multiplies(const AttentionDims& d, int64_t n, int64_t m,
                   CostConvention convention = CostConvention::Paper);
+
+// The formulas the registry rows name. Section 5 for the projected family (multi-head and the
+// talking-heads variants; the P_l / P_w terms as the row has them, dynamic projections as
+// Appendix A); section 6 for the general bilinear form.
+double projected_multiplies(const AttentionDims& d, int64_t n, int64_t m, CostConvention convention);
+double general_bilinear_multiplies(const AttentionDims& d, int64_t n, int64_t m, CostConvention convention);
 
 // Parameters of a module, counted from its tensors.
 int64_t count_parameters(const torch::nn::Module& module);

@@ -1,5 +1,5 @@
-// factory.h: every attention variant is created here, by name, from resolved dimensions.
-// Adding a variant is one class file and one line in the registry of factory.cpp.
+// factory.h: every attention variant is created here from resolved dimensions, by the
+// create function of its registry row (registry.h).
 #pragma once
 #include <memory>
 

@@ -9,7 +9,7 @@ namespace thx {
 using torch::Tensor;
 
 GeneralBilinearAttention::GeneralBilinearAttention(const AttentionDims& dims) : Attention(dims) {
-  TORCH_CHECK(dims.variant == Variant::general_bilinear && !dims.any_dynamic(),
+  TORCH_CHECK(dims.name() == "general_bilinear" && !dims.any_dynamic(),
               "GeneralBilinearAttention: dims are not general_bilinear: ", dims.summary());
   P = register_parameter("P", torch::empty({dims.d_X, dims.d_M, dims.h}));
   Q = register_parameter("Q", torch::empty({dims.d_M, dims.d_Y, dims.h}));

@@ -4,7 +4,7 @@ namespace thx {
 
 ProjectLogitsAttention::ProjectLogitsAttention(const AttentionDims& dims)
     : ProjectedAttention(dims) {
-  TORCH_CHECK(dims.variant == Variant::project_logits && dims.h_v == dims.h && !dims.any_dynamic(),
+  TORCH_CHECK(dims.name() == "project_logits" && dims.h_v == dims.h && !dims.any_dynamic(),
               "ProjectLogitsAttention: dims are not project_logits: ", dims.summary());
 }
 

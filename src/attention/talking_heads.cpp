@@ -3,7 +3,7 @@
 namespace thx {
 
 TalkingHeadsAttention::TalkingHeadsAttention(const AttentionDims& dims) : ProjectedAttention(dims) {
-  TORCH_CHECK(dims.variant == Variant::talking_heads,
+  TORCH_CHECK(dims.name() == "talking_heads",
               "TalkingHeadsAttention: dims are not talking_heads: ", dims.summary());
 }
 

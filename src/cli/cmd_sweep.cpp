@@ -8,6 +8,7 @@
 
 #include "attention/costs.h"
 #include "attention/factory.h"
+#include "attention/registry.h"
 #include "cli/command.h"
 #include "training/spec.h"
 #include "common/fs.h"
@@ -60,7 +61,7 @@ ResolvedRun resolve_run(ConfigTree& tree) {
   for (const auto& [name, cfg] : layers) {
     if (encoder_only && std::string(name) != "encoder_self") continue;  // no decoder
     AttentionDims dims = resolve(*cfg, d, d, d);
-    dims.biases = encoder_only && dims.variant != Variant::general_bilinear;  // BERT's dense biases
+    dims.biases = encoder_only && dims.variant->dense_biases;  // BERT's dense biases
     att[name] = attention_json(dims);
     // Per attention layer, at the run's own sizes: n = m = inputs length (as the paper's
     // n = m = 512), and for encoder-decoder attention m = inputs, n = targets.

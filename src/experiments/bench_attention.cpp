@@ -63,7 +63,7 @@ struct Subject {
   double production() { return step([&] { return layer->forward(X, X); }); }
   double reference() {
     return step([&] {
-      return dims.variant == Variant::multi_head ? paper::multi_head(X, X, params)
+      return dims.name() == "multi_head" ? paper::multi_head(X, X, params)
                                                  : paper::talking_heads(X, X, params);
     });
   }

@@ -7,6 +7,7 @@
 
 #include "attention/costs.h"
 #include "attention/factory.h"
+#include "attention/registry.h"
 
 namespace thx {
 namespace {
@@ -72,7 +73,6 @@ TextTable cost_table(const std::vector<CostRow>& rows, TableFormat format, int64
     const AttentionConfig& c = r.attention.by_layer.empty() ? r.attention.all
                                                             : r.attention.by_layer.begin()->second;
     const AttentionDims d = resolve(c, d_model, d_model, d_model);
-    const bool mh_like = d.variant == Variant::multi_head || d.variant == Variant::general_bilinear;
     std::string label = r.label;
     std::string params = "various", mult = "various", check;
     if (r.params) {
@@ -85,7 +85,7 @@ TextTable cost_table(const std::vector<CostRow>& rows, TableFormat format, int64
       const bool same = params == r.paper_params && m == r.paper_multiplies;
       check = same ? "=" : fmt::format("{} / {}", r.paper_params, r.paper_multiplies);
       if (d.any_dynamic()) label += " ¹", dynamic_note = true;
-      if (d.variant == Variant::general_bilinear) label += " ²", gb_note = true;
+      if (!d.variant->per_head) label += " ²", gb_note = true;
     } else {
       label += " ³";
       various_note = true;
@@ -95,12 +95,12 @@ TextTable cost_table(const std::vector<CostRow>& rows, TableFormat format, int64
     for (const auto& a : r.appears) joined += (joined.empty() ? "" : " ") + a;
     // Blank where the paper leaves the cell blank; 24* where it stars it (one layer type).
     const std::string star = r.attention.by_layer.empty() ? "" : "*";
-    const bool no_hk = mh_like || d.variant == Variant::project_weights;
-    const bool no_hv = mh_like || d.variant == Variant::project_logits;
+    // A head count the variant ties to h is blank, as the paper prints it.
+    const bool no_hk = !d.variant->P_l, no_hv = !d.variant->P_w;
     t.rows.push_back({label, no_hk ? "" : std::to_string(d.h_k) + star, std::to_string(d.h),
                       no_hv ? "" : std::to_string(d.h_v) + star,
-                      d.variant == Variant::general_bilinear ? "" : std::to_string(d.d_k),
-                      d.variant == Variant::general_bilinear ? "" : std::to_string(d.d_v), params,
+                      d.variant->per_head ? std::to_string(d.d_k) : "",
+                      d.variant->per_head ? std::to_string(d.d_v) : "", params,
                       mult, joined, check});
   }
   t.notes.push_back("params: counted from an instantiated thx layer. multiplies: section 5's "

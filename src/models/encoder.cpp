@@ -4,6 +4,7 @@
 
 #include "attention/factory.h"
 #include "attention/projected.h"
+#include "attention/registry.h"
 #include "common/error.h"
 #include "models/loss.h"
 #include "models/t5.h"
@@ -115,7 +116,7 @@ EncoderModelImpl::EncoderModelImpl(const ModelConfig& c, const AttentionConfig& 
   const int64_t d = c.d_model;
   E_ = c.embedding_size > 0 ? c.embedding_size : d;
   AttentionDims dims = resolve(attention, d, d, d, "attention");
-  dims.biases = dims.variant != Variant::general_bilinear;
+  dims.biases = dims.variant->dense_biases;
   heads_ = dims.h;
   auto param = [&](const std::string& name, std::vector<int64_t> shape) {
     Tensor p = register_parameter(name, torch::empty(shape));

@@ -4,6 +4,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "attention/registry.h"
 #include "common/error.h"
 #include "common/fs.h"
 #include "common/h5.h"
@@ -150,7 +151,7 @@ std::vector<OptimizedParam> optimized_params(torch::nn::Module& model,
                                              const std::vector<std::pair<std::string, Tensor>>& params,
                                              const OptimizerConfig& c) {
   const std::string& mode = c.factor_attention;
-  std::map<std::string, Variant> variants;  // attention module path -> its variant
+  std::map<std::string, const VariantSpec*> variants;  // attention module path -> its variant
   for (const auto& item : model.named_modules()) {
     if (auto a = std::dynamic_pointer_cast<Attention>(item.value()))
       variants[module_path(item.key())] = a->dims().variant;
@@ -163,7 +164,7 @@ std::vector<OptimizedParam> optimized_params(torch::nn::Module& model,
     if (name == "P_l" || name == "P_w") op.never_factor = true;
     auto it = variants.find(owner);
     if (it != variants.end() && (name == "P_q" || name == "P_k" || name == "P_v" || name == "P_o")) {
-      const bool combined = mode == "combined" || (mode == "mesh_tf" && it->second == Variant::multi_head);
+      const bool combined = mode == "combined" || (mode == "mesh_tf" && it->second->factor_combined);
       if (combined) op.view = {op.view[0], op.view[1] * op.view[2]};  // [d, d_k*h]
     }
     for (const auto& key : c.no_decay)

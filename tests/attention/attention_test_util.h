@@ -63,12 +63,9 @@ inline paper::Params params_of(const torch::nn::Module& m) {
 inline torch::Tensor reference_forward(const AttentionDims& d, const torch::Tensor& X,
                                        const torch::Tensor& M, const paper::Params& p,
                                        const torch::Tensor& bias, const torch::Tensor& mask) {
-  switch (d.variant) {
-    case Variant::multi_head: return paper::multi_head(X, M, p, bias, mask);
-    case Variant::general_bilinear:
-      return paper::general_bilinear(X, M, p.at("P"), p.at("Q"), bias, mask);
-    default: return paper::talking_heads(X, M, p, bias, mask);
-  }
+  if (d.name() == "multi_head") return paper::multi_head(X, M, p, bias, mask);
+  if (d.name() == "general_bilinear") return paper::general_bilinear(X, M, p.at("P"), p.at("Q"), bias, mask);
+  return paper::talking_heads(X, M, p, bias, mask);  // the talking-heads family
 }
 
 }  // namespace thx::test

@@ -78,7 +78,7 @@ void check_gbma(const AttentionConfig& c, torch::Dtype dtype, double atol, doubl
   auto layer = make_attention(d);
   layer->to(dtype);
   const paper::Params p = params_of(*layer);
-  auto [P, Q] = d.variant == Variant::multi_head ? paper::compose_multi_head(p)
+  auto [P, Q] = d.name() == "multi_head" ? paper::compose_multi_head(p)
                                                  : paper::compose_talking_heads(p);
   AttentionConfig gc;
   gc.variant = "general_bilinear";
