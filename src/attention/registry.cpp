@@ -8,6 +8,7 @@
 #include "attention/project_logits.h"
 #include "attention/project_weights.h"
 #include "attention/talking_heads.h"
+#include "common/error.h"
 
 namespace thx {
 namespace {
@@ -17,8 +18,8 @@ std::shared_ptr<Attention> create(const AttentionDims& d) {
   return std::make_shared<T>(d);
 }
 
-const std::vector<VariantSpec>& rows() {
-  static const std::vector<VariantSpec> kVariants = {
+std::deque<VariantSpec>& rows() {
+  static std::deque<VariantSpec> kVariants = {
     // name, paper, P_l, P_w, per_head, h_k_tied, h_v_tied, dynamic, dense_biases,
     // factor_combined, params, multiplies, create
     {"multi_head", "section 3.3", false, false, true, "multi_head has one head count",
@@ -40,7 +41,14 @@ const std::vector<VariantSpec>& rows() {
 
 }  // namespace
 
-const std::vector<VariantSpec>& variant_registry() { return rows(); }
+const std::deque<VariantSpec>& variant_registry() { return rows(); }
+
+const VariantSpec& register_variant(VariantSpec row) {
+  if (find_variant(row.name)) throw InputError(fmt::format("attention variant '{}' is already registered", row.name));
+  TORCH_CHECK(row.create && row.multiplies, "register_variant: ", row.name, " needs create and multiplies");
+  rows().push_back(std::move(row));
+  return rows().back();
+}
 
 const VariantSpec* find_variant(const std::string& name) {
   for (const auto& v : rows())

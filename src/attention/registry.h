@@ -9,6 +9,7 @@
 // and .cpp, deriving Attention), then add its row (and the class's include) to registry.cpp. A test walks
 // the registry and checks every row against the class it builds.
 #pragma once
+#include <deque>
 #include <memory>
 #include <string>
 #include <vector>
@@ -41,8 +42,12 @@ struct VariantSpec {
   std::shared_ptr<Attention> (*create)(const AttentionDims&) = nullptr;
 };
 
-// Every row, in the order the paper introduces the variants.
-const std::vector<VariantSpec>& variant_registry();
+// Every row, in the order the paper introduces the variants (then any registered).
+const std::deque<VariantSpec>& variant_registry();
+// Add a row at run time (a variant defined outside attention/, as tests/attention/
+// add_variant_test.cpp does); InputError if the name is taken. Rows never move, so resolved
+// AttentionDims stay valid.
+const VariantSpec& register_variant(VariantSpec row);
 // The row of a name; nullptr if none.
 const VariantSpec* find_variant(const std::string& name);
 // "multi_head | talking_heads | ..." (help strings) and "multi_head, talking_heads, ..."
