@@ -23,7 +23,9 @@ struct Command {
 
 std::unique_ptr<Command> make_costs_command(CLI::App& parent);
 std::unique_ptr<Command> make_probe_command(CLI::App& parent);
-std::unique_ptr<Command> make_bench_command(CLI::App& parent);
+// `thx bench attention` and `thx bench train`, added to the `bench` group main() creates.
+std::unique_ptr<Command> make_bench_attention_command(CLI::App& bench);
+std::unique_ptr<Command> make_bench_train_command(CLI::App& bench);
 std::unique_ptr<Command> make_spm_train_command(CLI::App& parent);
 std::unique_ptr<Command> make_prepare_command(CLI::App& parent);
 std::unique_ptr<Command> make_pretrain_command(CLI::App& parent);
@@ -44,5 +46,8 @@ struct ConfigOptions {
   // Merge the files and overrides over `defaults_yaml`.
   ConfigTree tree(const std::string& defaults_yaml = "") const;
 };
+
+// --dump-config: print the resolved YAML; the command's exit code (0).
+int dump_config(const std::string& yaml);
 
 }  // namespace thx

@@ -1,5 +1,7 @@
 #include "cli/command.h"
 
+#include <cstdio>
+
 namespace thx {
 
 void ConfigOptions::add_to(CLI::App* app) {
@@ -17,6 +19,11 @@ ConfigTree ConfigOptions::tree(const std::string& defaults_yaml) const {
   for (const auto& f : files) t.merge_file(f);
   for (const auto& s : sets) t.set(s);
   return t;
+}
+
+int dump_config(const std::string& yaml) {
+  std::fputs(yaml.c_str(), stdout);
+  return 0;
 }
 
 }  // namespace thx

@@ -26,7 +26,10 @@ int main(int argc, char** argv) {
   std::vector<std::unique_ptr<thx::Command>> commands;
   commands.push_back(thx::make_costs_command(app));
   commands.push_back(thx::make_probe_command(app));
-  commands.push_back(thx::make_bench_command(app));
+  CLI::App* bench = app.add_subcommand("bench", "Benchmarks; results go to docs/benchmarks.md");
+  bench->require_subcommand(1);
+  commands.push_back(thx::make_bench_attention_command(*bench));
+  commands.push_back(thx::make_bench_train_command(*bench));
   commands.push_back(thx::make_spm_train_command(app));
   commands.push_back(thx::make_prepare_command(app));
   commands.push_back(thx::make_pretrain_command(app));

@@ -152,6 +152,8 @@ void CorpusStats::bad(const std::string& where, const std::string& why) {
   if (bad_examples.size() < 5) bad_examples.push_back(where + ": " + why);
 }
 
+const char* corpus_format_help() { return "auto | text | text_files | wikiextractor | jsonl | books"; }
+
 CorpusFormat parse_corpus_format(const std::string& name, const std::string& key) {
   for (const auto& [n, f] : kFormats)
     if (n == name) return f;

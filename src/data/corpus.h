@@ -25,6 +25,8 @@ enum class CorpusFormat { auto_detect, text, text_files, wikiextractor, jsonl, b
 
 // "auto" | "text" | ...; anything else is an InputError that names `key` and the choices.
 CorpusFormat parse_corpus_format(const std::string& name, const std::string& key = "format");
+// "auto | text | text_files | wikiextractor | jsonl | books", for --format's help.
+const char* corpus_format_help();
 const char* corpus_format_name(CorpusFormat f);
 
 struct CorpusStats {

@@ -71,8 +71,11 @@ bool run_finetune(const FinetuneRunConfig& config, const Pretrained& pretrained,
 }
 
 void run_eval(const FinetuneRunConfig& config, const Pretrained& model, const std::string& checkpoint,
-              const std::string& out_dir) {
+              const std::string& out) {
   // As run_finetune: every input is checked before the output directory is created.
+  if (!fs::exists(checkpoint)) throw InputError(fmt::format("{}: no such checkpoint", checkpoint));
+  const fs::path beside = fs::is_directory(checkpoint) ? fs::path(checkpoint) : fs::path(checkpoint).parent_path();
+  const std::string out_dir = out.empty() ? (beside / "eval").string() : out;
   validate(config.finetune);
   const std::string tokenizer = tokenizer_path(config.finetune, model.config);
   THX_CHECK(fs::is_regular_file(tokenizer), "{}: no such tokenizer model (finetune.tokenizer)", tokenizer);

@@ -55,7 +55,8 @@ struct FinetuneOptions {
 // before out_dir is touched. Returns false if stopped by a signal (--resume continues).
 bool run_finetune(const FinetuneRunConfig& config, const Pretrained& pretrained, const std::string& out_dir,
                   const FinetuneOptions& options = {});
-// `thx eval`: evaluate a fine-tuned checkpoint (model.h5 or <task>.h5) on the tasks' dev sets.
+// `thx eval`: evaluate a fine-tuned checkpoint (model.h5 or <task>.h5, or the finetune output
+// directory) on the tasks' dev sets, into out_dir ("": eval/ beside the checkpoint).
 void run_eval(const FinetuneRunConfig& config, const Pretrained& model_config, const std::string& checkpoint,
               const std::string& out_dir);
 

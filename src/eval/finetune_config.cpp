@@ -62,6 +62,14 @@ std::string resolve_checkpoint(const std::string& pretrained) {
   throw InputError(fmt::format("{}: no such checkpoint file or run directory", pretrained));
 }
 
+FinetuneRunConfig load_finetune_config(const ConfigTree& tree) {
+  return load_config<FinetuneRunConfig>(tree, [](const FinetuneRunConfig& c) {
+    validate(c.finetune);
+    validate(c.optimizer);
+    validate(c.checkpoint);
+  });
+}
+
 Pretrained load_pretrained(const std::string& setting) {
   Pretrained p;
   p.path = resolve_checkpoint(setting);

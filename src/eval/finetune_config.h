@@ -90,6 +90,10 @@ struct Pretrained {
   std::string path;
 };
 
+// A fine-tuning config (finetune, optimizer and checkpoint blocks), read and validated; an
+// InputError names the file and line of a bad key or value.
+FinetuneRunConfig load_finetune_config(const ConfigTree& tree);
+
 // The checkpoint a `pretrained` setting names (a file, or a run directory's newest).
 std::string resolve_checkpoint(const std::string& pretrained);
 // That checkpoint and the model configuration stored in it (old keys migrated, spec.h).

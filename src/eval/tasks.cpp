@@ -545,4 +545,9 @@ TaskData read_race(const std::string& dir, const ReadOptions& o) {
   return d;
 }
 
+const char* task_help() {
+  return "Tasks: cola sst2 mrpc stsb qqp mnli mnli_mm qnli rte wnli ax (GLUE); boolq cb copa multirc "
+         "record rte_sg wic wsc axb axg (SuperGLUE); squad11 squad20; race.";
+}
+
 }  // namespace thx

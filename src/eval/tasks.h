@@ -55,6 +55,8 @@ struct TaskSpec {
 const std::vector<TaskSpec>& task_specs();
 const TaskSpec& task_spec(const std::string& name);
 std::string task_names();  // "cola, sst2, ..." for error messages
+// The --help footer of thx finetune and thx eval: every task, by benchmark.
+const char* task_help();
 
 struct ReadOptions {
   bool skip_bad = false;  // skip and count malformed rows instead of failing

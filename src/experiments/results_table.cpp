@@ -1,10 +1,12 @@
 #include "experiments/results_table.h"
 
 #include <cmath>
+#include <filesystem>
 #include <map>
 #include <set>
 
 #include <fmt/format.h>
+#include <yaml-cpp/yaml.h>
 
 #include "attention/config.h"
 #include "common/error.h"
@@ -166,6 +168,21 @@ std::optional<double> downstream_value(int table, const std::string& metric, con
 
 bool is_downstream_metric(int table, const std::string& metric) {
   return !downstream_sources(table, metric).empty() || (metric == "score_average" && (table == 11 || table == 12));
+}
+
+std::string sweep_table_layout(const std::string& sweep_dir) {
+  // The copy thx sweep keeps in its directory (not load_sweep: the copy's relative base paths
+  // do not resolve from here).
+  const std::string copy = (std::filesystem::path(sweep_dir) / "sweep.yaml").string();
+  if (std::filesystem::exists(copy)) {
+    try {
+      const YAML::Node n = YAML::LoadFile(copy)["table"];
+      if (n && n.IsScalar()) return n.as<std::string>();
+    } catch (const YAML::Exception& e) {
+      throw InputError(fmt::format("{}:{}: {}", copy, e.mark.line + 1, e.msg));
+    }
+  }
+  throw InputError(fmt::format("table: --layout is required ({} names no table)", copy));
 }
 
 int parse_layout(const std::string& name) {

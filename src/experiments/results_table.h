@@ -43,6 +43,8 @@ struct MatchedRow {
 
 // "table1" ... "table13" -> 1 ... 13; anything else is an InputError naming the layouts.
 int parse_layout(const std::string& name);
+// The table a sweep directory's sweep.yaml names (its `table:`); InputError if it names none.
+std::string sweep_table_layout(const std::string& sweep_dir);
 
 // The printed rows of `table` (in order), each with the results that match it.
 std::vector<MatchedRow> match_rows(int table, const std::vector<PaperRow>& paper,

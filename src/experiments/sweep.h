@@ -1,4 +1,5 @@
-// sweep.h: experiments as data. A sweep file names base configs and the axes to vary; each
+// sweep.h: experiments as data (the grammar and expansion here; the process pool in
+// sweep_runner.cpp, the results ledger in sweep_results.h). A sweep file names base configs and the axes to vary; each
 // combination is one run with a stable name, its own run directory and resolved config.
 //
 //   sweep: table1-mini            # the sweep's name (run directories: runs/<name>/<run>)
@@ -32,6 +33,7 @@
 #include <vector>
 
 #include "common/config_tree.h"
+#include "experiments/sweep_results.h"
 
 namespace thx {
 
@@ -88,9 +90,9 @@ struct SweepOptions {
 int run_sweep(const Sweep& sweep, const SweepOptions& options,
               const std::function<ResolvedRun(ConfigTree&)>& resolve);
 
-// <out>/results.jsonl, read back; throws InputError naming the file and line. Each run's
-// fine-tuning results (<out>/<run>/finetune/**/<task>.json, from `thx finetune`) are merged in
-// as "downstream": {task: metrics}, also when they were written after the sweep finished.
-std::vector<nlohmann::json> read_results(const std::string& dir);
+// What a pretraining run's resolved config says for the sweep (sweep_plan.cpp): its YAML, the
+// model FLOPs of the run, and the resolved attention of each layer type with its parameters
+// and multiplies per layer (the row signatures thx table matches).
+ResolvedRun resolve_pretrain_run(ConfigTree& tree);
 
 }  // namespace thx

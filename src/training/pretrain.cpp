@@ -300,6 +300,14 @@ PretrainResult run_pretrain(const PretrainConfig& c, const std::string& run_dir,
 }
 
 
+std::string result_line(const PretrainConfig& c, const std::string& run_dir, const PretrainResult& r) {
+  std::string extra;
+  if (r.mlm_accuracy) extra += fmt::format(", MLM accuracy {:.2f}%", 100 * *r.mlm_accuracy);
+  if (r.sentence_accuracy) extra += fmt::format(", {} accuracy {:.2f}%", c.data.sentence_task, 100 * *r.sentence_accuracy);
+  return fmt::format("{} step {} held-out {}ln(PPL) {:.4f}{}{}", run_dir, r.step, r.mlm_accuracy ? "MLM " : "", r.ln_ppl,
+                     extra, r.interrupted ? " (interrupted; --resume continues)" : "");
+}
+
 void run_step_probe(const PretrainConfig& c, const std::string& out) {
   Setup s = build(c);
   const std::vector<Batch> micro = next_micro_batches(*s.stream, c.train);

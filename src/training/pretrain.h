@@ -38,6 +38,9 @@ struct PretrainResult {
 PretrainResult run_pretrain(const PretrainConfig& config, const std::string& run_dir, bool resume,
                             const std::vector<std::string>& allow_changes = {});
 
+// The command's final line: "<run_dir> step N held-out [MLM ]ln(PPL) x[, accuracies]".
+std::string result_line(const PretrainConfig& config, const std::string& run_dir, const PretrainResult& r);
+
 // One optimizer step on the first batch; writes batch, parameters before and after,
 // gradients, optimizer state, loss and nll to HDF5 (the layout in cmd_pretrain.cpp).
 void run_step_probe(const PretrainConfig& config, const std::string& out);

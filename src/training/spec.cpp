@@ -4,7 +4,9 @@
 
 namespace thx {
 
-PretrainConfig load_pretrain_config(ConfigTree& tree, std::string* yaml_out) {
+namespace {
+
+PretrainConfig load(ConfigTree& tree, bool run_blocks) {
   inherit_attention(tree);
   PretrainConfig pc;
   const RunConfig rc = load_config<RunConfig>(tree, [&](const RunConfig& c) {
@@ -28,9 +30,10 @@ PretrainConfig load_pretrain_config(ConfigTree& tree, std::string* yaml_out) {
     resolve(pc.attention.decoder_self, d, d, d, c.attention_decoder_self ? "attention_decoder_self" : "attention");
     resolve(pc.attention.encoder_decoder, d, d, d,
             c.attention_encoder_decoder ? "attention_encoder_decoder" : "attention");
-    validate(c.data);
     validate(c.train);
     validate(c.optimizer);
+    if (!run_blocks) return;
+    validate(c.data);
     validate(c.checkpoint);
     validate(c.eval);
   });
@@ -41,9 +44,18 @@ PretrainConfig load_pretrain_config(ConfigTree& tree, std::string* yaml_out) {
   pc.checkpoint = rc.checkpoint;
   pc.eval = rc.eval;
   pc.yaml = cfg::to_yaml(rc);
+  return pc;
+}
+
+}  // namespace
+
+PretrainConfig load_pretrain_config(ConfigTree& tree, std::string* yaml_out) {
+  PretrainConfig pc = load(tree, true);
   if (yaml_out) *yaml_out = pc.yaml;
   return pc;
 }
+
+PretrainConfig load_model_config(ConfigTree& tree) { return load(tree, false); }
 
 PretrainConfig pretrain_config_from_text(const std::string& yaml, const std::string& origin) {
   YAML::Node stored;

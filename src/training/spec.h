@@ -71,6 +71,9 @@ struct PretrainConfig {
 // Inherit, read and validate a tree; an InputError names the file and line of a bad key or
 // value. `yaml_out` gets the resolved YAML (also in the result's .yaml).
 PretrainConfig load_pretrain_config(ConfigTree& tree, std::string* yaml_out = nullptr);
+// The same without the blocks that need data or a run (data, checkpoint, eval are read but not
+// validated): what `thx bench train` times on random tokens.
+PretrainConfig load_model_config(ConfigTree& tree);
 // The same from YAML text (a run's config.yaml, a checkpoint's stored config); `origin` names
 // it in messages. Old keys are migrated (above).
 PretrainConfig pretrain_config_from_text(const std::string& yaml, const std::string& origin);

@@ -6,8 +6,9 @@
 // unlikely. Bias and mask use the production interface ([b,h,n,m], broadcastable) and are
 // applied to L, after the logits projection, as the interface defines.
 //
-// It is not in src/ because it is not product code; `thx bench attention` links it only to
-// time it beside the production layers.
+// It is a layer of its own (src/reference, which uses only LibTorch): the tests use it as the
+// reference, and `thx bench attention` times it beside the production layers. Nothing in it
+// comes from src/attention.
 #pragma once
 #include <torch/torch.h>
 

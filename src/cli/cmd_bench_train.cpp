@@ -1,0 +1,44 @@
+// thx bench train: whole training steps timed (experiments/bench_train.h).
+#include "cli/command.h"
+#include "experiments/bench_train.h"
+#include "training/spec.h"
+
+namespace thx {
+namespace {
+
+struct BenchTrainCommand : Command {
+  ConfigOptions config;
+  BenchTrainOptions topt;
+
+  explicit BenchTrainCommand(CLI::App& parent) {
+    app = parent.add_subcommand(
+        "train", "Whole training steps (T5, BERT or ALBERT, by model.type) on random tokens: step "
+                 "time, tokens/s, model FLOPs as a fraction of the matmul peak; multi-head and "
+                 "talking-heads of the configured h");
+    config.add_to(app);
+    app->add_option("--steps", topt.steps, "timed steps (median)")->capture_default_str()
+        ->check(CLI::PositiveNumber);
+    app->add_option("--peer", topt.peer, "also run this peer_t5.py (PyTorch eager) on the same "
+                                           "configuration and threads")->type_name("FILE");
+    app->add_flag("--base", topt.base_sweep,
+                    "also time the base size: T5 at batch 8, 512/114, h = 12, 24, 48; BERT-base or "
+                    "ALBERT-base at batch 4, length 512, h = 12, 48");
+    app->add_option("--out", topt.markdown_out, "also write the Markdown report here");
+  }
+
+  int run() override {
+    ConfigTree tree = config.tree();
+    topt.config = load_model_config(tree);
+    if (config.dump) return dump_config(topt.config.yaml);
+    bench_train(topt);
+    return 0;
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Command> make_bench_train_command(CLI::App& bench) {
+  return std::make_unique<BenchTrainCommand>(bench);
+}
+
+}  // namespace thx

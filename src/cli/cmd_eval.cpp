@@ -1,0 +1,39 @@
+// thx eval: a fine-tuned checkpoint evaluated on the tasks' dev sets (eval/finetune.h).
+#include <filesystem>
+
+#include "cli/command.h"
+#include "eval/finetune.h"
+
+namespace thx {
+namespace {
+
+struct EvalCommand : Command {
+  ConfigOptions config;
+  std::string checkpoint, out;
+
+  explicit EvalCommand(CLI::App& parent) {
+    app = parent.add_subcommand("eval", "Evaluate a fine-tuned checkpoint on the tasks' dev sets");
+    app->footer(task_help());
+    config.add_to(app);
+    app->add_option("--checkpoint", checkpoint,
+                    "fine-tuned parameters: model.h5 (T5), <task>.h5 (BERT/ALBERT) or the finetune "
+                    "output directory")
+        ->type_name("PATH");
+    app->add_option("--out", out, "output directory (default: beside the checkpoint, eval/)")->type_name("DIR");
+  }
+
+  int run() override {
+    const FinetuneRunConfig c = load_finetune_config(config.tree());
+    if (config.dump) return dump_config(cfg::to_yaml(c));
+    if (checkpoint.empty()) throw InputError("eval: --checkpoint PATH is required");
+    if (!std::filesystem::exists(checkpoint)) throw InputError(fmt::format("{}: no such checkpoint", checkpoint));
+    run_eval(c, load_pretrained(c.finetune.pretrained), checkpoint, out);
+    return 0;
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Command> make_eval_command(CLI::App& parent) { return std::make_unique<EvalCommand>(parent); }
+
+}  // namespace thx

@@ -1,0 +1,88 @@
+// sweep_plan.cpp: what `thx sweep` knows of a pretraining run before it starts, from its
+// resolved config: the YAML, the run's model FLOPs, and per layer type the resolved attention
+// (the row signature thx table matches), its parameters and its multiplies.
+#include <filesystem>
+
+#include <nlohmann/json.hpp>
+
+#include "attention/costs.h"
+#include "attention/factory.h"
+#include "attention/registry.h"
+#include "common/fs.h"
+#include "experiments/bench_train.h"
+#include "experiments/sweep.h"
+#include "training/spec.h"
+
+namespace thx {
+namespace {
+
+using json = nlohmann::json;
+
+// Vocabulary size from the prepared data's manifest; T5's padded 32128 before it exists.
+int64_t prepared_vocab(const std::string& dir) {
+  const std::string m = (std::filesystem::path(dir) / "manifest.json").string();
+  try {
+    if (std::filesystem::exists(m)) return json::parse(read_file(m))["tokenizer"]["vocab_size"];
+  } catch (const std::exception&) {
+  }
+  return 32128;
+}
+
+json attention_json(const AttentionDims& d) {
+  json j = {{"variant", d.name()}, {"h_k", d.h_k}, {"h", d.h}, {"h_v", d.h_v},
+            {"d_k", d.d_k}, {"d_v", d.d_v}};
+  json dyn = json::array();
+  for (auto [on, n] : {std::pair{d.X_l, "X_l"}, {d.M_l, "M_l"}, {d.X_w, "X_w"}, {d.M_w, "M_w"}})
+    if (on) dyn.push_back(n);
+  j["dynamic"] = dyn;
+  return j;
+}
+
+}  // namespace
+
+ResolvedRun resolve_pretrain_run(ConfigTree& tree) {
+  ResolvedRun r;
+  const PretrainConfig pc = load_pretrain_config(tree, &r.yaml);
+  const int64_t d = pc.model.d_model, n = pc.data.inputs_length, t = pc.data.targets_length;
+  r.steps = pc.train.steps;
+  const bool encoder_only = pc.model.encoder_only();
+  r.flops = 6.0 * double(pc.train.batch_size) * double(pc.train.steps) *
+            (encoder_only ? encoder_forward_multiplies(pc.model, pc.attention.encoder_self, n,
+                                                       pc.data.max_predictions_per_seq,
+                                                       prepared_vocab(pc.data.prepared))
+                          : t5_forward_multiplies(pc.model, pc.attention, n, t, prepared_vocab(pc.data.prepared)));
+  const std::pair<const char*, const AttentionConfig*> layers[] = {
+      {"encoder_self", &pc.attention.encoder_self},
+      {"decoder_self", &pc.attention.decoder_self},
+      {"encoder_decoder", &pc.attention.encoder_decoder}};
+  json att, params, mults;
+  std::string summary;
+  for (const auto& [name, cfg] : layers) {
+    if (encoder_only && std::string(name) != "encoder_self") continue;  // no decoder
+    AttentionDims dims = resolve(*cfg, d, d, d);
+    dims.biases = encoder_only && dims.variant->dense_biases;  // BERT's dense biases
+    att[name] = attention_json(dims);
+    // Per attention layer, at the run's own sizes: n = m = inputs length (as the paper's
+    // n = m = 512), and for encoder-decoder attention m = inputs, n = targets.
+    params[name] = count_parameters(*make_attention(dims));
+    const bool encdec = std::string(name) == "encoder_decoder";
+    mults[name] = multiplies(dims, std::string(name) == "decoder_self" || encdec ? t : n,
+                             std::string(name) == "decoder_self" ? t : n);
+    summary += (summary.empty() ? "" : "; ") + std::string(name) + " " + dims.summary();
+  }
+  // One line when all three layer types agree.
+  if (encoder_only || (att["encoder_self"] == att["decoder_self"] && att["encoder_self"] == att["encoder_decoder"]))
+    summary = resolve(pc.attention.encoder_self, d, d, d).summary();
+  r.attention = summary;
+  r.info["attention"] = att.dump();
+  r.info["params_per_att_layer"] = params.dump();
+  r.info["multiplies_per_att_layer"] = mults.dump();
+  r.info["d_model"] = std::to_string(d);
+  r.info["model"] = json(pc.model.type).dump();
+  r.info["inputs_length"] = std::to_string(n);
+  r.info["targets_length"] = std::to_string(t);
+  r.info["batch_size"] = std::to_string(pc.train.batch_size);
+  return r;
+}
+
+}  // namespace thx

@@ -1,0 +1,143 @@
+#include "experiments/sweep_results.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+
+#include <fmt/format.h>
+
+#include "common/error.h"
+#include "common/fs.h"
+
+namespace thx {
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+// Fine-tuning results under <run>/finetune/ (any depth): each <task>.json that `thx finetune`
+// wrote, as {task: metrics}. Read whenever results.jsonl is written, so that fine-tuning done
+// after a run finished reaches the tables (read_results merges it too).
+json read_downstream(const std::string& run_dir) {
+  json downstream = json::object();
+  const fs::path ft = fs::path(run_dir) / "finetune";
+  if (!fs::is_directory(ft)) return downstream;
+  for (const auto& f : fs::recursive_directory_iterator(ft)) {
+    if (!f.is_regular_file() || f.path().extension() != ".json") continue;
+    try {
+      const json j = json::parse(read_file(f.path().string()));
+      if (j.is_object() && j.contains("task") && j["task"].is_string() && j.contains("metrics") &&
+          j["metrics"].is_object() && j.contains("history"))
+        downstream[j["task"].get<std::string>()] = j["metrics"];
+    } catch (const std::exception&) {
+      // predictions files and other JSON beside the results
+    }
+  }
+  return downstream;
+}
+
+std::vector<json> read_results(const std::string& dir) {
+  const std::string path = (fs::path(dir) / "results.jsonl").string();
+  std::ifstream in(path);
+  if (!in) throw InputError(fmt::format("{}: no results file; run `thx sweep` first", path));
+  std::vector<json> out;
+  int line_no = 0;
+  for (std::string line; std::getline(in, line);) {
+    ++line_no;
+    if (line.empty()) continue;
+    try {
+      out.push_back(json::parse(line));
+    } catch (const json::exception& e) {
+      throw InputError(fmt::format("{}:{}: not a JSON object ({})", path, line_no, e.what()));
+    }
+    json& r = out.back();
+    if (!r.is_object() || !r.contains("name") || !r["name"].is_string())
+      throw InputError(fmt::format("{}:{}: expected a JSON object with a 'name'", path, line_no));
+    // Fine-tuning done since the sweep wrote this line.
+    const json d = read_downstream((fs::path(dir) / r["name"].get<std::string>()).string());
+    if (!d.empty()) r["downstream"] = d;
+    for (const char* k : {"ln_ppl", "best_ln_ppl", "step_time_s", "tokens_per_s", "d_model", "seed", "steps",
+                          "mlm", "sop", "nsp"})
+      if (r.contains(k) && !r[k].is_number())
+        throw InputError(fmt::format("{}:{}: '{}' must be a number", path, line_no, k));
+    for (const char* k : {"budget", "variant", "model"})
+      if (r.contains(k) && !r[k].is_string())
+        throw InputError(fmt::format("{}:{}: '{}' must be a string", path, line_no, k));
+    if (r.contains("downstream")) {
+      bool ok = r["downstream"].is_object();
+      if (ok)
+        for (const auto& [task, m] : r["downstream"].items()) {
+          ok = ok && m.is_object();
+          if (ok)
+            for (const auto& [k, v] : m.items()) ok = ok && v.is_number();
+        }
+      if (!ok)
+        throw InputError(fmt::format("{}:{}: 'downstream' must map each task to {{metric: number}}", path, line_no));
+    }
+    if (r.contains("attention")) {
+      bool ok = r["attention"].is_object();
+      if (ok)
+        for (const auto& [layer, a] : r["attention"].items()) {
+          ok = ok && a.is_object() && a.contains("variant") && a["variant"].is_string();
+          for (const char* k : {"h_k", "h", "h_v", "d_k", "d_v"})
+            ok = ok && a.contains(k) && a[k].is_number_integer();
+        }
+      if (!ok)
+        throw InputError(fmt::format("{}:{}: 'attention' must map each layer type to "
+                                     "{{variant, h_k, h, h_v, d_k, d_v, dynamic}}", path, line_no));
+    }
+  }
+  return out;
+}
+
+// What a run's metrics.jsonl says: finished when an evaluation at the last step is there.
+json summarize_metrics(const std::string& run_dir, int64_t steps, bool* finished) {
+  std::ifstream in((fs::path(run_dir) / "metrics.jsonl").string());
+  std::vector<double> step_times, tokens_per_s;
+  std::optional<double> final_ppl, best_ppl;
+  std::map<std::string, double> accuracies;  // BERT/ALBERT: at the last evaluation
+  int64_t last_eval = -1;
+  json curve = json::array();
+  for (std::string line; std::getline(in, line);) {
+    json j;
+    try {
+      j = json::parse(line);
+    } catch (const json::exception&) {
+      continue;  // a line cut by a kill
+    }
+    if (j.contains("ln_ppl")) {
+      const double v = j["ln_ppl"];
+      final_ppl = v, last_eval = j.value("step", int64_t(-1));
+      best_ppl = best_ppl ? std::min(*best_ppl, v) : v;
+      accuracies.clear();
+      for (const char* k : {"mlm", "sop", "nsp"})
+        if (j.contains(std::string(k) + "_accuracy")) accuracies[k] = 100.0 * j[std::string(k) + "_accuracy"].get<double>();
+    }
+    if (j.contains("step_time_s")) step_times.push_back(j["step_time_s"]);
+    if (j.contains("tokens_per_s")) tokens_per_s.push_back(j["tokens_per_s"]);
+  }
+  *finished = final_ppl && last_eval == steps;
+  json r;
+  if (final_ppl) r["ln_ppl"] = *final_ppl, r["best_ln_ppl"] = *best_ppl;
+  for (const auto& [k, v] : accuracies) r[k] = v;  // percent, as Tables 5 and 6 print them
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v.empty() ? 0.0 : v[v.size() / 2];
+  };
+  if (!step_times.empty()) r["step_time_s"] = median(step_times), r["tokens_per_s"] = median(tokens_per_s);
+  return r;
+}
+
+void write_results_jsonl(const std::string& out, const std::vector<std::string>& run_dirs) {
+  std::string text;
+  for (const auto& dir : run_dirs) {
+    const fs::path rj = fs::path(dir) / "result.json";
+    if (!fs::exists(rj)) continue;
+    json r = json::parse(read_file(rj.string()));
+    const json d = read_downstream(dir);
+    if (!d.empty()) r["downstream"] = d;
+    text += r.dump() + "\n";
+  }
+  write_file_atomic((fs::path(out) / "results.jsonl").string(), text);
+}
+
+}  // namespace thx

@@ -1,0 +1,269 @@
+#include "experiments/sweep.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/file.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "common/error.h"
+#include "common/fs.h"
+#include "common/log.h"
+#include "experiments/bench_attention.h"
+#include "experiments/results_table.h"
+#include "experiments/sweep_results.h"
+
+// The process pool of `thx sweep`: every run resolved first, then `jobs` child processes of
+// `thx pretrain --resume` at a time, each run's result recorded as it finishes.
+namespace thx {
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+volatile std::sig_atomic_t g_sweep_stop = 0;
+void on_sweep_signal(int) { g_sweep_stop = 1; }
+
+std::string last_line(const std::string& path) {
+  std::ifstream in(path);
+  std::string last;
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty()) last = line;
+  return last;
+}
+
+}  // namespace
+
+int run_sweep(const Sweep& sweep, const SweepOptions& o,
+              const std::function<ResolvedRun(ConfigTree&)>& resolve) {
+  auto log = thx::log("sweep");
+  const std::string out = o.out_dir.empty() ? (fs::path("runs") / sweep.name).string() : o.out_dir;
+  if (o.jobs < 1) throw InputError(fmt::format("--jobs {}: must be at least 1", o.jobs));
+
+  // Resolve every run first: a bad key in any of them stops the sweep before anything runs.
+  struct Planned {
+    const SweepRun* run;
+    ResolvedRun resolved;
+    std::string dir, hash;
+    bool finished = false;
+  };
+  std::vector<Planned> plan;
+  for (const auto& r : sweep.runs) {
+    ConfigTree t = sweep_run_tree(sweep, r);
+    ResolvedRun resolved;
+    try {
+      resolved = resolve(t);
+    } catch (const InputError& e) {
+      // The message names the key and where its value came from; say which run, too.
+      const std::string what = e.what();
+      throw InputError(what.rfind(sweep.file, 0) == 0
+                           ? fmt::format("run '{}': {}", r.name, what)
+                           : fmt::format("{}: run '{}': {}", sweep.file, r.name, what));
+    }
+    Planned p{&r, std::move(resolved), (fs::path(out) / r.name).string(), ""};
+    p.hash = fmt::format("{:016x}", fnv1a(p.resolved.yaml));
+    plan.push_back(std::move(p));
+  }
+  // A run directory that holds another config is never reused.
+  for (auto& p : plan) {
+    const std::string cfg = (fs::path(p.dir) / "run.yaml").string();
+    if (fs::exists(cfg) && read_file(cfg) != p.resolved.yaml)
+      throw InputError(fmt::format("{}: run '{}' was started with another config ({}); the sweep "
+                                   "file changed since. Restore it, or use another --out", sweep.file,
+                                   p.run->name, cfg));
+    p.finished = fs::exists(fs::path(p.dir) / "result.json");
+  }
+  const int64_t cores = o.threads > 0 ? o.threads : std::max(1u, std::thread::hardware_concurrency());
+  const int64_t jobs = std::min<int64_t>(o.jobs, std::max<int64_t>(1, int64_t(plan.size())));
+  const int64_t threads = std::max<int64_t>(1, cores / jobs);
+
+  double flops_left = 0, flops_all = 0;
+  for (const auto& p : plan) {
+    flops_all += p.resolved.flops;
+    if (!p.finished) flops_left += p.resolved.flops;
+  }
+  if (o.dry_run) {
+    std::printf("sweep %s (%s): %zu runs into %s\n", sweep.name.c_str(), sweep.file.c_str(),
+                plan.size(), out.c_str());
+    // Which printed rows of the sweep's table each run fills (thx table's matching rule).
+    std::vector<PaperRow> paper;
+    if (!sweep.table.empty()) paper = load_paper_rows(default_tables_csv());
+    auto fills = [&](const Planned& p) {
+      if (sweep.table.empty()) return std::string("-");
+      json r = {{"name", p.run->name}};
+      for (const auto& [k, v] : p.resolved.info) r[k] = json::parse(v);
+      std::vector<std::string> rows;
+      for (const auto& m : match_rows(parse_layout(sweep.table), paper, {r}))
+        if (!m.runs.empty()) rows.push_back(fmt::format("{}", m.paper.row));
+      return rows.empty() ? std::string("none") : fmt::format("{}", fmt::join(rows, ", "));
+    };
+    std::printf("| run | steps | attention | fills %s row | model PFLOP | state |\n"
+                "|---|---:|---|---|---:|---|\n", sweep.table.empty() ? "-" : sweep.table.c_str());
+    for (const auto& p : plan) {
+      const bool started = fs::exists(fs::path(p.dir) / "checkpoints");
+      std::printf("| %s | %lld | %s | %s | %.3f | %s |\n", p.run->name.c_str(),
+                  (long long)p.resolved.steps, p.resolved.attention.c_str(), fills(p).c_str(),
+                  p.resolved.flops / 1e15,
+                  p.finished ? "finished" : started ? "started (resumes)" : "to run");
+    }
+    const double peak = matmul_peak_gflops(1024, 3) * 1e9;
+    std::printf("\nTo run: %.3f of %.3f PFLOP of model FLOPs, about %s on %lld threads at 50%% "
+                "of this machine's fp32 matmul peak (%.0f GFLOP/s, measured now; mini T5 steps "
+                "reach 45-65%% at one thread per job, docs/benchmarks.md).\n",
+                flops_left / 1e15, flops_all / 1e15, format_duration(flops_left / (0.5 * peak)).c_str(),
+                (long long)torch::get_num_threads(), peak / 1e9);
+    return 0;
+  }
+
+  fs::create_directories(out);
+  // One sweep process per directory.
+  const std::string lock_path = (fs::path(out) / ".lock").string();
+  const int lock_fd = ::open(lock_path.c_str(), O_CREAT | O_RDWR, 0644);
+  if (lock_fd < 0 || ::flock(lock_fd, LOCK_EX | LOCK_NB) != 0)
+    throw InputError(fmt::format("{}: another thx sweep is running on this directory", out));
+  write_file_atomic((fs::path(out) / "sweep.yaml").string(), read_file(sweep.file));
+
+  auto write_results = [&] {
+    std::vector<std::string> dirs;
+    for (const auto& p : plan) dirs.push_back(p.dir);
+    write_results_jsonl(out, dirs);
+  };
+
+  struct Child {
+    size_t index;
+    pid_t pid;
+    std::chrono::steady_clock::time_point start;
+  };
+  std::vector<Child> running;
+  std::vector<std::string> failures;
+  size_t next = 0, done = 0, todo = 0;
+  for (const auto& p : plan) todo += !p.finished;
+  log->info("{}: {} runs, {} finished, {} to run; {} at a time, {} threads each; into {}",
+            sweep.name, plan.size(), plan.size() - todo, todo, jobs, threads, out);
+
+  g_sweep_stop = 0;
+  // Without SA_RESTART, so that a signal interrupts waitpid() and the runs hear of it at once.
+  struct sigaction sa {}, old_int {}, old_term {};
+  sa.sa_handler = on_sweep_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = 0;
+  sigaction(SIGINT, &sa, &old_int);
+  sigaction(SIGTERM, &sa, &old_term);
+  const auto t0 = std::chrono::steady_clock::now();
+  double flops_done = 0;
+  bool forwarded = false;
+
+  auto launch = [&](size_t i) {
+    Planned& p = plan[i];
+    fs::create_directories(p.dir);
+    const std::string cfg = (fs::path(p.dir) / "run.yaml").string();
+    if (!fs::exists(cfg)) write_file_atomic(cfg, p.resolved.yaml);
+    const std::string log_path = (fs::path(p.dir) / "stdout.log").string();
+    const std::vector<std::string> args = {o.thx_binary, "--threads", std::to_string(threads),
+                                           "pretrain", "--config", cfg, "--run-dir", p.dir, "--resume"};
+    const pid_t parent = getpid();
+    const pid_t pid = fork();
+    if (pid < 0) throw RunError(fmt::format("sweep: cannot start a process: {}", std::strerror(errno)));
+    if (pid == 0) {
+      // If the sweep dies (even by SIGKILL), its runs get SIGTERM: they checkpoint and stop,
+      // so a restarted sweep never finds two processes in one run directory.
+      prctl(PR_SET_PDEATHSIG, SIGTERM);
+      if (getppid() != parent) _exit(1);
+      std::signal(SIGINT, SIG_DFL), std::signal(SIGTERM, SIG_DFL);
+      const int fd = ::open(log_path.c_str(), O_CREAT | O_WRONLY | O_APPEND, 0644);
+      if (fd >= 0) dup2(fd, 1), dup2(fd, 2);
+      std::vector<char*> argv;
+      for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+      argv.push_back(nullptr);
+      execv(argv[0], argv.data());
+      _exit(127);
+    }
+    running.push_back({i, pid, std::chrono::steady_clock::now()});
+    log->info("[{}/{}] started {} ({})", done + running.size(), todo, p.run->name, p.resolved.attention);
+  };
+
+  while (true) {
+    if (g_sweep_stop && !forwarded) {
+      log->warn("stopping: the runs save a checkpoint and exit; run the same command to resume");
+      for (const auto& c : running) kill(c.pid, SIGTERM);
+      forwarded = true;
+    }
+    while (!g_sweep_stop && int64_t(running.size()) < jobs && next < plan.size()) {
+      if (!plan[next].finished) launch(next);
+      ++next;
+    }
+    if (running.empty()) break;
+    int status = 0;
+    const pid_t pid = waitpid(-1, &status, 0);
+    if (pid < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    auto it = std::find_if(running.begin(), running.end(), [&](const Child& c) { return c.pid == pid; });
+    if (it == running.end()) continue;
+    Planned& p = plan[it->index];
+    const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - it->start).count();
+    running.erase(it);
+    // Wall time accumulates over the sessions a run took.
+    const std::string wall_path = (fs::path(p.dir) / "wall_s.txt").string();
+    double wall_total = wall;
+    if (fs::exists(wall_path)) wall_total += std::atof(read_file(wall_path).c_str());
+    write_file_atomic(wall_path, fmt::format("{:.1f}\n", wall_total));
+    bool finished = false;
+    json r = summarize_metrics(p.dir, p.resolved.steps, &finished);
+    const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    if (ok && finished) {
+      r["name"] = p.run->name;
+      r["sweep"] = sweep.name;
+      if (!p.run->variant.empty()) r["variant"] = p.run->variant;
+      if (!p.run->budget.empty()) r["budget"] = p.run->budget;
+      if (p.run->seed) r["seed"] = *p.run->seed;
+      r["steps"] = p.resolved.steps;
+      r["wall_s"] = std::round(wall_total * 10) / 10;
+      r["config_hash"] = p.hash;
+      for (const auto& [k, v] : p.resolved.info) r[k] = json::parse(v);
+      write_file_atomic((fs::path(p.dir) / "result.json").string(), r.dump() + "\n");
+      p.finished = true;
+      ++done;
+      flops_done += p.resolved.flops;
+      write_results();
+      const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      const double eta = flops_done > 0 ? elapsed / flops_done * (flops_left - flops_done) : 0;
+      log->info("[{}/{}] finished {}: ln(PPL) {:.4f}, {} | ETA {}", done, todo, p.run->name,
+                r.value("ln_ppl", 0.0), format_duration(wall), format_duration(eta));
+    } else if (ok || g_sweep_stop) {
+      log->warn("{}: stopped at a checkpoint; the next `thx sweep` resumes it", p.run->name);
+    } else {
+      const std::string why = last_line((fs::path(p.dir) / "stdout.log").string());
+      failures.push_back(fmt::format("{}: {}", p.run->name, why));
+      log->error("{} failed ({}): {}", p.run->name,
+                 WIFEXITED(status) ? fmt::format("exit code {}", WEXITSTATUS(status))
+                                   : fmt::format("signal {}", WTERMSIG(status)), why);
+    }
+  }
+  sigaction(SIGINT, &old_int, nullptr);
+  sigaction(SIGTERM, &old_term, nullptr);
+  write_results();
+  size_t finished = 0;
+  for (const auto& p : plan) finished += p.finished;
+  log->info("{}: {} of {} runs finished; results in {}", sweep.name, finished, plan.size(),
+            (fs::path(out) / "results.jsonl").string());
+  for (const auto& f : failures) log->error("failed: {}", f);
+  ::close(lock_fd);
+  return int(failures.size());
+}
+
+}  // namespace thx
