@@ -300,7 +300,7 @@ class EncoderTask : public Trainee {
     d_ = load_splits(f_, task, true, rng_);
     torch::manual_seed(uint64_t(f_.seed));
     const int64_t vocab = pc_.model.vocab_size > 0 ? pc_.model.vocab_size : fz.vocab_size();
-    model = EncoderModel(pc_.model, pc_.attention.encoder_self, vocab, false);
+    model = EncoderModel(resolve_model_spec(pc_.model, pc_.attention), vocab, false);
     copy_parameters(model->named_parameters_by_path(), job.pretrained.checkpoint.params, job.pretrained.path);
     head = TaskHead(pc_.model.d_model, head_outputs(s_));
     // Training units: one feature, or (multiple choice) the options of one example together.
@@ -471,7 +471,7 @@ void eval_encoder_task(const FinetuneJob& job, const std::string& task, const Ch
   const Featurizer fz(f, job.tokenizer);
   const PretrainConfig pc = with_dropout(job.pretrained.config, f);
   const int64_t vocab = pc.model.vocab_size > 0 ? pc.model.vocab_size : fz.vocab_size();
-  EncoderModel m(pc.model, pc.attention.encoder_self, vocab, false);
+  EncoderModel m(resolve_model_spec(pc.model, pc.attention), vocab, false);
   copy_parameters(m->named_parameters_by_path(), ck.params, file);
   TaskHead h(pc.model.d_model, head_outputs(s));
   copy_parameters({{"heads/" + task + "/w", h->w}, {"heads/" + task + "/bias", h->b}}, ck.params, file);

@@ -52,7 +52,7 @@ class T5Finetune : public Trainee {
         tok_(job.tokenizer), rng_(uint64_t(f_.seed)) {
     const int64_t vocab = pc_.model.vocab_size > 0 ? pc_.model.vocab_size : tok_.vocab_size();
     torch::manual_seed(uint64_t(f_.seed));
-    model = T5(pc_.model, pc_.attention, vocab);
+    model = T5(resolve_model_spec(pc_.model, pc_.attention), vocab);
   }
 
   // Every task's dev split, and with need_train its training pairs and mixing rate.

@@ -32,7 +32,7 @@ Timed time_steps(const PretrainConfig& c, int64_t vocab, int64_t batch, int64_t 
   std::function<torch::Tensor()> loss_of;
   const int64_t n = c.data.inputs_length;
   if (c.model.encoder_only()) {  // MLM + SOP on random tokens, as the stream's shapes
-    enc = EncoderModel(c.model, c.attention.encoder_self, vocab, c.data.sentence_task != "none");
+    enc = EncoderModel(resolve_model_spec(c.model, c.attention), vocab, c.data.sentence_task != "none");
     model = enc.ptr();
     opt = make_optimizer(c.optimizer, optimized_params(*enc, enc->named_parameters_by_path(), c.optimizer));
     const int64_t P = c.data.max_predictions_per_seq;
@@ -41,7 +41,7 @@ Timed time_steps(const PretrainConfig& c, int64_t vocab, int64_t batch, int64_t 
     const torch::Tensor labels = torch::randint(0, 2, {batch});
     loss_of = [=]() mutable { return enc->forward(ids, types, positions, targets, labels).loss; };
   } else {
-    t5 = T5(c.model, c.attention, vocab);
+    t5 = T5(resolve_model_spec(c.model, c.attention), vocab);
     model = t5.ptr();
     opt = make_optimizer(c.optimizer, optimized_params(*t5, c.optimizer.factor_attention));
     const torch::Tensor in = torch::randint(2, vocab, {batch, n});

@@ -43,7 +43,8 @@ json attention_json(const AttentionDims& d) {
 ResolvedRun resolve_pretrain_run(ConfigTree& tree) {
   ResolvedRun r;
   const PretrainConfig pc = load_pretrain_config(tree, &r.yaml);
-  const int64_t d = pc.model.d_model, n = pc.data.inputs_length, t = pc.data.targets_length;
+  const int64_t n = pc.data.inputs_length, t = pc.data.targets_length;
+  const ModelSpec spec = resolve_model_spec(pc.model, pc.attention);
   r.steps = pc.train.steps;
   const bool encoder_only = pc.model.encoder_only();
   r.flops = 6.0 * double(pc.train.batch_size) * double(pc.train.steps) *
@@ -51,16 +52,13 @@ ResolvedRun resolve_pretrain_run(ConfigTree& tree) {
                                                        pc.data.max_predictions_per_seq,
                                                        prepared_vocab(pc.data.prepared))
                           : t5_forward_multiplies(pc.model, pc.attention, n, t, prepared_vocab(pc.data.prepared)));
-  const std::pair<const char*, const AttentionConfig*> layers[] = {
-      {"encoder_self", &pc.attention.encoder_self},
-      {"decoder_self", &pc.attention.decoder_self},
-      {"encoder_decoder", &pc.attention.encoder_decoder}};
+  const std::pair<const char*, const AttentionDims*> layers[] = {
+      {"encoder_self", &spec.encoder_self}, {"decoder_self", &spec.decoder_self}, {"encoder_decoder", &spec.encoder_decoder}};
   json att, params, mults;
   std::string summary;
-  for (const auto& [name, cfg] : layers) {
+  for (const auto& [name, resolved] : layers) {
     if (encoder_only && std::string(name) != "encoder_self") continue;  // no decoder
-    AttentionDims dims = resolve(*cfg, d, d, d);
-    dims.biases = encoder_only && dims.variant->dense_biases;  // BERT's dense biases
+    const AttentionDims& dims = *resolved;  // with BERT's dense biases where the model has them
     att[name] = attention_json(dims);
     // Per attention layer, at the run's own sizes: n = m = inputs length (as the paper's
     // n = m = 512), and for encoder-decoder attention m = inputs, n = targets.
@@ -72,12 +70,12 @@ ResolvedRun resolve_pretrain_run(ConfigTree& tree) {
   }
   // One line when all three layer types agree.
   if (encoder_only || (att["encoder_self"] == att["decoder_self"] && att["encoder_self"] == att["encoder_decoder"]))
-    summary = resolve(pc.attention.encoder_self, d, d, d).summary();
+    summary = spec.encoder_self.summary();
   r.attention = summary;
   r.info["attention"] = att.dump();
   r.info["params_per_att_layer"] = params.dump();
   r.info["multiplies_per_att_layer"] = mults.dump();
-  r.info["d_model"] = std::to_string(d);
+  r.info["d_model"] = std::to_string(pc.model.d_model);
   r.info["model"] = json(pc.model.type).dump();
   r.info["inputs_length"] = std::to_string(n);
   r.info["targets_length"] = std::to_string(t);

@@ -4,7 +4,6 @@
 
 #include "attention/factory.h"
 #include "attention/projected.h"
-#include "attention/registry.h"
 #include "common/error.h"
 #include "models/loss.h"
 #include "models/t5.h"
@@ -107,16 +106,15 @@ struct RecomputeFn : torch::autograd::Function<RecomputeFn> {
 
 }  // namespace
 
-EncoderModelImpl::EncoderModelImpl(const ModelConfig& c, const AttentionConfig& attention,
-                                   int64_t vocab_size, bool sentence_head)
-    : config_(c), vocab_size_(vocab_size) {
+EncoderModelImpl::EncoderModelImpl(const ModelSpec& spec, int64_t vocab_size, bool sentence_head)
+    : config_(spec.model), vocab_size_(vocab_size) {
+  const ModelConfig& c = spec.model;
   validate(c);
   THX_CHECK(c.encoder_only(), "model.type '{}' is not an encoder-only model", c.type);
   THX_CHECK(vocab_size >= 8, "{}: vocabulary size {} is too small", c.type, vocab_size);
   const int64_t d = c.d_model;
   E_ = c.embedding_size > 0 ? c.embedding_size : d;
-  AttentionDims dims = resolve(attention, d, d, d, "attention");
-  dims.biases = dims.variant->dense_biases;
+  const AttentionDims& dims = spec.encoder_self;  // dense biases as the variant's row says
   heads_ = dims.h;
   auto param = [&](const std::string& name, std::vector<int64_t> shape) {
     Tensor p = register_parameter(name, torch::empty(shape));

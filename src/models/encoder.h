@@ -33,6 +33,7 @@
 
 #include "attention/attention.h"
 #include "models/config.h"
+#include "models/spec.h"
 
 namespace thx {
 
@@ -57,8 +58,11 @@ class EncoderModelImpl : public torch::nn::Module {
  public:
   // vocab_size: V; the word embedding is padded to a multiple of 128. sentence_head: build
   // the SOP/NSP classifier.
+  EncoderModelImpl(const ModelSpec& spec, int64_t vocab_size, bool sentence_head = true);
+  // Resolves the attention block with resolve_model_spec first (tests, tools).
   EncoderModelImpl(const ModelConfig& config, const AttentionConfig& attention, int64_t vocab_size,
-                   bool sentence_head = true);
+                   bool sentence_head = true)
+      : EncoderModelImpl(resolve_model_spec(config, {attention, attention, attention}), vocab_size, sentence_head) {}
 
   // ids, types [B,n] int64 (0 = padding) -> the final hidden states [B,n,d].
   torch::Tensor encode(const torch::Tensor& ids, const torch::Tensor& types);

@@ -162,22 +162,19 @@ struct LayerImpl : torch::nn::Module {
 // One stack: the encoder (bidirectional bias, no cross-attention) or the decoder.
 class StackImpl : public torch::nn::Module {
  public:
-  StackImpl(const ModelConfig& c, const AttentionConfig& self_cfg, const AttentionConfig* cross_cfg,
-            bool decoder, const std::string& path)
+  // Self-attention of self_dims in every layer; cross-attention of *cross_dims (decoder).
+  StackImpl(const ModelConfig& c, const AttentionDims& self_dims, const AttentionDims* cross_dims, bool decoder)
       : config_(c), decoder_(decoder) {
     const int64_t d = c.d_model;
-    const AttentionDims self_dims = resolve(self_cfg, d, d, d, path + "_self");
-    const AttentionDims cross_dims =
-        cross_cfg ? resolve(*cross_cfg, d, d, d, "attention_encoder_decoder") : AttentionDims{};
     layers_ = register_module("layers", torch::nn::ModuleList());
     const int64_t count = decoder ? c.decoder_layers : c.encoder_layers;
     for (int64_t i = 0; i < count; ++i) {
       auto l = std::make_shared<LayerImpl>();
       l->norm_self = l->register_module("norm_self", RMSNorm(d));
       l->self_attention = l->register_module("self_attention", make_attention(self_dims));
-      if (cross_cfg) {
+      if (cross_dims) {
         l->norm_cross = l->register_module("norm_cross", RMSNorm(d));
-        l->cross_attention = l->register_module("cross_attention", make_attention(cross_dims));
+        l->cross_attention = l->register_module("cross_attention", make_attention(*cross_dims));
       }
       l->norm_ff = l->register_module("norm_ff", RMSNorm(d));
       l->ff = l->register_module("ff", FeedForward(d, c.d_ff, c.ff_dropout));
@@ -249,19 +246,16 @@ class StackImpl : public torch::nn::Module {
 
 // ---- T5 ----------------------------------------------------------------------------------
 
-T5Impl::T5Impl(const ModelConfig& config, const T5Attention& attention, int64_t vocab_size)
-    : config_(config), vocab_size_(vocab_size) {
+T5Impl::T5Impl(const ModelSpec& spec, int64_t vocab_size) : config_(spec.model), vocab_size_(vocab_size) {
+  const ModelConfig& config = spec.model;
   validate(config);
   THX_CHECK(vocab_size >= 2, "T5: vocabulary size {} is too small", vocab_size);
   const int64_t padded = (vocab_size + 127) / 128 * 128;
   shared = register_parameter("shared", torch::empty({padded, config.d_model}));
   init_normal(shared, 1.0);
-  encoder_ = register_module("encoder", std::make_shared<StackImpl>(
-                                            config, attention.encoder_self, nullptr, false,
-                                            "attention_encoder"));
-  decoder_ = register_module("decoder", std::make_shared<StackImpl>(
-                                            config, attention.decoder_self,
-                                            &attention.encoder_decoder, true, "attention_decoder"));
+  encoder_ = register_module("encoder", std::make_shared<StackImpl>(config, spec.encoder_self, nullptr, false));
+  decoder_ = register_module("decoder",
+                             std::make_shared<StackImpl>(config, spec.decoder_self, &spec.encoder_decoder, true));
 }
 
 Tensor T5Impl::logits(const Tensor& inputs, const Tensor& decoder_inputs) {

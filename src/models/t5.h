@@ -25,12 +25,10 @@
 
 #include "attention/attention.h"
 #include "models/config.h"
+#include "models/spec.h"
 
 namespace thx {
 
-struct T5Attention {
-  AttentionConfig encoder_self, decoder_self, encoder_decoder;
-};
 
 // T5's _relative_position_bucket for relative_position = memory - query.
 int64_t relative_position_bucket(int64_t relative_position, bool bidirectional,
@@ -62,7 +60,10 @@ class StackImpl;  // the encoder or the decoder
 class T5Impl : public torch::nn::Module {
  public:
   // vocab_size: V (S + 100); the embedding is padded to a multiple of 128.
-  T5Impl(const ModelConfig& config, const T5Attention& attention, int64_t vocab_size);
+  T5Impl(const ModelSpec& spec, int64_t vocab_size);
+  // Resolves the attention blocks with resolve_model_spec first (tests, tools).
+  T5Impl(const ModelConfig& config, const T5Attention& attention, int64_t vocab_size)
+      : T5Impl(resolve_model_spec(config, attention), vocab_size) {}
 
   struct Output {
     torch::Tensor logits;  // [B,t,V]

@@ -98,11 +98,12 @@ Setup build(const PretrainConfig& c) {
         "{}: tokenized with {} ids; T5 needs T5's (eos 1 and 100 sentinels): train one with "
         "`thx spm-train --convention t5` and run `thx prepare` with it",
         c.data.prepared, s.train.convention));
+  const ModelSpec spec = resolve_model_spec(c.model, c.attention);  // once, for the builders
   torch::manual_seed(uint64_t(c.train.seed));
   if (c.model.encoder_only())
-    s.model.encoder = EncoderModel(c.model, c.attention.encoder_self, vocab, c.data.sentence_task != "none");
+    s.model.encoder = EncoderModel(spec, vocab, c.data.sentence_task != "none");
   else
-    s.model.t5 = T5(c.model, c.attention, vocab);
+    s.model.t5 = T5(spec, vocab);
   s.optimizer = make_optimizer(c.optimizer, optimized_params(s.model.module(), s.model.params(), c.optimizer));
   s.stream = make_stream(c, s.train, s.word_starts, uint64_t(c.train.seed), true);
   return s;

@@ -7,6 +7,10 @@
 // key by key for one layer type (Tables 4 and 10): a key they do not set is inherited from
 // `attention` (ConfigTree::inherit, once, before reading).
 //
+// The models are built from a ModelSpec (models/spec.h): resolve_model_spec(model, attention)
+// turns a PretrainConfig's blocks into resolved AttentionDims once, and the builders (T5,
+// EncoderModel) and, through the built layers, the optimizer's factoring rule read those.
+//
 // Keys that moved: checkpoints written before attention dropout became attention.dropout
 // (9692936) carry model.attention_dropout; pretrain_config_from_checkpoint maps it.
 #pragma once
