@@ -3,7 +3,7 @@
 # build. Trains a SentencePiece model on the Linux kernel's documentation (installed by
 # setup.sh: linux-doc-6.1, 24 MB of English reStructuredText), tokenizes it into shards,
 # pretrains a mini T5 (configs/t5/mini.yaml) with multi-head and with talking-heads attention,
-# and prints both held-out ln(PPL) side by side. About 3 minutes on 2 cores.
+# and prints both held-out ln(PPL) side by side. About 2 minutes on 2 cores (after the build).
 #
 # Everything goes to runs/quickstart (override with OUT=...). A re-run reuses what is done:
 # prepare skips unchanged inputs and pretrain --resume finds the finished runs.

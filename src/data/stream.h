@@ -23,15 +23,15 @@ struct StreamState {
 // One batch. T5: inputs, decoder_inputs, targets. BERT/ALBERT (data/mlm.h): inputs,
 // token_types, positions (of the masked tokens), targets (their original ids), labels.
 struct Batch {
-  torch::Tensor inputs;          // [B, inputs_length] int64, 0 = padding
-  torch::Tensor decoder_inputs;  // [B, targets_length]: targets shifted right, 0 first
-  torch::Tensor targets;         // [B, targets_length], 0 = padding  (MLM: [B, P])
-  torch::Tensor token_types;     // [B, inputs_length] segment ids      (MLM)
-  torch::Tensor positions;       // [B, P] masked positions, 0 padded    (MLM)
-  torch::Tensor labels;          // [B] sentence label, -1 = none        (MLM)
+  torch::Tensor inputs;          // [b, inputs_length] int64, 0 = padding
+  torch::Tensor decoder_inputs;  // [b, targets_length]: targets shifted right, 0 first
+  torch::Tensor targets;         // [b, targets_length], 0 = padding  (MLM: [b, P])
+  torch::Tensor token_types;     // [b, inputs_length] segment ids      (MLM)
+  torch::Tensor positions;       // [b, P] masked positions, 0 padded    (MLM)
+  torch::Tensor labels;          // [b] sentence label, -1 = none        (MLM)
                                  //     fine-tuning heads: class / option label
-  torch::Tensor scores;          // [B] float regression target (fine-tuning heads; targets
-                                 //     [B,2] then holds span start and end)
+  torch::Tensor scores;          // [b] float regression target (fine-tuning heads; targets
+                                 //     [b,2] then holds span start and end)
 };
 
 // A resumable source of training or held-out batches.

@@ -20,7 +20,7 @@
 #include "training/loop.h"
 #include "training/pretrain.h"
 
-// Shapes: B features in a batch (multiple choice: B / K examples of K options), n positions,
+// Shapes: b features in a batch (multiple choice: b / K examples of K options), n positions,
 // d = d_model, K classes or options.
 namespace thx {
 namespace fs = std::filesystem;
@@ -171,27 +171,27 @@ class Featurizer {
     return out;
   }
 
-  // Features -> ids and token types [B,n], zero-padded.
+  // Features -> ids and token types [b,n], zero-padded.
   static Batch batch(const std::vector<const Feature*>& fs) {
     size_t n = 0;
     for (auto* f : fs) n = std::max(n, f->ids.size());
     Batch b;
-    b.inputs = torch::zeros({int64_t(fs.size()), int64_t(n)}, torch::kInt64);  // [B,n]
-    b.token_types = torch::zeros_like(b.inputs);                                // [B,n]
+    b.inputs = torch::zeros({int64_t(fs.size()), int64_t(n)}, torch::kInt64);  // [b,n]
+    b.token_types = torch::zeros_like(b.inputs);                                // [b,n]
     auto a = b.inputs.accessor<int64_t, 2>(), t = b.token_types.accessor<int64_t, 2>();
     for (size_t i = 0; i < fs.size(); ++i)
       for (size_t j = 0; j < fs[i]->ids.size(); ++j) a[i][j] = fs[i]->ids[j], t[i][j] = fs[i]->types[j];
     return b;
   }
 
-  // Head outputs: classification [B,K], regression [B], span [B,n,2], choice [B] (one score
+  // Head outputs: classification [b,K], regression [b], span [b,n,2], choice [b] (one score
   // per option).
   Tensor head_forward(EncoderModel& m, TaskHead& h, const TaskSpec& s, const Tensor& ids, const Tensor& types) const {
-    const Tensor hidden = m->encode(ids, types);         // [B,n,d]
-    if (s.kind == TaskKind::span) return h->forward(hidden);  // [B,n,2]
-    Tensor pooled = m->pooled(hidden);                  // [B,d]
-    if (m->is_training() && f_.classifier_dropout > 0) pooled = torch::dropout(pooled, f_.classifier_dropout, true);
-    const Tensor out = h->forward(pooled);              // [B,K]
+    const Tensor hidden = m->encode(ids, types);         // [b,n,d]
+    if (s.kind == TaskKind::span) return h->forward(hidden);  // [b,n,2]
+    Tensor pooled = m->pooled(hidden);                  // [b,d]
+    if (m->is_training() && f_.classifier_dropout > 0) pooled = torch::dropout(pooled, f_.classifier_dropout, true);  // [b,d]
+    const Tensor out = h->forward(pooled);              // [b,K]
     return s.kind == TaskKind::classification ? out : out.squeeze(1);
   }
 
@@ -209,7 +209,7 @@ class Featurizer {
     for (size_t b0 = 0; b0 < feats.size(); b0 += bs) {
       std::vector<const Feature*> fs;
       for (size_t i = b0; i < std::min(feats.size(), b0 + bs); ++i) fs.push_back(&feats[i]);
-      const Tensor o = head_forward(m, h, s, batch(fs).inputs, batch(fs).token_types).contiguous();
+      const Tensor o = head_forward(m, h, s, batch(fs).inputs, batch(fs).token_types).contiguous();  // head_forward's
       for (size_t i = 0; i < fs.size(); ++i) {
         const Feature& f = *fs[i];
         if (s.kind == TaskKind::classification) labels[size_t(f.example)] = int(o[int64_t(i)].argmax().item<int64_t>());
@@ -219,7 +219,7 @@ class Featurizer {
           SpanWindow w;
           w.token_to_word = f.token_to_word, w.max_context = f.max_context;
           const Tensor l = o[int64_t(i)].narrow(0, 0, int64_t(f.ids.size()));  // [n,2]
-          const Tensor st = l.select(1, 0).contiguous(), en = l.select(1, 1).contiguous();
+          const Tensor st = l.select(1, 0).contiguous(), en = l.select(1, 1).contiguous();  // [n], [n]
           w.start_logits.assign(st.data_ptr<float>(), st.data_ptr<float>() + st.numel());
           w.end_logits.assign(en.data_ptr<float>(), en.data_ptr<float>() + en.numel());
           windows[size_t(f.example)].push_back(std::move(w));
@@ -347,9 +347,9 @@ class EncoderTask : public Trainee {
       }
       Batch b = Featurizer::batch(fs);
       const int64_t B = int64_t(fs.size());
-      b.labels = torch::empty({B}, torch::kInt64);      // [B] class or option label
-      b.scores = torch::empty({B});                     // [B] regression target
-      b.targets = torch::empty({B, 2}, torch::kInt64);  // [B,2] span start, end (0: [CLS])
+      b.labels = torch::empty({B}, torch::kInt64);      // [b] class or option label
+      b.scores = torch::empty({B});                     // [b] regression target
+      b.targets = torch::empty({B, 2}, torch::kInt64);  // [b,2] span start, end (0: [CLS])
       for (int64_t i = 0; i < B; ++i) {
         const Feature& f = *fs[size_t(i)];
         b.labels[i] = f.label, b.scores[i] = f.score, b.targets[i][0] = f.start, b.targets[i][1] = f.end;
@@ -361,7 +361,7 @@ class EncoderTask : public Trainee {
   double weight(const Batch& b) override { return double(b.inputs.size(0)); }
   int64_t tokens(const Batch& b) override { return b.inputs.numel(); }
   MicroLoss forward(const Batch& b) override {
-    const Tensor o = fz_.head_forward(model, head, s_, b.inputs, b.token_types);
+    const Tensor o = fz_.head_forward(model, head, s_, b.inputs, b.token_types);  // [b,K], [b] or [b,n,2]
     return {loss(o, b), 0.0};
   }
 
@@ -406,20 +406,20 @@ class EncoderTask : public Trainee {
   // (padding masked out), softmax over each example's K options, or class cross-entropy.
   Tensor loss(const Tensor& o, const Batch& b) const {
     const int64_t B = b.inputs.size(0);
-    if (s_.kind == TaskKind::regression) return torch::mse_loss(o, b.scores);  // o [B]
+    if (s_.kind == TaskKind::regression) return torch::mse_loss(o, b.scores);  // o [b]
     if (s_.kind == TaskKind::span) {
       // Padding positions must not win: their logits are masked out of the softmax.
-      const Tensor pad = b.inputs == 0;                                                   // [B,n]
-      const Tensor sl = o.select(2, 0).masked_fill(pad, -1e9), el = o.select(2, 1).masked_fill(pad, -1e9);
-      const Tensor st = b.targets.select(1, 0).contiguous(), en = b.targets.select(1, 1).contiguous();  // [B]
-      return 0.5 * (torch::cross_entropy_loss(sl, st) + torch::cross_entropy_loss(el, en));
+      const Tensor pad = b.inputs == 0;                                                   // [b,n]
+      const Tensor sl = o.select(2, 0).masked_fill(pad, -1e9), el = o.select(2, 1).masked_fill(pad, -1e9);  // [b,n]
+      const Tensor st = b.targets.select(1, 0).contiguous(), en = b.targets.select(1, 1).contiguous();  // [b]
+      return 0.5 * (torch::cross_entropy_loss(sl, st) + torch::cross_entropy_loss(el, en));  // scalar
     }
     if (s_.kind == TaskKind::multiple_choice) {
       const int64_t K = int64_t(s_.name == "race" ? 4 : 2);
-      const Tensor y = b.labels.view({B / K, K}).select(1, 0).contiguous();  // [B/K]: the first option's label
-      return torch::cross_entropy_loss(o.view({B / K, K}), y);
+      const Tensor y = b.labels.view({B / K, K}).select(1, 0).contiguous();  // [b/K]: the first option's label
+      return torch::cross_entropy_loss(o.view({B / K, K}), y);  // [b/K,K] scores of each example's options
     }
-    return torch::cross_entropy_loss(o, b.labels);  // o [B,K]
+    return torch::cross_entropy_loss(o, b.labels);  // o [b,K]
   }
 
   const FinetuneJob& job_;

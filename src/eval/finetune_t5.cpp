@@ -18,7 +18,7 @@
 #include "training/loop.h"
 #include "training/pretrain.h"
 
-// Shapes: B examples in a batch, n input tokens, t target tokens.
+// Shapes: b examples in a batch, n input tokens, t target tokens.
 namespace thx {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
@@ -35,7 +35,7 @@ struct T5Item {
 Tensor pad_rows(const std::vector<const std::vector<int32_t>*>& rows, int64_t prefix = -1) {
   size_t n = 0;
   for (auto* r : rows) n = std::max(n, r->size() + (prefix >= 0 ? 1 : 0));
-  Tensor t = torch::zeros({int64_t(rows.size()), int64_t(std::max<size_t>(n, 1))}, torch::kInt64);
+  Tensor t = torch::zeros({int64_t(rows.size()), int64_t(std::max<size_t>(n, 1))}, torch::kInt64);  // [rows,n]
   auto a = t.accessor<int64_t, 2>();
   for (size_t i = 0; i < rows.size(); ++i) {
     size_t j = 0;
@@ -96,8 +96,8 @@ class T5Finetune : public Trainee {
         in.push_back(&it.input), tg.push_back(&it.target);
       }
       Batch b;
-      b.inputs = pad_rows(in), b.targets = pad_rows(tg);                            // [B,n], [B,t]
-      b.decoder_inputs = pad_rows(tg, 0).narrow(1, 0, b.targets.size(1));          // [B,t] shifted right
+      b.inputs = pad_rows(in), b.targets = pad_rows(tg);                            // [b,n], [b,t]
+      b.decoder_inputs = pad_rows(tg, 0).narrow(1, 0, b.targets.size(1));          // [b,t] shifted right
       out.push_back(std::move(b));
     }
     return out;
@@ -163,7 +163,7 @@ class T5Finetune : public Trainee {
     for (size_t b = 0; b < order.size(); b += size_t(f.eval_batch_size)) {
       std::vector<const std::vector<int32_t>*> rows;
       for (size_t i = b; i < std::min(order.size(), b + size_t(f.eval_batch_size)); ++i) rows.push_back(&inputs[order[i]]);
-      const Tensor ids = model->greedy_decode(pad_rows(rows), f.targets_length, Tokenizer::kEos);
+      const Tensor ids = model->greedy_decode(pad_rows(rows), f.targets_length, Tokenizer::kEos);  // [b,t]
       auto a = ids.accessor<int64_t, 2>();
       for (size_t r = 0; r < rows.size(); ++r) {
         std::vector<int32_t> v;

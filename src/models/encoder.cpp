@@ -8,6 +8,8 @@
 #include "models/loss.h"
 #include "models/t5.h"
 
+// Shapes: b examples, n positions, E embedding size, d = d_model, d_ff, V vocabulary, P masked
+// positions per example, h softmax heads, R relative buckets. Parameter shapes are in the code.
 namespace thx {
 
 using torch::Tensor;
@@ -22,15 +24,15 @@ void init_truncated(Tensor& p, double std) {
   torch::NoGradGuard g;
   p.normal_(0, std);
   for (int i = 0; i < 100; ++i) {
-    const Tensor bad = p.abs() > 2 * std;
+    const Tensor bad = p.abs() > 2 * std;  // like p
     const int64_t k = bad.sum().item<int64_t>();
     if (k == 0) break;
-    p.masked_scatter_(bad, torch::randn({k}) * std);
+    p.masked_scatter_(bad, torch::randn({k}) * std);  // [k] redrawn
   }
 }
 
 Tensor layer_norm(const Tensor& x, const Tensor& scale, const Tensor& bias) {
-  return torch::layer_norm(x, {x.size(-1)}, scale, bias, kLayerNormEps);
+  return torch::layer_norm(x, {x.size(-1)}, scale, bias, kLayerNormEps);  // [..., d] over the last dim
 }
 
 }  // namespace
@@ -64,10 +66,10 @@ Tensor EncoderLayerImpl::forward(Tensor x, const Tensor& bias, const Tensor& mas
     return dropout_ > 0 && is_training() ? torch::dropout(t, dropout_, true) : t;
   };
   x = layer_norm(x + drop(attention->forward(x, x, bias, mask)), attention_norm_scale,
-                 attention_norm_bias);
-  const Tensor h = torch::gelu(torch::addmm(bias_i, x.reshape({-1, x.size(-1)}), wi));
-  const Tensor f = torch::addmm(bias_o, h, wo).view(x.sizes());
-  return layer_norm(x + drop(f), ff_norm_scale, ff_norm_bias);
+                 attention_norm_bias);                                           // [b,n,d] (post-LN)
+  const Tensor h = torch::gelu(torch::addmm(bias_i, x.reshape({-1, x.size(-1)}), wi));  // [b*n,d_ff]
+  const Tensor f = torch::addmm(bias_o, h, wo).view(x.sizes());                       // [b,n,d]
+  return layer_norm(x + drop(f), ff_norm_scale, ff_norm_bias);                        // [b,n,d]
 }
 
 namespace {
@@ -87,15 +89,15 @@ struct RecomputeFn : torch::autograd::Function<RecomputeFn> {
                                                  torch::autograd::variable_list grads) {
     auto* layer = reinterpret_cast<EncoderLayerImpl*>(ctx->saved_data["layer"].toInt());
     const auto saved = ctx->get_saved_variables();
-    Tensor x = saved[0].detach().requires_grad_(true);
-    Tensor bias = saved[1].defined() ? saved[1].detach().requires_grad_(saved[1].requires_grad()) : Tensor();
+    Tensor x = saved[0].detach().requires_grad_(true);  // [b,n,d]: the layer's input, a leaf
+    Tensor bias = saved[1].defined() ? saved[1].detach().requires_grad_(saved[1].requires_grad()) : Tensor();  // [1,h,n,n]
     at::Generator gen = at::detail::getDefaultCPUGenerator();
     const Tensor rng_now = gen.get_state();
     gen.set_state(ctx->saved_data["rng"].toTensor());
     Tensor y;
     {
       torch::AutoGradMode on(true);
-      y = layer->forward(x, bias, saved[2]);
+      y = layer->forward(x, bias, saved[2]);  // [b,n,d], with a graph this time
     }
     gen.set_state(rng_now);
     torch::autograd::backward({y}, {grads[0]});
@@ -166,45 +168,45 @@ Tensor EncoderModelImpl::encode(const Tensor& ids, const Tensor& types) {
   const int64_t B = ids.size(0), n = ids.size(1);
   TORCH_CHECK(!position_.defined() || n <= position_.size(0), "encoder: ", n,
               " positions, but model.max_positions is ", position_.size(0));
-  Tensor x = torch::embedding(word, ids) + torch::embedding(type_, types);  // [B,n,E]
-  if (position_.defined()) x = x + position_.narrow(0, 0, n);
-  x = layer_norm(x, emb_norm_scale_, emb_norm_bias_);
+  Tensor x = torch::embedding(word, ids) + torch::embedding(type_, types);  // [b,n,E]
+  if (position_.defined()) x = x + position_.narrow(0, 0, n);               // + [n,E]
+  x = layer_norm(x, emb_norm_scale_, emb_norm_bias_);                        // [b,n,E]
   if (config_.dropout > 0 && is_training()) x = torch::dropout(x, config_.dropout, true);
-  if (emb_w_.defined()) x = torch::matmul(x, emb_w_) + emb_b_;             // [B,n,d]
+  if (emb_w_.defined()) x = torch::matmul(x, emb_w_) + emb_b_;             // [b,n,d]
   Tensor bias;
   if (relative_attention_bias_.defined()) {
     const Tensor buckets = relative_position_buckets(n, n, true, config_.relative_buckets,
-                                                     config_.relative_max_distance);
-    bias = relative_attention_bias_.index_select(1, buckets.flatten()).view({1, -1, n, n});
+                                                     config_.relative_max_distance);  // [n,n]
+    bias = relative_attention_bias_.index_select(1, buckets.flatten()).view({1, -1, n, n});  // [1,h,n,n]
   }
-  const Tensor mask = (ids != 0).view({B, 1, 1, n});
+  const Tensor mask = (ids != 0).view({B, 1, 1, n});  // [b,1,1,n]
   for (int64_t l = 0; l < config_.encoder_layers; ++l) {
     EncoderLayerImpl& unit = layer(l);
     x = config_.recompute && is_training() && torch::GradMode::is_enabled()
             ? RecomputeFn::apply(x, bias, mask, &unit)
-            : unit.forward(x, bias, mask);
+            : unit.forward(x, bias, mask);  // [b,n,d]
   }
   return x;
 }
 
 Tensor EncoderModelImpl::pooled(const Tensor& hidden) {
-  return torch::tanh(torch::addmm(pool_b_, hidden.select(1, 0), pool_w_));
+  return torch::tanh(torch::addmm(pool_b_, hidden.select(1, 0), pool_w_));  // [b,d] from [CLS]
 }
 
 EncoderModelImpl::Output EncoderModelImpl::forward(const Tensor& ids, const Tensor& types,
                                                    const Tensor& positions, const Tensor& targets,
                                                    const Tensor& labels) {
   Output out;
-  const Tensor x = encode(ids, types);                                           // [B,n,d]
+  const Tensor x = encode(ids, types);                                           // [b,n,d]
   const int64_t B = x.size(0), P = positions.size(1), d = x.size(2);
-  const Tensor picked = x.gather(1, positions.unsqueeze(-1).expand({B, P, d}));  // [B,P,d]
-  Tensor h = torch::gelu(torch::matmul(picked, mlm_w_) + mlm_b_);
-  h = layer_norm(h, mlm_norm_scale_, mlm_norm_bias_);                             // [B,P,E]
-  const Tensor logits = torch::matmul(h, word.narrow(0, 0, vocab_size_).t()) + mlm_output_bias_;
-  const Tensor flat_targets = targets.reshape({-1});
+  const Tensor picked = x.gather(1, positions.unsqueeze(-1).expand({B, P, d}));  // [b,P,d]
+  Tensor h = torch::gelu(torch::matmul(picked, mlm_w_) + mlm_b_);             // [b,P,E]
+  h = layer_norm(h, mlm_norm_scale_, mlm_norm_bias_);                             // [b,P,E]
+  const Tensor logits = torch::matmul(h, word.narrow(0, 0, vocab_size_).t()) + mlm_output_bias_;  // [b,P,V]
+  const Tensor flat_targets = targets.reshape({-1});                                              // [b*P]
   const LossSums s = cross_entropy_z_loss(logits.view({-1, vocab_size_}), flat_targets,
-                                          config_.z_loss_value());
-  const Tensor real = flat_targets != 0;
+                                          config_.z_loss_value());                                // [b*P,V]
+  const Tensor real = flat_targets != 0;                                                          // [b*P]
   out.mlm_tokens = real.sum().item<int64_t>();
   out.mlm_nll_sum = s.nll_sum;
   {
@@ -215,11 +217,11 @@ EncoderModelImpl::Output EncoderModelImpl::forward(const Tensor& ids, const Tens
   out.loss = s.loss_sum / double(std::max<int64_t>(out.mlm_tokens, 1));
   out.sentence_nll_sum = torch::zeros({});
   if (sent_w_.defined() && labels.defined()) {
-    const Tensor has = labels >= 0;
+    const Tensor has = labels >= 0;  // [b]
     out.sentence_count = has.sum().item<int64_t>();
     if (out.sentence_count > 0) {
-      const Tensor sl = torch::addmm(sent_b_, pooled(x), sent_w_);               // [B,2]
-      const Tensor nll = -torch::log_softmax(sl, -1).gather(1, labels.clamp_min(0).unsqueeze(1)).squeeze(1);
+      const Tensor sl = torch::addmm(sent_b_, pooled(x), sent_w_);               // [b,2]
+      const Tensor nll = -torch::log_softmax(sl, -1).gather(1, labels.clamp_min(0).unsqueeze(1)).squeeze(1);  // [b]
       out.sentence_nll_sum = (nll * has).sum();
       out.loss = out.loss + out.sentence_nll_sum / double(out.sentence_count);
       torch::NoGradGuard g;

@@ -1,18 +1,18 @@
 // encoder.h: BERT (Devlin et al., 2018; the paper's section 7.3) and ALBERT (Lan et al., 2019;
 // section 7.2), encoder-only, with any attention variant.
 //
-// Shape letters: B batch, n positions, P masked positions per example, d d_model, E the
+// Shape letters: b batch, n positions, P masked positions per example, d d_model, E the
 // embedding size, V vocabulary, G hidden groups.
 //
-//   x = LN(word[ids] + position[0..n) + type[types])             [B,n,E]  (position: absolute)
-//   x = x W_e + b_e                                              [B,n,d]  (albert: E -> d)
+//   x = LN(word[ids] + position[0..n) + type[types])             [b,n,E]  (position: absolute)
+//   x = x W_e + b_e                                              [b,n,d]  (albert: E -> d)
 //   per layer l (post-layer-norm, as BERT):
 //     x = LN(x + dropout(Attn_l(x, x, bias, pad mask)))           attention with Q/K/V/O biases
 //     x = LN(x + dropout(gelu(x wi + bias_i) wo + bias_o))
-//   MLM:    h = LN(gelu(x[positions] W + b))                     [B,P,E]
-//           logits = h word[:V]^T + output_bias                  [B,P,V]  (tied embedding)
-//   pooled = tanh(x[:,0] W_p + b_p)                              [B,d]    ([CLS])
-//   sentence logits = pooled W_s + b_s                           [B,2]    (SOP or NSP)
+//   MLM:    h = LN(gelu(x[positions] W + b))                     [b,P,E]
+//           logits = h word[:V]^T + output_bias                  [b,P,V]  (tied embedding)
+//   pooled = tanh(x[:,0] W_p + b_p)                              [b,d]    ([CLS])
+//   sentence logits = pooled W_s + b_s                           [b,2]    (SOP or NSP)
 //   loss = mean CE over masked tokens + mean CE over sentence labels
 //
 // bias: positions "relative" adds T5's bucketed relative position bias (one table [h, 32]
@@ -43,7 +43,7 @@ namespace thx {
 class EncoderLayerImpl : public torch::nn::Module {
  public:
   EncoderLayerImpl(const ModelConfig& config, const AttentionDims& dims);
-  // x [B,n,d]; bias broadcastable to [B,h,n,n] (or undefined); mask [B,1,1,n].
+  // x [b,n,d]; bias broadcastable to [b,h,n,n] (or undefined); mask [b,1,1,n].
   torch::Tensor forward(torch::Tensor x, const torch::Tensor& bias, const torch::Tensor& mask);
 
   std::shared_ptr<Attention> attention;
@@ -64,9 +64,9 @@ class EncoderModelImpl : public torch::nn::Module {
                    bool sentence_head = true)
       : EncoderModelImpl(resolve_model_spec(config, {attention, attention, attention}), vocab_size, sentence_head) {}
 
-  // ids, types [B,n] int64 (0 = padding) -> the final hidden states [B,n,d].
+  // ids, types [b,n] int64 (0 = padding) -> the final hidden states [b,n,d].
   torch::Tensor encode(const torch::Tensor& ids, const torch::Tensor& types);
-  torch::Tensor pooled(const torch::Tensor& hidden);  // [B,d]
+  torch::Tensor pooled(const torch::Tensor& hidden);  // [b,d]
 
   struct Output {
     torch::Tensor loss;          // scalar: MLM mean CE + sentence mean CE
@@ -77,7 +77,7 @@ class EncoderModelImpl : public torch::nn::Module {
     int64_t sentence_count = 0;  // examples with a sentence label (>= 0)
     int64_t sentence_correct = 0;
   };
-  // ids, types [B,n]; positions, targets [B,P] (targets 0 = no prediction); labels [B]
+  // ids, types [b,n]; positions, targets [b,P] (targets 0 = no prediction); labels [b]
   // (-1 = none).
   Output forward(const torch::Tensor& ids, const torch::Tensor& types,
                  const torch::Tensor& positions, const torch::Tensor& targets,
@@ -111,7 +111,7 @@ TORCH_MODULE(EncoderModel);
 // heads use it too).
 void init_truncated_normal(torch::Tensor& p, double std);
 
-// Rough bytes of activations one training step keeps for backward, for a batch of B examples
+// Rough bytes of activations one training step keeps for backward, for a batch of b examples
 // of n positions: everything (recompute = false) or the layer inputs plus one layer's.
 int64_t encoder_activation_bytes(const ModelConfig& config, const AttentionConfig& attention,
                                  int64_t B, int64_t n, bool recompute);

@@ -2,6 +2,7 @@
 
 #include "models/encoder.h"
 
+// Shapes as heads.h: b examples, n positions, d = d_model, out head outputs.
 namespace thx {
 
 TaskHeadImpl::TaskHeadImpl(int64_t d, int64_t out) {
@@ -11,8 +12,8 @@ TaskHeadImpl::TaskHeadImpl(int64_t d, int64_t out) {
 }
 
 torch::Tensor TaskHeadImpl::forward(const torch::Tensor& x) const {
-  if (x.dim() == 2) return torch::addmm(b, x, w);  // [B,d] -> [B,out]
-  return torch::matmul(x, w) + b;                   // [B,n,d] -> [B,n,out]
+  if (x.dim() == 2) return torch::addmm(b, x, w);  // [b,d] -> [b,out]
+  return torch::matmul(x, w) + b;                   // [b,n,d] -> [b,n,out]
 }
 
 }  // namespace thx

@@ -6,6 +6,7 @@
 
 #include "attention/kernels.h"
 
+// Shapes: N rows (target positions, padding included), V vocabulary.
 namespace thx {
 namespace {
 
@@ -16,9 +17,9 @@ using torch::autograd::variable_list;
 struct CrossEntropyZFn : torch::autograd::Function<CrossEntropyZFn> {
   static variable_list forward(AutogradContext* ctx, const Tensor& logits_in, const Tensor& targets_in,
                                double z) {
-    const Tensor x = logits_in.contiguous(), t = targets_in.to(torch::kInt64).contiguous();
+    const Tensor x = logits_in.contiguous(), t = targets_in.to(torch::kInt64).contiguous();  // [N,V], [N]
     const int64_t N = x.size(0), V = x.size(1);
-    Tensor lse = torch::empty({N}, x.options());
+    Tensor lse = torch::empty({N}, x.options());  // [N] logsumexp per row
     const float* px = x.data_ptr<float>();
     const int64_t* pt = t.data_ptr<int64_t>();
     float* pl = lse.data_ptr<float>();
@@ -41,12 +42,12 @@ struct CrossEntropyZFn : torch::autograd::Function<CrossEntropyZFn> {
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const auto s = ctx->get_saved_variables();
-    const Tensor &x = s[0], &t = s[1], &lse = s[2];
+    const Tensor &x = s[0], &t = s[1], &lse = s[2];  // [N,V], [N], [N]
     const double z = ctx->saved_data["z"].toDouble();
     const float g_loss = grads[0].defined() ? grads[0].item<float>() : 0.f;
     const float g_nll = grads[1].defined() ? grads[1].item<float>() : 0.f;
     const int64_t N = x.size(0), V = x.size(1);
-    Tensor dx = torch::empty_like(x);
+    Tensor dx = torch::empty_like(x);  // [N,V]
     const float *px = x.data_ptr<float>(), *pl = lse.data_ptr<float>();
     const int64_t* pt = t.data_ptr<int64_t>();
     float* pd = dx.data_ptr<float>();

@@ -8,6 +8,8 @@
 #include "common/error.h"
 #include "models/loss.h"
 
+// Shapes: b examples, n input positions, t target positions, L positions of one stack, s the
+// decoding step, d = d_model, d_ff, V vocabulary, h softmax heads, R relative buckets.
 namespace thx {
 
 using torch::Tensor;
@@ -68,7 +70,7 @@ int64_t relative_position_bucket(int64_t relative_position, bool bidirectional,
 
 Tensor relative_position_buckets(int64_t n, int64_t m, bool bidirectional, int64_t num_buckets,
                                  int64_t max_distance, int64_t query_offset) {
-  Tensor b = torch::empty({n, m}, torch::kInt64);
+  Tensor b = torch::empty({n, m}, torch::kInt64);  // [n,m] bucket of (query i, memory j)
   auto a = b.accessor<int64_t, 2>();
   for (int64_t i = 0; i < n; ++i)
     for (int64_t j = 0; j < m; ++j)
@@ -78,7 +80,7 @@ Tensor relative_position_buckets(int64_t n, int64_t m, bool bidirectional, int64
 
 // ---- layers ------------------------------------------------------------------------------
 
-RMSNormImpl::RMSNormImpl(int64_t d) { scale = register_parameter("scale", torch::ones({d})); }
+RMSNormImpl::RMSNormImpl(int64_t d) { scale = register_parameter("scale", torch::ones({d})); }  // [d]
 
 namespace {
 
@@ -86,9 +88,9 @@ namespace {
 //   dx = r * (dy*scale - x * r^2 * mean(dy*scale*x)),  dscale = sum over rows of dy * x * r.
 struct RMSNormFn : torch::autograd::Function<RMSNormFn> {
   static Tensor forward(torch::autograd::AutogradContext* ctx, const Tensor& x_in, const Tensor& scale) {
-    const Tensor x = x_in.contiguous();
+    const Tensor x = x_in.contiguous();  // [rows,d] as rows of the last dim
     const int64_t d = x.size(-1), rows = x.numel() / d;
-    Tensor y = torch::empty_like(x), r = torch::empty({rows}, x.options());
+    Tensor y = torch::empty_like(x), r = torch::empty({rows}, x.options());  // y like x; r [rows]
     const float *px = x.data_ptr<float>(), *ps = scale.data_ptr<float>();
     float *py = y.data_ptr<float>(), *pr = r.data_ptr<float>();
     at::parallel_for(0, rows, 64, [&](int64_t a, int64_t b) {
@@ -112,7 +114,7 @@ struct RMSNormFn : torch::autograd::Function<RMSNormFn> {
     const Tensor dy = grads[0].contiguous();
     const int64_t d = x.size(-1), rows = x.numel() / d;
     const int threads = at::get_num_threads();
-    Tensor dx = torch::empty_like(x), dscale = torch::zeros({threads, d}, x.options());
+    Tensor dx = torch::empty_like(x), dscale = torch::zeros({threads, d}, x.options());  // [threads,d] partial sums
     const float *px = x.data_ptr<float>(), *ps = scale.data_ptr<float>(), *pr = r.data_ptr<float>();
     const float* pdy = dy.data_ptr<float>();
     float* pdx = dx.data_ptr<float>();
@@ -137,12 +139,12 @@ struct RMSNormFn : torch::autograd::Function<RMSNormFn> {
 Tensor RMSNormImpl::forward(const Tensor& x) {
   if (x.scalar_type() == torch::kFloat32 && x.device().is_cpu() && scale.scalar_type() == torch::kFloat32)
     return RMSNormFn::apply(x, scale);
-  return x * torch::rsqrt(x.pow(2).mean(-1, true) + 1e-6) * scale;
+  return x * torch::rsqrt(x.pow(2).mean(-1, true) + 1e-6) * scale;  // [..., d]
 }
 
 FeedForwardImpl::FeedForwardImpl(int64_t d, int64_t d_ff, double dropout_) : dropout(dropout_) {
-  wi = register_parameter("wi", torch::empty({d, d_ff}));
-  wo = register_parameter("wo", torch::empty({d_ff, d}));
+  wi = register_parameter("wi", torch::empty({d, d_ff}));  // [d,d_ff]
+  wo = register_parameter("wo", torch::empty({d_ff, d}));  // [d_ff,d]
   init_normal(wi, 1.0 / std::sqrt(double(d)));     // fan-in variance scaling
   init_normal(wo, 1.0 / std::sqrt(double(d_ff)));
 }
@@ -150,7 +152,7 @@ FeedForwardImpl::FeedForwardImpl(int64_t d, int64_t d_ff, double dropout_) : dro
 Tensor FeedForwardImpl::forward(const Tensor& x) {
   Tensor h = torch::relu(torch::matmul(x, wi));  // [..., d_ff]
   if (dropout > 0 && is_training()) h = torch::dropout(h, dropout, true);
-  return torch::matmul(h, wo);
+  return torch::matmul(h, wo);                   // [..., d]
 }
 
 struct LayerImpl : torch::nn::Module {
@@ -185,17 +187,17 @@ class StackImpl : public torch::nn::Module {
     // One row per softmax head of this stack's self-attention; Glorot uniform (see t5.h).
     const int64_t h = self_dims.h;
     relative_attention_bias = register_parameter("relative_attention_bias",
-                                                 torch::empty({h, c.relative_buckets}));
+                                                 torch::empty({h, c.relative_buckets}));  // [h,R]
     const double limit = std::sqrt(6.0 / double(h + c.relative_buckets));
     torch::NoGradGuard g;
     relative_attention_bias.uniform_(-limit, limit);
   }
 
-  // x [B,L,d]; memory/memory_mask only for the decoder. Returns the normalized output.
+  // x [b,L,d]; memory/memory_mask only for the decoder. Returns the normalized output.
   Tensor forward(Tensor x, const Tensor& mask, const Tensor& memory, const Tensor& memory_mask) {
     const int64_t L = x.size(1);
     const Tensor buckets = relative_position_buckets(L, L, !decoder_, config_.relative_buckets,
-                                                     config_.relative_max_distance);
+                                                     config_.relative_max_distance);  // [L,L]
     const Tensor bias = relative_attention_bias.index_select(1, buckets.flatten())  // [h, L*L]
                             .view({1, -1, L, L});                                   // [1,h,L,L]
     auto drop = [&](const Tensor& t) {
@@ -203,34 +205,34 @@ class StackImpl : public torch::nn::Module {
     };
     x = drop(x);
     for (LayerImpl* l : raw_) {
-      Tensor h = l->norm_self->forward(x);
-      x = x + drop(l->self_attention->forward(h, h, bias, mask));
+      Tensor h = l->norm_self->forward(x);                                  // [b,L,d]
+      x = x + drop(l->self_attention->forward(h, h, bias, mask));           // [b,L,d]
       if (l->cross_attention) {
         h = l->norm_cross->forward(x);
-        x = x + drop(l->cross_attention->forward(h, memory, {}, memory_mask));
+        x = x + drop(l->cross_attention->forward(h, memory, {}, memory_mask));  // memory [b,n,d]
       }
-      x = x + drop(l->ff->forward(l->norm_ff->forward(x)));
+      x = x + drop(l->ff->forward(l->norm_ff->forward(x)));                 // [b,L,d]
     }
-    return drop(final_norm_->forward(x));
+    return drop(final_norm_->forward(x));                                   // [b,L,d]
   }
 
-  // Decoder only: one new position (at `position`) of x [B,1,d] through every layer, with the
+  // Decoder only: one new position (at `position`) of x [b,1,d] through every layer, with the
   // per-layer caches (self: appended; cross: the encoder output, projected once).
   Tensor decode_step(Tensor x, int64_t position, const Tensor& memory, const Tensor& memory_mask,
                      std::vector<AttentionCache>& self_caches, std::vector<AttentionCache>& cross_caches) {
     const Tensor buckets = relative_position_buckets(1, position + 1, false, config_.relative_buckets,
-                                                     config_.relative_max_distance, position);
+                                                     config_.relative_max_distance, position);  // [1,s+1]
     const Tensor bias = relative_attention_bias.index_select(1, buckets.flatten())  // [h, s+1]
                             .view({1, -1, 1, position + 1});                        // [1,h,1,s+1]
     for (size_t i = 0; i < raw_.size(); ++i) {
       LayerImpl* l = raw_[i];
-      Tensor h = l->norm_self->forward(x);
-      x = x + l->self_attention->forward_cached(h, h, self_caches[i], bias, {});
+      Tensor h = l->norm_self->forward(x);                                            // [b,1,d]
+      x = x + l->self_attention->forward_cached(h, h, self_caches[i], bias, {});      // [b,1,d]
       h = l->norm_cross->forward(x);
-      x = x + l->cross_attention->forward_cached(h, memory, cross_caches[i], {}, memory_mask);
-      x = x + l->ff->forward(l->norm_ff->forward(x));
+      x = x + l->cross_attention->forward_cached(h, memory, cross_caches[i], {}, memory_mask);  // [b,1,d]
+      x = x + l->ff->forward(l->norm_ff->forward(x));                                  // [b,1,d]
     }
-    return final_norm_->forward(x);
+    return final_norm_->forward(x);                                                    // [b,1,d]
   }
   int64_t layer_count() const { return int64_t(raw_.size()); }
 
@@ -251,7 +253,7 @@ T5Impl::T5Impl(const ModelSpec& spec, int64_t vocab_size) : config_(spec.model),
   validate(config);
   THX_CHECK(vocab_size >= 2, "T5: vocabulary size {} is too small", vocab_size);
   const int64_t padded = (vocab_size + 127) / 128 * 128;
-  shared = register_parameter("shared", torch::empty({padded, config.d_model}));
+  shared = register_parameter("shared", torch::empty({padded, config.d_model}));  // [V padded to 128,d]
   init_normal(shared, 1.0);
   encoder_ = register_module("encoder", std::make_shared<StackImpl>(config, spec.encoder_self, nullptr, false));
   decoder_ = register_module("decoder",
@@ -260,23 +262,23 @@ T5Impl::T5Impl(const ModelSpec& spec, int64_t vocab_size) : config_(spec.model),
 
 Tensor T5Impl::logits(const Tensor& inputs, const Tensor& decoder_inputs) {
   const int64_t t = decoder_inputs.size(1);
-  const Tensor enc_mask = (inputs != 0).view({inputs.size(0), 1, 1, inputs.size(1)});   // [B,1,1,n]
-  const Tensor enc = encoder_->forward(torch::embedding(shared, inputs), enc_mask, {}, {});
+  const Tensor enc_mask = (inputs != 0).view({inputs.size(0), 1, 1, inputs.size(1)});   // [b,1,1,n]
+  const Tensor enc = encoder_->forward(torch::embedding(shared, inputs), enc_mask, {}, {});  // [b,n,d]
   const Tensor causal = torch::ones({t, t}, torch::kBool).tril().view({1, 1, t, t});     // [1,1,t,t]
-  const Tensor dec = decoder_->forward(torch::embedding(shared, decoder_inputs), causal, enc, enc_mask);
+  const Tensor dec = decoder_->forward(torch::embedding(shared, decoder_inputs), causal, enc, enc_mask);  // [b,t,d]
   // Tied output projection, scaled by d^-1/2; only the V real rows of the embedding.
   return torch::matmul(dec * (1.0 / std::sqrt(double(config_.d_model))),
-                       shared.narrow(0, 0, vocab_size_).t());                            // [B,t,V]
+                       shared.narrow(0, 0, vocab_size_).t());                            // [b,t,V]
 }
 
 T5Impl::Output T5Impl::forward(const Tensor& inputs, const Tensor& decoder_inputs,
                                const Tensor& targets) {
   Output out;
-  out.logits = logits(inputs, decoder_inputs);                                          // [B,t,V]
+  out.logits = logits(inputs, decoder_inputs);                                          // [b,t,V]
   out.tokens = (targets != 0).sum().item<int64_t>();
   const double denom = std::max<int64_t>(out.tokens, 1);
   const LossSums s = cross_entropy_z_loss(out.logits.view({-1, vocab_size_}), targets.reshape({-1}),
-                                          config_.z_loss_value());  // fused (loss.h)
+                                          config_.z_loss_value());  // [b*t,V], [b*t]: fused (loss.h)
   out.nll_sum = s.nll_sum;
   out.nll = s.nll_sum / denom;
   out.loss = s.loss_sum / denom;
@@ -284,31 +286,31 @@ T5Impl::Output T5Impl::forward(const Tensor& inputs, const Tensor& decoder_input
 }
 
 Tensor T5Impl::encode(const Tensor& inputs) {
-  const Tensor enc_mask = (inputs != 0).view({inputs.size(0), 1, 1, inputs.size(1)});
-  return encoder_->forward(torch::embedding(shared, inputs), enc_mask, {}, {});
+  const Tensor enc_mask = (inputs != 0).view({inputs.size(0), 1, 1, inputs.size(1)});  // [b,1,1,n]
+  return encoder_->forward(torch::embedding(shared, inputs), enc_mask, {}, {});        // [b,n,d]
 }
 
 Tensor T5Impl::greedy_decode(const Tensor& inputs, int64_t max_length, int64_t eos) {
   torch::NoGradGuard no_grad;
-  const int64_t B = inputs.size(0);
-  const Tensor enc_mask = (inputs != 0).view({B, 1, 1, inputs.size(1)});
-  const Tensor enc = encode(inputs);
+  const int64_t batch = inputs.size(0);
+  const Tensor enc_mask = (inputs != 0).view({batch, 1, 1, inputs.size(1)});  // [b,1,1,n]
+  const Tensor enc = encode(inputs);                                      // [b,n,d]
   std::vector<AttentionCache> self_caches(decoder_->layer_count()), cross_caches(decoder_->layer_count());
   for (auto& c : cross_caches) c.fixed = true;
-  Tensor out = torch::zeros({B, max_length}, torch::kInt64);
-  Tensor token = torch::zeros({B, 1}, torch::kInt64);  // the decoder starts from padding (id 0)
-  Tensor done = torch::zeros({B}, torch::kBool);
-  const Tensor output_rows = shared.narrow(0, 0, vocab_size_).t();
+  Tensor out = torch::zeros({batch, max_length}, torch::kInt64);  // [b,max_length]
+  Tensor token = torch::zeros({batch, 1}, torch::kInt64);  // [b,1]: the decoder starts from padding (id 0)
+  Tensor done = torch::zeros({batch}, torch::kBool);       // [b]
+  const Tensor output_rows = shared.narrow(0, 0, vocab_size_).t();  // [d,V]
   const double scale = 1.0 / std::sqrt(double(config_.d_model));
   for (int64_t s = 0; s < max_length; ++s) {
     const Tensor y = decoder_->decode_step(torch::embedding(shared, token), s, enc, enc_mask, self_caches,
-                                           cross_caches);                       // [B,1,d]
-    const Tensor next = torch::matmul(y.squeeze(1) * scale, output_rows).argmax(-1);  // [B]
-    const Tensor kept = next.masked_fill(done, 0);
+                                           cross_caches);                       // [b,1,d]
+    const Tensor next = torch::matmul(y.squeeze(1) * scale, output_rows).argmax(-1);  // [b]
+    const Tensor kept = next.masked_fill(done, 0);  // [b]
     out.select(1, s).copy_(kept);
     done = done | (next == eos);
     if (done.all().item<bool>()) break;
-    token = next.view({B, 1});
+    token = next.view({batch, 1});
   }
   return out;
 }

@@ -1,13 +1,13 @@
 // t5.h: the T5 v1.0 encoder-decoder of the paper's section 7.1, with any attention variant
 // in each of its three layer types.
 //
-// Shape letters: B batch, n input positions, t target positions, d d_model, V vocabulary.
+// Shape letters: b batch, n input positions, t target positions, d d_model, V vocabulary.
 //
 //   encoder: x = E[inputs]; per layer: x += Attn(RMS(x), RMS(x), bias_enc, pad mask);
 //            x += FF(RMS(x)); then RMS, dropout
 //   decoder: y = E[decoder_inputs]; per layer: y += Attn(RMS(y), RMS(y), bias_dec, causal);
 //            y += Attn(RMS(y), enc, -, pad mask); y += FF(RMS(y)); then RMS, dropout
-//   logits = (y · d^-1/2) E[:V]^T                            [B,t,V]
+//   logits = (y · d^-1/2) E[:V]^T                            [b,t,V]
 //   loss   = mean over target tokens of  CE + z_loss · logsumexp(logits)^2
 //
 // RMS norm: x · rsqrt(mean(x^2) + 1e-6) · scale, no bias, no mean subtraction. FF:
@@ -66,21 +66,21 @@ class T5Impl : public torch::nn::Module {
       : T5Impl(resolve_model_spec(config, attention), vocab_size) {}
 
   struct Output {
-    torch::Tensor logits;  // [B,t,V]
+    torch::Tensor logits;  // [b,t,V]
     torch::Tensor loss;    // scalar: mean over target tokens of CE + z_loss * lse^2
     torch::Tensor nll;     // scalar: mean CE per target token (ln PPL)
     torch::Tensor nll_sum; // scalar: summed CE (for exact averages over several batches)
     int64_t tokens = 0;    // non-padding target tokens
   };
-  // inputs [B,n], decoder_inputs [B,t], targets [B,t], int64, 0 = padding.
+  // inputs [b,n], decoder_inputs [b,t], targets [b,t], int64, 0 = padding.
   Output forward(const torch::Tensor& inputs, const torch::Tensor& decoder_inputs,
                  const torch::Tensor& targets);
   torch::Tensor logits(const torch::Tensor& inputs, const torch::Tensor& decoder_inputs);
-  // The encoder's output [B,n,d] for inputs [B,n].
+  // The encoder's output [b,n,d] for inputs [b,n].
   torch::Tensor encode(const torch::Tensor& inputs);
   // Greedy decoding with the incremental cache (attention.h's forward_cached: each step
   // projects only the new position; encoder-decoder keys and values are projected once).
-  // Returns [B, max_length] ids: each row's tokens up to and including its first `eos`, then 0.
+  // Returns [b, max_length] ids: each row's tokens up to and including its first `eos`, then 0.
   // Runs without gradients; call eval() first for dropout-free decoding.
   torch::Tensor greedy_decode(const torch::Tensor& inputs, int64_t max_length, int64_t eos = 1);
 

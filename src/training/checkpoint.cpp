@@ -7,6 +7,8 @@
 #include "common/error.h"
 #include "common/h5.h"
 
+// Shapes: parameters and optimizer state as the model and optimizer hold them; scalars [];
+// extra state as [bytes] uint8.
 namespace thx {
 namespace fs = std::filesystem;
 
@@ -26,7 +28,7 @@ void save_checkpoint(const std::string& path, const Checkpoint& c) {
   w.write("/state/stream/offset", torch::tensor(c.stream.offset));
   w.write("/state/stream/example", torch::tensor(c.stream.example));
   for (const auto& [k, v] : c.extra) {
-    torch::Tensor bytes = torch::empty({int64_t(v.size())}, torch::kUInt8);
+    torch::Tensor bytes = torch::empty({int64_t(v.size())}, torch::kUInt8);  // [bytes]
     std::memcpy(bytes.data_ptr<uint8_t>(), v.data(), v.size());
     w.write("/state/extra/" + k, bytes);
   }
@@ -49,7 +51,7 @@ Checkpoint load_checkpoint(const std::string& path) {
   c.config = r.attr("/", "config");
   if (r.has("/state/extra"))
     for (const auto& name : r.datasets("/state/extra")) {
-      const torch::Tensor t = r.read(name).contiguous();
+      const torch::Tensor t = r.read(name).contiguous();  // [bytes] uint8
       c.extra[name.substr(13)] = std::string(reinterpret_cast<const char*>(t.data_ptr<uint8_t>()), size_t(t.numel()));
     }
   if (c.params.empty()) throw InputError(fmt::format("{}: no parameters (not a thx checkpoint?)", path));

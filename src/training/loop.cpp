@@ -10,6 +10,7 @@
 #include "common/log.h"
 #include "training/tensorboard.h"
 
+// Shapes: micro-batches are data/stream.h's Batch (b examples); losses are scalars.
 namespace thx {
 namespace fs = std::filesystem;
 using json = nlohmann::json;

@@ -7,6 +7,9 @@
 
 #include "common/error.h"
 
+// Shapes: each state tensor has its parameter's view (OptimizedParam::view, optimizer.h), with
+// the factored dims d0 (vr) or d1 (vc) kept as size 1; A, X, B, Y, C below are the sizes of a
+// view split around d0 and d1 for the fused loops.
 namespace thx {
 
 using torch::Tensor;
@@ -36,7 +39,7 @@ double learning_rate(const OptimizerConfig& c, int64_t t, int64_t T) {
 
 namespace {
 
-Tensor rms(const Tensor& x) { return x.pow(2).mean().sqrt(); }
+Tensor rms(const Tensor& x) { return x.pow(2).mean().sqrt(); }  // scalar
 
 class Adafactor : public Optimizer {
  public:
@@ -48,11 +51,11 @@ class Adafactor : public Optimizer {
       if (s.dims) {
         auto vr = p.view, vc = p.view;
         vr[s.dims->first] = 1, vc[s.dims->second] = 1;  // kept as size-1 dims while training
-        s.vr = torch::zeros(vr), s.vc = torch::zeros(vc);
+        s.vr = torch::zeros(vr), s.vc = torch::zeros(vc);  // view with d0 -> 1, view with d1 -> 1
       } else {
-        s.v = torch::zeros(p.view);
+        s.v = torch::zeros(p.view);  // the view's shape
       }
-      if (o_.beta1) s.m = torch::zeros(p.view);
+      if (o_.beta1) s.m = torch::zeros(p.view);  // the view's shape
       slots_.push_back(std::move(s));
     }
   }
@@ -86,20 +89,20 @@ class Adafactor : public Optimizer {
       OptimizedParam& p = params_[i];
       Slot& s = slots_[i];
       if (done[i] || !p.param.grad().defined()) continue;
-      const Tensor g = p.param.grad().reshape(p.view);
-      const Tensor g2 = g.pow(2) + o_.epsilon1;
+      const Tensor g = p.param.grad().reshape(p.view);  // the view's shape
+      const Tensor g2 = g.pow(2) + o_.epsilon1;         // the view's shape
       Tensor x;
       if (s.dims) {
         const auto [d0, d1] = *s.dims;
         s.vr.mul_(decay).add_(g2.mean(d0, true), 1.0 - decay);
         s.vc.mul_(decay).add_(g2.mean(d1, true), 1.0 - decay);
-        x = g * torch::rsqrt(s.vr / s.vr.mean(d1, true)) * torch::rsqrt(s.vc);
+        x = g * torch::rsqrt(s.vr / s.vr.mean(d1, true)) * torch::rsqrt(s.vc);  // vr, vc broadcast to g
       } else {
         s.v.mul_(decay).add_(g2, 1.0 - decay);
         x = g * torch::rsqrt(s.v);
       }
       x.div_(torch::clamp_min(rms(x) / o_.clipping_threshold, 1.0));
-      Tensor update = x.mul_(torch::clamp_min(rms(p.param), o_.epsilon2) * lr);
+      Tensor update = x.mul_(torch::clamp_min(rms(p.param), o_.epsilon2) * lr);  // the view's shape
       if (o_.beta1) {
         s.m.mul_(*o_.beta1).add_(update, 1.0 - *o_.beta1);
         update = s.m;
@@ -295,7 +298,7 @@ class Adam : public Optimizer {
       const Tensor& g = w.grad();
       m_[i].mul_(o_.beta1).add_(g, 1.0 - o_.beta1);
       v_[i].mul_(o_.beta2).addcmul_(g, g, 1.0 - o_.beta2);
-      Tensor u = (m_[i] / c1).div_((v_[i] / c2).sqrt_().add_(o_.epsilon));
+      Tensor u = (m_[i] / c1).div_((v_[i] / c2).sqrt_().add_(o_.epsilon));  // like w
       const bool decays = o_.weight_decay > 0 && !params_[i].no_decay;
       if (decays) u.add_(w, o_.weight_decay);
       double ratio = 1.0;

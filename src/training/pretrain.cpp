@@ -16,6 +16,8 @@
 #include "training/run_dir.h"
 #include "training/tensorboard.h"
 
+// Shapes: Batch (data/stream.h): b examples, n input tokens, t target tokens (T5), P masked
+// positions (BERT/ALBERT).
 namespace thx {
 namespace fs = std::filesystem;
 using torch::Tensor;
