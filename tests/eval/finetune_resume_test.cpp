@@ -108,6 +108,13 @@ void kill_and_resume(bool albert) {
   const auto again = run_thx(finetune(s, "killed"));
   EXPECT_EQ(again.code, 2) << again.out;
   EXPECT_NE(again.out.find("pass --resume"), std::string::npos) << again.out;
+  // --resume with a changed config: one line naming the key, exit 2, finetune.yaml untouched.
+  const std::string stored = read_file(s.dir.file("killed/finetune.yaml"));
+  const auto changed = run_thx(finetune(s, "killed") + " --resume --set finetune.steps=60");
+  EXPECT_EQ(changed.code, 2) << changed.out;
+  EXPECT_EQ(lines(changed.out), 1) << changed.out;
+  EXPECT_NE(changed.out.find("finetune.steps (40 -> 60)"), std::string::npos) << changed.out;
+  EXPECT_EQ(read_file(s.dir.file("killed/finetune.yaml")), stored);
   const auto resumed = run_thx(finetune(s, "killed") + " --resume");
   ASSERT_EQ(resumed.code, 0) << resumed.out;
   expect_identical(s, "straight", "killed");
