@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <sstream>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -126,6 +127,35 @@ Splits load_splits(const FinetuneConfig& c, const std::string& task, bool need_t
       s.train.examples.resize(size_t(c.max_train_examples));
   }
   return s;
+}
+
+void save_finetune_state(Checkpoint& c, const std::mt19937_64& sampler, const std::vector<TaskRecord>& records) {
+  std::ostringstream s;
+  s << sampler;
+  c.extra["sampler"] = s.str();
+  json r = json::array();
+  for (const auto& rec : records) r.push_back(to_json(rec));
+  c.extra["records"] = r.dump();
+}
+
+void load_finetune_state(const Checkpoint& c, std::mt19937_64& sampler, std::vector<TaskRecord>& records) {
+  for (const char* k : {"sampler", "records"})
+    if (!c.extra.count(k)) throw InputError(fmt::format("no /state/extra/{}: not a fine-tuning checkpoint of thx", k));
+  std::istringstream in(c.extra.at("sampler"));
+  std::mt19937_64 g;
+  if (!(in >> g)) throw InputError("/state/extra/sampler: not a generator state");
+  const json r = json::parse(c.extra.at("records"));  // a parse error: the loop names the file
+  if (!r.is_array() || r.size() != records.size())
+    throw InputError(fmt::format("/state/extra/records: {} task records, the run has {}", r.is_array() ? r.size() : 0,
+                                 records.size()));
+  std::vector<TaskRecord> out;
+  for (size_t k = 0; k < records.size(); ++k) {
+    out.push_back(task_record_from_json(r[k]));
+    if (out.back().task != records[k].task)
+      throw InputError(fmt::format("/state/extra/records: task {} is '{}', the run's is '{}'", k, out.back().task,
+                                   records[k].task));
+  }
+  sampler = g, records = std::move(out);
 }
 
 std::vector<int32_t> cut(std::vector<int32_t> v, size_t max) {

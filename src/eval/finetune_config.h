@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "eval/scoring.h"
 #include "eval/tasks.h"
 #include "training/checkpoint.h"
 #include "training/config.h"
@@ -113,6 +114,14 @@ Splits load_splits(const FinetuneConfig& c, const std::string& task, bool need_t
 
 // Tokens for a text, cut to `max` (0: no cut).
 std::vector<int32_t> cut(std::vector<int32_t> v, size_t max);
+
+// What both fine-tuning trainers keep in a checkpoint beyond the loop's own state: the
+// generator that samples and orders their data (/state/extra/sampler) and every task's record
+// of evaluations (/state/extra/records), so a resumed run reports the same best-of-run.
+// load_finetune_state throws InputError for a missing or unreadable entry, or records of other
+// tasks than `records` holds.
+void save_finetune_state(Checkpoint& c, const std::mt19937_64& sampler, const std::vector<TaskRecord>& records);
+void load_finetune_state(const Checkpoint& c, std::mt19937_64& sampler, std::vector<TaskRecord>& records);
 
 // What both kinds of fine-tuning are given: the config, the pretrained model, the output
 // directory, the tokenizer, whether to resume, and the TensorBoard writer.

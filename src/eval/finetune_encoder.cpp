@@ -376,25 +376,21 @@ class EncoderTask : public Trainee {
     return json(ev.metrics);
   }
 
+  // Beyond the shared fine-tuning state: this task's data order and where the epoch is.
   void save_state(Checkpoint& c) override {
-    std::ostringstream s;
-    s << rng_;
-    c.extra["sampler"] = s.str();
+    save_finetune_state(c, rng_, {record});
     c.extra["order"] = json{{"order", order_}, {"cursor", cursor_}}.dump();
-    c.extra["records"] = json::array({to_json(record)}).dump();
-    c.rng = at::detail::getDefaultCPUGenerator().get_state();
   }
   void load_state(const Checkpoint& c) override {
-    for (const char* k : {"sampler", "order", "records"})
-      if (!c.extra.count(k)) throw InputError(fmt::format("a fine-tuning checkpoint needs /state/extra/{}; this one has none", k));
-    std::istringstream(c.extra.at("sampler")) >> rng_;
+    std::vector<TaskRecord> records{record};
+    load_finetune_state(c, rng_, records);
+    record = records.front();
+    if (!c.extra.count("order")) throw InputError("no /state/extra/order: not a fine-tuning checkpoint of this task");
     const json o = json::parse(c.extra.at("order"));
     order_ = o.at("order").get<std::vector<size_t>>(), cursor_ = o.at("cursor");
-    THX_CHECK(order_.size() == units_.size(), "the checkpoint's data order has {} units, the data {} (changed data?)",
-              order_.size(), units_.size());
-    record = task_record_from_json(json::parse(c.extra.at("records")).at(0));
-    at::Generator gen = at::detail::getDefaultCPUGenerator();
-    gen.set_state(c.rng);
+    THX_CHECK(order_.size() == units_.size() && cursor_ <= order_.size(),
+              "the data order has {} units, the task's data {} (did the data change?)", order_.size(), units_.size());
+    for (size_t i : order_) THX_CHECK(i < units_.size(), "the data order names unit {} of {}", i, units_.size());
   }
 
   EncoderModel model{nullptr};

@@ -125,24 +125,8 @@ class T5Finetune : public Trainee {
     return all;
   }
 
-  void save_state(Checkpoint& c) override {
-    std::ostringstream s;
-    s << rng_;
-    c.extra["sampler"] = s.str();
-    json r = json::array();
-    for (const auto& rec : records) r.push_back(to_json(rec));
-    c.extra["records"] = r.dump();
-    c.rng = at::detail::getDefaultCPUGenerator().get_state();
-  }
-  void load_state(const Checkpoint& c) override {
-    for (const char* k : {"sampler", "records"})
-      if (!c.extra.count(k)) throw InputError(fmt::format("a fine-tuning checkpoint needs /state/extra/{}; this one has none", k));
-    std::istringstream(c.extra.at("sampler")) >> rng_;
-    const json r = json::parse(c.extra.at("records"));
-    for (size_t k = 0; k < records.size() && k < r.size(); ++k) records[k] = task_record_from_json(r[k]);
-    at::Generator gen = at::detail::getDefaultCPUGenerator();
-    gen.set_state(c.rng);
-  }
+  void save_state(Checkpoint& c) override { save_finetune_state(c, rng_, records); }
+  void load_state(const Checkpoint& c) override { load_finetune_state(c, rng_, records); }
 
   // One task's dev set decoded greedily, in batches of similar input lengths.
   TaskEval evaluate_task(size_t k) {

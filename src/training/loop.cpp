@@ -65,11 +65,13 @@ void copy_parameters(const std::vector<std::pair<std::string, Tensor>>& params,
 
 StepLoss accumulate_gradients(Trainee& t, const std::vector<Batch>& micro) {
   StepLoss r;
-  for (const auto& b : micro) r.weight += t.weight(b);
+  std::vector<double> weights;
+  for (const auto& b : micro) weights.push_back(t.weight(b)), r.weight += weights.back();
   const double total = r.weight > 0 ? r.weight : 1.0;
-  for (const auto& b : micro) {
+  for (size_t i = 0; i < micro.size(); ++i) {
+    const Batch& b = micro[i];
     const MicroLoss out = t.forward(b);
-    const double share = t.weight(b) / total;
+    const double share = weights[i] / total;
     (out.loss * share).backward();
     r.loss += out.loss.item<double>() * share;
     r.nll += out.nll_sum / total;
@@ -84,12 +86,26 @@ LoopResult train(Trainee& t, const LoopOptions& o) {
   LoopResult result;
   fs::create_directories(o.checkpoint_dir);
   const auto existing = list_checkpoints(o.checkpoint_dir);
+  // The parameter list is fixed for the run: taken once, not per step.
+  const std::vector<std::pair<std::string, Tensor>> params = t.parameters();
   int64_t step = 0;
   if (o.resume && !existing.empty()) {
-    const Checkpoint ck = load_checkpoint(existing.back());
-    copy_parameters(t.parameters(), ck.params, existing.back());
+    const std::string& file = existing.back();
+    const Checkpoint ck = load_checkpoint(file);
+    copy_parameters(params, ck.params, file);
     t.optimizer().load_state(ck.optimizer, ck.optimizer_step);
-    t.load_state(ck);
+    try {
+      t.load_state(ck);
+    } catch (const InputError& e) {
+      throw InputError(fmt::format("{}: {}", file, e.what()));
+    } catch (const std::exception& e) {  // a JSON or stream error in the trainer's own state
+      throw InputError(fmt::format("{}: the trainer's state in it is unreadable ({})", file, e.what()));
+    }
+    // LibTorch's CPU generator (dropout, initializers): the loop's, for every trainee.
+    if (ck.rng.defined()) {
+      at::Generator gen = at::detail::getDefaultCPUGenerator();
+      gen.set_state(ck.rng);
+    }
     step = ck.step;
     log->info("{}resumed from {} at step {}", prefix, existing.back(), step);
   } else if (o.resume) {
@@ -109,10 +125,11 @@ LoopResult train(Trainee& t, const LoopOptions& o) {
   };
   auto save = [&](int64_t at) {
     Checkpoint ck;
-    for (const auto& [path, p] : t.parameters()) ck.params[path] = p;
+    for (const auto& [path, p] : params) ck.params[path] = p;
     ck.optimizer = t.optimizer().state();
     ck.step = at;
     ck.optimizer_step = t.optimizer().steps();
+    ck.rng = at::detail::getDefaultCPUGenerator().get_state();
     t.save_state(ck);
     ck.config = o.config;
     const std::string path = checkpoint_path(o.checkpoint_dir, at);
@@ -135,7 +152,7 @@ LoopResult train(Trainee& t, const LoopOptions& o) {
   while (step < o.steps) {
     const auto t0 = std::chrono::steady_clock::now();
     const std::vector<Batch> micro = t.next_step(o.grad_accum);
-    for (auto& [path, p] : t.parameters()) p.mutable_grad() = Tensor();
+    for (const auto& [path, p] : params) p.mutable_grad() = Tensor();
     const StepLoss l = accumulate_gradients(t, micro);
     if (!std::isfinite(l.loss))
       throw RunError(fmt::format("{}step {}: the loss is {}; training stopped and no checkpoint was written "

@@ -12,8 +12,9 @@
 //   - periodic evaluation (every eval_every steps and at the last);
 //   - atomic checkpoints every checkpoint_every steps and at the last, keeping the newest N;
 //     a checkpoint on SIGINT/SIGTERM (a second signal ends the process at once);
-//   - bit-exact resume: parameters, optimizer state, step, the data position and the RNG
-//     states (Trainee::save_state / load_state) come back from the newest checkpoint.
+//   - bit-exact resume: parameters, optimizer state, step and LibTorch's CPU generator (the
+//     loop's own), and the trainee's data position and generators (Trainee::save_state /
+//     load_state) come back from the newest checkpoint.
 //
 // Records (one JSON object per line in metrics.jsonl, and the same scalars in TensorBoard):
 //   train: {step, loss, nll, lr, tokens_per_s, step_time_s}: loss and nll are means over the
@@ -65,7 +66,9 @@ class Trainee {
   // Held-out or dev evaluation after `step`: named values (a JSON object of numbers, or
   // nested objects whose numbers are scalars too). The trainee logs its own result line.
   virtual nlohmann::json evaluate(int64_t step) = 0;
-  // State beyond parameters and optimizer: the data position and RNG states.
+  // State beyond parameters, optimizer and LibTorch's CPU generator (which the loop keeps): the
+  // data position and the trainee's own generators. load_state throws InputError for a state
+  // it cannot take (the loop adds the file's name).
   virtual void save_state(Checkpoint& c) = 0;
   virtual void load_state(const Checkpoint& c) = 0;
 };

@@ -185,8 +185,8 @@ std::vector<OptimizedParam> optimized_params(T5Impl& model, const std::string& m
 
 namespace {
 
-// Pretraining behind the loop's interface: the stream is the data position, LibTorch's CPU
-// generator the RNG state (dropout).
+// Pretraining behind the loop's interface: the stream is the data position (the loop keeps
+// LibTorch's CPU generator, dropout's).
 class PretrainTrainee : public Trainee {
  public:
   PretrainTrainee(const PretrainConfig& c, Setup& s) : c_(c), s_(s) {}
@@ -223,17 +223,8 @@ class PretrainTrainee : public Trainee {
       log->info("step {}: held-out ln(PPL) {:.4f} ({} examples)", at, m.ln_ppl, c_.eval.examples);
     return j;
   }
-  void save_state(Checkpoint& ck) override {
-    ck.stream = s_.stream->state();
-    ck.rng = at::detail::getDefaultCPUGenerator().get_state();
-  }
-  void load_state(const Checkpoint& ck) override {
-    s_.stream->set_state(ck.stream);
-    if (ck.rng.defined()) {
-      at::Generator gen = at::detail::getDefaultCPUGenerator();
-      gen.set_state(ck.rng);
-    }
-  }
+  void save_state(Checkpoint& ck) override { ck.stream = s_.stream->state(); }
+  void load_state(const Checkpoint& ck) override { s_.stream->set_state(ck.stream); }
 
   EvalMetrics last;
 

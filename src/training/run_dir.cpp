@@ -4,6 +4,7 @@
 #include <sys/file.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -75,6 +76,18 @@ std::map<std::string, std::pair<std::string, std::string>> config_differences(co
 }
 
 RunDirectory::RunDirectory(RunDirOptions o) : o_(std::move(o)) {
+  if (!o_.allow_changes.empty()) {
+    if (!o_.resume)
+      throw InputError("--allow-config-change: only with --resume (it names keys a resumed run may change)");
+    std::map<std::string, std::string> keys;
+    flatten(YAML::Load(o_.yaml), "", keys);
+    for (const auto& a : o_.allow_changes) {
+      const bool known = std::any_of(keys.begin(), keys.end(), [&](const auto& kv) { return allowed(kv.first, {a}); });
+      if (!known)
+        throw InputError(fmt::format("--allow-config-change {}: not a key or block of the config (e.g. train.steps, "
+                                     "checkpoint)", a));
+    }
+  }
   if (fs::is_directory(o_.dir)) lock_fd_ = lock_dir(o_.dir);
   std::string newest;
   for (const auto& d : o_.checkpoint_dirs) {

@@ -23,8 +23,9 @@ namespace thx::test {
 namespace {
 namespace fs = std::filesystem;
 
-// A pretrained tiny model (5 steps), a tiny SST-2, and a fine-tuning config that checkpoints
-// every 10 of 40 steps and evaluates at 20 and 40.
+// A pretrained tiny model (5 steps), a tiny SST-2, and a fine-tuning config that evaluates and
+// checkpoints every 10 of 40 steps: the first checkpoint already holds an evaluation, so a
+// resumed run must carry the restored record of it into sst2.json.
 struct Fixture {
   TempDir dir;
   std::string config, final_params, first_checkpoint;
@@ -46,7 +47,7 @@ void make(Fixture& s, bool albert) {
   batch_size: 8
   inputs_length: 32
   targets_length: 8
-  eval_every: 20
+  eval_every: 10
   log_every: 10
   max_query_length: 8
   max_train_examples: 64

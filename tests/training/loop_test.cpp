@@ -104,6 +104,16 @@ TEST(RunDirectory, ResumeWithAChangedConfigIsRefusedUnlessAllowed) {
   EXPECT_NE(read_file(run + "/config.yaml").find("steps: 8"), std::string::npos);
   // Resuming with the same config again needs no flag.
   EXPECT_EQ(run_thx(base + " --resume --set train.steps=8").code, 0);
+  // The flag is for resuming, and names keys that exist: each mistake is one line, exit 2.
+  for (const auto& [args, says] : std::vector<std::pair<std::string, std::string>>{
+           {" --set train.steps=8 --allow-config-change train.steps", "only with --resume"},
+           {" --resume --set train.steps=9 --allow-config-change trian.steps", "trian.steps: not a key or block"}}) {
+    const auto r = run_thx(base + args);
+    EXPECT_EQ(r.code, 2) << args << "\n" << r.out;
+    EXPECT_EQ(lines(r.out), 1) << r.out;
+    EXPECT_NE(r.out.find(says), std::string::npos) << r.out;
+  }
+  EXPECT_EQ(list_checkpoints(run + "/checkpoints").back(), checkpoint_path(run + "/checkpoints", 8));
 }
 
 }  // namespace
