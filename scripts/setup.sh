@@ -15,6 +15,9 @@ PACKAGES=(
   libhdf5-dev libcli11-dev nlohmann-json3-dev
   # TensorBoard event files: the Event/Summary messages are protobuf (src/training/tensorboard)
   libprotobuf-dev protobuf-compiler
+  # data-parallel training: LibTorch exports c10d (ProcessGroupGloo, TCPStore); these are the
+  # Gloo headers it needs (src/distributed)
+  libgloo-dev
   # Boost.CRC (header-only): the CRC-32C of the TensorBoard files' TFRecord framing
   libboost-dev
   # tests

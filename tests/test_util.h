@@ -33,12 +33,10 @@ struct RunResult {
   std::string out;  // stdout and stderr together
 };
 
-// Run the thx binary with `args` (a shell-quoted string). The thread-pool environment is set
-// so that thx does not re-execute itself (common/runtime.h), which would double start-up.
-inline RunResult run_thx(const std::string& args) {
+// Run a shell command line, capturing stdout and stderr together.
+inline RunResult run_command(const std::string& cmd) {
   setenv("OMP_WAIT_POLICY", "PASSIVE", 0);
   setenv("OPENBLAS_THREAD_TIMEOUT", "4", 0);
-  const std::string cmd = std::string(THX_BINARY) + " " + args + " 2>&1";
   RunResult r;
   FILE* p = popen(cmd.c_str(), "r");
   if (!p) return r;
@@ -48,6 +46,13 @@ inline RunResult run_thx(const std::string& args) {
   const int status = pclose(p);
   r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return r;
+}
+
+// Run the thx binary with `args` (a shell-quoted string). The thread-pool environment is set
+// (run_command) so that thx does not re-execute itself (common/runtime.h), which would double
+// start-up.
+inline RunResult run_thx(const std::string& args) {
+  return run_command(std::string(THX_BINARY) + " " + args + " 2>&1");
 }
 
 // A fresh directory under the system temp dir, removed with the object.

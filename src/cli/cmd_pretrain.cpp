@@ -1,5 +1,6 @@
 // thx pretrain: T5 span-corruption or BERT/ALBERT MLM pretraining (training/pretrain.h).
 #include "cli/command.h"
+#include "distributed/launch.h"
 #include "training/pretrain.h"
 
 namespace thx {
@@ -27,9 +28,11 @@ struct PretrainCommand : Command {
 
   int run() override {
     ConfigTree tree = config.tree();
+    const dist::DistributedConfig dc = dist::take_distributed_config(tree);
     const PretrainConfig pc = load_pretrain_config(tree);
     if (config.dump) return dump_config(pc.yaml);
     if (run_dir.empty()) throw InputError("pretrain: --run-dir DIR is required");
+    dist::start(dc, pc.yaml);  // under torchrun: join the group, same config on every rank
     const PretrainResult r = run_pretrain(pc, run_dir, resume, allow_changes);
     std::printf("%s\n", result_line(pc, run_dir, r).c_str());
     return 0;

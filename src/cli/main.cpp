@@ -19,7 +19,7 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"debug", "info", "warn", "error", "off"}))
       ->capture_default_str();
   int64_t threads = 0;
-  app.add_option("--threads", threads, "intra-op CPU threads (0: every core)")
+  app.add_option("--threads", threads, "intra-op CPU threads (0: every core; under torchrun, cores / LOCAL_WORLD_SIZE)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
 
@@ -53,19 +53,19 @@ int main(int argc, char** argv) {
     for (auto& c : commands)
       if (c->app->parsed()) return c->run();
   } catch (const thx::ConfigError& e) {  // a flag validated like a config key
-    std::cerr << "thx: error: " << e.key << ": " << e.what() << "\n";
+    std::cerr << "thx: error: " << thx::error_prefix() << e.key << ": " << e.what() << "\n";
     return 2;
   } catch (const thx::InputError& e) {
-    std::cerr << "thx: error: " << e.what() << "\n";
+    std::cerr << "thx: error: " << thx::error_prefix() << e.what() << "\n";
     return 2;
   } catch (const thx::RunError& e) {
-    std::cerr << "thx: error: " << e.what() << "\n";
+    std::cerr << "thx: error: " << thx::error_prefix() << e.what() << "\n";
     return 1;
   } catch (const c10::Error& e) {
-    std::cerr << "thx: internal error: " << e.what_without_backtrace() << "\n";
+    std::cerr << "thx: internal error: " << thx::error_prefix() << e.what_without_backtrace() << "\n";
     return 1;
   } catch (const std::exception& e) {
-    std::cerr << "thx: internal error: " << e.what() << "\n";
+    std::cerr << "thx: internal error: " << thx::error_prefix() << e.what() << "\n";
     return 1;
   }
   return 1;

@@ -138,6 +138,23 @@ void ConfigTree::inherit(const std::string& child, const std::string& parent) {
   fill(c, p, child, parent);
 }
 
+ConfigTree ConfigTree::take(const std::string& key) {
+  ConfigTree out;
+  const YAML::Node block = static_cast<const YAML::Node&>(root_)[key];
+  if (!block.IsDefined()) return out;
+  out.root_[key] = YAML::Clone(block);
+  for (auto it = origins_.lower_bound(key); it != origins_.end() && it->first.compare(0, key.size(), key) == 0;) {
+    if (it->first.size() == key.size() || it->first[key.size()] == '.') {
+      out.origins_[it->first] = it->second;
+      it = origins_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  root_.remove(key);
+  return out;
+}
+
 std::string ConfigTree::origin(const std::string& key) const {
   // A list element ("a.b[2]") was written where its list was. A key never written is a
   // default, whoever wrote its parent.

@@ -37,6 +37,11 @@ class ConfigTree {
   // with the parent's origins.
   void inherit(const std::string& child, const std::string& parent);
 
+  // Move the top-level block `key` out of this tree into a tree of its own (empty if absent),
+  // with its origins: a block that is not part of the experiment (distributed: launch
+  // settings) is read from it, and the rest of the config never sees it.
+  ConfigTree take(const std::string& key);
+
   const YAML::Node& root() const { return root_; }
 
   // Where the value at `key` (or its nearest parent) came from; "defaults" if never set.

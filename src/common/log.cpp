@@ -10,23 +10,39 @@ namespace {
 std::mutex g_mutex;
 spdlog::level::level_enum g_level = spdlog::level::info;
 std::shared_ptr<spdlog::sinks::basic_file_sink_mt> g_file;
+int g_rank = 0;
+std::string pattern() {
+  return g_rank > 0 ? fmt::format("[%H:%M:%S] [rank {}] [%n] %^%v%$", g_rank) : "[%H:%M:%S] [%n] %^%v%$";
+}
+spdlog::level::level_enum level() { return g_rank > 0 ? std::max(g_level, spdlog::level::warn) : g_level; }
 }  // namespace
 
 std::shared_ptr<spdlog::logger> log(const std::string& component) {
   std::lock_guard<std::mutex> lock(g_mutex);
   if (auto existing = spdlog::get(component)) return existing;
   auto logger = spdlog::stderr_color_mt(component);
-  logger->set_pattern("[%H:%M:%S] [%n] %^%v%$");
+  logger->set_pattern(pattern());
   if (g_file) logger->sinks().push_back(g_file);
-  logger->set_level(g_level);
+  logger->set_level(level());
   return logger;
 }
 
 void set_log_level(const std::string& level) {
   std::lock_guard<std::mutex> lock(g_mutex);
   g_level = spdlog::level::from_str(level);
-  spdlog::apply_all([](const std::shared_ptr<spdlog::logger>& l) { l->set_level(g_level); });
+  spdlog::apply_all([](const std::shared_ptr<spdlog::logger>& l) { l->set_level(thx::level()); });
 }
+
+void set_log_rank(int rank) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  g_rank = rank;
+  spdlog::apply_all([](const std::shared_ptr<spdlog::logger>& l) {
+    l->set_level(thx::level());
+    l->set_pattern(pattern());
+  });
+}
+
+std::string error_prefix() { return g_rank > 0 ? fmt::format("rank {}: ", g_rank) : ""; }
 
 }  // namespace thx
 

@@ -14,6 +14,12 @@ std::shared_ptr<spdlog::logger> log(const std::string& component);
 // Set the level of every thx logger: "debug", "info", "warn", "error" or "off".
 void set_log_level(const std::string& level);
 
+// A rank of a data-parallel run other than 0 (distributed/dist.h): its loggers show only
+// warnings and errors, each line prefixed with "rank N". error_prefix() is then "rank N: ",
+// for the one-line errors of main(); "" otherwise.
+void set_log_rank(int rank);
+std::string error_prefix();
+
 // Also write every thx logger's output to `path` (appending), until remove_log_file().
 void add_log_file(const std::string& path);
 void remove_log_file();

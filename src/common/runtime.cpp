@@ -19,7 +19,12 @@ void configure_runtime(int64_t threads) {
     mallopt(M_TRIM_THRESHOLD, INT_MAX);      // and keep up to 2 GB of freed memory
     malloc_done = true;
   }
-  if (threads <= 0) threads = std::max(1u, std::thread::hardware_concurrency());
+  if (threads <= 0) {
+    // Under torchrun, the node's cores are shared by its LOCAL_WORLD_SIZE ranks.
+    int64_t local = 1;
+    if (const char* v = std::getenv("LOCAL_WORLD_SIZE")) local = std::max<int64_t>(1, std::atoll(v));
+    threads = std::max<int64_t>(1, int64_t(std::thread::hardware_concurrency()) / local);
+  }
   torch::set_num_threads(static_cast<int>(threads));
   // ATen's thread count does not reach a pthreads OpenBLAS, which would otherwise use every
   // core whatever --threads says (two sweep jobs of one thread each would then fight over

@@ -17,7 +17,7 @@
 
 namespace thx {
 
-// threads <= 0: all hardware threads.
+// threads <= 0: all hardware threads, divided among torchrun's LOCAL_WORLD_SIZE ranks.
 void configure_runtime(int64_t threads = 0);
 
 // Call first in main(): re-executes the program with the thread-pool environment above if it

@@ -214,7 +214,7 @@ EncoderModelImpl::Output EncoderModelImpl::forward(const Tensor& ids, const Tens
     out.mlm_correct =
         ((logits.view({-1, vocab_size_}).argmax(-1) == flat_targets) & real).sum().item<int64_t>();
   }
-  out.loss = s.loss_sum / double(std::max<int64_t>(out.mlm_tokens, 1));
+  out.loss = out.mlm_loss = s.loss_sum / double(std::max<int64_t>(out.mlm_tokens, 1));
   out.sentence_nll_sum = torch::zeros({});
   if (sent_w_.defined() && labels.defined()) {
     const Tensor has = labels >= 0;  // [b]
@@ -223,7 +223,8 @@ EncoderModelImpl::Output EncoderModelImpl::forward(const Tensor& ids, const Tens
       const Tensor sl = torch::addmm(sent_b_, pooled(x), sent_w_);               // [b,2]
       const Tensor nll = -torch::log_softmax(sl, -1).gather(1, labels.clamp_min(0).unsqueeze(1)).squeeze(1);  // [b]
       out.sentence_nll_sum = (nll * has).sum();
-      out.loss = out.loss + out.sentence_nll_sum / double(out.sentence_count);
+      out.sentence_loss = out.sentence_nll_sum / double(out.sentence_count);
+      out.loss = out.loss + out.sentence_loss;
       torch::NoGradGuard g;
       out.sentence_correct = ((sl.argmax(-1) == labels) & has).sum().item<int64_t>();
     }

@@ -70,6 +70,8 @@ class EncoderModelImpl : public torch::nn::Module {
 
   struct Output {
     torch::Tensor loss;          // scalar: MLM mean CE + sentence mean CE
+    torch::Tensor mlm_loss;      // scalar: the MLM term of loss (mean CE, with the z-loss)
+    torch::Tensor sentence_loss; // scalar: the sentence term (mean CE), undefined without one
     torch::Tensor mlm_nll_sum;   // scalar: summed CE over masked tokens
     int64_t mlm_tokens = 0;      // masked tokens (targets != 0)
     int64_t mlm_correct = 0;     // argmax == target

@@ -23,6 +23,8 @@ void save_checkpoint(const std::string& path, const Checkpoint& c) {
   w.write("/state/step", torch::tensor(c.step));
   w.write("/state/optimizer_step", torch::tensor(c.optimizer_step));
   if (c.rng.defined()) w.write("/state/rng", c.rng);
+  w.write("/state/world_size", torch::tensor(c.world_size));
+  if (c.rng_ranks.defined()) w.write("/state/rng_ranks", c.rng_ranks);
   w.write("/state/stream/epoch", torch::tensor(c.stream.epoch));
   w.write("/state/stream/doc", torch::tensor(c.stream.doc));
   w.write("/state/stream/offset", torch::tensor(c.stream.offset));
@@ -46,6 +48,8 @@ Checkpoint load_checkpoint(const std::string& path) {
   c.step = scalar("/state/step");
   c.optimizer_step = scalar("/state/optimizer_step");
   if (r.has("/state/rng")) c.rng = r.read("/state/rng");
+  if (r.has("/state/world_size")) c.world_size = scalar("/state/world_size");
+  if (r.has("/state/rng_ranks")) c.rng_ranks = r.read("/state/rng_ranks");
   c.stream = {scalar("/state/stream/epoch"), scalar("/state/stream/doc"),
               scalar("/state/stream/offset"), scalar("/state/stream/example")};
   c.config = r.attr("/", "config");

@@ -3,7 +3,9 @@
 // checkpoints/step-00001000.h5:
 //   /params/<module path>              every parameter, paper names and shapes for attention
 //   /optimizer/<module path>/{vr,vc,v,m}
-//   /state/step, /state/optimizer_step, /state/rng (LibTorch's CPU generator),
+//   /state/step, /state/optimizer_step, /state/rng (LibTorch's CPU generator, rank 0's),
+//   /state/world_size (absent in checkpoints before data parallelism: 1),
+//   /state/rng_ranks [W, bytes] uint8: every rank's CPU generator (only when W > 1),
 //   /state/stream/{epoch,doc,offset,example}
 //   /state/extra/<name>                uint8: what a trainer keeps beyond these (fine-tuning:
 //                                      its data order and sampler state, the best evaluations)
@@ -25,6 +27,8 @@ struct Checkpoint {
   int64_t step = 0, optimizer_step = 0;
   StreamState stream;
   torch::Tensor rng;
+  int64_t world_size = 1;
+  torch::Tensor rng_ranks;  // [W, bytes] uint8, or undefined
   std::string config;
   std::map<std::string, std::string> extra;  // /state/extra/<name>, as bytes
 };

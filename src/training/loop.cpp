@@ -5,9 +5,14 @@
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <optional>
+
+#include <unistd.h>
 
 #include "common/error.h"
 #include "common/log.h"
+#include "distributed/dist.h"
+#include "distributed/grad_sync.h"
 #include "training/tensorboard.h"
 
 // Shapes: micro-batches are data/stream.h's Batch (b examples); losses are scalars.
@@ -47,7 +52,55 @@ struct SignalScope {
 
 double seconds(std::chrono::steady_clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
+Tensor rows(const Tensor& t, int64_t lo, int64_t hi) { return t.defined() ? t.slice(0, lo, hi) : t; }
+
+// The newest checkpoint, read by rank 0 and sent to the others (who may have no run directory:
+// another node): each rank gets the loaded checkpoint, or nullopt when there is none.
+std::optional<Checkpoint> load_newest(const std::string& dir, std::string* file) {
+  std::string bytes;
+  if (dist::rank() == 0) {
+    const auto existing = list_checkpoints(dir);
+    if (!existing.empty()) {
+      *file = existing.back();
+      if (!dist::active()) return load_checkpoint(*file);
+      load_checkpoint(*file);  // validates before sending
+      std::ifstream in(*file, std::ios::binary);
+      bytes.assign(std::istreambuf_iterator<char>(in), {});
+    }
+  }
+  bytes = dist::broadcast_bytes(bytes);
+  *file = dist::broadcast_bytes(*file);
+  if (bytes.empty()) return std::nullopt;
+  if (dist::rank() == 0) return load_checkpoint(*file);
+  const fs::path tmp = fs::temp_directory_path() / fmt::format("thx-resume-{}-rank{}.h5", ::getpid(), dist::rank());
+  {
+    std::ofstream out(tmp, std::ios::binary);
+    out.write(bytes.data(), std::streamsize(bytes.size()));
+  }
+  Checkpoint ck = load_checkpoint(tmp.string());
+  fs::remove(tmp);
+  return ck;
+}
+
+// A seed for the CPU generator of rank r > 0 (dropout must differ between ranks).
+uint64_t rank_seed(uint64_t base, int r) { return mix_seed(base + 0x9e3779b97f4a7c15ull * uint64_t(r)); }
+
 }  // namespace
+
+Batch Trainee::shard(const Batch& b, int rank, int world) {
+  const int64_t n = b.inputs.size(0), lo = n * rank / world, hi = n * (rank + 1) / world;
+  Batch s;
+  s.inputs = rows(b.inputs, lo, hi), s.decoder_inputs = rows(b.decoder_inputs, lo, hi);
+  s.targets = rows(b.targets, lo, hi), s.token_types = rows(b.token_types, lo, hi);
+  s.positions = rows(b.positions, lo, hi), s.labels = rows(b.labels, lo, hi), s.scores = rows(b.scores, lo, hi);
+  return s;
+}
+
+std::string batch_split_error(const std::string& key, int64_t batch_size, int64_t grad_accum, int world) {
+  if (batch_size % (grad_accum * world) == 0) return "";
+  return fmt::format("{} {} does not divide into grad_accum {} micro-batches of {} rank shards (world size {}): "
+                     "it must be a multiple of {}", key, batch_size, grad_accum, world, world, grad_accum * world);
+}
 
 void copy_parameters(const std::vector<std::pair<std::string, Tensor>>& params,
                      const std::map<std::string, Tensor>& saved, const std::string& file) {
@@ -63,19 +116,33 @@ void copy_parameters(const std::vector<std::pair<std::string, Tensor>>& params,
   }
 }
 
-StepLoss accumulate_gradients(Trainee& t, const std::vector<Batch>& micro) {
+StepLoss accumulate_gradients(Trainee& t, const std::vector<Batch>& micro, dist::GradSync* sync) {
   StepLoss r;
-  std::vector<double> weights;
-  for (const auto& b : micro) weights.push_back(t.weight(b)), r.weight += weights.back();
-  const double total = r.weight > 0 ? r.weight : 1.0;
-  for (size_t i = 0; i < micro.size(); ++i) {
-    const Batch& b = micro[i];
-    const MicroLoss out = t.forward(b);
-    const double share = weights[i] / total;
-    (out.loss * share).backward();
-    r.loss += out.loss.item<double>() * share;
-    r.nll += out.nll_sum / total;
+  const int world = dist::world_size();
+  std::vector<Batch> mine;  // this rank's shards (one process: the micro-batches themselves)
+  double second = 0;
+  for (const auto& b : micro) {
+    r.weight += t.weight(b), second += t.second_weight(b);
+    mine.push_back(world > 1 ? t.shard(b, dist::rank(), world) : b);
   }
+  const double total = r.weight > 0 ? r.weight : 1.0, total2 = second > 0 ? second : 1.0;
+  for (size_t i = 0; i < mine.size(); ++i) {
+    const Batch& b = mine[i];
+    const MicroLoss out = t.forward(b);
+    const double share = t.weight(b) / total;
+    Tensor scaled = out.loss * share;
+    r.loss += out.loss.item<double>() * share;
+    if (out.second.defined()) {
+      const double share2 = t.second_weight(b) / total2;
+      scaled = scaled + out.second * share2;
+      r.loss += out.second.item<double>() * share2;
+    }
+    if (sync && i + 1 == mine.size()) sync->prepare(scaled);
+    scaled.backward();
+    r.nll += out.nll_sum / total;
+    r.tokens += t.tokens(b);
+  }
+  if (sync) sync->finish();
   return r;
 }
 
@@ -84,14 +151,22 @@ LoopResult train(Trainee& t, const LoopOptions& o) {
   const std::string prefix = o.tag.empty() ? "" : o.tag + " ";
   const std::string tb_prefix = o.tag.empty() ? "" : o.tag + "/";
   LoopResult result;
-  fs::create_directories(o.checkpoint_dir);
-  const auto existing = list_checkpoints(o.checkpoint_dir);
+  const int world = dist::world_size(), rank = dist::rank();
+  const bool writer = rank == 0;  // only rank 0 writes checkpoints, metrics and TensorBoard
+  if (o.batch_size > 0) {
+    const std::string e = batch_split_error("batch size", o.batch_size, o.grad_accum, world);
+    if (!e.empty()) throw InputError(prefix + e);
+  }
+  if (writer) fs::create_directories(o.checkpoint_dir);
   // The parameter list is fixed for the run: taken once, not per step.
   const std::vector<std::pair<std::string, Tensor>> params = t.parameters();
+  std::vector<Tensor> tensors;
+  for (const auto& [path, p] : params) tensors.push_back(p);
   int64_t step = 0;
-  if (o.resume && !existing.empty()) {
-    const std::string& file = existing.back();
-    const Checkpoint ck = load_checkpoint(file);
+  std::string file;
+  const std::optional<Checkpoint> resumed = o.resume ? load_newest(o.checkpoint_dir, &file) : std::nullopt;
+  if (resumed) {
+    const Checkpoint& ck = *resumed;
     copy_parameters(params, ck.params, file);
     t.optimizer().load_state(ck.optimizer, ck.optimizer_step);
     try {
@@ -101,19 +176,31 @@ LoopResult train(Trainee& t, const LoopOptions& o) {
     } catch (const std::exception& e) {  // a JSON or stream error in the trainer's own state
       throw InputError(fmt::format("{}: the trainer's state in it is unreadable ({})", file, e.what()));
     }
-    // LibTorch's CPU generator (dropout, initializers): the loop's, for every trainee.
-    if (ck.rng.defined()) {
-      at::Generator gen = at::detail::getDefaultCPUGenerator();
-      gen.set_state(ck.rng);
-    }
+    // LibTorch's CPU generator (dropout, initializers): the loop's, for every trainee; with
+    // several ranks, each rank's own.
+    at::Generator gen = at::detail::getDefaultCPUGenerator();
+    if (ck.rng_ranks.defined() && ck.rng_ranks.size(0) == world) gen.set_state(ck.rng_ranks[rank].clone());
+    else if (ck.rng.defined()) gen.set_state(ck.rng);
+    if (rank > 0 && !(ck.rng_ranks.defined() && ck.rng_ranks.size(0) == world))
+      gen.set_current_seed(rank_seed(uint64_t(ck.step), rank));
     step = ck.step;
-    log->info("{}resumed from {} at step {}", prefix, existing.back(), step);
-  } else if (o.resume) {
-    log->warn("{}--resume: no checkpoint in {}; starting from step 0", prefix, o.checkpoint_dir);
+    log->info("{}resumed from {} at step {}", prefix, file, step);
+    if (ck.world_size != world)
+      log->info("{}the checkpoint was written by {} process{}, this run has {}: the global batch is the same; "
+                "ranks above 0 draw new dropout seeds", prefix, ck.world_size, ck.world_size > 1 ? "es" : "", world);
+  } else {
+    if (o.resume) log->warn("{}--resume: no checkpoint in {}; starting from step 0", prefix, o.checkpoint_dir);
+    if (world > 1) {
+      dist::broadcast(tensors);  // rank 0's initialization everywhere
+      at::Generator gen = at::detail::getDefaultCPUGenerator();
+      if (rank > 0) gen.set_current_seed(rank_seed(gen.current_seed(), rank));
+    }
   }
 
-  std::ofstream metrics(o.metrics_file, std::ios::app);
+  std::ofstream metrics;
+  if (writer) metrics.open(o.metrics_file, std::ios::app);
   auto record = [&](json j, const std::string& kind, int64_t at) {
+    if (!writer) return;
     if (o.events) o.events->scalars(at, tb_prefix + kind + "/", j);
     j["step"] = at;
     if (!o.tag.empty()) j["task"] = o.tag;
@@ -124,12 +211,25 @@ LoopResult train(Trainee& t, const LoopOptions& o) {
     record(result.last_eval, "eval", at);
   };
   auto save = [&](int64_t at) {
+    if (world > 1) {  // every rank must hold the same parameters, or nothing is written
+      const uint64_t sum = dist::checksum(tensors);
+      const auto all = dist::all_gather(torch::tensor({int64_t(sum)}));  // W x [1]
+      for (int r = 1; r < world; ++r)
+        if (all[size_t(r)].item<int64_t>() != all[0].item<int64_t>())
+          throw RunError(fmt::format("{}step {}: rank {}'s parameters differ from rank 0's (checksum); no checkpoint "
+                                     "was written (the last good one is kept in {})", prefix, at, r, o.checkpoint_dir));
+    }
+    const Tensor rng = at::detail::getDefaultCPUGenerator().get_state();
+    const std::vector<Tensor> rngs = dist::all_gather(rng);
+    if (!writer) return;
     Checkpoint ck;
+    ck.world_size = world;
+    if (world > 1) ck.rng_ranks = torch::stack(rngs);  // [W, bytes]
     for (const auto& [path, p] : params) ck.params[path] = p;
     ck.optimizer = t.optimizer().state();
     ck.step = at;
     ck.optimizer_step = t.optimizer().steps();
-    ck.rng = at::detail::getDefaultCPUGenerator().get_state();
+    ck.rng = rng;
     t.save_state(ck);
     ck.config = o.config;
     const std::string path = checkpoint_path(o.checkpoint_dir, at);
@@ -145,6 +245,8 @@ LoopResult train(Trainee& t, const LoopOptions& o) {
   }
   SignalScope signals;
   t.module().train();
+  std::unique_ptr<dist::GradSync> sync;
+  if (world > 1) sync = std::make_unique<dist::GradSync>(tensors);
   const auto t_start = std::chrono::steady_clock::now();
   const int64_t first = step;
   double window_time = 0, window_loss = 0, window_nll = 0;
@@ -153,7 +255,15 @@ LoopResult train(Trainee& t, const LoopOptions& o) {
     const auto t0 = std::chrono::steady_clock::now();
     const std::vector<Batch> micro = t.next_step(o.grad_accum);
     for (const auto& [path, p] : params) p.mutable_grad() = Tensor();
-    const StepLoss l = accumulate_gradients(t, micro);
+    StepLoss l;
+    bool stop = false;
+    dist::guard("the gradient all-reduce", [&] { l = accumulate_gradients(t, micro, sync.get()); });
+    if (world > 1) {  // the step's sums over the ranks, and whether any rank was asked to stop
+      Tensor sums = torch::tensor({l.loss, l.nll, double(l.tokens), double(g_stop)}, torch::kFloat64);  // [4]
+      dist::all_reduce_sum(sums);
+      l.loss = sums[0].item<double>(), l.nll = sums[1].item<double>(), l.tokens = int64_t(sums[2].item<double>());
+      stop = sums[3].item<double>() > 0;
+    }
     if (!std::isfinite(l.loss))
       throw RunError(fmt::format("{}step {}: the loss is {}; training stopped and no checkpoint was written "
                                  "(the last good one is kept in {})", prefix, step + 1,
@@ -161,8 +271,7 @@ LoopResult train(Trainee& t, const LoopOptions& o) {
     const double lr = learning_rate(o.schedule, step + 1, o.steps);
     t.optimizer().step(lr);
     ++step;
-    int64_t tokens = 0;
-    for (const auto& b : micro) tokens += t.tokens(b);
+    const int64_t tokens = l.tokens;
     window_time += seconds(std::chrono::steady_clock::now() - t0), window_tokens += tokens, ++window_steps;
     window_loss += l.loss, window_nll += l.nll;
     if (step % o.log_every == 0 || step == o.steps) {
@@ -181,7 +290,7 @@ LoopResult train(Trainee& t, const LoopOptions& o) {
     if (step % o.eval_every == 0 || last) evaluate(step);
     const bool saved = step % o.checkpoint_every == 0 || last;
     if (saved) save(step);
-    if (g_stop) {
+    if (world > 1 ? stop : bool(g_stop)) {
       if (!saved) save(step);
       log->warn("{}stopped by a signal at step {}; resume with --resume", prefix, step);
       result.interrupted = true;

@@ -16,6 +16,18 @@
 //     loop's own), and the trainee's data position and generators (Trainee::save_state /
 //     load_state) come back from the newest checkpoint.
 //
+// Data parallel (distributed/dist.h, under torchrun): every rank draws the same global
+// micro-batches (next_step), keeps its shard of each (Trainee::shard: rank r of W takes the
+// r-th of W equal row ranges), and weights its loss by its shard's share of the whole step's
+// weight; GradSync sums the gradients over the ranks while the last micro-batch's backward
+// runs, so every rank holds the gradient one process would compute (up to summation order)
+// and steps its optimizer identically. Each step one more all-reduce carries the loss sums,
+// the tokens and any stop request. Only rank 0 writes metrics, TensorBoard, progress and
+// checkpoints; a checkpoint first checks that every rank holds the same parameters
+// (a checksum) and gathers every rank's CPU generator (dropout differs per rank). On resume
+// rank 0 reads the checkpoint and sends it to the others, so only rank 0 needs the run
+// directory; a checkpoint of another world size resumes when the batch divides.
+//
 // Records (one JSON object per line in metrics.jsonl, and the same scalars in TensorBoard):
 //   train: {step, loss, nll, lr, tokens_per_s, step_time_s}: loss and nll are means over the
 //          steps since the previous record; with a tag, also {"task": tag}
@@ -42,9 +54,14 @@ class EventWriter;
 
 // One micro-batch's forward pass: the loss to differentiate (a mean over the micro-batch),
 // and the sums the loop reports.
+// A loss of two means over different units (BERT/ALBERT: MLM over masked tokens, the
+// sentence task over examples) gives the second in `second`; the loop weights each mean by
+// its own share (Trainee::second_weight), so that micro-batches and rank shards add up to
+// the means over the whole step.
 struct MicroLoss {
-  torch::Tensor loss;  // scalar
-  double nll_sum = 0;  // summed NLL over the micro-batch's weight units (0: not reported)
+  torch::Tensor loss;    // scalar: the mean over the micro-batch's weight units
+  double nll_sum = 0;    // summed NLL over the micro-batch's weight units (0: not reported)
+  torch::Tensor second;  // scalar mean over second_weight units, or undefined
 };
 
 // The model-specific part of training.
@@ -60,6 +77,11 @@ class Trainee {
   virtual std::vector<Batch> next_step(int64_t micro) = 0;
   // What a micro-batch weighs in the step's mean (target or masked tokens, or examples).
   virtual double weight(const Batch& b) = 0;
+  // The units of MicroLoss::second (0 when there is none).
+  virtual double second_weight(const Batch& b) { return 0; }
+  // This rank's part of a global micro-batch (data parallel only): by default rows
+  // [r*b/W, (r+1)*b/W) of every tensor. A trainee whose rows come in groups overrides it.
+  virtual Batch shard(const Batch& b, int rank, int world);
   // Tokens the micro-batch moves through the model, for tokens/s.
   virtual int64_t tokens(const Batch& b) = 0;
   virtual MicroLoss forward(const Batch& b) = 0;
@@ -75,6 +97,7 @@ class Trainee {
 
 struct LoopOptions {
   int64_t steps = 0, grad_accum = 1;
+  int64_t batch_size = 0;        // global examples per step (checked against the world size)
   int64_t log_every = 10, eval_every = 1000, checkpoint_every = 1000, keep = 3;
   OptimizerConfig schedule;      // the learning-rate schedule (learning_rate(), optimizer.h)
   std::string checkpoint_dir;    // step-NNNNNNNN.h5 files
@@ -97,10 +120,21 @@ LoopResult train(Trainee& trainee, const LoopOptions& options);
 
 // One step's gradients, accumulated into .grad() over the micro-batches (the loop's own rule;
 // also what `thx step-probe` runs): returns the step's mean loss and mean NLL per weight unit.
+// Data parallel: `micro` are the global micro-batches; this rank runs its shards, `sync`
+// sums the gradients over the ranks, and loss, nll and tokens are this rank's parts (their
+// sums over the ranks are the step's).
 struct StepLoss {
   double loss = 0, nll = 0, weight = 0;
+  int64_t tokens = 0;
 };
-StepLoss accumulate_gradients(Trainee& trainee, const std::vector<Batch>& micro);
+namespace dist {
+class GradSync;
+}
+StepLoss accumulate_gradients(Trainee& trainee, const std::vector<Batch>& micro, dist::GradSync* sync = nullptr);
+
+// The error for a batch that does not split into grad_accum micro-batches of world-size
+// shards: "" when it does.
+std::string batch_split_error(const std::string& key, int64_t batch_size, int64_t grad_accum, int world_size);
 
 // Restore parameters from a checkpoint's map: every path must be there with its shape, or an
 // InputError names the file and the parameter.

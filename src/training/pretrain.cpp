@@ -11,6 +11,8 @@
 #include "common/log.h"
 #include "data/mlm.h"
 #include "data/stream.h"
+#include "distributed/dist.h"
+#include "distributed/launch.h"
 #include "training/checkpoint.h"
 #include "training/loop.h"
 #include "training/run_dir.h"
@@ -38,7 +40,7 @@ struct PretrainModel {
     return n;
   }
   struct Out {
-    Tensor loss;
+    Tensor loss, second;  // BERT/ALBERT: the MLM mean, and the sentence mean (MicroLoss)
     EvalSums sums;
   };
   Out forward(const Batch& b) {
@@ -49,7 +51,7 @@ struct PretrainModel {
       o.sums.nll = r.nll_sum.item<double>(), o.sums.tokens = r.tokens;
     } else {
       auto r = encoder->forward(b.inputs, b.token_types, b.positions, b.targets, b.labels);
-      o.loss = r.loss;
+      o.loss = r.mlm_loss, o.second = r.sentence_loss;
       o.sums.nll = r.mlm_nll_sum.item<double>(), o.sums.tokens = r.mlm_tokens;
       o.sums.correct = r.mlm_correct;
       o.sums.sentence_count = r.sentence_count, o.sums.sentence_correct = r.sentence_correct;
@@ -133,10 +135,18 @@ EvalMetrics evaluate_model(PretrainModel& model, const std::vector<Batch>& batch
   const bool was_training = model.module().is_training();
   model.module().eval();
   EvalSums sum;
-  for (const auto& b : batches) {
-    const EvalSums e = model.forward(b).sums;
+  // Data parallel: rank r evaluates batches r, r+W, ...; the sums are added over the ranks.
+  for (size_t i = size_t(dist::rank()); i < batches.size(); i += size_t(dist::world_size())) {
+    const EvalSums e = model.forward(batches[i]).sums;
     sum.nll += e.nll, sum.tokens += e.tokens, sum.correct += e.correct;
     sum.sentence_count += e.sentence_count, sum.sentence_correct += e.sentence_correct;
+  }
+  if (dist::active()) {
+    torch::Tensor t = torch::tensor({sum.nll, double(sum.tokens), double(sum.correct), double(sum.sentence_count),
+                                     double(sum.sentence_correct)}, torch::kFloat64);  // [5]
+    dist::all_reduce_sum(t);
+    sum.nll = t[0].item<double>(), sum.tokens = int64_t(t[1].item<double>()), sum.correct = int64_t(t[2].item<double>());
+    sum.sentence_count = int64_t(t[3].item<double>()), sum.sentence_correct = int64_t(t[4].item<double>());
   }
   model.module().train(was_training);
   EvalMetrics m;
@@ -203,7 +213,10 @@ class PretrainTrainee : public Trainee {
   int64_t tokens(const Batch& b) override { return b.inputs.numel() + b.targets.numel(); }
   MicroLoss forward(const Batch& b) override {
     auto o = s_.model.forward(b);
-    return {o.loss, o.sums.nll};
+    return {o.loss, o.sums.nll, o.second};
+  }
+  double second_weight(const Batch& b) override {
+    return b.labels.defined() && s_.model.encoder ? double((b.labels >= 0).sum().item<int64_t>()) : 0.0;
   }
   nlohmann::json evaluate(int64_t at) override {
     if (eval_batches_.empty()) eval_batches_ = heldout_batches(c_, s_.heldout, s_.word_starts);
@@ -267,20 +280,29 @@ PretrainResult run_pretrain(const PretrainConfig& c, const std::string& run_dir,
   };
   ro.checkpoint_dirs = {(fs::path(run_dir) / "checkpoints").string()};
   ro.log_file = "train.log";
-  RunDirectory dir(ro);
+  {
+    const std::string e = batch_split_error("train.batch_size", c.train.batch_size, c.train.grad_accum,
+                                            dist::world_size());
+    if (!e.empty()) throw InputError(e);
+  }
+  // Only rank 0 has the run directory (the others may be on other nodes).
+  std::optional<RunDirectory> dir;
+  dist::on_rank0([&] { dir.emplace(ro); });
   Setup s = build(c);  // validates the data before anything is written
   s.heldout = load_split(c.data.prepared, "heldout");
-  EventWriter events((fs::path(run_dir) / "tb").string());
+  std::optional<EventWriter> events;
+  if (dist::rank() == 0) events.emplace((fs::path(run_dir) / "tb").string());
   thx::log("train")->info("resolved config:\n{}", c.yaml);
-  dir.open();
+  if (dir) dir->open();
 
   LoopOptions o;
   o.steps = c.train.steps, o.grad_accum = c.train.grad_accum, o.log_every = c.train.log_every;
+  o.batch_size = c.train.batch_size;
   o.eval_every = c.eval.every, o.checkpoint_every = c.checkpoint.every, o.keep = c.checkpoint.keep;
   o.schedule = c.optimizer;
   o.checkpoint_dir = ro.checkpoint_dirs.front();
   o.metrics_file = (fs::path(run_dir) / "metrics.jsonl").string();
-  o.events = &events;
+  o.events = events ? &*events : nullptr;
   o.config = c.yaml;
   o.resume = resume;
   describe(c, s.model);

@@ -1,0 +1,296 @@
+#include "distributed/dist.h"
+
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <torch/csrc/distributed/c10d/comm.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <optional>
+#include <thread>
+
+#include "common/error.h"
+#include "common/log.h"
+
+// Shapes: byte strings travel as [n] uint8 tensors, their lengths as [1] int64.
+namespace thx::dist {
+namespace {
+
+using torch::Tensor;
+using Clock = std::chrono::steady_clock;
+
+struct Group {
+  LaunchEnv env;
+  double timeout_s = 300;
+  c10::intrusive_ptr<c10d::Store> store, beat_store;
+  c10::intrusive_ptr<c10d::ProcessGroupGloo> pg;
+  std::thread beat;
+  std::atomic<bool> stop{false};
+  ~Group() {
+    stop = true;
+    if (beat.joinable()) beat.join();
+  }
+};
+std::unique_ptr<Group> g;
+
+std::string beat_key(int r) { return "thx/beat/" + std::to_string(r); }
+
+int parse_int(const char* name, const char* value, int lo) {
+  char* end = nullptr;
+  errno = 0;
+  const long v = std::strtol(value, &end, 10);
+  if (errno || end == value || *end || v < lo || v > 1 << 20)
+    throw InputError(fmt::format("environment: {}={:?} is not an integer >= {} (torchrun sets it; "
+                                 "launch with `torchrun --no_python ... thx ...`)", name, value, lo));
+  return int(v);
+}
+
+c10::intrusive_ptr<c10d::Store> make_store(const LaunchEnv& e, double timeout_s, bool server, bool wait) {
+  c10d::TCPStoreOptions o;
+  o.port = uint16_t(e.master_port);
+  o.isServer = server;
+  if (wait) o.numWorkers = size_t(e.world_size);
+  o.waitWorkers = wait;
+  o.timeout = std::chrono::milliseconds(int64_t(timeout_s * 1000));
+  o.multiTenant = true;
+  c10::intrusive_ptr<c10d::Store> s = c10::make_intrusive<c10d::TCPStore>(e.master_addr, o);
+  if (e.agent_store)
+    s = c10::make_intrusive<c10d::PrefixStore>("/worker/attempt_" + std::to_string(e.restart_count), s);
+  return s;
+}
+
+std::shared_ptr<::gloo::transport::Device> make_device(const LaunchEnv& e) {
+  if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"))
+    return c10d::ProcessGroupGloo::createDeviceForInterface(ifname);
+  if (e.master_addr == "localhost" || e.master_addr.rfind("127.", 0) == 0)
+    return c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
+  return c10d::ProcessGroupGloo::createDefaultDevice();
+}
+
+void wait(const c10::intrusive_ptr<c10d::Work>& w) { w->wait(); }
+
+// Heartbeat counters of every rank, or empty when the store does not answer.
+std::optional<std::vector<int64_t>> read_beats() {
+  try {
+    std::vector<int64_t> v;
+    for (int r = 0; r < g->env.world_size; ++r) v.push_back(g->store->add(beat_key(r), 0));
+    return v;
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
+// Why a collective failed, if a rank has stopped; "" when every rank is alive.
+std::string diagnose() {
+  const auto before = read_beats();
+  const std::string store_gone = fmt::format(
+      "the rendezvous store at {}:{} no longer answers: {} has stopped", g->env.master_addr, g->env.master_port,
+      g->env.agent_store ? "the torchrun agent of node 0" : "rank 0, which hosts it,");
+  if (!before) return store_gone;
+  std::this_thread::sleep_for(std::chrono::milliseconds(3000));
+  const auto after = read_beats();
+  if (!after) return store_gone;
+  std::vector<int> dead;
+  for (int r = 0; r < g->env.world_size; ++r)
+    if (r != g->env.rank && (*after)[size_t(r)] == (*before)[size_t(r)]) dead.push_back(r);
+  if (dead.empty()) return "";
+  return fmt::format("rank {} stopped (no heartbeat for 3 s: killed, out of memory or crashed; its own log says "
+                     "which); with torchrun --max_restarts the group restarts and --resume continues from the "
+                     "last checkpoint", fmt::join(dead, ", "));
+}
+
+std::string first_line(const std::exception& e) {
+  std::string s;
+  if (auto c = dynamic_cast<const c10::Error*>(&e)) s = c->what_without_backtrace();
+  else s = e.what();
+  const auto nl = s.find('\n');
+  return nl == std::string::npos ? s : s.substr(0, nl);
+}
+
+}  // namespace
+
+LaunchEnv read_launch_env(const std::function<const char*(const char*)>& get_in) {
+  auto get = get_in ? get_in : [](const char* k) -> const char* { return std::getenv(k); };
+  LaunchEnv e;
+  auto num = [&](const char* name, int& out, int lo) {
+    if (const char* v = get(name)) out = parse_int(name, v, lo);
+  };
+  num("WORLD_SIZE", e.world_size, 1);
+  num("RANK", e.rank, 0);
+  num("LOCAL_RANK", e.local_rank, 0);
+  num("LOCAL_WORLD_SIZE", e.local_world_size, 1);
+  num("TORCHELASTIC_RESTART_COUNT", e.restart_count, 0);
+  if (e.rank >= e.world_size)
+    throw InputError(fmt::format("environment: RANK={} is not below WORLD_SIZE={}", e.rank, e.world_size));
+  if (const char* a = get("MASTER_ADDR")) e.master_addr = a;
+  if (const char* p = get("MASTER_PORT")) e.master_port = parse_int("MASTER_PORT", p, 1);
+  if (e.master_port > 65535)
+    throw InputError(fmt::format("environment: MASTER_PORT={} is not a port (1-65535)", e.master_port));
+  if (const char* s = get("TORCHELASTIC_USE_AGENT_STORE")) e.agent_store = std::string(s) == "True";
+  if (e.world_size > 1 && e.master_addr.empty())
+    throw InputError(fmt::format("environment: WORLD_SIZE={} but MASTER_ADDR is not set: launch with torchrun "
+                                 "(it sets MASTER_ADDR and MASTER_PORT), or set both", e.world_size));
+  if (e.world_size > 1 && e.master_port == 0)
+    throw InputError(fmt::format("environment: WORLD_SIZE={} but MASTER_PORT is not set: launch with torchrun "
+                                 "(it sets MASTER_ADDR and MASTER_PORT), or set both", e.world_size));
+  return e;
+}
+
+void init(const LaunchEnv& env, double timeout_s) {
+  if (env.world_size <= 1 || g) return;
+  auto group = std::make_unique<Group>();
+  group->env = env, group->timeout_s = timeout_s;
+  set_log_rank(env.rank);
+  try {
+    group->store = make_store(env, timeout_s, !env.agent_store && env.rank == 0, true);
+    auto opts = c10d::ProcessGroupGloo::Options::create(std::chrono::milliseconds(int64_t(timeout_s * 1000)));
+    opts->devices.push_back(make_device(env));
+    group->pg = c10::make_intrusive<c10d::ProcessGroupGloo>(group->store, env.rank, env.world_size, opts);
+    group->beat_store = make_store(env, timeout_s, false, false);
+  } catch (const std::exception& e) {
+    throw RunError(fmt::format("joining the group of {} at {}:{} failed within {} s "
+                               "(distributed.timeout_s): {}", env.world_size, env.master_addr,
+                               env.master_port, timeout_s, first_line(e)));
+  }
+  Group* raw = group.get();
+  group->beat = std::thread([raw] {
+    while (!raw->stop) {
+      try {
+        raw->beat_store->add(beat_key(raw->env.rank), 1);
+      } catch (const std::exception&) {  // the store is gone: diagnose() says so
+      }
+      for (int i = 0; i < 10 && !raw->stop; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  });
+  g = std::move(group);
+  std::atexit([] { shutdown(); });
+  thx::log("dist")->info("rank {} of {} (local {} of {}), Gloo over {}:{}, collective timeout {} s", env.rank,
+                         env.world_size, env.local_rank, env.local_world_size, env.master_addr,
+                         env.master_port, timeout_s);
+}
+
+void shutdown() {
+  if (!g) return;
+  g->stop = true;
+  if (g->beat.joinable()) g->beat.join();
+  // The process group and stores are left to the process's end: tearing Gloo down while a
+  // peer is gone can block.
+  g.release();
+}
+
+bool active() { return bool(g); }
+int rank() { return g ? g->env.rank : 0; }
+int world_size() { return g ? g->env.world_size : 1; }
+int local_world_size() { return g ? g->env.local_world_size : 1; }
+double timeout_s() { return g ? g->timeout_s : 0; }
+c10d::ProcessGroup& group() { return *g->pg; }
+
+void guard(const char* doing, const std::function<void()>& f) {
+  if (!g) return f();
+  try {
+    f();
+  } catch (const InputError&) {
+    throw;
+  } catch (const RunError&) {
+    throw;
+  } catch (const std::exception& e) {
+    const std::string why = diagnose();
+    throw RunError(fmt::format("{} failed: {}", doing, why.empty() ? first_line(e) : why));
+  }
+}
+
+void broadcast(std::vector<Tensor> tensors) {
+  if (!g || tensors.empty()) return;
+  torch::NoGradGuard no_grad;  // parameters are written in place
+  guard("broadcast", [&] { c10d::broadcast_coalesced(g->pg, tensors, 16 << 20, 0); });
+}
+
+void all_reduce_sum(Tensor& t) {
+  if (!g) return;
+  guard("all-reduce", [&] {
+    std::vector<Tensor> v{t};
+    wait(g->pg->allreduce(v));
+  });
+}
+
+std::vector<Tensor> all_gather(const Tensor& t) {
+  if (!g) return {t};
+  std::vector<std::vector<Tensor>> out(1);
+  for (int r = 0; r < g->env.world_size; ++r) out[0].push_back(torch::empty_like(t));
+  guard("all-gather", [&] {
+    std::vector<Tensor> in{t.contiguous()};
+    wait(g->pg->allgather(out, in));
+  });
+  return out[0];
+}
+
+std::string broadcast_bytes(const std::string& from_rank0) {
+  if (!g) return from_rank0;
+  Tensor n = torch::tensor({int64_t(from_rank0.size())});  // [1]
+  broadcast({n});
+  Tensor bytes = torch::empty({n.item<int64_t>()}, torch::kUInt8);  // [n]
+  if (g->env.rank == 0) std::memcpy(bytes.data_ptr<uint8_t>(), from_rank0.data(), from_rank0.size());
+  if (bytes.numel() > 0) broadcast({bytes});
+  return std::string(reinterpret_cast<const char*>(bytes.data_ptr<uint8_t>()), size_t(bytes.numel()));
+}
+
+std::vector<std::string> all_gather_bytes(const std::string& mine) {
+  if (!g) return {mine};
+  const auto sizes = all_gather(torch::tensor({int64_t(mine.size())}));  // W x [1]
+  int64_t longest = 1;
+  for (const auto& s : sizes) longest = std::max(longest, s.item<int64_t>());
+  Tensor padded = torch::zeros({longest}, torch::kUInt8);  // [longest]
+  std::memcpy(padded.data_ptr<uint8_t>(), mine.data(), mine.size());
+  const auto all = all_gather(padded);
+  std::vector<std::string> out;
+  for (size_t r = 0; r < all.size(); ++r)
+    out.emplace_back(reinterpret_cast<const char*>(all[r].data_ptr<uint8_t>()), size_t(sizes[r].item<int64_t>()));
+  return out;
+}
+
+void barrier() {
+  if (!g) return;
+  guard("barrier", [&] { wait(g->pg->barrier()); });
+}
+
+void check_same(const std::string& what, const std::string& value) {
+  if (!g) return;
+  const uint64_t h = fnv1a(value.data(), value.size());
+  const auto all = all_gather_bytes(std::string(reinterpret_cast<const char*>(&h), sizeof h));
+  std::vector<int> differ;
+  for (size_t r = 1; r < all.size(); ++r)
+    if (all[r] != all[0]) differ.push_back(int(r));
+  if (!differ.empty())
+    throw InputError(fmt::format("rank{} {} {} differ{} from rank 0's: every rank must run the same "
+                                 "config (is a file different on another node?)",
+                                 differ.size() > 1 ? "s" : "", fmt::join(differ, ", "), what,
+                                 differ.size() > 1 ? "" : "s"));
+}
+
+uint64_t fnv1a(const void* data, size_t size, uint64_t h) {
+  // FNV-1a over 8-byte words (then the tail bytes): a parameter checksum of a T5-base model
+  // (900 MB) takes about a tenth of a second.
+  const auto* p = static_cast<const unsigned char*>(data);
+  size_t i = 0;
+  for (; i + 8 <= size; i += 8) {
+    uint64_t w;
+    std::memcpy(&w, p + i, 8);
+    h = (h ^ w) * 1099511628211ull;
+  }
+  for (; i < size; ++i) h = (h ^ p[i]) * 1099511628211ull;
+  return h;
+}
+
+uint64_t checksum(const std::vector<Tensor>& tensors) {
+  uint64_t h = 1469598103934665603ull;
+  for (const auto& t : tensors) {
+    const Tensor c = t.detach().contiguous();
+    h = fnv1a(c.data_ptr(), size_t(c.numel()) * c.element_size(), h);
+  }
+  return h;
+}
+
+}  // namespace thx::dist

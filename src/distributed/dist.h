@@ -1,0 +1,79 @@
+// dist.h: the processes of a data-parallel run, on LibTorch's c10d, launched by torchrun.
+//
+// Engine: c10d::ProcessGroupGloo (CPU) over a c10d::TCPStore rendezvous, the same classes
+// torch.distributed uses; thx writes no transport of its own. The store is found as
+// torch.distributed's env:// rendezvous finds it: under torchrun's static rendezvous
+// (TORCHELASTIC_USE_AGENT_STORE=True) every rank is a client of the agent's store at
+// MASTER_ADDR:MASTER_PORT, under a /worker/attempt_<restart> prefix; otherwise rank 0 hosts it.
+//
+// Without torchrun's variables (or with WORLD_SIZE=1) thx is one process: every call below is
+// then a no-op or returns its input, and nothing of c10d is touched.
+//
+// Failures: a collective that fails (a peer's socket closed, or nothing for
+// distributed.timeout_s) is reported as one RunError naming the rank that stopped: every rank
+// bumps a heartbeat counter in the store once a second, and a rank whose counter no longer
+// moves is the dead one.
+#pragma once
+#include <torch/torch.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace c10d {
+class ProcessGroup;
+}
+
+namespace thx::dist {
+
+// torchrun's environment.
+struct LaunchEnv {
+  int rank = 0, world_size = 1, local_rank = 0, local_world_size = 1;
+  std::string master_addr;
+  int master_port = 0;
+  bool agent_store = false;  // TORCHELASTIC_USE_AGENT_STORE=True: the agent hosts the store
+  int restart_count = 0;     // TORCHELASTIC_RESTART_COUNT
+};
+
+// Reads the variables through `get` (getenv by default). InputError, one line naming the
+// variable, for a malformed value, RANK outside [0, WORLD_SIZE), or WORLD_SIZE > 1 without
+// MASTER_ADDR or MASTER_PORT.
+LaunchEnv read_launch_env(const std::function<const char*(const char*)>& get = nullptr);
+
+// Join the group when env.world_size > 1: rendezvous through the store, Gloo on loopback or
+// the interface MASTER_ADDR resolves through. timeout_s bounds the rendezvous and every
+// collective. Also makes non-zero ranks log warnings and errors only, prefixed "rank N".
+void init(const LaunchEnv& env, double timeout_s);
+// Leave the group (stops the heartbeat); also at exit.
+void shutdown();
+
+bool active();      // in a group of more than one process
+int rank();         // 0 in one process
+int world_size();   // 1 in one process
+int local_world_size();
+double timeout_s();
+c10d::ProcessGroup& group();  // only when active()
+
+// Collectives over the whole group; all ranks must call them in the same order.
+void broadcast(std::vector<torch::Tensor> tensors);          // from rank 0, in place
+void all_reduce_sum(torch::Tensor& t);                       // in place
+std::vector<torch::Tensor> all_gather(const torch::Tensor& t);  // same shape on every rank
+std::string broadcast_bytes(const std::string& from_rank0);  // rank 0's bytes, everywhere
+std::vector<std::string> all_gather_bytes(const std::string& mine);
+void barrier();
+
+// Every rank's `value` must be equal (a config, a checkpoint's parameters): InputError naming
+// `what` and the ranks whose value differs from rank 0's.
+void check_same(const std::string& what, const std::string& value);
+
+// Runs f; an exception while the group is active is checked against the heartbeats: if a rank
+// has stopped, a RunError names it (and what `doing` was) instead.
+void guard(const char* doing, const std::function<void()>& f);
+
+// A stable 64-bit hash (FNV-1a over 8-byte words) of bytes: config hashes and parameter checksums.
+uint64_t fnv1a(const void* data, size_t size, uint64_t h = 1469598103934665603ull);
+// A checksum of the tensors' bytes, in order (equal on every rank iff they are equal bitwise,
+// up to hash collisions).
+uint64_t checksum(const std::vector<torch::Tensor>& tensors);
+
+}  // namespace thx::dist
