@@ -1,6 +1,8 @@
 // thx finetune: fine-tune a pretrained T5, BERT or ALBERT on GLUE, SuperGLUE, SQuAD and RACE
 // (eval/finetune.h).
 #include "cli/command.h"
+#include "distributed/dist.h"
+#include "distributed/launch.h"
 #include "eval/finetune.h"
 
 namespace thx {
@@ -26,11 +28,16 @@ struct FinetuneCommand : Command {
   }
 
   int run() override {
-    const FinetuneRunConfig c = load_finetune_config(config.tree());
+    ConfigTree tree = config.tree();
+    const dist::DistributedConfig dc = dist::take_distributed_config(tree);
+    const FinetuneRunConfig c = load_finetune_config(tree);
     if (config.dump) return dump_config(cfg::to_yaml(c));
     if (out.empty()) throw InputError("finetune: --out DIR is required");
+    dist::start(dc, cfg::to_yaml(c));  // under torchrun: join the group, same config on every rank
     const Pretrained p = load_pretrained(c.finetune.pretrained);
-    if (!run_finetune(c, p, out, options)) {
+    const bool finished = run_finetune(c, p, out, options);
+    if (dist::rank() != 0) return 0;
+    if (!finished) {
       std::printf("%s: interrupted; --resume continues\n", out.c_str());
       return 0;
     }

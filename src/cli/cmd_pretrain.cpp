@@ -1,5 +1,6 @@
 // thx pretrain: T5 span-corruption or BERT/ALBERT MLM pretraining (training/pretrain.h).
 #include "cli/command.h"
+#include "distributed/dist.h"
 #include "distributed/launch.h"
 #include "training/pretrain.h"
 
@@ -34,7 +35,7 @@ struct PretrainCommand : Command {
     if (run_dir.empty()) throw InputError("pretrain: --run-dir DIR is required");
     dist::start(dc, pc.yaml);  // under torchrun: join the group, same config on every rank
     const PretrainResult r = run_pretrain(pc, run_dir, resume, allow_changes);
-    std::printf("%s\n", result_line(pc, run_dir, r).c_str());
+    if (dist::rank() == 0) std::printf("%s\n", result_line(pc, run_dir, r).c_str());
     return 0;
   }
 };

@@ -63,7 +63,7 @@ Clock::time_point g_prepared;
 
 }  // namespace
 
-GradSync::GradSync(const std::vector<torch::Tensor>& params, int64_t bucket_bytes)
+GradSync::GradSync(const std::vector<torch::Tensor>& params, bool find_unused, int64_t bucket_bytes)
     : timeline_(std::make_shared<Timeline>()) {
   if (!active()) return;
   // As DDP: buckets filled in reverse order of the parameters (the order backward reaches
@@ -74,10 +74,8 @@ GradSync::GradSync(const std::vector<torch::Tensor>& params, int64_t bucket_byte
   std::reverse(indices.begin(), indices.end());
   std::reverse(limits.begin(), limits.end());
   c10::intrusive_ptr<c10d::ProcessGroup> pg = c10::intrusive_ptr<c10d::ProcessGroup>::reclaim_copy(&group());
-  // find_unused_parameters: a parameter no loss reaches (a head a task does not use) gets no
-  // gradient on any rank and is left without one, as in one process.
   reducer_ = std::make_unique<c10d::Reducer>(params, indices, limits, pg, std::vector<bool>(params.size(), false),
-                                             bucket_bytes, /*find_unused_parameters=*/true,
+                                             bucket_bytes, find_unused,
                                              /*gradient_as_bucket_view=*/false,
                                              std::unordered_map<size_t, std::string>{}, int64_t(first_bucket));
   reducer_->register_comm_hook(std::make_unique<SumHook>(pg, timeline_));

@@ -35,7 +35,9 @@ struct SyncStats {
 class GradSync {
  public:
   // params: every parameter that receives a gradient in a step, as the optimizer holds them.
-  explicit GradSync(const std::vector<torch::Tensor>& params, int64_t bucket_bytes = 25 << 20);
+  // find_unused: some parameters may get no gradient in a step (they keep none, as in one
+  // process); costs one traversal of the autograd graph per step.
+  GradSync(const std::vector<torch::Tensor>& params, bool find_unused, int64_t bucket_bytes = 25 << 20);
   ~GradSync();
   // Arm the hooks for the backward of `loss` (the step's last micro-batch on this rank).
   void prepare(const torch::Tensor& loss);

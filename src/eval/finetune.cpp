@@ -1,6 +1,7 @@
 #include "eval/finetune.h"
 
 #include <filesystem>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -8,6 +9,9 @@
 #include "common/log.h"
 #include "eval/finetune_encoder.h"
 #include "eval/finetune_t5.h"
+#include "distributed/dist.h"
+#include "distributed/launch.h"
+#include "training/loop.h"
 #include "training/run_dir.h"
 #include "training/tensorboard.h"
 
@@ -63,10 +67,17 @@ bool run_finetune(const FinetuneRunConfig& config, const Pretrained& pretrained,
     ro.results.push_back((fs::path(out_dir) / (t + ".json")).string());
   }
   ro.log_file = "finetune.log";
-  RunDirectory dir(ro);
-  EventWriter events((fs::path(out_dir) / "tb").string());
-  dir.open();
-  const FinetuneJob job{config, pretrained, out_dir, tokenizer, ro.yaml, options.resume, &events};
+  {
+    const std::string e = batch_split_error("finetune.batch_size", config.finetune.batch_size, 1, dist::world_size());
+    if (!e.empty()) throw InputError(e);
+  }
+  // Only rank 0 has the output directory (the others may be on other nodes).
+  std::optional<RunDirectory> dir;
+  dist::on_rank0([&] { dir.emplace(ro); });
+  std::optional<EventWriter> events;
+  if (dist::rank() == 0) events.emplace((fs::path(out_dir) / "tb").string());
+  if (dir) dir->open();
+  const FinetuneJob job{config, pretrained, out_dir, tokenizer, ro.yaml, options.resume, events ? &*events : nullptr};
   return pretrained.config.model.encoder_only() ? finetune_encoder(job) : finetune_t5(job);
 }
 

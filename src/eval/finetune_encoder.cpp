@@ -11,6 +11,7 @@
 
 #include "common/error.h"
 #include "common/log.h"
+#include "distributed/dist.h"
 #include "data/tokenizer.h"
 #include "eval/predictions.h"
 #include "eval/squad_spans.h"
@@ -28,6 +29,38 @@ using json = nlohmann::json;
 using torch::Tensor;
 
 namespace {
+
+// Data parallel: every rank fills the rows of its batches; afterwards every rank holds all of
+// them (float32 rows of any shape, each sent with its index and shape).
+void gather_rows(std::vector<Tensor>& rows) {
+  if (!dist::active()) return;
+  std::string mine;
+  auto put = [&](int64_t v) { mine.append(reinterpret_cast<const char*>(&v), sizeof v); };
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (!rows[i].defined()) continue;
+    put(int64_t(i)), put(rows[i].dim());
+    for (int64_t d : rows[i].sizes()) put(d);
+    mine.append(reinterpret_cast<const char*>(rows[i].data_ptr<float>()), size_t(rows[i].numel()) * sizeof(float));
+  }
+  for (const std::string& theirs : dist::all_gather_bytes(mine)) {
+    size_t at = 0;
+    auto get = [&] {
+      int64_t v;
+      std::memcpy(&v, theirs.data() + at, sizeof v);
+      at += sizeof v;
+      return v;
+    };
+    while (at < theirs.size()) {
+      const size_t i = size_t(get());
+      std::vector<int64_t> shape(static_cast<size_t>(get()));
+      for (auto& d : shape) d = get();
+      Tensor t = torch::empty(shape, torch::kFloat32);
+      std::memcpy(t.data_ptr<float>(), theirs.data() + at, size_t(t.numel()) * sizeof(float));
+      at += size_t(t.numel()) * sizeof(float);
+      rows[i] = t;
+    }
+  }
+}
 
 struct Feature {
   std::vector<int32_t> ids, types;
@@ -205,25 +238,32 @@ class Featurizer {
     std::vector<double> scores(dev.size(), 0);
     std::vector<std::vector<float>> choice(dev.size());
     std::vector<std::vector<SpanWindow>> windows(dev.size());
+    // Each feature's head output (classes, a score, an option's score, or the window's [n,2]
+    // span logits); data parallel: rank r runs batches r, r+W, ... and the rows are gathered.
     const size_t bs = size_t(f_.eval_batch_size);
-    for (size_t b0 = 0; b0 < feats.size(); b0 += bs) {
+    std::vector<Tensor> rows(feats.size());
+    for (size_t b0 = bs * size_t(dist::rank()); b0 < feats.size(); b0 += bs * size_t(dist::world_size())) {
       std::vector<const Feature*> fs;
       for (size_t i = b0; i < std::min(feats.size(), b0 + bs); ++i) fs.push_back(&feats[i]);
       const Tensor o = head_forward(m, h, s, batch(fs).inputs, batch(fs).token_types).contiguous();  // head_forward's
-      for (size_t i = 0; i < fs.size(); ++i) {
-        const Feature& f = *fs[i];
-        if (s.kind == TaskKind::classification) labels[size_t(f.example)] = int(o[int64_t(i)].argmax().item<int64_t>());
-        else if (s.kind == TaskKind::regression) scores[size_t(f.example)] = o[int64_t(i)].item<double>();
-        else if (s.kind == TaskKind::multiple_choice) choice[size_t(f.example)].push_back(o[int64_t(i)].item<float>());
-        else {
-          SpanWindow w;
-          w.token_to_word = f.token_to_word, w.max_context = f.max_context;
-          const Tensor l = o[int64_t(i)].narrow(0, 0, int64_t(f.ids.size()));  // [n,2]
-          const Tensor st = l.select(1, 0).contiguous(), en = l.select(1, 1).contiguous();  // [n], [n]
-          w.start_logits.assign(st.data_ptr<float>(), st.data_ptr<float>() + st.numel());
-          w.end_logits.assign(en.data_ptr<float>(), en.data_ptr<float>() + en.numel());
-          windows[size_t(f.example)].push_back(std::move(w));
-        }
+      for (size_t i = 0; i < fs.size(); ++i)
+        rows[b0 + i] = s.kind == TaskKind::span ? o[int64_t(i)].narrow(0, 0, int64_t(fs[i]->ids.size())).contiguous()
+                                                : o[int64_t(i)].contiguous();  // [K], [], or [n,2]
+    }
+    gather_rows(rows);
+    for (size_t i = 0; i < feats.size(); ++i) {
+      const Feature& f = feats[i];
+      const Tensor& r = rows[i];
+      if (s.kind == TaskKind::classification) labels[size_t(f.example)] = int(r.argmax().item<int64_t>());
+      else if (s.kind == TaskKind::regression) scores[size_t(f.example)] = r.item<double>();
+      else if (s.kind == TaskKind::multiple_choice) choice[size_t(f.example)].push_back(r.item<float>());
+      else {
+        SpanWindow w;
+        w.token_to_word = f.token_to_word, w.max_context = f.max_context;
+        const Tensor st = r.select(1, 0).contiguous(), en = r.select(1, 1).contiguous();  // [n], [n]
+        w.start_logits.assign(st.data_ptr<float>(), st.data_ptr<float>() + st.numel());
+        w.end_logits.assign(en.data_ptr<float>(), en.data_ptr<float>() + en.numel());
+        windows[size_t(f.example)].push_back(std::move(w));
       }
     }
     m->train(), h->train();
@@ -360,6 +400,8 @@ class EncoderTask : public Trainee {
   }
   double weight(const Batch& b) override { return double(b.inputs.size(0)); }
   int64_t tokens(const Batch& b) override { return b.inputs.numel(); }
+  // The pooler serves only the sentence-level heads; span heads leave it without a gradient.
+  bool may_leave_parameters_unused() const override { return true; }
   MicroLoss forward(const Batch& b) override {
     const Tensor o = fz_.head_forward(model, head, s_, b.inputs, b.token_types);  // [b,K], [b] or [b,n,2]
     return {loss(o, b), 0.0};
@@ -371,8 +413,10 @@ class EncoderTask : public Trainee {
     const bool best = note_eval(record, step, ev);
     thx::log("finetune")->info("step {} {} dev ({} examples, {:.0f} s): {}{}", step, s_.name, ev.examples,
                                seconds_since(e0), show_metrics(ev.metrics), best ? " (best so far)" : "");
-    if (best) write_predictions(job_.out, s_, d_.dev.examples, ev);
-    write_record(job_.out, record);
+    if (dist::rank() == 0) {  // rank 0 writes; every rank keeps the record (it is checkpointed)
+      if (best) write_predictions(job_.out, s_, d_.dev.examples, ev);
+      write_record(job_.out, record);
+    }
     return json(ev.metrics);
   }
 
@@ -439,13 +483,14 @@ bool finetune_encoder(const FinetuneJob& job) {
   const Featurizer fz(f, job.tokenizer);
   for (const auto& task : f.tasks) {
     const std::string final_file = (fs::path(job.out) / (task + ".h5")).string();
-    if (job.resume && fs::exists(final_file)) {
+    // Rank 0 decides (the other ranks may not see the output directory).
+    if (job.resume && !dist::broadcast_bytes(dist::rank() == 0 && fs::exists(final_file) ? "done" : "").empty()) {
       thx::log("finetune")->info("{}: already fine-tuned ({}); skipped", task, final_file);
       continue;
     }
     EncoderTask t(job, fz, task);
     LoopOptions o;
-    o.steps = f.steps, o.log_every = f.log_every, o.eval_every = f.eval_every;
+    o.steps = f.steps, o.log_every = f.log_every, o.eval_every = f.eval_every, o.batch_size = f.batch_size;
     o.checkpoint_every = job.config.checkpoint.every, o.keep = job.config.checkpoint.keep;
     o.schedule = job.config.optimizer;
     o.checkpoint_dir = (fs::path(job.out) / "checkpoints" / task).string();
@@ -453,7 +498,7 @@ bool finetune_encoder(const FinetuneJob& job) {
     o.events = job.events, o.tag = task, o.config = job.yaml, o.resume = job.resume, o.eval_if_finished = false;
     const LoopResult r = train(t, o);
     if (!r.finished) return false;
-    write_params(final_file, t.parameters(), job.pretrained.config.yaml, f.steps);
+    if (dist::rank() == 0) write_params(final_file, t.parameters(), job.pretrained.config.yaml, f.steps);
     thx::log("finetune")->info("{}: best at step {}: {}", task, t.record.best_step, show_metrics(t.record.best));
   }
   return true;

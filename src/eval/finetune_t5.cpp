@@ -11,6 +11,7 @@
 
 #include "common/error.h"
 #include "common/log.h"
+#include "distributed/dist.h"
 #include "data/tokenizer.h"
 #include "eval/predictions.h"
 #include "eval/text2text.h"
@@ -118,8 +119,10 @@ class T5Finetune : public Trainee {
       const bool best = note_eval(records[k], step, ev);
       log->info("step {} {} dev ({} examples, {:.0f} s): {}{}", step, specs_[k]->name, ev.examples,
                 seconds_since(t0), show_metrics(ev.metrics), best ? " (best so far)" : "");
-      if (best) write_predictions(job_.out, *specs_[k], data_[k].dev.examples, ev);
-      write_record(job_.out, records[k]);
+      if (dist::rank() == 0) {  // rank 0 writes; every rank keeps the records (checkpointed)
+        if (best) write_predictions(job_.out, *specs_[k], data_[k].dev.examples, ev);
+        write_record(job_.out, records[k]);
+      }
       all[specs_[k]->name] = ev.metrics;
     }
     return all;
@@ -144,7 +147,9 @@ class T5Finetune : public Trainee {
     std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return inputs[a].size() < inputs[b].size(); });
     std::vector<std::string> texts(dev.size());
     model->eval();
-    for (size_t b = 0; b < order.size(); b += size_t(f.eval_batch_size)) {
+    // Data parallel: rank r decodes batches r, r+W, ...; the texts are gathered.
+    const size_t bs = size_t(f.eval_batch_size);
+    for (size_t b = bs * size_t(dist::rank()); b < order.size(); b += bs * size_t(dist::world_size())) {
       std::vector<const std::vector<int32_t>*> rows;
       for (size_t i = b; i < std::min(order.size(), b + size_t(f.eval_batch_size)); ++i) rows.push_back(&inputs[order[i]]);
       const Tensor ids = model->greedy_decode(pad_rows(rows), f.targets_length, Tokenizer::kEos);  // [b,t]
@@ -156,6 +161,15 @@ class T5Finetune : public Trainee {
       }
     }
     model->train();
+    if (dist::active()) {
+      json mine = json::object();
+      for (size_t b = bs * size_t(dist::rank()); b < order.size(); b += bs * size_t(dist::world_size()))
+        for (size_t i = b; i < std::min(order.size(), b + bs); ++i) mine[std::to_string(order[i])] = texts[order[i]];
+      for (const std::string& theirs : dist::all_gather_bytes(mine.dump())) {
+        const json part = json::parse(theirs);
+        for (const auto& [i, text] : part.items()) texts[std::stoul(i)] = text.get<std::string>();
+      }
+    }
     TaskEval ev;
     ev.examples = int64_t(dev.size());
     std::vector<int> labels;
@@ -216,7 +230,7 @@ bool finetune_t5(const FinetuneJob& job) {
   copy_parameters(t.model->named_parameters_by_path(), job.pretrained.checkpoint.params, job.pretrained.path);
   t.load(true);
   LoopOptions o;
-  o.steps = f.steps, o.log_every = f.log_every, o.eval_every = f.eval_every;
+  o.steps = f.steps, o.log_every = f.log_every, o.eval_every = f.eval_every, o.batch_size = f.batch_size;
   o.checkpoint_every = job.config.checkpoint.every, o.keep = job.config.checkpoint.keep;
   o.schedule = job.config.optimizer;
   o.checkpoint_dir = (fs::path(job.out) / "checkpoints").string();
@@ -224,7 +238,7 @@ bool finetune_t5(const FinetuneJob& job) {
   o.events = job.events, o.config = job.yaml, o.resume = job.resume, o.eval_if_finished = false;
   const LoopResult r = train(t, o);
   if (!r.finished) return false;
-  write_params((fs::path(job.out) / "model.h5").string(), t.model->named_parameters_by_path(),
+  if (dist::rank() == 0) write_params((fs::path(job.out) / "model.h5").string(), t.model->named_parameters_by_path(),
                job.pretrained.config.yaml, f.steps);
   for (const auto& rec : t.records)
     thx::log("finetune")->info("{}: best at step {}: {}", rec.task, rec.best_step, show_metrics(rec.best));

@@ -189,7 +189,7 @@ LoopResult train(Trainee& t, const LoopOptions& o) {
       log->info("{}the checkpoint was written by {} process{}, this run has {}: the global batch is the same; "
                 "ranks above 0 draw new dropout seeds", prefix, ck.world_size, ck.world_size > 1 ? "es" : "", world);
   } else {
-    if (o.resume) log->warn("{}--resume: no checkpoint in {}; starting from step 0", prefix, o.checkpoint_dir);
+    if (o.resume && writer) log->warn("{}--resume: no checkpoint in {}; starting from step 0", prefix, o.checkpoint_dir);
     if (world > 1) {
       dist::broadcast(tensors);  // rank 0's initialization everywhere
       at::Generator gen = at::detail::getDefaultCPUGenerator();
@@ -246,7 +246,12 @@ LoopResult train(Trainee& t, const LoopOptions& o) {
   SignalScope signals;
   t.module().train();
   std::unique_ptr<dist::GradSync> sync;
-  if (world > 1) sync = std::make_unique<dist::GradSync>(tensors);
+  if (world > 1) {  // the parameters that train (a frozen embedding is not reduced)
+    std::vector<Tensor> trained;
+    for (const auto& p : tensors)
+      if (p.requires_grad()) trained.push_back(p);
+    sync = std::make_unique<dist::GradSync>(trained, t.may_leave_parameters_unused());
+  }
   const auto t_start = std::chrono::steady_clock::now();
   const int64_t first = step;
   double window_time = 0, window_loss = 0, window_nll = 0;

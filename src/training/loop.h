@@ -77,6 +77,10 @@ class Trainee {
   virtual std::vector<Batch> next_step(int64_t micro) = 0;
   // What a micro-batch weighs in the step's mean (target or masked tokens, or examples).
   virtual double weight(const Batch& b) = 0;
+  // Whether some parameter may get no gradient in a step (a part of the model a task does not
+  // use): data parallel then finds them each step (c10d::Reducer's find_unused_parameters,
+  // one traversal of the autograd graph); otherwise every parameter must get a gradient.
+  virtual bool may_leave_parameters_unused() const { return false; }
   // The units of MicroLoss::second (0 when there is none).
   virtual double second_weight(const Batch& b) { return 0; }
   // This rank's part of a global micro-batch (data parallel only): by default rows

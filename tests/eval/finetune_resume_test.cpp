@@ -23,55 +23,12 @@ namespace thx::test {
 namespace {
 namespace fs = std::filesystem;
 
-// A pretrained tiny model (5 steps), a tiny SST-2, and a fine-tuning config that evaluates and
-// checkpoints every 10 of 40 steps: the first checkpoint already holds an evaluation, so a
-// resumed run must carry the restored record of it into sst2.json.
-struct Fixture {
-  TempDir dir;
-  std::string config, final_params, first_checkpoint;
-};
-
-void make(Fixture& s, bool albert) {
-  const auto convention = albert ? TokenizerConvention::albert : TokenizerConvention::t5;
-  const std::string prep = prepared_corpus(s.dir, 120, convention);
-  PretrainConfig pc = albert ? tiny_albert_pretrain(prep, 5) : tiny_pretrain(prep, 5);
-  pc.yaml = to_yaml(pc);
-  run_pretrain(pc, s.dir.file("pretrained"), false);
-  write_tiny_sst2(s.dir);
-  s.config = s.dir.write("finetune.yaml", fmt::format(R"(finetune:
-  pretrained: {}
-  tokenizer: {}
-  data: {}
-  tasks: [sst2]
-  steps: 40
-  batch_size: 8
-  inputs_length: 32
-  targets_length: 8
-  eval_every: 10
-  log_every: 10
-  max_query_length: 8
-  max_train_examples: 64
-  eval_examples: 32
-  freeze_embedding: false
-optimizer:
-  name: {}
-  schedule: constant
-  learning_rate: {}
-checkpoint:
-  every: 10
-  keep: 2
-)", s.dir.file("pretrained"), s.dir.file("tiny.model"), s.dir.file("data"), albert ? "adamw" : "adafactor",
-                                                     albert ? "0.003" : "0.001"));
-  s.final_params = albert ? "sst2.h5" : "model.h5";
-  s.first_checkpoint = albert ? "checkpoints/sst2/step-00000010.h5" : "checkpoints/step-00000010.h5";
-}
-
-std::string finetune(const Fixture& s, const std::string& out) {
+std::string finetune(const FinetuneFixture& s, const std::string& out) {
   return fmt::format("--threads 1 --log-level warn finetune --config {} --out {}", s.config, s.dir.file(out));
 }
 
 // Start `thx finetune` and SIGKILL it as soon as its first checkpoint exists.
-void run_and_kill(const Fixture& s, const std::string& out) {
+void run_and_kill(const FinetuneFixture& s, const std::string& out) {
   const std::string cmd = std::string("exec ") + THX_BINARY + " " + finetune(s, out) + " >/dev/null 2>&1";
   const pid_t pid = fork();
   ASSERT_GE(pid, 0);
@@ -89,7 +46,7 @@ void run_and_kill(const Fixture& s, const std::string& out) {
   ASSERT_FALSE(fs::exists(s.dir.file(out + "/" + s.final_params)));
 }
 
-void expect_identical(const Fixture& s, const std::string& a, const std::string& b) {
+void expect_identical(const FinetuneFixture& s, const std::string& a, const std::string& b) {
   const Checkpoint x = load_checkpoint(s.dir.file(a + "/" + s.final_params));
   const Checkpoint y = load_checkpoint(s.dir.file(b + "/" + s.final_params));
   ASSERT_EQ(x.params.size(), y.params.size());
@@ -100,8 +57,8 @@ void expect_identical(const Fixture& s, const std::string& a, const std::string&
 }
 
 void kill_and_resume(bool albert) {
-  Fixture s;
-  make(s, albert);
+  FinetuneFixture s;
+  make_finetune_fixture(s, albert);
   const auto straight = run_thx(finetune(s, "straight"));
   ASSERT_EQ(straight.code, 0) << straight.out;
   run_and_kill(s, "killed");
@@ -128,8 +85,8 @@ TEST(FinetuneResume, T5KilledAfterItsFirstCheckpointEndsBitIdentical) { kill_and
 TEST(FinetuneResume, AlbertKilledAfterItsFirstCheckpointEndsBitIdentical) { kill_and_resume(true); }
 
 TEST(FinetuneResume, ATruncatedCheckpointIsOneLineAndExit2) {
-  Fixture s;
-  make(s, false);
+  FinetuneFixture s;
+  make_finetune_fixture(s, false);
   run_and_kill(s, "run");
   const std::string newest = list_checkpoints(s.dir.file("run/checkpoints")).back();
   fs::resize_file(newest, fs::file_size(newest) / 2);

@@ -1,0 +1,125 @@
+// A rank killed with SIGKILL after the first checkpoint: with torchrun --max_restarts the group
+// restarts, --resume continues from the last checkpoint and the final parameters are bit for
+// bit those of an uninterrupted run of the same world size; without restarts the other rank
+// stops at once with one line naming the dead rank. SIGTERM to the torchrun agent saves a
+// checkpoint on all ranks, and --resume then ends bit for bit where the uninterrupted run does.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <chrono>
+#include <fstream>
+#include <future>
+#include <thread>
+
+#include "distributed/dist_fixtures.h"
+#include "training/training_fixtures.h"
+
+namespace thx::test {
+namespace {
+
+namespace fs = std::filesystem;
+
+// The pid of the thx process of rank `rank` training in `run_dir` (its command line names the
+// directory, its environment the rank), or -1.
+// rank -1: the torchrun agent launched for run_dir.
+pid_t find_rank(const std::string& run_dir, int rank) {
+  for (const auto& e : fs::directory_iterator("/proc")) {
+    const std::string name = e.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream cmd(e.path() / "cmdline"), env(e.path() / "environ");
+    const std::string c((std::istreambuf_iterator<char>(cmd)), {}), v((std::istreambuf_iterator<char>(env)), {});
+    if (c.find(run_dir) == std::string::npos) continue;
+    const std::string program = c.substr(0, c.find('\0'));  // the agent: python3 /usr/bin/torchrun ...
+    const bool agent = program.find("python") != std::string::npos && c.find("torchrun") != std::string::npos;
+    if (rank < 0 && agent) return pid_t(std::stoi(name));
+    if (rank < 0 || c.find("torchrun") != std::string::npos) continue;
+    bool is_rank = false;
+    for (size_t at = 0; at < v.size();) {
+      const size_t end = v.find('\0', at);
+      if (v.compare(at, end - at, "RANK=" + std::to_string(rank)) == 0) is_rank = true;
+      at = end == std::string::npos ? v.size() : end + 1;
+    }
+    if (is_rank)
+      return pid_t(std::stoi(name));
+  }
+  return -1;
+}
+
+struct Faults : ::testing::Test {
+  TempDir dir;
+  std::string config;
+  void SetUp() override {
+    // Steps of some tens of milliseconds, so that the signal lands mid-run.
+    PretrainConfig c = tiny_pretrain(prepared_corpus(dir), 60);
+    c.model.d_model = 64, c.model.d_ff = 256, c.model.encoder_layers = c.model.decoder_layers = 2;
+    c.data.inputs_length = 64, c.data.targets_length = 16, c.train.batch_size = 16;
+    c.checkpoint.keep = 20;
+    c.yaml = to_yaml(c);
+    config = dir.write("run.yaml", c.yaml);
+  }
+  std::string args(const std::string& run) const {
+    return fmt::format("pretrain --config {} --run-dir {} --resume --set distributed.timeout_s=30", config,
+                       dir.file(run));
+  }
+  std::string final_ckpt(const std::string& run) const { return checkpoint_path(dir.file(run + "/checkpoints"), 60); }
+  // Launch `run` under torchrun and send `sig` to rank `rank` (-1: the agent) once the step-5
+  // checkpoint exists.
+  RunResult run_and_kill(const std::string& run, int max_restarts, double* seconds_after_kill, int rank = 1,
+                         int sig = SIGKILL) {
+    auto job = std::async(std::launch::async, [&] {
+      return run_torchrun(fmt::format("{} --max_restarts {}", two_ranks(), max_restarts), args(run));
+    });
+    const std::string first = checkpoint_path(dir.file(run + "/checkpoints"), 5);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    pid_t victim = -1;
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (fs::exists(first) && (victim = find_rank(dir.file(run), rank)) > 0) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    EXPECT_GT(victim, 0) << "rank " << rank << " was not found after the first checkpoint";
+    if (victim > 0) ::kill(victim, sig);
+    const auto killed = std::chrono::steady_clock::now();
+    RunResult r = job.get();
+    *seconds_after_kill = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count();
+    return r;
+  }
+};
+
+TEST_F(Faults, KilledRankRestartsAndResumesBitForBit) {
+  const RunResult plain = run_torchrun(two_ranks(), args("plain"));
+  ASSERT_EQ(plain.code, 0) << plain.out;
+  double after = 0;
+  const RunResult r = run_and_kill("killed", 1, &after);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("rank 1 stopped"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("resumed from"), std::string::npos) << "the kill came after the run ended:\n" << r.out;
+  EXPECT_TRUE(same_params(final_ckpt("killed"), final_ckpt("plain"), 0));
+}
+
+TEST_F(Faults, KilledRankWithoutRestartsStopsTheOthersWithOneLine) {
+  double after = 0;
+  const RunResult r = run_and_kill("killed", 0, &after);
+  EXPECT_NE(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("[default0]:thx: error: the gradient all-reduce failed: rank 1 stopped"), std::string::npos)
+      << r.out;
+  EXPECT_LT(after, 30.0) << "distributed.timeout_s is 30";
+  EXPECT_FALSE(fs::exists(final_ckpt("killed")));
+}
+
+TEST_F(Faults, SigtermToTheAgentCheckpointsEveryRankAndResumes) {
+  const RunResult plain = run_torchrun(two_ranks(), args("plain"));
+  ASSERT_EQ(plain.code, 0) << plain.out;
+  double after = 0;
+  const RunResult stopped = run_and_kill("stopped", 0, &after, -1, SIGTERM);
+  EXPECT_NE(stopped.out.find("stopped by a signal at step"), std::string::npos) << stopped.out;
+  EXPECT_FALSE(fs::exists(final_ckpt("stopped"))) << "the signal came after the run ended";
+  const auto saved = list_checkpoints(dir.file("stopped/checkpoints"));
+  ASSERT_FALSE(saved.empty());
+  EXPECT_EQ(load_checkpoint(saved.back()).world_size, 2);
+  const RunResult resumed = run_torchrun(two_ranks(), args("stopped"));
+  ASSERT_EQ(resumed.code, 0) << resumed.out;
+  EXPECT_TRUE(same_params(final_ckpt("stopped"), final_ckpt("plain"), 0));
+}
+
+}  // namespace
+}  // namespace thx::test

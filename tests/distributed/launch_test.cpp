@@ -1,0 +1,91 @@
+// Launching as users do: two torchrun invocations of one rank each (--nnodes 2, node ranks 0
+// and 1, both on 127.0.0.1) equal one invocation of two ranks, bit for bit; bad launches are
+// one line and exit 2 before any work.
+#include <gtest/gtest.h>
+
+#include <future>
+
+#include "common/fs.h"
+#include "distributed/dist_fixtures.h"
+#include "training/training_fixtures.h"
+
+namespace thx::test {
+namespace {
+
+struct Launch : ::testing::Test {
+  TempDir dir;
+  std::string config;
+  void SetUp() override {
+    PretrainConfig c = tiny_pretrain(prepared_corpus(dir), 10);
+    config = dir.write("run.yaml", c.yaml);
+  }
+  std::string args(const std::string& run, const std::string& extra = "") const {
+    return fmt::format("pretrain --config {} --run-dir {} {}", config, dir.file(run), extra);
+  }
+};
+
+TEST_F(Launch, TwoNodesEqualOneNodeBitForBit) {
+  const int port = free_port();
+  auto node = [&](int rank) {
+    return run_torchrun(fmt::format("--nnodes 2 --node_rank {} --nproc_per_node 1 --master_addr 127.0.0.1 "
+                                    "--master_port {}", rank, port), args("nodes"));
+  };
+  auto second = std::async(std::launch::async, node, 1);
+  const RunResult first = node(0);
+  const RunResult other = second.get();
+  ASSERT_EQ(first.code, 0) << first.out;
+  ASSERT_EQ(other.code, 0) << other.out;
+  const RunResult one = run_torchrun(fmt::format("--nnodes 1 --nproc_per_node 2 --master_addr 127.0.0.1 "
+                                                 "--master_port {}", free_port()), args("node"));
+  ASSERT_EQ(one.code, 0) << one.out;
+  const auto ck = [&](const std::string& run) { return checkpoint_path(dir.file(run + "/checkpoints"), 10); };
+  EXPECT_TRUE(same_params(ck("nodes"), ck("node"), 0));
+  // Only rank 0 wrote: one metrics file, one progress stream; rank 1 logged nothing at info.
+  EXPECT_EQ(other.out.find("[train] step"), std::string::npos) << other.out;
+  EXPECT_NE(first.out.find("[train] step 10/10"), std::string::npos) << first.out;
+}
+
+TEST_F(Launch, WorldSizeWithoutMasterAddrIsOneLine) {
+  const RunResult r = run_command(fmt::format("env WORLD_SIZE=2 RANK=0 {} --threads 1 {} 2>&1", THX_BINARY, args("x")));
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("thx: error: environment: WORLD_SIZE=2 but MASTER_ADDR is not set"), std::string::npos) << r.out;
+  EXPECT_EQ(lines(r.out), 1) << r.out;
+  EXPECT_FALSE(std::filesystem::exists(dir.file("x")));
+}
+
+TEST_F(Launch, MalformedRankIsOneLine) {
+  const RunResult r = run_command(fmt::format("env WORLD_SIZE=2 RANK=two MASTER_ADDR=127.0.0.1 MASTER_PORT=1 {} "
+                                              "--threads 1 {} 2>&1", THX_BINARY, args("x")));
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("RANK=\"two\" is not an integer"), std::string::npos) << r.out;
+  EXPECT_EQ(lines(r.out), 1) << r.out;
+}
+
+TEST_F(Launch, BatchThatDoesNotDivideIsOneLinePerRank) {
+  // 8 examples, grad_accum 8: micro-batches of one example cannot be split between 2 ranks.
+  const RunResult r = run_torchrun(two_ranks(), args("x", "--set train.grad_accum=8"));
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.out.find("thx: error: train.batch_size 8 does not divide into grad_accum 8 micro-batches of 2 rank "
+                       "shards (world size 2): it must be a multiple of 16"), std::string::npos) << r.out;
+  EXPECT_FALSE(std::filesystem::exists(dir.file("x")));
+}
+
+TEST_F(Launch, RanksWithDifferentConfigsStopBeforeWork) {
+  // Rank 1 reads another file: the resolved configs differ in train.steps.
+  PretrainConfig other = pretrain_config_from_text(read_file(config), config);
+  other.train.steps = 11;
+  other.yaml = to_yaml(other);
+  const std::string second = dir.write("rank1.yaml", other.yaml);
+  const std::string script = dir.write("by_rank.sh", fmt::format(
+      "#!/bin/sh\nif [ \"$RANK\" = 1 ]; then c={}; else c={}; fi\nexec {} --threads 1 pretrain --config $c --run-dir {}\n",
+      second, config, THX_BINARY, dir.file("x")));
+  std::filesystem::permissions(script, std::filesystem::perms::owner_all);
+  const RunResult r = run_command(fmt::format("timeout -k 5 90 torchrun {} --redirects 2 --tee 2 --no_python {} 2>&1",
+                                              two_ranks(), script));
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.out.find("thx: error: rank 1 resolved config differs from rank 0's"), std::string::npos) << r.out;
+  EXPECT_FALSE(std::filesystem::exists(dir.file("x")));
+}
+
+}  // namespace
+}  // namespace thx::test
