@@ -9,7 +9,7 @@ namespace {
 
 struct SweepCommand : Command {
   std::string config, out;
-  int64_t jobs = 1;
+  int64_t jobs = 1, ranks_per_run = 1;
   bool dry_run = false;
 
   explicit SweepCommand(CLI::App& parent) {
@@ -19,6 +19,9 @@ struct SweepCommand : Command {
         ->required()->type_name("FILE");
     app->add_option("--jobs", jobs, "runs at once; the cores are shared among them")
         ->capture_default_str();
+    app->add_option("--ranks-per-run", ranks_per_run,
+                    "data-parallel ranks per run, each run launched under torchrun (--standalone)")
+        ->check(CLI::PositiveNumber)->capture_default_str();
     app->add_option("--out", out, "sweep directory (default: runs/<sweep name>)")->type_name("DIR");
     app->add_flag("--dry-run", dry_run, "list the runs and their estimated cost; run nothing");
   }
@@ -26,7 +29,7 @@ struct SweepCommand : Command {
   int run() override {
     const Sweep s = load_sweep(config);
     SweepOptions o;
-    o.out_dir = out, o.jobs = jobs, o.dry_run = dry_run;
+    o.out_dir = out, o.jobs = jobs, o.dry_run = dry_run, o.ranks_per_run = ranks_per_run;
     char exe[4096];
     const ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
     if (len <= 0) throw RunError("sweep: cannot find the thx executable (/proc/self/exe)");

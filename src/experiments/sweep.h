@@ -81,10 +81,12 @@ struct SweepOptions {
   bool dry_run = false;
   std::string thx_binary;  // the executable each run starts: `thx pretrain`
   int64_t threads = 0;     // cores to share among the jobs (default: all)
+  int64_t ranks_per_run = 1;  // > 1: each run is `torchrun --standalone --nproc_per_node N ... thx`
 };
 
 // Resolve every run (errors name the sweep file and line), then run those not finished,
-// `jobs` processes at a time, each with threads / jobs threads. Interrupted runs resume from
+// `jobs` at a time, each with threads / jobs threads (with ranks_per_run N: N ranks of
+// threads / (jobs * N) threads each, under torchrun; every run's batch must divide). Interrupted runs resume from
 // their checkpoints. Writes <out>/results.jsonl (one JSON object per finished run, in sweep
 // order). Returns the number of runs that failed.
 int run_sweep(const Sweep& sweep, const SweepOptions& options,

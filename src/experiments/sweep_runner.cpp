@@ -25,6 +25,8 @@
 #include "experiments/bench_attention.h"
 #include "experiments/results_table.h"
 #include "experiments/sweep_results.h"
+#include "training/loop.h"
+#include "training/spec.h"
 
 // The process pool of `thx sweep`: every run resolved first, then `jobs` child processes of
 // `thx pretrain --resume` at a time, each run's result recorded as it finishes.
@@ -88,7 +90,17 @@ int run_sweep(const Sweep& sweep, const SweepOptions& o,
   }
   const int64_t cores = o.threads > 0 ? o.threads : std::max(1u, std::thread::hardware_concurrency());
   const int64_t jobs = std::min<int64_t>(o.jobs, std::max<int64_t>(1, int64_t(plan.size())));
-  const int64_t threads = std::max<int64_t>(1, cores / jobs);
+  const int64_t ranks = std::max<int64_t>(1, o.ranks_per_run);
+  const int64_t threads = std::max<int64_t>(1, cores / (jobs * ranks));
+  if (ranks > 1) {
+    for (const auto& p : plan) {
+      const PretrainConfig c = pretrain_config_from_text(p.resolved.yaml, sweep.file);
+      const std::string e = batch_split_error("train.batch_size", c.train.batch_size, c.train.grad_accum, int(ranks));
+      if (!e.empty()) throw InputError(fmt::format("{}: run '{}': --ranks-per-run {}: {}", sweep.file, p.run->name, ranks, e));
+    }
+    if (std::system("command -v torchrun >/dev/null 2>&1") != 0)
+      throw InputError("sweep --ranks-per-run: torchrun is not on PATH (Debian: python3-torch; scripts/setup.sh installs it)");
+  }
 
   double flops_left = 0, flops_all = 0;
   for (const auto& p : plan) {
@@ -151,8 +163,9 @@ int run_sweep(const Sweep& sweep, const SweepOptions& o,
   std::vector<std::string> failures;
   size_t next = 0, done = 0, todo = 0;
   for (const auto& p : plan) todo += !p.finished;
-  log->info("{}: {} runs, {} finished, {} to run; {} at a time, {} threads each; into {}",
-            sweep.name, plan.size(), plan.size() - todo, todo, jobs, threads, out);
+  log->info("{}: {} runs, {} finished, {} to run; {} at a time, {}{} threads each; into {}", sweep.name,
+            plan.size(), plan.size() - todo, todo, jobs, ranks > 1 ? fmt::format("{} ranks of ", ranks) : "",
+            threads, out);
 
   g_sweep_stop = 0;
   // Without SA_RESTART, so that a signal interrupts waitpid() and the runs hear of it at once.
@@ -172,8 +185,13 @@ int run_sweep(const Sweep& sweep, const SweepOptions& o,
     const std::string cfg = (fs::path(p.dir) / "run.yaml").string();
     if (!fs::exists(cfg)) write_file_atomic(cfg, p.resolved.yaml);
     const std::string log_path = (fs::path(p.dir) / "stdout.log").string();
-    const std::vector<std::string> args = {o.thx_binary, "--threads", std::to_string(threads),
-                                           "pretrain", "--config", cfg, "--run-dir", p.dir, "--resume"};
+    std::vector<std::string> args;
+    if (ranks > 1)  // Debian 12's torchrun needs --redirects/--tee of one stream (README)
+      args = {"torchrun", "--standalone", "--nproc_per_node", std::to_string(ranks), "--redirects", "2",
+              "--tee", "2", "--no_python"};
+    for (const std::string a : {o.thx_binary, std::string("--threads"), std::to_string(threads), std::string("pretrain"),
+                                std::string("--config"), cfg, std::string("--run-dir"), p.dir, std::string("--resume")})
+      args.push_back(a);
     const pid_t parent = getpid();
     const pid_t pid = fork();
     if (pid < 0) throw RunError(fmt::format("sweep: cannot start a process: {}", std::strerror(errno)));
@@ -188,7 +206,7 @@ int run_sweep(const Sweep& sweep, const SweepOptions& o,
       std::vector<char*> argv;
       for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
       argv.push_back(nullptr);
-      execv(argv[0], argv.data());
+      execvp(argv[0], argv.data());
       _exit(127);
     }
     running.push_back({i, pid, std::chrono::steady_clock::now()});

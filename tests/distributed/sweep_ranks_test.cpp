@@ -1,0 +1,45 @@
+// thx sweep --ranks-per-run 2: every run is launched under torchrun with two ranks, and ends
+// where the same sweep of one process per run ends (ln(PPL) to 1e-4); a batch the ranks cannot
+// share is one line naming the sweep file and the run, exit 2, before anything starts.
+#include <gtest/gtest.h>
+
+#include "distributed/dist_fixtures.h"
+#include "experiments/sweep_results.h"
+#include "training/training_fixtures.h"
+
+namespace thx::test {
+namespace {
+
+TEST(SweepRanks, EachRunUnderTorchrunEqualsOneProcessPerRun) {
+  TempDir dir;
+  dir.write("base.yaml", "model: {d_model: 32, d_ff: 64, encoder_layers: 1, decoder_layers: 1}\n"
+                         "attention: {variant: talking_heads, h: 4}\n"
+                         "data: {prepared: " + prepared_corpus(dir) + ", inputs_length: 32, targets_length: 8}\n"
+                         "train: {steps: 15, batch_size: 8, log_every: 5}\n"
+                         "checkpoint: {every: 15, keep: 1}\n"
+                         "eval: {every: 15, examples: 8, batch_size: 4}\n");
+  const std::string sweep = dir.write("sweep.yaml", "sweep: ranks\nbase: base.yaml\ngrid: {attention.h: [2, 4]}\n");
+  setenv("OMP_WAIT_POLICY", "PASSIVE", 0);
+  const RunResult one = run_thx("--threads 2 sweep --config " + sweep + " --out " + dir.file("one"));
+  ASSERT_EQ(one.code, 0) << one.out;
+  const RunResult two = run_thx("--threads 2 sweep --ranks-per-run 2 --config " + sweep + " --out " + dir.file("two"));
+  ASSERT_EQ(two.code, 0) << two.out;
+  EXPECT_NE(two.out.find("1 at a time, 2 ranks of 1 threads each"), std::string::npos) << two.out;
+  const auto a = read_results(dir.file("one")), b = read_results(dir.file("two"));
+  ASSERT_EQ(a.size(), 2u);
+  ASSERT_EQ(b.size(), 2u);
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i]["name"], b[i]["name"]);
+    EXPECT_NEAR(double(a[i]["ln_ppl"]), double(b[i]["ln_ppl"]), 1e-4) << a[i]["name"];
+    const std::string run = dir.file("two/" + std::string(b[i]["name"]));
+    EXPECT_EQ(load_checkpoint(checkpoint_path(run + "/checkpoints", 15)).world_size, 2);
+  }
+  const RunResult three = run_thx("sweep --ranks-per-run 3 --config " + sweep + " --out " + dir.file("three"));
+  EXPECT_EQ(three.code, 2) << three.out;
+  EXPECT_NE(three.out.find("thx: error: " + sweep + ": run 'h2': --ranks-per-run 3: train.batch_size 8 does not "
+                           "divide"), std::string::npos) << three.out;
+  EXPECT_FALSE(std::filesystem::exists(dir.file("three")));
+}
+
+}  // namespace
+}  // namespace thx::test
