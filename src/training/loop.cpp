@@ -256,6 +256,7 @@ LoopResult train(Trainee& t, const LoopOptions& o) {
   const int64_t first = step;
   double window_time = 0, window_loss = 0, window_nll = 0;
   int64_t window_tokens = 0, window_steps = 0;
+  dist::SyncStats window_sync;  // data parallel: the gradient all-reduce, summed over the window
   while (step < o.steps) {
     const auto t0 = std::chrono::steady_clock::now();
     const std::vector<Batch> micro = t.next_step(o.grad_accum);
@@ -279,17 +280,32 @@ LoopResult train(Trainee& t, const LoopOptions& o) {
     const int64_t tokens = l.tokens;
     window_time += seconds(std::chrono::steady_clock::now() - t0), window_tokens += tokens, ++window_steps;
     window_loss += l.loss, window_nll += l.nll;
+    if (sync) {
+      const dist::SyncStats& st = sync->stats();
+      window_sync.backward_s += st.backward_s, window_sync.comm_s += st.comm_s;
+      window_sync.exposed_s += st.exposed_s, window_sync.bytes += st.bytes, window_sync.buckets += st.buckets;
+    }
     if (step % o.log_every == 0 || step == o.steps) {
       const double elapsed = seconds(std::chrono::steady_clock::now() - t_start);
       const double eta = elapsed / double(step - first) * double(o.steps - step);
       const double n = double(window_steps);
-      record({{"loss", window_loss / n}, {"nll", window_nll / n}, {"lr", lr},
-              {"tokens_per_s", double(window_tokens) / window_time}, {"step_time_s", window_time / n}},
-             "train", step);
-      log->info("{}step {}/{} loss {:.4f} nll {:.4f} lr {:.3g} | {:.0f} tok/s {:.3f} s/step ETA {}", prefix, step,
+      json rec{{"loss", window_loss / n}, {"nll", window_nll / n}, {"lr", lr},
+               {"tokens_per_s", double(window_tokens) / window_time}, {"step_time_s", window_time / n}};
+      std::string comm;
+      if (sync) {  // rank 0's view of the gradient all-reduce, per step
+        const dist::SyncStats& w = window_sync;
+        rec["backward_s"] = w.backward_s / n, rec["allreduce_s"] = w.comm_s / n;
+        rec["allreduce_exposed_s"] = w.exposed_s / n, rec["allreduce_mb"] = double(w.bytes) / n / 1e6;
+        rec["allreduce_buckets"] = double(w.buckets) / n;
+        comm = fmt::format(" | all-reduce {:.1f} MB {:.3f} s, {:.3f} s after backward", double(w.bytes) / n / 1e6,
+                           w.comm_s / n, w.exposed_s / n);
+      }
+      record(rec, "train", step);
+      log->info("{}step {}/{} loss {:.4f} nll {:.4f} lr {:.3g} | {:.0f} tok/s {:.3f} s/step{} ETA {}", prefix, step,
                 o.steps, window_loss / n, window_nll / n, lr, double(window_tokens) / window_time,
-                window_time / n, format_duration(eta));
+                window_time / n, comm, format_duration(eta));
       window_time = window_loss = window_nll = 0, window_tokens = window_steps = 0;
+      window_sync = {};
     }
     const bool last = step == o.steps;
     if (step % o.eval_every == 0 || last) evaluate(step);

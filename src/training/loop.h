@@ -30,7 +30,11 @@
 //
 // Records (one JSON object per line in metrics.jsonl, and the same scalars in TensorBoard):
 //   train: {step, loss, nll, lr, tokens_per_s, step_time_s}: loss and nll are means over the
-//          steps since the previous record; with a tag, also {"task": tag}
+//          steps since the previous record; with a tag, also {"task": tag}; data parallel, per
+//          step as rank 0 saw it: backward_s (the last micro-batch's backward, all-reduce
+//          included), allreduce_s (time with a bucket in flight), allreduce_exposed_s (of that,
+//          after the last bucket was launched: what backward did not hide), allreduce_mb,
+//          allreduce_buckets
 //   eval:  {step, <metric>: value, ...} as Trainee::evaluate returns them
 #pragma once
 #include <torch/torch.h>

@@ -57,9 +57,10 @@ struct Faults : ::testing::Test {
     c.yaml = to_yaml(c);
     config = dir.write("run.yaml", c.yaml);
   }
+  int timeout_s = 30;
   std::string args(const std::string& run) const {
-    return fmt::format("pretrain --config {} --run-dir {} --resume --set distributed.timeout_s=30", config,
-                       dir.file(run));
+    return fmt::format("pretrain --config {} --run-dir {} --resume --set distributed.timeout_s={}", config,
+                       dir.file(run), timeout_s);
   }
   std::string final_ckpt(const std::string& run) const { return checkpoint_path(dir.file(run + "/checkpoints"), 60); }
   // Launch `run` under torchrun and send `sig` to rank `rank` (-1: the agent) once the step-5
@@ -100,10 +101,25 @@ TEST_F(Faults, KilledRankWithoutRestartsStopsTheOthersWithOneLine) {
   double after = 0;
   const RunResult r = run_and_kill("killed", 0, &after);
   EXPECT_NE(r.code, 0) << r.out;
-  EXPECT_NE(r.out.find("[default0]:thx: error: the gradient all-reduce failed: rank 1 stopped"), std::string::npos)
+  EXPECT_NE(r.out.find(" failed: rank 1 stopped (no heartbeat"), std::string::npos)
       << r.out;
   EXPECT_LT(after, 30.0) << "distributed.timeout_s is 30";
   EXPECT_FALSE(fs::exists(final_ckpt("killed")));
+}
+
+TEST_F(Faults, AHungRankIsNamedWhenTheTimeoutExpires) {
+  // SIGSTOP: rank 1 is alive but silent (its heartbeat stops too). Rank 0's all-reduce gives up
+  // after distributed.timeout_s = 5 and names it; the stopped rank is killed afterwards.
+  timeout_s = 5;
+  auto reaper = std::async(std::launch::async, [&] {
+    std::this_thread::sleep_for(std::chrono::seconds(25));
+    if (const pid_t p = find_rank(dir.file("hung"), 1); p > 0) ::kill(p, SIGKILL);
+  });
+  double after = 0;
+  const RunResult r = run_and_kill("hung", 0, &after, 1, SIGSTOP);
+  EXPECT_NE(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find(" failed: rank 1 stopped (no heartbeat"), std::string::npos)
+      << r.out;
 }
 
 TEST_F(Faults, SigtermToTheAgentCheckpointsEveryRankAndResumes) {
