@@ -3,6 +3,10 @@
 // 15 steps (only the order of the sums differs).
 #include <gtest/gtest.h>
 
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
 #include "common/fs.h"
 #include "distributed/dist_fixtures.h"
 #include "eval/eval_fixtures.h"
@@ -45,6 +49,17 @@ void equivalent(const std::string& variant, bool albert, int64_t grad_accum) {
   const auto two = run_torchrun(two_ranks(), r.args("two"));
   ASSERT_EQ(two.code, 0) << two.out;
   EXPECT_TRUE(same_params(r.ckpt("two", 15), r.ckpt("one", 15), 1e-5));
+  // The sharded held-out evaluation, reduced over the ranks, equals one process's.
+  const auto last_eval = [&](const std::string& run) {
+    nlohmann::json e;
+    std::ifstream in(r.run(run) + "/metrics.jsonl");
+    for (std::string line; std::getline(in, line);)
+      if (line.find("ln_ppl") != std::string::npos) e = nlohmann::json::parse(line);
+    return e;
+  };
+  const auto e1 = last_eval("one"), e2 = last_eval("two");
+  ASSERT_TRUE(e1.contains("ln_ppl") && e2.contains("ln_ppl")) << e1 << e2;
+  EXPECT_NEAR(double(e2["ln_ppl"]), double(e1["ln_ppl"]), 1e-5 * std::abs(double(e1["ln_ppl"])));
   const Checkpoint ck = load_checkpoint(r.ckpt("two", 15));
   EXPECT_EQ(ck.world_size, 2);
   ASSERT_TRUE(ck.rng_ranks.defined());

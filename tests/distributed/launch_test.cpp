@@ -45,6 +45,23 @@ TEST_F(Launch, TwoNodesEqualOneNodeBitForBit) {
   EXPECT_NE(first.out.find("[train] step 10/10"), std::string::npos) << first.out;
 }
 
+TEST_F(Launch, OneProcessCheckpointResumesOnTwoRanks) {
+  // A one-process run's step-5 checkpoint continued on two ranks: the log says the world size
+  // changed, and step 10 equals the one-process run's (the same global batches; only the sums
+  // are reordered).
+  const RunResult whole = run_thx("--threads 1 " + args("whole"));
+  ASSERT_EQ(whole.code, 0) << whole.out;
+  std::filesystem::copy(dir.file("whole"), dir.file("grown"), std::filesystem::copy_options::recursive);
+  std::filesystem::remove(checkpoint_path(dir.file("grown/checkpoints"), 10));
+  const RunResult rest = run_torchrun(two_ranks(), args("grown", "--resume"));
+  ASSERT_EQ(rest.code, 0) << rest.out;
+  EXPECT_NE(rest.out.find("resumed from " + checkpoint_path(dir.file("grown/checkpoints"), 5)), std::string::npos)
+      << rest.out;
+  EXPECT_NE(rest.out.find("the checkpoint was written by 1 process, this run has 2"), std::string::npos) << rest.out;
+  EXPECT_TRUE(same_params(checkpoint_path(dir.file("grown/checkpoints"), 10),
+                          checkpoint_path(dir.file("whole/checkpoints"), 10), 1e-5));
+}
+
 TEST_F(Launch, WorldSizeWithoutMasterAddrIsOneLine) {
   const RunResult r = run_command(fmt::format("env WORLD_SIZE=2 RANK=0 {} --threads 1 {} 2>&1", THX_BINARY, args("x")));
   EXPECT_EQ(r.code, 2) << r.out;
