@@ -8,6 +8,7 @@
 #include "attention/attention.h"
 #include "attention/blas.h"
 #include "attention/kernels.h"
+#include "common/runtime.h"
 
 namespace thx {
 namespace {
@@ -49,7 +50,7 @@ const float* ptr(const Tensor& t) { return t.defined() ? t.data_ptr<float>() : n
 bool fusable(const Tensor& J, const Tensor& P_l, const Tensor& P_w, const Tensor& bias,
              const Tensor& mask, at::IntArrayRef shape) {
   auto fp32 = [](const Tensor& t) { return !t.defined() || t.scalar_type() == torch::kFloat32; };
-  return g_fused && J.device().is_cpu() && fp32(J) && fp32(P_l) && fp32(P_w) && fp32(bias) &&
+  return g_fused && cpu_kernels_enabled() && J.device().is_cpu() && fp32(J) && fp32(P_l) && fp32(P_w) && fp32(bias) &&
          (!bias.defined() || rows_view(bias, shape).defined()) &&
          (!mask.defined() || (mask.scalar_type() == torch::kBool && rows_view(mask, shape).defined()));
 }

@@ -6,11 +6,19 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <climits>
 #include <cstdlib>
 #include <thread>
 
 namespace thx {
+
+namespace {
+std::atomic<bool> g_cpu_kernels{true};
+}  // namespace
+
+bool cpu_kernels_enabled() { return g_cpu_kernels; }
+void set_cpu_kernels(bool enabled) { g_cpu_kernels = enabled; }
 
 void configure_runtime(int64_t threads) {
   static bool malloc_done = false;

@@ -17,6 +17,14 @@
 
 namespace thx {
 
+// The hand-written CPU kernels (the fused attention core, cross-entropy with z-loss, RMS norm,
+// Adafactor's loops) run where their tensors are fp32 on the CPU and this is on; everywhere
+// else the ATen composition they are tested against runs, which is the path a CUDA tensor
+// takes. Each kernel makes that choice in one place. Tests turn it off to run the device path
+// on the CPU (tests/models/device_path_test.cpp).
+bool cpu_kernels_enabled();
+void set_cpu_kernels(bool enabled);
+
 // threads <= 0: all hardware threads, divided among torchrun's LOCAL_WORLD_SIZE ranks.
 void configure_runtime(int64_t threads = 0);
 

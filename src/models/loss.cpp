@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "attention/kernels.h"
+#include "common/runtime.h"
 
 // Shapes: N rows (target positions, padding included), V vocabulary.
 namespace thx {
@@ -84,7 +85,8 @@ LossSums cross_entropy_z_loss_reference(const Tensor& logits, const Tensor& targ
 }
 
 LossSums cross_entropy_z_loss(const Tensor& logits, const Tensor& targets, double z) {
-  if (logits.scalar_type() != torch::kFloat32 || !logits.device().is_cpu() || logits.dim() != 2)
+  if (logits.scalar_type() != torch::kFloat32 || !logits.device().is_cpu() || logits.dim() != 2 ||
+      !cpu_kernels_enabled())
     return cross_entropy_z_loss_reference(logits, targets, z);
   auto out = CrossEntropyZFn::apply(logits, targets, z);
   return {out[0], out[1], out[2]};

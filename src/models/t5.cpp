@@ -6,6 +6,7 @@
 
 #include "attention/factory.h"
 #include "common/error.h"
+#include "common/runtime.h"
 #include "models/loss.h"
 
 // Shapes: b examples, n input positions, t target positions, L positions of one stack, s the
@@ -137,7 +138,8 @@ struct RMSNormFn : torch::autograd::Function<RMSNormFn> {
 }  // namespace
 
 Tensor RMSNormImpl::forward(const Tensor& x) {
-  if (x.scalar_type() == torch::kFloat32 && x.device().is_cpu() && scale.scalar_type() == torch::kFloat32)
+  if (x.scalar_type() == torch::kFloat32 && x.device().is_cpu() && scale.scalar_type() == torch::kFloat32 &&
+      cpu_kernels_enabled())
     return RMSNormFn::apply(x, scale);
   return x * torch::rsqrt(x.pow(2).mean(-1, true) + 1e-6) * scale;  // [..., d]
 }

@@ -6,6 +6,7 @@
 #include <functional>
 
 #include "common/error.h"
+#include "common/runtime.h"
 
 // Shapes: each state tensor has its parameter's view (OptimizedParam::view, optimizer.h), with
 // the factored dims d0 (vr) or d1 (vc) kept as size 1; A, X, B, Y, C below are the sizes of a
@@ -167,7 +168,7 @@ class Adafactor : public Optimizer {
   static bool fusable(const OptimizedParam& p) {
     const Tensor& w = p.param;
     const Tensor& g = w.grad();
-    return w.scalar_type() == torch::kFloat32 && w.is_contiguous() && w.device().is_cpu() &&
+    return cpu_kernels_enabled() && w.scalar_type() == torch::kFloat32 && w.is_contiguous() && w.device().is_cpu() &&
            g.defined() && g.scalar_type() == torch::kFloat32 && g.is_contiguous();
   }
 

@@ -1,0 +1,115 @@
+// The device path on the CPU: with the hand-written CPU kernels turned off (set_cpu_kernels),
+// every model runs the ATen compositions a CUDA tensor would take. One training step of a T5
+// (multi-head, talking-heads) and an ALBERT (talking-heads) must give the CPU kernels' loss
+// (relative 1e-6) and every gradient (1e-6 + 1e-4 x max|g|: fp32 sums in another order), and
+// Adafactor's ATen update the same parameters (1e-6 + 1e-5 x max|w|); the key bias, whose
+// gradient is only rounding residue, must stay at residue on both paths.
+#include <gtest/gtest.h>
+
+#include "common/runtime.h"
+#include "models/encoder.h"
+#include "models/spec.h"
+#include "models/t5.h"
+#include "test_util.h"
+#include "training/optimizer.h"
+#include "training/pretrain.h"
+#include "training/training_fixtures.h"
+
+namespace thx::test {
+namespace {
+
+struct KernelsOff {
+  KernelsOff() { set_cpu_kernels(false); }
+  ~KernelsOff() { set_cpu_kernels(true); }
+};
+
+struct Step {
+  double loss = 0;
+  std::vector<torch::Tensor> grads, after;
+};
+
+// Loss, gradients and Adafactor-updated parameters of one step, from the same start.
+template <class Forward>
+Step step(torch::nn::Module& m, const std::vector<std::pair<std::string, torch::Tensor>>& params,
+          const std::vector<torch::Tensor>& start, Forward forward) {
+  {
+    torch::NoGradGuard g;
+    for (size_t i = 0; i < params.size(); ++i) params[i].second.copy_(start[i]);
+  }
+  for (const auto& [k, p] : params) p.mutable_grad() = torch::Tensor();
+  Step s;
+  const torch::Tensor loss = forward();
+  loss.backward();
+  s.loss = loss.item<double>();
+  std::vector<OptimizedParam> op;
+  for (const auto& [k, p] : params) {
+    s.grads.push_back(p.grad().clone());
+    op.push_back({k, p, p.sizes().vec(), false});
+  }
+  OptimizerConfig oc;
+  make_optimizer(oc, op)->step(0.01);
+  for (const auto& [k, p] : params) s.after.push_back(p.detach().clone());
+  return s;
+}
+
+template <class Forward>
+void expect_same_step(torch::nn::Module& m, const std::vector<std::pair<std::string, torch::Tensor>>& params,
+                      Forward forward) {
+  std::vector<torch::Tensor> start;
+  for (const auto& [k, p] : params) start.push_back(p.detach().clone());
+  m.train();
+  const Step cpu = step(m, params, start, forward);
+  Step device;
+  {
+    KernelsOff off;
+    device = step(m, params, start, forward);
+  }
+  EXPECT_NEAR(device.loss, cpu.loss, 1e-6 * std::abs(cpu.loss));
+  bool differs = false;  // the two paths are different code: some gradient differs in its last bits
+  for (size_t i = 0; i < params.size(); ++i) differs |= !torch::equal(device.grads[i], cpu.grads[i]);
+  EXPECT_TRUE(differs) << "set_cpu_kernels(false) changed nothing";
+  for (size_t i = 0; i < params.size(); ++i) {
+    const std::string& k = params[i].first;
+    if (k.size() > 7 && k.compare(k.size() - 7, 7, "/bias_k") == 0) {
+      // The key bias's gradient is zero in exact arithmetic (softmax ignores a shift of a
+      // query's logits): both paths leave rounding residue, which Adafactor's update
+      // (relative to a parameter scale of at least 1e-3) turns into steps of ~1e-5 each way.
+      EXPECT_LT(cpu.grads[i].abs().max().item<double>(), 1e-5) << k;
+      EXPECT_LT(device.grads[i].abs().max().item<double>(), 1e-5) << k;
+      continue;
+    }
+    EXPECT_TRUE(close(device.grads[i], cpu.grads[i], 1e-6, 1e-4)) << params[i].first;
+    EXPECT_TRUE(close(device.after[i], cpu.after[i], 1e-6, 1e-5)) << params[i].first;
+  }
+}
+
+TEST(DevicePath, T5StepOnTheAtenPathEqualsTheCpuKernels) {
+  for (const char* variant : {"multi_head", "talking_heads"}) {
+    SCOPED_TRACE(variant);
+    PretrainConfig c = tiny_pretrain("unused", 1);
+    AttentionConfig a = c.attention.encoder_self;
+    a.variant = variant;
+    c.attention = {a, a, a};
+    torch::manual_seed(3);
+    T5 model(resolve_model_spec(c.model, c.attention), 120);
+    const torch::Tensor inputs = torch::randint(2, 120, {4, 32}), targets = torch::randint(2, 120, {4, 8});
+    inputs.narrow(1, 28, 4).fill_(0), targets.narrow(1, 6, 2).fill_(0);  // padding
+    const torch::Tensor decoder = torch::cat({torch::zeros({4, 1}, torch::kInt64), targets.narrow(1, 0, 7)}, 1);
+    expect_same_step(*model, model->named_parameters_by_path(),
+                     [&] { return model->forward(inputs, decoder, targets).loss; });
+  }
+}
+
+TEST(DevicePath, AlbertStepOnTheAtenPathEqualsTheCpuKernels) {
+  PretrainConfig c = tiny_albert_pretrain("unused", 1);
+  torch::manual_seed(4);
+  EncoderModel model(resolve_model_spec(c.model, c.attention), 120, true);
+  const torch::Tensor ids = torch::randint(2, 120, {4, 32}), types = torch::zeros({4, 32}, torch::kInt64);
+  const torch::Tensor positions = torch::randint(1, 32, {4, 5}), targets = torch::randint(2, 120, {4, 5});
+  const torch::Tensor labels = torch::tensor({0, 1, 1, 0});
+  expect_same_step(*model, model->named_parameters_by_path(),
+                   [&] { return model->forward(ids, types, positions, targets, labels).loss; });
+}
+
+}  // namespace
+}  // namespace thx::test
