@@ -1,6 +1,7 @@
 #include "common/runtime.h"
 
 #include <dlfcn.h>
+#include <fmt/format.h>
 #include <malloc.h>
 #include <torch/torch.h>
 
@@ -11,6 +12,9 @@
 #include <cstdlib>
 #include <thread>
 
+#include "common/error.h"
+#include "common/log.h"
+
 namespace thx {
 
 namespace {
@@ -18,6 +22,40 @@ std::atomic<bool> g_cpu_kernels{true};
 }  // namespace
 
 bool cpu_kernels_enabled() { return g_cpu_kernels; }
+
+namespace {
+std::string g_device = "auto";
+}  // namespace
+
+void set_device_request(const std::string& device) { g_device = device; }
+const std::string& device_request() { return g_device; }
+
+torch::Device resolve_device(const std::string& requested, const std::string& where) {
+  const bool present = torch::cuda::is_available();
+  if (requested == "cuda") {
+    if (!present)
+      throw InputError(fmt::format("{} cuda: no CUDA device: this LibTorch ({}) {}; use cpu", where, TORCH_VERSION,
+                                   torch::cuda::device_count() == 0 && !at::hasCUDA()
+                                       ? "was built without CUDA (Debian's libtorch-dev is CPU-only)"
+                                       : "sees no GPU"));
+    throw InputError(fmt::format("{} cuda: thx's CUDA path is not built yet (issue 15: models, batches and "
+                                 "optimizers stay on the CPU); use cpu", where));
+  }
+  if (requested == "auto" && present) {
+    static bool said = false;
+    if (!said) thx::log("runtime")->warn("a CUDA device is present, but thx runs on the CPU so far (issue 15)");
+    said = true;
+  }
+  if (requested != "cpu" && requested != "auto" && !requested.empty())
+    throw InputError(fmt::format("{} {}: not a device; allowed: cpu, cuda, auto", where, requested));
+  return torch::Device(torch::kCPU);
+}
+
+void check_precision(const std::string& precision, const torch::Device& device, const std::string& where) {
+  if (precision == "bf16" && !device.is_cuda())
+    throw InputError(fmt::format("{}: bf16 is CUDA autocast (fp32 master weights), and this run is on the CPU, "
+                                 "where thx's kernels are fp32; use fp32", where));
+}
 void set_cpu_kernels(bool enabled) { g_cpu_kernels = enabled; }
 
 void configure_runtime(int64_t threads) {

@@ -13,7 +13,10 @@
 //   (measured: softmax over [2,24,512,512] 26 ms with them, 7 ms without). thx keeps freed
 //   memory in the heap for reuse instead. Peak RSS then stays at its high-water mark.
 #pragma once
+#include <torch/torch.h>
+
 #include <cstdint>
+#include <string>
 
 namespace thx {
 
@@ -24,6 +27,17 @@ namespace thx {
 // on the CPU (tests/models/device_path_test.cpp).
 bool cpu_kernels_enabled();
 void set_cpu_kernels(bool enabled);
+
+// The device to train on: "cpu", "cuda" or "auto" (CUDA when present), from --device (set
+// once by main) or a config's train.device. resolve_device throws InputError (exit 2)
+// naming `where` for "cuda" when this LibTorch has no CUDA or no device is visible. This
+// build runs on the CPU only: until thx's CUDA path exists (issue 15) "cuda" is refused even
+// where CUDA is present, and "auto" picks the CPU, saying so once if a GPU is there.
+void set_device_request(const std::string& device);
+const std::string& device_request();
+torch::Device resolve_device(const std::string& requested, const std::string& where);
+// train.precision on the resolved device: "bf16" off CUDA is an InputError naming `where`.
+void check_precision(const std::string& precision, const torch::Device& device, const std::string& where);
 
 // threads <= 0: all hardware threads, divided among torchrun's LOCAL_WORLD_SIZE ranks.
 void configure_runtime(int64_t threads = 0);

@@ -7,6 +7,7 @@
 
 #include "common/error.h"
 #include "common/log.h"
+#include "common/runtime.h"
 #include "eval/finetune_encoder.h"
 #include "eval/finetune_t5.h"
 #include "distributed/dist.h"
@@ -68,6 +69,7 @@ bool run_finetune(const FinetuneRunConfig& config, const Pretrained& pretrained,
   }
   ro.log_file = "finetune.log";
   {
+    resolve_device(device_request(), "--device");
     const std::string e = batch_split_error("finetune.batch_size", config.finetune.batch_size, 1, dist::world_size());
     if (!e.empty()) throw InputError(e);
   }

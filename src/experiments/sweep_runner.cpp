@@ -82,7 +82,8 @@ int run_sweep(const Sweep& sweep, const SweepOptions& o,
   // A run directory that holds another config is never reused.
   for (auto& p : plan) {
     const std::string cfg = (fs::path(p.dir) / "run.yaml").string();
-    if (fs::exists(cfg) && read_file(cfg) != p.resolved.yaml)
+    // Compared as this code resolves both (a key added to thx since keeps its default).
+    if (fs::exists(cfg) && pretrain_config_from_text(read_file(cfg), cfg).yaml != p.resolved.yaml)
       throw InputError(fmt::format("{}: run '{}' was started with another config ({}); the sweep "
                                    "file changed since. Restore it, or use another --out", sweep.file,
                                    p.run->name, cfg));

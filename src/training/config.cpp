@@ -51,6 +51,8 @@ void validate(const TrainConfig& c) {
   if (c.batch_size % c.grad_accum)
     throw ConfigError("train.grad_accum", fmt::format("{} does not divide train.batch_size {}",
                                                       c.grad_accum, c.batch_size));
+  if (!c.device.empty()) one_of("train.device", c.device, {"cpu", "cuda", "auto"});
+  one_of("train.precision", c.precision, {"fp32", "bf16"});
 }
 
 void validate(const OptimizerConfig& c) {

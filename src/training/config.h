@@ -43,6 +43,8 @@ struct TrainConfig {
   int64_t seed = 0;
   int64_t grad_accum = 1;  // micro-batches per step; batch_size is split among them
   int64_t log_every = 10;
+  std::string device;              // cpu | cuda | auto; empty: the --device flag (common/runtime.h)
+  std::string precision = "fp32";  // fp32 | bf16 (bf16: CUDA only)
 };
 
 template <class V>
@@ -52,6 +54,8 @@ void visit(V& v, TrainConfig& c) {
   v("seed", c.seed, "seed of the initialization and of the data order");
   v("grad_accum", c.grad_accum, "micro-batches per step (batch_size must divide evenly)");
   v("log_every", c.log_every, "steps between progress lines and metrics records");
+  v("device", c.device, "cpu | cuda | auto (empty: the --device flag)");
+  v("precision", c.precision, "fp32 | bf16 (CUDA autocast with fp32 master weights; refused on CPU)");
 }
 
 struct OptimizerConfig {

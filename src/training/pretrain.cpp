@@ -9,6 +9,7 @@
 #include "common/fs.h"
 #include "common/h5.h"
 #include "common/log.h"
+#include "common/runtime.h"
 #include "data/mlm.h"
 #include "data/stream.h"
 #include "distributed/dist.h"
@@ -281,6 +282,9 @@ PretrainResult run_pretrain(const PretrainConfig& c, const std::string& run_dir,
   ro.checkpoint_dirs = {(fs::path(run_dir) / "checkpoints").string()};
   ro.log_file = "train.log";
   {
+    const bool own = !c.train.device.empty();
+    const torch::Device device = resolve_device(own ? c.train.device : device_request(), own ? "train.device" : "--device");
+    check_precision(c.train.precision, device, "train.precision");
     const std::string e = batch_split_error("train.batch_size", c.train.batch_size, c.train.grad_accum,
                                             dist::world_size());
     if (!e.empty()) throw InputError(e);

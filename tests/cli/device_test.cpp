@@ -1,0 +1,37 @@
+// --device and train.precision as a user meets them on this CPU-only build: "cuda" and bf16
+// are one line each, exit 2, before anything is written; "auto" and "cpu" train.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "training/training_fixtures.h"
+
+namespace thx::test {
+namespace {
+
+TEST(Device, CudaAndBf16AreOneLineOnTheCpu) {
+  TempDir dir;
+  PretrainConfig c = tiny_pretrain(prepared_corpus(dir), 2);
+  const std::string cfg = dir.write("run.yaml", c.yaml);
+  const std::string run = " pretrain --config " + cfg + " --run-dir " + dir.file("run");
+  RunResult r = run_thx("--device cuda" + run);
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_EQ(lines(r.out), 1) << r.out;
+  EXPECT_NE(r.out.find("thx: error: --device cuda: "), std::string::npos) << r.out;
+  r = run_thx(run + " --set train.device=cuda");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("thx: error: train.device cuda: "), std::string::npos) << r.out;
+  r = run_thx(run + " --set train.precision=bf16");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_EQ(r.out, "thx: error: train.precision: bf16 is CUDA autocast (fp32 master weights), and this run is on "
+                   "the CPU, where thx's kernels are fp32; use fp32\n");
+  r = run_thx(run + " --set train.device=gpu");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("train.device: 'gpu' is not allowed; allowed: cpu, cuda, auto"), std::string::npos) << r.out;
+  EXPECT_FALSE(std::filesystem::exists(dir.file("run")));
+  r = run_thx("--threads 1 --device auto" + run + " --set train.device=cpu");
+  EXPECT_EQ(r.code, 0) << r.out;
+}
+
+}  // namespace
+}  // namespace thx::test
