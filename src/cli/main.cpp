@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 
 #include <iostream>
+#include <regex>
 
 #include "cli/command.h"
 #include "common/log.h"
@@ -21,6 +22,11 @@ int main(int argc, char** argv) {
   int64_t threads = 0;
   app.add_option("--threads", threads, "intra-op CPU threads (0: every core; under torchrun, cores / LOCAL_WORLD_SIZE)")
       ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+
+  std::string device = "auto";
+  app.add_option("--device", device, "cpu | cuda | auto (CUDA when present); a config's train.device overrides it")
+      ->check(CLI::IsMember({"cpu", "cuda", "auto"}))
       ->capture_default_str();
 
   std::vector<std::unique_ptr<thx::Command>> commands;
@@ -43,12 +49,23 @@ int main(int argc, char** argv) {
 
   try {
     app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    const int code = app.exit(e);  // prints help, or the parse error
-    return code == 0 ? 0 : 2;
+    if (e.get_exit_code() == 0) return app.exit(e);
+    // One line in the house format (CLI11 prints two, and a range check's limits in full).
+    std::string what = e.what();
+    what = what.substr(0, what.find('\n'));
+    what = std::regex_replace(what, std::regex("[0-9]{16,}(\\.[0-9]+)?"), "max");  // a range's open end
+    what = std::regex_replace(what, std::regex("([0-9])\\.0+\\b"), "$1");
+    std::cerr << "thx: error: " << what << " (thx --help lists the options)\n";
+    return 2;
   }
   thx::set_log_level(level);
   thx::configure_runtime(threads);
+  thx::set_device_request(device);
   try {
     for (auto& c : commands)
       if (c->app->parsed()) return c->run();

@@ -1,5 +1,6 @@
 #include "common/config_tree.h"
 
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <sstream>
@@ -21,6 +22,9 @@ std::string where(const std::string& file, const YAML::Node& node) {
 ConfigTree::ConfigTree() : root_(YAML::NodeType::Map) {}
 
 void ConfigTree::merge_file(const std::string& path) {
+  // A directory opens as an empty stream on Linux: it would read as an empty config.
+  if (std::filesystem::is_directory(path))
+    throw InputError(fmt::format("{}: is a directory, not a config file (--config takes a YAML file)", path));
   std::ifstream in(path);
   if (!in) throw InputError(fmt::format("{}: cannot read config file", path));
   std::stringstream text;

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -49,6 +50,13 @@ std::string file_stamp(const std::string& path) {
   struct stat st;
   if (::stat(path.c_str(), &st) != 0) throw InputError(fmt::format("{}: no such file", path));
   return fmt::format("{}:{}", st.st_size, int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec);
+}
+
+void check_output_dir(const std::string& path, const std::string& flag) {
+  std::error_code ec;
+  const auto st = std::filesystem::status(path, ec);
+  if (!ec && std::filesystem::exists(st) && !std::filesystem::is_directory(st))
+    throw InputError(fmt::format("{}: exists and is not a directory ({} names a directory)", path, flag));
 }
 
 }  // namespace thx

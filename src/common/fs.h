@@ -20,6 +20,10 @@ inline uint64_t fnv1a(const std::string& s, uint64_t seed = 0xcbf29ce484222325UL
   return fnv1a(s.data(), s.size(), seed);
 }
 
+// InputError "<path>: exists and is not a directory (<flag> names a directory)" when `path`
+// exists as anything but a directory: checked before an output directory is created.
+void check_output_dir(const std::string& path, const std::string& flag);
+
 // "size:mtime_ns" of a file, for detecting changed inputs; InputError if it does not exist.
 std::string file_stamp(const std::string& path);
 

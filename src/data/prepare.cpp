@@ -76,6 +76,7 @@ PrepareResult run_prepare(const PrepareOptions& o) {
   auto log = thx::log("prepare");
   PrepareResult result;
   THX_CHECK(!o.out_dir.empty(), "prepare: --out DIR is required");
+  check_output_dir(o.out_dir, "--out");
   THX_CHECK(o.heldout_fraction >= 0 && o.heldout_fraction < 1,
             "--heldout-fraction {}: must be in [0, 1)", o.heldout_fraction);
   THX_CHECK(o.shard_tokens >= 1024, "--shard-tokens {}: must be at least 1024", o.shard_tokens);

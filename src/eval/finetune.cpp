@@ -60,7 +60,7 @@ bool run_finetune(const FinetuneRunConfig& config, const Pretrained& pretrained,
                 config.finetune.data);
     }
   RunDirOptions ro;
-  ro.dir = out_dir, ro.config_file = "finetune.yaml", ro.yaml = cfg::to_yaml(config);
+  ro.dir = out_dir, ro.flag = "--out", ro.config_file = "finetune.yaml", ro.yaml = cfg::to_yaml(config);
   ro.resume = options.resume, ro.allow_changes = options.allow_changes, ro.normalize = normalize_finetune;
   ro.checkpoint_dirs.push_back((fs::path(out_dir) / "checkpoints").string());
   for (const auto& t : config.finetune.tasks) {

@@ -53,6 +53,7 @@ int run_sweep(const Sweep& sweep, const SweepOptions& o,
               const std::function<ResolvedRun(ConfigTree&)>& resolve) {
   auto log = thx::log("sweep");
   const std::string out = o.out_dir.empty() ? (fs::path("runs") / sweep.name).string() : o.out_dir;
+  check_output_dir(out, "--out");
   if (o.jobs < 1) throw InputError(fmt::format("--jobs {}: must be at least 1", o.jobs));
 
   // Resolve every run first: a bad key in any of them stops the sweep before anything runs.

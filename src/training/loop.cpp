@@ -197,6 +197,7 @@ LoopResult train(Trainee& t, const LoopOptions& o) {
     }
   }
 
+  if (!o.banner.empty()) log->info("{}", o.banner);
   std::ofstream metrics;
   if (writer) metrics.open(o.metrics_file, std::ios::app);
   auto record = [&](json j, const std::string& kind, int64_t at) {

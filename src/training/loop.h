@@ -115,6 +115,8 @@ struct LoopOptions {
   std::string config;            // the resolved YAML, stored in every checkpoint
   bool resume = false;           // continue from the newest checkpoint in checkpoint_dir
   bool eval_if_finished = true;  // a run already at `steps`: evaluate once and report
+  std::string banner;            // logged once the checkpoint to resume from has been read (so
+                                 // that a bad one's error is not buried under it)
 };
 
 struct LoopResult {

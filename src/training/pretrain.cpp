@@ -296,7 +296,6 @@ PretrainResult run_pretrain(const PretrainConfig& c, const std::string& run_dir,
   s.heldout = load_split(c.data.prepared, "heldout");
   std::optional<EventWriter> events;
   if (dist::rank() == 0) events.emplace((fs::path(run_dir) / "tb").string());
-  thx::log("train")->info("resolved config:\n{}", c.yaml);
   if (dir) dir->open();
 
   LoopOptions o;
@@ -309,6 +308,7 @@ PretrainResult run_pretrain(const PretrainConfig& c, const std::string& run_dir,
   o.events = events ? &*events : nullptr;
   o.config = c.yaml;
   o.resume = resume;
+  o.banner = "resolved config:\n" + c.yaml;
   describe(c, s.model);
   PretrainTrainee trainee(c, s);
   const LoopResult r = train(trainee, o);

@@ -76,6 +76,7 @@ std::map<std::string, std::pair<std::string, std::string>> config_differences(co
 }
 
 RunDirectory::RunDirectory(RunDirOptions o) : o_(std::move(o)) {
+  check_output_dir(o_.dir, o_.flag);
   if (!o_.allow_changes.empty()) {
     if (!o_.resume)
       throw InputError("--allow-config-change: only with --resume (it names keys a resumed run may change)");
@@ -123,6 +124,27 @@ RunDirectory::RunDirectory(RunDirOptions o) : o_(std::move(o)) {
   }
 }
 
+void RunDirectory::remove_stale_temporaries() const {
+  // With the directory's lock held, a checkpoint's temporary file (<step>.h5.tmp-<pid>) belongs
+  // to a process that died while writing it: a live writer would hold the lock.
+  if (lock_fd_ < 0) return;
+  int64_t files = 0;
+  uintmax_t bytes = 0;
+  for (const auto& d : o_.checkpoint_dirs) {
+    if (!fs::is_directory(d)) continue;
+    for (const auto& e : fs::directory_iterator(d)) {
+      const std::string name = e.path().filename().string();
+      if (!e.is_regular_file() || name.find(".h5.tmp-") == std::string::npos) continue;
+      std::error_code ec;
+      const uintmax_t size = e.file_size(ec);
+      if (fs::remove(e.path(), ec)) ++files, bytes += ec ? 0 : size;
+    }
+  }
+  if (files > 0)
+    thx::log("train")->warn("removed {} unfinished checkpoint file{} ({:.1f} MB) left by a killed process in {}",
+                            files, files > 1 ? "s" : "", double(bytes) / 1e6, o_.dir);
+}
+
 RunDirectory::~RunDirectory() {
   if (log_open_) remove_log_file();
   if (lock_fd_ >= 0) ::close(lock_fd_);
@@ -133,6 +155,7 @@ void RunDirectory::open() {
   fs::create_directories(o_.dir, ec);
   if (ec) throw InputError(fmt::format("{}: cannot create the directory ({})", o_.dir, ec.message()));
   if (lock_fd_ < 0) lock_fd_ = lock_dir(o_.dir);
+  remove_stale_temporaries();
   if (!changes_.empty()) {
     nlohmann::json c = nlohmann::json::object();
     for (const auto& [k, v] : changes_) {

@@ -18,6 +18,7 @@ namespace thx {
 
 struct RunDirOptions {
   std::string dir;
+  std::string flag = "--run-dir";           // the flag that named dir, for messages
   std::string config_file = "config.yaml";  // the stored resolved config, inside dir
   std::string yaml;                         // this invocation's resolved config
   bool resume = false;
@@ -38,12 +39,15 @@ class RunDirectory {
   ~RunDirectory();
   RunDirectory(const RunDirectory&) = delete;
   RunDirectory& operator=(const RunDirectory&) = delete;
-  // Creates the directory, takes the lock, writes the config (recording an allowed change) and
-  // starts the log file.
+
+  // Creates the directory, takes the lock, removes checkpoint temporaries of killed processes
+  // (*.h5.tmp-*: with the lock held, no live process is writing them), writes the config
+  // (recording an allowed change) and starts the log file.
   void open();
   const std::string& dir() const { return o_.dir; }
 
  private:
+  void remove_stale_temporaries() const;
   RunDirOptions o_;
   std::map<std::string, std::pair<std::string, std::string>> changes_;  // key -> (from, to)
   std::string from_checkpoint_;

@@ -1,0 +1,88 @@
+// Findings of the outside fault campaign (issue 16), each as a user met it: one line, exit 2,
+// nothing written or changed; and a resumed run clears the checkpoint temporaries a killed
+// process left.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "training/checkpoint.h"
+#include "training/training_fixtures.h"
+
+namespace thx::test {
+namespace {
+namespace fs = std::filesystem;
+
+TEST(BadInput, ADirectoryIsNotAConfig) {
+  TempDir dir;
+  const RunResult r = run_thx("pretrain --config " + dir.path.string() + " --run-dir " + dir.file("run"));
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_EQ(r.out, "thx: error: " + dir.path.string() + ": is a directory, not a config file (--config takes a "
+                   "YAML file)\n");
+  EXPECT_FALSE(fs::exists(dir.file("run")));
+}
+
+TEST(BadInput, FlagErrorsAreOneLineInTheHouseFormat) {
+  RunResult r = run_thx("--threads -1 costs");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_EQ(r.out, "thx: error: --threads: Value -1 not in range 0 to max (thx --help lists the options)\n");
+  r = run_thx("costs --bogus");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_EQ(r.out, "thx: error: The following argument was not expected: --bogus (thx --help lists the options)\n");
+}
+
+TEST(BadInput, AnOutputDirectoryThatIsAFileIsOneLine) {
+  TempDir dir;
+  const std::string file = dir.write("afile", "keep me\n");
+  const PretrainConfig c = tiny_pretrain(prepared_corpus(dir), 2);
+  const std::string cfg = dir.write("run.yaml", c.yaml);
+  const std::string sweep = dir.write("sweep.yaml", "sweep: s\nbase: run.yaml\ngrid: {attention.h: [2]}\n");
+  for (const std::string& args :
+       {"pretrain --config " + cfg + " --run-dir " + file,
+        "prepare --input " + dir.file("corpus.txt") + " --format text --tokenizer " + dir.file("tiny.model") +
+            " --out " + file,
+        "sweep --dry-run --config " + sweep + " --out " + file}) {
+    const RunResult r = run_thx(args);
+    EXPECT_EQ(r.code, 2) << args << "\n" << r.out;
+    EXPECT_NE(r.out.find("thx: error: " + file + ": exists and is not a directory ("), std::string::npos) << r.out;
+    EXPECT_EQ(lines(r.out), 1) << r.out;
+  }
+  std::ifstream in(file);
+  std::string kept;
+  std::getline(in, kept);
+  EXPECT_EQ(kept, "keep me");
+}
+
+TEST(BadInput, ResumeRemovesTheTemporariesOfAKilledWriter) {
+  TempDir dir;
+  const PretrainConfig c = tiny_pretrain(prepared_corpus(dir), 4);
+  const std::string cfg = dir.write("run.yaml", c.yaml);
+  const std::string run = dir.file("run");
+  ASSERT_EQ(run_thx("--threads 1 pretrain --config " + cfg + " --run-dir " + run + " --set train.steps=2").code, 0);
+  // What a process killed inside save_checkpoint leaves: a temporary beside the checkpoints.
+  const std::string stale = dir.write("run/checkpoints/step-00000004.h5.tmp-999999", std::string(1000, 'x'));
+  const RunResult r = run_thx("--threads 1 pretrain --config " + cfg + " --run-dir " + run +
+                              " --resume --allow-config-change train.steps");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_FALSE(fs::exists(stale));
+  EXPECT_NE(r.out.find("removed 1 unfinished checkpoint file (0.0 MB) left by a killed process"), std::string::npos)
+      << r.out;
+}
+
+TEST(BadInput, ATruncatedCheckpointIsNotBuriedUnderTheConfig) {
+  TempDir dir;
+  const PretrainConfig c = tiny_pretrain(prepared_corpus(dir), 2);
+  const std::string cfg = dir.write("run.yaml", c.yaml);
+  const std::string run = dir.file("run");
+  ASSERT_EQ(run_thx("--threads 1 pretrain --config " + cfg + " --run-dir " + run).code, 0);
+  const std::string ck = checkpoint_path(run + "/checkpoints", 2);
+  fs::resize_file(ck, fs::file_size(ck) / 2);
+  const RunResult r = run_thx("--threads 1 pretrain --config " + cfg + " --run-dir " + run + " --resume");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_EQ(r.out.find("resolved config"), std::string::npos) << r.out;
+  EXPECT_LE(lines(r.out), 3) << r.out;
+  EXPECT_NE(r.out.find("thx: error: " + ck), std::string::npos) << r.out;
+}
+
+}  // namespace
+}  // namespace thx::test
