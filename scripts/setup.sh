@@ -18,6 +18,9 @@ PACKAGES=(
   # data-parallel training: LibTorch exports c10d (ProcessGroupGloo, TCPStore); these are the
   # Gloo headers it needs (src/distributed)
   libgloo-dev
+  # ICU: the SQuAD/ReCoRD answer normalization lowercases as Python's str.lower() does (full
+  # Unicode case mapping, final sigma)
+  libicu-dev
   # Boost.CRC (header-only): the CRC-32C of the TensorBoard files' TFRecord framing
   libboost-dev
   # tests

@@ -9,6 +9,8 @@
 #include <set>
 
 #include <fmt/format.h>
+#include <unicode/locid.h>
+#include <unicode/unistr.h>
 
 #include "common/error.h"
 
@@ -205,11 +207,15 @@ double token_f1(const std::vector<std::string>& g, const std::vector<std::string
 
 std::string normalize_answer(const std::string& s) {
   // lower -> remove punctuation -> remove articles -> fix whitespace, in the scripts' order.
-  std::u32string u = decode(s), v;
-  for (char32_t c : u) {
-    c = c < 0x80 ? char32_t(std::tolower(int(c))) : char32_t(towlower_l(wint_t(c), utf8_locale()));
+  // Python's str.lower() is Unicode's full case mapping with the final-sigma rule ("ΑΣ" ->
+  // "ας", "İ" -> "i̇", two code points): ICU's toLower in the root locale does the same.
+  std::string lowered;
+  icu::UnicodeString::fromUTF8(icu::StringPiece(s.data(), int32_t(s.size())))
+      .toLower(icu::Locale::getRoot())
+      .toUTF8String(lowered);
+  std::u32string u = decode(lowered), v;
+  for (char32_t c : u)
     if (!is_ascii_punct(c)) v.push_back(c);
-  }
   // re.sub(r'\b(a|an|the)\b', ' ', text): a whole word a/an/the becomes one space.
   std::u32string w;
   for (size_t i = 0; i < v.size();) {
