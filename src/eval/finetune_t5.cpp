@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <map>
 #include <numeric>
 #include <sstream>
 
@@ -63,12 +64,19 @@ class T5Finetune : public Trainee {
       specs_.push_back(&task_spec(t));
       data_.push_back(load_splits(f_, t, need_train, rng_));
       records.push_back(TaskRecord{t});
+      fallback_label_.push_back(0);  // thx eval reads no training split: the first label
       if (!need_train) continue;
       std::vector<T5Item> items;
       for (const auto& e : data_.back().train.examples)
         for (const auto& p : t5_training_pairs(*specs_.back(), e)) items.push_back(item(p.input, p.target));
       THX_CHECK(!items.empty(), "{}: no labeled training examples", data_.back().train.path);
       rates_.push_back(double(std::min<int64_t>(int64_t(items.size()), f_.mixing_cap)));
+      std::map<int, int64_t> counts;  // the most frequent training label (ties: the smallest)
+      for (const auto& e : data_.back().train.examples)
+        if (e.label >= 0) ++counts[e.label];
+      int64_t most = 0;
+      for (const auto& [label, n] : counts)
+        if (n > most) fallback_label_.back() = label, most = n;
       log->info("{}: {} training pairs, {} dev examples", t, items.size(), data_.back().dev.examples.size());
       train_.push_back(std::move(items));
     }
@@ -186,10 +194,12 @@ class T5Finetune : public Trainee {
         ev.predictions.push_back(texts[i]);
       } else {
         labels.push_back(text_to_label(rendered, texts[i]));
-        const int l = labels.back();
-        // Submission files name classes as the task's files do; a miss writes the raw text.
-        ev.predictions.push_back(l >= 0 ? (spec.name == "copa" ? target_names(spec)[size_t(l)] : spec.labels[size_t(l)])
-                                        : texts[i]);
+        // Submission files name classes as the task's files do. An answer that names no class
+        // scores as wrong, and the file gets the most frequent training label instead (T5's
+        // convention; a leaderboard rejects other text); the misses are counted.
+        int l = labels.back();
+        if (l < 0) l = fallback_label_[k], ++ev.label_misses;
+        ev.predictions.push_back(spec.name == "copa" ? target_names(spec)[size_t(l)] : spec.labels[size_t(l)]);
       }
     }
     ev.metrics = score_task(spec, dev, labels, scores, texts);
@@ -218,6 +228,7 @@ class T5Finetune : public Trainee {
   std::mt19937_64 rng_;  // the mixture sampler (and, before training, the data shuffles)
   std::vector<std::vector<T5Item>> train_;
   std::vector<double> rates_;
+  std::vector<int> fallback_label_;  // per task: what a prediction file gets for a miss
   std::discrete_distribution<size_t> pick_task_;
   std::unique_ptr<Optimizer> optimizer_;
 };

@@ -73,7 +73,7 @@ double selection_score(const std::map<std::string, double>& metrics) {
 
 bool note_eval(TaskRecord& r, int64_t step, const TaskEval& ev) {
   r.examples = ev.examples;
-  r.history.push_back({{"step", step}, {"metrics", ev.metrics}});
+  r.history.push_back({{"step", step}, {"metrics", ev.metrics}, {"label_misses", ev.label_misses}});
   if (r.best_step < 0 || selection_score(ev.metrics) > selection_score(r.best)) {
     r.best = ev.metrics, r.best_step = step;
     return true;
