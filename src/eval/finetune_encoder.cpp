@@ -404,7 +404,7 @@ class EncoderTask : public Trainee {
   bool may_leave_parameters_unused() const override { return true; }
   MicroLoss forward(const Batch& b) override {
     const Tensor o = fz_.head_forward(model, head, s_, b.inputs, b.token_types);  // [b,K], [b] or [b,n,2]
-    return {loss(o, b), 0.0};
+    return {loss(o, b), 0.0, {}};
   }
 
   json evaluate(int64_t step) override {

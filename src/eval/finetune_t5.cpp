@@ -63,7 +63,7 @@ class T5Finetune : public Trainee {
     for (const auto& t : f_.tasks) {
       specs_.push_back(&task_spec(t));
       data_.push_back(load_splits(f_, t, need_train, rng_));
-      records.push_back(TaskRecord{t});
+      records.push_back(TaskRecord{t, 0, -1, {}, nlohmann::json::array()});
       fallback_label_.push_back(0);  // thx eval reads no training split: the first label
       if (!need_train) continue;
       std::vector<T5Item> items;
@@ -115,7 +115,7 @@ class T5Finetune : public Trainee {
   int64_t tokens(const Batch& b) override { return b.inputs.numel() + b.targets.numel(); }
   MicroLoss forward(const Batch& b) override {
     auto r = model->forward(b.inputs, b.decoder_inputs, b.targets);
-    return {r.loss, r.nll_sum.item<double>()};
+    return {r.loss, r.nll_sum.item<double>(), {}};
   }
 
   json evaluate(int64_t step) override {

@@ -191,9 +191,8 @@ int run_sweep(const Sweep& sweep, const SweepOptions& o,
     if (ranks > 1)  // Debian 12's torchrun needs --redirects/--tee of one stream (README)
       args = {"torchrun", "--standalone", "--nproc_per_node", std::to_string(ranks), "--redirects", "2",
               "--tee", "2", "--no_python"};
-    for (const std::string a : {o.thx_binary, std::string("--threads"), std::to_string(threads), std::string("pretrain"),
-                                std::string("--config"), cfg, std::string("--run-dir"), p.dir, std::string("--resume")})
-      args.push_back(a);
+    args.insert(args.end(), {o.thx_binary, "--threads", std::to_string(threads), "pretrain", "--config", cfg,
+                             "--run-dir", p.dir, "--resume"});
     const pid_t parent = getpid();
     const pid_t pid = fork();
     if (pid < 0) throw RunError(fmt::format("sweep: cannot start a process: {}", std::strerror(errno)));
