@@ -197,8 +197,10 @@ void guard(const char* doing, const std::function<void()>& f) {
   } catch (const RunError&) {
     throw;
   } catch (const std::exception& e) {
+    // A dead or silent rank is named; any other error (a bug, memory) stays what it was.
     const std::string why = diagnose();
-    throw RunError(fmt::format("{} failed: {}", doing, why.empty() ? first_line(e) : why));
+    if (why.empty()) throw;
+    throw RunError(fmt::format("{} failed: {}", doing, why));
   }
 }
 

@@ -67,7 +67,8 @@ void barrier();
 void check_same(const std::string& what, const std::string& value);
 
 // Runs f; an exception while the group is active is checked against the heartbeats: if a rank
-// has stopped, a RunError names it (and what `doing` was) instead.
+// has stopped, a RunError names it (and what `doing` was) instead; otherwise the exception is
+// rethrown as it was.
 void guard(const char* doing, const std::function<void()>& f);
 
 // A stable 64-bit hash (FNV-1a over 8-byte words) of bytes: config hashes and parameter checksums.

@@ -13,6 +13,7 @@
 #include "common/log.h"
 #include "distributed/dist.h"
 #include "distributed/grad_sync.h"
+#include "distributed/launch.h"
 #include "training/tensorboard.h"
 
 // Shapes: micro-batches are data/stream.h's Batch (b examples); losses are scalars.
@@ -57,27 +58,34 @@ Tensor rows(const Tensor& t, int64_t lo, int64_t hi) { return t.defined() ? t.sl
 // The newest checkpoint, read by rank 0 and sent to the others (who may have no run directory:
 // another node): each rank gets the loaded checkpoint, or nullopt when there is none.
 std::optional<Checkpoint> load_newest(const std::string& dir, std::string* file) {
+  std::optional<Checkpoint> mine;  // rank 0's, read once
   std::string bytes;
-  if (dist::rank() == 0) {
+  // A checkpoint rank 0 cannot read stops every rank with rank 0's line.
+  dist::on_rank0([&] {
     const auto existing = list_checkpoints(dir);
-    if (!existing.empty()) {
-      *file = existing.back();
-      if (!dist::active()) return load_checkpoint(*file);
-      load_checkpoint(*file);  // validates before sending
-      std::ifstream in(*file, std::ios::binary);
-      bytes.assign(std::istreambuf_iterator<char>(in), {});
-    }
-  }
+    if (existing.empty()) return;
+    *file = existing.back();
+    mine = load_checkpoint(*file);
+    if (!dist::active()) return;
+    std::ifstream in(*file, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+  });
+  if (!dist::active()) return mine;
   bytes = dist::broadcast_bytes(bytes);
   *file = dist::broadcast_bytes(*file);
-  if (bytes.empty()) return std::nullopt;
-  if (dist::rank() == 0) return load_checkpoint(*file);
+  if (dist::rank() == 0 || bytes.empty()) return mine;
   const fs::path tmp = fs::temp_directory_path() / fmt::format("thx-resume-{}-rank{}.h5", ::getpid(), dist::rank());
   {
     std::ofstream out(tmp, std::ios::binary);
     out.write(bytes.data(), std::streamsize(bytes.size()));
   }
-  Checkpoint ck = load_checkpoint(tmp.string());
+  std::optional<Checkpoint> ck;
+  try {
+    ck = load_checkpoint(tmp.string());
+  } catch (...) {
+    fs::remove(tmp);
+    throw;
+  }
   fs::remove(tmp);
   return ck;
 }

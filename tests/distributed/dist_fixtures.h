@@ -10,7 +10,7 @@
 #include <string>
 
 #include "test_util.h"
-#include "training/checkpoint.h"
+#include "training/training_fixtures.h"
 
 namespace thx::test {
 
@@ -39,31 +39,5 @@ inline RunResult run_torchrun(const std::string& launch, const std::string& args
 
 // Two ranks on this machine (torchrun's standalone rendezvous on a free port).
 inline std::string two_ranks() { return "--standalone --nproc_per_node 2"; }
-
-// Every parameter of two checkpoints within atol + rtol * max |b| (or equal bitwise, rtol 0).
-// The absolute floor is for parameters that stay at float noise. The key bias of attention
-// (bias_k) is one: its gradient is exactly zero in exact arithmetic (softmax ignores a shift of
-// all logits of a query), so what it holds is rounding residue, different for every summation
-// order, and Adam's normalized update turns that residue into steps of its own. For bias_k the
-// check is therefore that both runs kept it at noise level (|x| < 1e-5), not that they agree.
-inline ::testing::AssertionResult same_params(const std::string& a, const std::string& b, double rtol,
-                                              double atol = 1e-8) {
-  const Checkpoint ca = load_checkpoint(a), cb = load_checkpoint(b);
-  if (ca.params.size() != cb.params.size()) return ::testing::AssertionFailure() << "parameter sets differ";
-  for (const auto& [k, v] : cb.params) {
-    auto it = ca.params.find(k);
-    if (it == ca.params.end()) return ::testing::AssertionFailure() << a << " has no " << k;
-    const bool noise = k.size() >= 7 && k.compare(k.size() - 7, 7, "/bias_k") == 0;
-    if (noise && rtol > 0) {
-      const double big = std::max(it->second.abs().max().item<double>(), v.abs().max().item<double>());
-      if (big >= 1e-5) return ::testing::AssertionFailure() << k << " is no longer at noise level: " << big;
-    } else if (rtol == 0) {
-      if (!torch::equal(it->second, v)) return ::testing::AssertionFailure() << k << " differs bitwise";
-    } else if (auto r = close(it->second, v, atol, rtol); !r) {
-      return ::testing::AssertionFailure() << k << ": " << r.message();
-    }
-  }
-  return ::testing::AssertionSuccess();
-}
 
 }  // namespace thx::test

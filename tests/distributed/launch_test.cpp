@@ -62,6 +62,28 @@ TEST_F(Launch, OneProcessCheckpointResumesOnTwoRanks) {
                           checkpoint_path(dir.file("whole/checkpoints"), 10), 1e-5));
 }
 
+TEST_F(Launch, ATruncatedCheckpointStopsEveryRankWithRankZerosLine) {
+  ASSERT_EQ(run_thx("--threads 1 " + args("cut")).code, 0);
+  const std::string ck = checkpoint_path(dir.file("cut/checkpoints"), 10);
+  std::filesystem::resize_file(ck, std::filesystem::file_size(ck) / 2);
+  const RunResult r = run_torchrun(two_ranks(), args("cut", "--resume"));
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.out.find("[default0]:thx: error: " + ck), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("[default1]:thx: error: rank 1: " + ck), std::string::npos) << r.out;
+}
+
+TEST_F(Launch, BadDistributedSettingsAreOneLine) {
+  RunResult r = run_thx(args("x", "--set distributed.timeout_s=0"));
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_EQ(r.out, "thx: error: --set distributed.timeout_s=0: distributed.timeout_s: 0 is not a positive number "
+                   "of seconds\n");
+  r = run_thx(args("x", "--set distributed.timeout=5"));
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("distributed.timeout: unknown key"), std::string::npos) << r.out;
+  EXPECT_EQ(lines(r.out), 1) << r.out;
+  EXPECT_FALSE(std::filesystem::exists(dir.file("x")));
+}
+
 TEST_F(Launch, WorldSizeWithoutMasterAddrIsOneLine) {
   const RunResult r = run_command(fmt::format("env WORLD_SIZE=2 RANK=0 {} --threads 1 {} 2>&1", THX_BINARY, args("x")));
   EXPECT_EQ(r.code, 2) << r.out;
