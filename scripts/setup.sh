@@ -13,6 +13,8 @@ PACKAGES=(
   # product libraries
   libsentencepiece-dev sentencepiece libyaml-cpp-dev libspdlog-dev libfmt-dev
   libhdf5-dev libcli11-dev nlohmann-json3-dev
+  # zlib: the CRC-32 every HDF5 file thx writes carries (src/common/h5.h)
+  zlib1g-dev
   # TensorBoard event files: the Event/Summary messages are protobuf (src/training/tensorboard)
   libprotobuf-dev protobuf-compiler
   # data-parallel training: LibTorch exports c10d (ProcessGroupGloo, TCPStore); these are the

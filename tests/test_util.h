@@ -7,7 +7,10 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <string>
+
+#include "common/error.h"
 
 namespace thx::test {
 
@@ -69,6 +72,16 @@ struct TempDir {
     return file(name);
   }
 };
+
+// The message of the InputError that f throws; "(no error)" if it throws none.
+inline std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
 
 // Number of non-empty lines.
 inline int lines(const std::string& s) {

@@ -3,6 +3,7 @@
 // allowed; nothing written), 1 anything else.
 #include <CLI/CLI.hpp>
 
+#include <csignal>
 #include <iostream>
 #include <regex>
 
@@ -10,7 +11,44 @@
 #include "common/log.h"
 #include "common/runtime.h"
 
+namespace {
+
+// For "A subcommand is required": the command that wanted one, the word given in its place (if
+// any) and the subcommands it has, e.g. "score: 'glue' is not a subcommand; one of: squad".
+std::string missing_subcommand(CLI::App& app, int argc, char** argv) {
+  CLI::App* cur = &app;
+  std::string path, given;
+  for (int i = 1; i < argc; ++i) {
+    const std::string tok = argv[i];
+    if (!tok.empty() && tok[0] == '-') {  // an option: skip its value if it takes one
+      const CLI::Option* o = cur->get_option_no_throw(tok.substr(0, tok.find('=')));
+      if (o && o->get_expected_min() > 0 && tok.find('=') == std::string::npos) ++i;
+      continue;
+    }
+    CLI::App* sub = nullptr;
+    for (CLI::App* s : cur->get_subcommands({}))
+      if (s->check_name(tok)) sub = s;
+    if (!sub) {
+      given = tok;
+      break;
+    }
+    cur = sub, path += (path.empty() ? "" : " ") + tok;
+  }
+  std::vector<std::string> names;
+  for (const CLI::App* s : cur->get_subcommands({})) names.push_back(s->get_name());
+  std::string list;
+  for (const auto& n : names) list += (list.empty() ? "" : ", ") + n;
+  const std::string where = path.empty() ? "" : path + ": ";
+  if (given.empty()) return fmt::format("{}a subcommand is required, one of: {}", where, list);
+  return fmt::format("{}'{}' is not a subcommand; one of: {}", where, given, list);
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
+  // A write past the file-size limit (ulimit -f) then fails with EFBIG, reported as one line
+  // like a full disk, instead of killing the process with SIGXFSZ mid-checkpoint.
+  std::signal(SIGXFSZ, SIG_IGN);
   thx::reexec_with_thread_environment(argv);  // see common/runtime.h
   CLI::App app{"thx: Talking-Heads Attention (Shazeer et al., 2020) experiments on LibTorch.\n"
                "Run 'thx SUBCOMMAND --help' for the options of each subcommand."};
@@ -58,6 +96,7 @@ int main(int argc, char** argv) {
     // One line in the house format (CLI11 prints two, and a range check's limits in full).
     std::string what = e.what();
     what = what.substr(0, what.find('\n'));
+    if (what.rfind("A subcommand is required", 0) == 0) what = missing_subcommand(app, argc, argv);
     what = std::regex_replace(what, std::regex("[0-9]{16,}(\\.[0-9]+)?"), "max");  // a range's open end
     what = std::regex_replace(what, std::regex("([0-9])\\.0+\\b"), "$1");
     std::cerr << "thx: error: " << what << " (thx --help lists the options)\n";

@@ -19,6 +19,18 @@ std::string where(const std::string& file, const YAML::Node& node) {
 
 }  // namespace
 
+void check_plain_keys(const YAML::Node& node, const std::string& origin) {
+  if (node.IsMap()) {
+    for (const auto& kv : node) {
+      if (!kv.first.IsScalar())
+        throw InputError(fmt::format("{}: keys are plain names, not lists or mappings", where(origin, kv.first)));
+      check_plain_keys(kv.second, origin);
+    }
+  } else if (node.IsSequence()) {
+    for (const auto& v : node) check_plain_keys(v, origin);
+  }
+}
+
 ConfigTree::ConfigTree() : root_(YAML::NodeType::Map) {}
 
 void ConfigTree::merge_file(const std::string& path) {
@@ -44,6 +56,7 @@ void ConfigTree::merge_text(const std::string& yaml, const std::string& origin) 
   if (!doc.IsMap())
     throw InputError(fmt::format("{}: the top level must be a mapping of keys (e.g. 'attention:')",
                                  origin));
+  check_plain_keys(doc, origin);
   for (const auto& kv : doc) {
     const std::string key = kv.first.as<std::string>();
     merge_into(root_, key, kv.second, key, origin);
@@ -86,6 +99,7 @@ void ConfigTree::set(const std::string& assignment) {
   } catch (const YAML::ParserException& e) {
     throw InputError(fmt::format("{}: value is not valid YAML: {}", origin, e.msg));
   }
+  check_plain_keys(value, origin);
   set(key, value, origin);
 }
 

@@ -18,6 +18,10 @@
 
 namespace thx {
 
+// InputError "<origin>:<line>: keys are plain names, not lists or mappings" for a mapping key
+// anywhere in `node` that is not a scalar (YAML allows `? [a, b] : 1`; no thx key is one).
+void check_plain_keys(const YAML::Node& node, const std::string& origin);
+
 class ConfigTree {
  public:
   ConfigTree();

@@ -4,7 +4,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -15,20 +17,27 @@ namespace thx {
 
 void write_file_atomic(const std::string& path, const std::string& text) {
   const std::string tmp = fmt::format("{}.tmp-{}", path, ::getpid());
-  {
-    std::ofstream out(tmp, std::ios::binary);
-    if (!out) throw InputError(fmt::format("{}: cannot create file", tmp));
-    out << text;
-    if (!out.flush()) throw InputError(fmt::format("{}: cannot write file", tmp));
-  }
-  const int fd = ::open(tmp.c_str(), O_RDONLY);
-  if (fd >= 0) {
-    ::fsync(fd);
+  const int fd = ::open(tmp.c_str(), O_CREAT | O_TRUNC | O_WRONLY | O_CLOEXEC, 0644);
+  if (fd < 0) throw InputError(fmt::format("{}: cannot create file ({})", tmp, std::strerror(errno)));
+  // A failed write (disk full, file-size limit) removes the temporary and replaces nothing.
+  auto fail = [&](const char* what) {
+    const int err = errno;
     ::close(fd);
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
     std::remove(tmp.c_str());
-    throw InputError(fmt::format("{}: cannot rename into place", path));
+    throw RunError(fmt::format("{}: cannot {} ({}); {} was not replaced", tmp, what, std::strerror(err), path));
+  };
+  for (size_t at = 0; at < text.size();) {
+    const ssize_t n = ::write(fd, text.data() + at, text.size() - at);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) fail("write");
+    at += size_t(n);
+  }
+  if (::fsync(fd) != 0 && errno != EINVAL) fail("flush");  // EINVAL: a file system without fsync
+  ::close(fd);
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    std::remove(tmp.c_str());
+    throw InputError(fmt::format("{}: cannot rename into place ({})", path, std::strerror(err)));
   }
 }
 

@@ -4,7 +4,11 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <zlib.h>
+
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 
 #include "common/error.h"
@@ -12,9 +16,16 @@
 namespace thx {
 namespace {
 
-// HDF5 prints its error stack to stderr by default; thx reports errors itself.
+// HDF5 prints its error stack to stderr by default; thx reports errors itself. And HDF5's own
+// exit handler is not installed (H5dont_atexit, before any other HDF5 call): it closes every id
+// still open, and on a file whose close already failed (disk full, file-size limit) HDF5 1.10
+// crashes there. thx closes every file itself (H5Writer, H5Reader), so the handler has nothing
+// else to do.
 struct QuietHdf5 {
-  QuietHdf5() { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); }
+  QuietHdf5() {
+    H5dont_atexit();
+    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+  }
 };
 const QuietHdf5 quiet_hdf5;
 
@@ -38,12 +49,98 @@ struct Handle {
   }
 };
 
+constexpr size_t kUserBlock = 512;  // HDF5's smallest user block
+constexpr char kMagic[] = "thx-h5 checksum v1\n";
+
+// The system's reason for the newest HDF5 failure ("No space left on device"), from the
+// error stack HDF5 keeps even with printing off; "" when it names none.
+std::string hdf5_reason() {
+  std::string reason;
+  auto cb = [](unsigned, const H5E_error2_t* e, void* data) -> herr_t {
+    auto* out = static_cast<std::string*>(data);
+    const std::string d = e->desc ? e->desc : "";
+    const auto at = d.find("error message = '");
+    if (out->empty() && at != std::string::npos) {
+      const auto from = at + 17, to = d.find('\'', from);
+      *out = d.substr(from, to == std::string::npos ? std::string::npos : to - from);
+    }
+    return 0;
+  };
+  H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, cb, &reason);
+  H5Eclear2(H5E_DEFAULT);
+  return reason;
+}
+
+// A failed write: the system's reason when HDF5 recorded one.
+[[noreturn]] void write_failed(const std::string& file, const std::string& what) {
+  const std::string reason = hdf5_reason();
+  throw RunError(fmt::format("{}: cannot {}{}; nothing was replaced", file, what,
+                             reason.empty() ? "" : " (" + reason + ")"));
+}
+
+// CRC-32 (zlib) of bytes [from, size) of an open descriptor, in 1 MiB reads.
+bool crc_from(int fd, off_t from, uint64_t size, uint32_t* crc) {
+  std::vector<unsigned char> buf(1 << 20);
+  uLong c = crc32(0L, Z_NULL, 0);
+  for (uint64_t at = uint64_t(from); at < size;) {
+    const ssize_t got = ::pread(fd, buf.data(), std::min<uint64_t>(buf.size(), size - at), off_t(at));
+    if (got <= 0) return false;
+    c = crc32(c, buf.data(), uInt(got));
+    at += uint64_t(got);
+  }
+  *crc = uint32_t(c);
+  return true;
+}
+
 }  // namespace
+
+H5Checksum verify_h5_checksum(const std::string& path) {
+  H5Checksum r;
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return r;
+  struct Close {
+    int fd;
+    ~Close() { ::close(fd); }
+  } closer{fd};
+  char head[kUserBlock + 1] = {};
+  const ssize_t got = ::pread(fd, head, kUserBlock, 0);
+  if (got < ssize_t(sizeof kMagic - 1) || std::memcmp(head, kMagic, sizeof kMagic - 1) != 0) return r;
+  r.present = true;
+  unsigned crc = 0;
+  unsigned long long bytes = 0;
+  if (std::sscanf(head + sizeof kMagic - 1, "crc32 %8x\nbytes %llu\n", &crc, &bytes) != 2) {
+    r.problem = "its checksum header is damaged";
+    return r;
+  }
+  const off_t size = ::lseek(fd, 0, SEEK_END);
+  if (size < 0 || uint64_t(size) != bytes) {
+    r.problem = uint64_t(size) < bytes ? fmt::format("truncated: {} of its {} bytes", size, bytes)
+                                       : fmt::format("{} bytes where {} were written", size, bytes);
+    return r;
+  }
+  uint32_t actual = 0;
+  if (!crc_from(fd, off_t(kUserBlock), uint64_t(size), &actual)) {
+    r.problem = "cannot read it to check its checksum";
+    return r;
+  }
+  if (actual != crc) {
+    r.problem = fmt::format("checksum mismatch (CRC-32 {:08x}, written {:08x}): its bytes changed after it was "
+                            "written", actual, crc);
+    return r;
+  }
+  r.ok = true;
+  return r;
+}
 
 H5Writer::H5Writer(std::string path) : path_(std::move(path)) {
   tmp_ = fmt::format("{}.tmp-{}", path_, ::getpid());
-  file_ = H5Fcreate(tmp_.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
-  if (file_ < 0) throw InputError(fmt::format("{}: cannot create file", tmp_));
+  Handle fcpl{H5Pcreate(H5P_FILE_CREATE), H5Pclose};
+  H5Pset_userblock(fcpl.id, kUserBlock);
+  file_ = H5Fcreate(tmp_.c_str(), H5F_ACC_TRUNC, fcpl.id, H5P_DEFAULT);
+  if (file_ < 0) {
+    const int err = errno;
+    throw InputError(fmt::format("{}: cannot create file ({})", tmp_, std::strerror(err)));
+  }
 }
 
 H5Writer::~H5Writer() {
@@ -58,7 +155,7 @@ void H5Writer::ensure_parent(const std::string& name) {
   if (H5Lexists(file_, group.c_str(), H5P_DEFAULT) > 0) return;
   ensure_parent(group);
   Handle g{H5Gcreate2(file_, group.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose};
-  if (g.id < 0) throw std::runtime_error(fmt::format("{}: cannot create group {}", tmp_, group));
+  if (g.id < 0) write_failed(tmp_, "create group " + group);
 }
 
 void H5Writer::write(const std::string& name, const torch::Tensor& t_in, int gzip) {
@@ -82,9 +179,9 @@ void H5Writer::write(const std::string& name, const torch::Tensor& t_in, int gzi
   const hid_t type = h5_type(t.scalar_type());
   Handle ds{H5Dcreate2(file_, name.c_str(), type, space.id, H5P_DEFAULT, dcpl.id, H5P_DEFAULT),
             H5Dclose};
-  if (ds.id < 0) throw std::runtime_error(fmt::format("{}: cannot create dataset {}", tmp_, name));
+  if (ds.id < 0) write_failed(tmp_, "create dataset " + name);
   if (t.numel() > 0 && H5Dwrite(ds.id, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, t.data_ptr()) < 0)
-    throw std::runtime_error(fmt::format("{}: cannot write dataset {}", tmp_, name));
+    write_failed(tmp_, "write dataset " + name);
 }
 
 void H5Writer::write_scalar(const std::string& name, double value) {
@@ -100,20 +197,31 @@ void H5Writer::attr(const std::string& object, const std::string& key, const std
                              H5P_DEFAULT, H5P_DEFAULT),
            H5Aclose};
   if (a.id < 0 || H5Awrite(a.id, type.id, value.c_str()) < 0)
-    throw std::runtime_error(fmt::format("{}: cannot write attribute {}:{}", tmp_, object, key));
+    write_failed(tmp_, fmt::format("write attribute {}:{}", object, key));
 }
 
 void H5Writer::commit() {
-  if (H5Fclose(file_) < 0) throw std::runtime_error(fmt::format("{}: cannot close", tmp_));
+  const herr_t closed = H5Fclose(file_);
   file_ = -1;
-  // fsync before the rename, so that the new name never points at unwritten data.
-  const int fd = ::open(tmp_.c_str(), O_RDONLY);
-  if (fd >= 0) {
-    ::fsync(fd);
-    ::close(fd);
-  }
+  if (closed < 0) write_failed(tmp_, "finish the file");
+  // The checksum header goes into the user block once HDF5 is done with the file; fsync
+  // before the rename, so that the new name never points at unwritten data.
+  const int fd = ::open(tmp_.c_str(), O_RDWR | O_CLOEXEC);
+  if (fd < 0) throw RunError(fmt::format("{}: cannot reopen to checksum it ({})", tmp_, std::strerror(errno)));
+  struct Close {
+    int fd;
+    ~Close() { ::close(fd); }
+  } closer{fd};
+  const off_t size = ::lseek(fd, 0, SEEK_END);
+  uint32_t crc = 0;
+  if (size < off_t(kUserBlock) || !crc_from(fd, off_t(kUserBlock), uint64_t(size), &crc))
+    throw RunError(fmt::format("{}: cannot read back to checksum it", tmp_));
+  std::string head = fmt::format("{}crc32 {:08x}\nbytes {}\n", kMagic, crc, uint64_t(size));
+  head.resize(kUserBlock, '\0');
+  if (::pwrite(fd, head.data(), head.size(), 0) != ssize_t(head.size()) || ::fsync(fd) != 0)
+    throw RunError(fmt::format("{}: cannot write ({}); nothing was replaced", tmp_, std::strerror(errno)));
   if (std::rename(tmp_.c_str(), path_.c_str()) != 0)
-    throw std::runtime_error(fmt::format("cannot rename {} to {}", tmp_, path_));
+    throw RunError(fmt::format("cannot rename {} to {} ({})", tmp_, path_, std::strerror(errno)));
   committed_ = true;
 }
 
@@ -121,6 +229,8 @@ void H5Writer::commit() {
 
 H5Reader::H5Reader(std::string path) : path_(std::move(path)) {
   if (::access(path_.c_str(), R_OK) != 0) throw InputError(fmt::format("{}: cannot read file", path_));
+  const H5Checksum sum = verify_h5_checksum(path_);
+  if (sum.present && !sum.ok) throw InputError(fmt::format("{}: {}", path_, sum.problem));
   if (H5Fis_hdf5(path_.c_str()) <= 0)
     throw InputError(fmt::format("{}: not an HDF5 file (or truncated)", path_));
   file_ = H5Fopen(path_.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);

@@ -2,9 +2,19 @@
 //
 // H5Writer writes to a temporary file beside the target and renames it into place on
 // commit(), so a crash or an error never leaves a half-written file under the real name and
-// never touches an existing one until the new file is complete. H5Reader turns every failure
-// (missing file, not HDF5, truncated, missing dataset, wrong type) into an InputError that
-// names the file and the dataset.
+// never touches an existing one until the new file is complete. A write that fails (disk full,
+// file size limit) is a RunError naming the file and the system's reason; the temporary file
+// is removed. H5Reader turns every failure (missing file, not HDF5, truncated, flipped bytes,
+// missing dataset, wrong type) into an InputError that names the file and the dataset.
+//
+// Checksum: every file H5Writer writes starts with a 512-byte HDF5 user block (the region
+// HDF5 reserves for applications and skips; h5py, h5dump and HDF5 itself read the file as
+// usual) holding a text header written after the HDF5 data is complete:
+//   thx-h5 checksum v1\n  crc32 <8 hex digits>\n  bytes <file size>\n
+// the zlib CRC-32 of every byte after the user block, and the file's size. H5Reader checks
+// both before HDF5 parses anything, so a truncated file or one with a flipped bit is one line
+// naming the file and never reaches HDF5's parser. A file without the header (written by thx
+// before checksums, or by another program) is read without the check.
 //
 // Datasets are addressed by absolute paths ("/params/P_q"); groups are created as needed.
 // Supported dtypes: float32, float64, int32, int64, uint8 (bool is stored as uint8).
@@ -40,6 +50,14 @@ class H5Writer {
   int64_t file_ = -1;
   bool committed_ = false;
 };
+
+// The checksum header of a file written by H5Writer: how it stands.
+struct H5Checksum {
+  bool present = false;  // the file has thx's header
+  bool ok = false;       // its size and CRC-32 match the header
+  std::string problem;   // why not ok, for messages: "truncated: ...", "checksum mismatch: ..."
+};
+H5Checksum verify_h5_checksum(const std::string& path);
 
 class H5Reader {
  public:

@@ -10,6 +10,8 @@
 #include <atomic>
 #include <climits>
 #include <cstdlib>
+#include <cstring>
+#include <fstream>
 #include <thread>
 
 #include "common/error.h"
@@ -93,6 +95,30 @@ void reexec_with_thread_environment(char** argv) {
       changed = true;
     }
   if (changed) ::execv("/proc/self/exe", argv);  // returns only on failure: run as we are
+}
+
+namespace {
+double status_mb(const char* field) {  // "VmRSS:     1234 kB"
+  std::ifstream in("/proc/self/status");
+  const size_t n = std::strlen(field);
+  for (std::string line; std::getline(in, line);)
+    if (line.compare(0, n, field) == 0) return std::atof(line.c_str() + n) / 1024.0;
+  return 0;
+}
+}  // namespace
+
+double rss_mb() { return status_mb("VmRSS:"); }
+double peak_rss_mb() { return status_mb("VmHWM:"); }
+void reset_peak_rss() { std::ofstream("/proc/self/clear_refs") << "5"; }
+
+double physical_memory_bytes() {
+  double bytes = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
+  for (const char* limit : {"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"}) {
+    std::ifstream in(limit);
+    double v = 0;
+    if (in >> v && v > 0 && v < bytes) bytes = v;  // "max" (no limit) does not parse
+  }
+  return bytes > 0 ? bytes : 0;
 }
 
 }  // namespace thx

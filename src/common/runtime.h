@@ -46,4 +46,16 @@ void configure_runtime(int64_t threads = 0);
 // is not set yet. Returns only when no re-execution happened (or it failed).
 void reexec_with_thread_environment(char** argv);
 
+// This process's memory, from /proc/self/status (MB; 0 where it cannot be read): resident now,
+// and the peak since the last reset_peak_rss() (or the start). reset_peak_rss() writes 5 to
+// /proc/self/clear_refs (Linux 4.0+), so that the training loop reports each window's and each
+// evaluation's own peak; where that is refused, the peak is the whole run's.
+double rss_mb();
+double peak_rss_mb();
+void reset_peak_rss();
+
+// Memory this process may use at most, in bytes: the machine's physical memory, or a cgroup's
+// limit where one is lower (a container); 0 if unknown.
+double physical_memory_bytes();
+
 }  // namespace thx

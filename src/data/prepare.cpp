@@ -5,6 +5,7 @@
 #include <ATen/Parallel.h>
 
 #include <chrono>
+#include <exception>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -126,6 +127,16 @@ PrepareResult run_prepare(const PrepareOptions& o) {
       // A damaged manifest is rebuilt below.
     }
   }
+  // A directory this run creates is removed again if the run fails (an empty corpus, one whose
+  // every line is malformed, a full disk): a failed prepare leaves nothing behind.
+  struct RemoveIfFailed {
+    std::string dir;
+    int exceptions = std::uncaught_exceptions();
+    ~RemoveIfFailed() {
+      std::error_code ec;
+      if (!dir.empty() && std::uncaught_exceptions() > exceptions) fs::remove_all(dir, ec);
+    }
+  } cleanup{fs::exists(o.out_dir) ? "" : o.out_dir};
   fs::create_directories(o.out_dir);
 
   int64_t total_bytes = 0;
@@ -222,24 +233,42 @@ TokenCorpus load_split(const std::string& dir, const std::string& split) {
   } catch (const json::exception& e) {
     throw InputError(fmt::format("{}: not valid JSON ({})", manifest_path.string(), e.what()));
   }
-  if (!m.contains("splits") || !m["splits"].contains(split))
-    throw InputError(fmt::format("{}: no split '{}'", manifest_path.string(), split));
+  const std::string mp = manifest_path.string();
+  if (!m.is_object() || !m.contains("splits") || !m["splits"].is_object() || !m["splits"].contains(split))
+    throw InputError(fmt::format("{}: no split '{}'", mp, split));
   TokenCorpus c;
   c.offsets = {0};
-  c.vocab_size = m["tokenizer"].value("vocab_size", 0);
-  c.tokenizer = m["tokenizer"].value("path", "");
-  c.convention = m["tokenizer"].value("convention", "t5");
-  for (const auto& name : m["splits"][split]["shards"]) {
-    const std::string path = (fs::path(dir) / name.get<std::string>()).string();
+  std::vector<std::string> shards;
+  try {  // a field of the wrong type is one line naming the manifest
+    const json tok = m.value("tokenizer", json::object());
+    if (!tok.is_object()) throw InputError(fmt::format("{}: 'tokenizer' is not an object", mp));
+    c.vocab_size = tok.value("vocab_size", int64_t(0));
+    c.tokenizer = tok.value("path", "");
+    c.convention = tok.value("convention", "t5");
+    const json& sp = m["splits"][split];
+    if (!sp.is_object() || !sp.contains("shards") || !sp["shards"].is_array())
+      throw InputError(fmt::format("{}: split '{}' has no 'shards' list", mp, split));
+    for (const auto& name : sp["shards"]) shards.push_back(name.get<std::string>());
+  } catch (const json::exception& e) {
+    throw InputError(fmt::format("{}: a field has the wrong type ({})", mp, e.what()));
+  }
+  THX_CHECK(c.vocab_size >= 0, "{}: tokenizer.vocab_size {} is negative", mp, c.vocab_size);
+  for (const auto& name : shards) {
+    THX_CHECK(!name.empty() && fs::path(name).filename() == name,
+              "{}: shard name '{}' is not a file name inside the directory", mp, name);
+    const std::string path = (fs::path(dir) / name).string();
     H5Reader r(path);
     const torch::Tensor t = r.read("/tokens"), off = r.read("/doc_offsets");
-    if (t.scalar_type() != torch::kInt32 || off.scalar_type() != torch::kInt64 || off.dim() != 1 ||
+    if (t.scalar_type() != torch::kInt32 || t.dim() != 1 || off.scalar_type() != torch::kInt64 || off.dim() != 1 ||
         off.size(0) < 2 || off[-1].item<int64_t>() != t.numel() || off[0].item<int64_t>() != 0)
       throw InputError(fmt::format("{}: inconsistent /tokens and /doc_offsets", path));
     const int64_t base = int64_t(c.tokens.size());
     c.tokens.insert(c.tokens.end(), t.data_ptr<int32_t>(), t.data_ptr<int32_t>() + t.numel());
     const int64_t* o = off.data_ptr<int64_t>();
-    for (int64_t i = 1; i < off.size(0); ++i) c.offsets.push_back(base + o[i]);
+    for (int64_t i = 1; i < off.size(0); ++i) {
+      THX_CHECK(o[i] > o[i - 1], "{}: /doc_offsets is not increasing at document {}", path, i - 1);
+      c.offsets.push_back(base + o[i]);
+    }
   }
   if (c.documents() == 0) throw InputError(fmt::format("{}: split '{}' is empty", dir, split));
   for (int32_t t : c.tokens)

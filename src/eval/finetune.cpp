@@ -15,6 +15,11 @@
 #include "training/loop.h"
 #include "training/run_dir.h"
 #include "training/tensorboard.h"
+#include "data/tokenizer.h"
+#include "models/encoder.h"
+#include "models/heads.h"
+#include "models/t5.h"
+#include "models/spec.h"
 
 namespace thx {
 namespace fs = std::filesystem;
@@ -33,6 +38,62 @@ std::string normalize_finetune(const std::string& yaml, const std::string& origi
 std::string finetuned_file(const std::string& checkpoint, const Pretrained& model, const std::string& task) {
   if (!fs::is_directory(checkpoint)) return checkpoint;
   return (fs::path(checkpoint) / (model.config.model.encoder_only() ? task + ".h5" : "model.h5")).string();
+}
+
+// Every task's rows, read once before anything is written (a malformed row stops here).
+std::map<std::string, Splits> read_tasks(const FinetuneConfig& f, bool need_train) {
+  std::map<std::string, Splits> data;
+  for (const auto& t : f.tasks) data[t] = read_splits(f, t, need_train);
+  return data;
+}
+
+// The model the trainers will build, built once here from the pretrained configuration and the
+// tokenizer and given `ck`'s parameters (and, for a fine-tuned encoder, its task heads): a
+// tokenizer or checkpoint of another model, or (with `f`, fine-tuning) a batch too large for
+// the machine, stops here, before the output directory exists.
+void check_model(const PretrainConfig& pc, const std::string& tokenizer, const Checkpoint& ck,
+                 const std::string& file, const std::vector<std::string>& head_tasks = {},
+                 const FinetuneConfig* f = nullptr) {
+  torch::NoGradGuard no_grad;
+  const Tokenizer tok(tokenizer);
+  const int64_t vocab = pc.model.vocab_size > 0 ? pc.model.vocab_size : tok.vocab_size();
+  const ModelSpec spec = resolve_model_spec(pc.model, pc.attention);
+  if (f) {  // fine-tuning: its batches, before anything is allocated
+    const int64_t outputs = pc.model.encoder_only() ? 0 : f->targets_length;
+    check_training_memory(spec, vocab, f->batch_size / dist::world_size(), f->inputs_length, outputs,
+                          {"finetune.batch_size", "finetune.inputs_length", "finetune.targets_length"},
+                          {{"finetune.batch_size", f->batch_size}, {"finetune.inputs_length", f->inputs_length},
+                           {"finetune.targets_length", f->targets_length}, {"model.d_ff", pc.model.d_ff},
+                           {"model.vocab_size", vocab}, {"model.d_model", pc.model.d_model},
+                           {"attention.h", spec.encoder_self.h}});
+  }
+  // With model.vocab_size 0 the vocabulary is the tokenizer's: a mismatch is the tokenizer's.
+  auto copy = [&](const std::vector<std::pair<std::string, torch::Tensor>>& params) {
+    try {
+      copy_parameters(params, ck.params, file);
+    } catch (const InputError& e) {
+      if (pc.model.vocab_size > 0) throw;
+      throw InputError(fmt::format("{}; the tokenizer {} ({} ids) is not the one it was pretrained with?", e.what(),
+                                   tokenizer, tok.vocab_size()));
+    }
+  };
+  if (!pc.model.encoder_only()) {
+    THX_CHECK(tok.convention() == TokenizerConvention::t5,
+              "{}: an ALBERT-convention tokenizer; T5 fine-tuning needs T5's ids (eos 1, 100 sentinels: `thx "
+              "spm-train --convention t5`)", tokenizer);
+    const T5 m(spec, vocab);
+    copy(m->named_parameters_by_path());
+    return;
+  }
+  THX_CHECK(tok.convention() == TokenizerConvention::albert,
+            "{}: a T5-convention tokenizer; BERT/ALBERT fine-tuning needs [CLS]/[SEP] ids "
+            "(`thx spm-train --convention albert`)", tokenizer);
+  const EncoderModel m(spec, vocab, false);
+  copy(m->named_parameters_by_path());
+  for (const auto& task : head_tasks) {
+    const TaskHead h(pc.model.d_model, head_outputs(task_spec(task)));
+    copy_parameters({{"heads/" + task + "/w", h->w}, {"heads/" + task + "/bias", h->b}}, ck.params, file);
+  }
 }
 
 void prepare_out(const std::string& out) {
@@ -73,13 +134,20 @@ bool run_finetune(const FinetuneRunConfig& config, const Pretrained& pretrained,
     const std::string e = batch_split_error("finetune.batch_size", config.finetune.batch_size, 1, dist::world_size());
     if (!e.empty()) throw InputError(e);
   }
+  std::map<std::string, Splits> data = read_tasks(config.finetune, true);
+  check_model(pretrained.config, tokenizer, pretrained.checkpoint, pretrained.path, {}, &config.finetune);
   // Only rank 0 has the output directory (the others may be on other nodes).
   std::optional<RunDirectory> dir;
   dist::on_rank0([&] { dir.emplace(ro); });
+  // The outputs open once, when the first trainer has read the checkpoint it resumes from.
   std::optional<EventWriter> events;
-  if (dist::rank() == 0) events.emplace((fs::path(out_dir) / "tb").string());
-  if (dir) dir->open();
-  const FinetuneJob job{config, pretrained, out_dir, tokenizer, ro.yaml, options.resume, events ? &*events : nullptr};
+  bool opened = false;
+  auto open_outputs = [&]() -> EventWriter* {
+    if (!dir) return nullptr;
+    if (!opened) events.emplace((fs::path(out_dir) / "tb").string()), dir->open(), opened = true;
+    return &*events;
+  };
+  const FinetuneJob job{config, pretrained, out_dir, tokenizer, ro.yaml, options.resume, open_outputs, std::move(data)};
   return pretrained.config.model.encoder_only() ? finetune_encoder(job) : finetune_t5(job);
 }
 
@@ -98,16 +166,22 @@ void run_eval(const FinetuneRunConfig& config, const Pretrained& model, const st
     const std::string file = finetuned_file(checkpoint, model, t);
     THX_CHECK(fs::is_regular_file(file), "{}: no fine-tuned parameters for task {} (--checkpoint)", file, t);
   }
+  std::map<std::string, Checkpoint> loaded;  // fine-tuned parameters by file, each read once
+  std::vector<std::string> files;
+  for (const auto& t : config.finetune.tasks) {
+    const std::string file = finetuned_file(checkpoint, model, t);
+    if (!loaded.count(file)) loaded[file] = load_checkpoint(file);
+    check_model(model.config, tokenizer, loaded[file], file,
+                model.config.model.encoder_only() ? std::vector<std::string>{t} : std::vector<std::string>{});
+    files.push_back(file);
+  }
+  std::map<std::string, Splits> data = read_tasks(config.finetune, false);
   prepare_out(out_dir);
-  const FinetuneJob job{config, model, out_dir, tokenizer, cfg::to_yaml(config), false, nullptr};
+  const FinetuneJob job{config, model, out_dir, tokenizer, cfg::to_yaml(config), false, {}, std::move(data)};
   if (model.config.model.encoder_only()) {
-    for (const auto& t : config.finetune.tasks) {
-      const std::string file = finetuned_file(checkpoint, model, t);
-      eval_encoder_task(job, t, load_checkpoint(file), file);
-    }
+    for (size_t k = 0; k < files.size(); ++k) eval_encoder_task(job, config.finetune.tasks[k], loaded[files[k]], files[k]);
   } else {
-    const std::string file = finetuned_file(checkpoint, model, config.finetune.tasks.front());
-    eval_t5(job, load_checkpoint(file), file);
+    eval_t5(job, loaded[files.front()], files.front());
   }
 }
 

@@ -10,6 +10,7 @@
 #include "common/error.h"
 #include "common/fs.h"
 #include "common/log.h"
+#include "distributed/dist.h"
 
 namespace thx {
 namespace fs = std::filesystem;
@@ -32,7 +33,9 @@ void validate(const FinetuneConfig& c, const std::string& path) {
       throw ConfigError(fmt::format("{}.tasks[{}]", path, i), fmt::format("'{}' is listed twice", c.tasks[i]));
   }
   positive(c.steps, "steps"), positive(c.batch_size, "batch_size"), positive(c.eval_every, "eval_every");
-  positive(c.eval_batch_size, "eval_batch_size"), positive(c.log_every, "log_every");
+  positive(c.log_every, "log_every");
+  if (c.eval_batch_size < 0)
+    throw ConfigError(path + ".eval_batch_size", fmt::format("{} must be 0 (batch_size / ranks) or positive", c.eval_batch_size));
   positive(c.targets_length, "targets_length"), positive(c.mixing_cap, "mixing_cap");
   positive(c.n_best, "n_best"), positive(c.max_answer_length, "max_answer_length");
   positive(c.max_query_length, "max_query_length"), positive(c.doc_stride, "doc_stride");
@@ -49,6 +52,10 @@ void validate(const FinetuneConfig& c, const std::string& path) {
     throw ConfigError(path + ".classifier_dropout", fmt::format("{} is not in [0, 1)", c.classifier_dropout));
   if (c.attention_dropout && !(*c.attention_dropout >= 0 && *c.attention_dropout < 1))
     throw ConfigError(path + ".attention_dropout", fmt::format("{} is not in [0, 1)", *c.attention_dropout));
+}
+
+int64_t eval_rows(const FinetuneConfig& c) {
+  return c.eval_batch_size > 0 ? c.eval_batch_size : std::max<int64_t>(1, c.batch_size / dist::world_size());
 }
 
 std::string resolve_checkpoint(const std::string& pretrained) {
@@ -107,7 +114,28 @@ PretrainConfig with_dropout(PretrainConfig pc, const FinetuneConfig& c) {
   return pc;
 }
 
-Splits load_splits(const FinetuneConfig& c, const std::string& task, bool need_train, std::mt19937_64& rng) {
+void skip_misplaced_answers(TaskData& d) {
+  int64_t answerable = 0, misplaced = 0;
+  std::vector<TaskExample> kept;
+  for (auto& e : d.examples) {
+    const bool answered = !e.impossible && !e.answers.empty();
+    answerable += answered;
+    if (answered && e.answer_starts[0] < 0) {
+      ++misplaced;
+      continue;
+    }
+    kept.push_back(std::move(e));
+  }
+  d.examples = std::move(kept);
+  if (misplaced == 0) return;
+  THX_CHECK(misplaced < answerable, "{}: none of its {} training answers matches its context at answer_start (a "
+            "character offset): is this a SQuAD file?", d.path, answerable);
+  thx::log("finetune")->warn("{}: skipped {} of {} training questions whose answer does not match the context at "
+                             "answer_start (past its end, or other text there), as BERT's run_squad.py does",
+                             d.path, misplaced, answerable);
+}
+
+Splits read_splits(const FinetuneConfig& c, const std::string& task, bool need_train) {
   ReadOptions o;
   o.skip_bad = c.skip_bad_rows;
   Splits s;
@@ -122,10 +150,16 @@ Splits load_splits(const FinetuneConfig& c, const std::string& task, bool need_t
   if (need_train) {
     s.train = load_task(c.data, task, "train", o);
     if (s.train.skipped) thx::log("finetune")->warn("{}: skipped {} malformed rows", s.train.path, s.train.skipped);
-    std::shuffle(s.train.examples.begin(), s.train.examples.end(), rng);
-    if (c.max_train_examples > 0 && int64_t(s.train.examples.size()) > c.max_train_examples)
-      s.train.examples.resize(size_t(c.max_train_examples));
+    if (task_spec(task).kind == TaskKind::span) skip_misplaced_answers(s.train);
   }
+  return s;
+}
+
+Splits shuffled(Splits s, const FinetuneConfig& c, std::mt19937_64& rng) {
+  if (s.train.examples.empty()) return s;
+  std::shuffle(s.train.examples.begin(), s.train.examples.end(), rng);
+  if (c.max_train_examples > 0 && int64_t(s.train.examples.size()) > c.max_train_examples)
+    s.train.examples.resize(size_t(c.max_train_examples));
   return s;
 }
 

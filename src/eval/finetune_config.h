@@ -3,6 +3,8 @@
 // the model with fine-tuning's dropout, and each task's splits. Nothing here trains.
 #pragma once
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <optional>
 #include <random>
 #include <string>
@@ -30,7 +32,7 @@ struct FinetuneConfig {
   int64_t eval_every = 500;
   int64_t eval_examples = 0;       // 0: every dev example
   int64_t max_train_examples = 0;  // 0: every training example
-  int64_t eval_batch_size = 64;
+  int64_t eval_batch_size = 0;  // 0: batch_size / ranks (eval_rows)
   double dropout = 0.1;
   std::optional<double> attention_dropout;  // default: dropout
   double classifier_dropout = 0.1;          // BERT/ALBERT: on the pooled vector before a head
@@ -55,7 +57,8 @@ void visit(V& v, FinetuneConfig& c) {
   v("eval_every", c.eval_every, "steps between dev evaluations (and one at the end)");
   v("eval_examples", c.eval_examples, "dev examples per task (0: all)");
   v("max_train_examples", c.max_train_examples, "training examples per task (0: all)");
-  v("eval_batch_size", c.eval_batch_size);
+  v("eval_batch_size", c.eval_batch_size, "dev examples (windows, options) per forward pass; 0: batch_size / ranks, "
+                                         "so that evaluation never needs more memory than a training step");
   v("dropout", c.dropout, "on layer outputs, feed-forward hidden units and attention weights");
   v("attention_dropout", c.attention_dropout, "on attention weights (default: dropout); non-zero runs attention on the ATen path, not the fused CPU core");
   v("classifier_dropout", c.classifier_dropout, "bert/albert: dropout on the pooled vector before the head (ALBERT: 0.1)");
@@ -70,6 +73,8 @@ void visit(V& v, FinetuneConfig& c) {
   v("skip_bad_rows", c.skip_bad_rows, "skip and count malformed data rows instead of stopping");
 }
 void validate(const FinetuneConfig& c, const std::string& path = "finetune");
+// Dev rows per forward pass of one rank: eval_batch_size, or with 0 the training batch of one rank.
+int64_t eval_rows(const FinetuneConfig& c);
 
 struct FinetuneRunConfig {
   FinetuneConfig finetune;
@@ -105,12 +110,18 @@ std::string tokenizer_path(const FinetuneConfig& c, const PretrainConfig& pc);
 // The model's configuration for fine-tuning: the pretrained one with dropout everywhere.
 PretrainConfig with_dropout(PretrainConfig pc, const FinetuneConfig& c);
 
-// A task's dev split (a seeded sample of eval_examples) and, if asked, its training split
-// shuffled with rng (then cut to max_train_examples).
+// A task's dev split (a seeded sample of eval_examples) and, if asked, its training split, as
+// read (malformed rows stop the read or are counted: finetune.skip_bad_rows).
 struct Splits {
   TaskData train, dev;
 };
-Splits load_splits(const FinetuneConfig& c, const std::string& task, bool need_train, std::mt19937_64& rng);
+// SQuAD training: drop the questions whose (first) answer does not match the context at its
+// answer_start, with a warning that counts them; InputError when that is every answer.
+void skip_misplaced_answers(TaskData& d);
+Splits read_splits(const FinetuneConfig& c, const std::string& task, bool need_train);
+// The training split shuffled with rng, then cut to max_train_examples (a trainer's first use
+// of its generator).
+Splits shuffled(Splits s, const FinetuneConfig& c, std::mt19937_64& rng);
 
 // Tokens for a text, cut to `max` (0: no cut).
 std::vector<int32_t> cut(std::vector<int32_t> v, size_t max);
@@ -125,12 +136,15 @@ void load_finetune_state(const Checkpoint& c, std::mt19937_64& sampler, std::vec
 
 // What both kinds of fine-tuning are given: the config, the pretrained model, the output
 // directory, the tokenizer, whether to resume, and the TensorBoard writer.
+// What a trainer is given. Everything in it was read and checked before the output directory
+// was touched (eval/finetune.cpp): the task rows are read once, there, into `data`.
 struct FinetuneJob {
   const FinetuneRunConfig& config;
   const Pretrained& pretrained;
   std::string out, tokenizer, yaml;
   bool resume = false;
-  EventWriter* events = nullptr;
+  std::function<EventWriter*()> open_outputs;  // opens out (once) and its TensorBoard writer (LoopOptions)
+  std::map<std::string, Splits> data;           // every task's splits as read (read_splits)
 };
 
 }  // namespace thx

@@ -240,7 +240,7 @@ class Featurizer {
     std::vector<std::vector<SpanWindow>> windows(dev.size());
     // Each feature's head output (classes, a score, an option's score, or the window's [n,2]
     // span logits); data parallel: rank r runs batches r, r+W, ... and the rows are gathered.
-    const size_t bs = size_t(f_.eval_batch_size);
+    const size_t bs = size_t(eval_rows(f_));
     std::vector<Tensor> rows(feats.size());
     for (size_t b0 = bs * size_t(dist::rank()); b0 < feats.size(); b0 += bs * size_t(dist::world_size())) {
       std::vector<const Feature*> fs;
@@ -325,11 +325,6 @@ class Featurizer {
   Tokenizer tok_;
 };
 
-int64_t head_outputs(const TaskSpec& s) {
-  if (s.kind == TaskKind::regression || s.kind == TaskKind::multiple_choice) return 1;
-  if (s.kind == TaskKind::span) return 2;
-  return int64_t(s.labels.size());
-}
 
 // One task's fine-tuning behind the loop's interface.
 class EncoderTask : public Trainee {
@@ -337,7 +332,7 @@ class EncoderTask : public Trainee {
   EncoderTask(const FinetuneJob& job, const Featurizer& fz, const std::string& task)
       : job_(job), f_(job.config.finetune), fz_(fz), s_(task_spec(task)), rng_(uint64_t(f_.seed)),
         pc_(with_dropout(job.pretrained.config, f_)) {
-    d_ = load_splits(f_, task, true, rng_);
+    d_ = shuffled(job.data.at(task), f_, rng_);
     torch::manual_seed(uint64_t(f_.seed));
     const int64_t vocab = pc_.model.vocab_size > 0 ? pc_.model.vocab_size : fz.vocab_size();
     model = EncoderModel(resolve_model_spec(pc_.model, pc_.attention), vocab, false);
@@ -478,6 +473,12 @@ class EncoderTask : public Trainee {
 
 }  // namespace
 
+int64_t head_outputs(const TaskSpec& s) {
+  if (s.kind == TaskKind::regression || s.kind == TaskKind::multiple_choice) return 1;
+  if (s.kind == TaskKind::span) return 2;
+  return int64_t(s.labels.size());
+}
+
 bool finetune_encoder(const FinetuneJob& job) {
   const auto& f = job.config.finetune;
   const Featurizer fz(f, job.tokenizer);
@@ -495,7 +496,7 @@ bool finetune_encoder(const FinetuneJob& job) {
     o.schedule = job.config.optimizer;
     o.checkpoint_dir = (fs::path(job.out) / "checkpoints" / task).string();
     o.metrics_file = (fs::path(job.out) / "metrics.jsonl").string();
-    o.events = job.events, o.tag = task, o.config = job.yaml, o.resume = job.resume, o.eval_if_finished = false;
+    o.open_outputs = job.open_outputs, o.tag = task, o.config = job.yaml, o.resume = job.resume, o.eval_if_finished = false;
     const LoopResult r = train(t, o);
     if (!r.finished) return false;
     if (dist::rank() == 0) write_params(final_file, t.parameters(), job.pretrained.config.yaml, f.steps);
@@ -507,8 +508,7 @@ bool finetune_encoder(const FinetuneJob& job) {
 void eval_encoder_task(const FinetuneJob& job, const std::string& task, const Checkpoint& ck, const std::string& file) {
   const auto& f = job.config.finetune;
   const TaskSpec& s = task_spec(task);
-  std::mt19937_64 rng(uint64_t(f.seed));
-  const Splits d = load_splits(f, task, false, rng);
+  const Splits& d = job.data.at(task);
   const Featurizer fz(f, job.tokenizer);
   const PretrainConfig pc = with_dropout(job.pretrained.config, f);
   const int64_t vocab = pc.model.vocab_size > 0 ? pc.model.vocab_size : fz.vocab_size();

@@ -20,6 +20,9 @@ namespace thx {
 
 // Fine-tune every task in turn; returns false if stopped by a signal (a checkpoint was saved).
 bool finetune_encoder(const FinetuneJob& job);
+// The outputs of a task's head: classes, 1 (regression, a multiple-choice option's score) or
+// 2 (a span's start and end logits).
+int64_t head_outputs(const TaskSpec& s);
 // Evaluate a task's fine-tuned parameters (<task>.h5) on its dev set into job.out.
 void eval_encoder_task(const FinetuneJob& job, const std::string& task, const Checkpoint& finetuned,
                        const std::string& file);

@@ -62,7 +62,7 @@ class T5Finetune : public Trainee {
     auto log = thx::log("finetune");
     for (const auto& t : f_.tasks) {
       specs_.push_back(&task_spec(t));
-      data_.push_back(load_splits(f_, t, need_train, rng_));
+      data_.push_back(shuffled(job_.data.at(t), f_, rng_));
       records.push_back(TaskRecord{t, 0, -1, {}, nlohmann::json::array()});
       fallback_label_.push_back(0);  // thx eval reads no training split: the first label
       if (!need_train) continue;
@@ -156,10 +156,10 @@ class T5Finetune : public Trainee {
     std::vector<std::string> texts(dev.size());
     model->eval();
     // Data parallel: rank r decodes batches r, r+W, ...; the texts are gathered.
-    const size_t bs = size_t(f.eval_batch_size);
+    const size_t bs = size_t(eval_rows(f));
     for (size_t b = bs * size_t(dist::rank()); b < order.size(); b += bs * size_t(dist::world_size())) {
       std::vector<const std::vector<int32_t>*> rows;
-      for (size_t i = b; i < std::min(order.size(), b + size_t(f.eval_batch_size)); ++i) rows.push_back(&inputs[order[i]]);
+      for (size_t i = b; i < std::min(order.size(), b + bs); ++i) rows.push_back(&inputs[order[i]]);
       const Tensor ids = model->greedy_decode(pad_rows(rows), f.targets_length, Tokenizer::kEos);  // [b,t]
       auto a = ids.accessor<int64_t, 2>();
       for (size_t r = 0; r < rows.size(); ++r) {
@@ -246,7 +246,7 @@ bool finetune_t5(const FinetuneJob& job) {
   o.schedule = job.config.optimizer;
   o.checkpoint_dir = (fs::path(job.out) / "checkpoints").string();
   o.metrics_file = (fs::path(job.out) / "metrics.jsonl").string();
-  o.events = job.events, o.config = job.yaml, o.resume = job.resume, o.eval_if_finished = false;
+  o.open_outputs = job.open_outputs, o.config = job.yaml, o.resume = job.resume, o.eval_if_finished = false;
   const LoopResult r = train(t, o);
   if (!r.finished) return false;
   if (dist::rank() == 0) write_params((fs::path(job.out) / "model.h5").string(), t.model->named_parameters_by_path(),

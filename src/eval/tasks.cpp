@@ -171,6 +171,7 @@ TaskData load_task(const std::string& root, const std::string& task, const std::
                : s.benchmark == "squad"     ? read_squad(path, o)
                                             : read_race(path, o);
   d.task = task, d.split = split;
+  if (split != "test" && !d.unlabeled.empty()) throw InputError(d.unlabeled + "; a " + split + " split needs its labels");
   if (s.benchmark == "squad") {
     const bool v2 = squad_version(path) == "2.0";
     THX_CHECK(v2 == (task == "squad20"), "{}: a SQuAD v{} file, but task {} wants v{}", path,
@@ -231,6 +232,9 @@ TaskData read_glue(const std::string& task, const std::string& path, const ReadO
       }
       auto lab = std::find(cols.begin(), cols.end(), want.second);
       c.label = lab == cols.end() ? -1 : int(lab - cols.begin());  // test files have none
+      if (c.label < 0)
+        d.unlabeled = fmt::format("{}:1: the header has no '{}' column (task {}; header: {})", path, want.second, task,
+                                  join(cols));
       for (const char* id : {"index", "idx", "id"}) {
         auto it = std::find(cols.begin(), cols.end(), id);
         if (it != cols.end() && c.id < 0) c.id = int(it - cols.begin());
@@ -388,9 +392,11 @@ TaskData read_superglue(const std::string& task, const std::string& path, const 
         const std::string text = str_field(p, "text");
         std::vector<std::string> entities;
         for (const json& en : p.value("entities", json::array())) {
-          const int64_t a = en.at("start"), b = en.at("end");
-          if (a < 0 || b < a || b >= int64_t(text.size())) throw std::invalid_argument("entity span outside the passage");
-          const std::string name = text.substr(a, b - a + 1);
+          // Character offsets, the end inclusive (passage[start:end + 1] in T5's preprocessing).
+          const int64_t a = en.at("start").get<int64_t>(), b = en.at("end").get<int64_t>();
+          const int64_t from = a < 0 ? -1 : utf8_offset(text, a), to = b < a ? -1 : utf8_offset(text, b + 1);
+          if (from < 0 || to < 0 || to > int64_t(text.size())) throw std::invalid_argument("entity span outside the passage");
+          const std::string name = text.substr(size_t(from), size_t(to - from));
           if (std::find(entities.begin(), entities.end(), name) == entities.end()) entities.push_back(name);
         }
         if (!j.contains("qas") || !j["qas"].is_array()) throw std::invalid_argument("no 'qas' array");
@@ -424,14 +430,29 @@ json read_json(const std::string& path) {
   }
 }
 
+int64_t utf8_offset(const std::string& text, int64_t index) {
+  if (index < 0) return -1;
+  int64_t seen = 0;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if ((c & 0xC0) == 0x80) continue;  // a continuation byte belongs to the code point before it
+    if (seen++ == index) return int64_t(i);
+  }
+  return seen == index ? int64_t(text.size()) : -1;
+}
+
 std::string squad_version(const std::string& path) {
   const json j = read_json(path);
   if (j.contains("version") && j["version"].is_string() && j["version"] == "v2.0") return "2.0";
   if (j.contains("data") && j["data"].is_array())
-    for (const json& a : j["data"])
-      for (const json& p : a.value("paragraphs", json::array()))
-        for (const json& q : p.value("qas", json::array()))
-          if (q.contains("is_impossible")) return "2.0";
+    for (const json& a : j["data"]) {
+      if (!a.is_object() || !a.contains("paragraphs") || !a["paragraphs"].is_array()) continue;
+      for (const json& p : a["paragraphs"]) {
+        if (!p.is_object() || !p.contains("qas") || !p["qas"].is_array()) continue;
+        for (const json& q : p["qas"])
+          if (q.is_object() && q.contains("is_impossible")) return "2.0";
+      }
+    }
   return "1.1";
 }
 
@@ -469,11 +490,15 @@ TaskData read_squad(const std::string& path, const ReadOptions& o) {
           e.impossible = q.value("is_impossible", false);
           if (!q.contains("answers") || !q["answers"].is_array()) throw std::invalid_argument("no 'answers' array");
           for (const json& ans : q["answers"]) {
-            e.answers.push_back(str_field(ans, "text"));
-            const int64_t start = ans.value("answer_start", int64_t(-1));
-            if (start < 0 || start > int64_t(context.size()))
-              throw std::invalid_argument(fmt::format("answer_start {} outside the context", start));
-            e.answer_starts.push_back(start);
+            const std::string text = str_field(ans, "text");
+            if (!ans.contains("answer_start") || !ans["answer_start"].is_number_integer() ||
+                ans["answer_start"].get<int64_t>() < 0)
+              throw std::invalid_argument("an answer without a non-negative integer 'answer_start'");
+            // A character offset in the file; here a byte offset, or -1 when the answer is not there.
+            const int64_t start = utf8_offset(context, ans["answer_start"].get<int64_t>());
+            const bool there = start >= 0 && !text.empty() && context.compare(size_t(start), text.size(), text) == 0;
+            e.answers.push_back(text);
+            e.answer_starts.push_back(there ? start : -1);
           }
           if (e.answers.empty() && !e.impossible)
             throw std::invalid_argument("no answers and not is_impossible");

@@ -13,7 +13,9 @@
 //              {id, article, questions[], options[][4], answers[] ("A".."D")}
 //
 // A malformed row is an InputError naming the file and line (and what was expected), unless
-// ReadOptions::skip_bad: then it is skipped and counted in TaskData::skipped.
+// ReadOptions::skip_bad: then it is skipped and counted in TaskData::skipped. Offsets in the
+// files (SQuAD answer_start, ReCoRD entity start/end) count characters (code points), as the
+// official Python scripts index strings; thx converts them to byte offsets when it reads them.
 #pragma once
 #include <cmath>
 #include <cstdint>
@@ -33,7 +35,10 @@ struct TaskExample {
   int label = -1;                    // class or correct option; -1: unlabeled (test splits)
   double score = std::nan("");       // STS-B similarity, 0..5
   std::vector<std::string> answers;  // SQuAD / ReCoRD gold answers (may repeat)
-  std::vector<int64_t> answer_starts;  // SQuAD: character offsets into the context
+  // SQuAD: byte offsets of the answers in the context (UTF-8), from the file's character
+  // (code point) offsets; -1 where the answer does not match the context there (it runs past
+  // the context, or other text stands at answer_start): training skips such questions.
+  std::vector<int64_t> answer_starts;
   bool impossible = false;           // SQuAD v2.0
   std::vector<std::string> options;  // COPA choices, RACE options, ReCoRD entities
   std::string group;                 // MultiRC: the question a candidate answer belongs to
@@ -66,6 +71,7 @@ struct TaskData {
   std::string task, split, path;
   std::vector<TaskExample> examples;
   int64_t skipped = 0;  // malformed rows skipped (ReadOptions::skip_bad)
+  std::string unlabeled;  // GLUE: the label column its header lacks (a test file), else ""
 };
 
 // The file (or, for RACE, folder) of a task's split under a data root in the layout above;
@@ -83,6 +89,9 @@ TaskData read_race(const std::string& dir, const ReadOptions& o = {});
 
 // A whole JSON file; InputError "<path>: cannot open" or "<path>: not JSON (<where>)".
 nlohmann::json read_json(const std::string& path);
+// The byte offset of code point `index` in UTF-8 text (index == its length: the size); -1 past
+// the end. The text is valid UTF-8 (JSON strings are: the parser rejects anything else).
+int64_t utf8_offset(const std::string& text, int64_t index);
 
 // SQuAD's version as the file states it ("1.1" or "2.0"; a file with any is_impossible is 2.0).
 std::string squad_version(const std::string& path);

@@ -6,6 +6,7 @@
 #include "common/error.h"
 #include "common/h5.h"
 #include "common/log.h"
+#include "common/runtime.h"
 #include "training/spec.h"
 
 namespace thx {
@@ -25,6 +26,15 @@ void run_attention_probe(const AttentionProbe& probe, const AttentionProbeOption
     throw InputError(fmt::format("--mask causal needs --n equal to --m (got {} and {})", o.n, o.m));
   const AttentionDims& dims = probe.dims;
   const std::string& yaml = probe.yaml;
+  {  // the logits and the weights with their gradients: b x h x n x m floats each, at least
+    const double need = 4.0 * 4 * double(o.batch) * double(std::max(dims.h, dims.h_k)) * double(o.n) * double(o.m);
+    const double have = physical_memory_bytes();
+    if (have > 0 && need > have)
+      throw InputError(fmt::format("{} {}: the attention weights of --batch {} x h {} x --n {} x --m {} and their "
+                                   "gradients need at least {:.4g} GB, more than this machine's {:.1f} GB; nothing "
+                                   "was allocated", o.n >= o.m ? "--n" : "--m", o.n >= o.m ? o.n : o.m, o.batch,
+                                   std::max(dims.h, dims.h_k), o.n, o.m, need / 1e9, have / 1e9));
+  }
   auto log = thx::log("probe");
   log->info("resolved config:\n{}", yaml);
   log->info("layer: {}", dims.summary());

@@ -182,7 +182,11 @@ std::string sweep_table_layout(const std::string& sweep_dir) {
       throw InputError(fmt::format("{}:{}: {}", copy, e.mark.line + 1, e.msg));
     }
   }
-  throw InputError(fmt::format("table: --layout is required ({} names no table)", copy));
+  const std::string results = (std::filesystem::path(sweep_dir) / "results.jsonl").string();
+  if (!std::filesystem::exists(results))
+    throw InputError(fmt::format("{}: no results file; run `thx sweep` first", results));
+  throw InputError(fmt::format("table: --layout is required ({} {})", copy,
+                               std::filesystem::exists(copy) ? "names no table" : "is missing"));
 }
 
 int parse_layout(const std::string& name) {

@@ -80,6 +80,10 @@ std::vector<json> read_results(const std::string& dir) {
           ok = ok && a.is_object() && a.contains("variant") && a["variant"].is_string();
           for (const char* k : {"h_k", "h", "h_v", "d_k", "d_v"})
             ok = ok && a.contains(k) && a[k].is_number_integer();
+          if (ok && a.contains("dynamic")) {
+            ok = a["dynamic"].is_array();
+            for (const auto& x : ok ? a["dynamic"] : json::array()) ok = ok && x.is_string();
+          }
         }
       if (!ok)
         throw InputError(fmt::format("{}:{}: 'attention' must map each layer type to "

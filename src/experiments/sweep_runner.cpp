@@ -143,11 +143,25 @@ int run_sweep(const Sweep& sweep, const SweepOptions& o,
   }
 
   fs::create_directories(out);
-  // One sweep process per directory.
+  // One sweep process per directory. The lock is not inherited by the runs (O_CLOEXEC): a run
+  // left behind by a killed sweep, still saving its checkpoint, must not keep the next sweep
+  // out (that sweep waits for the run's own directory lock instead). The holder's pid is in
+  // the file, for the message.
   const std::string lock_path = (fs::path(out) / ".lock").string();
-  const int lock_fd = ::open(lock_path.c_str(), O_CREAT | O_RDWR, 0644);
-  if (lock_fd < 0 || ::flock(lock_fd, LOCK_EX | LOCK_NB) != 0)
-    throw InputError(fmt::format("{}: another thx sweep is running on this directory", out));
+  const int lock_fd = ::open(lock_path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0644);
+  if (lock_fd < 0) throw InputError(fmt::format("{}: cannot create its lock file ({})", lock_path, std::strerror(errno)));
+  if (::flock(lock_fd, LOCK_EX | LOCK_NB) != 0) {
+    std::string holder = read_file(lock_path);
+    ::close(lock_fd);
+    while (!holder.empty() && (holder.back() == '\n' || holder.back() == ' ')) holder.pop_back();
+    throw InputError(fmt::format("{}: another thx sweep{} is running on this directory; wait for it or stop it "
+                                 "(its runs checkpoint and stop on SIGTERM)", out,
+                                 holder.empty() ? "" : " (pid " + holder + ")"));
+  }
+  if (::ftruncate(lock_fd, 0) == 0) {
+    const std::string pid = std::to_string(::getpid()) + "\n";
+    if (::pwrite(lock_fd, pid.data(), pid.size(), 0) < 0) log->warn("{}: cannot record this sweep's pid", lock_path);
+  }
   write_file_atomic((fs::path(out) / "sweep.yaml").string(), read_file(sweep.file));
 
   auto write_results = [&] {

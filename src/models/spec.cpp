@@ -1,6 +1,11 @@
 #include "models/spec.h"
 
 #include "attention/registry.h"
+#include "common/error.h"
+#include "common/runtime.h"
+
+#include <algorithm>
+#include <tuple>
 
 namespace thx {
 
@@ -18,6 +23,78 @@ ModelSpec resolve_model_spec(const ModelConfig& model, const T5Attention& attent
   s.decoder_self = resolve(attention.decoder_self, d, d, d, "attention_decoder_self");
   s.encoder_decoder = resolve(attention.encoder_decoder, d, d, d, "attention_encoder_decoder");
   return s;
+}
+
+namespace {
+
+// The sizes the bound depends on, each a config key; doubles, because absurd values overflow
+// int64 when multiplied.
+struct Sizes {
+  double d, ff, vocab, rows, n_in, n_out, enc, dec, units, E;  // units: encoder layers with their own parameters
+  double h_enc, h_dec, h_cross, att_enc, att_dec, att_cross;     // heads; projection size of a layer / d
+};
+
+// {parameters and gradients, activations of a micro-batch}, in bytes (fp32).
+std::pair<double, double> bound(const Sizes& z) {
+  const double f = 4.0;
+  const double params = z.vocab * z.E + (z.units + z.dec) * 2 * z.d * z.ff +
+                        z.d * (z.units * z.att_enc + z.dec * (z.att_dec + z.att_cross));
+  const double positions = z.enc * z.n_in + z.dec * z.n_out;  // layer runs x positions
+  const double weights = z.enc * z.h_enc * z.n_in * z.n_in + z.dec * (z.h_dec * z.n_out * z.n_out + z.h_cross * z.n_out * z.n_in);
+  const double activations = z.rows * (positions * (z.d + z.ff) + weights + z.n_out * z.vocab);
+  return {2 * f * params, f * activations};
+}
+
+}  // namespace
+
+MemoryBound training_memory_lower_bound(const ModelSpec& spec, int64_t vocab, int64_t rows, int64_t n_in,
+                                        int64_t n_out, const MemoryKeys& names) {
+  const ModelConfig& m = spec.model;
+  auto per_d = [](const AttentionDims& a) {  // P_q, P_k, P_v, P_o (general bilinear: P, Q) / d
+    if (a.d_k == 0) return 2.0 * double(a.d_M) * double(a.h);
+    return 2.0 * double(a.d_k) * double(a.h_k) + 2.0 * double(a.d_v) * double(a.h_v);
+  };
+  Sizes z{};
+  z.d = double(m.d_model), z.ff = double(m.d_ff), z.vocab = double(vocab), z.rows = double(rows);
+  z.n_in = double(n_in), z.n_out = double(n_out);
+  z.enc = double(m.encoder_layers), z.dec = m.encoder_only() ? 0.0 : double(m.decoder_layers);
+  z.units = m.type == "albert" ? double(m.hidden_groups) : z.enc;
+  z.E = m.encoder_only() && m.embedding_size > 0 ? double(m.embedding_size) : z.d;
+  z.h_enc = double(spec.encoder_self.h), z.att_enc = per_d(spec.encoder_self);
+  if (!m.encoder_only()) {
+    z.h_dec = double(spec.decoder_self.h), z.att_dec = per_d(spec.decoder_self);
+    z.h_cross = double(spec.encoder_decoder.h), z.att_cross = per_d(spec.encoder_decoder);
+  }
+  MemoryBound b;
+  std::tie(b.parameters, b.activations) = bound(z);
+  // The setting to blame: the one whose reduction to 1 takes the most off the bound.
+  const std::vector<std::pair<std::string, double Sizes::*>> keys = {
+      {"model.d_ff", &Sizes::ff},           {"model.vocab_size", &Sizes::vocab},  {"model.d_model", &Sizes::d},
+      {names.batch, &Sizes::rows},           {names.inputs, &Sizes::n_in},         {names.outputs, &Sizes::n_out},
+      {"model.encoder_layers", &Sizes::enc}, {"model.decoder_layers", &Sizes::dec}, {"attention.h", &Sizes::h_enc}};
+  double best = -1;
+  for (const auto& [key, field] : keys) {
+    Sizes one = z;
+    one.*field = std::min(one.*field, 1.0);
+    if (field == &Sizes::d) one.E = std::min(one.E, 1.0);
+    const auto [p, a] = bound(one);
+    const double saved = b.parameters + b.activations - p - a;
+    if (saved > best) best = saved, b.key = key;
+  }
+  return b;
+}
+
+void check_training_memory(const ModelSpec& spec, int64_t vocab, int64_t rows, int64_t n_in, int64_t n_out,
+                           const MemoryKeys& names, const std::map<std::string, int64_t>& values) {
+  const MemoryBound b = training_memory_lower_bound(spec, vocab, rows, n_in, n_out, names);
+  const double have = physical_memory_bytes();
+  if (have <= 0 || !(b.parameters + b.activations > have)) return;
+  const auto it = values.find(b.key);
+  const std::string named = it == values.end() ? b.key : fmt::format("{} {}", b.key, it->second);
+  throw InputError(fmt::format("{}: training needs at least {:.4g} GB of memory (parameters and gradients {:.4g} GB, "
+                               "activations of a micro-batch {:.4g} GB), more than this machine's {:.1f} GB; nothing "
+                               "was allocated", named, (b.parameters + b.activations) / 1e9, b.parameters / 1e9,
+                               b.activations / 1e9, have / 1e9));
 }
 
 }  // namespace thx

@@ -6,6 +6,10 @@
 #include "attention/config.h"
 #include "models/config.h"
 
+#include <map>
+#include <string>
+#include <vector>
+
 namespace thx {
 
 // The attention blocks of the three layer types, as written (after inheritance).
@@ -21,5 +25,27 @@ struct ModelSpec {
 
 // Validate and resolve; a ConfigError names the block (attention_encoder_self, ...) and key.
 ModelSpec resolve_model_spec(const ModelConfig& model, const T5Attention& attention);
+
+// A lower bound of the memory one training step needs, so that an absurd size is refused,
+// naming its key, before anything is allocated. Counted, in fp32: the parameters and their
+// gradients (optimizer state, which depends on the optimizer, is left out), and what one
+// micro-batch of `rows` examples must keep for the backward pass: each layer's input and
+// feed-forward hidden units, its attention weights, and the output logits, for inputs of `n_in`
+// positions and `n_out` outputs (T5: targets; BERT/ALBERT: the masked positions predicted).
+// Real use is higher. `key` names the setting whose reduction to 1 lowers the bound most.
+struct MemoryKeys {  // the config keys of the sizes the caller takes from its own blocks
+  std::string batch = "train.batch_size", inputs = "data.inputs_length", outputs = "data.targets_length";
+};
+struct MemoryBound {
+  double parameters = 0, activations = 0;  // bytes
+  std::string key;
+};
+MemoryBound training_memory_lower_bound(const ModelSpec& spec, int64_t vocab, int64_t rows, int64_t n_in,
+                                        int64_t n_out, const MemoryKeys& names = {});
+// InputError "<key> <value>: training needs at least X GB of memory (...), more than this
+// machine's Y GB; nothing was allocated" when the bound exceeds the machine's memory. `values`
+// gives the values of the keys the message may name.
+void check_training_memory(const ModelSpec& spec, int64_t vocab, int64_t rows, int64_t n_in, int64_t n_out,
+                           const MemoryKeys& names, const std::map<std::string, int64_t>& values);
 
 }  // namespace thx

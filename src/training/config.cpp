@@ -1,5 +1,7 @@
 #include "training/config.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "common/error.h"
@@ -32,9 +34,6 @@ void validate(const DataConfig& c) {
   if (!(c.masked_lm_prob > 0 && c.masked_lm_prob < 1))
     throw ConfigError("data.masked_lm_prob", fmt::format("{} is invalid: must be in (0, 1)", c.masked_lm_prob));
   at_least("data.max_predictions_per_seq", c.max_predictions_per_seq, 1);
-  if (c.max_predictions_per_seq > c.inputs_length)
-    throw ConfigError("data.max_predictions_per_seq",
-                      fmt::format("{} is invalid: more than data.inputs_length {}", c.max_predictions_per_seq, c.inputs_length));
   at_least("data.max_ngram", c.max_ngram, 1);
   if (!(c.short_seq_prob >= 0 && c.short_seq_prob <= 1))
     throw ConfigError("data.short_seq_prob", fmt::format("{} is invalid: must be in [0, 1]", c.short_seq_prob));
@@ -86,10 +85,15 @@ void validate(const CheckpointConfig& c) {
   at_least("checkpoint.keep", c.keep, 1);
 }
 
+int64_t eval_batch_rows(const EvalConfig& e, const TrainConfig& t, int world_size) {
+  if (e.batch_size > 0) return e.batch_size;
+  return std::max<int64_t>(1, t.batch_size / std::max<int64_t>(1, t.grad_accum * world_size));
+}
+
 void validate(const EvalConfig& c) {
   at_least("eval.every", c.every, 1);
   at_least("eval.examples", c.examples, 1);
-  at_least("eval.batch_size", c.batch_size, 1);
+  at_least("eval.batch_size", c.batch_size, 0);
 }
 
 }  // namespace thx

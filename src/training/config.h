@@ -110,7 +110,7 @@ void visit(V& v, CheckpointConfig& c) {
 struct EvalConfig {
   int64_t every = 1000;
   int64_t examples = 128;
-  int64_t batch_size = 32;
+  int64_t batch_size = 0;  // 0: the training micro-batch of one rank (eval_batch_rows)
   int64_t seed = 1234;
 };
 
@@ -118,7 +118,9 @@ template <class V>
 void visit(V& v, EvalConfig& c) {
   v("every", c.every, "steps between held-out ln(PPL) evaluations (and one at the end)");
   v("examples", c.examples, "held-out examples (fixed for the whole run)");
-  v("batch_size", c.batch_size);
+  v("batch_size", c.batch_size, "held-out examples per forward pass; 0: the training micro-batch of one rank "
+                                "(train.batch_size / train.grad_accum / ranks), so that evaluation never needs "
+                                "more memory than a training step");
   v("seed", c.seed, "seed of the held-out span corruption");
 }
 
@@ -128,5 +130,9 @@ void validate(const TrainConfig& c);
 void validate(const OptimizerConfig& c);
 void validate(const CheckpointConfig& c);
 void validate(const EvalConfig& c);
+
+// Held-out examples per forward pass: eval.batch_size, or with 0 the training micro-batch of one
+// rank, so that evaluation (no gradients) never holds more rows than a training step does.
+int64_t eval_batch_rows(const EvalConfig& e, const TrainConfig& t, int world_size);
 
 }  // namespace thx

@@ -11,6 +11,7 @@
 
 #include "common/error.h"
 #include "common/log.h"
+#include "common/runtime.h"
 #include "distributed/dist.h"
 #include "distributed/grad_sync.h"
 #include "distributed/launch.h"
@@ -55,17 +56,39 @@ double seconds(std::chrono::steady_clock::duration d) { return std::chrono::dura
 
 Tensor rows(const Tensor& t, int64_t lo, int64_t hi) { return t.defined() ? t.slice(0, lo, hi) : t; }
 
-// The newest checkpoint, read by rank 0 and sent to the others (who may have no run directory:
-// another node): each rank gets the loaded checkpoint, or nullopt when there is none.
-std::optional<Checkpoint> load_newest(const std::string& dir, std::string* file) {
+// The newest checkpoint that reads back whole, read by rank 0 and sent to the others (who may
+// have no run directory: another node): each rank gets the loaded checkpoint, or nullopt when
+// there is none. A newer one that is truncated or fails its checksum is moved aside to
+// <file>.corrupt (kept, out of the way of the next save) with a warning, and the one before it
+// is used; if none can be read, nothing is moved and the newest one's error stops the run.
+std::optional<Checkpoint> load_newest(const std::string& dir, std::string* file, const std::string& prefix) {
   std::optional<Checkpoint> mine;  // rank 0's, read once
   std::string bytes;
   // A checkpoint rank 0 cannot read stops every rank with rank 0's line.
   dist::on_rank0([&] {
     const auto existing = list_checkpoints(dir);
-    if (existing.empty()) return;
-    *file = existing.back();
-    mine = load_checkpoint(*file);
+    std::vector<std::pair<std::string, std::string>> bad;  // newer unreadable ones: file, error
+    for (auto it = existing.rbegin(); it != existing.rend() && !mine; ++it) {
+      try {
+        mine = load_checkpoint(*it);
+        *file = *it;
+      } catch (const InputError& e) {
+        bad.emplace_back(*it, e.what());
+      }
+    }
+    if (!mine && !bad.empty())
+      throw InputError(bad.size() == 1 ? bad[0].second
+                                       : fmt::format("{} (and no older checkpoint in {} reads back either)",
+                                                     bad[0].second, dir));
+    for (const auto& [f, why] : bad) {
+      const std::string aside = f + ".corrupt";
+      std::error_code ec;
+      fs::rename(f, aside, ec);
+      thx::log("train")->warn("{}{}; {}; resuming from the checkpoint before it, {}", prefix, why,
+                              ec ? "left in place (cannot move it: " + ec.message() + ")" : "moved aside to " + aside,
+                              *file);
+    }
+    if (!mine) return;
     if (!dist::active()) return;
     std::ifstream in(*file, std::ios::binary);
     bytes.assign(std::istreambuf_iterator<char>(in), {});
@@ -165,14 +188,13 @@ LoopResult train(Trainee& t, const LoopOptions& o) {
     const std::string e = batch_split_error("batch size", o.batch_size, o.grad_accum, world);
     if (!e.empty()) throw InputError(prefix + e);
   }
-  if (writer) fs::create_directories(o.checkpoint_dir);
   // The parameter list is fixed for the run: taken once, not per step.
   const std::vector<std::pair<std::string, Tensor>> params = t.parameters();
   std::vector<Tensor> tensors;
   for (const auto& [path, p] : params) tensors.push_back(p);
   int64_t step = 0;
   std::string file;
-  const std::optional<Checkpoint> resumed = o.resume ? load_newest(o.checkpoint_dir, &file) : std::nullopt;
+  const std::optional<Checkpoint> resumed = o.resume ? load_newest(o.checkpoint_dir, &file, prefix) : std::nullopt;
   if (resumed) {
     const Checkpoint& ck = *resumed;
     copy_parameters(params, ck.params, file);
@@ -205,19 +227,26 @@ LoopResult train(Trainee& t, const LoopOptions& o) {
     }
   }
 
+  // Everything that can fail on bad input has been read; now the outputs are opened.
+  EventWriter* const events = o.open_outputs ? o.open_outputs() : nullptr;
+  if (writer) fs::create_directories(o.checkpoint_dir);
   if (!o.banner.empty()) log->info("{}", o.banner);
   std::ofstream metrics;
   if (writer) metrics.open(o.metrics_file, std::ios::app);
   auto record = [&](json j, const std::string& kind, int64_t at) {
     if (!writer) return;
-    if (o.events) o.events->scalars(at, tb_prefix + kind + "/", j);
+    if (events) events->scalars(at, tb_prefix + kind + "/", j);
     j["step"] = at;
     if (!o.tag.empty()) j["task"] = o.tag;
     metrics << j.dump() << "\n" << std::flush;
   };
   auto evaluate = [&](int64_t at) {
+    reset_peak_rss();
     result.last_eval = t.evaluate(at);
-    record(result.last_eval, "eval", at);
+    json rec = result.last_eval;
+    rec["peak_rss_mb"] = std::round(peak_rss_mb());  // the evaluation's own peak
+    reset_peak_rss();
+    record(rec, "eval", at);
   };
   auto save = [&](int64_t at) {
     if (world > 1) {  // every rank must hold the same parameters, or nothing is written
@@ -242,7 +271,12 @@ LoopResult train(Trainee& t, const LoopOptions& o) {
     t.save_state(ck);
     ck.config = o.config;
     const std::string path = checkpoint_path(o.checkpoint_dir, at);
-    save_checkpoint(path, ck);
+    try {
+      save_checkpoint(path, ck);
+    } catch (const RunError& e) {  // disk full: one line, the earlier checkpoints untouched
+      throw RunError(fmt::format("{}step {}: no checkpoint written: {}; the earlier checkpoints in {} are intact (free "
+                                 "some space, then --resume)", prefix, at, e.what(), o.checkpoint_dir));
+    }
     prune_checkpoints(o.checkpoint_dir, o.keep);
     log->info("{}checkpoint {}", prefix, path);
   };
@@ -299,7 +333,9 @@ LoopResult train(Trainee& t, const LoopOptions& o) {
       const double eta = elapsed / double(step - first) * double(o.steps - step);
       const double n = double(window_steps);
       json rec{{"loss", window_loss / n}, {"nll", window_nll / n}, {"lr", lr},
-               {"tokens_per_s", double(window_tokens) / window_time}, {"step_time_s", window_time / n}};
+               {"tokens_per_s", double(window_tokens) / window_time}, {"step_time_s", window_time / n},
+               {"rss_mb", std::round(rss_mb())}, {"peak_rss_mb", std::round(peak_rss_mb())}};  // the window's peak
+      reset_peak_rss();
       std::string comm;
       if (sync) {  // rank 0's view of the gradient all-reduce, per step
         const dist::SyncStats& w = window_sync;

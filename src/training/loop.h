@@ -110,7 +110,12 @@ struct LoopOptions {
   OptimizerConfig schedule;      // the learning-rate schedule (learning_rate(), optimizer.h)
   std::string checkpoint_dir;    // step-NNNNNNNN.h5 files
   std::string metrics_file;      // metrics.jsonl (appended)
-  EventWriter* events = nullptr; // TensorBoard; tags are prefixed with tag + "/" if tag is set
+  // Called once the run can start (the checkpoint to resume from, if any, is read and restored
+  // into the trainee) and before the loop writes anything: opens the run's outputs (its
+  // directory and log, TensorBoard) and returns the event writer (nullptr: none). A bad
+  // checkpoint or one of another model is thus one line with nothing written.
+  std::function<EventWriter*()> open_outputs;
+  // TensorBoard tags are prefixed with tag + "/" if tag is set.
   std::string tag;               // a fine-tuning task: in records, log lines and TB tags
   std::string config;            // the resolved YAML, stored in every checkpoint
   bool resume = false;           // continue from the newest checkpoint in checkpoint_dir

@@ -104,6 +104,16 @@ Setup build(const PretrainConfig& c) {
         "`thx spm-train --convention t5` and run `thx prepare` with it",
         c.data.prepared, s.train.convention));
   const ModelSpec spec = resolve_model_spec(c.model, c.attention);  // once, for the builders
+  const int64_t micro = c.train.batch_size / (c.train.grad_accum * dist::world_size());
+  MemoryKeys keys;
+  if (c.model.encoder_only()) keys.outputs = "data.max_predictions_per_seq";
+  check_training_memory(spec, vocab, micro, c.data.inputs_length,
+                        c.model.encoder_only() ? c.data.max_predictions_per_seq : c.data.targets_length, keys,
+                        {{"train.batch_size", c.train.batch_size}, {"data.max_predictions_per_seq", c.data.max_predictions_per_seq}, {"model.d_ff", c.model.d_ff},
+                         {"model.vocab_size", vocab}, {"model.d_model", c.model.d_model},
+                         {"data.inputs_length", c.data.inputs_length}, {"data.targets_length", c.data.targets_length},
+                         {"model.encoder_layers", c.model.encoder_layers}, {"model.decoder_layers", c.model.decoder_layers},
+                         {"attention.h", spec.encoder_self.h}});
   torch::manual_seed(uint64_t(c.train.seed));
   if (c.model.encoder_only())
     s.model.encoder = EncoderModel(spec, vocab, c.data.sentence_task != "none");
@@ -117,9 +127,10 @@ Setup build(const PretrainConfig& c) {
 std::vector<Batch> heldout_batches(const PretrainConfig& c, const TokenCorpus& heldout,
                                    const std::vector<uint8_t>& word_starts) {
   auto s = make_stream(c, heldout, word_starts, uint64_t(c.eval.seed), false);
+  const int64_t rows = eval_batch_rows(c.eval, c.train, dist::world_size());
   std::vector<Batch> out;
-  for (int64_t done = 0; done < c.eval.examples; done += c.eval.batch_size)
-    out.push_back(s->next(std::min(c.eval.batch_size, c.eval.examples - done)));
+  for (int64_t done = 0; done < c.eval.examples; done += rows)
+    out.push_back(s->next(std::min(rows, c.eval.examples - done)));
   return out;
 }
 
@@ -295,8 +306,6 @@ PretrainResult run_pretrain(const PretrainConfig& c, const std::string& run_dir,
   Setup s = build(c);  // validates the data before anything is written
   s.heldout = load_split(c.data.prepared, "heldout");
   std::optional<EventWriter> events;
-  if (dist::rank() == 0) events.emplace((fs::path(run_dir) / "tb").string());
-  if (dir) dir->open();
 
   LoopOptions o;
   o.steps = c.train.steps, o.grad_accum = c.train.grad_accum, o.log_every = c.train.log_every;
@@ -305,7 +314,12 @@ PretrainResult run_pretrain(const PretrainConfig& c, const std::string& run_dir,
   o.schedule = c.optimizer;
   o.checkpoint_dir = ro.checkpoint_dirs.front();
   o.metrics_file = (fs::path(run_dir) / "metrics.jsonl").string();
-  o.events = events ? &*events : nullptr;
+  o.open_outputs = [&]() -> EventWriter* {  // once the checkpoint to resume from was read and restored
+    if (!dir) return nullptr;
+    events.emplace((fs::path(run_dir) / "tb").string());  // first: an unwritable tb/ stops before config.yaml
+    dir->open();
+    return &*events;
+  };
   o.config = c.yaml;
   o.resume = resume;
   o.banner = "resolved config:\n" + c.yaml;

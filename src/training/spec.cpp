@@ -16,6 +16,10 @@ PretrainConfig load(ConfigTree& tree, bool run_blocks) {
         throw ConfigError("attention_decoder_self", fmt::format("model.type {} has no decoder", c.model.type));
       if (c.attention_encoder_decoder)
         throw ConfigError("attention_encoder_decoder", fmt::format("model.type {} has no decoder", c.model.type));
+      // A BERT/ALBERT setting: T5 inputs may be shorter than its default.
+      if (run_blocks && c.data.max_predictions_per_seq > c.data.inputs_length)
+        throw ConfigError("data.max_predictions_per_seq", fmt::format("{} is invalid: more than data.inputs_length {}",
+                                                                      c.data.max_predictions_per_seq, c.data.inputs_length));
       if (c.model.positions == "absolute" && c.data.inputs_length > c.model.max_positions)
         throw ConfigError("data.inputs_length", fmt::format("{} is more than model.max_positions {}",
                                                             c.data.inputs_length, c.model.max_positions));

@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "common/error.h"
+#include "eval/finetune_config.h"
 #include "eval/tasks.h"
 #include "test_util.h"
 
@@ -12,19 +13,11 @@ namespace thx {
 namespace {
 namespace fs = std::filesystem;
 using test::TempDir;
+using test::error_of;
 
 std::string put(const TempDir& t, const std::string& rel, const std::string& text) {
   fs::create_directories(fs::path(t.file(rel)).parent_path());
   return t.write(rel, text);
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "(no error)";
 }
 
 TEST(GlueReader, EveryLayoutOfTheDownloadScript) {
@@ -112,7 +105,9 @@ TEST(SuperGlueReader, EveryTaskFormat) {
   put(t, "superglue/MultiRC/val.jsonl",
       R"({"idx": 0, "passage": {"text": "T", "questions": [{"question": "Q1", "idx": 0, "answers": [{"text": "x", "idx": 0, "label": 1}, {"text": "y", "idx": 1, "label": 0}]}, {"question": "Q2", "idx": 1, "answers": [{"text": "z", "idx": 2, "label": 1}]}]}})" "\n");
   put(t, "superglue/ReCoRD/val.jsonl",
-      R"({"idx": 0, "passage": {"text": "Obama met Merkel.", "entities": [{"start": 0, "end": 4}, {"start": 10, "end": 15}]}, "qas": [{"query": "@placeholder met Merkel", "answers": [{"start": 0, "end": 4, "text": "Obama"}], "idx": 7}]})" "\n");
+      R"({"idx": 0, "passage": {"text": "Obama met Merkel.", "entities": [{"start": 0, "end": 4}, {"start": 10, "end": 15}]}, "qas": [{"query": "@placeholder met Merkel", "answers": [{"start": 0, "end": 4, "text": "Obama"}], "idx": 7}]})" "\n"
+      // Entity offsets count characters, the end inclusive: "Zürich" is bytes 0..6, "Müller" 11..17.
+      R"({"idx": 1, "passage": {"text": "Zürich met Müller.", "entities": [{"start": 0, "end": 5}, {"start": 11, "end": 16}]}, "qas": [{"query": "@placeholder met Müller", "answers": [{"start": 0, "end": 5, "text": "Zürich"}], "idx": 8}]})" "\n");
   put(t, "superglue/WiC/val.jsonl",
       R"({"word": "bank", "sentence1": "A bank.", "sentence2": "The bank.", "idx": 0, "label": false})" "\n");
   put(t, "superglue/WSC/val.jsonl",
@@ -134,6 +129,7 @@ TEST(SuperGlueReader, EveryTaskFormat) {
   EXPECT_EQ(m[1].label, 0);
   const auto rec = load_task(r, "record", "dev").examples.at(0);
   EXPECT_EQ(rec.options, (std::vector<std::string>{"Obama", "Merkel"}));
+  EXPECT_EQ(load_task(r, "record", "dev").examples.at(1).options, (std::vector<std::string>{"Zürich", "Müller"}));
   EXPECT_EQ(rec.answers, (std::vector<std::string>{"Obama"}));
   EXPECT_EQ(rec.id, "7");
   EXPECT_EQ(load_task(r, "wic", "dev").examples.at(0).word, "bank");
@@ -172,10 +168,56 @@ TEST(SquadReader, V11AndV20WithUnanswerable) {
   fs::copy(t.file("squad/v1.1/dev-v1.1.json"), t.file("squad/v2.0/train-v2.0.json"));
   EXPECT_NE(error_of([&] { load_task(t.path.string(), "squad20", "train"); }).find("a SQuAD v1.1 file"),
             std::string::npos);
-  const std::string bad = put(t, "bad.json", R"({"data": [{"paragraphs": [{"context": "abc", "qas": [{"id": "x", "question": "q", "answers": [{"text": "abc", "answer_start": 99}]}]}]}]})");
-  EXPECT_NE(error_of([&] { read_squad(bad); }).find("answer_start 99 outside the context"), std::string::npos);
+  const std::string bad = put(t, "bad.json", R"({"data": [{"paragraphs": [{"context": "abc", "qas": [{"id": "x", "question": "q", "answers": [{"text": "abc", "answer_start": "0"}]}]}]}]})");
+  EXPECT_NE(error_of([&] { read_squad(bad); }).find("an answer without a non-negative integer 'answer_start'"),
+            std::string::npos);
   const std::string truncated = put(t, "cut.json", R"({"data": [{"paragraphs": [)");
   EXPECT_NE(error_of([&] { read_squad(truncated); }).find(truncated + ": not JSON"), std::string::npos);
+}
+
+// answer_start counts characters (code points: the official scripts index Python strings); thx
+// keeps byte offsets. Before the reader converted them, every answer after a non-ASCII character
+// (16% of SQuAD v1.1's training answers: 13,652 of 87,599) pointed at the wrong text.
+TEST(SquadReader, AnswerStartIsACharacterOffset) {
+  TempDir t;
+  // "Café – Zürich": é, – and ü are 2, 3 and 2 bytes; "Zürich" starts at character 7, byte 10.
+  const std::string path = put(t, "s.json",
+      R"({"data": [{"paragraphs": [{"context": "Café – Zürich wins.", "qas": [)"
+      R"({"id": "a", "question": "Who?", "answers": [{"text": "Zürich", "answer_start": 7}]},)"
+      R"({"id": "b", "question": "Who?", "answers": [{"text": "wins", "answer_start": 14}]},)"
+      R"({"id": "c", "question": "Who?", "answers": [{"text": "Zürich", "answer_start": 10}]},)"
+      R"({"id": "d", "question": "Who?", "answers": [{"text": "wins.", "answer_start": 15}]}]}]}]})");
+  const TaskData d = read_squad(path);
+  ASSERT_EQ(d.examples.size(), 4u);
+  EXPECT_EQ(d.examples[0].answer_starts[0], 10);  // bytes
+  EXPECT_EQ(d.examples[0].text[1].substr(10, 7), "Zürich");
+  EXPECT_EQ(d.examples[1].answer_starts[0], 18);
+  EXPECT_EQ(d.examples[2].answer_starts[0], -1);  // the byte offset given as if characters: other text there
+  EXPECT_EQ(d.examples[3].answer_starts[0], -1);  // runs past the context
+  EXPECT_EQ(utf8_offset("Café", 4), 5);
+  EXPECT_EQ(utf8_offset("Café", 5), -1);
+  EXPECT_EQ(utf8_offset("", 0), 0);
+}
+
+// Training skips questions whose answer is not at its answer_start, counting them (as BERT's
+// run_squad.py does), and refuses a file where no answer is.
+TEST(SquadReader, MisplacedTrainingAnswersAreSkippedAndCounted) {
+  TempDir t;
+  const std::string path = put(t, "s.json",
+      R"({"data": [{"paragraphs": [{"context": "Denver won in 2016.", "qas": [)"
+      R"({"id": "a", "question": "Who?", "answers": [{"text": "Denver", "answer_start": 0}]},)"
+      R"({"id": "b", "question": "When?", "answers": [{"text": "2016", "answer_start": 3}]},)"
+      R"({"id": "c", "question": "When?", "answers": [{"text": "2016", "answer_start": 400}]}]}]}]})");
+  TaskData d = read_squad(path);
+  skip_misplaced_answers(d);
+  ASSERT_EQ(d.examples.size(), 1u);
+  EXPECT_EQ(d.examples[0].id, "a");
+  const std::string none = put(t, "n.json",
+      R"({"data": [{"paragraphs": [{"context": "Denver won.", "qas": [)"
+      R"({"id": "b", "question": "When?", "answers": [{"text": "2016", "answer_start": 3}]}]}]}]})");
+  TaskData n = read_squad(none);
+  EXPECT_NE(error_of([&] { skip_misplaced_answers(n); }).find(none + ": none of its 1 training answers matches"),
+            std::string::npos);
 }
 
 TEST(RaceReader, OneJsonFilePerArticle) {

@@ -1,5 +1,6 @@
 // thx sweep end to end on three tiny runs: results, skipping finished runs, and a sweep
-// killed (SIGKILL) mid-way and restarted giving exactly the results of one never stopped.
+// killed (SIGKILL) three times and restarted at once each time giving exactly the results and
+// final parameters of one never stopped; a second sweep on a busy directory names the first.
 #include <gtest/gtest.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -7,6 +8,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <random>
 #include <cstdlib>
 #include <filesystem>
 #include <set>
@@ -65,31 +67,51 @@ TEST(SweepRun, KilledMidwayAndRestartedEqualsUninterrupted) {
   EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("3 finished, 0 to run"), std::string::npos) << r.out;
 
-  // The same sweep, killed with SIGKILL once its second run has checkpointed.
+  // The same sweep, killed with SIGKILL three times at different moments and restarted at once
+  // each time (its runs, told by the kernel, checkpoint and stop while the next sweep starts).
   setenv("OMP_WAIT_POLICY", "PASSIVE", 0), setenv("OPENBLAS_THREAD_TIMEOUT", "4", 0);
-  const pid_t pid = fork();
-  if (pid == 0) {
-    const int null = ::open("/dev/null", O_WRONLY);
-    dup2(null, 1), dup2(null, 2);
-    execl(THX_BINARY, THX_BINARY, "--threads", "1", "sweep", "--config", sweep.c_str(), "--out",
-          killed.c_str(), nullptr);
-    _exit(127);
+  auto checkpoints = [&] {  // progress: the steps of every run's newest checkpoint, summed
+    size_t n = 0;
+    for (const char* run : {"h2", "h4", "h8"}) {
+      const auto all = list_checkpoints((fs::path(killed) / run / "checkpoints").string());
+      if (!all.empty()) n += std::stoul(fs::path(all.back()).stem().string().substr(5));  // step-NNNNNNNN
+    }
+    return n;
+  };
+  std::mt19937 pick(7);
+  size_t seen = 0;
+  for (int kill_no = 0; kill_no < 3; ++kill_no) {
+    const pid_t pid = fork();
+    if (pid == 0) {
+      const int null = ::open("/dev/null", O_WRONLY);
+      dup2(null, 1), dup2(null, 2);
+      execl(THX_BINARY, THX_BINARY, "--threads", "1", "sweep", "--config", sweep.c_str(), "--out",
+            killed.c_str(), nullptr);
+      _exit(127);
+    }
+    // Killed once a run has checkpointed further than at the last kill, 0-300 ms later.
+    bool progressed = false;
+    for (int i = 0; i < 2400 && !progressed; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      progressed = checkpoints() > seen;
+    }
+    ASSERT_TRUE(progressed) << "kill " << kill_no << ": no new checkpoint";
+    std::this_thread::sleep_for(std::chrono::milliseconds(std::uniform_int_distribution<int>(0, 300)(pick)));
+    kill(pid, SIGKILL);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    EXPECT_TRUE(WIFSIGNALED(status));
+    seen = checkpoints();
   }
-  const fs::path second = fs::path(killed) / "h4" / "checkpoints";
-  bool saw = false;
-  for (int i = 0; i < 1200 && !saw; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    saw = fs::exists(second) && !fs::is_empty(second);
-  }
-  ASSERT_TRUE(saw) << "the second run never checkpointed";
-  kill(pid, SIGKILL);
-  int status = 0;
-  waitpid(pid, &status, 0);
-  EXPECT_TRUE(WIFSIGNALED(status));
   EXPECT_LT(read_results(killed).size(), 3u);  // it was stopped before the end
   r = run_thx("--threads 1 sweep --config " + sweep + " --out " + killed);
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_EQ(ln_ppl(killed), want);  // bit for bit
+  ASSERT_EQ(read_results(killed).size(), 3u);
+  for (const char* run : {"h2", "h4", "h8"})  // every run's final parameters, bitwise
+    EXPECT_TRUE(same_params(checkpoint_path(killed + "/" + run + "/checkpoints", 40),
+                            checkpoint_path(straight + "/" + run + "/checkpoints", 40), 0))
+        << run;
 
   // The plots of the finished sweep: loss curves, and Figure 1 from a talking-heads checkpoint.
   auto png = [](const std::string& path) {
@@ -111,6 +133,29 @@ TEST(SweepRun, KilledMidwayAndRestartedEqualsUninterrupted) {
   // A checkpoint without talking-heads layers is one clear error.
   EXPECT_NE(std::system(("/usr/bin/python3 " + scripts + "plot_figure1.py " + dir.file("nope.h5") +
                          " --out " + dir.file("x.png") + " 2> /dev/null").c_str()), 0);
+}
+
+TEST(SweepRun, ASecondSweepOnABusyDirectoryNamesTheFirst) {
+  TempDir dir;
+  const std::string sweep = tiny_sweep(dir), out = dir.file("out");
+  setenv("OMP_WAIT_POLICY", "PASSIVE", 0), setenv("OPENBLAS_THREAD_TIMEOUT", "4", 0);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    const int null = ::open("/dev/null", O_WRONLY);
+    dup2(null, 1), dup2(null, 2);
+    execl(THX_BINARY, THX_BINARY, "--threads", "1", "sweep", "--config", sweep.c_str(), "--out", out.c_str(), nullptr);
+    _exit(127);
+  }
+  const std::string started = out + "/h2/checkpoints";
+  for (int i = 0; i < 1200 && !fs::exists(started); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  const RunResult r = run_thx("--threads 1 sweep --config " + sweep + " --out " + out);
+  kill(pid, SIGTERM);  // its runs checkpoint and stop
+  int status = 0;
+  waitpid(pid, &status, 0);
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_EQ(r.out, "thx: error: " + out + ": another thx sweep (pid " + std::to_string(pid) +
+                       ") is running on this directory; wait for it or stop it (its runs checkpoint and stop on "
+                       "SIGTERM)\n");
 }
 
 TEST(SweepRun, AFailedRunIsReportedAndTheOthersFinish) {

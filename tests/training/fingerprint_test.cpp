@@ -92,6 +92,13 @@ TEST(Fingerprints, OneStepOfTheMiniModelsIsUnchanged) {
     ASSERT_GT(want_keys.size(), 20u);
     for (const auto& [k, w] : want.items()) {
       const double sum0 = w[0], abs0 = w[1], sum = got[k][0], abs = got[k][1];
+      if (k.size() > 7 && k.compare(k.size() - 7, 7, "/bias_k") == 0) {
+        // The key bias's gradient is zero in exact arithmetic (softmax ignores a shift of a
+        // query's logits): what its gradient and its one step hold is rounding residue, which
+        // differs between CPUs (recorded ~1e-10 on one, 1e-11 off on another). It must stay noise.
+        EXPECT_LT(abs, 1e-6) << k << " is no longer at noise level";
+        continue;
+      }
       const double tol = 2e-5 * abs0;
       EXPECT_LE(std::abs(sum - sum0), tol) << k << ": sum " << sum << " vs " << sum0;
       EXPECT_LE(std::abs(abs - abs0), tol) << k << ": L1 " << abs << " vs " << abs0;

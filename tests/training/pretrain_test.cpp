@@ -204,4 +204,31 @@ TEST(Pretrain, AlbertMetricsCheckpointsAndExactResume) {
   }
 }
 
+
+
+// The held-out evaluation is chunked (eval.batch_size; 0, the default: the training micro-batch
+// of one rank, so that it never needs more memory than a training step) without changing its
+// numbers: the examples are drawn one by one, and the sums only change order.
+TEST(Pretrain, HeldOutMetricsDoNotDependOnTheEvaluationBatch) {
+  TempDir dir, albert_dir;
+  PretrainConfig t5 = tiny_pretrain(prepared_corpus(dir), 2);
+  PretrainConfig albert = tiny_albert_pretrain(prepared_corpus(albert_dir, 120, TokenizerConvention::albert), 2);
+  for (PretrainConfig* c : {&t5, &albert}) {
+    c->eval.examples = 11, c->train.grad_accum = 2;  // the micro-batch: 8 / 2 = 4 rows
+    std::vector<PretrainResult> r;
+    for (const int64_t rows : {int64_t(11), int64_t(3), int64_t(0)}) {
+      c->eval.batch_size = rows;
+      c->yaml = to_yaml(*c);
+      r.push_back(run_pretrain(*c, dir.file(fmt::format("{}-{}", c->model.type, rows)), false));
+    }
+    EXPECT_EQ(eval_batch_rows(c->eval, c->train, 1), 4);
+    EXPECT_EQ(eval_batch_rows(c->eval, c->train, 2), 2);
+    for (size_t i = 1; i < r.size(); ++i) {
+      EXPECT_NEAR(r[i].ln_ppl, r[0].ln_ppl, 1e-6 * r[0].ln_ppl) << c->model.type;
+      EXPECT_EQ(r[i].mlm_accuracy, r[0].mlm_accuracy) << c->model.type;
+      EXPECT_EQ(r[i].sentence_accuracy, r[0].sentence_accuracy) << c->model.type;
+    }
+  }
+}
+
 }  // namespace thx::test
