@@ -32,19 +32,21 @@ for t in "${targets[@]}"; do
   case " $all " in *" $t "*) ;; *) echo "fuzz.sh: unknown target '$t'; targets: $all" >&2; exit 2 ;; esac
 done
 
-command -v clang++ >/dev/null || { echo "fuzz.sh: clang++ not found; run scripts/setup.sh" >&2; exit 2; }
+command -v clang++-14 >/dev/null && [ -f /usr/lib/llvm-14/lib/clang/14.0.6/lib/linux/libclang_rt.fuzzer-x86_64.a ] \
+  || { echo "fuzz.sh: clang 14 with libFuzzer not found; run scripts/setup.sh --fuzz" >&2; exit 2; }
 echo "[fuzz] building ${#targets[@]} targets in $build (clang, libFuzzer, address,undefined)"
 if [ ! -f "$build/CMakeCache.txt" ]; then
   # -O1 with line tables: fast enough to fuzz, and every report names file and line.
-  CC=clang CXX=clang++ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  CC=clang-14 CXX=clang++-14 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only" \
     -DTHX_FUZZ=ON -DTHX_SANITIZE=address,undefined > "$build.configure.log" 2>&1 \
     || { cat "$build.configure.log" >&2; exit 1; }
 fi
-cmake --build "$build" --target $(printf 'fuzz_%s ' "${targets[@]}") thx_spm
+cmake --build "$build" --target $(printf 'fuzz_%s ' "${targets[@]}")
 
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=0:abort_on_error=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$PWD/tests/fuzz/lsan.supp:print_suppressions=0}
 export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=PASSIVE
 mkdir -p "$build/findings" "$build/logs"
 summary="$build/summary.md"

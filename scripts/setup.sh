@@ -39,6 +39,15 @@ PACKAGES=(
   linux-doc-6.1
 )
 
+# scripts/setup.sh --fuzz adds the fuzzing toolchain of scripts/fuzz.sh: clang 14, its
+# sanitizer and libFuzzer runtimes (libclang_rt.fuzzer) and its OpenMP.
+for a in "$@"; do
+  case "$a" in
+    --fuzz) PACKAGES+=(clang-14 libclang-rt-14-dev libomp-14-dev) ;;
+    *) echo "setup.sh: unknown option '$a' (--fuzz adds the fuzzing toolchain)" >&2; exit 2 ;;
+  esac
+done
+
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -13,20 +13,35 @@
 
 namespace thx {
 
+// Messages are one line by construction: a line break or other control character that came in
+// with the input (a YAML key "a\nb", a file name) is written as an escape (\n, \r, \x1b).
+inline std::string one_line(const std::string& s) {
+  std::string out;
+  out.reserve(s.size());
+  for (const char c : s) {
+    const auto u = static_cast<unsigned char>(c);
+    if (c == '\n') out += "\\n";
+    else if (c == '\r') out += "\\r";
+    else if ((u < 0x20 && c != '\t') || u == 0x7f) out += fmt::format("\\x{:02x}", u);
+    else out += c;
+  }
+  return out;
+}
+
 struct InputError : std::runtime_error {
-  using std::runtime_error::runtime_error;
+  explicit InputError(const std::string& message) : std::runtime_error(one_line(message)) {}
 };
 
 struct ConfigError : InputError {
   ConfigError(std::string key_path, const std::string& message)
-      : InputError(message), key(std::move(key_path)) {}
+      : InputError(message), key(one_line(key_path)) {}
   std::string key;  // dotted path, e.g. "attention.h_k"
 };
 
 // A run that cannot continue for a reason that is not the user's input (a diverged loss):
 // one line, exit code 1.
 struct RunError : std::runtime_error {
-  using std::runtime_error::runtime_error;
+  explicit RunError(const std::string& message) : std::runtime_error(one_line(message)) {}
 };
 
 // THX_CHECK(cond, "fmt", args...): throw InputError with a formatted message when cond fails.

@@ -2,6 +2,7 @@
 
 #include <hdf5.h>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <zlib.h>
@@ -272,7 +273,19 @@ torch::Tensor H5Reader::read(const std::string& name) const {
   else if (cls == H5T_INTEGER && size == 4) st = torch::kInt32;
   else if (cls == H5T_INTEGER && size == 1) st = torch::kUInt8;
   else throw InputError(fmt::format("{}: dataset {} has an unsupported type", path_, name));
+  // A damaged (or hostile) file may declare any shape: its element count must not overflow and
+  // must fit in what the file could hold (gzip packs at most ~1032:1), before anything is
+  // allocated.
   std::vector<int64_t> shape(dims.begin(), dims.end());
+  uint64_t elements = 1;
+  bool overflow = false;
+  for (const hsize_t d : dims) overflow |= __builtin_mul_overflow(elements, uint64_t(d), &elements);
+  const uint64_t bytes = elements * uint64_t(torch::elementSize(st));
+  struct stat file_stat {};
+  const uint64_t file_bytes = ::stat(path_.c_str(), &file_stat) == 0 ? uint64_t(file_stat.st_size) : 0;
+  if (overflow || elements > (uint64_t(1) << 62) || bytes > std::max<uint64_t>(file_bytes * 1100, 1 << 20))
+    throw InputError(fmt::format("{}: dataset {} declares a shape of {} elements, more than the file can hold "
+                                 "(truncated or corrupt?)", path_, name, overflow ? "too many" : std::to_string(elements)));
   torch::Tensor t = torch::empty(shape, torch::TensorOptions().dtype(st));
   if (t.numel() > 0 &&
       H5Dread(ds.id, h5_type(st), H5S_ALL, H5S_ALL, H5P_DEFAULT, t.data_ptr()) < 0)

@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <map>
 #include <numeric>
+#include <optional>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -64,7 +66,8 @@ class T5Finetune : public Trainee {
       specs_.push_back(&task_spec(t));
       data_.push_back(shuffled(job_.data.at(t), f_, rng_));
       records.push_back(TaskRecord{t, 0, -1, {}, nlohmann::json::array()});
-      fallback_label_.push_back(0);  // thx eval reads no training split: the first label
+      fallback_label_.push_back(0);  // thx eval reads no training split: the first label,
+      fallback_score_.push_back(2.5);  // and the middle of STS-B's 0-5 scale
       if (!need_train) continue;
       std::vector<T5Item> items;
       for (const auto& e : data_.back().train.examples)
@@ -77,6 +80,10 @@ class T5Finetune : public Trainee {
       int64_t most = 0;
       for (const auto& [label, n] : counts)
         if (n > most) fallback_label_.back() = label, most = n;
+      double sum = 0, n = 0;  // regression: the mean training score
+      for (const auto& e : data_.back().train.examples)
+        if (std::isfinite(e.score)) sum += e.score, ++n;
+      if (n > 0) fallback_score_.back() = sum / n;
       log->info("{}: {} training pairs, {} dev examples", t, items.size(), data_.back().dev.examples.size());
       train_.push_back(std::move(items));
     }
@@ -187,8 +194,12 @@ class T5Finetune : public Trainee {
     for (const auto& name : target_names(spec)) rendered.push_back(tok_.decode(tok_.encode(name)));
     for (size_t i = 0; i < dev.size(); ++i) {
       if (spec.kind == TaskKind::regression) {
-        scores.push_back(text_to_score(texts[i]));
-        ev.predictions.push_back(fmt::format("{:.3f}", scores.back()));
+        // T5 scores an answer that is no number as -1; the file gets the training scores' mean
+        // instead (a number in the task's range), and the miss is counted.
+        const std::optional<double> v = parse_score(texts[i]);
+        scores.push_back(v.value_or(-1.0));
+        if (!v) ++ev.label_misses;
+        ev.predictions.push_back(fmt::format("{:.3f}", v.value_or(fallback_score_[k])));
       } else if (spec.kind == TaskKind::span) {
         ev.answers[dev[i].id] = texts[i];
         ev.predictions.push_back(texts[i]);
@@ -228,7 +239,8 @@ class T5Finetune : public Trainee {
   std::mt19937_64 rng_;  // the mixture sampler (and, before training, the data shuffles)
   std::vector<std::vector<T5Item>> train_;
   std::vector<double> rates_;
-  std::vector<int> fallback_label_;  // per task: what a prediction file gets for a miss
+  std::vector<int> fallback_label_;     // per task: what a prediction file gets for a miss
+  std::vector<double> fallback_score_;  // (regression: the mean training score)
   std::discrete_distribution<size_t> pick_task_;
   std::unique_ptr<Optimizer> optimizer_;
 };

@@ -20,7 +20,7 @@ struct TaskEval {
   std::vector<std::string> predictions;  // per dev example: label name, score or answer text
   std::map<std::string, std::string> answers;  // SQuAD/ReCoRD: id -> answer
   std::map<std::string, double> na_probs;      // SQuAD v2 (encoders): id -> no-answer margin
-  int64_t label_misses = 0;  // T5: dev answers that named no class (written as the fallback label)
+  int64_t label_misses = 0;  // T5: dev answers that named no class or number (written as the fallback)
 };
 
 // Score a task's dev predictions. labels: class / option index (-1 a miss); scores: STS-B;

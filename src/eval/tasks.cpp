@@ -250,8 +250,10 @@ TaskData read_glue(const std::string& task, const std::string& path, const ReadO
     // MNLI rows carry 1 or 5 annotator labels before gold_label, so their width varies:
     // the columns needed must exist; other tasks must have exactly the header's width.
     const bool mnli = task == "mnli" || task == "mnli_mm";
-    if (mnli ? cols.size() < std::max<size_t>(c.text.back() + 1, 1) : cols.size() != c.count) {
-      bad(line_no, fmt::format("expected {} tab-separated fields, found {}", c.count, cols.size()));
+    const size_t needed = size_t(std::max(c.id, *std::max_element(c.text.begin(), c.text.end()))) + 1;
+    if (mnli ? cols.size() < needed : cols.size() != c.count) {
+      bad(line_no, fmt::format("expected {}{} tab-separated fields, found {}", mnli ? "at least " : "",
+                               mnli ? needed : c.count, cols.size()));
       return;
     }
     TaskExample e;

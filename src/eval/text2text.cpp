@@ -68,15 +68,17 @@ std::string t5_input(const TaskSpec& spec, const TaskExample& e) {
 // tf.round, as T5's stsb preprocessor uses it, rounds half to even: nearbyint in the default mode.
 std::string score_to_text(double score) { return fmt::format("{:.1f}", std::nearbyint(score * 5.0) / 5.0); }
 
-double text_to_score(const std::string& text) {
+std::optional<double> parse_score(const std::string& text) {
   try {
     size_t used = 0;
     const double v = std::stod(text, &used);
     if (used == text.size() && std::isfinite(v)) return v;
   } catch (const std::exception&) {
   }
-  return -1.0;
+  return std::nullopt;
 }
+
+double text_to_score(const std::string& text) { return parse_score(text).value_or(-1.0); }
 
 int text_to_label(const std::vector<std::string>& names, const std::string& text) {
   for (size_t i = 0; i < names.size(); ++i)

@@ -17,6 +17,7 @@
 // (label -1, scored wrong), and an STS-B string that is not a number scores -1, as T5's
 // string_to_float default.
 #pragma once
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -41,6 +42,7 @@ int text_to_label(const TaskSpec& spec, const std::string& text);  // -1: a miss
 // decode(encode(name)), and that is what a model trained on those targets can produce.
 int text_to_label(const std::vector<std::string>& rendered_names, const std::string& text);
 double text_to_score(const std::string& text);                     // STS-B; -1 when not a number
+std::optional<double> parse_score(const std::string& text);         // the same; nullopt when not a number
 std::string score_to_text(double score);  // round(5 s) / 5 (half to even, as tf.round), "%.1f"
 
 }  // namespace thx

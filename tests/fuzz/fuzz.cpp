@@ -10,23 +10,20 @@
 namespace thx::fuzz {
 namespace fs = std::filesystem;
 
-namespace {
-std::string make_scratch() {
-  const char* tmp = std::getenv("TMPDIR");
-  const std::string base = fs::is_directory("/dev/shm") ? "/dev/shm" : tmp ? tmp : "/tmp";
-  const std::string dir = base + "/thx-fuzz-" + std::to_string(::getpid());
-  fs::create_directories(dir);
-  std::atexit([] {
-    std::error_code ec;
-    fs::remove_all(scratch(), ec);
-  });
-  return dir;
-}
-}  // namespace
-
 const std::string& scratch() {
-  static const std::string dir = make_scratch();
-  return dir;
+  // Never destroyed: the exit handler that removes the directory runs after static destructors.
+  static const std::string* dir = [] {
+    const char* tmp = std::getenv("TMPDIR");
+    const std::string base = fs::is_directory("/dev/shm") ? "/dev/shm" : tmp ? tmp : "/tmp";
+    auto* d = new std::string(base + "/thx-fuzz-" + std::to_string(::getpid()));
+    fs::create_directories(*d);
+    std::atexit([] {
+      std::error_code ec;
+      fs::remove_all(scratch(), ec);
+    });
+    return d;
+  }();
+  return *dir;
 }
 
 std::string put(const std::string& name, const uint8_t* data, size_t size) {

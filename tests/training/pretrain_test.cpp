@@ -11,7 +11,9 @@
 #include "common/fs.h"
 #include "common/h5.h"
 #include "training/checkpoint.h"
+#include "training/spec.h"
 #include "training/training_fixtures.h"
+#include "common/config_tree.h"
 
 namespace thx::test {
 namespace fs = std::filesystem;
@@ -228,6 +230,23 @@ TEST(Pretrain, HeldOutMetricsDoNotDependOnTheEvaluationBatch) {
       EXPECT_EQ(r[i].mlm_accuracy, r[0].mlm_accuracy) << c->model.type;
       EXPECT_EQ(r[i].sentence_accuracy, r[0].sentence_accuracy) << c->model.type;
     }
+  }
+}
+
+// data.max_predictions_per_seq is a BERT/ALBERT setting: a T5 may take inputs shorter than its
+// default of 20 (it was refused before), an ALBERT may not.
+TEST(PretrainConfig, MaskedPredictionsCapIsCheckedOnlyForEncoders) {
+  ConfigTree t5;
+  t5.merge_text("data: {prepared: p, inputs_length: 16, targets_length: 6}\n", "t5.yaml");
+  EXPECT_EQ(load_pretrain_config(t5).data.inputs_length, 16);
+  ConfigTree albert;
+  albert.merge_text("model: {type: albert}\ndata: {prepared: p, inputs_length: 16}\n", "albert.yaml");
+  try {
+    load_pretrain_config(albert);
+    FAIL() << "no error";
+  } catch (const InputError& e) {  // the value came from the defaults: named as such
+    EXPECT_NE(std::string(e.what()).find("data.max_predictions_per_seq: 20 is invalid: more than data.inputs_length 16"),
+              std::string::npos) << e.what();
   }
 }
 
