@@ -1,5 +1,6 @@
 #include "data/span_corruption.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "common/error.h"

@@ -1,5 +1,7 @@
 #include "experiments/paper_tables.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "common/csv.h"
