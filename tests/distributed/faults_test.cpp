@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <atomic>
 #include <chrono>
 #include <fstream>
 #include <future>
@@ -109,14 +110,23 @@ TEST_F(Faults, KilledRankWithoutRestartsStopsTheOthersWithOneLine) {
 
 TEST_F(Faults, AHungRankIsNamedWhenTheTimeoutExpires) {
   // SIGSTOP: rank 1 is alive but silent (its heartbeat stops too). Rank 0's all-reduce gives up
-  // after distributed.timeout_s = 5 and names it; the stopped rank is killed afterwards.
+  // after distributed.timeout_s = 5 and names it; the stopped rank is killed once rank 0 has
+  // exited (torchrun would wait for it), or after 25 s.
   timeout_s = 5;
+  std::atomic<bool> done{false};
   auto reaper = std::async(std::launch::async, [&] {
-    std::this_thread::sleep_for(std::chrono::seconds(25));
+    bool seen = false;
+    for (int i = 0; i < 250 && !done; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      if (find_rank(dir.file("hung"), 0) > 0) seen = true;
+      else if (seen) break;
+    }
     if (const pid_t p = find_rank(dir.file("hung"), 1); p > 0) ::kill(p, SIGKILL);
   });
   double after = 0;
   const RunResult r = run_and_kill("hung", 0, &after, 1, SIGSTOP);
+  done = true;
+  reaper.get();
   EXPECT_NE(r.code, 0) << r.out;
   EXPECT_NE(r.out.find(" failed: rank 1 stopped (no heartbeat"), std::string::npos)
       << r.out;
