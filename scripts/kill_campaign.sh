@@ -5,8 +5,8 @@
 #   scripts/kill_campaign.sh [KILLS] [CONFIG]     default 20 kills of configs/t5/mini.yaml
 #
 # Needs build/thx and the quickstart's prepared data (scripts/quickstart.sh makes it); writes
-# into runs/kill-campaign/. Checkpoints are written every 10 steps, so many kills land inside a
-# checkpoint write. Every checkpoint present after a kill is checked by Debian's python3 on its
+# into runs/kill-campaign/. Checkpoints are written every 10 steps; every other kill is aimed at
+# the moment a checkpoint's temporary file appears, so that many land inside a write. Every checkpoint present after a kill is checked by Debian's python3 on its
 # own: the CRC-32 in its user block recomputed with zlib, and the file opened with h5py. The
 # final parameters are compared with the uninterrupted run's, tensor by tensor, bitwise.
 set -euo pipefail
@@ -52,8 +52,18 @@ for i in $(seq 1 "$kills"); do
   [ -d "$out/killed" ] && resume=--resume || resume=
   "$thx" --threads 1 pretrain --config "$config" "${sets[@]}" --run-dir "$out/killed" $resume >> "$out/killed.log" 2>&1 &
   pid=$!
-  sleep "$(/usr/bin/python3 -c "import random; print(round(random.uniform(1.0, $per_run / 3.0), 2))")"
-  if ls "$out"/killed/checkpoints/*.tmp-* > /dev/null 2>&1; then in_write=$((in_write + 1)); fi
+  if [ $((i % 2)) -eq 0 ]; then
+    # aimed: the moment a checkpoint's temporary file appears (the write under way), after a
+    # random delay so that different writes are hit
+    sleep "$(/usr/bin/python3 -c "import random; print(round(random.uniform(0.5, 5.0), 2))")"
+    for _ in $(seq 1 20000); do
+      compgen -G "$out/killed/checkpoints/*.tmp-*" > /dev/null && break
+      kill -0 "$pid" 2> /dev/null || break
+    done
+  else
+    sleep "$(/usr/bin/python3 -c "import random; print(round(random.uniform(1.0, $per_run / 3.0), 2))")"
+  fi
+  if compgen -G "$out/killed/checkpoints/*.tmp-*" > /dev/null; then in_write=$((in_write + 1)); fi
   kill -9 "$pid" 2> /dev/null || true
   wait "$pid" 2> /dev/null || true
   if check_checkpoints "$out/killed/checkpoints"; then survived=$((survived + 1)); else corrupt=$((corrupt + 1)); fi

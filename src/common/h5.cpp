@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <set>
 
 #include "common/error.h"
 
@@ -333,17 +334,25 @@ std::vector<std::string> H5Reader::list(const std::string& group) const {
 }
 
 std::vector<std::string> H5Reader::datasets(const std::string& group) const {
+  // A damaged file may link a group into itself or nest groups without end (found by
+  // fuzzing: a stack overflow): each group is walked once, and thx's files nest a few levels.
   std::vector<std::string> out;
-  std::function<void(const std::string&)> walk = [&](const std::string& g) {
+  std::set<haddr_t> seen;
+  std::function<void(const std::string&, int)> walk = [&](const std::string& g, int depth) {
+    if (depth > 64)
+      throw InputError(fmt::format("{}: groups nested more than 64 deep under {} (corrupt file?)", path_, group));
     for (const auto& n : list(g)) {
       const std::string full = (g == "/" ? "" : g) + "/" + n;
       H5O_info_t info;
       if (H5Oget_info_by_name(file_, full.c_str(), &info, H5P_DEFAULT) < 0) continue;
-      if (info.type == H5O_TYPE_GROUP) walk(full);
-      else if (info.type == H5O_TYPE_DATASET) out.push_back(full);
+      if (info.type == H5O_TYPE_GROUP) {
+        if (seen.insert(info.addr).second) walk(full, depth + 1);
+      } else if (info.type == H5O_TYPE_DATASET) {
+        out.push_back(full);
+      }
     }
   };
-  walk(group);
+  walk(group, 0);
   return out;
 }
 
