@@ -287,6 +287,11 @@ torch::Tensor H5Reader::read(const std::string& name) const {
   if (overflow || elements > (uint64_t(1) << 62) || bytes > std::max<uint64_t>(file_bytes * 1100, 1 << 20))
     throw InputError(fmt::format("{}: dataset {} declares a shape of {} elements, more than the file can hold "
                                  "(truncated or corrupt?)", path_, name, overflow ? "too many" : std::to_string(elements)));
+  // What the dataset stores must be able to hold it too: thx writes every element, so a dataset
+  // of mostly unwritten chunks (HDF5 would fill them, slowly and with zeros) is damaged.
+  if (bytes > 0 && uint64_t(H5Dget_storage_size(ds.id)) * 1100 < bytes)
+    throw InputError(fmt::format("{}: dataset {} stores {} bytes for {} declared (truncated or corrupt?)", path_,
+                                 name, uint64_t(H5Dget_storage_size(ds.id)), bytes));
   torch::Tensor t = torch::empty(shape, torch::TensorOptions().dtype(st));
   if (t.numel() > 0 &&
       H5Dread(ds.id, h5_type(st), H5S_ALL, H5S_ALL, H5P_DEFAULT, t.data_ptr()) < 0)
