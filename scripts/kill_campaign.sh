@@ -6,9 +6,10 @@
 #
 # Needs build/thx and the quickstart's prepared data (scripts/quickstart.sh makes it); writes
 # into runs/kill-campaign/. Checkpoints are written every 10 steps; every other kill is aimed at
-# the moment a checkpoint's temporary file appears, so that many land inside a write. Every checkpoint present after a kill is checked by Debian's python3 on its
-# own: the CRC-32 in its user block recomputed with zlib, and the file opened with h5py. The
-# final parameters are compared with the uninterrupted run's, tensor by tensor, bitwise.
+# the moment a checkpoint's temporary file appears, so that some land inside a write. Every
+# checkpoint present after a kill is checked by Debian's python3 on its own: the CRC-32 in its
+# user block recomputed with zlib, and the file opened with h5py. The final parameters are
+# compared with the uninterrupted run's, tensor by tensor, bitwise.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 kills=${1:-20}
@@ -46,7 +47,7 @@ echo "[kill] uninterrupted run"
 start=$SECONDS
 "$thx" --threads 1 pretrain --config "$config" "${sets[@]}" --run-dir "$out/straight" > "$out/straight.log" 2>&1
 per_run=$((SECONDS - start))
-echo "[kill] $per_run s; now $kills kills at random moments"
+echo "[kill] $per_run s; now $kills kills, half at random moments, half aimed at checkpoint writes"
 survived=0 corrupt=0 in_write=0
 for i in $(seq 1 "$kills"); do
   [ -d "$out/killed" ] && resume=--resume || resume=

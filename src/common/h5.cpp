@@ -281,17 +281,18 @@ torch::Tensor H5Reader::read(const std::string& name) const {
   uint64_t elements = 1;
   bool overflow = false;
   for (const hsize_t d : dims) overflow |= __builtin_mul_overflow(elements, uint64_t(d), &elements);
-  const uint64_t bytes = elements * uint64_t(torch::elementSize(st));
+  uint64_t bytes = 0;
+  overflow |= __builtin_mul_overflow(elements, uint64_t(torch::elementSize(st)), &bytes);
   struct stat file_stat {};
   const uint64_t file_bytes = ::stat(path_.c_str(), &file_stat) == 0 ? uint64_t(file_stat.st_size) : 0;
-  if (overflow || elements > (uint64_t(1) << 62) || bytes > std::max<uint64_t>(file_bytes * 1100, 1 << 20))
+  if (overflow || bytes > std::max<uint64_t>(file_bytes * 1100, 1 << 20))
     throw InputError(fmt::format("{}: dataset {} declares a shape of {} elements, more than the file can hold "
                                  "(truncated or corrupt?)", path_, name, overflow ? "too many" : std::to_string(elements)));
   // What the dataset stores must be able to hold it too: thx writes every element, so a dataset
   // of mostly unwritten chunks (HDF5 would fill them, slowly and with zeros) is damaged.
-  if (bytes > 0 && uint64_t(H5Dget_storage_size(ds.id)) * 1100 < bytes)
+  if (const uint64_t stored = H5Dget_storage_size(ds.id); bytes > 0 && stored * 1100 < bytes)
     throw InputError(fmt::format("{}: dataset {} stores {} bytes for {} declared (truncated or corrupt?)", path_,
-                                 name, uint64_t(H5Dget_storage_size(ds.id)), bytes));
+                                 name, stored, bytes));
   torch::Tensor t = torch::empty(shape, torch::TensorOptions().dtype(st));
   if (t.numel() > 0 &&
       H5Dread(ds.id, h5_type(st), H5S_ALL, H5S_ALL, H5P_DEFAULT, t.data_ptr()) < 0)
@@ -357,6 +358,8 @@ std::vector<std::string> H5Reader::datasets(const std::string& group) const {
       }
     }
   };
+  H5O_info_t top;
+  if (H5Oget_info_by_name(file_, group.c_str(), &top, H5P_DEFAULT) >= 0) seen.insert(top.addr);
   walk(group, 0);
   return out;
 }

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "common/config_tree.h"
+#include "common/error.h"
 #include "common/schema.h"
 #include "test_util.h"
 
@@ -138,6 +139,17 @@ TEST(Schema, WriterRoundTripsThroughReader) {
   EXPECT_EQ(r.inner.a, o.inner.a);
   EXPECT_EQ(r.inner.b, o.inner.b);
   EXPECT_EQ(r.inner.list, o.inner.list);
+}
+
+// Every InputError, RunError and ConfigError is one line, whatever its input carried: a line
+// break becomes \n, other control characters \xNN; tabs and UTF-8 pass as they are.
+TEST(ErrorMessages, AreOneLineByConstruction) {
+  EXPECT_EQ(one_line("a\nb\r\x1b[31m\x7f\tc \xce\xa6"), "a\\nb\\r\\x1b[31m\\x7f\tc \xce\xa6");
+  EXPECT_STREQ(InputError("f.yaml:2: key 'x\ny'").what(), "f.yaml:2: key 'x\\ny'");
+  EXPECT_STREQ(RunError("disk\nfull").what(), "disk\\nfull");
+  const ConfigError c("a\nb", "bad\nvalue");
+  EXPECT_EQ(c.key, "a\\nb");
+  EXPECT_STREQ(c.what(), "bad\\nvalue");
 }
 
 }  // namespace

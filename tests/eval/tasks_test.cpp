@@ -95,6 +95,23 @@ TEST(GlueReader, BadRowsNameFileAndLineOrAreCounted) {
   EXPECT_NE(error_of([&] { task_spec("sst-2"); }).find("unknown task 'sst-2'; allowed: cola, sst2"), std::string::npos);
 }
 
+// MNLI rows vary in width, so a row is checked against the columns it needs: the text columns
+// and the id column too, wherever the header puts it (found by fuzzing: an id column past the
+// row's end was read).
+TEST(GlueReader, AnMnliRowShorterThanItsIdColumnIsABadRow) {
+  TempDir t;
+  const std::string f = put(t, "glue/MNLI/dev_matched.tsv",
+                            "sentence1\tsentence2\tpairID\tindex\tgold_label\nA.\tB.\tp\t0\tneutral\nC.\tD.\tneutral\n");
+  const std::string e = error_of([&] { load_task(t.path.string(), "mnli", "dev"); });
+  EXPECT_EQ(e.rfind(f + ":3: expected at least 4 tab-separated fields, found 3", 0), 0u) << e;
+  ReadOptions skip;
+  skip.skip_bad = true;
+  const TaskData d = load_task(t.path.string(), "mnli", "dev", skip);
+  ASSERT_EQ(d.examples.size(), 1u);
+  EXPECT_EQ(d.examples[0].id, "0");
+  EXPECT_EQ(d.skipped, 1);
+}
+
 TEST(SuperGlueReader, EveryTaskFormat) {
   TempDir t;
   const std::string r = t.path.string();
