@@ -267,13 +267,23 @@ torch::Tensor H5Reader::read(const std::string& name) const {
   if (rank > 0) H5Sget_simple_extent_dims(space.id, dims.data(), nullptr);
   Handle ftype{H5Dget_type(ds.id), H5Tclose};
   torch::ScalarType st;
+  bool cls_ok = true;
   const H5T_class_t cls = H5Tget_class(ftype.id);
   const size_t size = H5Tget_size(ftype.id);
-  if (cls == H5T_FLOAT) st = size == 8 ? torch::kFloat64 : torch::kFloat32;
+  if (cls == H5T_FLOAT && size == 8) st = torch::kFloat64;
+  else if (cls == H5T_FLOAT && size == 4) st = torch::kFloat32;
   else if (cls == H5T_INTEGER && size == 8) st = torch::kInt64;
   else if (cls == H5T_INTEGER && size == 4) st = torch::kInt32;
   else if (cls == H5T_INTEGER && size == 1) st = torch::kUInt8;
-  else throw InputError(fmt::format("{}: dataset {} has an unsupported type", path_, name));
+  else st = torch::kByte, cls_ok = false;
+  // Only the five types thx writes are read, bit for bit: a damaged type (a float of 4 GB per
+  // element, 31 bits of precision) would otherwise send HDF5 into a conversion whose buffer is
+  // the declared element size times the count.
+  if (!cls_ok || H5Tequal(ftype.id, h5_type(st)) <= 0)
+    throw InputError(fmt::format("{}: dataset {} has an unsupported type ({} of {} bytes); thx reads "
+                                 "little-endian IEEE float32/float64, int32/int64 and uint8", path_, name,
+                                 cls == H5T_FLOAT ? "a float" : cls == H5T_INTEGER ? "an integer" : "not a number",
+                                 size));
   // A damaged (or hostile) file may declare any shape: its element count must not overflow and
   // must fit in what the file could hold (gzip packs at most ~1032:1), before anything is
   // allocated.

@@ -96,23 +96,28 @@ TEST(H5, TruncatedOrForeignFilesGiveOneClearError) {
 // Damage HDF5 itself accepts: a file (here without thx's checksum block, as files written
 // before it existed) that declares more than it holds, or whose groups link into a loop. Found by
 // fuzzing (tests/fuzz/corpus/checkpoint); written here with HDF5's own C API.
-TEST(H5, DeclaredSizesBeyondTheFileAndGroupLoopsAreOneLine) {
+TEST(H5, DeclaredSizesBeyondTheFileDamagedTypesAndGroupLoopsAreOneLine) {
   test::TempDir dir;
   const std::string path = dir.file("legacy.h5");
   {
     const hid_t f = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
-    auto dataset = [&](const char* name, hsize_t n, bool fill) {
+    auto dataset = [&](const char* name, hsize_t n, bool fill, hid_t type = H5T_NATIVE_FLOAT) {
       const hid_t space = H5Screate_simple(1, &n, nullptr);
-      const hid_t d = H5Dcreate2(f, name, H5T_NATIVE_FLOAT, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-      if (fill) {
-        const torch::Tensor x = torch::randn({int64_t(n)});  // incompressible: the file is 4 MB
-        H5Dwrite(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, x.data_ptr());
+      const hid_t d = H5Dcreate2(f, name, type, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+      if (fill) {  // random bytes in the file's own type: nothing to convert, nothing to compress
+        const torch::Tensor x = torch::randint(256, {int64_t(n * H5Tget_size(type))}, torch::kUInt8);
+        EXPECT_GE(H5Dwrite(d, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, x.data_ptr()), 0) << name;
       }
       H5Dclose(d), H5Sclose(space);
     };
     dataset("/full", 1u << 20, true);
     dataset("/hollow", 200000000, false);        // 800 MB declared, nothing stored
     dataset("/huge", hsize_t(1) << 40, false);   // 4 TB declared: more than the file can hold
+    const hid_t wide = H5Tcopy(H5T_NATIVE_FLOAT);
+    H5Tset_size(wide, 1u << 20);                  // a float of 1 MB per element, stored
+    dataset("/wide", 2, true, wide);
+    H5Tclose(wide);
+    dataset("/big_endian", 8, true, H5T_IEEE_F32BE);
     const hid_t g = H5Gcreate2(f, "/g", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
     H5Gclose(g);
     H5Lcreate_hard(f, "/g", f, "/g/loop", H5P_DEFAULT, H5P_DEFAULT);  // /g/loop/loop/... is /g
@@ -125,7 +130,13 @@ TEST(H5, DeclaredSizesBeyondTheFileAndGroupLoopsAreOneLine) {
   const std::string huge = test::error_of([&] { r.read("/huge"); });
   EXPECT_EQ(huge, path + ": dataset /huge declares a shape of 1099511627776 elements, more than the file can hold "
                          "(truncated or corrupt?)");
-  EXPECT_EQ(r.datasets("/"), (std::vector<std::string>{"/full", "/hollow", "/huge"}));
+  const std::string wide = test::error_of([&] { r.read("/wide"); });
+  EXPECT_EQ(wide, path + ": dataset /wide has an unsupported type (a float of 1048576 bytes); thx reads "
+                         "little-endian IEEE float32/float64, int32/int64 and uint8");
+  const std::string big_endian = test::error_of([&] { r.read("/big_endian"); });
+  EXPECT_EQ(big_endian, path + ": dataset /big_endian has an unsupported type (a float of 4 bytes); thx reads "
+                               "little-endian IEEE float32/float64, int32/int64 and uint8");
+  EXPECT_EQ(r.datasets("/"), (std::vector<std::string>{"/big_endian", "/full", "/hollow", "/huge", "/wide"}));
 }
 
 TEST(Csv, QuotesBlankLinesAndErrors) {
