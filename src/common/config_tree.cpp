@@ -35,7 +35,8 @@ ConfigTree::ConfigTree() : root_(YAML::NodeType::Map) {}
 
 void ConfigTree::merge_file(const std::string& path) {
   // A directory opens as an empty stream on Linux: it would read as an empty config.
-  if (std::filesystem::is_directory(path))
+  std::error_code ec;  // a name too long for the file system: the stream below fails, one line
+  if (std::filesystem::is_directory(path, ec))
     throw InputError(fmt::format("{}: is a directory, not a config file (--config takes a YAML file)", path));
   std::ifstream in(path);
   if (!in) throw InputError(fmt::format("{}: cannot read config file", path));

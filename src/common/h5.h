@@ -14,12 +14,17 @@
 // the zlib CRC-32 of every byte after the user block, and the file's size. H5Reader checks
 // both before HDF5 parses anything, so a truncated file or one with a flipped bit is one line
 // naming the file and never reaches HDF5's parser. A file without the header (written by thx
-// before checksums, or by another program) is read without the check.
+// before checksums, or by another program) cannot be checked so; HDF5 1.10 has crashed on such
+// damaged files (fuzzing), so each call that parses one runs first in a child process, and is
+// one line unless the child comes back cleanly. Only the five dtypes below are read, and a dataset
+// must store what it declares.
 //
 // Datasets are addressed by absolute paths ("/params/P_q"); groups are created as needed.
 // Supported dtypes: float32, float64, int32, int64, uint8 (bool is stored as uint8).
 #pragma once
 #include <torch/torch.h>
+
+#include <functional>
 
 #include <cstdint>
 #include <string>
@@ -78,8 +83,11 @@ class H5Reader {
   const std::string& path() const { return path_; }
 
  private:
+  void in_child_first(const std::function<void()>& f) const;  // legacy files (above)
   std::string path_;
   int64_t file_ = -1;
+  bool legacy_ = false;            // no checksum block
+  mutable bool in_child_ = false;  // in the child process of in_child_first
 };
 
 }  // namespace thx

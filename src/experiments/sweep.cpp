@@ -119,8 +119,11 @@ Sweep load_sweep_unchecked(const std::string& path) {
     if (!b.IsScalar()) throw InputError(fmt::format("{}: base: expected a file name", at(path, b)));
     const fs::path p = fs::path(b.as<std::string>()).is_absolute() ? fs::path(b.as<std::string>())
                                                                    : dir / b.as<std::string>();
-    if (!fs::is_regular_file(p))
-      throw InputError(fmt::format("{}: base: {} does not exist", at(path, b), p.string()));
+    std::error_code ec;  // a name past the file system's limits is an error code, not an exception
+    if (!fs::is_regular_file(p, ec))
+      throw InputError(fmt::format("{}: base: {} {}", at(path, b), p.string(),
+                                   ec && ec != std::errc::no_such_file_or_directory ? "cannot be read (" + ec.message() + ")"
+                                                                                    : "does not exist"));
     s.bases.push_back(p.lexically_normal().string());
   };
   if (root["base"].IsSequence())
@@ -171,6 +174,10 @@ Sweep load_sweep_unchecked(const std::string& path) {
       if (kv.second.size() == 0)
         throw InputError(fmt::format("{}: {}.{}: empty list; an axis needs at least one value",
                                      at(path, kv.second), what, key));
+      for (const Axis& seen : axes)  // YAML keeps a repeated key; each would be one more axis
+        if (seen.key == key)
+          throw InputError(fmt::format("{}: {}.{}: the key appears twice; give each axis once", at(path, kv.first),
+                                       what, key));
       Axis a{key, {}};
       for (const auto& v : kv.second) a.values.push_back(v);
       axes.push_back(a);
@@ -236,7 +243,20 @@ Sweep load_sweep_unchecked(const std::string& path) {
   std::vector<int64_t> seeds;
   if (root["seeds"]) seeds = read_seeds(root["seeds"], "seeds");
 
-  // Expand: variants x grid x zip x budgets x seeds.
+  // Expand: variants x grid x zip x budgets x seeds, at most kMaxRuns (a sweep of more runs
+  // than that is a typo, and listing it would take minutes).
+  constexpr uint64_t kMaxRuns = 100000;
+  {
+    uint64_t n = std::max<uint64_t>(variants.size(), 1) * (zip.empty() ? 1 : zip.front().values.size());
+    for (const Axis& a : grid) n = std::min<uint64_t>(n * a.values.size(), kMaxRuns + 1);
+    uint64_t per_budget = 0;
+    for (const Budget& b : budgets) per_budget += std::max<size_t>((b.seeds ? *b.seeds : seeds).size(), 1);
+    if (budgets.empty()) per_budget = std::max<size_t>(seeds.size(), 1);
+    n = std::min<uint64_t>(n * per_budget, kMaxRuns + 1);
+    if (n > kMaxRuns)
+      throw InputError(fmt::format("{}: expands to more than {} runs (variants x grid x zip x budgets x seeds)", path,
+                                   kMaxRuns));
+  }
   std::vector<size_t> grid_index(grid.size(), 0);
   const size_t zip_n = zip.empty() ? 1 : zip.front().values.size();
   std::map<std::string, std::string> named;  // run name -> where it came from

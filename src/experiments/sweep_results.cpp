@@ -20,7 +20,8 @@ using json = nlohmann::json;
 json read_downstream(const std::string& run_dir) {
   json downstream = json::object();
   const fs::path ft = fs::path(run_dir) / "finetune";
-  if (!fs::is_directory(ft)) return downstream;
+  std::error_code ec;  // an unreadable or impossible path: no fine-tuning results, not an exception
+  if (!fs::is_directory(ft, ec)) return downstream;
   for (const auto& f : fs::recursive_directory_iterator(ft)) {
     if (!f.is_regular_file() || f.path().extension() != ".json") continue;
     try {
@@ -52,13 +53,19 @@ std::vector<json> read_results(const std::string& dir) {
     json& r = out.back();
     if (!r.is_object() || !r.contains("name") || !r["name"].is_string())
       throw InputError(fmt::format("{}:{}: expected a JSON object with a 'name'", path, line_no));
+    if (const std::string name = r["name"]; name.empty() || name.size() > 255 || name == "." || name == ".." ||
+                                            name.find('/') != std::string::npos || name.find('\0') != std::string::npos)
+      throw InputError(fmt::format("{}:{}: 'name' must be a run directory's name (1 to 255 bytes, no '/')", path,
+                                   line_no));
     // Fine-tuning done since the sweep wrote this line.
     const json d = read_downstream((fs::path(dir) / r["name"].get<std::string>()).string());
     if (!d.empty()) r["downstream"] = d;
-    for (const char* k : {"ln_ppl", "best_ln_ppl", "step_time_s", "tokens_per_s", "d_model", "seed", "steps",
-                          "mlm", "sop", "nsp"})
+    for (const char* k : {"ln_ppl", "best_ln_ppl", "step_time_s", "tokens_per_s", "mlm", "sop", "nsp"})
       if (r.contains(k) && !r[k].is_number())
         throw InputError(fmt::format("{}:{}: '{}' must be a number", path, line_no, k));
+    for (const char* k : {"d_model", "seed", "steps"})  // read as int64: 1e51 would not convert
+      if (r.contains(k) && !r[k].is_number_integer())
+        throw InputError(fmt::format("{}:{}: '{}' must be an integer", path, line_no, k));
     for (const char* k : {"budget", "variant", "model"})
       if (r.contains(k) && !r[k].is_string())
         throw InputError(fmt::format("{}:{}: '{}' must be a string", path, line_no, k));

@@ -318,6 +318,17 @@ TEST(Cli, TableAndClaimsCommands) {
   r = run_thx("table --layout table1 --sweep " + dir.path.string());
   EXPECT_EQ(r.code, 2);
   EXPECT_EQ(r.out, "thx: error: " + dir.file("results.jsonl") + ":1: 'ln_ppl' must be a number\n");
+  dir.write("results.jsonl", "{\"name\": \"" + std::string(300, 'x') + "\"}\n");  // fuzzing: past NAME_MAX
+  r = run_thx("table --layout table1 --sweep " + dir.path.string());
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.out, "thx: error: " + dir.file("results.jsonl") + ":1: 'name' must be a run directory's name (1 to 255 "
+                   "bytes, no '/')\n");
+  // Read as integers: a d_model of 1.28e51 (fuzzing, results) is no int64.
+  dir.write("results.jsonl", "{\"name\": \"a\", \"d_model\": 1.28e51, \"attention\": {\"encoder_self\": {\"variant\": "
+                             "\"multi_head\", \"h_k\": 4, \"h\": 4, \"h_v\": 4, \"d_k\": 8, \"d_v\": 8}}}\n");
+  r = run_thx("table --layout table1 --sweep " + dir.path.string());
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.out, "thx: error: " + dir.file("results.jsonl") + ":1: 'd_model' must be an integer\n");
   dir.write("results.jsonl", "{\"name\": \"a\", \"attention\": {\"encoder_self\": {\"h\": 4}}}\n");
   r = run_thx("claims --sweep " + dir.path.string());
   EXPECT_EQ(r.code, 2) << r.out;

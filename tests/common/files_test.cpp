@@ -8,6 +8,7 @@
 
 #include "common/csv.h"
 #include "common/error.h"
+#include "common/fs.h"
 #include "common/h5.h"
 #include "common/text_table.h"
 #include "test_util.h"
@@ -118,6 +119,17 @@ TEST(H5, DeclaredSizesBeyondTheFileDamagedTypesAndGroupLoopsAreOneLine) {
     dataset("/wide", 2, true, wide);
     H5Tclose(wide);
     dataset("/big_endian", 8, true, H5T_IEEE_F32BE);
+    {  // chunked, unfiltered, one of its 4 chunks written (fuzzing, shard: HDF5 read past a buffer)
+      const hsize_t n = 64, chunk = 16, start = 0;
+      const hid_t space = H5Screate_simple(1, &n, nullptr), dcpl = H5Pcreate(H5P_DATASET_CREATE);
+      H5Pset_chunk(dcpl, 1, &chunk);
+      const hid_t d = H5Dcreate2(f, "/partial", H5T_NATIVE_FLOAT, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+      const hid_t mem = H5Screate_simple(1, &chunk, nullptr);
+      H5Sselect_hyperslab(space, H5S_SELECT_SET, &start, nullptr, &chunk, nullptr);
+      const torch::Tensor x = torch::ones({16});
+      EXPECT_GE(H5Dwrite(d, H5T_NATIVE_FLOAT, mem, space, H5P_DEFAULT, x.data_ptr()), 0);
+      H5Sclose(mem), H5Dclose(d), H5Pclose(dcpl), H5Sclose(space);
+    }
     const hid_t g = H5Gcreate2(f, "/g", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
     H5Gclose(g);
     H5Lcreate_hard(f, "/g", f, "/g/loop", H5P_DEFAULT, H5P_DEFAULT);  // /g/loop/loop/... is /g
@@ -130,13 +142,60 @@ TEST(H5, DeclaredSizesBeyondTheFileDamagedTypesAndGroupLoopsAreOneLine) {
   const std::string huge = test::error_of([&] { r.read("/huge"); });
   EXPECT_EQ(huge, path + ": dataset /huge declares a shape of 1099511627776 elements, more than the file can hold "
                          "(truncated or corrupt?)");
+  EXPECT_EQ(test::error_of([&] { r.read("/partial"); }),
+            path + ": dataset /partial stores 64 bytes for 256 declared (truncated or corrupt?)");
   const std::string wide = test::error_of([&] { r.read("/wide"); });
   EXPECT_EQ(wide, path + ": dataset /wide has an unsupported type (a float of 1048576 bytes); thx reads "
                          "little-endian IEEE float32/float64, int32/int64 and uint8");
   const std::string big_endian = test::error_of([&] { r.read("/big_endian"); });
   EXPECT_EQ(big_endian, path + ": dataset /big_endian has an unsupported type (a float of 4 bytes); thx reads "
                                "little-endian IEEE float32/float64, int32/int64 and uint8");
-  EXPECT_EQ(r.datasets("/"), (std::vector<std::string>{"/big_endian", "/full", "/hollow", "/huge", "/wide"}));
+  EXPECT_EQ(r.datasets("/"), (std::vector<std::string>{"/big_endian", "/full", "/hollow", "/huge", "/partial", "/wide"}));
+}
+
+// A compact dataset (stored in its header) whose dataspace was changed to declare 4 times its
+// elements: stored whole and unfiltered, it must hold exactly what it declares.
+TEST(H5, ACompactDatasetDeclaringMoreThanItStoresIsOneLine) {
+  test::TempDir dir;
+  const std::string path = dir.file("compact.h5");
+  const hsize_t n = 0x1357;  // a byte pattern found only in the dataspace (size and maximum)
+  {
+    const hid_t f = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    const hid_t space = H5Screate_simple(1, &n, nullptr), dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    H5Pset_layout(dcpl, H5D_COMPACT);
+    const hid_t d = H5Dcreate2(f, "/x", H5T_NATIVE_FLOAT, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+    const torch::Tensor x = torch::arange(int64_t(n), torch::kFloat32);
+    H5Dwrite(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, x.data_ptr());
+    H5Dclose(d), H5Pclose(dcpl), H5Sclose(space), H5Fclose(f);
+  }
+  EXPECT_EQ(H5Reader(path).read("/x").numel(), int64_t(n));  // the intact file reads
+  std::string bytes = read_file(path);
+  const std::string from(reinterpret_cast<const char*>(&n), 8);
+  const uint64_t four = 4 * n;
+  const std::string to(reinterpret_cast<const char*>(&four), 8);
+  int patched = 0;
+  for (size_t at = bytes.find(from); at != std::string::npos; at = bytes.find(from, at + 8), ++patched)
+    bytes.replace(at, 8, to);
+  ASSERT_EQ(patched, 2);
+  write_file_atomic(path, bytes);
+  const std::string e = test::error_of([&] { H5Reader(path).read("/x"); });
+  EXPECT_EQ(e, path + ": dataset /x stores 19804 bytes for 79216 declared (truncated or corrupt?)");
+}
+
+// A damaged shard without the checksum block on which HDF5 1.10 divides by zero opening a
+// dataset (fuzzing, shard): read first in a child process, it is one line here; and a sound
+// legacy file still reads (the child comes back cleanly).
+TEST(H5, ALegacyFileThatCrashesHdf5IsOneLine) {
+  const std::string path = std::string(THX_SOURCE_DIR) + "/tests/fuzz/corpus/shard/hdf5-division-by-zero.h5";
+  const std::string e = test::error_of([&] {
+    H5Reader r(path);
+    r.read("/tokens");
+    r.read("/doc_offsets");
+  });
+  EXPECT_EQ(e, path + ": damaged: HDF5 crashed reading it (Floating point exception); the file has no thx "
+                      "checksum block (written before thx had one)");
+  const std::string sound = std::string(THX_SOURCE_DIR) + "/tests/fuzz/corpus/shard/train-no-checksum.h5";
+  EXPECT_GT(H5Reader(sound).read("/tokens").numel(), 0);
 }
 
 TEST(Csv, QuotesBlankLinesAndErrors) {

@@ -93,6 +93,15 @@ TEST(Sweep, BadSweepFilesNameTheLineAndWhatIsAllowed) {
             f + ": zip: attention.d_k has 1 values but attention.h has 2; zipped lists pair up and must "
                 "be equally long");
   EXPECT_EQ(sweep_error(dir, "sweep: t\nbase: nope.yaml\n"), f + ":2: base: " + dir.file("nope.yaml") + " does not exist");
+  EXPECT_EQ(sweep_error(dir, head + "grid:\n  attention.h: [1, 2]\n  attention.h: [3]\n"),
+            f + ":5: grid.attention.h: the key appears twice; give each axis once");
+  EXPECT_EQ(sweep_error(dir, head + "grid: {attention.h: [1,2,3,4,5,6,7,8,9,10], attention.d_k: [1,2,3,4,5,6,7,8,9,10], "
+                                    "attention.d_v: [1,2,3,4,5,6,7,8,9,10], train.batch_size: [1,2,3,4,5,6,7,8,9,10], "
+                                    "model.d_ff: [1,2,3,4,5,6,7,8,9,10], model.d_model: [1,2]}\n"),
+            f + ": expands to more than 100000 runs (variants x grid x zip x budgets x seeds)");
+  const std::string long_name(300, 'x');  // past NAME_MAX: std::filesystem throws (fuzzing, sweep)
+  EXPECT_EQ(sweep_error(dir, "sweep: t\nbase: " + long_name + ".yaml\n"),
+            f + ":2: base: " + dir.file(long_name + ".yaml") + " cannot be read (File name too long)");
   EXPECT_EQ(sweep_error(dir, "base: base.yaml\n"), f + ": 'sweep: NAME' is required");
   EXPECT_EQ(sweep_error(dir, head + "seeds: [1, x]\n"), f + ":3: seeds: 'x' is not an integer");
   EXPECT_EQ(sweep_error(dir, head + "budgets: {short: 0}\n"), f + ":3: budgets.short: expected a positive number of steps");
