@@ -233,22 +233,34 @@ void H5Writer::commit() {
 
 // A file without thx's checksum block (written before it existed) reaches HDF5's parser
 // unchecked, and Debian's HDF5 1.10 has crashed on damaged files where no check from outside can
-// come first (fuzzing: a division by zero opening a dataset). For such a file every call that
-// parses it runs first in a child process (a fork, milliseconds); unless the child comes back
-// cleanly, the call is one line and this process never makes it. Errors the child meets are left
-// for this process to report, the same way.
-void H5Reader::in_child_first(const std::function<void()>& f) const {
-  if (!legacy_ || in_child_) return;
+// come first (fuzzing: a division by zero opening a dataset). Such a file is first read whole,
+// every dataset and the root's attributes, in a child process (a fork) that opens it itself;
+// if HDF5 crashes there, the file is one line and this process never parses it. Errors are left
+// for this process to report in its turn; only if the child could not list every dataset does
+// each later call that parses the file run first in a child the same way. f returns whether it
+// went through; the child's exit status says so (0, or kChildThrew).
+namespace {
+constexpr int kChildThrew = 3;
+// The sanitizers' death callback (libFuzzer's writes a crash file): the child's crash is an
+// answer for its parent, not a finding. A weak symbol: absent outside sanitizer builds.
+extern "C" void __sanitizer_set_death_callback(void (*)(void)) __attribute__((weak));
+}  // namespace
+
+bool H5Reader::in_child_first(const std::function<bool()>& f) const {
+  if (!guarded_ || in_child_) return true;
   std::fflush(nullptr);
   const pid_t pid = ::fork();
-  if (pid < 0) return;  // no process to spare: parse it here, as before
+  if (pid < 0) return true;  // no process to spare: parse it here, as before
   if (pid == 0) {
     in_child_ = true;
+    for (const int sig : {SIGFPE, SIGSEGV, SIGBUS, SIGILL, SIGABRT, SIGINT, SIGTERM}) std::signal(sig, SIG_DFL);
+    if (__sanitizer_set_death_callback) __sanitizer_set_death_callback(nullptr);
+    bool ok = false;
     try {
-      f();
+      ok = f();
     } catch (...) {
     }
-    ::_exit(0);  // no exit handlers: they belong to the parent
+    ::_exit(ok ? 0 : kChildThrew);  // no exit handlers: they belong to the parent
   }
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
@@ -256,9 +268,10 @@ void H5Reader::in_child_first(const std::function<void()>& f) const {
   if (WIFSIGNALED(status))
     throw InputError(fmt::format("{}: damaged: HDF5 crashed reading it ({}); the file has no thx checksum block "
                                  "(written before thx had one)", path_, strsignal(WTERMSIG(status))));
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+  if (!WIFEXITED(status) || (WEXITSTATUS(status) != 0 && WEXITSTATUS(status) != kChildThrew))
     throw InputError(fmt::format("{}: damaged: HDF5 failed reading it (exit {}); the file has no thx checksum "
                                  "block (written before thx had one)", path_, WEXITSTATUS(status)));
+  return WEXITSTATUS(status) == 0;
 }
 
 H5Reader::H5Reader(std::string path) : path_(std::move(path)) {
@@ -267,8 +280,33 @@ H5Reader::H5Reader(std::string path) : path_(std::move(path)) {
   if (sum.present && !sum.ok) throw InputError(fmt::format("{}: {}", path_, sum.problem));
   if (H5Fis_hdf5(path_.c_str()) <= 0)
     throw InputError(fmt::format("{}: not an HDF5 file (or truncated)", path_));
-  legacy_ = !sum.present;
-  in_child_first([&] { file_ = H5Fopen(path_.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT); });
+  guarded_ = !sum.present;
+  guarded_ = !in_child_first([&] {  // every dataset and root attribute, each error left for later
+    file_ = H5Fopen(path_.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+    if (file_ < 0) return true;  // fails here the same way, one line
+    std::vector<std::string> names;
+    H5O_info_t info;
+    try {
+      names = datasets("/");
+    } catch (const std::exception&) {
+      return false;  // not every dataset was reached: guard each call instead
+    }
+    for (const std::string& d : names) try {
+        read(d);
+      } catch (const std::exception&) {
+      }
+    if (H5Oget_info_by_name(file_, "/", &info, H5P_DEFAULT) < 0) return false;
+    for (hsize_t i = 0; i < info.num_attrs; ++i) {
+      char name[256] = {};
+      if (H5Aget_name_by_idx(file_, "/", H5_INDEX_NAME, H5_ITER_INC, i, name, sizeof name, H5P_DEFAULT) <= 0)
+        return false;
+      try {
+        attr("/", name);
+      } catch (const std::exception&) {
+      }
+    }
+    return true;
+  });
   file_ = H5Fopen(path_.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
   if (file_ < 0) throw InputError(fmt::format("{}: cannot open HDF5 file (truncated or corrupt?)", path_));
 }
@@ -278,7 +316,7 @@ H5Reader::~H5Reader() {
 }
 
 bool H5Reader::has(const std::string& name) const {
-  in_child_first([&] { has(name); });
+  in_child_first([&] { has(name); return true; });
   // H5Lexists must be asked one path component at a time.
   std::string prefix;
   size_t pos = 1;
@@ -293,7 +331,7 @@ bool H5Reader::has(const std::string& name) const {
 }
 
 torch::Tensor H5Reader::read(const std::string& name) const {
-  in_child_first([&] { read(name); });
+  in_child_first([&] { read(name); return true; });
   if (!has(name)) throw InputError(fmt::format("{}: missing dataset {}", path_, name));
   Handle ds{H5Dopen2(file_, name.c_str(), H5P_DEFAULT), H5Dclose};
   if (ds.id < 0) throw InputError(fmt::format("{}: cannot open dataset {}", path_, name));
@@ -360,7 +398,7 @@ double H5Reader::read_scalar(const std::string& name) const {
 }
 
 std::string H5Reader::attr(const std::string& object, const std::string& key) const {
-  in_child_first([&] { attr(object, key); });
+  in_child_first([&] { attr(object, key); return true; });
   Handle a{H5Aopen_by_name(file_, object.c_str(), key.c_str(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose};
   if (a.id < 0) throw InputError(fmt::format("{}: missing attribute {}:{}", path_, object, key));
   Handle type{H5Aget_type(a.id), H5Tclose};
@@ -382,7 +420,7 @@ std::string H5Reader::attr(const std::string& object, const std::string& key) co
 }
 
 std::vector<std::string> H5Reader::list(const std::string& group) const {
-  in_child_first([&] { list(group); });
+  in_child_first([&] { list(group); return true; });
   std::vector<std::string> names;
   auto cb = [](hid_t, const char* name, const H5L_info_t*, void* data) -> herr_t {
     static_cast<std::vector<std::string>*>(data)->emplace_back(name);
@@ -395,7 +433,7 @@ std::vector<std::string> H5Reader::list(const std::string& group) const {
 }
 
 std::vector<std::string> H5Reader::datasets(const std::string& group) const {
-  in_child_first([&] { datasets(group); });
+  in_child_first([&] { datasets(group); return true; });
   // A damaged file may link a group into itself or nest groups without end (found by
   // fuzzing: a stack overflow): each group is walked once, and thx's files nest a few levels.
   std::vector<std::string> out;

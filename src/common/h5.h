@@ -15,8 +15,8 @@
 // both before HDF5 parses anything, so a truncated file or one with a flipped bit is one line
 // naming the file and never reaches HDF5's parser. A file without the header (written by thx
 // before checksums, or by another program) cannot be checked so; HDF5 1.10 has crashed on such
-// damaged files (fuzzing), so each call that parses one runs first in a child process, and is
-// one line unless the child comes back cleanly. Only the five dtypes below are read, and a dataset
+// damaged files (fuzzing), so such a file is first read whole in a child process (and, if that
+// meets an error, each call that parses it), and is one line unless the child comes back. Only the five dtypes below are read, and a dataset
 // must store what it declares.
 //
 // Datasets are addressed by absolute paths ("/params/P_q"); groups are created as needed.
@@ -83,10 +83,10 @@ class H5Reader {
   const std::string& path() const { return path_; }
 
  private:
-  void in_child_first(const std::function<void()>& f) const;  // legacy files (above)
+  bool in_child_first(const std::function<bool()>& f) const;  // files without a checksum (above)
   std::string path_;
   int64_t file_ = -1;
-  bool legacy_ = false;            // no checksum block
+  bool guarded_ = false;           // no checksum block, and not read whole cleanly in a child
   mutable bool in_child_ = false;  // in the child process of in_child_first
 };
 
