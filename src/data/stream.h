@@ -12,6 +12,7 @@
 #include <random>
 
 #include "data/prepare.h"
+#include "data/recall.h"
 #include "data/span_corruption.h"
 
 namespace thx {
@@ -68,6 +69,26 @@ class SpanCorruptionStream : public ExampleStream {
   bool shuffle_;
   StreamState state_;
   std::vector<int64_t> order_;
+};
+
+// Multi-query associative recall examples (data/recall.h), generated, as MLM batches.
+class RecallStream : public ExampleStream {
+ public:
+  // held_out: the held-out class of examples, else the training class. Throws InputError if
+  // recall_options_problem(o) names a key.
+  RecallStream(RecallOptions o, uint64_t seed, bool held_out);
+
+  RecallExample next_example();
+  // inputs [b, n], token_types 0 [b, n], positions [b, Q], targets [b, Q], labels -1 [b].
+  Batch next(int64_t batch_size) override;
+  const StreamState& state() const override { return state_; }
+  void set_state(const StreamState& s) override { state_ = s; }
+
+ private:
+  RecallOptions o_;
+  uint64_t seed_;
+  bool held_out_;
+  StreamState state_;
 };
 
 }  // namespace thx

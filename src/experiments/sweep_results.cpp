@@ -106,6 +106,7 @@ json summarize_metrics(const std::string& run_dir, int64_t steps, bool* finished
   std::vector<double> step_times, tokens_per_s;
   std::optional<double> final_ppl, best_ppl;
   std::map<std::string, double> accuracies;  // BERT/ALBERT: at the last evaluation
+  std::map<std::string, double> mixing;      // talking-heads: P_l/P_w movement (training/pretrain.cpp)
   int64_t last_eval = -1;
   json curve = json::array();
   for (std::string line; std::getline(in, line);) {
@@ -122,6 +123,9 @@ json summarize_metrics(const std::string& run_dir, int64_t steps, bool* finished
       accuracies.clear();
       for (const char* k : {"mlm", "sop", "nsp"})
         if (j.contains(std::string(k) + "_accuracy")) accuracies[k] = 100.0 * j[std::string(k) + "_accuracy"].get<double>();
+      mixing.clear();
+      for (const char* k : {"P_l_drift", "P_w_drift", "P_l_update", "P_w_update"})
+        if (j.contains(k)) mixing[k] = j[k].get<double>();
     }
     if (j.contains("step_time_s")) step_times.push_back(j["step_time_s"]);
     if (j.contains("tokens_per_s")) tokens_per_s.push_back(j["tokens_per_s"]);
@@ -130,6 +134,7 @@ json summarize_metrics(const std::string& run_dir, int64_t steps, bool* finished
   json r;
   if (final_ppl) r["ln_ppl"] = *final_ppl, r["best_ln_ppl"] = *best_ppl;
   for (const auto& [k, v] : accuracies) r[k] = v;  // percent, as Tables 5 and 6 print them
+  for (const auto& [k, v] : mixing) r[k] = v;      // ratios
   auto median = [](std::vector<double> v) {
     std::sort(v.begin(), v.end());
     return v.empty() ? 0.0 : v[v.size() / 2];

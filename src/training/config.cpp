@@ -25,8 +25,11 @@ void one_of(const char* key, const std::string& v, std::initializer_list<const c
 }  // namespace
 
 void validate(const DataConfig& c) {
-  if (c.prepared.empty())
-    throw ConfigError("data.prepared", "is required: the directory written by `thx prepare`");
+  if (!c.synthetic.empty() && c.synthetic != "associative_recall")
+    throw ConfigError("data.synthetic", fmt::format("'{}' is not allowed; allowed: associative_recall (or unset: "
+                                                    "data.prepared)", c.synthetic));
+  if (c.prepared.empty() && c.synthetic.empty())
+    throw ConfigError("data.prepared", "is required: the directory written by `thx prepare` (or data.synthetic)");
   at_least("data.inputs_length", c.inputs_length, 4);
   at_least("data.targets_length", c.targets_length, 2);
   if (!(c.noise_density > 0 && c.noise_density < 1))

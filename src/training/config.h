@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "data/recall.h"
+
 namespace thx {
 
 struct DataConfig {
@@ -20,7 +22,17 @@ struct DataConfig {
   bool whole_word = true;
   double short_seq_prob = 0.1;
   std::string sentence_task = "sop";  // sop | nsp | none
+  // A generated task instead of prepared shards (bert/albert): "" | associative_recall.
+  std::string synthetic;
+  std::optional<RecallOptions> recall;  // associative_recall (data/recall.h); length = inputs_length
 };
+
+template <class V>
+void visit(V& v, RecallOptions& c) {
+  v("vocab_size", c.vocab_size, "ids: 0 padding, 1 reserved, then keys and values, half each");
+  v("pairs", c.pairs, "key-value pairs per example (distinct keys)");
+  v("queries", c.queries, "queried keys per example, after the pairs (distinct, <= pairs)");
+}
 
 template <class V>
 void visit(V& v, DataConfig& c) {
@@ -35,6 +47,8 @@ void visit(V& v, DataConfig& c) {
   v("whole_word", c.whole_word, "bert/albert: mask whole words (SentencePiece word starts)");
   v("short_seq_prob", c.short_seq_prob, "bert/albert: probability of a shorter example");
   v("sentence_task", c.sentence_task, "bert/albert: sop (ALBERT) | nsp (BERT) | none");
+  v("synthetic", c.synthetic, "bert/albert: \"\" (prepared shards) | associative_recall (generated; data.recall)");
+  v("recall", c.recall, "associative_recall: vocab_size, pairs, queries (data/recall.h)");
 }
 
 struct TrainConfig {

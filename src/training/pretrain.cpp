@@ -81,9 +81,17 @@ MlmOptions mlm_options(const DataConfig& d) {
   return o;
 }
 
+RecallOptions recall_options(const DataConfig& d) {
+  RecallOptions r = d.recall.value_or(RecallOptions{});
+  r.length = d.inputs_length;
+  return r;
+}
+
+// shuffle: the training stream (a generated task: its training class of examples).
 std::unique_ptr<ExampleStream> make_stream(const PretrainConfig& c, const TokenCorpus& corpus,
                                            const std::vector<uint8_t>& word_starts, uint64_t seed,
                                            bool shuffle) {
+  if (!c.data.synthetic.empty()) return std::make_unique<RecallStream>(recall_options(c.data), seed, !shuffle);
   if (c.model.encoder_only())
     return std::make_unique<MlmStream>(corpus, word_starts, mlm_options(c.data), seed, shuffle);
   return std::make_unique<SpanCorruptionStream>(corpus, c.data.inputs_length, c.data.targets_length,
@@ -93,11 +101,15 @@ std::unique_ptr<ExampleStream> make_stream(const PretrainConfig& c, const TokenC
 
 Setup build(const PretrainConfig& c) {
   Setup s;
-  s.train = load_split(c.data.prepared, "train");
+  const bool synthetic = !c.data.synthetic.empty();
+  if (synthetic) s.train.vocab_size = recall_options(c.data).vocab_size;  // no shards: an empty corpus
+  else s.train = load_split(c.data.prepared, "train");
   const int64_t vocab = c.model.vocab_size > 0 ? c.model.vocab_size : s.train.vocab_size;
   THX_CHECK(vocab >= s.train.vocab_size, "model.vocab_size {} is smaller than the data's vocabulary {}",
             vocab, s.train.vocab_size);
-  if (c.model.encoder_only()) s.word_starts = mlm_word_starts(s.train, c.data.prepared);
+  if (synthetic) {
+    // The task's own ids (data/recall.h): no tokenizer, no word starts.
+  } else if (c.model.encoder_only()) s.word_starts = mlm_word_starts(s.train, c.data.prepared);
   else if (s.train.convention != "t5")
     throw InputError(fmt::format(
         "{}: tokenized with {} ids; T5 needs T5's (eos 1 and 100 sentinels): train one with "
@@ -106,9 +118,10 @@ Setup build(const PretrainConfig& c) {
   const ModelSpec spec = resolve_model_spec(c.model, c.attention);  // once, for the builders
   const int64_t micro = c.train.batch_size / (c.train.grad_accum * dist::world_size());
   MemoryKeys keys;
-  if (c.model.encoder_only()) keys.outputs = "data.max_predictions_per_seq";
-  check_training_memory(spec, vocab, micro, c.data.inputs_length,
-                        c.model.encoder_only() ? c.data.max_predictions_per_seq : c.data.targets_length, keys,
+  if (c.model.encoder_only()) keys.outputs = synthetic ? "data.recall.queries" : "data.max_predictions_per_seq";
+  const int64_t outputs = synthetic ? recall_options(c.data).queries
+                          : c.model.encoder_only() ? c.data.max_predictions_per_seq : c.data.targets_length;
+  check_training_memory(spec, vocab, micro, c.data.inputs_length, outputs, keys,
                         {{"train.batch_size", c.train.batch_size}, {"data.max_predictions_per_seq", c.data.max_predictions_per_seq}, {"model.d_ff", c.model.d_ff},
                          {"model.vocab_size", vocab}, {"model.d_model", c.model.d_model},
                          {"data.inputs_length", c.data.inputs_length}, {"data.targets_length", c.data.targets_length},
@@ -211,7 +224,13 @@ namespace {
 // LibTorch's CPU generator, dropout's).
 class PretrainTrainee : public Trainee {
  public:
-  PretrainTrainee(const PretrainConfig& c, Setup& s) : c_(c), s_(s) {}
+  // Built before a checkpoint is restored: the mixing matrices it copies are the initial ones.
+  PretrainTrainee(const PretrainConfig& c, Setup& s) : c_(c), s_(s) {
+    for (const auto& [path, p] : s_.model.params()) {
+      const std::string name = path.substr(path.find_last_of('/') + 1);
+      if (name == "P_l" || name == "P_w") mixing_.push_back({name, p, p.detach().clone(), {}});
+    }
+  }
 
   torch::nn::Module& module() override { return s_.model.module(); }
   std::vector<std::pair<std::string, Tensor>> parameters() override { return s_.model.params(); }
@@ -219,6 +238,7 @@ class PretrainTrainee : public Trainee {
   std::vector<Batch> next_step(int64_t micro) override {
     std::vector<Batch> out;
     for (int64_t i = 0; i < micro; ++i) out.push_back(s_.stream->next(c_.train.batch_size / micro));
+    for (Mixing& m : mixing_) m.before_step = m.param.detach().clone();  // [h, h]: a few KB
     return out;
   }
   double weight(const Batch& b) override { return double(target_tokens(b)); }
@@ -237,8 +257,12 @@ class PretrainTrainee : public Trainee {
     nlohmann::json j{{"ln_ppl", m.ln_ppl}};
     if (m.mlm_accuracy) j["mlm_accuracy"] = *m.mlm_accuracy;
     if (m.sentence_accuracy) j[c_.data.sentence_task + "_accuracy"] = *m.sentence_accuracy;
+    mixing_movement(j);
     auto log = thx::log("train");
-    if (s_.model.encoder)
+    if (!c_.data.synthetic.empty())
+      log->info("step {}: held-out recall accuracy {:.2f}%, ln(PPL) {:.4f} ({} examples of {} queries)", at,
+                100 * m.mlm_accuracy.value_or(0), m.ln_ppl, c_.eval.examples, recall_options(c_.data).queries);
+    else if (s_.model.encoder)
       log->info("step {}: held-out MLM ln(PPL) {:.4f}, MLM accuracy {:.2f}%{} ({} examples)", at, m.ln_ppl,
                 100 * m.mlm_accuracy.value_or(0),
                 m.sentence_accuracy ? fmt::format(", {} accuracy {:.2f}%", c_.data.sentence_task,
@@ -254,9 +278,33 @@ class PretrainTrainee : public Trainee {
   EvalMetrics last;
 
  private:
+  // Talking-heads' mixing matrices (P_l, P_w): how far they moved from their initialization,
+  // ||P - P_0|| / ||P_0||, and the size of the last step's update, ||dP|| / ||P|| (Frobenius),
+  // each the mean over the model's matrices of that name: <name>_drift, <name>_update.
+  struct Mixing {
+    std::string name;
+    Tensor param, init, before_step;
+  };
+  void mixing_movement(nlohmann::json& j) const {
+    for (const char* name : {"P_l", "P_w"}) {
+      double drift = 0, update = 0;
+      int n = 0, updates = 0;
+      for (const Mixing& m : mixing_) {
+        if (m.name != name) continue;
+        const Tensor p = m.param.detach();
+        drift += (p - m.init).norm().item<double>() / std::max(m.init.norm().item<double>(), 1e-30), ++n;
+        if (m.before_step.defined())
+          update += (p - m.before_step).norm().item<double>() / std::max(p.norm().item<double>(), 1e-30), ++updates;
+      }
+      if (n) j[std::string(name) + "_drift"] = drift / n;
+      if (updates) j[std::string(name) + "_update"] = update / updates;
+    }
+  }
+
   const PretrainConfig& c_;
   Setup& s_;
   std::vector<Batch> eval_batches_;
+  std::vector<Mixing> mixing_;
 };
 
 void describe(const PretrainConfig& c, PretrainModel& model) {
@@ -268,9 +316,17 @@ void describe(const PretrainConfig& c, PretrainModel& model) {
               c.data.targets_length, torch::get_num_threads());
     return;
   }
-  log->info("{} {} parameters; {} steps of {} examples of {} tokens (MLM {} + {}), {} threads",
-            c.model.type == "bert" ? "BERT" : "ALBERT", model.parameter_count(), c.train.steps, c.train.batch_size,
-            c.data.inputs_length, c.data.max_predictions_per_seq, c.data.sentence_task, torch::get_num_threads());
+  if (!c.data.synthetic.empty()) {
+    const RecallOptions r = recall_options(c.data);
+    log->info("{} {} parameters; {} steps of {} examples of associative recall ({} tokens: {} pairs, {} queries; "
+              "{} keys, {} values), {} threads", c.model.type == "bert" ? "BERT" : "ALBERT", model.parameter_count(),
+              c.train.steps, c.train.batch_size, c.data.inputs_length, r.pairs, r.queries, recall_keys(r),
+              recall_values(r), torch::get_num_threads());
+  } else {
+    log->info("{} {} parameters; {} steps of {} examples of {} tokens (MLM {} + {}), {} threads",
+              c.model.type == "bert" ? "BERT" : "ALBERT", model.parameter_count(), c.train.steps, c.train.batch_size,
+              c.data.inputs_length, c.data.max_predictions_per_seq, c.data.sentence_task, torch::get_num_threads());
+  }
   const int64_t micro = c.train.batch_size / c.train.grad_accum;
   const double gib = 1024.0 * 1024 * 1024;
   auto bytes = [&](bool recompute) {
@@ -304,7 +360,7 @@ PretrainResult run_pretrain(const PretrainConfig& c, const std::string& run_dir,
   std::optional<RunDirectory> dir;
   dist::on_rank0([&] { dir.emplace(ro); });
   Setup s = build(c);  // validates the data before anything is written
-  s.heldout = load_split(c.data.prepared, "heldout");
+  if (c.data.synthetic.empty()) s.heldout = load_split(c.data.prepared, "heldout");
   std::optional<EventWriter> events;
 
   LoopOptions o;
@@ -335,6 +391,9 @@ PretrainResult run_pretrain(const PretrainConfig& c, const std::string& run_dir,
 
 
 std::string result_line(const PretrainConfig& c, const std::string& run_dir, const PretrainResult& r) {
+  if (!c.data.synthetic.empty())
+    return fmt::format("{} step {} held-out recall accuracy {:.2f}%, ln(PPL) {:.4f}{}", run_dir, r.step,
+                       100 * r.mlm_accuracy.value_or(0), r.ln_ppl, r.interrupted ? " (interrupted; --resume continues)" : "");
   std::string extra;
   if (r.mlm_accuracy) extra += fmt::format(", MLM accuracy {:.2f}%", 100 * *r.mlm_accuracy);
   if (r.sentence_accuracy) extra += fmt::format(", {} accuracy {:.2f}%", c.data.sentence_task, 100 * *r.sentence_accuracy);

@@ -17,7 +17,7 @@ PretrainConfig load(ConfigTree& tree, bool run_blocks) {
       if (c.attention_encoder_decoder)
         throw ConfigError("attention_encoder_decoder", fmt::format("model.type {} has no decoder", c.model.type));
       // A BERT/ALBERT setting: T5 inputs may be shorter than its default.
-      if (run_blocks && c.data.max_predictions_per_seq > c.data.inputs_length)
+      if (run_blocks && c.data.synthetic.empty() && c.data.max_predictions_per_seq > c.data.inputs_length)
         throw ConfigError("data.max_predictions_per_seq", fmt::format("{} is invalid: more than data.inputs_length {}",
                                                                       c.data.max_predictions_per_seq, c.data.inputs_length));
       if (c.model.positions == "absolute" && c.data.inputs_length > c.model.max_positions)
@@ -38,6 +38,20 @@ PretrainConfig load(ConfigTree& tree, bool run_blocks) {
     validate(c.optimizer);
     if (!run_blocks) return;
     validate(c.data);
+    if (!c.data.synthetic.empty()) {
+      if (!c.model.encoder_only())
+        throw ConfigError("data.synthetic", fmt::format("{} trains an encoder: model.type bert or albert, not {}",
+                                                        c.data.synthetic, c.model.type));
+      if (c.data.sentence_task != "none")
+        throw ConfigError("data.sentence_task", fmt::format("'{}' is not allowed with data.synthetic {}; allowed: none",
+                                                            c.data.sentence_task, c.data.synthetic));
+      RecallOptions r = c.data.recall.value_or(RecallOptions{});
+      r.length = c.data.inputs_length;
+      if (const RecallProblem p = recall_options_problem(r); !p.key.empty()) throw ConfigError(p.key, p.message);
+      if (c.model.vocab_size > 0 && c.model.vocab_size < r.vocab_size)
+        throw ConfigError("model.vocab_size", fmt::format("{} is smaller than data.recall.vocab_size {}",
+                                                          c.model.vocab_size, r.vocab_size));
+    }
     validate(c.checkpoint);
     validate(c.eval);
   });
