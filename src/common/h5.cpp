@@ -291,6 +291,7 @@ H5Reader::H5Reader(std::string path) : path_(std::move(path)) {
     } catch (const std::exception&) {
       return false;  // not every dataset was reached: guard each call instead
     }
+    if (walk_incomplete_) return false;  // a member HDF5 could not describe: the same
     for (const std::string& d : names) try {
         read(d);
       } catch (const std::exception&) {
@@ -308,6 +309,16 @@ H5Reader::H5Reader(std::string path) : path_(std::move(path)) {
     return true;
   });
   file_ = H5Fopen(path_.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  if (file_ >= 0 && guarded_) {
+    // The datasets the child listed it also read without crashing; the listing itself went
+    // through there, so it does here. Only the others are read first in a child.
+    guarded_ = false;
+    try {
+      for (const std::string& d : datasets("/")) vetted_.insert(d);
+    } catch (const std::exception&) {
+    }
+    guarded_ = true;
+  }
   if (file_ < 0) throw InputError(fmt::format("{}: cannot open HDF5 file (truncated or corrupt?)", path_));
 }
 
@@ -316,7 +327,7 @@ H5Reader::~H5Reader() {
 }
 
 bool H5Reader::has(const std::string& name) const {
-  in_child_first([&] { has(name); return true; });
+  if (!vetted_.count(name)) in_child_first([&] { has(name); return true; });
   // H5Lexists must be asked one path component at a time.
   std::string prefix;
   size_t pos = 1;
@@ -331,7 +342,7 @@ bool H5Reader::has(const std::string& name) const {
 }
 
 torch::Tensor H5Reader::read(const std::string& name) const {
-  in_child_first([&] { read(name); return true; });
+  if (!vetted_.count(name)) in_child_first([&] { read(name); return true; });
   if (!has(name)) throw InputError(fmt::format("{}: missing dataset {}", path_, name));
   Handle ds{H5Dopen2(file_, name.c_str(), H5P_DEFAULT), H5Dclose};
   if (ds.id < 0) throw InputError(fmt::format("{}: cannot open dataset {}", path_, name));
@@ -444,7 +455,10 @@ std::vector<std::string> H5Reader::datasets(const std::string& group) const {
     for (const auto& n : list(g)) {
       const std::string full = (g == "/" ? "" : g) + "/" + n;
       H5O_info_t info;
-      if (H5Oget_info_by_name(file_, full.c_str(), &info, H5P_DEFAULT) < 0) continue;
+      if (H5Oget_info_by_name(file_, full.c_str(), &info, H5P_DEFAULT) < 0) {
+        walk_incomplete_ = true;
+        continue;
+      }
       if (info.type == H5O_TYPE_GROUP) {
         if (seen.insert(info.addr).second) walk(full, depth + 1);
       } else if (info.type == H5O_TYPE_DATASET) {

@@ -27,6 +27,7 @@
 #include <functional>
 
 #include <cstdint>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -88,6 +89,8 @@ class H5Reader {
   int64_t file_ = -1;
   bool guarded_ = false;           // no checksum block, and not read whole cleanly in a child
   mutable bool in_child_ = false;  // in the child process of in_child_first
+  mutable bool walk_incomplete_ = false;  // datasets() skipped a member HDF5 could not describe
+  std::set<std::string> vetted_;          // guarded: datasets the child read whole without crashing
 };
 
 }  // namespace thx
