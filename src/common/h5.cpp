@@ -234,11 +234,12 @@ void H5Writer::commit() {
 // A file without thx's checksum block (written before it existed) reaches HDF5's parser
 // unchecked, and Debian's HDF5 1.10 has crashed on damaged files where no check from outside can
 // come first (fuzzing: a division by zero opening a dataset). Such a file is first read whole,
-// every dataset and the root's attributes, in a child process (a fork) that opens it itself;
-// if HDF5 crashes there, the file is one line and this process never parses it. Errors are left
-// for this process to report in its turn; only if the child could not list every dataset does
-// each later call that parses the file run first in a child the same way. f returns whether it
-// went through; the child's exit status says so (0, or kChildThrew).
+// every dataset and root attribute, in a child process (a fork) that opens it itself; if HDF5
+// crashes there, the file is one line and this process never parses it. Errors are left for
+// this process to report in its turn. Afterwards the file is what the child listed and read:
+// a dataset its listing did not reach is missing (has, read, datasets answer from that list);
+// list() and attr() run first in a child the same way. f returns whether it went through; the
+// child's exit status says so (0, or kChildThrew).
 namespace {
 constexpr int kChildThrew = 3;
 // The sanitizers' death callback (libFuzzer's writes a crash file): the child's crash is an
@@ -281,7 +282,7 @@ H5Reader::H5Reader(std::string path) : path_(std::move(path)) {
   if (H5Fis_hdf5(path_.c_str()) <= 0)
     throw InputError(fmt::format("{}: not an HDF5 file (or truncated)", path_));
   guarded_ = !sum.present;
-  guarded_ = !in_child_first([&] {  // every dataset and root attribute, each error left for later
+  in_child_first([&] {  // every dataset and root attribute; errors are left for their calls
     file_ = H5Fopen(path_.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
     if (file_ < 0) return true;  // fails here the same way, one line
     std::vector<std::string> names;
@@ -289,18 +290,17 @@ H5Reader::H5Reader(std::string path) : path_(std::move(path)) {
     try {
       names = datasets("/");
     } catch (const std::exception&) {
-      return false;  // not every dataset was reached: guard each call instead
+      return true;
     }
-    if (walk_incomplete_) return false;  // a member HDF5 could not describe: the same
     for (const std::string& d : names) try {
         read(d);
       } catch (const std::exception&) {
       }
-    if (H5Oget_info_by_name(file_, "/", &info, H5P_DEFAULT) < 0) return false;
+    if (H5Oget_info_by_name(file_, "/", &info, H5P_DEFAULT) < 0) return true;
     for (hsize_t i = 0; i < info.num_attrs; ++i) {
       char name[256] = {};
       if (H5Aget_name_by_idx(file_, "/", H5_INDEX_NAME, H5_ITER_INC, i, name, sizeof name, H5P_DEFAULT) <= 0)
-        return false;
+        return true;
       try {
         attr("/", name);
       } catch (const std::exception&) {
@@ -310,14 +310,14 @@ H5Reader::H5Reader(std::string path) : path_(std::move(path)) {
   });
   file_ = H5Fopen(path_.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
   if (file_ >= 0 && guarded_) {
-    // The datasets the child listed it also read without crashing; the listing itself went
-    // through there, so it does here. Only the others are read first in a child.
-    guarded_ = false;
+    // The child listed the datasets the same way and read each without crashing: those are the
+    // file's datasets from here on.
+    in_child_ = true;  // (no child for the listing itself: it went through in the child)
     try {
       for (const std::string& d : datasets("/")) vetted_.insert(d);
     } catch (const std::exception&) {
     }
-    guarded_ = true;
+    in_child_ = false;
   }
   if (file_ < 0) throw InputError(fmt::format("{}: cannot open HDF5 file (truncated or corrupt?)", path_));
 }
@@ -327,7 +327,12 @@ H5Reader::~H5Reader() {
 }
 
 bool H5Reader::has(const std::string& name) const {
-  if (!vetted_.count(name)) in_child_first([&] { has(name); return true; });
+  if (guarded_ && !in_child_) {  // the file is what the child listed and read (above)
+    for (const std::string& d : vetted_)
+      if (d == name || (d.size() > name.size() && d.compare(0, name.size(), name) == 0 && d[name.size()] == '/'))
+        return true;
+    return false;
+  }
   // H5Lexists must be asked one path component at a time.
   std::string prefix;
   size_t pos = 1;
@@ -342,7 +347,6 @@ bool H5Reader::has(const std::string& name) const {
 }
 
 torch::Tensor H5Reader::read(const std::string& name) const {
-  if (!vetted_.count(name)) in_child_first([&] { read(name); return true; });
   if (!has(name)) throw InputError(fmt::format("{}: missing dataset {}", path_, name));
   Handle ds{H5Dopen2(file_, name.c_str(), H5P_DEFAULT), H5Dclose};
   if (ds.id < 0) throw InputError(fmt::format("{}: cannot open dataset {}", path_, name));
@@ -444,7 +448,13 @@ std::vector<std::string> H5Reader::list(const std::string& group) const {
 }
 
 std::vector<std::string> H5Reader::datasets(const std::string& group) const {
-  in_child_first([&] { datasets(group); return true; });
+  if (guarded_ && !in_child_) {
+    const std::string prefix = group == "/" ? "/" : group + "/";
+    std::vector<std::string> out;
+    for (const std::string& d : vetted_)
+      if (d.compare(0, prefix.size(), prefix) == 0) out.push_back(d);
+    return out;  // sorted, as the set is
+  }
   // A damaged file may link a group into itself or nest groups without end (found by
   // fuzzing: a stack overflow): each group is walked once, and thx's files nest a few levels.
   std::vector<std::string> out;
@@ -455,10 +465,7 @@ std::vector<std::string> H5Reader::datasets(const std::string& group) const {
     for (const auto& n : list(g)) {
       const std::string full = (g == "/" ? "" : g) + "/" + n;
       H5O_info_t info;
-      if (H5Oget_info_by_name(file_, full.c_str(), &info, H5P_DEFAULT) < 0) {
-        walk_incomplete_ = true;
-        continue;
-      }
+      if (H5Oget_info_by_name(file_, full.c_str(), &info, H5P_DEFAULT) < 0) continue;
       if (info.type == H5O_TYPE_GROUP) {
         if (seen.insert(info.addr).second) walk(full, depth + 1);
       } else if (info.type == H5O_TYPE_DATASET) {

@@ -87,10 +87,9 @@ class H5Reader {
   bool in_child_first(const std::function<bool()>& f) const;  // files without a checksum (above)
   std::string path_;
   int64_t file_ = -1;
-  bool guarded_ = false;           // no checksum block, and not read whole cleanly in a child
+  bool guarded_ = false;           // no checksum block: parsed in a child first (above)
   mutable bool in_child_ = false;  // in the child process of in_child_first
-  mutable bool walk_incomplete_ = false;  // datasets() skipped a member HDF5 could not describe
-  std::set<std::string> vetted_;          // guarded: datasets the child read whole without crashing
+  std::set<std::string> vetted_;   // guarded: datasets the child read without crashing
 };
 
 }  // namespace thx
