@@ -4,7 +4,9 @@
 // into the same global symbol scope as LibTorch's system protobuf, the two copies
 // interpose each other and the process crashes while the libraries initialize. thx therefore
 // never links SentencePiece: tokenizer.cpp loads this plugin with dlopen(RTLD_LOCAL |
-// RTLD_DEEPBIND), which keeps SentencePiece and its protobuf in a scope of their own.
+// RTLD_DEEPBIND), which keeps SentencePiece and its protobuf in a scope of their own
+// (sanitizer builds, which refuse DEEPBIND, load it uninstrumented with dlmopen into a
+// link-map namespace of its own).
 // No torch or thx header here.
 #include <sentencepiece_processor.h>
 #include <sentencepiece_trainer.h>

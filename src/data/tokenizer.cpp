@@ -44,7 +44,11 @@ std::string plugin_path() {
 const Spm& spm() {
   static const Spm s = [] {
     const std::string path = plugin_path();
+#ifdef THX_SPM_OWN_NAMESPACE  // sanitizer builds (CMakeLists.txt): they refuse RTLD_DEEPBIND
+    void* h = ::dlmopen(LM_ID_NEWLM, path.c_str(), RTLD_NOW | RTLD_LOCAL);
+#else
     void* h = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
+#endif
     if (!h) throw std::runtime_error(fmt::format("cannot load the SentencePiece plugin: {}", ::dlerror()));
     auto sym = [&](const char* name) {
       void* f = ::dlsym(h, name);
