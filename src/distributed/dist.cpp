@@ -233,9 +233,10 @@ std::string broadcast_bytes(const std::string& from_rank0) {
   if (!g) return from_rank0;
   Tensor n = torch::tensor({int64_t(from_rank0.size())});  // [1]
   broadcast({n});
+  if (n.item<int64_t>() == 0) return {};  // (an empty tensor's data pointer is null)
   Tensor bytes = torch::empty({n.item<int64_t>()}, torch::kUInt8);  // [n]
   if (g->env.rank == 0) std::memcpy(bytes.data_ptr<uint8_t>(), from_rank0.data(), from_rank0.size());
-  if (bytes.numel() > 0) broadcast({bytes});
+  broadcast({bytes});
   return std::string(reinterpret_cast<const char*>(bytes.data_ptr<uint8_t>()), size_t(bytes.numel()));
 }
 

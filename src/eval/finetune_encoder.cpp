@@ -40,7 +40,8 @@ void gather_rows(std::vector<Tensor>& rows) {
     if (!rows[i].defined()) continue;
     put(int64_t(i)), put(rows[i].dim());
     for (int64_t d : rows[i].sizes()) put(d);
-    mine.append(reinterpret_cast<const char*>(rows[i].data_ptr<float>()), size_t(rows[i].numel()) * sizeof(float));
+    if (rows[i].numel() > 0)
+      mine.append(reinterpret_cast<const char*>(rows[i].data_ptr<float>()), size_t(rows[i].numel()) * sizeof(float));
   }
   for (const std::string& theirs : dist::all_gather_bytes(mine)) {
     size_t at = 0;
@@ -55,7 +56,7 @@ void gather_rows(std::vector<Tensor>& rows) {
       std::vector<int64_t> shape(static_cast<size_t>(get()));
       for (auto& d : shape) d = get();
       Tensor t = torch::empty(shape, torch::kFloat32);
-      std::memcpy(t.data_ptr<float>(), theirs.data() + at, size_t(t.numel()) * sizeof(float));
+      if (t.numel() > 0) std::memcpy(t.data_ptr<float>(), theirs.data() + at, size_t(t.numel()) * sizeof(float));
       at += size_t(t.numel()) * sizeof(float);
       rows[i] = t;
     }

@@ -31,7 +31,7 @@ void save_checkpoint(const std::string& path, const Checkpoint& c) {
   w.write("/state/stream/example", torch::tensor(c.stream.example));
   for (const auto& [k, v] : c.extra) {
     torch::Tensor bytes = torch::empty({int64_t(v.size())}, torch::kUInt8);  // [bytes]
-    std::memcpy(bytes.data_ptr<uint8_t>(), v.data(), v.size());
+    if (!v.empty()) std::memcpy(bytes.data_ptr<uint8_t>(), v.data(), v.size());  // (empty: null)
     w.write("/state/extra/" + k, bytes);
   }
   w.attr("/", "config", c.config);
