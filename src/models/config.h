@@ -25,9 +25,11 @@ struct ModelConfig {
   int64_t max_positions = 512;         // absolute position embeddings
   int64_t type_vocab_size = 2;         // token types (segments A and B)
   bool recompute = false;              // recompute each layer in the backward pass
+  std::optional<double> init_std;      // default 0.02, BERT's initializer_range
 
   double z_loss_value() const { return z_loss.value_or(type == "t5" ? 1e-4 : 0.0); }
   bool encoder_only() const { return type != "t5"; }
+  double init_std_value() const { return init_std.value_or(0.02); }
 };
 
 template <class V>
@@ -48,6 +50,7 @@ void visit(V& v, ModelConfig& c) {
   v("positions", c.positions, "bert/albert: absolute (learned embeddings) | relative (T5's bucketed bias)");
   v("max_positions", c.max_positions, "bert/albert: absolute position embeddings");
   v("type_vocab_size", c.type_vocab_size, "bert/albert: token types");
+  v("init_std", c.init_std, "bert/albert: std of the truncated-normal initializer of embeddings and dense weights (default 0.02, BERT's initializer_range)");
   v("recompute", c.recompute, "bert/albert: keep only layer inputs and recompute each layer in the backward pass (for many heads at long lengths)");
 }
 

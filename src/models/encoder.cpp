@@ -16,7 +16,6 @@ using torch::Tensor;
 
 namespace {
 
-constexpr double kInitStd = 0.02;  // BERT's and ALBERT's initializer_range
 constexpr double kLayerNormEps = 1e-12;
 
 // N(0, std) truncated at 2 std (TensorFlow's truncated_normal): out-of-range draws are redrawn.
@@ -41,13 +40,14 @@ void init_truncated_normal(Tensor& p, double std) { init_truncated(p, std); }
 
 EncoderLayerImpl::EncoderLayerImpl(const ModelConfig& c, const AttentionDims& dims) : dropout_(c.dropout) {
   const int64_t d = c.d_model;
+  const double init = c.init_std_value();  // BERT's initializer_range
   attention = register_module("attention", make_attention(dims));
   if (auto* p = dynamic_cast<ProjectedAttention*>(attention.get())) {
     torch::NoGradGuard g;  // BERT's initializer, with P_q carrying 1/sqrt(d_k)
-    init_truncated(p->P_q, kInitStd / std::sqrt(double(dims.d_k)));
-    init_truncated(p->P_k, kInitStd);
-    init_truncated(p->P_v, kInitStd);
-    init_truncated(p->P_o, kInitStd);
+    init_truncated(p->P_q, init / std::sqrt(double(dims.d_k)));
+    init_truncated(p->P_k, init);
+    init_truncated(p->P_v, init);
+    init_truncated(p->P_o, init);
   }
   attention_norm_scale = register_parameter("attention_norm/scale", torch::ones({d}));
   attention_norm_bias = register_parameter("attention_norm/bias", torch::zeros({d}));
@@ -55,8 +55,8 @@ EncoderLayerImpl::EncoderLayerImpl(const ModelConfig& c, const AttentionDims& di
   bias_i = register_parameter("ff/bias_i", torch::zeros({c.d_ff}));
   wo = register_parameter("ff/wo", torch::empty({c.d_ff, d}));
   bias_o = register_parameter("ff/bias_o", torch::zeros({d}));
-  init_truncated(wi, kInitStd);
-  init_truncated(wo, kInitStd);
+  init_truncated(wi, init);
+  init_truncated(wo, init);
   ff_norm_scale = register_parameter("ff_norm/scale", torch::ones({d}));
   ff_norm_bias = register_parameter("ff_norm/bias", torch::zeros({d}));
 }
@@ -120,7 +120,7 @@ EncoderModelImpl::EncoderModelImpl(const ModelSpec& spec, int64_t vocab_size, bo
   heads_ = dims.h;
   auto param = [&](const std::string& name, std::vector<int64_t> shape) {
     Tensor p = register_parameter(name, torch::empty(shape));
-    init_truncated(p, kInitStd);
+    init_truncated(p, c.init_std_value());
     return p;
   };
   word = param("embeddings/word", {(vocab_size + 127) / 128 * 128, E_});

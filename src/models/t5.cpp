@@ -47,6 +47,10 @@ void validate(const ModelConfig& c, const std::string& path) {
     throw ConfigError(path + ".positions", fmt::format("'{}' is not allowed; allowed: absolute, relative", c.positions));
   positive("max_positions", c.max_positions);
   positive("type_vocab_size", c.type_vocab_size);
+  if (c.init_std && c.type == "t5")
+    throw ConfigError(path + ".init_std", "is for bert and albert; t5 initializes as Mesh TensorFlow does (section 7.1)");
+  if (c.init_std && !(*c.init_std > 0 && *c.init_std <= 10))
+    throw ConfigError(path + ".init_std", fmt::format("{} is invalid: must be in (0, 10]", *c.init_std));
 
 }
 

@@ -191,6 +191,7 @@ TEST(Cli, BadPretrainConfigsExitTwoWithOneLine) {
        "attention_decoder_self.dynamic: dynamic projections need attention_decoder_self.variant "
        "talking_heads, not multi_head"},
       {"--set model.relative_buckets=7", "model.relative_buckets: 7 is invalid"},
+      {"--set model.init_std=0.5", "model.init_std: is for bert and albert; t5 initializes as Mesh TensorFlow does"},
       {"--set data.noise_density=1.5", "data.noise_density: 1.5 is invalid"},
       {"--set data.prepared=", "data.prepared: expected a string, got null"},
       {"--set 'data.prepared=\"\"'", "data.prepared: is required"},
@@ -214,6 +215,7 @@ TEST(Cli, BadAlbertAndBertConfigsExitTwoWithOneLine) {
       {"--set model.hidden_groups=2", "model.hidden_groups: 2 does not divide encoder_layers 3"},
       {"--set model.type=gpt", "model.type: 'gpt' is not allowed; allowed: t5, bert, albert"},
       {"--set model.positions=rotary", "model.positions: 'rotary' is not allowed; allowed: absolute, relative"},
+      {"--set model.init_std=-0.1", "model.init_std: -0.1 is invalid: must be in (0, 10]"},
       {"--set data.masked_lm_prob=1.5", "data.masked_lm_prob: 1.5 is invalid: must be in (0, 1)"},
       {"--set data.masked_lm_prob=0", "data.masked_lm_prob: 0 is invalid: must be in (0, 1)"},
       {"--set data.max_predictions_per_seq=0", "data.max_predictions_per_seq: 0 is invalid: must be >= 1"},

@@ -3,6 +3,7 @@
 // recomputation, the extreme talking-heads setting, and overfitting a tiny batch.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <set>
 
 #include "attention/projected.h"
@@ -202,6 +203,19 @@ TEST(EncoderInit, TruncatedNormalAndFoldedQueryScale) {
   EXPECT_NEAR(p["encoder/layers/0/attention/P_q"].std().item<double>(), trunc / 8, 0.03 * trunc / 8);
   EXPECT_EQ(p["encoder/layers/0/attention/bias_q"].abs().max().item<double>(), 0.0);
   EXPECT_EQ(p["encoder/layers/0/ff_norm/scale"].min().item<double>(), 1.0);
+
+  // model.init_std replaces 0.02 everywhere the initializer is used (the recall probe's 0.5).
+  c.init_std = 0.5;
+  EncoderModel wide(c, heads("talking_heads", 4), 4000);
+  auto q = params_of(*wide);
+  const double trunc_wide = 0.5 * 0.879596;
+  for (const char* k : {"embeddings/word", "embeddings/position", "encoder/layers/0/ff/wo",
+                        "encoder/layers/0/attention/P_v", "mlm/w"}) {
+    EXPECT_NEAR(q[k].std().item<double>(), trunc_wide, 0.03 * trunc_wide) << k;
+    EXPECT_LE(q[k].abs().max().item<double>(), 1.0 + 1e-6) << k;
+  }
+  EXPECT_NEAR(q["encoder/layers/0/attention/P_q"].std().item<double>(), trunc_wide / 8, 0.03 * trunc_wide / 8);
+  EXPECT_EQ(q["encoder/layers/0/attention/bias_q"].abs().max().item<double>(), 0.0);
 }
 
 // Published totals, computed from the published architectures (Devlin et al. Table/appendix;
@@ -501,6 +515,12 @@ TEST(EncoderConfig, BadValuesAreRefusedWithTheKey) {
   EXPECT_EQ(key_of(c), "model.embedding_size");
   c = tiny("bert"), c.z_loss = -1.0;
   EXPECT_EQ(key_of(c), "model.z_loss");
+  c = tiny("bert"), c.init_std = 0.0;
+  EXPECT_EQ(key_of(c), "model.init_std");
+  c = tiny("bert"), c.init_std = std::nan("");
+  EXPECT_EQ(key_of(c), "model.init_std");
+  c = ModelConfig{}, c.init_std = 0.5;  // t5 initializes as Mesh TensorFlow does
+  EXPECT_EQ(key_of(c), "model.init_std");
   EXPECT_EQ(key_of(tiny("albert")), "(accepted)");
 }
 
