@@ -1,0 +1,122 @@
+#!/usr/bin/python3
+"""recall_table.py: the associative-recall sweep (configs/mini/recall.yaml) as tables and a plot.
+
+    /usr/bin/python3 scripts/recall_table.py [SWEEP_DIR] [PLOT.png]
+
+SWEEP_DIR (default runs/recall-mini) is the --out of `thx sweep`: its results.jsonl gives each
+run's final held-out recall accuracy, and each run's metrics.jsonl its held-out curve (one
+evaluation every eval.every steps). Printed, in Markdown:
+  1. final accuracy, h x variant, mean +- seed sigma (sample standard deviation) over seeds;
+  2. the first evaluated step at which held-out accuracy reached 90%, per run ("-": never);
+  3. for the variants with P_l or P_w, how far they moved from their initialization
+     (||P - P_0|| / ||P_0||, mean over layers) and the last step's update relative to them.
+PLOT.png (default SWEEP_DIR/recall.png): final accuracy against d_k, one line per variant,
+seed sigma as error bars, chance and the answer-with-some-value plateau marked.
+"""
+import json
+import math
+import os
+import sys
+
+SOLVED = 0.90
+ORDER = ["multi_head", "project_logits", "project_weights", "talking_heads"]
+NAMES = {"multi_head": "multi-head", "project_logits": "logits only",
+         "project_weights": "weights only", "talking_heads": "talking-heads"}
+
+out = sys.argv[1] if len(sys.argv) > 1 else "runs/recall-mini"
+plot = sys.argv[2] if len(sys.argv) > 2 else os.path.join(out, "recall.png")
+runs = [json.loads(l) for l in open(os.path.join(out, "results.jsonl")) if l.strip()]
+if not runs:
+    sys.exit(f"{out}/results.jsonl: no finished runs")
+
+
+def attn(r):
+    return r["attention"]["encoder_self"]
+
+
+def curve(r):
+    """[(step, accuracy)] of the run's held-out evaluations."""
+    pts = []
+    for line in open(os.path.join(out, r["name"], "metrics.jsonl")):
+        m = json.loads(line)
+        if "mlm_accuracy" in m:
+            pts.append((m["step"], m["mlm_accuracy"]))
+    return pts
+
+
+def mean_sd(xs):
+    m = sum(xs) / len(xs)
+    sd = math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1)) if len(xs) > 1 else float("nan")
+    return m, sd
+
+
+cells, first, moved = {}, {}, {}
+for r in runs:
+    a = attn(r)
+    key = (a["variant"], a["h"])
+    cells.setdefault(key, []).append(r["mlm"] / 100)
+    pts = curve(r)
+    first.setdefault(key, []).append(next((s for s, acc in pts if acc >= SOLVED), None))
+    for k in ("P_l_drift", "P_w_drift", "P_l_update", "P_w_update"):
+        if k in r:
+            moved.setdefault(key, {}).setdefault(k, []).append(r[k])
+
+variants = [v for v in ORDER if any(k[0] == v for k in cells)]
+hs = sorted({k[1] for k in cells})
+d_model = runs[0]["d_model"]
+seeds = sorted({r["seed"] for r in runs})
+steps = runs[0]["steps"]
+
+print(f"### Held-out recall accuracy after {steps} steps, mean ± seed σ (seeds {seeds}; chance 12.5%)\n")
+print("| h | d_k | " + " | ".join(NAMES[v] for v in variants) + " |")
+print("|---:|---:|" + "---:|" * len(variants))
+for h in hs:
+    row = []
+    for v in variants:
+        xs = cells.get((v, h))
+        if not xs:
+            row.append("")
+            continue
+        m, sd = mean_sd(xs)
+        row.append(f"{100 * m:.1f} ± {100 * sd:.1f}" + (f" (n={len(xs)})" if len(xs) != len(seeds) else ""))
+    print(f"| {h} | {d_model // h} | " + " | ".join(row) + " |")
+
+print(f"\n### First evaluated step with held-out accuracy ≥ {SOLVED:.0%}, per seed (-: not within {steps})\n")
+print("| h | " + " | ".join(NAMES[v] for v in variants) + " |")
+print("|---:|" + "---|" * len(variants))
+for h in hs:
+    row = [" ".join("-" if s is None else str(s) for s in first.get((v, h), [])) for v in variants]
+    print(f"| {h} | " + " | ".join(row) + " |")
+
+if moved:
+    print("\n### How far P_l and P_w moved: ||P - P_0|| / ||P_0|| at the end, and the last update / ||P||, mean over seeds\n")
+    print("| variant | h | P_l drift | P_w drift | P_l update | P_w update |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for v in variants:
+        for h in hs:
+            m = moved.get((v, h))
+            if not m:
+                continue
+            f = lambda k: f"{mean_sd(m[k])[0]:.3g}" if k in m else ""
+            print(f"| {NAMES[v]} | {h} | {f('P_l_drift')} | {f('P_w_drift')} | {f('P_l_update')} | {f('P_w_update')} |")
+
+import matplotlib  # noqa: E402  (only the plot needs it)
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+fig, ax = plt.subplots(figsize=(6, 4))
+for v in variants:
+    pts = [(d_model // h, *mean_sd(cells[(v, h)])) for h in hs if (v, h) in cells]
+    ax.errorbar([p[0] for p in pts], [100 * p[1] for p in pts], yerr=[100 * (p[2] if p[2] == p[2] else 0) for p in pts],
+                marker="o", capsize=3, label=NAMES[v])
+ax.axhline(12.5, color="grey", ls=":", lw=1, label="chance")
+ax.axhline(41, color="grey", ls="--", lw=1, label="some value of the example")
+ax.set_xscale("log", base=2)
+ax.set_xlabel("d_k = d_model / h (h = " + ", ".join(str(h) for h in reversed(hs)) + ")")
+ax.set_ylabel(f"held-out recall accuracy after {steps} steps (%)")
+ax.set_ylim(0, 102)
+ax.legend(fontsize=8)
+ax.set_title(f"MQAR, {runs[0]['model']} d_model {d_model}, {len(seeds)} seeds")
+fig.tight_layout()
+fig.savefig(plot, dpi=120)
+print(f"\n(plot: {plot})")
