@@ -172,13 +172,16 @@ void init(const LaunchEnv& env, double timeout_s) {
                          env.master_port, timeout_s);
 }
 
+static Group* volatile left_to_exit = nullptr;  // see shutdown()
+
 void shutdown() {
   if (!g) return;
   g->stop = true;
   if (g->beat.joinable()) g->beat.join();
   // The process group and stores are left to the process's end: tearing Gloo down while a
-  // peer is gone can block.
-  g.release();
+  // peer is gone can block. A global (volatile, so the store is kept) keeps them reachable,
+  // so that LeakSanitizer does not report what is left on purpose.
+  left_to_exit = g.release();
 }
 
 bool active() { return bool(g); }
