@@ -50,7 +50,7 @@ void visit(V& v, ModelConfig& c) {
   v("positions", c.positions, "bert/albert: absolute (learned embeddings) | relative (T5's bucketed bias)");
   v("max_positions", c.max_positions, "bert/albert: absolute position embeddings");
   v("type_vocab_size", c.type_vocab_size, "bert/albert: token types");
-  v("init_std", c.init_std, "bert/albert: std of the truncated-normal initializer of embeddings and dense weights (default 0.02, BERT's initializer_range)");
+  v("init_std", c.init_std, "bert/albert: std of the truncated-normal initializer of embeddings and dense weights, not of P_l/P_w (default 0.02, BERT's initializer_range)");
   v("recompute", c.recompute, "bert/albert: keep only layer inputs and recompute each layer in the backward pass (for many heads at long lengths)");
 }
 
