@@ -87,6 +87,7 @@ struct OptimizerConfig {
   double adam_beta1 = 0.9, adam_beta2 = 0.999, adam_epsilon = 1e-8;
   bool adam_bias_correction = true;      // AdamW only; BERT's has none
   std::vector<std::string> no_decay = {"norm", "bias"};  // path substrings: no decay, no trust ratio
+  double mixing_lr_multiplier = 1.0;     // P_l and P_w learn at this multiple of the rate
 };
 
 template <class V>
@@ -108,6 +109,9 @@ void visit(V& v, OptimizerConfig& c) {
   v("adam_epsilon", c.adam_epsilon, "AdamW/LAMB epsilon (BERT, ALBERT: 1e-6)");
   v("adam_bias_correction", c.adam_bias_correction, "AdamW bias correction (BERT's optimizer has none)");
   v("no_decay", c.no_decay, "parameters whose path contains one of these get no weight decay (and no LAMB trust ratio)");
+  v("mixing_lr_multiplier", c.mixing_lr_multiplier,
+    "the head-mixing projections P_l and P_w (talking_heads, project_logits, project_weights) learn at this "
+    "multiple of the learning rate; everything else at the rate itself (default 1)");
 }
 
 struct CheckpointConfig {

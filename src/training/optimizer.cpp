@@ -83,7 +83,7 @@ class Adafactor : public Optimizer {
       }
       at::parallel_for(0, threads, 1, [&](int64_t lo, int64_t hi) {
         for (int64_t t = lo; t < hi; ++t)
-          for (size_t i : bins[t]) fused_update(params_[i], slots_[i], decay, lr);
+          for (size_t i : bins[t]) fused_update(params_[i], slots_[i], decay, lr * params_[i].lr_scale);
       });
     }
     for (size_t i = 0; i < params_.size(); ++i) {
@@ -103,7 +103,7 @@ class Adafactor : public Optimizer {
         x = g * torch::rsqrt(s.v);
       }
       x.div_(torch::clamp_min(rms(x) / o_.clipping_threshold, 1.0));
-      Tensor update = x.mul_(torch::clamp_min(rms(p.param), o_.epsilon2) * lr);  // the view's shape
+      Tensor update = x.mul_(torch::clamp_min(rms(p.param), o_.epsilon2) * (lr * p.lr_scale));  // the view's shape
       if (o_.beta1) {
         s.m.mul_(*o_.beta1).add_(update, 1.0 - *o_.beta1);
         update = s.m;
@@ -307,7 +307,7 @@ class Adam : public Optimizer {
         const double wn = w.norm().item<double>(), un = u.norm().item<double>();
         if (wn > 0 && un > 0) ratio = wn / un;
       }
-      w.add_(u, -lr * ratio);
+      w.add_(u, -(lr * params_[i].lr_scale) * ratio);
     }
   }
 

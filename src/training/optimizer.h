@@ -37,6 +37,7 @@ struct OptimizedParam {
   std::vector<int64_t> view;    // the shape whose dims decide factoring (numel unchanged)
   bool never_factor = false;
   bool no_decay = false;        // Adam family: no weight decay and no LAMB trust ratio
+  double lr_scale = 1.0;        // its learning rate is lr * lr_scale (optimizer.mixing_lr_multiplier)
 };
 
 class Optimizer {

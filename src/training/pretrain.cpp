@@ -1,5 +1,6 @@
 #include "training/pretrain.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -199,7 +200,7 @@ std::vector<OptimizedParam> optimized_params(torch::nn::Module& model,
     OptimizedParam op{path, p, p.sizes().vec(), false};
     const auto slash = path.find_last_of('/');
     const std::string name = path.substr(slash + 1), owner = path.substr(0, slash);
-    if (name == "P_l" || name == "P_w") op.never_factor = true;
+    if (name == "P_l" || name == "P_w") op.never_factor = true, op.lr_scale = c.mixing_lr_multiplier;
     auto it = variants.find(owner);
     if (it != variants.end() && (name == "P_q" || name == "P_k" || name == "P_v" || name == "P_o")) {
       const bool combined = mode == "combined" || (mode == "mesh_tf" && it->second->factor_combined);
@@ -209,6 +210,13 @@ std::vector<OptimizedParam> optimized_params(torch::nn::Module& model,
       if (!key.empty() && path.find(key) != std::string::npos) op.no_decay = true;
     out.push_back(op);
   }
+  // Pretraining refuses this at its config (spec.cpp, with the file and line); fine-tuning learns
+  // the model's attention only from its checkpoint.
+  if (c.mixing_lr_multiplier != 1.0 &&
+      std::none_of(out.begin(), out.end(), [](const OptimizedParam& p) { return p.lr_scale != 1.0; }))
+    throw InputError(fmt::format("optimizer.mixing_lr_multiplier: {} has no effect: the model has no P_l or P_w "
+                                 "(talking_heads, project_logits, project_weights have them)",
+                                 c.mixing_lr_multiplier));
   return out;
 }
 

@@ -36,6 +36,19 @@ PretrainConfig load(ConfigTree& tree, bool run_blocks) {
             c.attention_encoder_decoder ? "attention_encoder_decoder" : "attention");
     validate(c.train);
     validate(c.optimizer);
+    if (c.optimizer.mixing_lr_multiplier != 1.0) {  // a multiplier on nothing is a mistake, not a no-op
+      bool mixes = false;
+      for (const AttentionConfig* l : {&pc.attention.encoder_self, &pc.attention.decoder_self, &pc.attention.encoder_decoder}) {
+        if (c.model.encoder_only() && l != &pc.attention.encoder_self) continue;
+        const AttentionDims dims = resolve(*l, d, d, d, "attention");
+        mixes = mixes || dims.has_P_l() || dims.has_P_w();
+      }
+      if (!mixes)
+        throw ConfigError("optimizer.mixing_lr_multiplier",
+                          fmt::format("{} has no effect: attention.variant {} has no P_l or P_w; allowed with "
+                                      "talking_heads, project_logits, project_weights",
+                                      c.optimizer.mixing_lr_multiplier, a.variant));
+    }
     if (!run_blocks) return;
     validate(c.data);
     if (!c.data.synthetic.empty()) {

@@ -272,6 +272,60 @@ TEST(Lamb, NoDecayFollowsTheConfiguredPathKeys) {
   }
 }
 
+// optimizer.mixing_lr_multiplier: P_l and P_w (and nothing else) get lr_scale = the multiplier;
+// a model without them refuses it rather than ignoring it.
+TEST(MixingLrMultiplier, ScalesOnlyTheHeadMixingProjections) {
+  ModelConfig mc;
+  mc.type = "bert", mc.d_model = 16, mc.d_ff = 16, mc.encoder_layers = 2, mc.max_positions = 8;
+  AttentionConfig a;
+  a.variant = "talking_heads", a.h = 4;
+  EncoderModel th(mc, a, 20);
+  OptimizerConfig c;
+  c.mixing_lr_multiplier = 4;
+  int mixing = 0;
+  for (const auto& p : optimized_params(*th, th->named_parameters_by_path(), c)) {
+    const std::string name = p.path.substr(p.path.rfind('/') + 1);
+    const bool mixes = name == "P_l" || name == "P_w";
+    mixing += mixes;
+    EXPECT_EQ(p.lr_scale, mixes ? 4.0 : 1.0) << p.path;
+  }
+  EXPECT_EQ(mixing, 4);  // P_l and P_w in each of the 2 layers
+  a.variant = "multi_head";
+  EncoderModel mh(mc, a, 20);
+  EXPECT_THROW(optimized_params(*mh, mh->named_parameters_by_path(), c), InputError);
+  c.mixing_lr_multiplier = 1;
+  EXPECT_NO_THROW(optimized_params(*mh, mh->named_parameters_by_path(), c));
+}
+
+// A parameter with lr_scale s follows the trajectory of one stepped at s times the rate, in every
+// optimizer; the other parameters of the same optimizer are bit for bit what they were without it.
+TEST(MixingLrMultiplier, IsTheParametersLearningRate) {
+  for (const std::string name : {"adafactor", "adafactor-aten", "adamw", "lamb"}) {
+    torch::manual_seed(9);
+    const std::vector<int64_t> shape = {6, 5};
+    const torch::Tensor w0 = torch::randn(shape), o0 = torch::randn(shape);
+    torch::Tensor scaled = w0.clone().requires_grad_(true), fast = w0.clone().requires_grad_(true);
+    torch::Tensor other = o0.clone().requires_grad_(true), alone = o0.clone().requires_grad_(true);
+    OptimizerConfig c;
+    c.name = name == "adafactor-aten" ? "adafactor" : name, c.weight_decay = name == "adafactor" ? 0.0 : 0.01;
+    OptimizedParam s{"att/P_l", scaled, shape, true}, o{"ff/wi", other, shape, false};
+    s.lr_scale = 4;
+    auto with = make_optimizer(c, {s, o});
+    auto at_4x = make_optimizer(c, {{"att/P_l", fast, shape, true}});
+    auto without = make_optimizer(c, {{"ff/wi", alone, shape, false}});
+    if (name == "adafactor-aten") with->set_fused(false), at_4x->set_fused(false), without->set_fused(false);
+    for (int t = 0; t < 3; ++t) {
+      const torch::Tensor g = torch::randn(shape), h = torch::randn(shape);
+      scaled.mutable_grad() = g, fast.mutable_grad() = g.clone();
+      other.mutable_grad() = h, alone.mutable_grad() = h.clone();
+      with->step(0.01), at_4x->step(0.04), without->step(0.01);
+    }
+    EXPECT_TRUE(test::close(scaled, fast, 1e-7, 1e-6)) << name;
+    EXPECT_FALSE(test::close(scaled, w0, 1e-3, 1e-3)) << name;  // it did move
+    EXPECT_TRUE(torch::equal(other, alone)) << name;
+  }
+}
+
 TEST(Schedule, PolynomialWarmupAndDecay) {
   OptimizerConfig c;
   c.schedule = "polynomial", c.learning_rate = 0.00176, c.warmup_steps = 3125;  // ALBERT
