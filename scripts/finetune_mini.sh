@@ -5,7 +5,8 @@
 #         STS-B; SQuAD v1.1; RACE), each task from the pretrained weights.
 # t5:     configs/mini/finetune-t5.yaml, one examples-proportional mixture of every task.
 # Writes OUT/<group>/<task>.json (+ predictions) and OUT/times.tsv (group, seconds).
-# SST2_STEPS (default 1000) sets the SST-2 run's length; it is evaluated every quarter. Arguments
+# SST2_STEPS (default 1000) sets the SST-2 run's length; it is evaluated every quarter.
+# FINETUNE_GROUPS (albert; default "sst2 glue-small squad11 race") picks the groups. Arguments
 # after THREADS go to every `thx finetune` (e.g. --set finetune.freeze_embedding=true).
 set -euo pipefail
 kind=$1 pretrained=$2 out=$3 threads=${4:-2}
@@ -21,11 +22,19 @@ run() {  # group, then --set overrides
 }
 if [[ $kind == albert ]]; then
   sst2_steps=${SST2_STEPS:-1000}
-  [[ -f $out/sst2/sst2.json ]] ||
+  groups=" ${FINETUNE_GROUPS:-sst2 glue-small squad11 race} "
+  if [[ $groups == *" sst2 "* && ! -f $out/sst2/sst2.json ]]; then
     run sst2 --set 'finetune.tasks=[sst2]' --set finetune.steps="$sst2_steps" --set finetune.eval_every=$((sst2_steps / 4))
-  run glue-small --set 'finetune.tasks=[rte, mrpc, cola, stsb]' --set finetune.steps=250 --set finetune.eval_every=125
-  run squad11 --set 'finetune.tasks=[squad11]' --set finetune.steps=600 --set finetune.eval_every=300
-  run race --set 'finetune.tasks=[race]' --set finetune.steps=200 --set finetune.eval_every=100 --set finetune.batch_size=16
+  fi
+  if [[ $groups == *" glue-small "* ]]; then
+    run glue-small --set 'finetune.tasks=[rte, mrpc, cola, stsb]' --set finetune.steps=250 --set finetune.eval_every=125
+  fi
+  if [[ $groups == *" squad11 "* ]]; then
+    run squad11 --set 'finetune.tasks=[squad11]' --set finetune.steps=600 --set finetune.eval_every=300
+  fi
+  if [[ $groups == *" race "* ]]; then
+    run race --set 'finetune.tasks=[race]' --set finetune.steps=200 --set finetune.eval_every=100 --set finetune.batch_size=16
+  fi
 else
   run mixture
 fi
