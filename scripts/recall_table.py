@@ -12,10 +12,13 @@ evaluation every eval.every steps). Printed, in Markdown:
      (||P - P_0|| / ||P_0||, mean over layers) and the last step's update relative to them.
 PLOT.png (default SWEEP_DIR/recall.png): final accuracy against d_k, one line per variant,
 seed sigma as error bars, chance and the answer-with-some-value plateau marked.
+Runs with optimizer.mixing_lr_multiplier other than 1 (read from each run's run.yaml) are
+columns and lines of their own ("talking-heads, P lr x10").
 """
 import json
 import math
 import os
+import re
 import sys
 
 SOLVED = 0.90
@@ -32,6 +35,17 @@ if not runs:
 
 def attn(r):
     return r["attention"]["encoder_self"]
+
+
+def multiplier(r):
+    """optimizer.mixing_lr_multiplier of the run (1 when its run.yaml predates the key)."""
+    m = re.search(r"^\s*mixing_lr_multiplier:\s*(\S+)", open(os.path.join(out, r["name"], "run.yaml")).read(), re.M)
+    return float(m.group(1)) if m else 1.0
+
+
+def label(col):
+    v, mult = col
+    return NAMES[v] + ("" if mult == 1 else f", P lr ×{mult:g}")
 
 
 def curve(r):
@@ -53,7 +67,7 @@ def mean_sd(xs):
 cells, first, moved = {}, {}, {}
 for r in runs:
     a = attn(r)
-    key = (a["variant"], a["h"])
+    key = ((a["variant"], multiplier(r)), a["h"])
     cells.setdefault(key, []).append(r["mlm"] / 100)
     pts = curve(r)
     first.setdefault(key, []).append(next((s for s, acc in pts if acc >= SOLVED), None))
@@ -61,14 +75,20 @@ for r in runs:
         if k in r:
             moved.setdefault(key, {}).setdefault(k, []).append(r[k])
 
-variants = [v for v in ORDER if any(k[0] == v for k in cells)]
+variants = sorted({k[0] for k in cells}, key=lambda c: (ORDER.index(c[0]), c[1]))
 hs = sorted({k[1] for k in cells})
 d_model = runs[0]["d_model"]
 seeds = sorted({r["seed"] for r in runs})
+setting = open(os.path.join(out, runs[0]["name"], "run.yaml")).read()
+recall = {k: int(re.search(rf"^\s+{k}:\s*(\d+)", setting.split("recall:")[1], re.M).group(1)) for k in ("vocab_size", "pairs")}
+n_values = recall["vocab_size"] - 2 - (recall["vocab_size"] - 2) // 2  # data/recall.h
+pairs = recall["pairs"]
+chance = 1 / n_values
+some_value = (1 + (pairs - 1) / n_values) / pairs  # a uniform pick among the example's values
 steps = runs[0]["steps"]
 
-print(f"### Held-out recall accuracy after {steps} steps, mean ± seed σ (seeds {seeds}; chance 12.5%)\n")
-print("| h | d_k | " + " | ".join(NAMES[v] for v in variants) + " |")
+print(f"### Held-out recall accuracy after {steps} steps, mean ± seed σ (seeds {seeds}; {pairs} pairs, chance {100 * chance:.1f}%)\n")
+print("| h | d_k | " + " | ".join(label(v) for v in variants) + " |")
 print("|---:|---:|" + "---:|" * len(variants))
 for h in hs:
     row = []
@@ -82,7 +102,7 @@ for h in hs:
     print(f"| {h} | {d_model // h} | " + " | ".join(row) + " |")
 
 print(f"\n### First evaluated step with held-out accuracy ≥ {SOLVED:.0%}, per seed (-: not within {steps})\n")
-print("| h | " + " | ".join(NAMES[v] for v in variants) + " |")
+print("| h | " + " | ".join(label(v) for v in variants) + " |")
 print("|---:|" + "---|" * len(variants))
 for h in hs:
     row = [" ".join("-" if s is None else str(s) for s in first.get((v, h), [])) for v in variants]
@@ -98,7 +118,7 @@ if moved:
             if not m:
                 continue
             f = lambda k: f"{mean_sd(m[k])[0]:.3g}" if k in m else ""
-            print(f"| {NAMES[v]} | {h} | {f('P_l_drift')} | {f('P_w_drift')} | {f('P_l_update')} | {f('P_w_update')} |")
+            print(f"| {label(v)} | {h} | {f('P_l_drift')} | {f('P_w_drift')} | {f('P_l_update')} | {f('P_w_update')} |")
 
 import matplotlib  # noqa: E402  (only the plot needs it)
 matplotlib.use("Agg")
@@ -108,15 +128,15 @@ fig, ax = plt.subplots(figsize=(6, 4))
 for v in variants:
     pts = [(d_model // h, *mean_sd(cells[(v, h)])) for h in hs if (v, h) in cells]
     ax.errorbar([p[0] for p in pts], [100 * p[1] for p in pts], yerr=[100 * (p[2] if p[2] == p[2] else 0) for p in pts],
-                marker="o", capsize=3, label=NAMES[v])
-ax.axhline(12.5, color="grey", ls=":", lw=1, label="chance")
-ax.axhline(41, color="grey", ls="--", lw=1, label="some value of the example")
+                marker="o", capsize=3, label=label(v))
+ax.axhline(100 * chance, color="grey", ls=":", lw=1, label="chance")
+ax.axhline(100 * some_value, color="grey", ls="--", lw=1, label="a random value of the example")
 ax.set_xscale("log", base=2)
 ax.set_xlabel("d_k = d_model / h (h = " + ", ".join(str(h) for h in reversed(hs)) + ")")
 ax.set_ylabel(f"held-out recall accuracy after {steps} steps (%)")
 ax.set_ylim(0, 102)
 ax.legend(fontsize=8)
-ax.set_title(f"MQAR, {runs[0]['model']} d_model {d_model}, {len(seeds)} seeds")
+ax.set_title(f"MQAR, {pairs} pairs of {n_values} values, {runs[0]['model']} d_model {d_model}, {len(seeds)} seeds")
 fig.tight_layout()
 fig.savefig(plot, dpi=120)
 print(f"\n(plot: {plot})")
