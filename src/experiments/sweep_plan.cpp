@@ -47,10 +47,16 @@ ResolvedRun resolve_pretrain_run(ConfigTree& tree) {
   const ModelSpec spec = resolve_model_spec(pc.model, pc.attention);
   r.steps = pc.train.steps;
   const bool encoder_only = pc.model.encoder_only();
+  // An encoder's MLM head: its vocabulary and predicted positions per example. A generated task
+  // (data.synthetic) has no shards: its own vocabulary, and one prediction per query.
+  int64_t vocab = prepared_vocab(pc.data.prepared), predictions = pc.data.max_predictions_per_seq;
+  if (!pc.data.synthetic.empty()) {
+    const RecallOptions o = pc.data.recall.value_or(RecallOptions{});
+    vocab = o.vocab_size, predictions = o.queries;
+  }
+  if (pc.model.vocab_size > 0) vocab = pc.model.vocab_size;
   r.flops = 6.0 * double(pc.train.batch_size) * double(pc.train.steps) *
-            (encoder_only ? encoder_forward_multiplies(pc.model, pc.attention.encoder_self, n,
-                                                       pc.data.max_predictions_per_seq,
-                                                       prepared_vocab(pc.data.prepared))
+            (encoder_only ? encoder_forward_multiplies(pc.model, pc.attention.encoder_self, n, predictions, vocab)
                           : t5_forward_multiplies(pc.model, pc.attention, n, t, prepared_vocab(pc.data.prepared)));
   const std::pair<const char*, const AttentionDims*> layers[] = {
       {"encoder_self", &spec.encoder_self}, {"decoder_self", &spec.decoder_self}, {"encoder_decoder", &spec.encoder_decoder}};

@@ -5,10 +5,12 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
+#include "experiments/bench_train.h"
 #include "experiments/claims.h"
 #include "experiments/results_table.h"
 #include "experiments/sweep.h"
 #include "test_util.h"
+#include "training/spec.h"
 
 namespace thx::test {
 namespace {
@@ -72,6 +74,20 @@ TEST(Sweep, GridZipVariantsBudgetsAndSeedsExpandWithStableNames) {
   EXPECT_EQ(t.root()["attention"]["h"].as<int>(), 6);
   EXPECT_EQ(t.origin("attention_encoder_self.variant"), s.file + ":6");
   EXPECT_EQ(t.origin("attention.h"), s.file + ":7");
+}
+
+// A run's model FLOPs (the dry run's cost column and ETA) at its own sizes: the recall probe's
+// MLM head predicts its 4 queries over 18 ids (configs/bert/recall.yaml), not 20 positions over
+// a 32128-piece vocabulary, which overstated its cost 35-fold.
+TEST(Sweep, AGeneratedTaskIsCostedAtItsOwnVocabularyAndQueries) {
+  const std::string file = std::string(THX_SOURCE_DIR) + "/configs/bert/recall.yaml";
+  ConfigTree tree, again;
+  tree.merge_file(file), again.merge_file(file);
+  const ResolvedRun r = resolve_pretrain_run(tree);
+  const PretrainConfig pc = load_pretrain_config(again);
+  const double per_example = encoder_forward_multiplies(pc.model, pc.attention.encoder_self, 12, 4, 18);
+  EXPECT_DOUBLE_EQ(r.flops, 6.0 * 64 * 3000 * per_example);
+  EXPECT_LT(r.flops, 5e12);  // about 2.4e12: 100k parameters, 2.3M tokens
 }
 
 TEST(Sweep, BadSweepFilesNameTheLineAndWhatIsAllowed) {
