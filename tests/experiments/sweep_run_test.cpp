@@ -270,8 +270,8 @@ TEST(SweepRun, ShippedSweepsResolveAndFillEveryRowOfTheirTable) {
             !(mini_table5_seeds && p.row != 2 && p.row != 4 && p.row != 6 && p.row != 8))
           EXPECT_TRUE(filled.count(std::to_string(p.row))) << e.path() << ": row " << p.row << " " << p.label;
     }
-  EXPECT_EQ(files, 25);
-  EXPECT_EQ(own, 2);  // configs/mini/recall.yaml, configs/mini/recall-32keys.yaml
+  EXPECT_EQ(files, 26);
+  EXPECT_EQ(own, 3);  // configs/mini/recall{,-32keys,-32keys-mixing-lr}.yaml
 }
 
 }  // namespace
