@@ -62,4 +62,11 @@ std::string variant_choices(const char* separator) {
   return fmt::format("{}", fmt::join(names, separator));
 }
 
+std::string mixing_variant_choices() {
+  std::vector<std::string> names;
+  for (const auto& v : rows())
+    if (v.P_l || v.P_w) names.push_back(v.name);
+  return fmt::format("{}", fmt::join(names, ", "));
+}
+
 }  // namespace thx

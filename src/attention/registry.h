@@ -53,5 +53,8 @@ const VariantSpec* find_variant(const std::string& name);
 // "multi_head | talking_heads | ..." (help strings) and "multi_head, talking_heads, ..."
 // (error messages).
 std::string variant_choices(const char* separator = " | ");
+// "talking_heads, project_logits, ...": the rows with P_l or P_w (what
+// optimizer.mixing_lr_multiplier scales), for its error messages.
+std::string mixing_variant_choices();
 
 }  // namespace thx

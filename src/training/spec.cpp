@@ -2,6 +2,8 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include "attention/registry.h"
+
 namespace thx {
 
 namespace {
@@ -45,9 +47,8 @@ PretrainConfig load(ConfigTree& tree, bool run_blocks) {
       }
       if (!mixes)
         throw ConfigError("optimizer.mixing_lr_multiplier",
-                          fmt::format("{} has no effect: attention.variant {} has no P_l or P_w; allowed with "
-                                      "talking_heads, project_logits, project_weights",
-                                      c.optimizer.mixing_lr_multiplier, a.variant));
+                          fmt::format("{} has no effect: attention.variant {} has no P_l or P_w; allowed with {}",
+                                      c.optimizer.mixing_lr_multiplier, a.variant, mixing_variant_choices()));
     }
     if (!run_blocks) return;
     validate(c.data);

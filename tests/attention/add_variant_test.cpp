@@ -52,6 +52,9 @@ TEST(AddVariant, OneClassAndOneRowReachEveryPartOfThx) {
   EXPECT_NE(std::dynamic_pointer_cast<MixedValuesAttention>(layer), nullptr);
   EXPECT_GT(multiplies(d, 8, 8), multiplies(resolve(AttentionConfig{}, 24, 24, 24), 8, 8));
   EXPECT_NE(std::string(variant_choices()).find("mixed_values"), std::string::npos);
+  // It has a P_w, so optimizer.mixing_lr_multiplier's messages name it among the mixing variants.
+  EXPECT_NE(mixing_variant_choices().find("mixed_values"), std::string::npos) << mixing_variant_choices();
+  EXPECT_EQ(mixing_variant_choices().find("multi_head"), std::string::npos) << mixing_variant_choices();
 
   // A T5 with it in every layer: one optimizer step, P_w gets a gradient and is never factored.
   ModelConfig m;
