@@ -1,11 +1,13 @@
 #!/usr/bin/python3
 """recall_table.py: the associative-recall sweep (configs/mini/recall.yaml) as tables and a plot.
 
-    /usr/bin/python3 scripts/recall_table.py [SWEEP_DIR] [PLOT.png]
+    /usr/bin/python3 scripts/recall_table.py [SWEEP_DIR ...] [PLOT.png] [--variants V,V,...]
 
 SWEEP_DIR (default runs/recall-mini) is the --out of `thx sweep`: its results.jsonl gives each
 run's final held-out recall accuracy, and each run's metrics.jsonl its held-out curve (one
-evaluation every eval.every steps). Printed, in Markdown:
+evaluation every eval.every steps). Several sweeps of the same task and budget (say, one at
+multiplier 1 and one at 0.1 and 10) make one table; sweeps that differ in the task, d_model or
+steps are refused. --variants keeps only those attention variants. Printed, in Markdown:
   1. final accuracy, h x variant, mean +- seed sigma (sample standard deviation) over seeds;
   2. the first evaluated step at which held-out accuracy reached 90%, per run ("-": never);
   3. for the variants with P_l or P_w, how far they moved from their initialization
@@ -15,6 +17,7 @@ seed sigma as error bars, chance and the answer-with-some-value plateau marked.
 Runs with optimizer.mixing_lr_multiplier other than 1 (read from each run's run.yaml) are
 columns and lines of their own ("talking-heads, P lr x10").
 """
+import argparse
 import json
 import math
 import os
@@ -26,11 +29,55 @@ ORDER = ["multi_head", "project_logits", "project_weights", "talking_heads"]
 NAMES = {"multi_head": "multi-head", "project_logits": "logits only",
          "project_weights": "weights only", "talking_heads": "talking-heads"}
 
-out = sys.argv[1] if len(sys.argv) > 1 else "runs/recall-mini"
-plot = sys.argv[2] if len(sys.argv) > 2 else os.path.join(out, "recall.png")
-runs = [json.loads(l) for l in open(os.path.join(out, "results.jsonl")) if l.strip()]
+def fail(message):
+    """Bad input: one line on stderr, exit 2 (as thx does)."""
+    print(f"recall_table.py: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+parser = argparse.ArgumentParser(description="the associative-recall sweeps as tables and a plot")
+parser.add_argument("paths", nargs="*", help="sweep directories, then optionally PLOT.png")
+parser.add_argument("--variants", help="comma-separated attention variants to keep (default: all)")
+args = parser.parse_args()
+dirs = [p for p in args.paths if not p.endswith(".png")] or ["runs/recall-mini"]
+plots = [p for p in args.paths if p.endswith(".png")]
+if len(plots) > 1:
+    fail(f"one plot file, not {len(plots)}: {', '.join(plots)}")
+plot = plots[0] if plots else os.path.join(dirs[0], "recall.png")
+keep = set(args.variants.split(",")) if args.variants else None
+if keep and not keep <= set(ORDER):
+    fail(f"--variants: {', '.join(sorted(keep - set(ORDER)))} unknown; allowed: {', '.join(ORDER)}")
+
+runs = []
+for out in dirs:
+    path = os.path.join(out, "results.jsonl")
+    if not os.path.exists(path):
+        fail(f"{path}: not found (is {out} the --out of a finished `thx sweep`?)")
+    mine = [dict(json.loads(l), _dir=out) for l in open(path) if l.strip()]
+    if not mine:
+        fail(f"{path}: no finished runs")
+    runs += [r for r in mine if keep is None or r["attention"]["encoder_self"]["variant"] in keep]
 if not runs:
-    sys.exit(f"{out}/results.jsonl: no finished runs")
+    fail(f"no runs of {args.variants} in {', '.join(dirs)}")
+
+
+def run_yaml(r):
+    return open(os.path.join(r["_dir"], r["name"], "run.yaml")).read()
+
+
+def setting_of(r):
+    """What must agree for runs to share a table: the task, the width and the budget."""
+    recall = run_yaml(r).split("recall:")[1]
+    task = {k: int(re.search(rf"^\s+{k}:\s*(\d+)", recall, re.M).group(1)) for k in ("vocab_size", "pairs")}
+    return task["vocab_size"], task["pairs"], r["d_model"], r["steps"]
+
+
+settings = {}
+for r in runs:
+    settings.setdefault(setting_of(r), r["_dir"])
+if len(settings) > 1:
+    fail("these sweeps differ in (vocab_size, pairs, d_model, steps): " +
+             "; ".join(f"{d}: {s}" for s, d in settings.items()))
 
 
 def attn(r):
@@ -39,7 +86,7 @@ def attn(r):
 
 def multiplier(r):
     """optimizer.mixing_lr_multiplier of the run (1 when its run.yaml predates the key)."""
-    m = re.search(r"^\s*mixing_lr_multiplier:\s*(\S+)", open(os.path.join(out, r["name"], "run.yaml")).read(), re.M)
+    m = re.search(r"^\s*mixing_lr_multiplier:\s*(\S+)", run_yaml(r), re.M)
     return float(m.group(1)) if m else 1.0
 
 
@@ -51,7 +98,7 @@ def label(col):
 def curve(r):
     """[(step, accuracy)] of the run's held-out evaluations."""
     pts = []
-    for line in open(os.path.join(out, r["name"], "metrics.jsonl")):
+    for line in open(os.path.join(r["_dir"], r["name"], "metrics.jsonl")):
         m = json.loads(line)
         if "mlm_accuracy" in m:
             pts.append((m["step"], m["mlm_accuracy"]))
@@ -79,10 +126,8 @@ variants = sorted({k[0] for k in cells}, key=lambda c: (ORDER.index(c[0]), c[1])
 hs = sorted({k[1] for k in cells})
 d_model = runs[0]["d_model"]
 seeds = sorted({r["seed"] for r in runs})
-setting = open(os.path.join(out, runs[0]["name"], "run.yaml")).read()
-recall = {k: int(re.search(rf"^\s+{k}:\s*(\d+)", setting.split("recall:")[1], re.M).group(1)) for k in ("vocab_size", "pairs")}
-n_values = recall["vocab_size"] - 2 - (recall["vocab_size"] - 2) // 2  # data/recall.h
-pairs = recall["pairs"]
+vocab_size, pairs, _, _ = next(iter(settings))
+n_values = vocab_size - 2 - (vocab_size - 2) // 2  # data/recall.h
 chance = 1 / n_values
 some_value = (1 + (pairs - 1) / n_values) / pairs  # a uniform pick among the example's values
 steps = runs[0]["steps"]
