@@ -1,10 +1,12 @@
 #!/usr/bin/python3
 """Training loss and held-out ln(PPL) curves of every run of a sweep, from their metrics.
 
-    /usr/bin/python3 scripts/plot_curves.py runs/table1-mini --out curves.png
+    /usr/bin/python3 scripts/plot_curves.py runs/table1-mini --out curves.png [--runs REGEX]
 
 Reads <sweep>/<run>/metrics.jsonl (written by `thx pretrain`). One colour per configuration
-(the run name without its seed), one line per seed. Needs Debian's python3-matplotlib.
+(the run name without its seed), one line per seed. --runs keeps the runs whose names match
+(a Python regular expression, e.g. '^h12-' for part of a sweep still running). Bad arguments:
+one line on stderr, exit 2. Needs Debian's python3-matplotlib.
 """
 import argparse
 import json
@@ -33,20 +35,32 @@ def read_metrics(path):
     return train, held
 
 
+def fail(message):
+    print(f"plot_curves.py: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("sweep", help="sweep directory (runs/<name>)")
     ap.add_argument("--out", required=True, help="PNG file to write")
+    ap.add_argument("--runs", help="only the runs whose names match this regular expression")
     args = ap.parse_args()
     out_dir = os.path.dirname(os.path.abspath(args.out))
     if not os.path.isdir(out_dir):
-        sys.exit(f"{os.path.basename(__file__)}: --out {args.out}: directory {out_dir} does not exist")
+        fail(f"--out {args.out}: directory {out_dir} does not exist")
     if not os.path.isdir(args.sweep):
-        sys.exit(f"plot_curves: {args.sweep}: no such sweep directory")
+        fail(f"{args.sweep}: no such sweep directory")
     runs = sorted(d for d in os.listdir(args.sweep)
                   if os.path.isfile(os.path.join(args.sweep, d, "metrics.jsonl")))
+    if args.runs:
+        try:
+            pattern = re.compile(args.runs)
+        except re.error as e:
+            fail(f"--runs {args.runs}: not a regular expression ({e})")
+        runs = [r for r in runs if pattern.search(r)]
     if not runs:
-        sys.exit(f"plot_curves: {args.sweep}: no run has a metrics.jsonl yet")
+        fail(f"{args.sweep}: no run" + (f" matching --runs {args.runs}" if args.runs else "") + " has a metrics.jsonl yet")
     groups = sorted({re.sub(r"-s\d+$", "", r) for r in runs})
     colours = {g: plt.cm.tab10(i % 10) if len(groups) <= 10 else plt.cm.tab20(i % 20)
                for i, g in enumerate(groups)}

@@ -126,6 +126,16 @@ TEST(SweepRun, KilledMidwayAndRestartedEqualsUninterrupted) {
   EXPECT_EQ(std::system(("/usr/bin/python3 " + scripts + "plot_curves.py " + straight + " --out " +
                          curves + " > /dev/null").c_str()), 0);
   EXPECT_TRUE(png(curves));
+  // --runs keeps part of a sweep; a bad pattern, or one that keeps nothing, is exit 2.
+  auto curves_rc = [&](const std::string& pattern) {
+    const int rc = std::system(("/usr/bin/python3 " + scripts + "plot_curves.py " + straight + " --runs '" +
+                                pattern + "' --out " + dir.file("part.png") + " > /dev/null 2>&1").c_str());
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+  };
+  EXPECT_EQ(curves_rc("^h4$"), 0);
+  EXPECT_TRUE(png(dir.file("part.png")));
+  EXPECT_EQ(curves_rc("("), 2);
+  EXPECT_EQ(curves_rc("^nothing$"), 2);
   const std::string ckpt = straight + "/h4/checkpoints/step-00000040.h5";
   EXPECT_EQ(std::system(("/usr/bin/python3 " + scripts + "plot_figure1.py " + ckpt + " --out " + fig1 +
                          " --summary " + dir.file("fig1.txt") + " > /dev/null").c_str()), 0);
