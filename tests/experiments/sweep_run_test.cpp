@@ -123,19 +123,22 @@ TEST(SweepRun, KilledMidwayAndRestartedEqualsUninterrupted) {
   };
   const std::string scripts = std::string(THX_SOURCE_DIR) + "/scripts/";
   const std::string curves = dir.file("curves.png"), fig1 = dir.file("fig1.png");
-  EXPECT_EQ(std::system(("/usr/bin/python3 " + scripts + "plot_curves.py " + straight + " --out " +
-                         curves + " > /dev/null").c_str()), 0);
+  const RunResult all = run_command("/usr/bin/python3 " + scripts + "plot_curves.py " + straight + " --out " +
+                                    curves + " 2>&1");
+  EXPECT_EQ(all.code, 0) << all.out;
+  EXPECT_NE(all.out.find("(3 runs)"), std::string::npos) << all.out;
   EXPECT_TRUE(png(curves));
   // --runs keeps part of a sweep; a bad pattern, or one that keeps nothing, is exit 2.
-  auto curves_rc = [&](const std::string& pattern) {
-    const int rc = std::system(("/usr/bin/python3 " + scripts + "plot_curves.py " + straight + " --runs '" +
-                                pattern + "' --out " + dir.file("part.png") + " > /dev/null 2>&1").c_str());
-    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+  auto curves_part = [&](const std::string& pattern) {
+    return run_command("/usr/bin/python3 " + scripts + "plot_curves.py " + straight + " --runs '" + pattern +
+                       "' --out " + dir.file("part.png") + " 2>&1");
   };
-  EXPECT_EQ(curves_rc("^h4$"), 0);
+  const RunResult part = curves_part("^h4$");
+  EXPECT_EQ(part.code, 0) << part.out;
+  EXPECT_NE(part.out.find("(1 runs)"), std::string::npos) << part.out;  // of h2, h4, h8
   EXPECT_TRUE(png(dir.file("part.png")));
-  EXPECT_EQ(curves_rc("("), 2);
-  EXPECT_EQ(curves_rc("^nothing$"), 2);
+  EXPECT_EQ(curves_part("(").code, 2);
+  EXPECT_EQ(curves_part("^nothing$").code, 2);
   const std::string ckpt = straight + "/h4/checkpoints/step-00000040.h5";
   EXPECT_EQ(std::system(("/usr/bin/python3 " + scripts + "plot_figure1.py " + ckpt + " --out " + fig1 +
                          " --summary " + dir.file("fig1.txt") + " > /dev/null").c_str()), 0);
