@@ -1,0 +1,97 @@
+// scripts/seed_table.py on a hand-made seeded sweep: each head count's mean ± sample σ, the
+// difference and its size in σ (signed so that positive means talking-heads is better, lower
+// for ln(PPL)), the fine-tuning scores from finetune/**/<task>.json, and bad input (a missing
+// dir, an unknown variant, a corrupt row, no head count with both variants) as one line, exit 2.
+#include <algorithm>
+
+#include "test_util.h"
+
+namespace thx::test {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct SeedRun {
+  std::string variant;
+  int h, seed;
+  double ln_ppl, mlm, sop;
+  double sst2 = -1;  // < 0: not fine-tuned
+};
+
+void write_seeded_sweep(const fs::path& out, const std::vector<SeedRun>& runs) {
+  fs::create_directories(out);
+  std::ofstream results(out / "results.jsonl");
+  for (const SeedRun& r : runs) {
+    const std::string name = "h" + std::to_string(r.h) + "-" + r.variant + "-s" + std::to_string(r.seed);
+    results << "{\"attention\":{\"encoder_self\":{\"d_k\":" << 192 / r.h << ",\"h\":" << r.h
+            << ",\"variant\":\"" << r.variant << "\"}},\"ln_ppl\":" << r.ln_ppl << ",\"mlm\":" << r.mlm
+            << ",\"name\":\"" << name << "\",\"seed\":" << r.seed << ",\"sop\":" << r.sop << "}\n";
+    if (r.sst2 >= 0) {
+      fs::create_directories(out / name / "finetune" / "sst2");
+      std::ofstream(out / name / "finetune" / "sst2" / "sst2.json")
+          << "{\"examples\": 872, \"metrics\": {\"accuracy\": " << r.sst2 << "}}\n";
+    }
+  }
+}
+
+RunResult seed_table(const std::string& args) {
+  return run_command("/usr/bin/python3 " + std::string(THX_SOURCE_DIR) + "/scripts/seed_table.py " +
+                     args + " 2>&1");
+}
+
+TEST(SeedTable, MeanSigmaAndTheDifferenceInSigmaPerHeadCount) {
+  TempDir dir;
+  const fs::path sweep = dir.path / "sweep";
+  write_seeded_sweep(sweep, {{"multi_head", 12, 1, 6.0, 21, 70, 83},
+                             {"multi_head", 12, 2, 6.2, 23, 80, 81},
+                             {"talking_heads", 12, 1, 5.9, 22, 60, 82},
+                             {"talking_heads", 12, 2, 5.9, 24, 62},  // not fine-tuned
+                             {"multi_head", 48, 1, 6.5, 20, 70}});   // no talking-heads at 48
+  const RunResult r = seed_table(sweep.string());
+  ASSERT_EQ(r.code, 0) << r.out;
+  // ln(PPL): 6.1 ± 0.141 against 5.9 ± 0: −0.2, 1.4σ in talking-heads' favour.
+  EXPECT_NE(r.out.find("| held-out MLM ln(PPL) | 6.100 ± 0.141 | 5.900 ± 0.000 | −0.200 | 1.4 |"),
+            std::string::npos) << r.out;
+  // Accuracy: +1 over σ 2: 0.5σ; SOP: −14 over sqrt(50 + 2): −1.9σ.
+  EXPECT_NE(r.out.find("| MLM accuracy (%) | 22.00 ± 1.41 | 23.00 ± 1.41 | +1.00 | 0.5 |"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("| SOP accuracy (%) | 75.00 ± 7.07 | 61.00 ± 1.41 | −14.00 | −1.9 |"),
+            std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("sst2"), std::string::npos) << r.out;  // one run lacks it
+  EXPECT_NE(r.out.find("| SOP accuracy (%), talking-heads | 60.00 | 62.00 |"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("48 heads"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("#### 12 heads (d_k 16), seeds 1, 2\n"), std::string::npos) << r.out;
+
+  // With every 12-head run fine-tuned, SST-2 is a row of its own.
+  write_seeded_sweep(sweep, {{"multi_head", 12, 1, 6.0, 21, 70, 83},
+                             {"multi_head", 12, 2, 6.2, 23, 80, 81},
+                             {"talking_heads", 12, 1, 5.9, 22, 60, 82},
+                             {"talking_heads", 12, 2, 5.9, 24, 62, 80}});
+  const RunResult all = seed_table(sweep.string());
+  ASSERT_EQ(all.code, 0) << all.out;
+  EXPECT_NE(all.out.find("| sst2 dev accuracy | 82.00 ± 1.41 | 81.00 ± 1.41 | −1.00 | −0.5 |"),
+            std::string::npos) << all.out;
+}
+
+TEST(SeedTable, BadInputIsOneLineAndExitTwo) {
+  TempDir dir;
+  const fs::path good = dir.path / "good", bad = dir.path / "bad", lonely = dir.path / "lonely";
+  write_seeded_sweep(good, {{"multi_head", 12, 1, 6.0, 21, 70}, {"talking_heads", 12, 1, 5.9, 22, 60}});
+  write_seeded_sweep(lonely, {{"multi_head", 12, 1, 6.0, 21, 70}});
+  fs::create_directories(bad);
+  std::ofstream(bad / "results.jsonl") << "{\"name\": \"x\"}\n";
+  auto expect_refused = [&](const std::string& args, const std::string& says) {
+    const RunResult r = seed_table(args);
+    EXPECT_EQ(r.code, 2) << args << "\n" << r.out;
+    EXPECT_EQ(r.out.rfind("seed_table.py: ", 0), 0u) << r.out;
+    EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
+    EXPECT_NE(r.out.find(says), std::string::npos) << r.out;
+  };
+  expect_refused((dir.path / "missing").string(), "results.jsonl: not found");
+  expect_refused(good.string() + " --vs talking_head", "unknown variant talking_head; allowed:");
+  expect_refused(bad.string(), "results.jsonl:1: not a results row");
+  expect_refused(lonely.string(), "no head count has runs of both multi_head and talking_heads");
+}
+
+}  // namespace
+}  // namespace thx::test
