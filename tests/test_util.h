@@ -83,6 +83,16 @@ inline std::string error_of(const std::function<void()>& f) {
   return "(no error)";
 }
 
+// A refusal of bad input as the project's standard has it: exit code 2 and one line, starting
+// with `who` (say "seed_table.py: ") and naming `says`.
+inline ::testing::AssertionResult refused(const RunResult& r, const std::string& who, const std::string& says) {
+  const bool one_line = !r.out.empty() && r.out.find('\n') == r.out.size() - 1;
+  if (r.code == 2 && one_line && r.out.rfind(who, 0) == 0 && r.out.find(says) != std::string::npos)
+    return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "want exit 2 and one line '" << who << "...' naming '" << says
+                                       << "'; got exit " << r.code << ":\n" << r.out;
+}
+
 // Number of non-empty lines.
 inline int lines(const std::string& s) {
   int n = 0;
