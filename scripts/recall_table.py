@@ -92,7 +92,7 @@ def multiplier(r):
 
 def label(col):
     v, mult = col
-    return NAMES[v] + ("" if mult == 1 else f", P lr ×{mult:g}")
+    return NAMES[v] + ("" if mult == 1 else ", P frozen" if mult == 0 else f", P lr ×{mult:g}")
 
 
 def curve(r):

@@ -81,9 +81,10 @@ void validate(const OptimizerConfig& c) {
     if (!(v >= 0 && v < 1)) throw ConfigError(k, fmt::format("{} is invalid: must be in [0, 1)", v));
   if (!(c.adam_epsilon > 0))
     throw ConfigError("optimizer.adam_epsilon", fmt::format("{} is invalid: must be > 0", c.adam_epsilon));
-  if (!(c.mixing_lr_multiplier > 0 && c.mixing_lr_multiplier <= 1000))
+  if (!(c.mixing_lr_multiplier >= 0 && c.mixing_lr_multiplier <= 1000))
     throw ConfigError("optimizer.mixing_lr_multiplier",
-                      fmt::format("{} is invalid: must be in (0, 1000]", c.mixing_lr_multiplier));
+                      fmt::format("{} is invalid: must be in [0, 1000] (0 freezes P_l and P_w at their "
+                                  "initialization)", c.mixing_lr_multiplier));
 }
 
 void validate(const CheckpointConfig& c) {

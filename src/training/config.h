@@ -111,7 +111,8 @@ void visit(V& v, OptimizerConfig& c) {
   v("no_decay", c.no_decay, "parameters whose path contains one of these get no weight decay (and no LAMB trust ratio)");
   v("mixing_lr_multiplier", c.mixing_lr_multiplier,
     "the head-mixing projections P_l and P_w (talking_heads, project_logits, project_weights) learn at this "
-    "multiple of the learning rate; everything else at the rate itself (default 1)");
+    "multiple of the learning rate; everything else at the rate itself (default 1; 0 freezes them at their "
+    "initialization)");
 }
 
 struct CheckpointConfig {

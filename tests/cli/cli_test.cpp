@@ -192,7 +192,8 @@ TEST(Cli, BadPretrainConfigsExitTwoWithOneLine) {
        "talking_heads, not multi_head"},
       {"--set model.relative_buckets=7", "model.relative_buckets: 7 is invalid"},
       {"--set model.init_std=0.5", "model.init_std: is for bert and albert; t5 initializes as Mesh TensorFlow does"},
-      {"--set optimizer.mixing_lr_multiplier=0", "optimizer.mixing_lr_multiplier: 0 is invalid: must be in (0, 1000]"},
+      {"--set optimizer.mixing_lr_multiplier=-0.5",
+       "optimizer.mixing_lr_multiplier: -0.5 is invalid: must be in [0, 1000] (0 freezes P_l and P_w"},
       {"--set optimizer.mixing_lr_multiplier=3",
        "optimizer.mixing_lr_multiplier: 3 has no effect: attention.variant multi_head has no P_l or P_w"},
       {"--set data.noise_density=1.5", "data.noise_density: 1.5 is invalid"},
@@ -229,7 +230,7 @@ TEST(Cli, BadAlbertAndBertConfigsExitTwoWithOneLine) {
       {"--set optimizer.schedule=cosine", "allowed: inverse_sqrt, constant, polynomial"},
       {"--set optimizer.power=0", "optimizer.power: 0 is invalid: must be > 0"},
       {"--set optimizer.mixing_lr_multiplier=2", "optimizer.mixing_lr_multiplier: 2 has no effect: attention.variant multi_head"},
-      {"--set optimizer.mixing_lr_multiplier=1e9", "optimizer.mixing_lr_multiplier: 1000000000 is invalid: must be in (0, 1000]"},
+      {"--set optimizer.mixing_lr_multiplier=1e9", "optimizer.mixing_lr_multiplier: 1000000000 is invalid: must be in [0, 1000]"},
       {"--set attention.variant=talking_heads --set attention.h=7", "attention.d_k: not set, and the default d_model / h_k = 192 / 7"},
   };
   expect_one_line_errors(base, cases, dir.file("run"));

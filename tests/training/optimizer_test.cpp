@@ -326,6 +326,34 @@ TEST(MixingLrMultiplier, IsTheParametersLearningRate) {
   }
 }
 
+// lr_scale 0 (optimizer.mixing_lr_multiplier: 0) freezes the parameter bit for bit at its
+// initialization in every optimizer, weight decay included; the others learn as without it.
+TEST(MixingLrMultiplier, ZeroFreezesTheParameter) {
+  for (const std::string name : {"adafactor", "adafactor-aten", "adamw", "lamb"}) {
+    torch::manual_seed(10);
+    const std::vector<int64_t> shape = {6, 5};
+    const torch::Tensor w0 = torch::randn(shape), o0 = torch::randn(shape);
+    torch::Tensor frozen = w0.clone().requires_grad_(true);
+    torch::Tensor other = o0.clone().requires_grad_(true), alone = o0.clone().requires_grad_(true);
+    OptimizerConfig c;
+    c.name = name == "adafactor-aten" ? "adafactor" : name, c.weight_decay = name == "adafactor" ? 0.0 : 0.01;
+    c.beta1 = 0.9;  // Adafactor with momentum too: the frozen one's momentum holds only zeros
+    OptimizedParam f{"att/P_w", frozen, shape, true}, o{"ff/wi", other, shape, false};
+    f.lr_scale = 0;
+    auto with = make_optimizer(c, {f, o});
+    auto without = make_optimizer(c, {{"ff/wi", alone, shape, false}});
+    if (name == "adafactor-aten") with->set_fused(false), without->set_fused(false);
+    for (int t = 0; t < 3; ++t) {
+      const torch::Tensor h = torch::randn(shape);
+      frozen.mutable_grad() = torch::randn(shape), other.mutable_grad() = h, alone.mutable_grad() = h.clone();
+      with->step(0.01), without->step(0.01);
+    }
+    EXPECT_TRUE(torch::equal(frozen, w0)) << name;
+    EXPECT_FALSE(torch::equal(other, o0)) << name;  // the others did learn
+    EXPECT_TRUE(torch::equal(other, alone)) << name;
+  }
+}
+
 TEST(Schedule, PolynomialWarmupAndDecay) {
   OptimizerConfig c;
   c.schedule = "polynomial", c.learning_rate = 0.00176, c.warmup_steps = 3125;  // ALBERT
