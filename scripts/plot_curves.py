@@ -8,11 +8,12 @@ Reads <sweep>/<run>/metrics.jsonl (written by `thx pretrain`). One colour per co
 (a Python regular expression, e.g. '^h12-' for part of a sweep still running). Bad arguments:
 one line on stderr, exit 2. Needs Debian's python3-matplotlib.
 """
-import argparse
 import json
 import os
 import re
 import sys
+
+from oneline import Parser, fail
 
 import matplotlib
 
@@ -35,13 +36,8 @@ def read_metrics(path):
     return train, held
 
 
-def fail(message):
-    print(f"plot_curves.py: {message}", file=sys.stderr)
-    sys.exit(2)
-
-
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = Parser(description=__doc__.split("\n")[0])
     ap.add_argument("sweep", help="sweep directory (runs/<name>)")
     ap.add_argument("--out", required=True, help="PNG file to write")
     ap.add_argument("--runs", help="only the runs whose names match this regular expression")

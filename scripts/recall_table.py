@@ -17,25 +17,20 @@ seed sigma as error bars, chance and the answer-with-some-value plateau marked.
 Runs with optimizer.mixing_lr_multiplier other than 1 (read from each run's run.yaml) are
 columns and lines of their own ("talking-heads, P lr x10").
 """
-import argparse
 import json
 import math
 import os
 import re
 import sys
 
+from oneline import Parser, fail
+
 SOLVED = 0.90
 ORDER = ["multi_head", "project_logits", "project_weights", "talking_heads"]
 NAMES = {"multi_head": "multi-head", "project_logits": "logits only",
          "project_weights": "weights only", "talking_heads": "talking-heads"}
 
-def fail(message):
-    """Bad input: one line on stderr, exit 2 (as thx does)."""
-    print(f"recall_table.py: {message}", file=sys.stderr)
-    sys.exit(2)
-
-
-parser = argparse.ArgumentParser(description="the associative-recall sweeps as tables and a plot")
+parser = Parser(description="the associative-recall sweeps as tables and a plot")
 parser.add_argument("paths", nargs="*", help="sweep directories, then optionally PLOT.png")
 parser.add_argument("--variants", help="comma-separated attention variants to keep (default: all)")
 args = parser.parse_args()

@@ -15,12 +15,13 @@ For every head count that has runs of both variants it prints, in Markdown:
 A metric is left out for a head count unless every run there has it. Bad input is one line on
 stderr and exit 2.
 """
-import argparse
 import glob
 import json
 import math
 import os
 import sys
+
+from oneline import Parser, fail
 
 NAMES = {"multi_head": "multi-head", "talking_heads": "talking-heads", "project_logits": "logits only",
          "project_weights": "weights only"}
@@ -30,11 +31,6 @@ METRICS = [("held-out MLM ln(PPL)", lambda r: r.get("ln_ppl"), 3, True),
            ("MLM accuracy (%)", lambda r: r.get("mlm"), 2, False),
            ("SOP accuracy (%)", lambda r: r.get("sop"), 2, False)]
 MINUS = "\u2212"
-
-
-def fail(message):
-    print(f"seed_table.py: {message}", file=sys.stderr)
-    sys.exit(2)
 
 
 def num(x, decimals, signed=False):
@@ -48,7 +44,7 @@ def mean_sd(xs):
     return m, sd
 
 
-parser = argparse.ArgumentParser(description="two variants of a seeded sweep, in seed sigma")
+parser = Parser(description="two variants of a seeded sweep, in seed sigma")
 parser.add_argument("sweep", help="the --out directory of `thx sweep`")
 parser.add_argument("--base", default="multi_head", help="the variant compared against (default multi_head)")
 parser.add_argument("--vs", default="talking_heads", help="the variant compared (default talking_heads)")
@@ -78,9 +74,10 @@ for r in runs:
     for f in sorted(glob.glob(os.path.join(args.sweep, r["name"], "finetune", "**", "*.json"), recursive=True)):
         task = os.path.splitext(os.path.basename(f))[0]
         try:
-            scores = json.load(open(f)).get("metrics")
+            data = json.load(open(f))
         except ValueError as e:
             fail(f"{f}: not JSON ({e})")
+        scores = data.get("metrics") if isinstance(data, dict) else None
         if isinstance(scores, dict) and len(scores) == 1:
             (name, value), = scores.items()
             r["_tasks"][task] = value

@@ -86,6 +86,7 @@ TEST(RecallTable, BadInputIsOneLineAndExitTwo) {
   expect_refused(eight.string() + " --variants multi_head,talking_head", "talking_head unknown; allowed:");
   expect_refused(eight.string() + " --variants talking_heads", "no runs of talking_heads");
   expect_refused(eight.string() + " a.png b.png", "one plot file, not 2");
+  expect_refused(eight.string() + " --bogus", "unrecognized arguments: --bogus");
   EXPECT_FALSE(fs::exists("a.png"));
 }
 

@@ -85,6 +85,11 @@ TEST(SeedTable, BadInputIsOneLineAndExitTwo) {
   expect_refused(good.string() + " --vs talking_head", "unknown variant talking_head; allowed:");
   expect_refused(bad.string(), "results.jsonl:1: not a results row");
   expect_refused(lonely.string(), "no head count has runs of both multi_head and talking_heads");
+  expect_refused(good.string() + " --bogus", "unrecognized arguments: --bogus");  // argparse's, one line too
+  expect_refused("", "the following arguments are required: sweep");
+  fs::create_directories(good / "h12-multi_head-s1" / "finetune");
+  std::ofstream(good / "h12-multi_head-s1" / "finetune" / "odd.json") << "[1, 2]\n";  // JSON, not a result
+  EXPECT_EQ(seed_table(good.string()).code, 0);
 }
 
 }  // namespace
