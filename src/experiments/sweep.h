@@ -97,4 +97,8 @@ int run_sweep(const Sweep& sweep, const SweepOptions& options,
 // and multiplies per layer (the row signatures thx table matches).
 ResolvedRun resolve_pretrain_run(ConfigTree& tree);
 
+// The step a started run resumes from: its newest checkpoint in <run_dir>/checkpoints (0: none).
+// The sweep's ETA and the dry run's "To run" count only the steps after it.
+int64_t sweep_resume_step(const std::string& run_dir);
+
 }  // namespace thx

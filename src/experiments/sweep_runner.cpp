@@ -25,6 +25,7 @@
 #include "experiments/bench_attention.h"
 #include "experiments/results_table.h"
 #include "experiments/sweep_results.h"
+#include "training/checkpoint.h"
 #include "training/loop.h"
 #include "training/spec.h"
 
@@ -49,6 +50,13 @@ std::string last_line(const std::string& path) {
 
 }  // namespace
 
+int64_t sweep_resume_step(const std::string& run_dir) {
+  const auto found = list_checkpoints((fs::path(run_dir) / "checkpoints").string());
+  if (found.empty()) return 0;
+  const std::string name = fs::path(found.back()).stem().string();  // step-00000040
+  return std::stoll(name.substr(name.find('-') + 1));
+}
+
 int run_sweep(const Sweep& sweep, const SweepOptions& o,
               const std::function<ResolvedRun(ConfigTree&)>& resolve) {
   auto log = thx::log("sweep");
@@ -62,6 +70,12 @@ int run_sweep(const Sweep& sweep, const SweepOptions& o,
     ResolvedRun resolved;
     std::string dir, hash;
     bool finished = false;
+    int64_t resume_step = 0;  // newest checkpoint of a started run
+    // Model FLOPs of the steps still to run.
+    double flops_left() const {
+      return finished ? 0 : resolved.flops * double(std::max<int64_t>(0, resolved.steps - resume_step)) /
+                                double(std::max<int64_t>(1, resolved.steps));
+    }
   };
   std::vector<Planned> plan;
   for (const auto& r : sweep.runs) {
@@ -89,6 +103,7 @@ int run_sweep(const Sweep& sweep, const SweepOptions& o,
                                    "file changed since. Restore it, or use another --out", sweep.file,
                                    p.run->name, cfg));
     p.finished = fs::exists(fs::path(p.dir) / "result.json");
+    if (!p.finished) p.resume_step = sweep_resume_step(p.dir);
   }
   const int64_t cores = o.threads > 0 ? o.threads : std::max(1u, std::thread::hardware_concurrency());
   const int64_t jobs = std::min<int64_t>(o.jobs, std::max<int64_t>(1, int64_t(plan.size())));
@@ -107,7 +122,7 @@ int run_sweep(const Sweep& sweep, const SweepOptions& o,
   double flops_left = 0, flops_all = 0;
   for (const auto& p : plan) {
     flops_all += p.resolved.flops;
-    if (!p.finished) flops_left += p.resolved.flops;
+    flops_left += p.flops_left();
   }
   if (o.dry_run) {
     std::printf("sweep %s (%s): %zu runs into %s\n", sweep.name.c_str(), sweep.file.c_str(),
@@ -127,11 +142,12 @@ int run_sweep(const Sweep& sweep, const SweepOptions& o,
     std::printf("| run | steps | attention | fills %s row | model PFLOP | state |\n"
                 "|---|---:|---|---|---:|---|\n", sweep.table.empty() ? "-" : sweep.table.c_str());
     for (const auto& p : plan) {
-      const bool started = fs::exists(fs::path(p.dir) / "checkpoints");
+      const std::string state = p.finished ? "finished"
+                                : p.resume_step > 0 ? fmt::format("resumes at step {}", p.resume_step)
+                                                    : "to run";
       std::printf("| %s | %lld | %s | %s | %.3f | %s |\n", p.run->name.c_str(),
                   (long long)p.resolved.steps, p.resolved.attention.c_str(), fills(p).c_str(),
-                  p.resolved.flops / 1e15,
-                  p.finished ? "finished" : started ? "started (resumes)" : "to run");
+                  p.resolved.flops / 1e15, state.c_str());
     }
     const double peak = matmul_peak_gflops(1024, 3) * 1e9;
     std::printf("\nTo run: %.3f of %.3f PFLOP of model FLOPs, about %s on %lld threads at 50%% "
@@ -269,9 +285,9 @@ int run_sweep(const Sweep& sweep, const SweepOptions& o,
       r["config_hash"] = p.hash;
       for (const auto& [k, v] : p.resolved.info) r[k] = json::parse(v);
       write_file_atomic((fs::path(p.dir) / "result.json").string(), r.dump() + "\n");
+      flops_done += p.flops_left();  // what this sweep ran of it
       p.finished = true;
       ++done;
-      flops_done += p.resolved.flops;
       write_results();
       const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       const double eta = flops_done > 0 ? elapsed / flops_done * (flops_left - flops_done) : 0;

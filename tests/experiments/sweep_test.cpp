@@ -2,6 +2,8 @@
 // the published numbers and on synthetic results where they hold and where they fail.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
@@ -88,6 +90,32 @@ TEST(Sweep, AGeneratedTaskIsCostedAtItsOwnVocabularyAndQueries) {
   const double per_example = encoder_forward_multiplies(pc.model, pc.attention.encoder_self, 12, 4, 18);
   EXPECT_DOUBLE_EQ(r.flops, 6.0 * 64 * 3000 * per_example);
   EXPECT_LT(r.flops, 5e12);  // about 2.4e12: 100k parameters, 2.3M tokens
+}
+
+// A started run resumes at its newest checkpoint; the dry run says so and counts only the
+// steps after it in "To run" (the ETA counts the same way), not the whole run again.
+TEST(Sweep, AStartedRunIsCostedFromItsNewestCheckpoint) {
+  TempDir dir;
+  EXPECT_EQ(sweep_resume_step(dir.file("none")), 0);
+  // The recall probe needs no shards; 3,000,000 steps make a run 1.43 PFLOP, printed to 0.001.
+  const std::string sweep = dir.write(
+      "s.yaml", "sweep: s\nbase: " + std::string(THX_SOURCE_DIR) + "/configs/bert/recall.yaml\n"
+                "set: {train.steps: 3000000}\ngrid: {attention.h: [2, 4]}\n");
+  const std::string out = dir.file("out");
+  const std::string cmd = "--threads 1 sweep --dry-run --config " + sweep + " --out " + out;
+  RunResult r = run_thx(cmd);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("| 1.430 | to run |"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("To run: 2.861 of 2.861 PFLOP"), std::string::npos) << r.out;
+  // h2 has checkpoints at steps 1,000,000 and 2,250,000 (and a file that is not one).
+  std::filesystem::create_directories(out + "/h2/checkpoints");
+  for (const char* f : {"step-01000000.h5", "step-02250000.h5", "step-x.h5"})
+    dir.write("out/h2/checkpoints/" + std::string(f), "");
+  EXPECT_EQ(sweep_resume_step(out + "/h2"), 2250000);
+  r = run_thx(cmd);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("| 1.430 | resumes at step 2250000 |"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("To run: 1.788 of 2.861 PFLOP"), std::string::npos) << r.out;  // 1.430 / 4 + 1.430
 }
 
 TEST(Sweep, BadSweepFilesNameTheLineAndWhatIsAllowed) {
