@@ -78,7 +78,8 @@ for r in runs:
         except ValueError as e:
             fail(f"{f}: not JSON ({e})")
         scores = data.get("metrics") if isinstance(data, dict) else None
-        if isinstance(scores, dict) and len(scores) == 1:
+        # A fine-tuning still running has only a best-so-far ("finished": false): no score yet.
+        if isinstance(scores, dict) and len(scores) == 1 and data.get("finished", True) is not False:
             (name, value), = scores.items()
             r["_tasks"][task] = value
             tasks[task] = name

@@ -185,6 +185,7 @@ void load_finetune_state(const Checkpoint& c, std::mt19937_64& sampler, std::vec
   std::vector<TaskRecord> out;
   for (size_t k = 0; k < records.size(); ++k) {
     out.push_back(task_record_from_json(r[k]));
+    out.back().steps = records[k].steps;  // this run's plan (a checkpoint from before "steps" lacks it)
     if (out.back().task != records[k].task)
       throw InputError(fmt::format("/state/extra/records: task {} is '{}', the run's is '{}'", k, out.back().task,
                                    records[k].task));

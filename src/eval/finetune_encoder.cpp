@@ -363,7 +363,7 @@ class EncoderTask : public Trainee {
       params_.emplace_back(o.path, p);
     }
     optimizer_ = make_optimizer(job.config.optimizer, op);
-    record.task = task;
+    record.task = task, record.steps = f_.steps;
     order_.resize(units_.size());
     std::iota(order_.begin(), order_.end(), 0);
     cursor_ = order_.size();

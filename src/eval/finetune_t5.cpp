@@ -65,7 +65,7 @@ class T5Finetune : public Trainee {
     for (const auto& t : f_.tasks) {
       specs_.push_back(&task_spec(t));
       data_.push_back(shuffled(job_.data.at(t), f_, rng_));
-      records.push_back(TaskRecord{t, 0, -1, {}, nlohmann::json::array()});
+      records.push_back(TaskRecord{t, 0, -1, {}, nlohmann::json::array(), need_train ? f_.steps : 0});
       fallback_label_.push_back(0);  // thx eval reads no training split: the first label,
       fallback_score_.push_back(2.5);  // and the middle of STS-B's 0-5 scale
       if (!need_train) continue;

@@ -88,6 +88,8 @@ json to_json(const TaskRecord& r) {
   j["protocol"] = "best evaluation of this task over the run (T5's and ALBERT's best checkpoint per task), "
                   "by the mean of its metrics (SQuAD: F1)";
   j["history"] = r.history;
+  j["steps"] = r.steps;
+  j["finished"] = r.steps <= 0 || (!r.history.empty() && r.history.back().value("step", int64_t(0)) >= r.steps);
   return j;
 }
 
@@ -96,6 +98,7 @@ TaskRecord task_record_from_json(const json& j) {
   r.task = j.at("task"), r.examples = j.at("examples"), r.best_step = j.at("step");
   r.best = j.at("metrics").get<std::map<std::string, double>>();
   r.history = j.at("history");
+  r.steps = j.value("steps", int64_t(0));
   return r;
 }
 

@@ -16,6 +16,7 @@
 #include "common/fs.h"
 #include "common/h5.h"
 #include "eval/eval_fixtures.h"
+#include "eval/scoring.h"
 #include "training/checkpoint.h"
 #include "training/training_fixtures.h"
 
@@ -61,6 +62,9 @@ void kill_and_resume(bool albert) {
   make_finetune_fixture(s, albert);
   const auto straight = run_thx(finetune(s, "straight"));
   ASSERT_EQ(straight.code, 0) << straight.out;
+  const nlohmann::json done = nlohmann::json::parse(read_file(s.dir.file("straight/sst2.json")));
+  EXPECT_EQ(done.value("steps", -1), 40);
+  EXPECT_EQ(done.value("finished", false), true);
   run_and_kill(s, "killed");
   // Without --resume the killed run's directory is refused, and nothing in it changes.
   const auto again = run_thx(finetune(s, "killed"));
@@ -78,6 +82,22 @@ void kill_and_resume(bool albert) {
   expect_identical(s, "straight", "killed");
   // A resumed run whose work is done does nothing more, and says so by exiting 0.
   EXPECT_EQ(run_thx(finetune(s, "killed") + " --resume").code, 0);
+}
+
+// <task>.json says "finished" only once the run's last step is evaluated, so that a table read
+// while a fine-tuning runs never takes its best-so-far for the result (sweep_results.cpp).
+TEST(FinetuneResume, AResultIsFinishedOnlyAtTheLastStep) {
+  TaskRecord r;
+  r.task = "sst2", r.steps = 40;
+  EXPECT_EQ(to_json(r)["finished"], false);  // nothing evaluated yet
+  r.history.push_back({{"step", 20}});
+  EXPECT_EQ(to_json(r)["finished"], false);
+  r.history.push_back({{"step", 40}});
+  EXPECT_EQ(to_json(r)["finished"], true);
+  EXPECT_EQ(task_record_from_json(to_json(r)).steps, 40);
+  r.steps = 0, r.history = nlohmann::json::array();  // `thx eval` of one checkpoint
+  r.history.push_back({{"step", 7}});
+  EXPECT_EQ(to_json(r)["finished"], true);
 }
 
 TEST(FinetuneResume, T5KilledAfterItsFirstCheckpointEndsBitIdentical) { kill_and_resume(false); }

@@ -14,6 +14,7 @@ struct SeedRun {
   int h, seed;
   double ln_ppl, mlm, sop;
   double sst2 = -1;  // < 0: not fine-tuned
+  bool finished = true;  // false: its fine-tuning still running
 };
 
 void write_seeded_sweep(const fs::path& out, const std::vector<SeedRun>& runs) {
@@ -27,7 +28,8 @@ void write_seeded_sweep(const fs::path& out, const std::vector<SeedRun>& runs) {
     if (r.sst2 >= 0) {
       fs::create_directories(out / name / "finetune" / "sst2");
       std::ofstream(out / name / "finetune" / "sst2" / "sst2.json")
-          << "{\"examples\": 872, \"metrics\": {\"accuracy\": " << r.sst2 << "}}\n";
+          << "{\"examples\": 872, \"metrics\": {\"accuracy\": " << r.sst2 << "}"
+          << (r.finished ? "" : ", \"finished\": false") << "}\n";
     }
   }
 }
@@ -69,6 +71,14 @@ TEST(SeedTable, MeanSigmaAndTheDifferenceInSigmaPerHeadCount) {
   ASSERT_EQ(all.code, 0) << all.out;
   EXPECT_NE(all.out.find("| sst2 dev accuracy | 82.00 ± 1.41 | 81.00 ± 1.41 | −1.00 | −0.5 |"),
             std::string::npos) << all.out;
+  // A fine-tuning still running counts as none: its best-so-far is not a score.
+  write_seeded_sweep(sweep, {{"multi_head", 12, 1, 6.0, 21, 70, 83},
+                             {"multi_head", 12, 2, 6.2, 23, 80, 81},
+                             {"talking_heads", 12, 1, 5.9, 22, 60, 82},
+                             {"talking_heads", 12, 2, 5.9, 24, 62, 80, false}});
+  const RunResult running = seed_table(sweep.string());
+  ASSERT_EQ(running.code, 0) << running.out;
+  EXPECT_EQ(running.out.find("sst2"), std::string::npos) << running.out;
 }
 
 TEST(SeedTable, BadInputIsOneLineAndExitTwo) {

@@ -211,10 +211,16 @@ TEST(SweepRun, AFailedRunIsReportedAndTheOthersFinish) {
   fs::create_directories(ft);
   std::ofstream(ft / "sst2.json") << R"({"task": "sst2", "metrics": {"accuracy": 81.5}, "history": []})";
   std::ofstream(ft / "squad11_predictions.json") << R"({"q1": "x"})";  // not a result: ignored
+  // A fine-tuning still running has a best-so-far, not a result: left out until it finishes.
+  const std::string rte = R"({"task": "rte", "metrics": {"accuracy": 60}, "history": [], "finished": )";
+  std::ofstream(ft / "rte.json") << rte << "false}";
   r = run_thx("--threads 1 sweep --config " + mixed + " --out " + dir.file("mixed"));
   const auto results = read_results(dir.file("mixed"));
   ASSERT_EQ(results.size(), 1u);
   EXPECT_EQ(results[0]["downstream"], json({{"sst2", {{"accuracy", 81.5}}}})) << r.out;
+  std::ofstream(ft / "rte.json") << rte << "true}";
+  EXPECT_EQ(read_results(dir.file("mixed"))[0]["downstream"],
+            json({{"rte", {{"accuracy", 60}}}, {"sst2", {{"accuracy", 81.5}}}}));
 }
 
 }  // namespace
