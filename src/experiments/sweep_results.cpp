@@ -14,8 +14,8 @@ namespace thx {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-// Fine-tuning results under <run>/finetune/ (any depth): each <task>.json that `thx finetune`
-// wrote, as {task: metrics}. Read whenever results.jsonl is written, so that fine-tuning done
+// Fine-tuning results under <run>/finetune/ (any depth): each finished <task>.json that
+// `thx finetune` wrote, as {task: metrics}. Read whenever results.jsonl is written, so that fine-tuning done
 // after a run finished reaches the tables (read_results merges it too).
 json read_downstream(const std::string& run_dir) {
   json downstream = json::object();
@@ -26,8 +26,10 @@ json read_downstream(const std::string& run_dir) {
     if (!f.is_regular_file() || f.path().extension() != ".json") continue;
     try {
       const json j = json::parse(read_file(f.path().string()));
+      // A fine-tuning still running ("finished": false) has no result yet; files from before
+      // that key are finished ones.
       if (j.is_object() && j.contains("task") && j["task"].is_string() && j.contains("metrics") &&
-          j["metrics"].is_object() && j.contains("history"))
+          j["metrics"].is_object() && j.contains("history") && j.value("finished", true) != false)
         downstream[j["task"].get<std::string>()] = j["metrics"];
     } catch (const std::exception&) {
       // predictions files and other JSON beside the results
