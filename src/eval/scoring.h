@@ -44,7 +44,8 @@ struct TaskRecord {
 // Record one evaluation; returns true when it is the task's new best.
 bool note_eval(TaskRecord& r, int64_t step, const TaskEval& ev);
 // <task>.json's content ("finished": false while the run has steps left, so that a table
-// never shows a mid-run best as the result); and back (a fine-tuning checkpoint keeps its records this way).
+// never shows a mid-run best as the result); and back (a fine-tuning checkpoint keeps its
+// records this way).
 nlohmann::json to_json(const TaskRecord& r);
 TaskRecord task_record_from_json(const nlohmann::json& j);
 // "accuracy 91.20, f1 88.00"

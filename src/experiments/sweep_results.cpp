@@ -15,8 +15,8 @@ namespace fs = std::filesystem;
 using json = nlohmann::json;
 
 // Fine-tuning results under <run>/finetune/ (any depth): each finished <task>.json that
-// `thx finetune` wrote, as {task: metrics}. Read whenever results.jsonl is written, so that fine-tuning done
-// after a run finished reaches the tables (read_results merges it too).
+// `thx finetune` wrote, as {task: metrics}. Read whenever results.jsonl is written, so that
+// fine-tuning done after a run finished reaches the tables (read_results merges it too).
 json read_downstream(const std::string& run_dir) {
   json downstream = json::object();
   const fs::path ft = fs::path(run_dir) / "finetune";
