@@ -28,15 +28,16 @@ namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-std::string tiny_sweep(const TempDir& dir) {
+// Three runs of `steps` steps each, checkpointed every steps / 4.
+std::string tiny_sweep(const TempDir& dir, int steps = 40) {
   const std::string prepared = prepared_corpus(dir);
   dir.write("base.yaml",
             "model: {d_model: 32, d_ff: 64, encoder_layers: 1, decoder_layers: 1}\n"
             "attention: {variant: talking_heads, h: 4}\n"
             "data: {prepared: " + prepared + ", inputs_length: 32, targets_length: 8}\n"
-            "train: {steps: 40, batch_size: 8, log_every: 5}\n"
-            "checkpoint: {every: 10, keep: 2}\n"
-            "eval: {every: 20, examples: 8, batch_size: 8}\n");
+            "train: {steps: " + std::to_string(steps) + ", batch_size: 8, log_every: 5}\n"
+            "checkpoint: {every: " + std::to_string(steps / 4) + ", keep: 2}\n"
+            "eval: {every: " + std::to_string(steps / 2) + ", examples: 8, batch_size: 8}\n");
   return dir.write("sweep.yaml", "sweep: tiny\ntable: table1\nbase: base.yaml\n"
                                  "grid: {attention.h: [2, 4, 8]}\n");
 }
@@ -49,14 +50,17 @@ std::map<std::string, double> ln_ppl(const std::string& out) {
 
 TEST(SweepRun, KilledMidwayAndRestartedEqualsUninterrupted) {
   TempDir dir;
-  const std::string sweep = tiny_sweep(dir);
+  // 3 x 120 steps: each kill below lands after a new checkpoint (30 steps) and up to 150 ms
+  // more (~30 steps of 5 ms on a fast CPU), so three kills cannot outrun the sweep (with 3 x 40
+  // steps and 300 ms they did, on an EPYC twice as fast as the machine the test was written on).
+  const std::string sweep = tiny_sweep(dir, 120);
   const std::string straight = dir.file("straight"), killed = dir.file("killed");
   RunResult r = run_thx("--threads 1 sweep --config " + sweep + " --out " + straight);
   ASSERT_EQ(r.code, 0) << r.out;
   const auto want = ln_ppl(straight);
   ASSERT_EQ(want.size(), 3u);
   for (const auto& run : read_results(straight)) {
-    EXPECT_EQ(run["steps"], 40);
+    EXPECT_EQ(run["steps"], 120);
     EXPECT_EQ(run["sweep"], "tiny");
     for (const char* k : {"best_ln_ppl", "step_time_s", "tokens_per_s", "params_per_att_layer",
                           "multiplies_per_att_layer", "wall_s", "config_hash", "attention"})
@@ -89,14 +93,14 @@ TEST(SweepRun, KilledMidwayAndRestartedEqualsUninterrupted) {
             killed.c_str(), nullptr);
       _exit(127);
     }
-    // Killed once a run has checkpointed further than at the last kill, 0-300 ms later.
+    // Killed once a run has checkpointed further than at the last kill, 0-150 ms later.
     bool progressed = false;
     for (int i = 0; i < 2400 && !progressed; ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
       progressed = checkpoints() > seen;
     }
     ASSERT_TRUE(progressed) << "kill " << kill_no << ": no new checkpoint";
-    std::this_thread::sleep_for(std::chrono::milliseconds(std::uniform_int_distribution<int>(0, 300)(pick)));
+    std::this_thread::sleep_for(std::chrono::milliseconds(std::uniform_int_distribution<int>(0, 150)(pick)));
     kill(pid, SIGKILL);
     int status = 0;
     waitpid(pid, &status, 0);
@@ -112,8 +116,8 @@ TEST(SweepRun, KilledMidwayAndRestartedEqualsUninterrupted) {
   EXPECT_EQ(ln_ppl(killed), want);  // bit for bit
   ASSERT_EQ(read_results(killed).size(), 3u);
   for (const char* run : {"h2", "h4", "h8"})  // every run's final parameters, bitwise
-    EXPECT_TRUE(same_params(checkpoint_path(killed + "/" + run + "/checkpoints", 40),
-                            checkpoint_path(straight + "/" + run + "/checkpoints", 40), 0))
+    EXPECT_TRUE(same_params(checkpoint_path(killed + "/" + run + "/checkpoints", 120),
+                            checkpoint_path(straight + "/" + run + "/checkpoints", 120), 0))
         << run;
 
   // The plots of the finished sweep: loss curves, and Figure 1 from a talking-heads checkpoint.
@@ -139,7 +143,7 @@ TEST(SweepRun, KilledMidwayAndRestartedEqualsUninterrupted) {
   EXPECT_TRUE(png(dir.file("part.png")));
   EXPECT_TRUE(refused(curves_part("("), "plot_curves.py: ", "--runs (: not a regular expression"));
   EXPECT_TRUE(refused(curves_part("^nothing$"), "plot_curves.py: ", "no run matching --runs ^nothing$"));
-  const std::string ckpt = straight + "/h4/checkpoints/step-00000040.h5";
+  const std::string ckpt = straight + "/h4/checkpoints/step-00000120.h5";
   EXPECT_EQ(std::system(("/usr/bin/python3 " + scripts + "plot_figure1.py " + ckpt + " --out " + fig1 +
                          " --summary " + dir.file("fig1.txt") + " > /dev/null").c_str()), 0);
   EXPECT_TRUE(png(fig1));

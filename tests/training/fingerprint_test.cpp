@@ -25,14 +25,14 @@ namespace {
 
 using json = nlohmann::json;
 
-struct Case {
+struct ProbeCase {
   const char* name;
   const char* config;
   const char* set;
   TokenizerConvention convention;
 };
 
-const Case kCases[] = {
+const ProbeCase kCases[] = {
     {"mini_t5_multi_head", "configs/mini/t5.yaml", "", TokenizerConvention::t5},
     {"mini_t5_talking_heads", "configs/mini/t5.yaml", "--set attention.variant=talking_heads",
      TokenizerConvention::t5},
@@ -56,7 +56,7 @@ json fingerprints(const std::string& file) {
   return j;
 }
 
-json probe(const Case& c) {
+json probe(const ProbeCase& c) {
   TempDir dir;
   const std::string prep = prepared_corpus(dir, 120, c.convention);
   const std::string out = dir.file("probe.h5");
