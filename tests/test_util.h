@@ -4,11 +4,17 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <string>
+#include <thread>
 
 #include "common/error.h"
 
@@ -56,6 +62,27 @@ inline RunResult run_command(const std::string& cmd) {
 // start-up.
 inline RunResult run_thx(const std::string& args) {
   return run_command(std::string(THX_BINARY) + " " + args + " 2>&1");
+}
+
+// Runs the thx binary with `args` in the background and kills it with SIGKILL as soon as the
+// file `path` exists (a first checkpoint). Fails if `path` did not appear within a minute or
+// the process had already ended.
+inline ::testing::AssertionResult kill_thx_when_exists(const std::string& args, const std::string& path) {
+  const std::string cmd = "exec " + std::string(THX_BINARY) + " " + args + " >/dev/null 2>&1";
+  const pid_t pid = fork();
+  if (pid < 0) return ::testing::AssertionFailure() << "fork failed";
+  if (pid == 0) {
+    execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  for (int i = 0; i < 12000 && !std::filesystem::exists(path); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  kill(pid, SIGKILL);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  if (!std::filesystem::exists(path)) return ::testing::AssertionFailure() << "no " << path << " within a minute";
+  if (!WIFSIGNALED(status)) return ::testing::AssertionFailure() << "the run ended before it was killed; make it longer";
+  return ::testing::AssertionSuccess();
 }
 
 // A fresh directory under the system temp dir, removed with the object.

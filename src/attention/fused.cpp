@@ -8,6 +8,7 @@
 #include "attention/attention.h"
 #include "attention/blas.h"
 #include "attention/kernels.h"
+#include "common/precision.h"
 #include "common/runtime.h"
 
 namespace thx {
@@ -47,10 +48,14 @@ Tensor placeholder(const Tensor& t) { return t.defined() ? t : torch::empty({0})
 Tensor present(const Tensor& t) { return t.numel() > 0 ? t : Tensor(); }
 const float* ptr(const Tensor& t) { return t.defined() ? t.data_ptr<float>() : nullptr; }
 
+bool is(const Tensor& t, torch::ScalarType dtype) { return t.defined() && t.scalar_type() == dtype; }
+
+// Whether the row kernels can run this call: on the CPU, with fp32 head projections and bias
+// (whatever the products' dtype) and a bias and mask readable row by row.
 bool fusable(const Tensor& J, const Tensor& P_l, const Tensor& P_w, const Tensor& bias,
              const Tensor& mask, at::IntArrayRef shape) {
   auto fp32 = [](const Tensor& t) { return !t.defined() || t.scalar_type() == torch::kFloat32; };
-  return g_fused && cpu_kernels_enabled() && J.device().is_cpu() && fp32(J) && fp32(P_l) && fp32(P_w) && fp32(bias) &&
+  return g_fused && cpu_kernels_enabled() && J.device().is_cpu() && fp32(P_l) && fp32(P_w) && fp32(bias) &&
          (!bias.defined() || rows_view(bias, shape).defined()) &&
          (!mask.defined() || (mask.scalar_type() == torch::kBool && rows_view(mask, shape).defined()));
 }
@@ -253,6 +258,28 @@ void block_product(const kernels::Ops& k, const CoreShapes& s, int64_t g, int64_
           s.m, false);
 }
 
+// What both attention cores keep for backward: Q, K, V, W, U (when there is a P_w), P_l, P_w,
+// the mask, and the bias's shape; and, rebuilt from them, the shapes and the row problem.
+void save_core(AutogradContext* ctx, const Tensor& Q, const Tensor& K, const Tensor& V, const Tensor& W,
+               const Tensor& U, const Tensor& P_l, const Tensor& P_w, const Tensor& mask, const Tensor& bias) {
+  ctx->save_for_backward({Q, K, V, W, placeholder(P_w.defined() ? U : Tensor()), placeholder(P_l),
+                          placeholder(P_w), placeholder(mask)});
+  save_bias_info(ctx, bias);
+}
+
+struct SavedCore {
+  std::vector<Tensor> sv;
+  Tensor Q, K, V, W, U, P_l, P_w;
+  CoreShapes s;
+  RowProblem p;
+  explicit SavedCore(AutogradContext* ctx)
+      : sv(ctx->get_saved_variables()), Q(sv[0]), K(sv[1]), V(sv[2]), W(sv[3]),
+        U(present(sv[4]).defined() ? sv[4] : W), P_l(present(sv[5])), P_w(present(sv[6])), s(Q, K, V),
+        p(s.b, s.n, s.m, s.hk, P_l, P_w, Tensor(), Tensor()) {
+    p.mask = present(sv[7]);
+  }
+};
+
 struct AttentionCoreFn : torch::autograd::Function<AttentionCoreFn> {
   static Tensor forward(AutogradContext* ctx, const Tensor& Q_in, const Tensor& K_in,
                         const Tensor& V_in, const Tensor& P_l_in, const Tensor& P_w_in,
@@ -288,20 +315,15 @@ struct AttentionCoreFn : torch::autograd::Function<AttentionCoreFn> {
                   v + (bb * s.m * s.hv + g) * s.dv, s.hv * s.dv, 0.0f,
                   o + (bb * s.n * s.hv + g) * s.dv, s.hv * s.dv);
     });
-    ctx->save_for_backward({Q, K, V, W, placeholder(P_w.defined() ? U : Tensor()),
-                            placeholder(P_l), placeholder(P_w), placeholder(p.mask)});
-    save_bias_info(ctx, present(bias_in));
+    save_core(ctx, Q, K, V, W, U, P_l, P_w, p.mask, present(bias_in));
     return O;
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    const auto sv = ctx->get_saved_variables();
-    const Tensor Q = sv[0], K = sv[1], V = sv[2], W = sv[3];
-    const Tensor U = present(sv[4]).defined() ? sv[4] : W;
-    const Tensor P_l = present(sv[5]), P_w = present(sv[6]);
-    const CoreShapes s(Q, K, V);
-    RowProblem p(s.b, s.n, s.m, s.hk, P_l, P_w, Tensor(), Tensor());
-    p.mask = present(sv[7]);
+    const SavedCore sv(ctx);
+    const Tensor &Q = sv.Q, &K = sv.K, &V = sv.V, &W = sv.W, &U = sv.U, &P_l = sv.P_l, &P_w = sv.P_w;
+    const CoreShapes& s = sv.s;
+    const RowProblem& p = sv.p;
     const RowKernels rk(p);
     const int threads = at::get_num_threads();
     const Tensor dO = grads[0].contiguous();
@@ -361,6 +383,103 @@ struct AttentionCoreFn : torch::autograd::Function<AttentionCoreFn> {
   }
 };
 
+// ---- attention_core in bf16 --------------------------------------------------------------
+//
+// Q, K, V in bf16 (common/precision.h). The four per-head products J = Q K^T, O = U V and,
+// backward, dU = dO V^T, dV = U^T dO, dQ = dJ K, dK = dJ^T Q are ATen bf16 matmuls on
+// heads-major [b,heads,n,m] tensors (oneDNN on the CPU: fp32 accumulation, bf16 results).
+// Between them, the row kernels above run unchanged on fp32 copies of one query row's heads,
+// converted in cache: the head mixings, bias, mask, softmax and its backward are fp32, and
+// dP_l, dP_w and the bias gradient are fp32 sums. Stored for backward, in bf16: W, and U
+// when there is a P_w; J is recomputed (one more Q K^T) when there is a P_l.
+
+const uint16_t* bf16_bits(const Tensor& t) { return reinterpret_cast<const uint16_t*>(t.data_ptr<at::BFloat16>()); }
+uint16_t* bf16_bits_mut(Tensor& t) { return reinterpret_cast<uint16_t*>(t.data_ptr<at::BFloat16>()); }
+
+// The g rows of query row i (batch bb) of a heads-major bf16 T [b,g,n,m], as fp32 [g,m]; and back.
+struct HeadRows {
+  const kernels::Ops& k;
+  int64_t n, m;
+  void load(const uint16_t* T, int64_t g, int64_t bb, int64_t i, float* out) const {
+    for (int64_t h = 0; h < g; ++h) k.bf16_to_float(T + ((bb * g + h) * n + i) * m, out + h * m, m);
+  }
+  void store(const float* in, uint16_t* T, int64_t g, int64_t bb, int64_t i) const {
+    for (int64_t h = 0; h < g; ++h) k.float_to_bf16(in + h * m, T + ((bb * g + h) * n + i) * m, m);
+  }
+};
+
+struct AttentionCoreBf16Fn : torch::autograd::Function<AttentionCoreBf16Fn> {
+  static Tensor forward(AutogradContext* ctx, const Tensor& Q, const Tensor& K, const Tensor& V,
+                        const Tensor& P_l_in, const Tensor& P_w_in, const Tensor& bias_in,
+                        const Tensor& mask_in) {
+    const Tensor P_l = present(P_l_in), P_w = present(P_w_in);
+    const CoreShapes s(Q, K, V);
+    const RowProblem p(s.b, s.n, s.m, s.hk, P_l, P_w, present(bias_in), present(mask_in));
+    const RowKernels rk(p);
+    const HeadRows rows{rk.k, s.n, s.m};
+    const Tensor J = torch::matmul(Q.transpose(1, 2), K.permute({0, 2, 3, 1})).contiguous();  // [b,h_k,n,m]
+    Tensor W = torch::empty({s.b, p.h, s.n, s.m}, Q.options());                              // [b,h,n,m]
+    Tensor U = P_w.defined() ? torch::empty({s.b, s.hv, s.n, s.m}, Q.options()) : W;         // [b,h_v,n,m]
+    const uint16_t* j = bf16_bits(J);
+    uint16_t *w = bf16_bits_mut(W), *u = bf16_bits_mut(U);
+    at::parallel_for(0, s.b * s.n, 1, [&](int64_t r0, int64_t r1) {
+      std::vector<float> Jf(s.hk * s.m), Wf(p.h * s.m), Uf(P_w.defined() ? s.hv * s.m : 0);
+      for (int64_t r = r0; r < r1; ++r) {
+        const int64_t bb = r / s.n, i = r % s.n;
+        rows.load(j, s.hk, bb, i, Jf.data());
+        rk.forward(Jf.data(), Wf.data(), P_w.defined() ? Uf.data() : Wf.data(), bb, i);
+        rows.store(Wf.data(), w, p.h, bb, i);
+        if (P_w.defined()) rows.store(Uf.data(), u, s.hv, bb, i);
+      }
+    });
+    const Tensor O = torch::matmul(U, V.transpose(1, 2));  // [b,h_v,n,d_v]
+    save_core(ctx, Q, K, V, W, U, P_l, P_w, p.mask, present(bias_in));
+    return O.transpose(1, 2).contiguous();  // [b,n,h_v,d_v]
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const SavedCore sv(ctx);
+    const Tensor &Q = sv.Q, &K = sv.K, &V = sv.V, &W = sv.W, &U = sv.U, &P_l = sv.P_l, &P_w = sv.P_w;
+    const CoreShapes& s = sv.s;
+    const RowProblem& p = sv.p;
+    const RowKernels rk(p);
+    const HeadRows rows{rk.k, s.n, s.m};
+    const int threads = at::get_num_threads();
+    const Tensor dO = grads[0].to(torch::kBFloat16).transpose(1, 2);            // [b,h_v,n,d_v]
+    const Tensor Qh = Q.transpose(1, 2), Kh = K.transpose(1, 2);               // [b,h_k,n|m,d_k]
+    const Tensor dV = torch::matmul(U.transpose(2, 3), dO);                     // [b,h_v,m,d_v]
+    const Tensor dU = torch::matmul(dO, V.permute({0, 2, 3, 1})).contiguous();  // [b,h_v,n,m]
+    const Tensor J = P_l.defined() ? torch::matmul(Qh, Kh.transpose(2, 3)).contiguous() : Tensor();  // [b,h_k,n,m]
+    Tensor dJ = torch::empty({s.b, s.hk, s.n, s.m}, Q.options());               // [b,h_k,n,m]
+    Tensor gPl = P_l.defined() ? torch::zeros({threads, s.hk, p.h}) : Tensor();
+    Tensor gPw = P_w.defined() ? torch::zeros({threads, p.h, s.hv}) : Tensor();
+    const BiasGrad bias(ctx, s.m, threads);
+    const uint16_t *du = bf16_bits(dU), *w = bf16_bits(W), *j = P_l.defined() ? bf16_bits(J) : nullptr;
+    uint16_t* dj = bf16_bits_mut(dJ);
+    at::parallel_for(0, s.b * s.n, 1, [&](int64_t r0, int64_t r1) {
+      const int t = at::get_thread_num();
+      std::vector<float> dUf(s.hv * s.m), Wf(p.h * s.m), Jf(j ? s.hk * s.m : 0), dJf(s.hk * s.m);
+      std::vector<float> dWbuf(p.h * s.m), dLbuf(p.h * s.m);
+      float* gl = P_l.defined() ? gPl[t].data_ptr<float>() : nullptr;
+      float* gw = P_w.defined() ? gPw[t].data_ptr<float>() : nullptr;
+      auto bias_row = bias.row_fn(t);
+      for (int64_t r = r0; r < r1; ++r) {
+        const int64_t bb = r / s.n, i = r % s.n;
+        rows.load(du, s.hv, bb, i, dUf.data());
+        rows.load(w, p.h, bb, i, Wf.data());
+        if (j) rows.load(j, s.hk, bb, i, Jf.data());
+        rk.backward(dUf.data(), Wf.data(), j ? Jf.data() : nullptr, dJf.data(), dWbuf.data(), dLbuf.data(), gl, gw,
+                    bias_row, bb, i);
+        rows.store(dJf.data(), dj, s.hk, bb, i);
+      }
+    });
+    const Tensor dQ = torch::matmul(dJ, Kh);                  // [b,h_k,n,d_k]
+    const Tensor dK = torch::matmul(dJ.transpose(2, 3), Qh);  // [b,h_k,m,d_k]
+    return {dQ.transpose(1, 2), dK.transpose(1, 2), dV.transpose(1, 2),
+            P_l.defined() ? gPl.sum(0) : Tensor(), P_w.defined() ? gPw.sum(0) : Tensor(), bias.result(), Tensor()};
+  }
+};
+
 // [b,g,n,m] mixed across heads by P [g,g2] -> [b,g2,n,m].
 Tensor mix_heads_aten(const Tensor& T, const Tensor& P) {
   return torch::einsum("bgnm,gh->bhnm", {T, P});
@@ -380,36 +499,48 @@ Tensor heads_softmax_heads_major(const Tensor& J, const Tensor& P_l, const Tenso
 void set_fused_attention(bool enabled) { g_fused = enabled; }
 bool fused_attention_enabled() { return g_fused; }
 
+// The products in their operands' dtype; the logits, softmax and mixings in fp32 (what a
+// CUDA tensor runs, and the bf16 core's reference).
 Tensor heads_softmax_reference(const Tensor& J, const Tensor& P_l, const Tensor& P_w,
                                const Tensor& bias, const Tensor& mask) {
-  return heads_softmax_heads_major(J.transpose(1, 2), P_l, P_w, bias, mask).transpose(1, 2);
+  return heads_softmax_heads_major(to_fp32(J).transpose(1, 2), P_l, P_w, bias, mask)
+      .transpose(1, 2)
+      .to(J.scalar_type());
 }
 
 Tensor attention_core_reference(const Tensor& Q, const Tensor& K, const Tensor& V,
                                 const Tensor& P_l, const Tensor& P_w, const Tensor& bias,
                                 const Tensor& mask) {
-  Tensor J = torch::matmul(Q.transpose(1, 2), K.permute({0, 2, 3, 1}));    // [b,h_k,n,m]
-  Tensor U = heads_softmax_heads_major(J, P_l, P_w, bias, mask);          // [b,h_v,n,m]
-  return torch::matmul(U, V.transpose(1, 2)).transpose(1, 2);             // [b,n,h_v,d_v]
+  Tensor J = to_fp32(torch::matmul(Q.transpose(1, 2), K.permute({0, 2, 3, 1})));  // [b,h_k,n,m]
+  Tensor U = heads_softmax_heads_major(J, P_l, P_w, bias, mask);                  // [b,h_v,n,m]
+  return torch::matmul(U.to(V.scalar_type()), V.transpose(1, 2)).transpose(1, 2);  // [b,n,h_v,d_v]
 }
 
 Tensor heads_softmax(const Tensor& J, const Tensor& P_l, const Tensor& P_w, const Tensor& bias,
                      const Tensor& mask) {
   const int64_t h = P_l.defined() ? P_l.size(1) : J.size(2);
-  if (!fusable(J, P_l, P_w, bias, mask, {J.size(0), h, J.size(1), J.size(3)}))
+  const bool fp32 = is(J, torch::kFloat32), bf16 = is(J, torch::kBFloat16);
+  if (!(fp32 || bf16) || !fusable(J, P_l, P_w, bias, mask, {J.size(0), h, J.size(1), J.size(3)}))
     return heads_softmax_reference(J, P_l, P_w, bias, mask);
-  return HeadsSoftmaxFn::apply(J, placeholder(P_l), placeholder(P_w), placeholder(bias),
-                               placeholder(mask));
+  // bf16 J: the fp32 kernels on a converted copy, the result rounded once to bf16.
+  const Tensor U = HeadsSoftmaxFn::apply(to_fp32(J), placeholder(P_l), placeholder(P_w), placeholder(bias),
+                                         placeholder(mask));
+  return U.to(J.scalar_type());
 }
 
 Tensor attention_core(const Tensor& Q, const Tensor& K, const Tensor& V, const Tensor& P_l,
                       const Tensor& P_w, const Tensor& bias, const Tensor& mask) {
   const int64_t h = P_l.defined() ? P_l.size(1) : Q.size(2);
-  const bool fp32 = K.scalar_type() == torch::kFloat32 && V.scalar_type() == torch::kFloat32;
-  if (!fp32 || !fusable(Q, P_l, P_w, bias, mask, {Q.size(0), h, Q.size(1), K.size(1)}))
-    return attention_core_reference(Q, K, V, P_l, P_w, bias, mask);
-  return AttentionCoreFn::apply(Q, K, V, placeholder(P_l), placeholder(P_w), placeholder(bias),
-                                placeholder(mask));
+  auto all = [&](torch::ScalarType t) { return is(Q, t) && is(K, t) && is(V, t); };
+  if (fusable(Q, P_l, P_w, bias, mask, {Q.size(0), h, Q.size(1), K.size(1)})) {
+    if (all(torch::kFloat32))
+      return AttentionCoreFn::apply(Q, K, V, placeholder(P_l), placeholder(P_w), placeholder(bias),
+                                    placeholder(mask));
+    if (all(torch::kBFloat16))
+      return AttentionCoreBf16Fn::apply(Q, K, V, placeholder(P_l), placeholder(P_w), placeholder(bias),
+                                        placeholder(mask));
+  }
+  return attention_core_reference(Q, K, V, P_l, P_w, bias, mask);
 }
 
 }  // namespace thx

@@ -15,9 +15,15 @@
 // Backward recomputes nothing: it reads W (and J, U where the projections need them) once.
 // Per-thread partial sums for dP_l, dP_w and the bias gradient avoid any locking.
 //
-// Both fall back to an ATen composition of the same math (the *_reference functions) for
-// what the fused code does not cover: tensors that are not fp32 on the CPU, and a bias or
-// mask broadcast along m. Dropout and the dynamic projections are not here: projected.cpp
+// bf16 (common/precision.h): with Q, K, V in bf16, attention_core's per-head products are
+// oneDNN bf16 matmuls on heads-major tensors, and the same row kernels run on fp32 copies of
+// each query row (fused.cpp, "attention_core in bf16"); the result is bf16. heads_softmax
+// takes a bf16 J through the fp32 kernels and rounds its result once. P_l, P_w and the bias
+// stay fp32, and so do the mixings: measured, they cost little next to the products.
+//
+// Both fall back to an ATen composition of the same math (the *_reference functions: the
+// products in their operands' dtype, logits to weights in fp32) for what the fused code does
+// not cover: tensors off the CPU or of another dtype, and a bias or mask broadcast along m. Dropout and the dynamic projections are not here: projected.cpp
 // keeps its ATen path for them.
 #pragma once
 #include <torch/torch.h>

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "attention/fused.h"
+#include "common/precision.h"
 
 namespace thx {
 
@@ -26,13 +27,15 @@ Tensor GeneralBilinearAttention::forward(const Tensor& X, const Tensor& M, const
               M.sizes());
   const int64_t b = X.size(0), n = X.size(1), m = M.size(1), h = d.h;
   // Rows-major throughout: [b, n, h, .], so that no tensor is transposed.
-  Tensor XP = torch::matmul(X, P.permute({0, 2, 1}).reshape({d.d_X, h * d.d_M}))  // [b,n,h*d_M]
-                  .view({b, n * h, d.d_M});
-  Tensor L = torch::bmm(XP, M.transpose(1, 2)).view({b, n, h, m});                // [b,n,h,m]
+  // Products in the compute dtype (common/precision.h); heads_softmax runs in fp32 inside.
+  const Tensor Mc = to_compute(M);
+  Tensor XP = torch::matmul(to_compute(X), to_compute(P).permute({0, 2, 1}).reshape({d.d_X, h * d.d_M}))
+                  .view({b, n * h, d.d_M});                                         // [b,n*h,d_M]
+  Tensor L = torch::bmm(XP, Mc.transpose(1, 2)).view({b, n, h, m});               // [b,n,h,m]
   Tensor W = heads_softmax(L, {}, {}, bias, mask);                                  // [b,n,h,m]
   if (d.dropout > 0 && is_training()) W = torch::dropout(W, d.dropout, true);
-  Tensor WM = torch::bmm(W.reshape({b, n * h, m}), M).view({b, n, h * d.d_M});      // [b,n,h*d_M]
-  return torch::matmul(WM, Q.permute({2, 0, 1}).reshape({h * d.d_M, d.d_Y}));      // [b,n,d_Y]
+  Tensor WM = torch::bmm(W.reshape({b, n * h, m}), Mc).view({b, n, h * d.d_M});     // [b,n,h*d_M]
+  return torch::matmul(WM, to_compute(Q).permute({2, 0, 1}).reshape({h * d.d_M, d.d_Y}));  // [b,n,d_Y]
 }
 
 Tensor GeneralBilinearAttention::forward_cached(const Tensor& X, const Tensor& M,

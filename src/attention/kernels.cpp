@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 namespace thx::kernels {
@@ -59,7 +60,26 @@ void softmax_backward(float* dx, const float* w, const float* g, const uint8_t* 
   for (int64_t j = 0; j < len; ++j) dx[j] = (mask && !mask[j]) ? 0.0f : w[j] * (g[j] - dot);
 }
 
-const Ops kGeneric = {"generic", mix, gram, softmax, logsumexp, softmax_backward};
+void bf16_to_float(const uint16_t* in, float* out, int64_t len) {
+  for (int64_t j = 0; j < len; ++j) {
+    const uint32_t bits = uint32_t(in[j]) << 16;
+    std::memcpy(out + j, &bits, sizeof bits);
+  }
+}
+
+void float_to_bf16(const float* in, uint16_t* out, int64_t len) {
+  for (int64_t j = 0; j < len; ++j) {
+    if (std::isnan(in[j])) {
+      out[j] = 0x7FC0;
+      continue;
+    }
+    uint32_t bits;
+    std::memcpy(&bits, in + j, sizeof bits);
+    out[j] = uint16_t((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16);  // round to nearest even
+  }
+}
+
+const Ops kGeneric = {"generic", mix, gram, softmax, logsumexp, softmax_backward, bf16_to_float, float_to_bf16};
 
 }  // namespace
 

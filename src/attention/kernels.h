@@ -1,5 +1,5 @@
 // kernels.h: the CPU inner loops of the fused attention core (fused.h), on raw
-// float rows, in two builds: AVX2+FMA (kernels_avx2.cpp, chosen when the CPU has them) and
+// float rows, and the bf16 <-> fp32 row conversions of the bf16 paths, in two builds: AVX2+FMA (kernels_avx2.cpp, chosen when the CPU has them) and
 // portable loops (kernels.cpp). Tests check each against the other and against ATen.
 //
 // Row layout: a "row" is len consecutive floats; consecutive rows are `stride` apart.
@@ -28,6 +28,10 @@ struct Ops {
   // dx = w * (g - sum(w * g)), and 0 where mask[j] == 0 (mask may be null).
   void (*softmax_backward)(float* dx, const float* w, const float* g, const uint8_t* mask,
                            int64_t len);
+  // bf16 (its 16 bits, as c10::BFloat16 stores them) to fp32: exact.
+  void (*bf16_to_float)(const uint16_t* in, float* out, int64_t len);
+  // fp32 to bf16, rounded to nearest even as c10::BFloat16 does (NaN stays NaN).
+  void (*float_to_bf16)(const float* in, uint16_t* out, int64_t len);
 };
 
 const Ops& generic_ops();

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "attention/kernels.h"
@@ -271,7 +272,47 @@ void softmax_backward(float* dx, const float* w, const float* g, const uint8_t* 
   for (int64_t j = full; j < len; ++j) dx[j] = (mask && !mask[j]) ? 0.0f : w[j] * (g[j] - dot);
 }
 
-const Ops kAvx2 = {"avx2", mix, gram, softmax, logsumexp, softmax_backward};
+// ---- bf16 <-> fp32 ------------------------------------------------------------------------
+
+void bf16_to_float(const uint16_t* in, float* out, int64_t len) {
+  const int64_t full = len & ~int64_t{7};
+  for (int64_t j = 0; j < full; j += 8) {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + j));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + j), _mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  }
+  for (int64_t j = full; j < len; ++j) {
+    const uint32_t bits = uint32_t(in[j]) << 16;
+    std::memcpy(out + j, &bits, sizeof bits);
+  }
+}
+
+// Round to nearest even: add 0x7FFF plus the lowest kept bit, keep the high 16 bits; NaN lanes
+// become 0x7FC0, as c10::BFloat16's scalar conversion makes them.
+void float_to_bf16(const float* in, uint16_t* out, int64_t len) {
+  const int64_t full = len & ~int64_t{7};
+  const __m256i bias = _mm256_set1_epi32(0x7FFF), one = _mm256_set1_epi32(1), nan = _mm256_set1_epi32(0x7FC0);
+  for (int64_t j = 0; j < full; j += 8) {
+    const __m256 x = _mm256_loadu_ps(in + j);
+    const __m256i bits = _mm256_castps_si256(x);
+    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(bits, 16), one);
+    __m256i r = _mm256_srli_epi32(_mm256_add_epi32(bits, _mm256_add_epi32(bias, lsb)), 16);
+    r = _mm256_blendv_epi8(r, nan, _mm256_castps_si256(_mm256_cmp_ps(x, x, _CMP_UNORD_Q)));
+    // 8 x 32-bit lanes holding 16-bit values -> 8 x 16 bits (packus works per 128-bit half).
+    const __m128i packed = _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + j), packed);
+  }
+  for (int64_t j = full; j < len; ++j) {
+    if (std::isnan(in[j])) {
+      out[j] = 0x7FC0;
+      continue;
+    }
+    uint32_t bits;
+    std::memcpy(&bits, in + j, sizeof bits);
+    out[j] = uint16_t((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16);
+  }
+}
+
+const Ops kAvx2 = {"avx2", mix, gram, softmax, logsumexp, softmax_backward, bf16_to_float, float_to_bf16};
 
 }  // namespace
 

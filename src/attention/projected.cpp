@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "attention/fused.h"
+#include "common/precision.h"
 
 namespace thx {
 namespace {
@@ -10,23 +11,24 @@ namespace {
 using torch::Tensor;
 
 // x [b,n,d] times P [d,e,g] -> [b,n,g,e], the layout a GEMM produces. The weight is permuted
-// (a copy of the small parameter); the activations never are.
+// (a copy of the small parameter); the activations never are. Every product here takes its
+// operands in the compute dtype (common/precision.h) and returns it.
 Tensor project(const Tensor& x, const Tensor& P) {
   const int64_t d = P.size(0), e = P.size(1), g = P.size(2);
-  return torch::matmul(x, P.permute({0, 2, 1}).reshape({d, g * e}))
+  return torch::matmul(to_compute(x), to_compute(P).permute({0, 2, 1}).reshape({d, g * e}))
       .view({x.size(0), x.size(1), g, e});
 }
 
 // O [b,n,g,e] times P [d_Y,e,g] -> [b,n,d_Y].
 Tensor project_out(const Tensor& O, const Tensor& P) {
   const int64_t dY = P.size(0), e = P.size(1), g = P.size(2);
-  return torch::matmul(O.reshape({O.size(0), O.size(1), g * e}),
-                       P.permute({2, 1, 0}).reshape({g * e, dY}));
+  return torch::matmul(to_compute(O).reshape({O.size(0), O.size(1), g * e}),
+                       to_compute(P).permute({2, 1, 0}).reshape({g * e, dY}));
 }
 
 // x [b,n,d] times P [d,g,g2] -> [b,n,g,g2]: a dynamic projection's per-position matrices.
 Tensor generate(const Tensor& x, const Tensor& P) {
-  return torch::matmul(x, P.reshape({P.size(0), P.size(1) * P.size(2)}))
+  return torch::matmul(to_compute(x), to_compute(P).reshape({P.size(0), P.size(1) * P.size(2)}))
       .view({x.size(0), x.size(1), P.size(1), P.size(2)});
 }
 
@@ -80,7 +82,7 @@ ProjectedAttention::Memory ProjectedAttention::project_memory(const Tensor& M) {
   Memory mem;
   mem.K = project(M, P_k);                           // [b,m,h_k,d_k]
   mem.V = project(M, P_v);                           // [b,m,h_v,d_v]
-  if (bias_k.defined()) mem.K = mem.K + bias_k.t(), mem.V = mem.V + bias_v.t();
+  if (bias_k.defined()) mem.K = mem.K + to_compute(bias_k).t(), mem.V = mem.V + to_compute(bias_v).t();
   if (P_Ml.defined()) mem.R_Ml = generate(M, P_Ml);  // [b,m,h_k,h]
   if (P_Mw.defined()) mem.R_Mw = generate(M, P_Mw);  // [b,m,h,h_v]
   return mem;
@@ -91,27 +93,29 @@ Tensor ProjectedAttention::attend(const Tensor& X, const Memory& mem, const Tens
   TORCH_CHECK(X.dim() == 3 && X.size(2) == dims_.d_X, "attention: X must be [b,n,", dims_.d_X,
               "], got ", X.sizes());
   Tensor Q = project(X, P_q);  // [b,n,h_k,d_k]
-  if (bias_q.defined()) Q = Q + bias_q.t();
+  if (bias_q.defined()) Q = Q + to_compute(bias_q).t();
   auto out = [&](const Tensor& O) {  // O [b,n,h_v,d_v] -> Y [b,n,d_Y]
     Tensor Y = project_out(O, P_o);
-    return bias_o.defined() ? Y + bias_o : Y;
+    return bias_o.defined() ? Y + to_compute(bias_o) : Y;
   };
   const bool dropout = dims_.dropout > 0 && is_training();
   if (!dims_.any_dynamic() && !dropout)  // the fused core (fused.h)
     return out(attention_core(Q, mem.K, mem.V, P_l, P_w, bias, mask));
 
-  // ATen path, heads-major [b,heads,n,m]: dynamic projections, attention dropout.
-  Tensor J = torch::matmul(Q.transpose(1, 2), mem.K.permute({0, 2, 3, 1}));  // [b,h_k,n,m]
+  // ATen path, heads-major [b,heads,n,m]: dynamic projections, attention dropout. J and O
+  // are products in the compute dtype; from the logits to the weights everything is fp32
+  // (the head mixings as in the fused core, the softmax because it normalizes).
+  const Tensor J = to_fp32(torch::matmul(Q.transpose(1, 2), mem.K.permute({0, 2, 3, 1})));  // [b,h_k,n,m]
   Tensor L = P_l.defined() ? mix_heads(J, P_l) : J;                          // [b,h,n,m]
-  if (P_Xl.defined()) L = L + mix_heads_per_query(J, generate(X, P_Xl));
-  if (P_Ml.defined()) L = L + mix_heads_per_memory(J, mem.R_Ml);
+  if (P_Xl.defined()) L = L + mix_heads_per_query(J, to_fp32(generate(X, P_Xl)));
+  if (P_Ml.defined()) L = L + mix_heads_per_memory(J, to_fp32(mem.R_Ml));
   add_bias_and_mask(L, bias, mask);
   Tensor W = torch::softmax(L, -1);                                          // [b,h,n,m]
   Tensor U = P_w.defined() ? mix_heads(W, P_w) : W;                          // [b,h_v,n,m]
-  if (P_Xw.defined()) U = U + mix_heads_per_query(W, generate(X, P_Xw));
-  if (P_Mw.defined()) U = U + mix_heads_per_memory(W, mem.R_Mw);
+  if (P_Xw.defined()) U = U + mix_heads_per_query(W, to_fp32(generate(X, P_Xw)));
+  if (P_Mw.defined()) U = U + mix_heads_per_memory(W, to_fp32(mem.R_Mw));
   if (dropout) U = torch::dropout(U, dims_.dropout, true);
-  Tensor O = torch::matmul(U, mem.V.transpose(1, 2));                        // [b,h_v,n,d_v]
+  Tensor O = torch::matmul(U.to(mem.V.scalar_type()), mem.V.transpose(1, 2));  // [b,h_v,n,d_v]
   return out(O.transpose(1, 2));                                             // [b,n,d_Y]
 }
 

@@ -53,11 +53,6 @@ torch::Device resolve_device(const std::string& requested, const std::string& wh
   return torch::Device(torch::kCPU);
 }
 
-void check_precision(const std::string& precision, const torch::Device& device, const std::string& where) {
-  if (precision == "bf16" && !device.is_cuda())
-    throw InputError(fmt::format("{}: bf16 is CUDA autocast (fp32 master weights), and this run is on the CPU, "
-                                 "where thx's kernels are fp32; use fp32", where));
-}
 void set_cpu_kernels(bool enabled) { g_cpu_kernels = enabled; }
 
 void configure_runtime(int64_t threads) {
@@ -108,6 +103,7 @@ double status_mb(const char* field) {  // "VmRSS:     1234 kB"
 }  // namespace
 
 double rss_mb() { return status_mb("VmRSS:"); }
+void trim_heap() { malloc_trim(0); }
 double peak_rss_mb() { return status_mb("VmHWM:"); }
 void reset_peak_rss() { std::ofstream("/proc/self/clear_refs") << "5"; }
 

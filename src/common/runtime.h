@@ -36,8 +36,6 @@ void set_cpu_kernels(bool enabled);
 void set_device_request(const std::string& device);
 const std::string& device_request();
 torch::Device resolve_device(const std::string& requested, const std::string& where);
-// train.precision on the resolved device: "bf16" off CUDA is an InputError naming `where`.
-void check_precision(const std::string& precision, const torch::Device& device, const std::string& where);
 
 // threads <= 0: all hardware threads, divided among torchrun's LOCAL_WORLD_SIZE ranks.
 void configure_runtime(int64_t threads = 0);
@@ -51,6 +49,8 @@ void reexec_with_thread_environment(char** argv);
 // /proc/self/clear_refs (Linux 4.0+), so that the training loop reports each window's and each
 // evaluation's own peak; where that is refused, the peak is the whole run's.
 double rss_mb();
+// Returns the heap's free memory to the system (malloc_trim), so that RSS counts live memory.
+void trim_heap();
 double peak_rss_mb();
 void reset_peak_rss();
 

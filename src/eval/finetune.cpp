@@ -7,6 +7,7 @@
 
 #include "common/error.h"
 #include "common/log.h"
+#include "common/precision.h"
 #include "common/runtime.h"
 #include "eval/finetune_encoder.h"
 #include "eval/finetune_t5.h"
@@ -102,6 +103,13 @@ void prepare_out(const std::string& out) {
   if (ec) throw InputError(fmt::format("{}: cannot create the output directory ({})", out, ec.message()));
 }
 
+// Both precisions on this device, each named by the key that set it (InputError, exit 2).
+void check_fine_tuning_precision(const FinetuneConfig& f, const PretrainConfig& pc, const torch::Device& device) {
+  check_precision(train_precision(f, pc), device,
+                  f.precision.empty() ? "finetune.precision (the pretrained run's train.precision)" : "finetune.precision");
+  if (!f.eval_precision.empty()) check_precision(f.eval_precision, device, "finetune.eval_precision");
+}
+
 }  // namespace
 
 bool run_finetune(const FinetuneRunConfig& config, const Pretrained& pretrained, const std::string& out_dir,
@@ -130,7 +138,8 @@ bool run_finetune(const FinetuneRunConfig& config, const Pretrained& pretrained,
   }
   ro.log_file = "finetune.log";
   {
-    resolve_device(device_request(), "--device");
+    const torch::Device device = resolve_device(device_request(), "--device");
+    check_fine_tuning_precision(config.finetune, pretrained.config, device);
     const std::string e = batch_split_error("finetune.batch_size", config.finetune.batch_size, 1, dist::world_size());
     if (!e.empty()) throw InputError(e);
   }
@@ -158,6 +167,11 @@ void run_eval(const FinetuneRunConfig& config, const Pretrained& model, const st
   const fs::path beside = fs::is_directory(checkpoint) ? fs::path(checkpoint) : fs::path(checkpoint).parent_path();
   const std::string out_dir = out.empty() ? (beside / "eval").string() : out;
   validate(config.finetune);
+  const std::string precision = eval_precision(config.finetune, model.config);  // as fine-tuning evaluated
+  check_precision(precision, resolve_device(device_request(), "--device"),
+                  !config.finetune.eval_precision.empty() ? "finetune.eval_precision"
+                  : !config.finetune.precision.empty()    ? "finetune.precision"
+                                                          : "finetune.precision (the pretrained run's train.precision)");
   const std::string tokenizer = tokenizer_path(config.finetune, model.config);
   THX_CHECK(fs::is_regular_file(tokenizer), "{}: no such tokenizer model (finetune.tokenizer)", tokenizer);
   for (const auto& t : config.finetune.tasks) {
@@ -178,6 +192,7 @@ void run_eval(const FinetuneRunConfig& config, const Pretrained& model, const st
   std::map<std::string, Splits> data = read_tasks(config.finetune, false);
   prepare_out(out_dir);
   const FinetuneJob job{config, model, out_dir, tokenizer, cfg::to_yaml(config), false, {}, std::move(data)};
+  PrecisionScope scope(precision);
   if (model.config.model.encoder_only()) {
     for (size_t k = 0; k < files.size(); ++k) eval_encoder_task(job, config.finetune.tasks[k], loaded[files[k]], files[k]);
   } else {

@@ -52,6 +52,18 @@ void validate(const FinetuneConfig& c, const std::string& path) {
     throw ConfigError(path + ".classifier_dropout", fmt::format("{} is not in [0, 1)", c.classifier_dropout));
   if (c.attention_dropout && !(*c.attention_dropout >= 0 && *c.attention_dropout < 1))
     throw ConfigError(path + ".attention_dropout", fmt::format("{} is not in [0, 1)", *c.attention_dropout));
+  for (auto [key, v] : {std::pair{".precision", &c.precision}, std::pair{".eval_precision", &c.eval_precision}})
+    if (!v->empty() && *v != "fp32" && *v != "bf16")
+      throw ConfigError(path + key, fmt::format("'{}' is not allowed; allowed: fp32, bf16 (or \"\": {})", *v,
+                                                std::string(key) == ".precision" ? "the pretrained run's train.precision"
+                                                                                 : "finetune.precision"));
+}
+
+std::string train_precision(const FinetuneConfig& c, const PretrainConfig& pretrained) {
+  return c.precision.empty() ? pretrained.train.precision : c.precision;
+}
+std::string eval_precision(const FinetuneConfig& c, const PretrainConfig& pretrained) {
+  return c.eval_precision.empty() ? train_precision(c, pretrained) : c.eval_precision;
 }
 
 int64_t eval_rows(const FinetuneConfig& c) {

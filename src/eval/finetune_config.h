@@ -42,6 +42,8 @@ struct FinetuneConfig {
   int64_t log_every = 50;
   int64_t doc_stride = 128, max_query_length = 64, max_answer_length = 30, n_best = 20;
   bool skip_bad_rows = false;
+  std::string precision;       // "" (the pretrained run's train.precision) | fp32 | bf16
+  std::string eval_precision;  // "" (precision) | fp32 | bf16
 };
 
 template <class V>
@@ -71,10 +73,16 @@ void visit(V& v, FinetuneConfig& c) {
   v("max_answer_length", c.max_answer_length, "SQuAD: longest predicted answer, in tokens");
   v("n_best", c.n_best, "SQuAD: start and end candidates per window");
   v("skip_bad_rows", c.skip_bad_rows, "skip and count malformed data rows instead of stopping");
+  v("precision", c.precision, "\"\" (the pretrained run's train.precision) | fp32 | bf16 (common/precision.h)");
+  v("eval_precision", c.eval_precision, "\"\" (precision) | fp32 | bf16: the precision of dev evaluation and decoding");
 }
 void validate(const FinetuneConfig& c, const std::string& path = "finetune");
 // Dev rows per forward pass of one rank: eval_batch_size, or with 0 the training batch of one rank.
 int64_t eval_rows(const FinetuneConfig& c);
+// The precision of fine-tuning's steps (finetune.precision, else the pretrained run's
+// train.precision) and of its evaluation (finetune.eval_precision, else the former).
+std::string train_precision(const FinetuneConfig& c, const PretrainConfig& pretrained);
+std::string eval_precision(const FinetuneConfig& c, const PretrainConfig& pretrained);
 
 struct FinetuneRunConfig {
   FinetuneConfig finetune;

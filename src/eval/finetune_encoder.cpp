@@ -498,6 +498,7 @@ bool finetune_encoder(const FinetuneJob& job) {
     o.checkpoint_dir = (fs::path(job.out) / "checkpoints" / task).string();
     o.metrics_file = (fs::path(job.out) / "metrics.jsonl").string();
     o.open_outputs = job.open_outputs, o.tag = task, o.config = job.yaml, o.resume = job.resume, o.eval_if_finished = false;
+    o.precision = train_precision(f, job.pretrained.config), o.eval_precision = eval_precision(f, job.pretrained.config);
     const LoopResult r = train(t, o);
     if (!r.finished) return false;
     if (dist::rank() == 0) write_params(final_file, t.parameters(), job.pretrained.config.yaml, f.steps);

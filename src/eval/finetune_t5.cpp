@@ -259,6 +259,7 @@ bool finetune_t5(const FinetuneJob& job) {
   o.checkpoint_dir = (fs::path(job.out) / "checkpoints").string();
   o.metrics_file = (fs::path(job.out) / "metrics.jsonl").string();
   o.open_outputs = job.open_outputs, o.config = job.yaml, o.resume = job.resume, o.eval_if_finished = false;
+  o.precision = train_precision(f, job.pretrained.config), o.eval_precision = eval_precision(f, job.pretrained.config);
   const LoopResult r = train(t, o);
   if (!r.finished) return false;
   if (dist::rank() == 0) write_params((fs::path(job.out) / "model.h5").string(), t.model->named_parameters_by_path(),

@@ -5,6 +5,7 @@
 #include "attention/factory.h"
 #include "attention/projected.h"
 #include "common/error.h"
+#include "common/precision.h"
 #include "models/loss.h"
 #include "models/t5.h"
 
@@ -65,11 +66,14 @@ Tensor EncoderLayerImpl::forward(Tensor x, const Tensor& bias, const Tensor& mas
   auto drop = [&](const Tensor& t) {
     return dropout_ > 0 && is_training() ? torch::dropout(t, dropout_, true) : t;
   };
-  x = layer_norm(x + drop(attention->forward(x, x, bias, mask)), attention_norm_scale,
+  // x, the residual stream and the layer norms' input, stays fp32; the attention and the
+  // feed-forward products run in the compute dtype (common/precision.h).
+  x = layer_norm(plus(x, drop(attention->forward(x, x, bias, mask))), attention_norm_scale,
                  attention_norm_bias);                                           // [b,n,d] (post-LN)
-  const Tensor h = torch::gelu(torch::addmm(bias_i, x.reshape({-1, x.size(-1)}), wi));  // [b*n,d_ff]
-  const Tensor f = torch::addmm(bias_o, h, wo).view(x.sizes());                       // [b,n,d]
-  return layer_norm(x + drop(f), ff_norm_scale, ff_norm_bias);                        // [b,n,d]
+  const Tensor h = torch::gelu(torch::addmm(to_compute(bias_i), to_compute(x.reshape({-1, x.size(-1)})),
+                                            to_compute(wi)));                    // [b*n,d_ff]
+  const Tensor f = torch::addmm(to_compute(bias_o), h, to_compute(wo)).view(x.sizes());  // [b,n,d]
+  return layer_norm(plus(x, drop(f)), ff_norm_scale, ff_norm_bias);                   // [b,n,d]
 }
 
 namespace {
@@ -82,6 +86,7 @@ struct RecomputeFn : torch::autograd::Function<RecomputeFn> {
                         const Tensor& mask, EncoderLayerImpl* layer) {
     ctx->saved_data["layer"] = reinterpret_cast<int64_t>(layer);
     ctx->saved_data["rng"] = at::detail::getDefaultCPUGenerator().get_state();
+    ctx->saved_data["dtype"] = int64_t(compute_dtype());  // the recomputation runs at the same precision
     ctx->save_for_backward({x, bias, mask});
     return layer->forward(x, bias, mask);
   }
@@ -97,6 +102,7 @@ struct RecomputeFn : torch::autograd::Function<RecomputeFn> {
     Tensor y;
     {
       torch::AutoGradMode on(true);
+      PrecisionScope precision(torch::ScalarType(ctx->saved_data["dtype"].toInt()));
       y = layer->forward(x, bias, saved[2]);  // [b,n,d], with a graph this time
     }
     gen.set_state(rng_now);
@@ -172,7 +178,7 @@ Tensor EncoderModelImpl::encode(const Tensor& ids, const Tensor& types) {
   if (position_.defined()) x = x + position_.narrow(0, 0, n);               // + [n,E]
   x = layer_norm(x, emb_norm_scale_, emb_norm_bias_);                        // [b,n,E]
   if (config_.dropout > 0 && is_training()) x = torch::dropout(x, config_.dropout, true);
-  if (emb_w_.defined()) x = torch::matmul(x, emb_w_) + emb_b_;             // [b,n,d]
+  if (emb_w_.defined()) x = to_fp32(torch::matmul(to_compute(x), to_compute(emb_w_))) + emb_b_;  // [b,n,d]
   Tensor bias;
   if (relative_attention_bias_.defined()) {
     const Tensor buckets = relative_position_buckets(n, n, true, config_.relative_buckets,
@@ -190,7 +196,7 @@ Tensor EncoderModelImpl::encode(const Tensor& ids, const Tensor& types) {
 }
 
 Tensor EncoderModelImpl::pooled(const Tensor& hidden) {
-  return torch::tanh(torch::addmm(pool_b_, hidden.select(1, 0), pool_w_));  // [b,d] from [CLS]
+  return torch::tanh(torch::addmm(to_compute(pool_b_), to_compute(hidden.select(1, 0)), to_compute(pool_w_)));  // [b,d] from [CLS]
 }
 
 EncoderModelImpl::Output EncoderModelImpl::forward(const Tensor& ids, const Tensor& types,
@@ -200,9 +206,10 @@ EncoderModelImpl::Output EncoderModelImpl::forward(const Tensor& ids, const Tens
   const Tensor x = encode(ids, types);                                           // [b,n,d]
   const int64_t B = x.size(0), P = positions.size(1), d = x.size(2);
   const Tensor picked = x.gather(1, positions.unsqueeze(-1).expand({B, P, d}));  // [b,P,d]
-  Tensor h = torch::gelu(torch::matmul(picked, mlm_w_) + mlm_b_);             // [b,P,E]
+  Tensor h = torch::gelu(to_fp32(torch::matmul(to_compute(picked), to_compute(mlm_w_))) + mlm_b_);  // [b,P,E]
   h = layer_norm(h, mlm_norm_scale_, mlm_norm_bias_);                             // [b,P,E]
-  const Tensor logits = torch::matmul(h, word.narrow(0, 0, vocab_size_).t()) + mlm_output_bias_;  // [b,P,V]
+  const Tensor logits = torch::matmul(to_compute(h), to_compute(word.narrow(0, 0, vocab_size_).t())) +
+                        to_compute(mlm_output_bias_);                             // [b,P,V]: the loss is fp32 inside
   const Tensor flat_targets = targets.reshape({-1});                                              // [b*P]
   const LossSums s = cross_entropy_z_loss(logits.view({-1, vocab_size_}), flat_targets,
                                           config_.z_loss_value());                                // [b*P,V]
@@ -220,7 +227,7 @@ EncoderModelImpl::Output EncoderModelImpl::forward(const Tensor& ids, const Tens
     const Tensor has = labels >= 0;  // [b]
     out.sentence_count = has.sum().item<int64_t>();
     if (out.sentence_count > 0) {
-      const Tensor sl = torch::addmm(sent_b_, pooled(x), sent_w_);               // [b,2]
+      const Tensor sl = to_fp32(torch::addmm(to_compute(sent_b_), pooled(x), to_compute(sent_w_)));  // [b,2]
       const Tensor nll = -torch::log_softmax(sl, -1).gather(1, labels.clamp_min(0).unsqueeze(1)).squeeze(1);  // [b]
       out.sentence_nll_sum = (nll * has).sum();
       out.sentence_loss = out.sentence_nll_sum / double(out.sentence_count);

@@ -1,5 +1,6 @@
 #include "models/heads.h"
 
+#include "common/precision.h"
 #include "models/encoder.h"
 
 // Shapes as heads.h: b examples, n positions, d = d_model, out head outputs.
@@ -11,9 +12,10 @@ TaskHeadImpl::TaskHeadImpl(int64_t d, int64_t out) {
   init_truncated_normal(w, 0.02);
 }
 
+// The product in the compute dtype (common/precision.h); the scores, a softmax's input, in fp32.
 torch::Tensor TaskHeadImpl::forward(const torch::Tensor& x) const {
-  if (x.dim() == 2) return torch::addmm(b, x, w);  // [b,d] -> [b,out]
-  return torch::matmul(x, w) + b;                   // [b,n,d] -> [b,n,out]
+  if (x.dim() == 2) return to_fp32(torch::addmm(to_compute(b), to_compute(x), to_compute(w)));  // [b,d] -> [b,out]
+  return to_fp32(torch::matmul(to_compute(x), to_compute(w))) + b;  // [b,n,d] -> [b,n,out]
 }
 
 }  // namespace thx

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "attention/kernels.h"
+#include "common/precision.h"
 #include "common/runtime.h"
 
 // Shapes: N rows (target positions, padding included), V vocabulary.
@@ -15,29 +16,44 @@ using torch::Tensor;
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
+// Logits are fp32 or bf16; a bf16 row is converted to fp32 before anything is summed, so
+// logsumexp, the losses and the softmax of the backward pass are fp32 either way. The
+// gradient has the logits' dtype.
 struct CrossEntropyZFn : torch::autograd::Function<CrossEntropyZFn> {
+  // Row i of x as fp32: in place, or converted into buf.
+  static const float* row(const kernels::Ops& k, const Tensor& x, int64_t i, int64_t V, std::vector<float>& buf) {
+    if (x.scalar_type() == torch::kFloat32) return x.data_ptr<float>() + i * V;
+    k.bf16_to_float(reinterpret_cast<const uint16_t*>(x.data_ptr<at::BFloat16>()) + i * V, buf.data(), V);
+    return buf.data();
+  }
+
   static variable_list forward(AutogradContext* ctx, const Tensor& logits_in, const Tensor& targets_in,
                                double z) {
     const Tensor x = logits_in.contiguous(), t = targets_in.to(torch::kInt64).contiguous();  // [N,V], [N]
     const int64_t N = x.size(0), V = x.size(1);
-    Tensor lse = torch::empty({N}, x.options());  // [N] logsumexp per row
-    const float* px = x.data_ptr<float>();
+    Tensor lse = torch::empty({N}, x.options().dtype(torch::kFloat32));  // [N] logsumexp per row
+    Tensor target_logit = torch::empty({N}, x.options().dtype(torch::kFloat32));  // [N]
     const int64_t* pt = t.data_ptr<int64_t>();
-    float* pl = lse.data_ptr<float>();
+    float *pl = lse.data_ptr<float>(), *ptl = target_logit.data_ptr<float>();
     const kernels::Ops& k = kernels::best_ops();
     at::parallel_for(0, N, 16, [&](int64_t a, int64_t b) {
-      for (int64_t i = a; i < b; ++i) pl[i] = k.logsumexp(px + i * V, V);
+      std::vector<float> buf(x.scalar_type() == torch::kFloat32 ? 0 : V);
+      for (int64_t i = a; i < b; ++i) {
+        const float* xi = row(k, x, i, V, buf);
+        pl[i] = k.logsumexp(xi, V);
+        ptl[i] = pt[i] > 0 && pt[i] < V ? xi[pt[i]] : 0.f;
+      }
     });
     double nll = 0, zz = 0;
     for (int64_t i = 0; i < N; ++i) {
       if (pt[i] == 0) continue;
       TORCH_CHECK(pt[i] > 0 && pt[i] < V, "cross_entropy: target ", pt[i], " outside [0, ", V, ")");
-      nll += double(pl[i]) - px[i * V + pt[i]];
+      nll += double(pl[i]) - ptl[i];
       zz += double(pl[i]) * pl[i];
     }
     ctx->save_for_backward({x, t, lse});
     ctx->saved_data["z"] = z;
-    auto scalar = [&](double v) { return torch::tensor(float(v), x.options()); };
+    auto scalar = [&](double v) { return torch::tensor(float(v), x.options().dtype(torch::kFloat32)); };
     return {scalar(nll + z * zz), scalar(nll), lse};
   }
 
@@ -48,23 +64,26 @@ struct CrossEntropyZFn : torch::autograd::Function<CrossEntropyZFn> {
     const float g_loss = grads[0].defined() ? grads[0].item<float>() : 0.f;
     const float g_nll = grads[1].defined() ? grads[1].item<float>() : 0.f;
     const int64_t N = x.size(0), V = x.size(1);
-    Tensor dx = torch::empty_like(x);  // [N,V]
-    const float *px = x.data_ptr<float>(), *pl = lse.data_ptr<float>();
+    const bool fp32 = x.scalar_type() == torch::kFloat32;
+    Tensor dx = torch::empty_like(x);  // [N,V], the logits' dtype
+    const float* pl = lse.data_ptr<float>();
     const int64_t* pt = t.data_ptr<int64_t>();
-    float* pd = dx.data_ptr<float>();
     const kernels::Ops& k = kernels::best_ops();
     at::parallel_for(0, N, 16, [&](int64_t a, int64_t b) {
+      std::vector<float> buf(fp32 ? 0 : V);
       for (int64_t i = a; i < b; ++i) {
-        float* d = pd + i * V;
+        float* d = fp32 ? dx.data_ptr<float>() + i * V : buf.data();
         if (pt[i] == 0) {
           std::memset(d, 0, sizeof(float) * V);
-          continue;
+        } else {
+          if (fp32) std::memcpy(d, x.data_ptr<float>() + i * V, sizeof(float) * V);
+          else k.bf16_to_float(reinterpret_cast<const uint16_t*>(x.data_ptr<at::BFloat16>()) + i * V, d, V);
+          k.softmax(d, nullptr, nullptr, V);  // p
+          const float scale = g_loss + g_nll + float(2 * z) * g_loss * pl[i];
+          for (int64_t j = 0; j < V; ++j) d[j] *= scale;
+          d[pt[i]] -= g_loss + g_nll;
         }
-        std::memcpy(d, px + i * V, sizeof(float) * V);
-        k.softmax(d, nullptr, nullptr, V);  // p
-        const float scale = g_loss + g_nll + float(2 * z) * g_loss * pl[i];
-        for (int64_t j = 0; j < V; ++j) d[j] *= scale;
-        d[pt[i]] -= g_loss + g_nll;
+        if (!fp32) k.float_to_bf16(d, reinterpret_cast<uint16_t*>(dx.data_ptr<at::BFloat16>()) + i * V, V);
       }
     });
     return {dx, Tensor(), Tensor()};
@@ -73,7 +92,8 @@ struct CrossEntropyZFn : torch::autograd::Function<CrossEntropyZFn> {
 
 }  // namespace
 
-LossSums cross_entropy_z_loss_reference(const Tensor& logits, const Tensor& targets, double z) {
+LossSums cross_entropy_z_loss_reference(const Tensor& logits_in, const Tensor& targets, double z) {
+  const Tensor logits = to_fp32(logits_in);  // [N,V]: the sums run in fp32 whatever the logits' dtype
   const Tensor lse = torch::logsumexp(logits, -1);                                  // [N]
   const Tensor target_logit = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1);  // [N]
   const Tensor w = (targets != 0).to(logits.scalar_type());
@@ -85,8 +105,8 @@ LossSums cross_entropy_z_loss_reference(const Tensor& logits, const Tensor& targ
 }
 
 LossSums cross_entropy_z_loss(const Tensor& logits, const Tensor& targets, double z) {
-  if (logits.scalar_type() != torch::kFloat32 || !logits.device().is_cpu() || logits.dim() != 2 ||
-      !cpu_kernels_enabled())
+  const bool dtype = logits.scalar_type() == torch::kFloat32 || logits.scalar_type() == torch::kBFloat16;
+  if (!dtype || !logits.device().is_cpu() || logits.dim() != 2 || !cpu_kernels_enabled())
     return cross_entropy_z_loss_reference(logits, targets, z);
   auto out = CrossEntropyZFn::apply(logits, targets, z);
   return {out[0], out[1], out[2]};

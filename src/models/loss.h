@@ -7,8 +7,10 @@
 // Backward: dx_ij = w_i [ (g_loss + g_nll)(p_ij - [j = t_i]) + 2 z g_loss lse_i p_ij ], with
 // p = softmax(x). Unfused, ATen's logsumexp, gather and their backward passes make several
 // passes over the [N,V] logits and allocate as many temporaries; here there is one pass
-// forward (per row, in parallel) and one backward. fp32 CPU; other tensors take the ATen
-// composition (loss_reference), which tests compare against.
+// forward (per row, in parallel) and one backward. fp32 or bf16 logits on the CPU (a bf16 row
+// is converted to fp32 before anything is summed; the gradient comes back in bf16); other
+// tensors take the ATen composition (loss_reference, also fp32 inside), which tests compare
+// against.
 #pragma once
 #include <torch/torch.h>
 

@@ -5,7 +5,9 @@
 #include <cmath>
 
 #include "attention/factory.h"
+#include "attention/kernels.h"
 #include "common/error.h"
+#include "common/precision.h"
 #include "common/runtime.h"
 #include "models/loss.h"
 
@@ -89,24 +91,46 @@ RMSNormImpl::RMSNormImpl(int64_t d) { scale = register_parameter("scale", torch:
 
 namespace {
 
+// A row of d values of an fp32 or bf16 tensor, as fp32: the tensor's own memory when it is
+// fp32, else converted into buf (bf16 paths compute on fp32 rows).
+const float* fp32_row(const kernels::Ops& k, const Tensor& t, int64_t i, int64_t d, std::vector<float>& buf) {
+  if (t.scalar_type() == torch::kFloat32) return t.data_ptr<float>() + i * d;
+  k.bf16_to_float(reinterpret_cast<const uint16_t*>(t.data_ptr<at::BFloat16>()) + i * d, buf.data(), d);
+  return buf.data();
+}
+// Where to write row i as fp32: t's memory, or buf (then store_row converts it into t).
+float* out_row(const Tensor& t, int64_t i, int64_t d, std::vector<float>& buf) {
+  return t.scalar_type() == torch::kFloat32 ? t.data_ptr<float>() + i * d : buf.data();
+}
+void store_row(const kernels::Ops& k, const Tensor& t, int64_t i, int64_t d, const std::vector<float>& buf) {
+  if (t.scalar_type() != torch::kFloat32)
+    k.float_to_bf16(buf.data(), reinterpret_cast<uint16_t*>(t.data_ptr<at::BFloat16>()) + i * d, d);
+}
+
 // y = x * r * scale with r = rsqrt(mean(x^2) + 1e-6) per row; one pass forward, one backward:
 //   dx = r * (dy*scale - x * r^2 * mean(dy*scale*x)),  dscale = sum over rows of dy * x * r.
+// x and y are fp32 or bf16 (y in the dtype asked for); r, the sums and scale are fp32.
 struct RMSNormFn : torch::autograd::Function<RMSNormFn> {
-  static Tensor forward(torch::autograd::AutogradContext* ctx, const Tensor& x_in, const Tensor& scale) {
+  static Tensor forward(torch::autograd::AutogradContext* ctx, const Tensor& x_in, const Tensor& scale,
+                        int64_t out_dtype) {
     const Tensor x = x_in.contiguous();  // [rows,d] as rows of the last dim
     const int64_t d = x.size(-1), rows = x.numel() / d;
-    Tensor y = torch::empty_like(x), r = torch::empty({rows}, x.options());  // y like x; r [rows]
-    const float *px = x.data_ptr<float>(), *ps = scale.data_ptr<float>();
-    float *py = y.data_ptr<float>(), *pr = r.data_ptr<float>();
+    Tensor y = torch::empty(x.sizes(), x.options().dtype(torch::ScalarType(out_dtype)));  // like x
+    Tensor r = torch::empty({rows}, x.options().dtype(torch::kFloat32));                   // [rows]
+    const float* ps = scale.data_ptr<float>();
+    float* pr = r.data_ptr<float>();
+    const kernels::Ops& k = kernels::best_ops();
     at::parallel_for(0, rows, 64, [&](int64_t a, int64_t b) {
+      std::vector<float> xbuf(d), ybuf(d);
       for (int64_t i = a; i < b; ++i) {
-        const float* xi = px + i * d;
+        const float* xi = fp32_row(k, x, i, d, xbuf);
         float ss = 0;
         for (int64_t j = 0; j < d; ++j) ss += xi[j] * xi[j];
         const float ri = 1.0f / std::sqrt(ss / float(d) + 1e-6f);
         pr[i] = ri;
-        float* yi = py + i * d;
+        float* yi = out_row(y, i, d, ybuf);
         for (int64_t j = 0; j < d; ++j) yi[j] = xi[j] * ri * ps[j];
+        store_row(k, y, i, d, ybuf);
       }
     });
     ctx->save_for_backward({x, scale, r});
@@ -116,36 +140,45 @@ struct RMSNormFn : torch::autograd::Function<RMSNormFn> {
                                                  torch::autograd::variable_list grads) {
     const auto s = ctx->get_saved_variables();
     const Tensor &x = s[0], &scale = s[1], &r = s[2];
-    const Tensor dy = grads[0].contiguous();
+    const Tensor dy = grads[0].contiguous();  // in y's dtype
     const int64_t d = x.size(-1), rows = x.numel() / d;
     const int threads = at::get_num_threads();
-    Tensor dx = torch::empty_like(x), dscale = torch::zeros({threads, d}, x.options());  // [threads,d] partial sums
-    const float *px = x.data_ptr<float>(), *ps = scale.data_ptr<float>(), *pr = r.data_ptr<float>();
-    const float* pdy = dy.data_ptr<float>();
-    float* pdx = dx.data_ptr<float>();
+    Tensor dx = torch::empty_like(x);                                                   // x's dtype
+    Tensor dscale = torch::zeros({threads, d}, x.options().dtype(torch::kFloat32));  // [threads,d] partial sums
+    const float *ps = scale.data_ptr<float>(), *pr = r.data_ptr<float>();
+    const kernels::Ops& k = kernels::best_ops();
     at::parallel_for(0, rows, 64, [&](int64_t a, int64_t b) {
       float* ds = dscale[at::get_thread_num()].data_ptr<float>();
+      std::vector<float> xbuf(d), gbuf(d), obuf(d);
       for (int64_t i = a; i < b; ++i) {
-        const float *xi = px + i * d, *gi = pdy + i * d;
+        const float *xi = fp32_row(k, x, i, d, xbuf), *gi = fp32_row(k, dy, i, d, gbuf);
         const float ri = pr[i];
         float dot = 0;
         for (int64_t j = 0; j < d; ++j) dot += gi[j] * ps[j] * xi[j], ds[j] += gi[j] * xi[j] * ri;
-        const float k = ri * ri * dot / float(d);
-        float* o = pdx + i * d;
-        for (int64_t j = 0; j < d; ++j) o[j] = ri * (gi[j] * ps[j] - xi[j] * k);
+        const float kk = ri * ri * dot / float(d);
+        float* o = out_row(dx, i, d, obuf);
+        for (int64_t j = 0; j < d; ++j) o[j] = ri * (gi[j] * ps[j] - xi[j] * kk);
+        store_row(k, dx, i, d, obuf);
       }
     });
-    return {dx, dscale.sum(0)};
+    return {dx, dscale.sum(0), Tensor()};
   }
 };
 
+bool float_or_bf16(const Tensor& t) {
+  return t.scalar_type() == torch::kFloat32 || t.scalar_type() == torch::kBFloat16;
+}
+
 }  // namespace
 
+// The output is bf16 in a bf16 scope (common/precision.h; a norm's output is always a matmul's
+// operand), else x's dtype. The statistics are fp32 (float64 for a float64 x) either way.
 Tensor RMSNormImpl::forward(const Tensor& x) {
-  if (x.scalar_type() == torch::kFloat32 && x.device().is_cpu() && scale.scalar_type() == torch::kFloat32 &&
-      cpu_kernels_enabled())
-    return RMSNormFn::apply(x, scale);
-  return x * torch::rsqrt(x.pow(2).mean(-1, true) + 1e-6) * scale;  // [..., d]
+  const torch::ScalarType out = output_dtype(x);
+  if (float_or_bf16(x) && x.device().is_cpu() && scale.scalar_type() == torch::kFloat32 && cpu_kernels_enabled())
+    return RMSNormFn::apply(x, scale, int64_t(out));
+  const Tensor x32 = to_fp32(x);
+  return (x32 * torch::rsqrt(x32.pow(2).mean(-1, true) + 1e-6) * scale).to(out);  // [..., d]
 }
 
 FeedForwardImpl::FeedForwardImpl(int64_t d, int64_t d_ff, double dropout_) : dropout(dropout_) {
@@ -156,9 +189,9 @@ FeedForwardImpl::FeedForwardImpl(int64_t d, int64_t d_ff, double dropout_) : dro
 }
 
 Tensor FeedForwardImpl::forward(const Tensor& x) {
-  Tensor h = torch::relu(torch::matmul(x, wi));  // [..., d_ff]
+  Tensor h = torch::relu(torch::matmul(to_compute(x), to_compute(wi)));  // [..., d_ff]
   if (dropout > 0 && is_training()) h = torch::dropout(h, dropout, true);
-  return torch::matmul(h, wo);                   // [..., d]
+  return torch::matmul(h, to_compute(wo));                               // [..., d]
 }
 
 struct LayerImpl : torch::nn::Module {
@@ -209,15 +242,17 @@ class StackImpl : public torch::nn::Module {
     auto drop = [&](const Tensor& t) {
       return config_.dropout > 0 && is_training() ? torch::dropout(t, config_.dropout, true) : t;
     };
+    // x, the residual stream, stays fp32; norms hand the layers their input in the compute
+    // dtype, and the layers' outputs are added back in fp32 (common/precision.h).
     x = drop(x);
     for (LayerImpl* l : raw_) {
       Tensor h = l->norm_self->forward(x);                                  // [b,L,d]
-      x = x + drop(l->self_attention->forward(h, h, bias, mask));           // [b,L,d]
+      x = plus(x, drop(l->self_attention->forward(h, h, bias, mask)));      // [b,L,d]
       if (l->cross_attention) {
         h = l->norm_cross->forward(x);
-        x = x + drop(l->cross_attention->forward(h, memory, {}, memory_mask));  // memory [b,n,d]
+        x = plus(x, drop(l->cross_attention->forward(h, memory, {}, memory_mask)));  // memory [b,n,d]
       }
-      x = x + drop(l->ff->forward(l->norm_ff->forward(x)));                 // [b,L,d]
+      x = plus(x, drop(l->ff->forward(l->norm_ff->forward(x))));            // [b,L,d]
     }
     return drop(final_norm_->forward(x));                                   // [b,L,d]
   }
@@ -233,10 +268,10 @@ class StackImpl : public torch::nn::Module {
     for (size_t i = 0; i < raw_.size(); ++i) {
       LayerImpl* l = raw_[i];
       Tensor h = l->norm_self->forward(x);                                            // [b,1,d]
-      x = x + l->self_attention->forward_cached(h, h, self_caches[i], bias, {});      // [b,1,d]
+      x = plus(x, l->self_attention->forward_cached(h, h, self_caches[i], bias, {}));  // [b,1,d]
       h = l->norm_cross->forward(x);
-      x = x + l->cross_attention->forward_cached(h, memory, cross_caches[i], {}, memory_mask);  // [b,1,d]
-      x = x + l->ff->forward(l->norm_ff->forward(x));                                  // [b,1,d]
+      x = plus(x, l->cross_attention->forward_cached(h, memory, cross_caches[i], {}, memory_mask));  // [b,1,d]
+      x = plus(x, l->ff->forward(l->norm_ff->forward(x)));                            // [b,1,d]
     }
     return final_norm_->forward(x);                                                    // [b,1,d]
   }
@@ -274,7 +309,7 @@ Tensor T5Impl::logits(const Tensor& inputs, const Tensor& decoder_inputs) {
   const Tensor dec = decoder_->forward(torch::embedding(shared, decoder_inputs), causal, enc, enc_mask);  // [b,t,d]
   // Tied output projection, scaled by d^-1/2; only the V real rows of the embedding.
   return torch::matmul(dec * (1.0 / std::sqrt(double(config_.d_model))),
-                       shared.narrow(0, 0, vocab_size_).t());                            // [b,t,V]
+                       to_compute(shared.narrow(0, 0, vocab_size_).t()));                // [b,t,V]
 }
 
 T5Impl::Output T5Impl::forward(const Tensor& inputs, const Tensor& decoder_inputs,
@@ -306,7 +341,7 @@ Tensor T5Impl::greedy_decode(const Tensor& inputs, int64_t max_length, int64_t e
   Tensor out = torch::zeros({batch, max_length}, torch::kInt64);  // [b,max_length]
   Tensor token = torch::zeros({batch, 1}, torch::kInt64);  // [b,1]: the decoder starts from padding (id 0)
   Tensor done = torch::zeros({batch}, torch::kBool);       // [b]
-  const Tensor output_rows = shared.narrow(0, 0, vocab_size_).t();  // [d,V]
+  const Tensor output_rows = to_compute(shared.narrow(0, 0, vocab_size_).t());  // [d,V]
   const double scale = 1.0 / std::sqrt(double(config_.d_model));
   for (int64_t s = 0; s < max_length; ++s) {
     const Tensor y = decoder_->decode_step(torch::embedding(shared, token), s, enc, enc_mask, self_caches,

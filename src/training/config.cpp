@@ -101,6 +101,7 @@ void validate(const EvalConfig& c) {
   at_least("eval.every", c.every, 1);
   at_least("eval.examples", c.examples, 1);
   at_least("eval.batch_size", c.batch_size, 0);
+  if (!c.precision.empty()) one_of("eval.precision", c.precision, {"fp32", "bf16"});
 }
 
 }  // namespace thx

@@ -58,7 +58,7 @@ struct TrainConfig {
   int64_t grad_accum = 1;  // micro-batches per step; batch_size is split among them
   int64_t log_every = 10;
   std::string device;              // cpu | cuda | auto; empty: the --device flag (common/runtime.h)
-  std::string precision = "fp32";  // fp32 | bf16 (bf16: CUDA only)
+  std::string precision = "fp32";  // fp32 | bf16 (common/precision.h)
 };
 
 template <class V>
@@ -69,7 +69,9 @@ void visit(V& v, TrainConfig& c) {
   v("grad_accum", c.grad_accum, "micro-batches per step (batch_size must divide evenly)");
   v("log_every", c.log_every, "steps between progress lines and metrics records");
   v("device", c.device, "cpu | cuda | auto (empty: the --device flag)");
-  v("precision", c.precision, "fp32 | bf16 (CUDA autocast with fp32 master weights; refused on CPU)");
+  v("precision", c.precision, "fp32 | bf16: bf16 matmuls with fp32 master weights, optimizer state and every "
+                              "normalizing reduction (softmax, norms, losses); on the CPU it needs AMX-BF16 or "
+                              "AVX512-BF16");
 }
 
 struct OptimizerConfig {
@@ -131,6 +133,7 @@ struct EvalConfig {
   int64_t examples = 128;
   int64_t batch_size = 0;  // 0: the training micro-batch of one rank (eval_batch_rows)
   int64_t seed = 1234;
+  std::string precision;  // "" (train.precision) | fp32 | bf16
 };
 
 template <class V>
@@ -141,6 +144,7 @@ void visit(V& v, EvalConfig& c) {
                                 "(train.batch_size / train.grad_accum / ranks), so that evaluation never needs "
                                 "more memory than a training step");
   v("seed", c.seed, "seed of the held-out span corruption");
+  v("precision", c.precision, "\"\" (the training precision) | fp32 | bf16: the precision of held-out evaluation");
 }
 
 // ConfigError for impossible values, naming the key.

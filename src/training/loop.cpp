@@ -11,6 +11,7 @@
 
 #include "common/error.h"
 #include "common/log.h"
+#include "common/precision.h"
 #include "common/runtime.h"
 #include "distributed/dist.h"
 #include "distributed/grad_sync.h"
@@ -242,6 +243,7 @@ LoopResult train(Trainee& t, const LoopOptions& o) {
   };
   auto evaluate = [&](int64_t at) {
     reset_peak_rss();
+    PrecisionScope precision(o.eval_precision.empty() ? o.precision : o.eval_precision);
     result.last_eval = t.evaluate(at);
     json rec = result.last_eval;
     rec["peak_rss_mb"] = std::round(peak_rss_mb());  // the evaluation's own peak
@@ -306,7 +308,10 @@ LoopResult train(Trainee& t, const LoopOptions& o) {
     for (const auto& [path, p] : params) p.mutable_grad() = Tensor();
     StepLoss l;
     bool stop = false;
-    dist::guard("the gradient all-reduce", [&] { l = accumulate_gradients(t, micro, sync.get()); });
+    dist::guard("the gradient all-reduce", [&] {
+      PrecisionScope precision(o.precision);
+      l = accumulate_gradients(t, micro, sync.get());
+    });
     if (world > 1) {  // the step's sums over the ranks, and whether any rank was asked to stop
       Tensor sums = torch::tensor({l.loss, l.nll, double(l.tokens), double(g_stop)}, torch::kFloat64);  // [4]
       dist::all_reduce_sum(sums);

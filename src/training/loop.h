@@ -122,6 +122,9 @@ struct LoopOptions {
   bool eval_if_finished = true;  // a run already at `steps`: evaluate once and report
   std::string banner;            // logged once the checkpoint to resume from has been read (so
                                  // that a bad one's error is not buried under it)
+  // The compute dtype of every training step and of evaluation (common/precision.h): fp32 |
+  // bf16; eval_precision "" is precision. Parameters, gradients and optimizer stay fp32.
+  std::string precision = "fp32", eval_precision;
 };
 
 struct LoopResult {
@@ -145,6 +148,7 @@ struct StepLoss {
 namespace dist {
 class GradSync;
 }
+// Runs at the caller's precision (a PrecisionScope; the loop opens one with LoopOptions::precision).
 StepLoss accumulate_gradients(Trainee& trainee, const std::vector<Batch>& micro, dist::GradSync* sync = nullptr);
 
 // The error for a batch that does not split into grad_accum micro-batches of world-size

@@ -10,6 +10,7 @@
 #include "common/fs.h"
 #include "common/h5.h"
 #include "common/log.h"
+#include "common/precision.h"
 #include "common/runtime.h"
 #include "data/mlm.h"
 #include "data/stream.h"
@@ -360,6 +361,7 @@ PretrainResult run_pretrain(const PretrainConfig& c, const std::string& run_dir,
     const bool own = !c.train.device.empty();
     const torch::Device device = resolve_device(own ? c.train.device : device_request(), own ? "train.device" : "--device");
     check_precision(c.train.precision, device, "train.precision");
+    if (!c.eval.precision.empty()) check_precision(c.eval.precision, device, "eval.precision");
     const std::string e = batch_split_error("train.batch_size", c.train.batch_size, c.train.grad_accum,
                                             dist::world_size());
     if (!e.empty()) throw InputError(e);
@@ -386,6 +388,7 @@ PretrainResult run_pretrain(const PretrainConfig& c, const std::string& run_dir,
   };
   o.config = c.yaml;
   o.resume = resume;
+  o.precision = c.train.precision, o.eval_precision = c.eval.precision;
   o.banner = "resolved config:\n" + c.yaml;
   describe(c, s.model);
   PretrainTrainee trainee(c, s);
@@ -410,6 +413,12 @@ std::string result_line(const PretrainConfig& c, const std::string& run_dir, con
 }
 
 void run_step_probe(const PretrainConfig& c, const std::string& out) {
+  {
+    const bool own = !c.train.device.empty();
+    check_precision(c.train.precision,
+                    resolve_device(own ? c.train.device : device_request(), own ? "train.device" : "--device"),
+                    "train.precision");
+  }
   Setup s = build(c);
   const std::vector<Batch> micro = next_micro_batches(*s.stream, c.train);
   H5Writer w(out);
@@ -439,7 +448,11 @@ void run_step_probe(const PretrainConfig& c, const std::string& out) {
   for (const auto& [path, p] : params) w.write("/params_before/" + path, p);
   s.model.module().train();
   PretrainTrainee trainee(c, s);
-  const StepLoss l = accumulate_gradients(trainee, micro);
+  StepLoss l;
+  {  // the step at train.precision; its gradients are the fp32 ones on the master weights
+    PrecisionScope precision(c.train.precision);
+    l = accumulate_gradients(trainee, micro);
+  }
   for (const auto& [path, p] : params)
     if (p.grad().defined()) w.write("/grads/" + path, p.grad());
   const double lr = learning_rate(c.optimizer, 1, c.train.steps);

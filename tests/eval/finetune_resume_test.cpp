@@ -30,20 +30,7 @@ std::string finetune(const FinetuneFixture& s, const std::string& out) {
 
 // Start `thx finetune` and SIGKILL it as soon as its first checkpoint exists.
 void run_and_kill(const FinetuneFixture& s, const std::string& out) {
-  const std::string cmd = std::string("exec ") + THX_BINARY + " " + finetune(s, out) + " >/dev/null 2>&1";
-  const pid_t pid = fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  const std::string first = s.dir.file(out + "/" + s.first_checkpoint);
-  for (int i = 0; i < 12000 && !fs::exists(first); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  kill(pid, SIGKILL);
-  int status = 0;
-  waitpid(pid, &status, 0);
-  ASSERT_TRUE(fs::exists(first)) << "no first checkpoint within a minute";
-  ASSERT_TRUE(WIFSIGNALED(status)) << "the run ended before it was killed; make it longer";
+  ASSERT_TRUE(kill_thx_when_exists(finetune(s, out), s.dir.file(out + "/" + s.first_checkpoint)));
   ASSERT_FALSE(fs::exists(s.dir.file(out + "/" + s.final_params)));
 }
 
