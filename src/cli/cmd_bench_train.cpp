@@ -18,11 +18,16 @@ struct BenchTrainCommand : Command {
     config.add_to(app);
     app->add_option("--steps", topt.steps, "timed steps (median)")->capture_default_str()
         ->check(CLI::PositiveNumber);
+    app->add_option("--precision", topt.precision,
+                    "fp32 | bf16 | both (each timed, with its own matmul peak); default: train.precision")
+        ->type_name("PRECISION");
     app->add_option("--peer", topt.peer, "also run this peer_t5.py (PyTorch eager) on the same "
                                            "configuration and threads")->type_name("FILE");
     app->add_flag("--base", topt.base_sweep,
                     "also time the base size: T5 at batch 8, 512/114, h = 12, 24, 48; BERT-base or "
                     "ALBERT-base at batch 4, length 512, h = 12, 48");
+    app->add_flag("--profile", topt.profile,
+                  "also profile one step of each row (LibTorch's profiler): time by phase and the top ops");
     app->add_option("--out", topt.markdown_out, "also write the Markdown report here");
   }
 

@@ -5,11 +5,14 @@
 #include <algorithm>
 #include <chrono>
 #include <fstream>
+#include <map>
 #include <thread>
 
 #include "attention/costs.h"
 #include "attention/factory.h"
+#include "common/error.h"
 #include "common/log.h"
+#include "common/precision.h"
 #include "common/text_table.h"
 #include "reference/paper_attention.h"
 
@@ -60,7 +63,10 @@ struct Subject {
     (Y * G).sum().backward();
     return seconds_since(t0);
   }
-  double production() { return step([&] { return layer->forward(X, X); }); }
+  double production(const std::string& precision) {
+    PrecisionScope scope(precision);
+    return step([&] { return layer->forward(X, X); });
+  }
   double reference() {
     return step([&] {
       return dims.name() == "multi_head" ? paper::multi_head(X, X, params)
@@ -76,9 +82,10 @@ double median(std::vector<double> v) {
 
 }  // namespace
 
-double matmul_peak_gflops(int64_t size, int64_t reps) {
+double matmul_peak_gflops(int64_t size, int64_t reps, const std::string& precision) {
   torch::NoGradGuard no_grad;
-  torch::Tensor a = torch::randn({size, size}), b = torch::randn({size, size});
+  const torch::ScalarType dtype = precision_dtype(precision);
+  torch::Tensor a = torch::randn({size, size}).to(dtype), b = torch::randn({size, size}).to(dtype);
   torch::Tensor c = torch::mm(a, b);
   double best = 1e30;
   for (int64_t i = 0; i < reps; ++i) {
@@ -89,25 +96,43 @@ double matmul_peak_gflops(int64_t size, int64_t reps) {
   return 2.0 * size * size * size / best / 1e9;
 }
 
+std::vector<std::string> bench_precisions(const std::string& value, const std::string& flag) {
+  if (value != "fp32" && value != "bf16" && value != "both")
+    throw InputError(fmt::format("{} {}: allowed: fp32, bf16, both", flag, value));
+  std::vector<std::string> out = value == "both" ? std::vector<std::string>{"fp32", "bf16"}
+                                                 : std::vector<std::string>{value};
+  for (const auto& p : out) check_precision(p, torch::Device(torch::kCPU), flag);
+  return out;
+}
+
 std::string bench_attention(const BenchAttentionOptions& opt) {
   auto log = thx::log("bench");
   torch::manual_seed(0);
   const int threads = torch::get_num_threads();
   log->info("attention fwd+bwd: d_model {}, n = m = {}, batch {}, {} threads, median of {}",
             opt.d_model, opt.n, opt.batch, threads, opt.reps);
-  const double peak = matmul_peak_gflops();
-  log->info("fp32 matmul peak (2048^3 mm, best of 5): {:.1f} GFLOP/s", peak);
+  const std::vector<std::string> precisions = bench_precisions(opt.precision, "--precision");
+  std::map<std::string, double> peaks;
+  for (const auto& p : precisions) {
+    peaks[p] = matmul_peak_gflops(2048, 5, p);
+    log->info("{} matmul peak (2048^3 mm, best of 5): {:.1f} GFLOP/s, {}", p, peaks[p], cpu_bf16().describe());
+  }
 
   TextTable runs, ratios;
-  runs.header = {"variant", "h", "d_k", "ms", "GFLOP/s", "% of peak", "einsum ref ms",
+  runs.header = {"variant", "h", "d_k", "precision", "ms", "GFLOP/s", "% of peak", "einsum ref ms",
                  "speedup vs ref"};
-  runs.align = "lrrrrrrr";
-  ratios.header = {"h", "TH/MH time", "TH/MH multiplies", "time ratio / multiplies ratio",
+  runs.align = "lrrlrrrrr";
+  ratios.header = {"h", "precision", "TH/MH time", "TH/MH multiplies", "time ratio / multiplies ratio",
                    "target <= 1.15"};
-  ratios.align = "rrrrl";
+  ratios.align = "rlrrrl";
   bool all_ratios_ok = true;
   double speedup24 = 0;
-  for (const int64_t h : opt.heads) {
+  std::vector<std::pair<int64_t, std::string>> cells;  // every h at every precision
+  for (const int64_t h : opt.heads)
+    for (const std::string& p : precisions) cells.emplace_back(h, p);
+  for (const auto& [h, precision] : cells) {
+    const double peak = peaks.at(precision);
+    const bool reference = opt.reference && precision == "fp32";  // the einsum reference is fp32
     AttentionConfig mh, th;
     mh.variant = "multi_head", th.variant = "talking_heads";
     mh.h = th.h = h;
@@ -117,11 +142,11 @@ std::string bench_attention(const BenchAttentionOptions& opt) {
     // the ratio is the median of the per-pair ratios.
     std::vector<double> t[2], ref[2], pair;
     for (int64_t r = 0; r < opt.warmup + opt.reps; ++r) {
-      const double a = subject[0].production(), b = subject[1].production();
+      const double a = subject[0].production(precision), b = subject[1].production(precision);
       if (r < opt.warmup) continue;
       t[0].push_back(a), t[1].push_back(b), pair.push_back(b / a);
     }
-    if (opt.reference)
+    if (reference)
       for (int64_t r = 0; r < 1 + std::max<int64_t>(1, opt.reps / 2); ++r)
         for (int v = 0; v < 2; ++v) {
           const double s = subject[v].reference();
@@ -129,17 +154,17 @@ std::string bench_attention(const BenchAttentionOptions& opt) {
         }
     for (int v = 0; v < 2; ++v) {
       const AttentionDims& d = subject[v].dims;
-      const double secs = median(t[v]), ref_s = opt.reference ? median(ref[v]) : 0;
+      const double secs = median(t[v]), ref_s = reference ? median(ref[v]) : 0;
       const double gflops = 6 * multiplies(d, opt.n, opt.n, CostConvention::Full) / secs / 1e9;
-      runs.rows.push_back({d.name(), std::to_string(h), std::to_string(d.d_k),
+      runs.rows.push_back({d.name(), std::to_string(h), std::to_string(d.d_k), precision,
                            fmt::format("{:.1f}", secs * 1e3), fmt::format("{:.1f}", gflops),
                            fmt::format("{:.0f}%", 100 * gflops / peak),
-                           opt.reference ? fmt::format("{:.1f}", ref_s * 1e3) : "-",
-                           opt.reference ? fmt::format("{:.2f}x", ref_s / secs) : "-"});
-      log->info("{} h={}: {:.1f} ms ({:.0f}% of peak){}", d.name(), h, secs * 1e3,
-                100 * gflops / peak,
-                opt.reference ? fmt::format(", einsum reference {:.1f} ms", ref_s * 1e3) : "");
-      if (h == 24 && opt.reference)
+                           reference ? fmt::format("{:.1f}", ref_s * 1e3) : "-",
+                           reference ? fmt::format("{:.2f}x", ref_s / secs) : "-"});
+      log->info("{} h={} {}: {:.1f} ms ({:.0f}% of the {} peak){}", d.name(), h, precision, secs * 1e3,
+                100 * gflops / peak, precision,
+                reference ? fmt::format(", einsum reference {:.1f} ms", ref_s * 1e3) : "");
+      if (h == 24 && reference)
         speedup24 = v == 0 ? ref_s / secs : std::min(speedup24, ref_s / secs);
     }
     // The target compares with the paper's multiplies (section 5).
@@ -148,18 +173,21 @@ std::string bench_attention(const BenchAttentionOptions& opt) {
     const double time_ratio = median(pair);
     const bool ok = time_ratio / mult_ratio <= 1.15;
     all_ratios_ok = all_ratios_ok && ok;
-    ratios.rows.push_back({std::to_string(h), fmt::format("{:.3f}", time_ratio),
+    ratios.rows.push_back({std::to_string(h), precision, fmt::format("{:.3f}", time_ratio),
                            fmt::format("{:.3f}", mult_ratio),
                            fmt::format("{:.3f}", time_ratio / mult_ratio), ok ? "met" : "MISSED"});
   }
 
+  std::string peak_text;
+  for (const auto& p : precisions) peak_text += fmt::format("{}{} {:.1f}", peak_text.empty() ? "" : ", ", p, peaks[p]);
   std::string report = fmt::format(
-      "fp32 matmul peak: {:.1f} GFLOP/s (2048x2048x2048, best of 5), {} threads.\n"
+      "CPU: {}. Matmul peak (2048x2048x2048, best of 5, this run), GFLOP/s: {}; {} threads; % of peak is of the "
+      "row's own precision.\n"
       "One attention layer, forward + backward (dX and every parameter gradient), d_model {}, "
       "n = m = {}, batch {}; median of {} runs, multi-head and talking-heads interleaved; "
       "TH/MH time is the median of the per-pair ratios.\n"
       "GFLOP/s counts 6 x the layer's multiplies (all of them, section 5 extended).\n\n",
-      peak, threads, opt.d_model, opt.n, opt.batch, opt.reps);
+      cpu_bf16().describe(), peak_text, threads, opt.d_model, opt.n, opt.batch, opt.reps);
   report += render(runs, TableFormat::markdown) + "\n" + render(ratios, TableFormat::markdown);
   report += fmt::format("\nTargets: TH/MH time ratio within 1.15x of the multiplies ratio at every "
                         "h: {}.", all_ratios_ok ? "met" : "MISSED");

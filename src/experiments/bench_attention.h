@@ -16,13 +16,18 @@ struct BenchAttentionOptions {
   std::vector<int64_t> heads = {6, 12, 24, 48};
   int64_t reps = 5, warmup = 2;
   bool reference = true;
+  std::string precision = "fp32";  // fp32 | bf16 | both (each with its own matmul peak)
   std::string markdown_out;  // also write the report here
 };
 
 // Runs the benchmark and returns the Markdown report (also printed to stdout).
 std::string bench_attention(const BenchAttentionOptions& opt);
 
-// Best observed fp32 GFLOP/s of a square matmul of size `size`.
-double matmul_peak_gflops(int64_t size = 2048, int64_t reps = 5);
+// Best observed GFLOP/s of a square matmul of size `size` in `precision` (fp32 | bf16).
+double matmul_peak_gflops(int64_t size = 2048, int64_t reps = 5, const std::string& precision = "fp32");
+
+// --precision of the benchmarks: "fp32", "bf16" or "both" as the list to time, each checked
+// on this CPU (check_precision: bf16 without bf16 hardware is an InputError naming `flag`).
+std::vector<std::string> bench_precisions(const std::string& value, const std::string& flag);
 
 }  // namespace thx

@@ -9,8 +9,14 @@
 
 #include <functional>
 #include "common/log.h"
+#include "common/precision.h"
+#include "common/runtime.h"
 #include "common/text_table.h"
 #include "experiments/bench_attention.h"
+#include "experiments/step_profile.h"
+
+#include <ATen/record_function.h>
+#include <optional>
 
 namespace thx {
 namespace {
@@ -21,9 +27,17 @@ struct Timed {
   double step_s = 0;                     // median
   double fwd_s = 0, bwd_s = 0, opt_s = 0;  // medians of the parts
   int64_t params = 0;
+  double peak_rss_mb = 0;                // the process's peak while the model was built and stepped
+  std::optional<StepProfile> profile;    // one more step under the profiler, if asked
 };
 
-Timed time_steps(const PretrainConfig& c, int64_t vocab, int64_t batch, int64_t steps, int64_t warmup) {
+// Steps of the model at `precision` (common/precision.h): forward and backward in its scope, the
+// optimizer on the fp32 master weights. The heap is trimmed first, so that the peak RSS is this
+// configuration's and not an earlier one's high-water mark.
+Timed time_steps(const PretrainConfig& c, int64_t vocab, int64_t batch, int64_t steps, int64_t warmup,
+                 const std::string& precision, bool profile) {
+  trim_heap();
+  reset_peak_rss();
   torch::manual_seed(0);
   T5 t5{nullptr};
   EncoderModel enc{nullptr};
@@ -56,7 +70,9 @@ Timed time_steps(const PretrainConfig& c, int64_t vocab, int64_t batch, int64_t 
   for (int64_t i = 0; i < warmup + steps; ++i) {
     const auto t0 = Clock::now();
     for (auto& p : model->parameters()) p.mutable_grad() = torch::Tensor();
-    torch::Tensor loss = loss_of();
+    torch::Tensor loss;
+    PrecisionScope scope(precision);
+    loss = loss_of();
     const auto t1 = Clock::now();
     loss.backward();
     const auto t2 = Clock::now();
@@ -71,11 +87,22 @@ Timed time_steps(const PretrainConfig& c, int64_t vocab, int64_t batch, int64_t 
   Timed r;
   r.step_s = median(t), r.fwd_s = median(tf), r.bwd_s = median(tb), r.opt_s = median(to);
   for (auto& p : model->parameters()) r.params += p.numel();
+  r.peak_rss_mb = peak_rss_mb();
+  if (profile)
+    r.profile = profile_step([&] {
+      for (auto& p : model->parameters()) p.mutable_grad() = torch::Tensor();
+      {
+        PrecisionScope scope(precision);
+        loss_of().backward();
+      }
+      RECORD_USER_SCOPE("thx::optimizer");
+      opt->step(1e-3);
+    });
   return r;
 }
 
 // Runs the peer script; returns its median step time in seconds, or -1 with a warning.
-double run_peer(const std::string& peer, const PretrainConfig& c, int64_t vocab, int64_t steps) {
+double run_peer(const std::string& peer, const PretrainConfig& c, int64_t vocab, int64_t steps, bool bf16) {
   const AttentionConfig& a = c.attention.encoder_self;
   const bool th = a.variant == "talking_heads";
   if (!(a.variant == "multi_head" || th) || c.model.encoder_layers != c.model.decoder_layers) {
@@ -85,10 +112,10 @@ double run_peer(const std::string& peer, const PretrainConfig& c, int64_t vocab,
   }
   const std::string cmd = fmt::format(
       "/usr/bin/python3 {} --bench --attn {} --heads {} --d-model {} --d-ff {} --layers {} "
-      "--batch {} --inputs-len {} --targets-len {} --threads {} --steps {} --vocab {} 2>&1",
+      "--batch {} --inputs-len {} --targets-len {} --threads {} --steps {} --vocab {}{} 2>&1",
       peer, th ? "th" : "mha", a.h, c.model.d_model, c.model.d_ff, c.model.encoder_layers,
       c.train.batch_size, c.data.inputs_length, c.data.targets_length, torch::get_num_threads(),
-      steps + 3, vocab - 100);
+      steps + 3, vocab - 100, bf16 ? " --bf16" : "");
   thx::log("bench")->info("peer: {}", cmd);
   FILE* p = popen(cmd.c_str(), "r");
   if (!p) return -1;
@@ -129,15 +156,25 @@ double encoder_forward_multiplies(const ModelConfig& m, const AttentionConfig& a
 
 std::string bench_train(const BenchTrainOptions& o) {
   auto log = thx::log("bench");
-  const double peak = matmul_peak_gflops();
-  log->info("fp32 matmul peak: {:.1f} GFLOP/s, {} threads", peak, torch::get_num_threads());
+  const std::vector<std::string> precisions =
+      bench_precisions(o.precision.empty() ? o.config.train.precision : o.precision, "--precision");
+  std::map<std::string, double> peak;  // GFLOP/s of a 2048^3 matmul, per precision, measured now
+  for (const auto& p : precisions) {
+    peak[p] = matmul_peak_gflops(2048, 5, p);
+    log->info("{} matmul peak: {:.1f} GFLOP/s, {} threads, {}", p, peak[p], torch::get_num_threads(),
+              cpu_bf16().describe());
+  }
   TextTable table;
-  table.header = {"config", "attention", "params", "batch", "s/step", "tokens/s", "model GFLOP/s",
-                  "% of peak", "peer s/step", "thx / peer"};
-  table.align = "llrrrrrrrr";
-  auto measure = [&](const std::string& name, const PretrainConfig& c, int64_t vocab, int64_t batch,
-                     bool peer) {
-    const Timed t = time_steps(c, vocab, batch, o.steps, o.warmup);
+  table.header = {"config", "attention", "precision", "params", "batch", "s/step", "tokens/s", "model GFLOP/s",
+                  "% of peak", "peak RSS MB", "peer s/step", "thx / peer"};
+  table.align = "lllrrrrrrrrr";
+  std::string profiles;  // --profile: one per row
+  TextTable speedups;  // with both precisions: bf16 against fp32, per configuration
+  speedups.header = {"config", "attention", "fp32 s/step", "bf16 s/step", "bf16 speed-up", "fp32 / bf16 peak RSS"};
+  speedups.align = "llrrrr";
+  auto measure_one = [&](const std::string& name, const PretrainConfig& c, int64_t vocab, int64_t batch, bool peer,
+                         const std::string& precision) {
+    const Timed t = time_steps(c, vocab, batch, o.steps, o.warmup, precision, o.profile);
     const bool enc = c.model.encoder_only();
     const double flops = 6.0 * batch *
                          (enc ? encoder_forward_multiplies(c.model, c.attention.encoder_self, c.data.inputs_length,
@@ -150,17 +187,35 @@ std::string bench_train(const BenchTrainOptions& o) {
     if (peer) {
       PretrainConfig pc = c;
       pc.train.batch_size = batch;
-      peer_s = run_peer(o.peer, pc, vocab, o.steps);
+      peer_s = run_peer(o.peer, pc, vocab, o.steps, precision == "bf16");
     }
     const AttentionDims d = resolve(c.attention.encoder_self, c.model.d_model, c.model.d_model, c.model.d_model);
-    table.rows.push_back({name, d.summary(), std::to_string(t.params), std::to_string(batch),
+    const double of_peak = 100 * gflops / peak.at(precision);
+    table.rows.push_back({name, d.summary(), precision, std::to_string(t.params), std::to_string(batch),
                           fmt::format("{:.3f}", t.step_s), fmt::format("{:.0f}", tokens),
-                          fmt::format("{:.1f}", gflops), fmt::format("{:.0f}%", 100 * gflops / peak),
+                          fmt::format("{:.1f}", gflops), fmt::format("{:.0f}%", of_peak),
+                          fmt::format("{:.0f}", t.peak_rss_mb),
                           peer_s > 0 ? fmt::format("{:.3f}", peer_s) : "-",
                           peer_s > 0 ? fmt::format("{:.2f}", t.step_s / peer_s) : "-"});
-    log->info("{} {}: {:.3f} s/step (forward {:.3f}, backward {:.3f}, optimizer {:.3f}), {:.0f}% of peak{}",
-              name, d.summary(), t.step_s, t.fwd_s, t.bwd_s, t.opt_s, 100 * gflops / peak, peer_s > 0 ? fmt::format(", peer {:.3f} s/step", peer_s) : "");
-    return t.step_s;
+    if (t.profile)
+      profiles += "\n" + render_profile(*t.profile, fmt::format("Profile, {} {} {}", name, d.summary(), precision));
+    log->info("{} {} {}: {:.3f} s/step (forward {:.3f}, backward {:.3f}, optimizer {:.3f}), {:.0f}% of the {} "
+              "peak, peak RSS {:.0f} MB{}", name, d.summary(), precision, t.step_s, t.fwd_s, t.bwd_s, t.opt_s, of_peak,
+              precision, t.peak_rss_mb, peer_s > 0 ? fmt::format(", peer {:.3f} s/step", peer_s) : "");
+    return t;
+  };
+  // Every precision asked for; returns the last one's step time.
+  auto measure = [&](const std::string& name, const PretrainConfig& c, int64_t vocab, int64_t batch, bool peer) {
+    std::map<std::string, Timed> t;
+    for (const auto& p : precisions) t[p] = measure_one(name, c, vocab, batch, peer, p);
+    if (t.count("fp32") && t.count("bf16")) {
+      const AttentionDims d = resolve(c.attention.encoder_self, c.model.d_model, c.model.d_model, c.model.d_model);
+      speedups.rows.push_back({name, d.summary(), fmt::format("{:.3f}", t["fp32"].step_s),
+                               fmt::format("{:.3f}", t["bf16"].step_s),
+                               fmt::format("{:.2f}x", t["fp32"].step_s / t["bf16"].step_s),
+                               fmt::format("{:.2f}", t["fp32"].peak_rss_mb / t["bf16"].peak_rss_mb)});
+    }
+    return t.at(precisions.back()).step_s;
   };
   const PretrainConfig& c = o.config;
   const int64_t vocab = c.model.vocab_size > 0 ? c.model.vocab_size : c.model.encoder_only() ? 30000 : 8100;
@@ -216,11 +271,17 @@ std::string bench_train(const BenchTrainOptions& o) {
       ratios.rows.push_back({std::to_string(h), fmt::format("{:.2f}", tt / tm), paper.at(h)});
     }
   }
-  report = fmt::format("fp32 matmul peak {:.1f} GFLOP/s (2048^3), {} threads; median of {} steps after {} "
-                       "warm-up; model FLOPs = 6 x forward multiply-adds.\n\n",
-                       peak, torch::get_num_threads(), o.steps, o.warmup) +
+  std::string peaks;
+  for (const auto& p : precisions) peaks += fmt::format("{}{} {:.1f}", peaks.empty() ? "" : ", ", p, peak[p]);
+  report = fmt::format("CPU: {}; {} threads. Matmul peak (2048^3, best of 5, measured in this run), GFLOP/s: {}. "
+                       "Median of {} steps after {} warm-up; model FLOPs = 6 x forward multiply-adds; % of peak is "
+                       "of the row's own precision's peak; peak RSS is the process's, the heap trimmed before each "
+                       "row.\n\n",
+                       cpu_bf16().describe(), torch::get_num_threads(), peaks, o.steps, o.warmup) +
            render(table, TableFormat::markdown);
+  if (!speedups.rows.empty()) report += "\n" + render(speedups, TableFormat::markdown);
   if (o.base_sweep) report += "\n" + render(ratios, TableFormat::markdown);
+  report += profiles;
   std::fputs(report.c_str(), stdout);
   if (!o.markdown_out.empty()) std::ofstream(o.markdown_out) << report;
   return report;

@@ -1,7 +1,7 @@
 // bench_train.h: `thx bench train`, whole T5 training steps on random tokens.
 //
-// Reports step time, tokens/s and model FLOPs/s as a fraction of the fp32 matmul peak
-// measured in the same run. Model FLOPs = 2 x the multiply-adds of every matmul of the
+// Reports step time, tokens/s, peak RSS and model FLOPs/s as a fraction of the matmul peak of
+// the step's precision (fp32 or bf16, --precision both times each), measured in the same run. Model FLOPs = 2 x the multiply-adds of every matmul of the
 // forward pass (attention by section 5's formulas, all terms; feed-forward; the output
 // projection) x 3 for forward plus backward. Optionally also runs the PyTorch-eager peer
 // (../shared/bench/peer_t5.py) on the same configuration and threads, and reports the ratio.
@@ -16,8 +16,10 @@ namespace thx {
 struct BenchTrainOptions {
   PretrainConfig config;      // model, attention, data lengths, batch size, optimizer
   int64_t steps = 5, warmup = 2;
-  std::string peer;           // path of peer_t5.py; empty: no peer run
+  std::string precision;      // fp32 | bf16 | both; empty: the config's train.precision
+  std::string peer;           // path of peer_t5.py; empty: no peer run (bf16 rows run it with --bf16)
   bool base_sweep = false;    // also: base size, batch 8, 512/114, MH and TH at h 12, 24, 48
+  bool profile = false;       // also: one step per row under LibTorch's profiler, by phase (step_profile.h)
   std::string markdown_out;
 };
 
