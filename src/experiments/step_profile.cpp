@@ -22,7 +22,7 @@ std::string phase_of(const std::string& name) {
       has("mkldnn_matmul") || has("linear"))
     return "GEMMs";
   if (has("AttentionCore") || has("HeadsSoftmax")) return "attention core rows";
-  if (name == "aten::to" || name == "aten::_to_copy" || has("ToCopyBackward")) return "casts";
+  if (name == "aten::to" || name == "aten::_to_copy" || has("(cast)") || has("ToCopyBackward")) return "casts";
   if (has("RMSNorm") || has("layer_norm")) return "norms";
   if (has("CrossEntropyZ")) return "loss";
   return "other (elementwise, copies, autograd)";
@@ -51,17 +51,21 @@ StepProfile profile_step(const std::function<void()>& fn) {
     if (!mine) continue;
     struct Open {
       const prof::LegacyEvent* push;
+      std::string name;
       double children_us = 0;
     };
     std::vector<Open> stack;
     for (const auto& e : events) {
       if (e.kindStr() == "push") {
-        stack.push_back({&e});
+        // The copy inside a dtype conversion is the conversion: counted as a cast.
+        std::string name = e.name();
+        if (name == "aten::copy_" && !stack.empty() && stack.back().name == "aten::_to_copy") name = "aten::copy_ (cast)";
+        stack.push_back({&e, name});
       } else if (e.kindStr() == "pop" && !stack.empty()) {
         const Open o = stack.back();
         stack.pop_back();
         const double us = o.push->cpuElapsedUs(e);
-        const std::string name = o.push->name();
+        const std::string& name = o.name;
         if (name == "thx::step") {
           p.total_ms = us / 1e3;
         } else {

@@ -4,7 +4,8 @@
 // CPU profiler and returns the self time of every op on the calling thread (time inside an op
 // minus the ops it called), summed by name, and grouped into phases: the GEMMs (oneDNN or
 // BLAS behind aten::mm/bmm/addmm), the fused attention core's own work (its row pass and
-// conversions; its GEMMs count as GEMMs), casts, norms, the loss, the optimizer (thx's scope
+// conversions; its GEMMs count as GEMMs), casts (with the copy inside a conversion), norms,
+// the loss, the optimizer (thx's scope
 // "thx::optimizer"), and the rest (elementwise ops, copies, autograd's bookkeeping).
 #pragma once
 #include <cstdint>

@@ -172,17 +172,62 @@ class Adafactor : public Optimizer {
            g.defined() && g.scalar_type() == torch::kFloat32 && g.is_contiguous();
   }
 
+  // Sums of many floats in double, in 8 independent lanes (a single running sum is a chain of
+  // dependent additions: latency-bound, ~4 cycles an element).
+  static double lanes_total(const double (&acc)[8]) {
+    return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+  }
+  static double sum_squares(const float* p, int64_t n) {
+    double acc[8] = {};
+    int64_t e = 0;
+    for (; e + 8 <= n; e += 8)
+      for (int j = 0; j < 8; ++j) acc[j] += double(p[e + j]) * p[e + j];
+    for (; e < n; ++e) acc[0] += double(p[e]) * p[e];
+    return lanes_total(acc);
+  }
+
+  // One run of len contiguous elements: x = g * r * c (r, c advancing by RS, CS: 0 or 1), or
+  // with V, x = g / sqrt(v). sum_x2 adds sum x^2; apply subtracts u = x * scale (through the
+  // momentum m if there is one).
+  template <int RS, int CS, bool V>
+  static float x_of(const float* g, const float* r, const float* c, int64_t k) {
+    if constexpr (V) return g[k] / std::sqrt(r[k]);
+    else return g[k] * r[k * RS] * c[k * CS];
+  }
+  template <int RS, int CS, bool V>
+  static double run_sum_x2(const float* g, const float* r, const float* c, int64_t len) {
+    double acc[8] = {};
+    int64_t k = 0;
+    for (; k + 8 <= len; k += 8)
+      for (int j = 0; j < 8; ++j) {
+        const float x = x_of<RS, CS, V>(g, r, c, k + j);
+        acc[j] += double(x) * x;
+      }
+    for (; k < len; ++k) {
+      const float x = x_of<RS, CS, V>(g, r, c, k);
+      acc[0] += double(x) * x;
+    }
+    return lanes_total(acc);
+  }
+  template <int RS, int CS, bool V>
+  static void run_apply(float* w, float* m, const float* g, const float* r, const float* c, int64_t len, float scale,
+                        float b1) {
+    if (m) {
+      for (int64_t k = 0; k < len; ++k) w[k] -= m[k] = b1 * m[k] + (1 - b1) * (x_of<RS, CS, V>(g, r, c, k) * scale);
+    } else {
+      for (int64_t k = 0; k < len; ++k) w[k] -= x_of<RS, CS, V>(g, r, c, k) * scale;
+    }
+  }
+
   void fused_update(OptimizedParam& p, Slot& s, double decay, double lr) const {
     const int64_t n = p.param.numel();
     float* pw = p.param.data_ptr<float>();
     const float* pg = p.param.grad().data_ptr<float>();
     const float mix = float(1.0 - decay), keep = float(decay), eps1 = float(o_.epsilon1);
-    double sum_x2 = 0, sum_w2 = 0;
-    for (int64_t e = 0; e < n; ++e) sum_w2 += double(pw[e]) * pw[e];
+    const double sum_w2 = sum_squares(pw, n);
     int64_t A = 1, X = 1, B = 1, Y = 1, C = n;
     bool d0_first = true;
     std::vector<float> r_scale, c_scale;  // rsqrt(vr / mean_d1 vr) [A,?,B,?,C], rsqrt(vc)
-    const float* v = nullptr;
     if (s.dims) {
       const auto [d0, d1] = *s.dims;
       const int64_t i = std::min(d0, d1), j = std::max(d0, d1);
@@ -196,16 +241,31 @@ class Adafactor : public Optimizer {
       std::vector<float> over_x(A * B * Y * C, 0.f), over_y(A * X * B * C, 0.f);
       for (int64_t a = 0; a < A; ++a)
         for (int64_t x = 0; x < X; ++x)
-          for (int64_t b = 0; b < B; ++b)
-            for (int64_t y = 0; y < Y; ++y) {
-              const float* gp = pg + (((a * X + x) * B + b) * Y + y) * C;
-              float* rx = over_y.data() + ((a * X + x) * B + b) * C;
-              float* ry = over_x.data() + ((a * B + b) * Y + y) * C;
-              for (int64_t c = 0; c < C; ++c) {
-                const float g2 = gp[c] * gp[c] + eps1;
-                rx[c] += g2, ry[c] += g2;
+          for (int64_t b = 0; b < B; ++b) {
+            const float* gp = pg + ((a * X + x) * B + b) * Y * C;
+            float* rx = over_y.data() + ((a * X + x) * B + b) * C;  // [C]
+            float* ry = over_x.data() + (a * B + b) * Y * C;        // [Y, C]
+            if (C == 1) {  // a row of Y: its sum in 8 lanes, each element into its column
+              float acc[8] = {};
+              int64_t y = 0;
+              for (; y + 8 <= Y; y += 8)
+                for (int l = 0; l < 8; ++l) {
+                  const float g2 = gp[y + l] * gp[y + l] + eps1;
+                  ry[y + l] += g2, acc[l] += g2;
+                }
+              for (; y < Y; ++y) {
+                const float g2 = gp[y] * gp[y] + eps1;
+                ry[y] += g2, acc[0] += g2;
               }
+              rx[0] += ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+            } else {
+              for (int64_t y = 0; y < Y; ++y)
+                for (int64_t c = 0; c < C; ++c) {
+                  const float g2 = gp[y * C + c] * gp[y * C + c] + eps1;
+                  rx[c] += g2, ry[y * C + c] += g2;
+                }
             }
+          }
       for (auto& q : over_x) q /= float(X);
       for (auto& q : over_y) q /= float(Y);
       // vr drops d0, vc drops d1; their keepdim layouts are these index spaces.
@@ -233,39 +293,46 @@ class Adafactor : public Optimizer {
     } else {
       float* vv = s.v.data_ptr<float>();
       for (int64_t e = 0; e < n; ++e) vv[e] = keep * vv[e] + mix * (pg[e] * pg[e] + eps1);
-      v = vv;
     }
-    // x for a run of C elements starting at (a, x, b, y).
-    auto for_each_run = [&](auto&& fn) {  // fn(e0, g, r, c): x_e = g[e] * r[e] * c[e]
-      if (!s.dims) return fn(int64_t{0}, pg, (const float*)nullptr, (const float*)nullptr);
+    // The runs: with C == 1, a row of Y along which one factor advances and the other is one
+    // number; with C > 1, runs of C along which both advance; unfactored, the whole tensor.
+    auto for_each_run = [&](auto&& fn) {
+      if (!s.dims) return fn(std::integral_constant<int, 2>(), int64_t{0}, n, s.v.data_ptr<float>(), nullptr);
       for (int64_t a = 0; a < A; ++a)
         for (int64_t x = 0; x < X; ++x)
-          for (int64_t b = 0; b < B; ++b)
-            for (int64_t y = 0; y < Y; ++y) {
-              const int64_t e0 = (((a * X + x) * B + b) * Y + y) * C;
-              const int64_t kx = ((a * B + b) * Y + y) * C, ky = ((a * X + x) * B + b) * C;
-              fn(e0, pg + e0, r_scale.data() + (d0_first ? kx : ky), c_scale.data() + (d0_first ? ky : kx));
+          for (int64_t b = 0; b < B; ++b) {
+            const int64_t ky = (a * X + x) * B + b;  // index of the (a, x, b) row in over_y's space
+            if (C == 1) {
+              const float* along = (d0_first ? r_scale : c_scale).data() + (a * B + b) * Y;
+              const float* fixed = (d0_first ? c_scale : r_scale).data() + ky;
+              fn(std::integral_constant<int, 0>(), ky * Y, Y, along, fixed);
+            } else {
+              for (int64_t y = 0; y < Y; ++y) {
+                const int64_t kx = ((a * B + b) * Y + y) * C, kyc = ky * C;
+                fn(std::integral_constant<int, 1>(), (ky * Y + y) * C, C,
+                   r_scale.data() + (d0_first ? kx : kyc), c_scale.data() + (d0_first ? kyc : kx));
+              }
             }
+          }
     };
-    auto x_at = [&](int64_t e0, const float* g, const float* r, const float* c, int64_t k) {
-      return r ? g[k] * r[k] * c[k] : g[k] / std::sqrt(v[e0 + k]);
-    };
-    for_each_run([&](int64_t e0, const float* g, const float* r, const float* c) {
-      for (int64_t k = 0; k < C; ++k) {
-        const float x = x_at(e0, g, r, c, k);
-        sum_x2 += double(x) * x;
-      }
+    // Kind 0: g * along[k] * fixed[0] (the factor order of g * r * c kept); 1: g * r[k] * c[k];
+    // 2: g / sqrt(v[k]).
+    double sum_x2 = 0;
+    for_each_run([&](auto kind, int64_t e0, int64_t len, const float* u, const float* f) {
+      if constexpr (kind == 2) sum_x2 += run_sum_x2<1, 0, true>(pg + e0, u + e0, nullptr, len);
+      else if constexpr (kind == 1) sum_x2 += run_sum_x2<1, 1, false>(pg + e0, u, f, len);
+      else sum_x2 += d0_first ? run_sum_x2<1, 0, false>(pg + e0, u, f, len) : run_sum_x2<0, 1, false>(pg + e0, f, u, len);
     });
     const double rms_x = std::sqrt(sum_x2 / double(n)), rms_w = std::sqrt(sum_w2 / double(n));
     const float scale = float(lr * std::max(rms_w, o_.epsilon2) / std::max(1.0, rms_x / o_.clipping_threshold));
     float* m = s.m.defined() ? s.m.data_ptr<float>() : nullptr;
     const float b1 = o_.beta1 ? float(*o_.beta1) : 0.f;
-    for_each_run([&](int64_t e0, const float* g, const float* r, const float* c) {
-      for (int64_t k = 0; k < C; ++k) {
-        float u = x_at(e0, g, r, c, k) * scale;
-        if (m) u = m[e0 + k] = b1 * m[e0 + k] + (1 - b1) * u;
-        pw[e0 + k] -= u;
-      }
+    for_each_run([&](auto kind, int64_t e0, int64_t len, const float* u, const float* f) {
+      float* mm = m ? m + e0 : nullptr;
+      if constexpr (kind == 2) run_apply<1, 0, true>(pw + e0, mm, pg + e0, u + e0, nullptr, len, scale, b1);
+      else if constexpr (kind == 1) run_apply<1, 1, false>(pw + e0, mm, pg + e0, u, f, len, scale, b1);
+      else if (d0_first) run_apply<1, 0, false>(pw + e0, mm, pg + e0, u, f, len, scale, b1);
+      else run_apply<0, 1, false>(pw + e0, mm, pg + e0, f, u, len, scale, b1);
     });
   }
 
