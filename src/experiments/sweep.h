@@ -71,6 +71,7 @@ struct ResolvedRun {
   std::string yaml;       // the resolved config, written to <run>/run.yaml
   int64_t steps = 0;      // train.steps
   double flops = 0;       // model FLOPs of the whole run (6 x forward multiply-adds x examples)
+  std::string precision = "fp32";  // train.precision (the dry run's estimate uses its peak)
   std::string attention;  // one-line summary of the attention of each layer type
   std::map<std::string, std::string> info;  // JSON values copied into the results
 };

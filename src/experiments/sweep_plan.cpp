@@ -55,6 +55,7 @@ ResolvedRun resolve_pretrain_run(ConfigTree& tree) {
     vocab = o.vocab_size, predictions = o.queries;
   }
   if (pc.model.vocab_size > 0) vocab = pc.model.vocab_size;
+  r.precision = pc.train.precision;
   r.flops = 6.0 * double(pc.train.batch_size) * double(pc.train.steps) *
             (encoder_only ? encoder_forward_multiplies(pc.model, pc.attention.encoder_self, n, predictions, vocab)
                           : t5_forward_multiplies(pc.model, pc.attention, n, t, prepared_vocab(pc.data.prepared)));

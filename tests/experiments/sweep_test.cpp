@@ -116,6 +116,15 @@ TEST(Sweep, AStartedRunIsCostedFromItsNewestCheckpoint) {
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("| 1.430 | resumes at step 2250000 |"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("To run: 1.788 of 2.861 PFLOP"), std::string::npos) << r.out;  // 1.430 / 4 + 1.430
+  EXPECT_NE(r.out.find("50% of this machine's fp32 matmul peak"), std::string::npos) << r.out;
+  // A bf16 sweep is estimated against the bf16 matmul peak.
+  const std::string bf16 = dir.write(
+      "b.yaml", "sweep: b\nbase: " + std::string(THX_SOURCE_DIR) + "/configs/bert/recall.yaml\n"
+                "set: {train.steps: 3000000, train.precision: bf16}\ngrid: {attention.h: [2]}\n");
+  r = run_thx("--threads 1 sweep --dry-run --config " + bf16 + " --out " + dir.file("out-bf16"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("To run: 1.430 of 1.430 PFLOP"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("30% of this machine's bf16 matmul peak"), std::string::npos) << r.out;
 }
 
 TEST(Sweep, BadSweepFilesNameTheLineAndWhatIsAllowed) {
