@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <map>
 #include <random>
 #include <cstdlib>
 #include <filesystem>
@@ -132,6 +133,12 @@ TEST(SweepRun, KilledMidwayAndRestartedEqualsUninterrupted) {
   EXPECT_EQ(all.code, 0) << all.out;
   EXPECT_NE(all.out.find("(3 runs)"), std::string::npos) << all.out;
   EXPECT_TRUE(png(curves));
+  // Two sweeps overlaid (as the fp32 and bf16 runs of one grid): one line style per sweep.
+  const RunResult both = run_command("/usr/bin/python3 " + scripts + "plot_curves.py " + straight + " " + killed +
+                                     " --out " + dir.file("both.png") + " 2>&1");
+  EXPECT_EQ(both.code, 0) << both.out;
+  EXPECT_NE(both.out.find("(6 runs, 2 sweeps)"), std::string::npos) << both.out;
+  EXPECT_TRUE(png(dir.file("both.png")));
   // --runs keeps part of a sweep; a bad pattern, or one that keeps nothing, is exit 2.
   auto curves_part = [&](const std::string& pattern) {
     return run_command("/usr/bin/python3 " + scripts + "plot_curves.py " + straight + " --runs '" + pattern +
@@ -278,22 +285,23 @@ TEST(SweepRun, ShippedSweepsResolveAndFillEveryRowOfTheirTable) {
         continue;
       }
       const int table = parse_layout(s.table);
-      // The mini Table 1 keeps the eight multi-head and talking-heads rows only (rows 1-8); the
-      // mini Table 7 (d_model 192) cannot have 384 or 768 heads (rows 9 and 10); the long mini
-      // Table 5 pair is the 12-head rows only (2 and 6), pretrained longer for fine-tuning; its
-      // seeded version adds the 48-head rows (4 and 8).
-      const bool mini = std::string(dir) == "configs/mini";
-      const bool mini_table1 = e.path().filename() == "table1.yaml" && mini;
-      const bool mini_table7 = e.path().filename() == "table7.yaml" && mini;
-      const bool mini_table5_long = e.path().filename() == "table5-relative-long.yaml" && mini;
-      const bool mini_table5_seeds = e.path().filename() == "table5-relative-seeds.yaml" && mini;
+      // Mini sweeps that fill part of their table by design: the mini Table 1 and Table 7 keep
+      // rows 1-8 (Table 7 at d_model 192 cannot have 384 or 768 heads); the long mini Table 5
+      // pair and the precision checks (bf16, and fp32 rerun beside it) are the 12-head rows (2
+      // and 6); the seeded Table 5 adds the 48-head rows (4 and 8).
+      const std::set<int> rows_1_8 = {1, 2, 3, 4, 5, 6, 7, 8}, pair_12 = {2, 6}, pairs_12_48 = {2, 4, 6, 8};
+      const std::map<std::string, const std::set<int>*> partial = {
+          {"table1.yaml", &rows_1_8},           {"table7.yaml", &rows_1_8},
+          {"table5-relative-long.yaml", &pair_12}, {"table5-relative-seeds.yaml", &pairs_12_48},
+          {"table1-bf16.yaml", &pair_12},        {"table1-h12-fp32.yaml", &pair_12},
+          {"table5-relative-seeds-bf16.yaml", &pair_12}, {"table5-relative-h12-fp32.yaml", &pair_12}};
+      const auto part = std::string(dir) == "configs/mini" ? partial.find(e.path().filename().string()) : partial.end();
       for (const auto& p : paper)
-        if (p.table == table && p.label.find("Raffel") == std::string::npos && !(mini_table1 && p.row > 8) &&
-            !(mini_table7 && p.row > 8) && !(mini_table5_long && p.row != 2 && p.row != 6) &&
-            !(mini_table5_seeds && p.row != 2 && p.row != 4 && p.row != 6 && p.row != 8))
+        if (p.table == table && p.label.find("Raffel") == std::string::npos &&
+            (part == partial.end() || part->second->count(p.row)))
           EXPECT_TRUE(filled.count(std::to_string(p.row))) << e.path() << ": row " << p.row << " " << p.label;
     }
-  EXPECT_EQ(files, 26);
+  EXPECT_EQ(files, 30);
   EXPECT_EQ(own, 3);  // configs/mini/recall{,-32keys,-32keys-mixing-lr}.yaml
 }
 
