@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <string>
 
 namespace thx::kernels {
 namespace {
@@ -85,12 +87,34 @@ const Ops kGeneric = {"generic", mix, gram, softmax, logsumexp, softmax_backward
 
 const Ops& generic_ops() { return kGeneric; }
 
+namespace {
+
+bool can_run_avx512() {
+  __builtin_cpu_init();
+  return avx512_ops() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl");
+}
+bool can_run_avx2() {
+  __builtin_cpu_init();
+  return avx2_ops() && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+}
+
+}  // namespace
+
+std::vector<const Ops*> available_ops() {
+  std::vector<const Ops*> r = {&kGeneric};
+  if (can_run_avx2()) r.push_back(avx2_ops());
+  if (can_run_avx512()) r.push_back(avx512_ops());
+  return r;
+}
+
 const Ops& best_ops() {
   static const Ops* best = [] {
-    const Ops* avx2 = avx2_ops();
-    __builtin_cpu_init();
-    return (avx2 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) ? avx2
-                                                                                     : &kGeneric;
+    const std::vector<const Ops*> all = available_ops();
+    if (const char* want = std::getenv("THX_KERNELS"))
+      for (const Ops* o : all)
+        if (std::string(o->name) == want) return o;
+    return all.back();
   }();
   return *best;
 }

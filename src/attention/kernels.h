@@ -1,11 +1,13 @@
-// kernels.h: the CPU inner loops of the fused attention core (fused.h), on raw
-// float rows, and the bf16 <-> fp32 row conversions of the bf16 paths, in two builds: AVX2+FMA (kernels_avx2.cpp, chosen when the CPU has them) and
-// portable loops (kernels.cpp). Tests check each against the other and against ATen.
+// kernels.h: the CPU inner loops of the fused attention core (fused.h), on raw float rows, and
+// the bf16 <-> fp32 row conversions of the bf16 paths, in three builds: AVX-512
+// (kernels_avx512.cpp) and AVX2+FMA (kernels_avx2.cpp), each chosen when the CPU has it, and
+// portable loops (kernels.cpp). Tests check each against the portable loops and against ATen.
 //
 // Row layout: a "row" is len consecutive floats; consecutive rows are `stride` apart.
-// No torch here, so the AVX2 file compiles without the torch precompiled header.
+// No torch here, so the SIMD files compile without the torch precompiled header.
 #pragma once
 #include <cstdint>
+#include <vector>
 
 namespace thx::kernels {
 
@@ -35,8 +37,13 @@ struct Ops {
 };
 
 const Ops& generic_ops();
-const Ops* avx2_ops();  // null when this build has no AVX2 kernels
-// AVX2+FMA when the CPU supports them, else the portable loops.
+const Ops* avx2_ops();    // null when this build has no AVX2 kernels
+const Ops* avx512_ops();  // null when this build has no AVX-512 kernels
+// AVX-512 (F, BW, VL) when the CPU supports it, else AVX2+FMA, else the portable loops. The
+// environment variable THX_KERNELS (generic | avx2 | avx512) picks one of those the CPU can
+// run instead (to compare them on one machine); it is read once.
 const Ops& best_ops();
+// Every build this CPU can run, the portable loops first (tests compare them).
+std::vector<const Ops*> available_ops();
 
 }  // namespace thx::kernels

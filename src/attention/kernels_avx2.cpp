@@ -14,6 +14,7 @@
 #include <cstring>
 #include <limits>
 
+#include "attention/kernel_tiles.h"
 #include "attention/kernels.h"
 
 namespace thx::kernels {
@@ -121,16 +122,7 @@ void mix_all(float* out, int64_t os, const float* in, int64_t is, const float* C
              int64_t ci, int64_t O, int64_t I, int64_t len) {
   int64_t o = 0;
   for (; o + 6 <= O; o += 6) mix_rows<6, ACC>(out + o * os, os, in, is, C + o * co, co, ci, I, len);
-  float* y = out + o * os;
-  const float* c = C + o * co;
-  switch (O - o) {
-    case 5: mix_rows<5, ACC>(y, os, in, is, c, co, ci, I, len); break;
-    case 4: mix_rows<4, ACC>(y, os, in, is, c, co, ci, I, len); break;
-    case 3: mix_rows<3, ACC>(y, os, in, is, c, co, ci, I, len); break;
-    case 2: mix_rows<2, ACC>(y, os, in, is, c, co, ci, I, len); break;
-    case 1: mix_rows<1, ACC>(y, os, in, is, c, co, ci, I, len); break;
-    default: break;
-  }
+  with_remainder<6>(O - o, [&](auto r) { mix_rows<r, ACC>(out + o * os, os, in, is, C + o * co, co, ci, I, len); });
 }
 
 void mix(float* out, int64_t os, const float* in, int64_t is, const float* C, int64_t co,
@@ -177,23 +169,14 @@ void gram_row(float* G, int64_t NB, const float* A, int64_t as, const float* B, 
               int64_t len) {
   int64_t c = 0;
   for (; c + 4 <= NB; c += 4) gram_tile<AB, 4>(G + c, NB, A, as, B + c * bs, bs, len);
-  switch (NB - c) {
-    case 3: gram_tile<AB, 3>(G + c, NB, A, as, B + c * bs, bs, len); break;
-    case 2: gram_tile<AB, 2>(G + c, NB, A, as, B + c * bs, bs, len); break;
-    case 1: gram_tile<AB, 1>(G + c, NB, A, as, B + c * bs, bs, len); break;
-    default: break;
-  }
+  with_remainder<4>(NB - c, [&](auto r) { gram_tile<AB, r>(G + c, NB, A, as, B + c * bs, bs, len); });
 }
 
 void gram(float* G, const float* A, int64_t as, int64_t NA, const float* B, int64_t bs,
           int64_t NB, int64_t len) {
   int64_t a = 0;
   for (; a + 3 <= NA; a += 3) gram_row<3>(G + a * NB, NB, A + a * as, as, B, bs, len);
-  switch (NA - a) {
-    case 2: gram_row<2>(G + a * NB, NB, A + a * as, as, B, bs, len); break;
-    case 1: gram_row<1>(G + a * NB, NB, A + a * as, as, B, bs, len); break;
-    default: break;
-  }
+  with_remainder<3>(NA - a, [&](auto r) { gram_row<r>(G + a * NB, NB, A + a * as, as, B, bs, len); });
 }
 
 // ---- softmax -----------------------------------------------------------------------------

@@ -37,11 +37,7 @@ float from_bits(uint32_t b) {
   return f;
 }
 
-std::vector<const kernels::Ops*> all_ops() {
-  std::vector<const kernels::Ops*> ops = {&kernels::generic_ops()};
-  if (std::string(kernels::best_ops().name) == "avx2") ops.push_back(&kernels::best_ops());
-  return ops;
-}
+std::vector<const kernels::Ops*> all_ops() { return kernels::available_ops(); }
 
 TEST(Bf16Kernels, ConversionsEqualC10BitForBit) {
   // Inputs: every bf16 pattern widened, every tie (low half 0x8000) and its neighbours, random

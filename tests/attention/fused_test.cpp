@@ -1,7 +1,8 @@
 // The fused attention core (fused.h) and its kernels (kernels.h).
 //
-// - Each AVX2 kernel equals the portable loops (odd sizes, strided and transposed operands,
-//   masked tails): max error <= 1e-5 * max|reference| + 1e-6, fp32 summation-order noise.
+// - Each SIMD kernel (the AVX2 and AVX-512 builds the CPU can run) equals the portable loops
+//   (odd sizes, strided and transposed operands, masked tails): max error <= 1e-5 *
+//   max|reference| + 1e-6, fp32 summation-order noise.
 // - attention_core and heads_softmax equal their ATen compositions, forward and every
 //   gradient, on shapes that span several row blocks with a ragged last one, for every bias
 //   layout whose gradient is accumulated differently: tolerance 2e-6 + 2e-5 * max|ref|, as in
@@ -29,15 +30,14 @@ torch::Tensor as_tensor(const std::vector<float>& v) {
   return torch::from_blob(const_cast<float*>(v.data()), {int64_t(v.size())}).clone();
 }
 
-const kernels::Ops* avx2() {
-  const kernels::Ops& best = kernels::best_ops();
-  return std::string(best.name) == "avx2" ? &best : nullptr;
-}
-
-TEST(Kernels, Avx2EqualsPortableLoops) {
-  const kernels::Ops* fast = avx2();
-  if (!fast) GTEST_SKIP() << "this CPU has no AVX2+FMA; only the portable kernels run";
+// Each SIMD build this CPU can run (AVX2, AVX-512) against the portable loops.
+TEST(Kernels, SimdBuildsEqualPortableLoops) {
+  const auto builds = kernels::available_ops();
+  if (builds.size() < 2) GTEST_SKIP() << "this CPU has no AVX2+FMA; only the portable kernels run";
   const kernels::Ops& ref = kernels::generic_ops();
+  for (size_t b = 1; b < builds.size(); ++b) {
+  const kernels::Ops* fast = builds[b];
+  SCOPED_TRACE(fast->name);
   for (int64_t O : {1, 5, 6, 7, 13})
     for (int64_t I : {1, 3, 24})
       for (int64_t len : {1, 7, 8, 16, 37, 64})
@@ -86,7 +86,10 @@ TEST(Kernels, Avx2EqualsPortableLoops) {
           }
         }
       }
+      EXPECT_NEAR(fast->logsumexp(x0.data(), len), ref.logsumexp(x0.data(), len), 1e-5 * (1 + std::abs(ref.logsumexp(x0.data(), len))))
+          << "logsumexp len " << len;
     }
+  }
   }
 }
 
