@@ -2,6 +2,7 @@
 // (experiments/claims.h).
 #include "cli/command.h"
 #include "experiments/claims.h"
+#include "experiments/results_table.h"
 #include "experiments/sweep.h"
 
 namespace thx {
@@ -23,7 +24,9 @@ struct ClaimsCommand : Command {
     if (published == !sweep.empty())
       throw InputError("claims: give exactly one of --sweep DIR and --published");
     const auto paper = load_paper_rows(tables);
-    const auto cells = published ? published_cells(paper) : sweep_cells(paper, read_results(sweep));
+    std::vector<nlohmann::json> results;
+    if (!published) results = read_results(sweep), results_precision(results, sweep);  // one precision
+    const auto cells = published ? published_cells(paper) : sweep_cells(paper, results);
     const std::string source = published ? "the published numbers (" + tables + ")" : sweep;
     std::fputs(render_claims(evaluate_claims(paper, cells), source).c_str(), stdout);
     return 0;

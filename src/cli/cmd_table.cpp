@@ -31,7 +31,9 @@ struct TableCommand : Command {
     }
     if (sweep.empty()) throw InputError("table: --sweep DIR is required for --layout " + layout);
     const int t = parse_layout(layout);
-    std::fputs(render(results_table(t, match_rows(t, paper, read_results(sweep)), sweep), f).c_str(), stdout);
+    const auto results = read_results(sweep);
+    results_precision(results, sweep);  // one precision per table
+    std::fputs(render(results_table(t, match_rows(t, paper, results), sweep), f).c_str(), stdout);
     return 0;
   }
 };

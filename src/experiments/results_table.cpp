@@ -324,6 +324,16 @@ std::optional<Aggregate> published(const PaperRow& row, const std::string& metri
   return a;
 }
 
+std::string results_precision(const std::vector<json>& results, const std::string& source) {
+  std::map<std::string, int> count;
+  for (const auto& r : results) ++count[r.value("precision", std::string("fp32"))];
+  if (count.size() <= 1) return count.empty() ? "fp32" : count.begin()->first;
+  std::string parts;
+  for (const auto& [p, n] : count) parts += fmt::format("{}{} {}", parts.empty() ? "" : ", ", n, p);
+  throw InputError(fmt::format("{}: its runs mix train.precision ({}); a table or claim pools the seeds of a row, "
+                               "so keep each precision in a sweep of its own", source, parts));
+}
+
 TextTable results_table(int table, const std::vector<MatchedRow>& rows, const std::string& source) {
   TextTable t;
   std::vector<PaperRow> paper;
@@ -411,6 +421,12 @@ TextTable results_table(int table, const std::vector<MatchedRow>& rows, const st
                       "own (multiplies at n = m = their inputs length); no difference is taken.");
   }
   if (any_missing) t.notes.push_back("—: no run of this sweep has the value.");
+  std::vector<json> all;
+  for (const auto& r : rows) all.insert(all.end(), r.runs.begin(), r.runs.end());
+  const std::string precision = results_precision(all, source);
+  if (precision != "fp32")
+    t.notes.push_back(fmt::format("Precision: {} (train.precision; master weights and normalizing reductions fp32).",
+                                  precision));
   // Downstream columns: where they come from, and why a column may stay empty.
   bool downstream = false, mnli_column = false, mnli_any = false;
   for (const auto& m : metrics) {

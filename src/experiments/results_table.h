@@ -41,6 +41,10 @@ struct MatchedRow {
   bool published_only = false;  // a baseline row no run can fill
 };
 
+// The one train.precision of a sweep's results (runs from before the key count as fp32); an
+// InputError naming `source` when they mix precisions, whose runs no table or claim may pool.
+std::string results_precision(const std::vector<nlohmann::json>& results, const std::string& source);
+
 // "table1" ... "table13" -> 1 ... 13; anything else is an InputError naming the layouts.
 int parse_layout(const std::string& name);
 // The table a sweep directory's sweep.yaml names (its `table:`); InputError if it names none.

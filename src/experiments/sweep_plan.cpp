@@ -87,6 +87,7 @@ ResolvedRun resolve_pretrain_run(ConfigTree& tree) {
   r.info["inputs_length"] = std::to_string(n);
   r.info["targets_length"] = std::to_string(t);
   r.info["batch_size"] = std::to_string(pc.train.batch_size);
+  r.info["precision"] = json(pc.train.precision).dump();
   return r;
 }
 

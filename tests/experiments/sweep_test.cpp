@@ -217,6 +217,24 @@ TEST(Table, RowsMatchByHeadsAndRelativeWidthAndCellsAreNeverInvented) {
   EXPECT_EQ(parse_layout("table13"), 13);
 }
 
+// A table pools the seeds of a row, so its runs must share one train.precision: results from
+// before the key are fp32; bf16 runs get a note; a mix is one error naming the sweep.
+TEST(Table, RunsOfOnePrecisionOnly) {
+  const auto paper = load_paper_rows(default_tables_csv());
+  std::vector<json> results = {result("multi_head", 6, 5.0, 1), result("multi_head", 6, 5.2, 2)};
+  EXPECT_EQ(results_precision(results, "s"), "fp32");
+  const std::string fp32 = render(results_table(1, match_rows(1, paper, results), "s"), TableFormat::markdown);
+  EXPECT_EQ(fp32.find("Precision:"), std::string::npos) << fp32;
+  for (auto& r : results) r["precision"] = "bf16";
+  const std::string bf16 = render(results_table(1, match_rows(1, paper, results), "s"), TableFormat::markdown);
+  EXPECT_NE(bf16.find("Precision: bf16 (train.precision"), std::string::npos) << bf16;
+  results[1]["precision"] = "fp32";
+  EXPECT_EQ(error_of([&] { results_precision(results, "runs/x"); }),
+            "runs/x: its runs mix train.precision (1 bf16, 1 fp32); a table or claim pools the seeds of a row, so "
+            "keep each precision in a sweep of its own");
+  EXPECT_THROW(results_table(1, match_rows(1, paper, results), "runs/x"), InputError);
+}
+
 // An ALBERT or BERT run: encoder self-attention only, MLM and SOP in percent.
 json encoder_result(const std::string& model, const std::string& variant, int64_t h, double mlm,
                     double sop, int64_t seed) {
