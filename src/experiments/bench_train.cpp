@@ -186,6 +186,7 @@ std::string bench_train(const BenchTrainOptions& o) {
     const double tokens = double(batch) * (c.data.inputs_length + (enc ? 0 : c.data.targets_length)) / t.step_s;
     double peer_s = -1;
     if (peer) {
+      trim_heap();  // thx keeps freed memory for reuse (runtime.h); the peer needs it (at base size, 17 GB)
       PretrainConfig pc = c;
       pc.train.batch_size = batch;
       peer_s = run_peer(o.peer, pc, vocab, o.steps, precision == "bf16");
