@@ -6,6 +6,7 @@
 #include <optional>
 
 #include <fmt/format.h>
+#include <yaml-cpp/yaml.h>
 
 #include "common/error.h"
 #include "common/fs.h"
@@ -145,12 +146,27 @@ json summarize_metrics(const std::string& run_dir, int64_t steps, bool* finished
   return r;
 }
 
+// train.precision in <run>/config.yaml; fp32 where the key is absent (configs from before it).
+std::string run_precision(const std::string& run_dir) {
+  const std::string path = (fs::path(run_dir) / "config.yaml").string();
+  try {
+    const YAML::Node p = YAML::LoadFile(path)["train"]["precision"];
+    return p && p.IsScalar() ? p.as<std::string>() : "fp32";
+  } catch (const YAML::Exception& e) {
+    throw InputError(fmt::format("{}: cannot read train.precision ({})", path, e.what()));
+  }
+}
+
 void write_results_jsonl(const std::string& out, const std::vector<std::string>& run_dirs) {
   std::string text;
   for (const auto& dir : run_dirs) {
     const fs::path rj = fs::path(dir) / "result.json";
     if (!fs::exists(rj)) continue;
     json r = json::parse(read_file(rj.string()));
+    // result.json has carried train.precision since the tables began to refuse mixed precisions;
+    // a run finished by an older binary gets it from the config.yaml it ran with, so that its
+    // bf16 results are never pooled as fp32 ones.
+    if (!r.contains("precision")) r["precision"] = run_precision(dir);
     const json d = read_downstream(dir);
     if (!d.empty()) r["downstream"] = d;
     text += r.dump() + "\n";

@@ -24,7 +24,11 @@ nlohmann::json read_downstream(const std::string& run_dir);
 // evaluation at step `steps` is there.
 nlohmann::json summarize_metrics(const std::string& run_dir, int64_t steps, bool* finished);
 
-// Rewrite <out>/results.jsonl from the result.json of each run directory that has one.
+// train.precision as <run>/config.yaml records it; fp32 where the key is absent.
+std::string run_precision(const std::string& run_dir);
+
+// Rewrite <out>/results.jsonl from the result.json of each run directory that has one; a
+// result without "precision" gets run_precision().
 void write_results_jsonl(const std::string& out, const std::vector<std::string>& run_dirs);
 
 }  // namespace thx

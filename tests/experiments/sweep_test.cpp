@@ -11,6 +11,7 @@
 #include "experiments/claims.h"
 #include "experiments/results_table.h"
 #include "experiments/sweep.h"
+#include "experiments/sweep_results.h"
 #include "test_util.h"
 #include "training/spec.h"
 
@@ -233,6 +234,30 @@ TEST(Table, RunsOfOnePrecisionOnly) {
             "runs/x: its runs mix train.precision (1 bf16, 1 fp32); a table or claim pools the seeds of a row, so "
             "keep each precision in a sweep of its own");
   EXPECT_THROW(results_table(1, match_rows(1, paper, results), "runs/x"), InputError);
+}
+
+// A run finished by a binary from before result.json carried "precision": the ledger takes it
+// from the run's config.yaml (a bf16 run must not be pooled as fp32), fp32 where the config
+// has no such key; a result that has the key keeps it.
+TEST(Table, ResultsWithoutPrecisionTakeItFromTheRunsConfig) {
+  TempDir dir;
+  std::filesystem::create_directories(dir.path / "a");
+  std::filesystem::create_directories(dir.path / "b");
+  std::filesystem::create_directories(dir.path / "c");
+  dir.write("a/result.json", R"({"name": "a", "ln_ppl": 5.0})");
+  dir.write("a/config.yaml", "model:\n  type: t5\ntrain:\n  steps: 10\n  precision: bf16  # comment\n");
+  dir.write("b/result.json", R"({"name": "b", "ln_ppl": 5.1})");
+  dir.write("b/config.yaml", "train:\n  steps: 10\n");
+  dir.write("c/result.json", R"({"name": "c", "ln_ppl": 5.2, "precision": "fp32"})");
+  dir.write("c/config.yaml", "train:\n  precision: bf16\n");
+  write_results_jsonl(dir.path.string(), {dir.file("a"), dir.file("b"), dir.file("c")});
+  const auto results = read_results(dir.path.string());
+  ASSERT_EQ(results.size(), 3u);
+  EXPECT_EQ(results[0].value("precision", ""), "bf16");
+  EXPECT_EQ(results[1].value("precision", ""), "fp32");
+  EXPECT_EQ(results[2].value("precision", ""), "fp32");
+  dir.write("b/config.yaml", "train: [unclosed\n");
+  EXPECT_EQ(error_of([&] { write_results_jsonl(dir.path.string(), {dir.file("b")}); }).rfind(dir.file("b/config.yaml") + ": cannot read train.precision", 0), 0u);
 }
 
 // An ALBERT or BERT run: encoder self-attention only, MLM and SOP in percent.
