@@ -58,7 +58,7 @@ ResolvedRun resolve_pretrain_run(ConfigTree& tree) {
   r.precision = pc.train.precision;
   r.flops = 6.0 * double(pc.train.batch_size) * double(pc.train.steps) *
             (encoder_only ? encoder_forward_multiplies(pc.model, pc.attention.encoder_self, n, predictions, vocab)
-                          : t5_forward_multiplies(pc.model, pc.attention, n, t, prepared_vocab(pc.data.prepared)));
+                          : t5_forward_multiplies(pc.model, pc.attention, n, t, vocab));
   const std::pair<const char*, const AttentionDims*> layers[] = {
       {"encoder_self", &spec.encoder_self}, {"decoder_self", &spec.decoder_self}, {"encoder_decoder", &spec.encoder_decoder}};
   json att, params, mults;

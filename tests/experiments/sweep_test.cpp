@@ -93,6 +93,26 @@ TEST(Sweep, AGeneratedTaskIsCostedAtItsOwnVocabularyAndQueries) {
   EXPECT_LT(r.flops, 5e12);  // about 2.4e12: 100k parameters, 2.3M tokens
 }
 
+// model.vocab_size overrides the prepared data's vocabulary in the cost of a T5 run as in an
+// encoder's (the T5 branch once read the shards' manifest only): its output projection and
+// embedding are costed at the model's own vocabulary.
+TEST(Sweep, AT5RunIsCostedAtModelVocabSize) {
+  const std::string file = std::string(THX_SOURCE_DIR) + "/configs/t5/mini.yaml";
+  for (const int64_t vocab : {1000, 50000}) {
+    ConfigTree tree, again;
+    tree.merge_file(file), again.merge_file(file);
+    for (ConfigTree* t : {&tree, &again}) {
+      t->set("model.vocab_size=" + std::to_string(vocab));
+      t->set("data.prepared=/nonexistent/thx-shards");  // no manifest: 32128 were it read
+    }
+    const ResolvedRun r = resolve_pretrain_run(tree);
+    const PretrainConfig pc = load_pretrain_config(again);
+    const double per_example = t5_forward_multiplies(pc.model, pc.attention, pc.data.inputs_length,
+                                                     pc.data.targets_length, vocab);
+    EXPECT_DOUBLE_EQ(r.flops, 6.0 * double(pc.train.batch_size) * double(pc.train.steps) * per_example) << vocab;
+  }
+}
+
 // A started run resumes at its newest checkpoint; the dry run says so and counts only the
 // steps after it in "To run" (the ETA counts the same way), not the whole run again.
 TEST(Sweep, AStartedRunIsCostedFromItsNewestCheckpoint) {
