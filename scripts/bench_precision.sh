@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench_precision.sh: the benchmarks of issue 29 (bf16 against fp32) on this machine, one
+# bench_precision.sh: the bf16-against-fp32 benchmarks (docs/benchmarks.md) on this machine, one
 # Markdown report each into $OUT (default runs/bench_precision), every ratio from one run:
 #
 #   1. train-mini-base.md  thx bench train at the mini size (configs/t5/mini.yaml) beside the

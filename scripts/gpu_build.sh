@@ -9,7 +9,7 @@
 #                                gpu-deps/root (no root needed), configures against
 #                                python3's torch and builds into build-gpu/.
 #
-# Status: `fetch` is tested on Debian 12; `build` has not run on a GPU machine yet (issue 15).
+# Status: `fetch` is tested on Debian 12; `build` has not run on a GPU machine yet.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DEPS=gpu-deps

@@ -6,7 +6,11 @@
 // error about a key can name the file and line the bad value was written on.
 //
 // It does not know any key: typed structs read it through schema.h, which rejects unknown
-// keys and wrong types. Modules never see YAML.
+// keys and wrong types. Beyond it, YAML is read directly only by: a sweep file's grammar
+// (experiments/sweep.cpp) and its table key (results_table.cpp); the resume check, which
+// compares a run's stored config with the new one key by key (training/run_dir.cpp, spec.cpp:
+// upgrading configs written before a key moved); and the ledger, which reads train.precision
+// from the config.yaml a finished run left (experiments/sweep_results.cpp).
 #pragma once
 #include <yaml-cpp/yaml.h>
 

@@ -40,12 +40,12 @@ torch::Device resolve_device(const std::string& requested, const std::string& wh
                                    torch::cuda::device_count() == 0 && !at::hasCUDA()
                                        ? "was built without CUDA (Debian's libtorch-dev is CPU-only)"
                                        : "sees no GPU"));
-    throw InputError(fmt::format("{} cuda: thx's CUDA path is not built yet (issue 15: models, batches and "
-                                 "optimizers stay on the CPU); use cpu", where));
+    throw InputError(fmt::format("{} cuda: thx's CUDA path is not built yet (models, batches and optimizers "
+                                 "stay on the CPU); use cpu", where));
   }
   if (requested == "auto" && present) {
     static bool said = false;
-    if (!said) thx::log("runtime")->warn("a CUDA device is present, but thx runs on the CPU so far (issue 15)");
+    if (!said) thx::log("runtime")->warn("a CUDA device is present, but thx runs on the CPU so far");
     said = true;
   }
   if (requested != "cpu" && requested != "auto" && !requested.empty())

@@ -31,7 +31,7 @@ void set_cpu_kernels(bool enabled);
 // The device to train on: "cpu", "cuda" or "auto" (CUDA when present), from --device (set
 // once by main) or a config's train.device. resolve_device throws InputError (exit 2)
 // naming `where` for "cuda" when this LibTorch has no CUDA or no device is visible. This
-// build runs on the CPU only: until thx's CUDA path exists (issue 15) "cuda" is refused even
+// build runs on the CPU only: until thx's CUDA path exists "cuda" is refused even
 // where CUDA is present, and "auto" picks the CPU, saying so once if a GPU is there.
 void set_device_request(const std::string& device);
 const std::string& device_request();

@@ -92,7 +92,7 @@ struct FinetuneRunConfig {
 
 template <class V>
 void visit(V& v, FinetuneRunConfig& c) {
-  v("finetune", c.finetune, "fine-tuning and dev evaluation (issue 6)");
+  v("finetune", c.finetune, "fine-tuning and dev evaluation");
   v("optimizer", c.optimizer, "the paper's T5 fine-tuning: adafactor, schedule constant, 1e-3");
   v("checkpoint", c.checkpoint, "fine-tuning checkpoints under <out>/checkpoints/ (BERT/ALBERT: one folder per task)");
 }

@@ -42,7 +42,7 @@ PretrainResult run_pretrain(const PretrainConfig& config, const std::string& run
 std::string result_line(const PretrainConfig& config, const std::string& run_dir, const PretrainResult& r);
 
 // One optimizer step on the first batch; writes batch, parameters before and after,
-// gradients, optimizer state, loss and nll to HDF5 (the layout in cmd_pretrain.cpp).
+// gradients, optimizer state, loss and nll to HDF5 (the layout in cli/cmd_step_probe.cpp).
 void run_step_probe(const PretrainConfig& config, const std::string& out);
 
 // The parameters the optimizer updates, each with the shape that decides Adafactor's
