@@ -15,6 +15,7 @@
 
 namespace thx {
 namespace {
+namespace THX_FILE_ID {
 
 // ---- the class: attention/mixed_values.{h,cpp} in a real addition -------------------------
 class MixedValuesAttention : public ProjectedAttention {
@@ -77,5 +78,6 @@ TEST(AddVariant, OneClassAndOneRowReachEveryPartOfThx) {
     if (o.path.find("/P_w") != std::string::npos) EXPECT_TRUE(o.never_factor) << o.path;
 }
 
+}  // namespace THX_FILE_ID
 }  // namespace
 }  // namespace thx

@@ -27,6 +27,7 @@
 
 namespace thx::test {
 namespace {
+namespace THX_FILE_ID {
 
 using torch::Tensor;
 
@@ -233,5 +234,6 @@ TEST(Bf16Core, HeadsSoftmaxRoundsOnceFromFp32) {
   EXPECT_TRUE(within(U, {want, tol}));
 }
 
+}  // namespace THX_FILE_ID
 }  // namespace
 }  // namespace thx::test

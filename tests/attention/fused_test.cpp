@@ -17,6 +17,7 @@
 
 namespace thx::test {
 namespace {
+namespace THX_FILE_ID {
 
 std::vector<float> random_vec(size_t n, uint32_t seed) {
   std::mt19937 g(seed);
@@ -190,5 +191,6 @@ TEST(FusedCore, ThreadCountChangesOnlyRounding) {
   EXPECT_TRUE(close(many, one, 1e-6, 1e-6));
 }
 
+}  // namespace THX_FILE_ID
 }  // namespace
 }  // namespace thx::test

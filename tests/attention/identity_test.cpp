@@ -19,6 +19,7 @@
 
 namespace thx::test {
 namespace {
+namespace THX_FILE_ID {
 
 void set_param(torch::nn::Module& m, const std::string& name, const torch::Tensor& value) {
   torch::NoGradGuard g;
@@ -217,5 +218,6 @@ TEST(Dropout, OnlyInTrainingAndUnbiased) {
   }
 }
 
+}  // namespace THX_FILE_ID
 }  // namespace
 }  // namespace thx::test

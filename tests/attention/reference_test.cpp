@@ -16,6 +16,7 @@
 
 namespace thx::test {
 namespace {
+namespace THX_FILE_ID {
 
 enum class Extra { none, bias, padding, causal, bias_and_padding };
 
@@ -214,5 +215,6 @@ TEST(Parameters, LogitsOfOrderOne) {
   }
 }
 
+}  // namespace THX_FILE_ID
 }  // namespace
 }  // namespace thx::test

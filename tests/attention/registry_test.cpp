@@ -17,6 +17,7 @@
 
 namespace thx {
 namespace {
+namespace THX_FILE_ID {
 
 constexpr int64_t kD = 24, kH = 4;
 
@@ -44,10 +45,12 @@ std::vector<std::string> names_of(const torch::nn::Module& m) {
 
 class Registry : public ::testing::TestWithParam<VariantSpec> {};
 
+}  // namespace THX_FILE_ID
 }  // namespace
 // gtest prints a failing parameter with this.
 void PrintTo(const VariantSpec& v, std::ostream* os) { *os << v.name; }
 namespace {
+namespace THX_FILE_ID {
 
 TEST_P(Registry, RowMatchesTheLayerItBuildsAndTheRulesThxApplies) {
   const VariantSpec& v = GetParam();
@@ -148,5 +151,6 @@ TEST(RegistryCli, DumpConfigListsTheRegistrysVariantsAndUnknownNamesListThemToo)
   EXPECT_NE(bad.out.find("allowed: " + allowed + "\n"), std::string::npos) << bad.out;
 }
 
+}  // namespace THX_FILE_ID
 }  // namespace
 }  // namespace thx

@@ -20,6 +20,7 @@
 
 namespace thx::test {
 namespace {
+namespace THX_FILE_ID {
 namespace fs = std::filesystem;
 
 struct Case {
@@ -336,5 +337,6 @@ TEST(BadInputCampaign, FineTuningAndEvaluation) {
   std::printf("bad inputs (fine-tuning, evaluation): %d of %zu one line, exit 2, nothing changed\n", good, cases.size());
 }
 
+}  // namespace THX_FILE_ID
 }  // namespace
 }  // namespace thx::test

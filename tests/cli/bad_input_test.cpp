@@ -11,6 +11,7 @@
 
 namespace thx::test {
 namespace {
+namespace THX_FILE_ID {
 namespace fs = std::filesystem;
 
 TEST(BadInput, ADirectoryIsNotAConfig) {
@@ -84,5 +85,6 @@ TEST(BadInput, ATruncatedCheckpointIsNotBuriedUnderTheConfig) {
   EXPECT_NE(r.out.find("thx: error: " + ck), std::string::npos) << r.out;
 }
 
+}  // namespace THX_FILE_ID
 }  // namespace
 }  // namespace thx::test

@@ -10,6 +10,7 @@
 
 namespace thx::test {
 namespace {
+namespace THX_FILE_ID {
 
 TEST(Cli, HelpDescribesEverySubcommandAndOption) {
   RunResult r = run_thx("--help");
@@ -357,5 +358,6 @@ TEST(Cli, TableAndClaimsCommands) {
   EXPECT_EQ(r.out.find("| **fails** |"), r.out.rfind("| **fails** |")) << "only the broader reading fails";
 }
 
+}  // namespace THX_FILE_ID
 }  // namespace
 }  // namespace thx::test

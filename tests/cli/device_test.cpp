@@ -8,6 +8,7 @@
 
 namespace thx::test {
 namespace {
+namespace THX_FILE_ID {
 
 TEST(Device, CudaIsOneLineOnTheCpu) {
   TempDir dir;
@@ -29,5 +30,6 @@ TEST(Device, CudaIsOneLineOnTheCpu) {
   EXPECT_EQ(r.code, 0) << r.out;
 }
 
+}  // namespace THX_FILE_ID
 }  // namespace
 }  // namespace thx::test

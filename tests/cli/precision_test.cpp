@@ -22,6 +22,7 @@
 
 namespace thx::test {
 namespace {
+namespace THX_FILE_ID {
 namespace fs = std::filesystem;
 
 TEST(Precision, BadValuesAreOneLineNamingTheKey) {
@@ -132,11 +133,13 @@ TEST(Precision, ResumeAtAnotherPrecisionNeedsAllowConfigChange) {
   unsetenv(kBf16AnyCpuEnv);
 }
 
+}  // namespace THX_FILE_ID
 }  // namespace
 }  // namespace thx::test
 
 namespace thx::test {
 namespace {
+namespace THX_FILE_ID {
 
 // Fine-tuning: finetune.precision (default: the pretrained run's train.precision) and
 // finetune.eval_precision; bad values are one line naming the key; bf16 fine-tuning of T5 and
@@ -166,5 +169,6 @@ TEST(Precision, FineTuningInBf16) {
   unsetenv(kBf16AnyCpuEnv);
 }
 
+}  // namespace THX_FILE_ID
 }  // namespace
 }  // namespace thx::test

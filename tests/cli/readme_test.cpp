@@ -17,6 +17,7 @@
 
 namespace thx {
 namespace {
+namespace THX_FILE_ID {
 
 std::string slurp(const std::string& path) {
   std::ifstream in(path);
@@ -80,5 +81,6 @@ TEST(Readme, CiRunsTheReadmeTestCommand) {
   EXPECT_NE(slurp(root + "/.ci/run").find("sed -n 2p"), std::string::npos);
 }
 
+}  // namespace THX_FILE_ID
 }  // namespace
 }  // namespace thx

@@ -8,6 +8,7 @@
 
 namespace thx {
 namespace {
+namespace THX_FILE_ID {
 
 struct Inner {
   int64_t a = 1;
@@ -152,5 +153,6 @@ TEST(ErrorMessages, AreOneLineByConstruction) {
   EXPECT_STREQ(c.what(), "bad\\nvalue");
 }
 
+}  // namespace THX_FILE_ID
 }  // namespace
 }  // namespace thx

@@ -15,6 +15,13 @@
 
 namespace thx {
 namespace {
+namespace THX_FILE_ID {
+
+// Also defined, with another value, in unity_names_test.cpp, which compiles in this file's
+// unity batch: the build itself proves that file-scope names no longer meet.
+const char* file_tag() { return "files_test"; }
+
+TEST(UnityBuild, AHelperNamedAsInAnotherFileIsThisFilesOwn) { EXPECT_STREQ(file_tag(), "files_test"); }
 
 TEST(H5, RoundTripsEveryDtypeAndAttributes) {
   test::TempDir dir;
@@ -239,5 +246,6 @@ TEST(TextTable, ThreeFormats) {
   EXPECT_THROW(parse_table_format("html"), InputError);
 }
 
+}  // namespace THX_FILE_ID
 }  // namespace
 }  // namespace thx

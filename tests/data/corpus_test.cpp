@@ -9,6 +9,7 @@
 
 namespace thx {
 namespace {
+namespace THX_FILE_ID {
 
 std::vector<std::string> read(const std::vector<std::string>& files, CorpusFormat f,
                               CorpusStats* stats_out = nullptr) {
@@ -119,5 +120,6 @@ TEST(Corpus, RealWikipediaAndBooks) {
   EXPECT_NE(books[0].find("LINCOLN LETTERS\nBy Abraham Lincoln"), std::string::npos);
 }
 
+}  // namespace THX_FILE_ID
 }  // namespace
 }  // namespace thx

@@ -11,6 +11,7 @@
 
 namespace thx::test {
 namespace {
+namespace THX_FILE_ID {
 
 constexpr int64_t kVocab = 1000;
 
@@ -242,5 +243,6 @@ TEST(AlbertTokenizer, IdsAndWordStarts) {
   EXPECT_EQ(t.decode(ids), "The model heads talk");
 }
 
+}  // namespace THX_FILE_ID
 }  // namespace
 }  // namespace thx::test

@@ -11,6 +11,7 @@
 
 namespace thx::test {
 namespace {
+namespace THX_FILE_ID {
 
 TEST(Tokenizer, T5IdConventions) {
   TempDir dir;
@@ -160,5 +161,6 @@ TEST(Stream, DeterministicWhateverTheBatchSizeAndResumable) {
   EXPECT_THROW(SpanCorruptionStream(c, 512, 100, 0.15, 3.0, 1, true), InputError);  // needs 114
 }
 
+}  // namespace THX_FILE_ID
 }  // namespace
 }  // namespace thx::test

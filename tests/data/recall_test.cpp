@@ -18,6 +18,7 @@
 
 namespace thx::test {
 namespace {
+namespace THX_FILE_ID {
 namespace fs = std::filesystem;
 
 RecallOptions recall(int64_t vocab, int64_t pairs, int64_t queries, int64_t length) {
@@ -241,5 +242,6 @@ TEST(Recall, BadSettingsAreOneLineAndExit2) {
   }
 }
 
+}  // namespace THX_FILE_ID
 }  // namespace
 }  // namespace thx::test

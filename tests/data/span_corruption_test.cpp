@@ -7,6 +7,7 @@
 
 namespace thx {
 namespace {
+namespace THX_FILE_ID {
 
 TEST(SpanLengths, T5Values) {
   // The paper: inputs 512 -> 568 raw tokens and 114 targets.
@@ -123,5 +124,6 @@ TEST(RandomBelow, UniformAndInRange) {
   for (int64_t c : counts) EXPECT_NEAR(c / 10000.0, 1.0, 0.05);
 }
 
+}  // namespace THX_FILE_ID
 }  // namespace
 }  // namespace thx

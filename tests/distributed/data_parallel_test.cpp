@@ -15,6 +15,7 @@
 
 namespace thx::test {
 namespace {
+namespace THX_FILE_ID {
 
 struct Runs {
   TempDir dir;
@@ -92,11 +93,13 @@ void finetune_equivalent(bool albert) {
 TEST(DataParallel, T5FinetuningTwoRanksEqualOneProcess) { finetune_equivalent(false); }
 TEST(DataParallel, AlbertFinetuningTwoRanksEqualOneProcess) { finetune_equivalent(true); }
 
+}  // namespace THX_FILE_ID
 }  // namespace
 }  // namespace thx::test
 
 namespace thx::test {
 namespace {
+namespace THX_FILE_ID {
 
 // bf16 (forced on any CPU, tiny models): two ranks against one process, both in bf16. The
 // two-rank run rounds at other points (each rank rounds its partial weight gradients to bf16
@@ -132,5 +135,6 @@ void bf16_equivalent(const std::string& variant, bool albert) {
 TEST(DataParallel, T5TalkingHeadsBf16TwoRanksEqualOneProcess) { bf16_equivalent("talking_heads", false); }
 TEST(DataParallel, AlbertBf16TwoRanksEqualOneProcess) { bf16_equivalent("", true); }
 
+}  // namespace THX_FILE_ID
 }  // namespace
 }  // namespace thx::test

@@ -17,6 +17,7 @@
 
 namespace thx::test {
 namespace {
+namespace THX_FILE_ID {
 
 namespace fs = std::filesystem;
 
@@ -147,5 +148,6 @@ TEST_F(Faults, SigtermToTheAgentCheckpointsEveryRankAndResumes) {
   EXPECT_TRUE(same_params(final_ckpt("stopped"), final_ckpt("plain"), 0));
 }
 
+}  // namespace THX_FILE_ID
 }  // namespace
 }  // namespace thx::test

@@ -11,6 +11,7 @@
 
 namespace thx::test {
 namespace {
+namespace THX_FILE_ID {
 
 struct Launch : ::testing::Test {
   TempDir dir;
@@ -128,5 +129,6 @@ TEST_F(Launch, RanksWithDifferentConfigsStopBeforeWork) {
   EXPECT_FALSE(std::filesystem::exists(dir.file("x")));
 }
 
+}  // namespace THX_FILE_ID
 }  // namespace
 }  // namespace thx::test

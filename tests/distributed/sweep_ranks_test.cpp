@@ -9,6 +9,7 @@
 
 namespace thx::test {
 namespace {
+namespace THX_FILE_ID {
 
 TEST(SweepRanks, EachRunUnderTorchrunEqualsOneProcessPerRun) {
   TempDir dir;
@@ -41,5 +42,6 @@ TEST(SweepRanks, EachRunUnderTorchrunEqualsOneProcessPerRun) {
   EXPECT_FALSE(std::filesystem::exists(dir.file("three")));
 }
 
+}  // namespace THX_FILE_ID
 }  // namespace
 }  // namespace thx::test

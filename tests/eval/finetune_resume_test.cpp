@@ -22,6 +22,7 @@
 
 namespace thx::test {
 namespace {
+namespace THX_FILE_ID {
 namespace fs = std::filesystem;
 
 std::string finetune(const FinetuneFixture& s, const std::string& out) {
@@ -103,5 +104,6 @@ TEST(FinetuneResume, ATruncatedCheckpointIsOneLineAndExit2) {
   EXPECT_NE(r.out.find(newest), std::string::npos) << r.out;
 }
 
+}  // namespace THX_FILE_ID
 }  // namespace
 }  // namespace thx::test

@@ -22,6 +22,7 @@
 
 namespace thx {
 namespace {
+namespace THX_FILE_ID {
 namespace fs = std::filesystem;
 using test::TempDir;
 using json = nlohmann::json;
@@ -511,5 +512,6 @@ TEST(Finetune, ShippedConfigsValidate) {
   EXPECT_EQ(n, 8);  // paper: T5 + five ALBERT columns; mini: T5 and ALBERT
 }
 
+}  // namespace THX_FILE_ID
 }  // namespace
 }  // namespace thx

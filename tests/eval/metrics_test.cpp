@@ -7,6 +7,7 @@
 
 namespace thx {
 namespace {
+namespace THX_FILE_ID {
 
 TEST(Metrics, AccuracyAndBinaryF1) {
   // pred 1 1 0 0 1, gold 1 0 0 0 1: 4 of 5 right; TP 2, FP 1, FN 0 -> F1 = 4/5.
@@ -128,5 +129,6 @@ TEST(Metrics, RecordAndBenchmarkAverage) {
   EXPECT_EQ(a.tasks, (std::vector<std::string>{"mrpc", "rte"}));
 }
 
+}  // namespace THX_FILE_ID
 }  // namespace
 }  // namespace thx

@@ -15,6 +15,7 @@
 
 namespace thx::test {
 namespace {
+namespace THX_FILE_ID {
 
 const char* const kCases[] = {
     "-ΦΟΡΟΣ", "-φορος", "ΑΣ Α", "ας α", "İstanbul", "i̇stanbul", "ÉCOLE", "ǅemal", "ΣΑΣ.", "ὈΔΥΣΣΕΎΣ",
@@ -47,5 +48,6 @@ json.dump([normalize(s) for s in json.load(open(sys.argv[1], encoding='utf-8'))]
   EXPECT_EQ(squad_exact("İstanbul", "i̇stanbul"), 1.0);
 }
 
+}  // namespace THX_FILE_ID
 }  // namespace
 }  // namespace thx::test

@@ -14,6 +14,7 @@
 
 namespace thx::test {
 namespace {
+namespace THX_FILE_ID {
 
 TEST(PredictionLabels, MissesGetTheMostFrequentTrainingLabelAndAreCounted) {
   FinetuneFixture s;
@@ -61,5 +62,6 @@ TEST(PredictionLabels, MissesGetTheMostFrequentTrainingLabelAndAreCounted) {
   EXPECT_GE(means, sts_misses);
 }
 
+}  // namespace THX_FILE_ID
 }  // namespace
 }  // namespace thx::test

@@ -6,6 +6,7 @@
 
 namespace thx {
 namespace {
+namespace THX_FILE_ID {
 using test::run_thx;
 using test::TempDir;
 
@@ -72,5 +73,6 @@ TEST(FinetuneCli, BadConfigsNameFileLineAndKey) {
   EXPECT_NE(r.out.find("--checkpoint PATH is required"), std::string::npos) << r.out;
 }
 
+}  // namespace THX_FILE_ID
 }  // namespace
 }  // namespace thx

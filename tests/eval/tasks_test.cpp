@@ -11,6 +11,7 @@
 
 namespace thx {
 namespace {
+namespace THX_FILE_ID {
 namespace fs = std::filesystem;
 using test::TempDir;
 using test::error_of;
@@ -273,5 +274,6 @@ TEST(TaskReaders, RealFilesMatchPublishedCounts) {
     EXPECT_EQ(read_superglue(task, task_path(root, task, "train")).examples.size(), n) << task;
 }
 
+}  // namespace THX_FILE_ID
 }  // namespace
 }  // namespace thx

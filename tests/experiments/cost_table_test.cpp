@@ -7,6 +7,7 @@
 
 namespace thx {
 namespace {
+namespace THX_FILE_ID {
 
 TEST(Costs, ParametersEqualThePaperExactly) {
   const auto rows = cost_rows(load_paper_rows(default_tables_csv()));
@@ -56,5 +57,6 @@ TEST(Costs, CommandPrintsEveryFormat) {
   EXPECT_EQ(r.out, "thx: error: /nonexistent.csv: cannot read file\n");
 }
 
+}  // namespace THX_FILE_ID
 }  // namespace
 }  // namespace thx

@@ -7,6 +7,7 @@
 
 namespace thx::test {
 namespace {
+namespace THX_FILE_ID {
 
 namespace fs = std::filesystem;
 
@@ -90,5 +91,6 @@ TEST(RecallTable, BadInputIsOneLineAndExitTwo) {
   EXPECT_FALSE(fs::exists("a.png"));
 }
 
+}  // namespace THX_FILE_ID
 }  // namespace
 }  // namespace thx::test

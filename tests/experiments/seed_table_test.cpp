@@ -6,6 +6,7 @@
 
 namespace thx::test {
 namespace {
+namespace THX_FILE_ID {
 
 namespace fs = std::filesystem;
 
@@ -102,5 +103,6 @@ TEST(SeedTable, BadInputIsOneLineAndExitTwo) {
   EXPECT_EQ(seed_table(good.string()).code, 0);
 }
 
+}  // namespace THX_FILE_ID
 }  // namespace
 }  // namespace thx::test

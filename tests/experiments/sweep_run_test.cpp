@@ -26,6 +26,7 @@
 
 namespace thx::test {
 namespace {
+namespace THX_FILE_ID {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
@@ -234,11 +235,13 @@ TEST(SweepRun, AFailedRunIsReportedAndTheOthersFinish) {
             json({{"rte", {{"accuracy", 60}}}, {"sst2", {{"accuracy", 81.5}}}}));
 }
 
+}  // namespace THX_FILE_ID
 }  // namespace
 }  // namespace thx::test
 
 namespace thx::test {
 namespace {
+namespace THX_FILE_ID {
 
 // Every shipped sweep resolves, each of its runs fills a row of its table, and together they
 // fill every row the paper ran (all but the published baselines; the mini Table 1 by design
@@ -305,5 +308,6 @@ TEST(SweepRun, ShippedSweepsResolveAndFillEveryRowOfTheirTable) {
   EXPECT_EQ(own, 3);  // configs/mini/recall{,-32keys,-32keys-mixing-lr}.yaml
 }
 
+}  // namespace THX_FILE_ID
 }  // namespace
 }  // namespace thx::test

@@ -17,6 +17,7 @@
 
 namespace thx::test {
 namespace {
+namespace THX_FILE_ID {
 using json = nlohmann::json;
 
 std::vector<std::string> names(const Sweep& s) {
@@ -455,5 +456,6 @@ TEST(Claims, SyntheticResultsWhereTheyHoldFailOrLackData) {
   EXPECT_EQ(claim(run({}), 4).verdict, Verdict::not_enough_data);
 }
 
+}  // namespace THX_FILE_ID
 }  // namespace
 }  // namespace thx::test

@@ -31,6 +31,7 @@
 
 namespace thx::test {
 namespace {
+namespace THX_FILE_ID {
 
 using torch::Tensor;
 
@@ -255,11 +256,13 @@ TEST(Bf16Step, MiniAlbertAgreesWithFp32) {
   expect_bf16_step_close(model, [&] { return model->forward(ids, types, positions, targets, labels).loss; }, "albert");
 }
 
+}  // namespace THX_FILE_ID
 }  // namespace
 }  // namespace thx::test
 
 namespace thx::test {
 namespace {
+namespace THX_FILE_ID {
 
 // ---- the loop's invariants -----------------------------------------------------------------
 
@@ -367,5 +370,6 @@ TEST(Bf16Loop, MicroBatchesAccumulateInFp32) {
   EXPECT_GT(planted_caught, int(params.size()) * 3 / 4);
 }
 
+}  // namespace THX_FILE_ID
 }  // namespace
 }  // namespace thx::test

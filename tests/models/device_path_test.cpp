@@ -17,6 +17,7 @@
 
 namespace thx::test {
 namespace {
+namespace THX_FILE_ID {
 
 struct KernelsOff {
   KernelsOff() { set_cpu_kernels(false); }
@@ -111,5 +112,6 @@ TEST(DevicePath, AlbertStepOnTheAtenPathEqualsTheCpuKernels) {
                    [&] { return model->forward(ids, types, positions, targets, labels).loss; });
 }
 
+}  // namespace THX_FILE_ID
 }  // namespace
 }  // namespace thx::test

@@ -17,6 +17,7 @@
 
 namespace thx::test {
 namespace {
+namespace THX_FILE_ID {
 
 using torch::Tensor;
 
@@ -524,5 +525,6 @@ TEST(EncoderConfig, BadValuesAreRefusedWithTheKey) {
   EXPECT_EQ(key_of(tiny("albert")), "(accepted)");
 }
 
+}  // namespace THX_FILE_ID
 }  // namespace
 }  // namespace thx::test

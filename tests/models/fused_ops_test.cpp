@@ -10,6 +10,7 @@
 
 namespace thx::test {
 namespace {
+namespace THX_FILE_ID {
 
 TEST(FusedLoss, EqualsTheAtenCompositionWithGradients) {
   torch::manual_seed(1);
@@ -61,5 +62,6 @@ TEST(Kernels, LogSumExp) {
     }
 }
 
+}  // namespace THX_FILE_ID
 }  // namespace
 }  // namespace thx::test

@@ -7,6 +7,7 @@
 
 namespace thx {
 namespace {
+namespace THX_FILE_ID {
 
 TEST(RelativePosition, BucketsFromThePublishedFormula) {
   // (relative position = memory - query, bidirectional) -> bucket, 32 buckets, max 128.
@@ -123,5 +124,6 @@ TEST(T5, LossIsMeanCrossEntropyPlusZLossOverTargetTokens) {
   EXPECT_NEAR(out.loss.item<double>(), ce / n + 0.01 * z / n, 1e-5);
 }
 
+}  // namespace THX_FILE_ID
 }  // namespace
 }  // namespace thx

@@ -14,6 +14,7 @@
 
 namespace thx::test {
 namespace {
+namespace THX_FILE_ID {
 
 AttentionConfig attn(const std::string& variant, int64_t h_k, int64_t h, int64_t h_v, int64_t d_k,
                      int64_t d_v) {
@@ -78,5 +79,6 @@ TEST(T5Reference, LogitsLossAndGradientsMatchAnIndependentImplementation) {
   EXPECT_GT(checked, 40);
 }
 
+}  // namespace THX_FILE_ID
 }  // namespace
 }  // namespace thx::test

@@ -15,6 +15,7 @@
 
 namespace thx::test {
 namespace {
+namespace THX_FILE_ID {
 namespace fs = std::filesystem;
 
 // Flip one bit of byte `at` of a file.
@@ -149,5 +150,6 @@ TEST(CheckpointFaults, AFullDiskWhileCheckpointingIsOneLineAndResumes) {
   EXPECT_TRUE(same_params(checkpoint_path(ck, 6), checkpoint_path(t.dir.file("whole/checkpoints"), 6), 0));
 }
 
+}  // namespace THX_FILE_ID
 }  // namespace
 }  // namespace thx::test

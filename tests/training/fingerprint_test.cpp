@@ -22,6 +22,7 @@
 
 namespace thx::test {
 namespace {
+namespace THX_FILE_ID {
 
 using json = nlohmann::json;
 
@@ -66,8 +67,6 @@ json probe(const ProbeCase& c) {
   return r.code == 0 ? fingerprints(out) : json::object();
 }
 
-}  // namespace
-
 TEST(Fingerprints, OneStepOfTheMiniModelsIsUnchanged) {
   const std::string reference = std::string(THX_SOURCE_DIR) + "/tests/training/fingerprints.json";
   if (const char* record = std::getenv("THX_RECORD_FINGERPRINTS")) {
@@ -106,4 +105,6 @@ TEST(Fingerprints, OneStepOfTheMiniModelsIsUnchanged) {
   }
 }
 
+}  // namespace THX_FILE_ID
+}  // namespace
 }  // namespace thx::test

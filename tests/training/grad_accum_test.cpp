@@ -9,6 +9,7 @@
 
 namespace thx::test {
 namespace {
+namespace THX_FILE_ID {
 
 void same_step(bool albert) {
   TempDir dir;
@@ -26,5 +27,6 @@ void same_step(bool albert) {
 TEST(GradAccum, T5TwoMicroBatchesEqualOne) { same_step(false); }
 TEST(GradAccum, AlbertTwoMicroBatchesEqualOne) { same_step(true); }
 
+}  // namespace THX_FILE_ID
 }  // namespace
 }  // namespace thx::test

@@ -18,6 +18,7 @@
 
 namespace thx::test {
 namespace {
+namespace THX_FILE_ID {
 namespace fs = std::filesystem;
 
 bool python_has(const char* modules) {
@@ -116,5 +117,6 @@ TEST(RunDirectory, ResumeWithAChangedConfigIsRefusedUnlessAllowed) {
   EXPECT_EQ(list_checkpoints(run + "/checkpoints").back(), checkpoint_path(run + "/checkpoints", 8));
 }
 
+}  // namespace THX_FILE_ID
 }  // namespace
 }  // namespace thx::test

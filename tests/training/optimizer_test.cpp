@@ -15,6 +15,7 @@
 
 namespace thx {
 namespace {
+namespace THX_FILE_ID {
 
 using Vec = std::vector<double>;
 
@@ -408,5 +409,6 @@ TEST(FactorAttention, ViewsPerMode) {
   EXPECT_EQ(mesh["shared"].first, (std::vector<int64_t>{128, 256}));
 }
 
+}  // namespace THX_FILE_ID
 }  // namespace
 }  // namespace thx
