@@ -18,24 +18,62 @@ std::shared_ptr<Attention> create(const AttentionDims& d) {
   return std::make_shared<T>(d);
 }
 
+// One function per row, each field set by name; a field left out keeps VariantSpec's
+// default (registry.h): no P_l or P_w, per-head sizes, head counts free, no dynamic
+// projections, dense biases, per-head factoring.
+VariantSpec multi_head_row() {
+  VariantSpec v;
+  v.name = "multi_head", v.paper = "section 3.3";
+  v.h_k_tied = v.h_v_tied = "multi_head has one head count";
+  v.factor_combined = true;
+  v.params = {"P_q", "P_k", "P_v", "P_o"};
+  v.multiplies = projected_multiplies, v.create = create<MultiHeadAttention>;
+  return v;
+}
+
+VariantSpec talking_heads_row() {
+  VariantSpec v;
+  v.name = "talking_heads", v.paper = "section 4";
+  v.P_l = v.P_w = true;
+  v.dynamic = true;
+  v.params = {"P_q", "P_k", "P_v", "P_o", "P_l", "P_w"};
+  v.multiplies = projected_multiplies, v.create = create<TalkingHeadsAttention>;
+  return v;
+}
+
+VariantSpec project_logits_row() {
+  VariantSpec v;
+  v.name = "project_logits", v.paper = "Table 3";
+  v.P_l = true;
+  v.h_v_tied = "project_logits has no P_w, so values use the softmax heads";
+  v.params = {"P_q", "P_k", "P_v", "P_o", "P_l"};
+  v.multiplies = projected_multiplies, v.create = create<ProjectLogitsAttention>;
+  return v;
+}
+
+VariantSpec project_weights_row() {
+  VariantSpec v;
+  v.name = "project_weights", v.paper = "Table 3";
+  v.P_w = true;
+  v.h_k_tied = "project_weights has no P_l, so keys use the softmax heads";
+  v.params = {"P_q", "P_k", "P_v", "P_o", "P_w"};
+  v.multiplies = projected_multiplies, v.create = create<ProjectWeightsAttention>;
+  return v;
+}
+
+VariantSpec general_bilinear_row() {
+  VariantSpec v;
+  v.name = "general_bilinear", v.paper = "section 6";
+  v.per_head = false;
+  v.dense_biases = false;
+  v.params = {"P", "Q"};
+  v.multiplies = general_bilinear_multiplies, v.create = create<GeneralBilinearAttention>;
+  return v;
+}
+
 std::deque<VariantSpec>& rows() {
-  static std::deque<VariantSpec> kVariants = {
-    // name, paper, P_l, P_w, per_head, h_k_tied, h_v_tied, dynamic, dense_biases,
-    // factor_combined, params, multiplies, create
-    {"multi_head", "section 3.3", false, false, true, "multi_head has one head count",
-     "multi_head has one head count", false, true, true, {"P_q", "P_k", "P_v", "P_o"},
-     projected_multiplies, create<MultiHeadAttention>},
-    {"talking_heads", "section 4", true, true, true, "", "", true, true, false,
-     {"P_q", "P_k", "P_v", "P_o", "P_l", "P_w"}, projected_multiplies, create<TalkingHeadsAttention>},
-    {"project_logits", "Table 3", true, false, true, "",
-     "project_logits has no P_w, so values use the softmax heads", false, true, false,
-     {"P_q", "P_k", "P_v", "P_o", "P_l"}, projected_multiplies, create<ProjectLogitsAttention>},
-    {"project_weights", "Table 3", false, true, true,
-     "project_weights has no P_l, so keys use the softmax heads", "", false, true, false,
-     {"P_q", "P_k", "P_v", "P_o", "P_w"}, projected_multiplies, create<ProjectWeightsAttention>},
-    {"general_bilinear", "section 6", false, false, false, "", "", false, false, false, {"P", "Q"},
-     general_bilinear_multiplies, create<GeneralBilinearAttention>},
-  };
+  static std::deque<VariantSpec> kVariants = {multi_head_row(), talking_heads_row(), project_logits_row(),
+                                              project_weights_row(), general_bilinear_row()};
   return kVariants;
 }
 

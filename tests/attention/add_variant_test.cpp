@@ -9,6 +9,7 @@
 #include "attention/factory.h"
 #include "attention/projected.h"
 #include "attention/registry.h"
+#include "attention/attention_test_util.h"
 #include "common/error.h"
 #include "models/t5.h"
 #include "training/pretrain.h"
@@ -26,11 +27,19 @@ class MixedValuesAttention : public ProjectedAttention {
 };
 
 // ---- the row: one entry of registry.cpp in a real addition ---------------------------------
+VariantSpec mixed_values_row() {
+  VariantSpec v;
+  v.name = "mixed_values", v.paper = "a test";
+  v.P_w = true;
+  v.h_k_tied = "mixed_values has no P_l";
+  v.params = {"P_q", "P_k", "P_v", "P_o", "P_w"};
+  v.multiplies = projected_multiplies;
+  v.create = [](const AttentionDims& d) -> std::shared_ptr<Attention> { return std::make_shared<MixedValuesAttention>(d); };
+  return v;
+}
+
 const VariantSpec& row() {
-  static const VariantSpec& r = register_variant(
-      {"mixed_values", "a test", false, true, true, "mixed_values has no P_l", "", false, true, false,
-       {"P_q", "P_k", "P_v", "P_o", "P_w"}, projected_multiplies,
-       [](const AttentionDims& d) -> std::shared_ptr<Attention> { return std::make_shared<MixedValuesAttention>(d); }});
+  static const VariantSpec& r = register_variant(mixed_values_row());
   return r;
 }
 
@@ -53,6 +62,9 @@ TEST(AddVariant, OneClassAndOneRowReachEveryPartOfThx) {
   EXPECT_NE(std::dynamic_pointer_cast<MixedValuesAttention>(layer), nullptr);
   EXPECT_GT(multiplies(d, 8, 8), multiplies(resolve(AttentionConfig{}, 24, 24, 24), 8, 8));
   EXPECT_NE(std::string(variant_choices()).find("mixed_values"), std::string::npos);
+  // The tests' paper reference has none for it yet: an error, not talking-heads in its place.
+  const torch::Tensor X = torch::randn({1, 3, 24}), M = torch::randn({1, 3, 24});
+  EXPECT_THROW(test::reference_forward(d, X, M, test::params_of(*layer), {}, {}), std::invalid_argument);
   // It has a P_w, so optimizer.mixing_lr_multiplier's messages name it among the mixing variants.
   EXPECT_NE(mixing_variant_choices().find("mixed_values"), std::string::npos) << mixing_variant_choices();
   EXPECT_EQ(mixing_variant_choices().find("multi_head"), std::string::npos) << mixing_variant_choices();

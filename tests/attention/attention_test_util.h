@@ -3,6 +3,7 @@
 #pragma once
 #include <torch/torch.h>
 
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -65,7 +66,12 @@ inline torch::Tensor reference_forward(const AttentionDims& d, const torch::Tens
                                        const torch::Tensor& bias, const torch::Tensor& mask) {
   if (d.name() == "multi_head") return paper::multi_head(X, M, p, bias, mask);
   if (d.name() == "general_bilinear") return paper::general_bilinear(X, M, p.at("P"), p.at("Q"), bias, mask);
-  return paper::talking_heads(X, M, p, bias, mask);  // the talking-heads family
+  // The talking-heads family: paper::talking_heads with the P_l or P_w the layer has.
+  if (d.name() == "talking_heads" || d.name() == "project_logits" || d.name() == "project_weights")
+    return paper::talking_heads(X, M, p, bias, mask);
+  // A new variant has no reference until one is written: never a silent stand-in.
+  throw std::invalid_argument("reference_forward: no paper reference for variant '" + d.name() +
+                              "'; add one here (tests/attention/attention_test_util.h)");
 }
 
 }  // namespace thx::test
