@@ -21,43 +21,45 @@ std::shared_ptr<Attention> create(const AttentionDims& d) {
 // One function per row, each field set by name; a field left out keeps VariantSpec's
 // default (registry.h): no P_l or P_w, per-head sizes, head counts free, no dynamic
 // projections, dense biases, per-head factoring.
-VariantSpec multi_head_row() {
+
+// The projected family's common part: P_q, P_k, P_v, P_o, then the head projections it has
+// (`mixing`: "P_l", "P_w" or both), and section 5's multiplies of a projected layer.
+VariantSpec projected_row(const char* name, const char* paper, const std::vector<std::string>& mixing,
+                          std::shared_ptr<Attention> (*make)(const AttentionDims&)) {
   VariantSpec v;
-  v.name = "multi_head", v.paper = "section 3.3";
+  v.name = name, v.paper = paper;
+  v.params = {"P_q", "P_k", "P_v", "P_o"};
+  for (const auto& p : mixing) {
+    TORCH_CHECK(p == "P_l" || p == "P_w", "projected_row: ", name, ": ", p, " is not P_l or P_w");
+    (p == "P_l" ? v.P_l : v.P_w) = true;
+    v.params.push_back(p);
+  }
+  v.multiplies = projected_multiplies, v.create = make;
+  return v;
+}
+
+VariantSpec multi_head_row() {
+  VariantSpec v = projected_row("multi_head", "section 3.3", {}, create<MultiHeadAttention>);
   v.h_k_tied = v.h_v_tied = "multi_head has one head count";
   v.factor_combined = true;
-  v.params = {"P_q", "P_k", "P_v", "P_o"};
-  v.multiplies = projected_multiplies, v.create = create<MultiHeadAttention>;
   return v;
 }
 
 VariantSpec talking_heads_row() {
-  VariantSpec v;
-  v.name = "talking_heads", v.paper = "section 4";
-  v.P_l = v.P_w = true;
+  VariantSpec v = projected_row("talking_heads", "section 4", {"P_l", "P_w"}, create<TalkingHeadsAttention>);
   v.dynamic = true;
-  v.params = {"P_q", "P_k", "P_v", "P_o", "P_l", "P_w"};
-  v.multiplies = projected_multiplies, v.create = create<TalkingHeadsAttention>;
   return v;
 }
 
 VariantSpec project_logits_row() {
-  VariantSpec v;
-  v.name = "project_logits", v.paper = "Table 3";
-  v.P_l = true;
+  VariantSpec v = projected_row("project_logits", "Table 3", {"P_l"}, create<ProjectLogitsAttention>);
   v.h_v_tied = "project_logits has no P_w, so values use the softmax heads";
-  v.params = {"P_q", "P_k", "P_v", "P_o", "P_l"};
-  v.multiplies = projected_multiplies, v.create = create<ProjectLogitsAttention>;
   return v;
 }
 
 VariantSpec project_weights_row() {
-  VariantSpec v;
-  v.name = "project_weights", v.paper = "Table 3";
-  v.P_w = true;
+  VariantSpec v = projected_row("project_weights", "Table 3", {"P_w"}, create<ProjectWeightsAttention>);
   v.h_k_tied = "project_weights has no P_l, so keys use the softmax heads";
-  v.params = {"P_q", "P_k", "P_v", "P_o", "P_w"};
-  v.multiplies = projected_multiplies, v.create = create<ProjectWeightsAttention>;
   return v;
 }
 
