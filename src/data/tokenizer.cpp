@@ -113,6 +113,15 @@ const char* convention_name(TokenizerConvention c) {
   return c == TokenizerConvention::t5 ? "t5" : "albert";
 }
 
+void require_convention(const Tokenizer& tok, TokenizerConvention want, const std::string& path,
+                        const std::string& who) {
+  if (tok.convention() == want) return;
+  const bool t5 = want == TokenizerConvention::t5;
+  throw InputError(fmt::format("{}: {} tokenizer; {} needs {} (`thx spm-train --convention {}`)", path,
+                               t5 ? "an ALBERT-convention" : "a T5-convention", who,
+                               t5 ? "T5's ids, eos 1 and 100 sentinels" : "[CLS]/[SEP] ids", convention_name(want)));
+}
+
 TokenizerConvention parse_convention(const std::string& s, const std::string& what) {
   if (s == "t5") return TokenizerConvention::t5;
   if (s == "albert") return TokenizerConvention::albert;

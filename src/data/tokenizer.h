@@ -24,6 +24,12 @@ const char* convention_name(TokenizerConvention c);
 // "t5" | "albert"; InputError naming `what` otherwise.
 TokenizerConvention parse_convention(const std::string& s, const std::string& what);
 
+class Tokenizer;
+// InputError unless `tok` (loaded from `path`) has `want`'s ids: one line naming the file, what
+// `who` (say "T5 fine-tuning") needs, and the command that trains a fitting tokenizer.
+void require_convention(const Tokenizer& tok, TokenizerConvention want, const std::string& path,
+                        const std::string& who);
+
 class Tokenizer {
  public:
   static constexpr int32_t kPad = 0, kEos = 1, kUnk = 2;  // t5

@@ -79,16 +79,12 @@ void check_model(const PretrainConfig& pc, const std::string& tokenizer, const C
     }
   };
   if (!pc.model.encoder_only()) {
-    THX_CHECK(tok.convention() == TokenizerConvention::t5,
-              "{}: an ALBERT-convention tokenizer; T5 fine-tuning needs T5's ids (eos 1, 100 sentinels: `thx "
-              "spm-train --convention t5`)", tokenizer);
+    require_convention(tok, TokenizerConvention::t5, tokenizer, "T5 fine-tuning");
     const T5 m(spec, vocab);
     copy(m->named_parameters_by_path());
     return;
   }
-  THX_CHECK(tok.convention() == TokenizerConvention::albert,
-            "{}: a T5-convention tokenizer; BERT/ALBERT fine-tuning needs [CLS]/[SEP] ids "
-            "(`thx spm-train --convention albert`)", tokenizer);
+  require_convention(tok, TokenizerConvention::albert, tokenizer, "BERT/ALBERT fine-tuning");
   const EncoderModel m(spec, vocab, false);
   copy(m->named_parameters_by_path());
   for (const auto& task : head_tasks) {

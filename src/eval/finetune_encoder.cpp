@@ -78,9 +78,7 @@ struct Feature {
 class Featurizer {
  public:
   Featurizer(const FinetuneConfig& f, const std::string& tokenizer) : f_(f), tok_(tokenizer) {
-    THX_CHECK(tok_.convention() == TokenizerConvention::albert,
-              "{}: a T5-convention tokenizer; BERT/ALBERT fine-tuning needs [CLS]/[SEP] ids "
-              "(`thx spm-train --convention albert`)", tokenizer);
+    require_convention(tok_, TokenizerConvention::albert, tokenizer, "BERT/ALBERT fine-tuning");
   }
   int64_t vocab_size() const { return tok_.vocab_size(); }
 

@@ -51,7 +51,7 @@ ResolvedRun resolve_pretrain_run(ConfigTree& tree) {
   // (data.synthetic) has no shards: its own vocabulary, and one prediction per query.
   int64_t vocab = prepared_vocab(pc.data.prepared), predictions = pc.data.max_predictions_per_seq;
   if (!pc.data.synthetic.empty()) {
-    const RecallOptions o = pc.data.recall.value_or(RecallOptions{});
+    const RecallOptions o = recall_options(pc.data);
     vocab = o.vocab_size, predictions = o.queries;
   }
   if (pc.model.vocab_size > 0) vocab = pc.model.vocab_size;

@@ -24,6 +24,12 @@ void one_of(const char* key, const std::string& v, std::initializer_list<const c
 
 }  // namespace
 
+RecallOptions recall_options(const DataConfig& d) {
+  RecallOptions r = d.recall.value_or(RecallOptions{});
+  r.length = d.inputs_length;
+  return r;
+}
+
 void validate(const DataConfig& c) {
   if (!c.synthetic.empty() && c.synthetic != "associative_recall")
     throw ConfigError("data.synthetic", fmt::format("'{}' is not allowed; allowed: associative_recall (or unset: "

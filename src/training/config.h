@@ -27,6 +27,10 @@ struct DataConfig {
   std::optional<RecallOptions> recall;  // associative_recall (data/recall.h); length = inputs_length
 };
 
+// The generated task's options with its length: data.recall (defaults where absent) at
+// data.inputs_length.
+RecallOptions recall_options(const DataConfig& d);
+
 template <class V>
 void visit(V& v, RecallOptions& c) {
   v("vocab_size", c.vocab_size, "ids: 0 padding, 1 reserved, then keys and values, half each");

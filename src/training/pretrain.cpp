@@ -83,12 +83,6 @@ MlmOptions mlm_options(const DataConfig& d) {
   return o;
 }
 
-RecallOptions recall_options(const DataConfig& d) {
-  RecallOptions r = d.recall.value_or(RecallOptions{});
-  r.length = d.inputs_length;
-  return r;
-}
-
 // shuffle: the training stream (a generated task: its training class of examples).
 std::unique_ptr<ExampleStream> make_stream(const PretrainConfig& c, const TokenCorpus& corpus,
                                            const std::vector<uint8_t>& word_starts, uint64_t seed,

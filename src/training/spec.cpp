@@ -59,8 +59,7 @@ PretrainConfig load(ConfigTree& tree, bool run_blocks) {
       if (c.data.sentence_task != "none")
         throw ConfigError("data.sentence_task", fmt::format("'{}' is not allowed with data.synthetic {}; allowed: none",
                                                             c.data.sentence_task, c.data.synthetic));
-      RecallOptions r = c.data.recall.value_or(RecallOptions{});
-      r.length = c.data.inputs_length;
+      const RecallOptions r = recall_options(c.data);
       if (const RecallProblem p = recall_options_problem(r); !p.key.empty()) throw ConfigError(p.key, p.message);
       if (c.model.vocab_size > 0 && c.model.vocab_size < r.vocab_size)
         throw ConfigError("model.vocab_size", fmt::format("{} is smaller than data.recall.vocab_size {}",

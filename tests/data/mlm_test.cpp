@@ -224,6 +224,18 @@ TEST(MlmStream, RefusesT5Shards) {
   }
 }
 
+// Fine-tuning refuses a tokenizer of the other convention with one line: the file, what the
+// model needs, and the command that trains a fitting one.
+TEST(AlbertTokenizer, TheOtherConventionIsRefusedNamingTheFixingCommand) {
+  TempDir dir;
+  const std::string albert = tiny_tokenizer(dir, 64, TokenizerConvention::albert);
+  const Tokenizer t(albert);
+  EXPECT_NO_THROW(require_convention(t, TokenizerConvention::albert, albert, "BERT/ALBERT fine-tuning"));
+  EXPECT_EQ(error_of([&] { require_convention(t, TokenizerConvention::t5, albert, "T5 fine-tuning"); }),
+            albert + ": an ALBERT-convention tokenizer; T5 fine-tuning needs T5's ids, eos 1 and 100 sentinels "
+            "(`thx spm-train --convention t5`)");
+}
+
 TEST(AlbertTokenizer, IdsAndWordStarts) {
   TempDir dir;
   const Tokenizer t(tiny_tokenizer(dir, 64, TokenizerConvention::albert));
