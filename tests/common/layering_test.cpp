@@ -1,0 +1,81 @@
+// docs/ARCHITECTURE.md's "may use" table is what src/ includes: for each layer, the other
+// layers its files #include "layer/..." from (common aside, which every layer may use) are
+// exactly the ones the table lists, and none of them is above it in the table.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace thx::test {
+namespace {
+namespace THX_FILE_ID {
+
+namespace fs = std::filesystem;
+using Graph = std::map<std::string, std::set<std::string>>;
+
+const std::vector<std::string> kLayers = {"cli", "experiments", "eval", "training", "distributed",
+                                          "models", "data", "attention", "reference", "common"};
+
+// layer -> the other layers its sources include (common left out).
+Graph includes_of(const fs::path& src) {
+  Graph g;
+  const std::regex include(R"re(^\s*#include "([a-z_]+)/)re");
+  for (const auto& layer : kLayers) {
+    g[layer];
+    for (const auto& e : fs::recursive_directory_iterator(src / layer)) {
+      if (!e.is_regular_file()) continue;
+      std::ifstream in(e.path());
+      std::smatch m;
+      for (std::string line; std::getline(in, line);)
+        if (std::regex_search(line, m, include) && m[1] != layer && m[1] != "common") g[layer].insert(m[1]);
+    }
+  }
+  return g;
+}
+
+// The table's rows: `a`, `b` | `c`, `d`; ... -> a: {c, d}, b: {c, d} (layers only, common left out).
+Graph table_of(const fs::path& architecture) {
+  Graph g;
+  std::ifstream in(architecture);
+  const std::regex name("`([a-z_/]+)`");
+  bool in_table = false;
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("| layer | may use |", 0) == 0) in_table = true;
+    else if (in_table && line.rfind("|", 0) != 0) break;
+    if (!in_table || line.rfind("| `", 0) != 0) continue;
+    const size_t bar = line.find('|', 1);
+    auto names = [&](const std::string& cell) {
+      std::set<std::string> out;
+      for (std::sregex_iterator it(cell.begin(), cell.end(), name), end; it != end; ++it)
+        if (std::find(kLayers.begin(), kLayers.end(), (*it)[1]) != kLayers.end() && (*it)[1] != "common")
+          out.insert((*it)[1]);
+      return out;
+    };
+    for (const auto& layer : names(line.substr(1, bar - 1))) g[layer] = names(line.substr(bar + 1));
+  }
+  return g;
+}
+
+TEST(Layering, TheArchitectureTableIsWhatSrcIncludes) {
+  const fs::path root(THX_SOURCE_DIR);
+  const Graph code = includes_of(root / "src"), table = table_of(root / "docs" / "ARCHITECTURE.md");
+  for (const auto& layer : kLayers) {
+    if (layer == "common") continue;
+    ASSERT_TRUE(table.count(layer)) << "docs/ARCHITECTURE.md: no row for " << layer;
+    EXPECT_EQ(code.at(layer), table.at(layer)) << layer;
+    // Down only: every layer it uses comes later in kLayers (the map's order).
+    const auto pos = std::find(kLayers.begin(), kLayers.end(), layer);
+    for (const auto& used : code.at(layer))
+      EXPECT_GT(std::find(kLayers.begin(), kLayers.end(), used), pos) << layer << " includes " << used;
+  }
+}
+
+}  // namespace THX_FILE_ID
+}  // namespace
+}  // namespace thx::test
