@@ -72,6 +72,8 @@ std::vector<json> read_results(const std::string& dir) {
     for (const char* k : {"budget", "variant", "model"})
       if (r.contains(k) && !r[k].is_string())
         throw InputError(fmt::format("{}:{}: '{}' must be a string", path, line_no, k));
+    if (r.contains("precision") && !(r["precision"] == "fp32" || r["precision"] == "bf16"))
+      throw InputError(fmt::format("{}:{}: 'precision' must be \"fp32\" or \"bf16\" (train.precision)", path, line_no));
     if (r.contains("downstream")) {
       bool ok = r["downstream"].is_object();
       if (ok)
@@ -149,12 +151,16 @@ json summarize_metrics(const std::string& run_dir, int64_t steps, bool* finished
 // train.precision in <run>/config.yaml; fp32 where the key is absent (configs from before it).
 std::string run_precision(const std::string& run_dir) {
   const std::string path = (fs::path(run_dir) / "config.yaml").string();
+  YAML::Node p;
   try {
-    const YAML::Node p = YAML::LoadFile(path)["train"]["precision"];
-    return p && p.IsScalar() ? p.as<std::string>() : "fp32";
+    p = YAML::LoadFile(path)["train"]["precision"];
   } catch (const YAML::Exception& e) {
     throw InputError(fmt::format("{}: cannot read train.precision ({})", path, e.what()));
   }
+  if (!p) return "fp32";
+  if (!p.IsScalar() || (p.Scalar() != "fp32" && p.Scalar() != "bf16"))
+    throw InputError(fmt::format("{}: train.precision must be fp32 or bf16", path));
+  return p.Scalar();
 }
 
 void write_results_jsonl(const std::string& out, const std::vector<std::string>& run_dirs) {

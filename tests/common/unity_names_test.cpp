@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "test_util.h"
+
 namespace thx::test {
 namespace {
 namespace THX_FILE_ID {
@@ -38,12 +40,12 @@ TEST(UnityBuild, EveryTestFileKeepsItsNamesInItsOwnNamespace) {
   const std::filesystem::path root = std::filesystem::path(THX_SOURCE_DIR) / "tests";
   EXPECT_EQ(unguarded_anonymous_namespaces(root), std::vector<std::string>{});
   // The check itself: a file with a bare anonymous namespace is named.
-  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "thx-unity-names-test";
+  const TempDir tmp;  // its own directory: runs of this test never meet
+  const std::filesystem::path dir = tmp.path;
   std::filesystem::create_directories(dir / "x");
   std::ofstream(dir / "x" / "a_test.cpp") << "namespace thx {\nnamespace {\nint inputs() { return 1; }\n}\n}\n";
   std::ofstream(dir / "x" / "b_test.cpp") << "namespace {\nnamespace THX_FILE_ID {\nint inputs();\n}\n}\n";
   EXPECT_EQ(unguarded_anonymous_namespaces(dir), std::vector<std::string>{"x/a_test.cpp:2"});
-  std::filesystem::remove_all(dir);
 }
 
 }  // namespace THX_FILE_ID

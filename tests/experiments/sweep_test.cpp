@@ -279,6 +279,18 @@ TEST(Table, ResultsWithoutPrecisionTakeItFromTheRunsConfig) {
   EXPECT_EQ(results[2].value("precision", ""), "fp32");
   dir.write("b/config.yaml", "train: [unclosed\n");
   EXPECT_EQ(error_of([&] { write_results_jsonl(dir.path.string(), {dir.file("b")}); }).rfind(dir.file("b/config.yaml") + ": cannot read train.precision", 0), 0u);
+  for (const char* bad : {"train:\n  precision: fp16\n", "train:\n  precision: [bf16]\n"}) {
+    dir.write("b/config.yaml", bad);
+    EXPECT_EQ(error_of([&] { write_results_jsonl(dir.path.string(), {dir.file("b")}); }),
+              dir.file("b/config.yaml") + ": train.precision must be fp32 or bf16") << bad;
+  }
+  // A results line whose precision is not one of the two (a hand edit) is one line naming it,
+  // not a JSON type error inside thx table.
+  for (const char* bad : {R"({"name": "a", "precision": 5})", R"({"name": "a", "precision": "fp16"})"}) {
+    dir.write("results.jsonl", std::string(bad) + "\n");
+    EXPECT_EQ(error_of([&] { read_results(dir.path.string()); }),
+              dir.file("results.jsonl") + ":1: 'precision' must be \"fp32\" or \"bf16\" (train.precision)") << bad;
+  }
 }
 
 // An ALBERT or BERT run: encoder self-attention only, MLM and SOP in percent.
