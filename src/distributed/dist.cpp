@@ -14,6 +14,7 @@
 
 #include "common/error.h"
 #include "common/log.h"
+#include "common/torch_compat.h"
 
 // Shapes: byte strings travel as [n] uint8 tensors, their lengths as [1] int64.
 namespace thx::dist {
@@ -26,7 +27,7 @@ struct Group {
   LaunchEnv env;
   double timeout_s = 300;
   c10::intrusive_ptr<c10d::Store> store, beat_store;
-  c10::intrusive_ptr<c10d::ProcessGroupGloo> pg;
+  compat::GroupPtr pg;  // Gloo for CPU tensors
   std::thread beat;
   std::atomic<bool> stop{false};
   ~Group() {
@@ -37,16 +38,6 @@ struct Group {
 std::unique_ptr<Group> g;
 
 std::string beat_key(int r) { return "thx/beat/" + std::to_string(r); }
-
-int parse_int(const char* name, const char* value, int lo) {
-  char* end = nullptr;
-  errno = 0;
-  const long v = std::strtol(value, &end, 10);
-  if (errno || end == value || *end || v < lo || v > 1 << 20)
-    throw InputError(fmt::format("environment: {}={:?} is not an integer >= {} (torchrun sets it; "
-                                 "launch with `torchrun --no_python ... thx ...`)", name, value, lo));
-  return int(v);
-}
 
 c10::intrusive_ptr<c10d::Store> make_store(const LaunchEnv& e, double timeout_s, bool server, bool wait) {
   c10d::TCPStoreOptions o;
@@ -112,33 +103,6 @@ std::string first_line(const std::exception& e) {
 
 }  // namespace
 
-LaunchEnv read_launch_env(const std::function<const char*(const char*)>& get_in) {
-  auto get = get_in ? get_in : [](const char* k) -> const char* { return std::getenv(k); };
-  LaunchEnv e;
-  auto num = [&](const char* name, int& out, int lo) {
-    if (const char* v = get(name)) out = parse_int(name, v, lo);
-  };
-  num("WORLD_SIZE", e.world_size, 1);
-  num("RANK", e.rank, 0);
-  num("LOCAL_RANK", e.local_rank, 0);
-  num("LOCAL_WORLD_SIZE", e.local_world_size, 1);
-  num("TORCHELASTIC_RESTART_COUNT", e.restart_count, 0);
-  if (e.rank >= e.world_size)
-    throw InputError(fmt::format("environment: RANK={} is not below WORLD_SIZE={}", e.rank, e.world_size));
-  if (const char* a = get("MASTER_ADDR")) e.master_addr = a;
-  if (const char* p = get("MASTER_PORT")) e.master_port = parse_int("MASTER_PORT", p, 1);
-  if (e.master_port > 65535)
-    throw InputError(fmt::format("environment: MASTER_PORT={} is not a port (1-65535)", e.master_port));
-  if (const char* s = get("TORCHELASTIC_USE_AGENT_STORE")) e.agent_store = std::string(s) == "True";
-  if (e.world_size > 1 && e.master_addr.empty())
-    throw InputError(fmt::format("environment: WORLD_SIZE={} but MASTER_ADDR is not set: launch with torchrun "
-                                 "(it sets MASTER_ADDR and MASTER_PORT), or set both", e.world_size));
-  if (e.world_size > 1 && e.master_port == 0)
-    throw InputError(fmt::format("environment: WORLD_SIZE={} but MASTER_PORT is not set: launch with torchrun "
-                                 "(it sets MASTER_ADDR and MASTER_PORT), or set both", e.world_size));
-  return e;
-}
-
 void init(const LaunchEnv& env, double timeout_s) {
   if (env.world_size <= 1 || g) return;
   auto group = std::make_unique<Group>();
@@ -146,9 +110,8 @@ void init(const LaunchEnv& env, double timeout_s) {
   set_log_rank(env.rank);
   try {
     group->store = make_store(env, timeout_s, !env.agent_store && env.rank == 0, true);
-    auto opts = c10d::ProcessGroupGloo::Options::create(std::chrono::milliseconds(int64_t(timeout_s * 1000)));
-    opts->devices.push_back(make_device(env));
-    group->pg = c10::make_intrusive<c10d::ProcessGroupGloo>(group->store, env.rank, env.world_size, opts);
+    group->pg = compat::make_gloo_group(group->store, env.rank, env.world_size,
+                                        std::chrono::milliseconds(int64_t(timeout_s * 1000)), make_device(env));
     group->beat_store = make_store(env, timeout_s, false, false);
   } catch (const std::exception& e) {
     throw RunError(fmt::format("joining the group of {} at {}:{} failed within {} s "
@@ -274,29 +237,6 @@ void check_same(const std::string& what, const std::string& value) {
                                  "config (is a file different on another node?)",
                                  differ.size() > 1 ? "s" : "", fmt::join(differ, ", "), what,
                                  differ.size() > 1 ? "" : "s"));
-}
-
-uint64_t fnv1a(const void* data, size_t size, uint64_t h) {
-  // FNV-1a over 8-byte words (then the tail bytes): a parameter checksum of a T5-base model
-  // (900 MB) takes about a tenth of a second.
-  const auto* p = static_cast<const unsigned char*>(data);
-  size_t i = 0;
-  for (; i + 8 <= size; i += 8) {
-    uint64_t w;
-    std::memcpy(&w, p + i, 8);
-    h = (h ^ w) * 1099511628211ull;
-  }
-  for (; i < size; ++i) h = (h ^ p[i]) * 1099511628211ull;
-  return h;
-}
-
-uint64_t checksum(const std::vector<Tensor>& tensors) {
-  uint64_t h = 1469598103934665603ull;
-  for (const auto& t : tensors) {
-    const Tensor c = t.detach().contiguous();
-    h = fnv1a(c.data_ptr(), size_t(c.numel()) * c.element_size(), h);
-  }
-  return h;
 }
 
 }  // namespace thx::dist

@@ -71,6 +71,10 @@ void check_same(const std::string& what, const std::string& value);
 // rethrown as it was.
 void guard(const char* doing, const std::function<void()>& f);
 
+// Data parallel runs on the CPU (Gloo): a group of more than one rank asked to train on a
+// GPU is InputError naming `where` (NCCL, which GPUs need, is not wired in yet).
+void check_device(const torch::Device& device, const std::string& where);
+
 // A stable 64-bit hash (FNV-1a over 8-byte words) of bytes: config hashes and parameter checksums.
 uint64_t fnv1a(const void* data, size_t size, uint64_t h = 1469598103934665603ull);
 // A checksum of the tensors' bytes, in order (equal on every rank iff they are equal bitwise,

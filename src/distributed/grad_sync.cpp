@@ -7,6 +7,7 @@
 #include <chrono>
 #include <mutex>
 
+#include "common/torch_compat.h"
 #include "distributed/dist.h"
 
 // Shapes: a bucket is one flat [elements] tensor of the gradients it holds.
@@ -63,6 +64,10 @@ Clock::time_point g_prepared;
 
 }  // namespace
 
+struct GradSync::Impl {
+  std::unique_ptr<c10d::Reducer> reducer;
+};
+
 GradSync::GradSync(const std::vector<torch::Tensor>& params, bool find_unused, int64_t bucket_bytes)
     : timeline_(std::make_shared<Timeline>()) {
   if (!active()) return;
@@ -74,28 +79,26 @@ GradSync::GradSync(const std::vector<torch::Tensor>& params, bool find_unused, i
   std::reverse(indices.begin(), indices.end());
   std::reverse(limits.begin(), limits.end());
   c10::intrusive_ptr<c10d::ProcessGroup> pg = c10::intrusive_ptr<c10d::ProcessGroup>::reclaim_copy(&group());
-  reducer_ = std::make_unique<c10d::Reducer>(params, indices, limits, pg, std::vector<bool>(params.size(), false),
-                                             bucket_bytes, find_unused,
-                                             /*gradient_as_bucket_view=*/false,
-                                             std::unordered_map<size_t, std::string>{}, int64_t(first_bucket));
-  reducer_->register_comm_hook(std::make_unique<SumHook>(pg, timeline_));
+  impl_ = std::make_unique<Impl>();
+  impl_->reducer = compat::make_reducer(params, indices, limits, pg, bucket_bytes, find_unused, int64_t(first_bucket));
+  impl_->reducer->register_comm_hook(std::make_unique<SumHook>(pg, timeline_));
 }
 
 GradSync::~GradSync() = default;
 
 void GradSync::prepare(const torch::Tensor& loss) {
-  if (!reducer_) return;
+  if (!impl_) return;
   {
     std::lock_guard<std::mutex> lock(timeline_->mutex);
     timeline_->spans.clear();
     timeline_->bytes = 0;
   }
   g_prepared = Clock::now();
-  reducer_->prepare_for_backward({loss});
+  impl_->reducer->prepare_for_backward({loss});
 }
 
 void GradSync::finish() {
-  if (!reducer_) return;
+  if (!impl_) return;
   const auto end = Clock::now();
   std::lock_guard<std::mutex> lock(timeline_->mutex);
   auto& spans = timeline_->spans;

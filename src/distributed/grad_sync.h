@@ -18,10 +18,6 @@
 #include <memory>
 #include <vector>
 
-namespace c10d {
-class Reducer;
-}
-
 namespace thx::dist {
 
 // What the last reduced backward cost (seconds on the steady clock; see benchmarks.md).
@@ -46,9 +42,10 @@ class GradSync {
   const SyncStats& stats() const { return stats_; }
 
   struct Timeline;
+  struct Impl;  // c10d::Reducer (grad_sync.cpp); nothing in a build without c10d
 
  private:
-  std::unique_ptr<c10d::Reducer> reducer_;
+  std::unique_ptr<Impl> impl_;
   std::shared_ptr<Timeline> timeline_;
   SyncStats stats_;
 };

@@ -1,0 +1,114 @@
+// torch_compat.h: every difference between the two LibTorch versions thx builds against, in one
+// place. Debian's libtorch-dev 1.13 (CPU; c10d with Gloo) on the development machines and CI;
+// the LibTorch inside a PyTorch 2 wheel (CUDA) on GPU machines (scripts/gpu_build.sh). Each
+// difference below was read in PyTorch's sources, not guessed; where the 2.x signature moved
+// between minor releases, the candidates are tried in order at compile time
+// (std::is_constructible), and a LibTorch that matches none fails to compile here, naming the
+// function, rather than somewhere inside c10d.
+//
+//   c10d::ProcessGroup     1.13: ProcessGroupGloo *is* a ProcessGroup. 2.x: it is a Backend,
+//                          attached to a ProcessGroup(store, rank, size[, options]) with
+//                          setBackend(device type, backend type, backend) per device type.
+//   c10d::Reducer          1.13..2.4: (params, buckets, per-bucket limits, group, sparse, cap,
+//                          find_unused, as_view, names, first cap); 2.5+ adds two flags
+//                          (skip_all_reduce_unused_params, use_python_reducer); later ones drop
+//                          the per-bucket limits for a list of byte caps.
+//   scaled_dot_product_attention   2.x only (THX_HAVE_SDPA).
+//   CUDA memory statistics          c10::cuda::CUDACachingAllocator, only where LibTorch has CUDA
+//                                   (THX_CUDA, set by CMake when it finds torch_cuda).
+//
+// thx does not use LibTorch's autocast (common/precision.h casts explicitly), so autocast's
+// 1.13 -> 2.x changes (set_autocast_enabled(device_type, ...)) do not reach it.
+#pragma once
+#include <torch/torch.h>
+#include <torch/version.h>
+
+#include <type_traits>
+
+#if TORCH_VERSION_MAJOR >= 2
+#define THX_TORCH2 1
+#define THX_HAVE_SDPA 1
+#else
+#define THX_TORCH2 0
+#define THX_HAVE_SDPA 0
+#endif
+
+namespace thx::compat {
+
+template <class...>
+inline constexpr bool kNever = false;
+
+}  // namespace thx::compat
+
+// ---- c10d (only inside thx_distributed, which compiles with THX_C10D) ---------------------
+#ifdef THX_C10D
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/reducer.hpp>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace thx::compat {
+
+using GroupPtr = c10::intrusive_ptr<c10d::ProcessGroup>;
+
+// A process group of `size` ranks over `store` whose CPU tensors go through Gloo on `device`.
+inline GroupPtr make_gloo_group(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                                std::chrono::milliseconds timeout,
+                                const std::shared_ptr<::gloo::transport::Device>& device) {
+  auto opts = c10d::ProcessGroupGloo::Options::create(timeout);
+  opts->devices.push_back(device);
+#if THX_TORCH2
+  // As torch.distributed does: the group, and under its own prefix of the store, the backend.
+  auto gloo = c10::make_intrusive<c10d::ProcessGroupGloo>(c10::make_intrusive<c10d::PrefixStore>("cpu/", store),
+                                                          rank, size, opts);
+  GroupPtr pg;
+  if constexpr (std::is_constructible_v<c10d::ProcessGroup, c10::intrusive_ptr<c10d::Store>, int, int>)
+    pg = c10::make_intrusive<c10d::ProcessGroup>(store, rank, size);  // 2.5 and later
+  else
+    pg = c10::make_intrusive<c10d::ProcessGroup>(store, rank, size,  // 2.0 .. 2.4
+                                                 c10::make_intrusive<c10d::ProcessGroup::Options>("gloo", timeout));
+  pg->setBackend(c10::DeviceType::CPU, c10d::ProcessGroup::BackendType::GLOO, c10::intrusive_ptr<c10d::Backend>(gloo));
+  pg->setDefaultBackend(c10d::ProcessGroup::BackendType::GLOO);
+  return pg;
+#else
+  return c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, size, opts);
+#endif
+}
+
+// DDP's Reducer over `params` with the given buckets (reversed, as DDP orders them), no sparse
+// gradients, gradients not views of the buckets, no parameter names.
+template <class R = c10d::Reducer>
+std::unique_ptr<R> make_reducer(const std::vector<at::Tensor>& params, const std::vector<std::vector<size_t>>& buckets,
+                                const std::vector<size_t>& limits, const GroupPtr& pg, int64_t bucket_bytes,
+                                bool find_unused, int64_t first_bucket_bytes) {
+  using Params = std::vector<at::Tensor>;
+  using Buckets = std::vector<std::vector<size_t>>;
+  using Limits = std::vector<size_t>;
+  using Names = std::unordered_map<size_t, std::string>;
+  const std::vector<bool> sparse(params.size(), false);
+  if constexpr (std::is_constructible_v<R, Params, Buckets, Limits, GroupPtr, std::vector<bool>, int64_t, bool, bool,
+                                        Names, int64_t>) {
+    return std::make_unique<R>(params, buckets, limits, pg, sparse, bucket_bytes, find_unused, false, Names{},
+                               first_bucket_bytes);
+  } else if constexpr (std::is_constructible_v<R, Params, Buckets, Limits, GroupPtr, std::vector<bool>, int64_t, bool,
+                                               bool, Names, int64_t, bool, bool>) {
+    return std::make_unique<R>(params, buckets, limits, pg, sparse, bucket_bytes, find_unused, false, Names{},
+                               first_bucket_bytes, /*skip_all_reduce_unused_params=*/false,
+                               /*use_python_reducer=*/false);
+  } else if constexpr (std::is_constructible_v<R, Params, Buckets, GroupPtr, std::vector<bool>, int64_t, bool, bool,
+                                               Names, int64_t, bool, bool, std::vector<int64_t>>) {
+    return std::make_unique<R>(params, buckets, pg, sparse, bucket_bytes, find_unused, false, Names{},
+                               first_bucket_bytes, false, false, std::vector<int64_t>(limits.begin(), limits.end()));
+  } else {
+    static_assert(kNever<R>, "thx::compat::make_reducer: this LibTorch's c10d::Reducer constructor matches none of "
+                             "the known signatures (src/common/torch_compat.h)");
+  }
+}
+
+}  // namespace thx::compat
+#endif  // THX_C10D
