@@ -4,12 +4,14 @@
 
 #include <atomic>
 #include <cstring>
+#include <limits>
 
 #include "attention/attention.h"
 #include "attention/blas.h"
 #include "attention/kernels.h"
 #include "common/precision.h"
 #include "common/runtime.h"
+#include "common/torch_compat.h"
 
 namespace thx {
 namespace {
@@ -499,6 +501,11 @@ Tensor heads_softmax_heads_major(const Tensor& J, const Tensor& P_l, const Tenso
 void set_fused_attention(bool enabled) { g_fused = enabled; }
 bool fused_attention_enabled() { return g_fused; }
 
+namespace {
+std::atomic<bool> g_sdpa{true};
+}  // namespace
+void set_sdpa_attention(bool enabled) { g_sdpa = enabled; }
+
 // The products in their operands' dtype; the logits, softmax and mixings in fp32 (what a
 // CUDA tensor runs, and the bf16 core's reference).
 Tensor heads_softmax_reference(const Tensor& J, const Tensor& P_l, const Tensor& P_w,
@@ -530,6 +537,20 @@ Tensor heads_softmax(const Tensor& J, const Tensor& P_l, const Tensor& P_w, cons
 
 Tensor attention_core(const Tensor& Q, const Tensor& K, const Tensor& V, const Tensor& P_l,
                       const Tensor& P_w, const Tensor& bias, const Tensor& mask) {
+#if THX_HAVE_SDPA
+  if (!P_l.defined() && !P_w.defined() && Q.is_cuda() && g_sdpa) {
+    c10::optional<Tensor> additive;  // broadcastable to [b,h,n,m]; true = attend for a bool mask
+    if (bias.defined())
+      additive = mask.defined() ? torch::where(mask, bias, -std::numeric_limits<double>::infinity()).to(Q.scalar_type())
+                                : bias.to(Q.scalar_type());
+    else if (mask.defined())
+      additive = mask;
+    const Tensor O = at::scaled_dot_product_attention(Q.transpose(1, 2), K.transpose(1, 2), V.transpose(1, 2),
+                                                      additive, /*dropout_p=*/0.0, /*is_causal=*/false,
+                                                      /*scale=*/1.0);  // [b,h,n,d_v]
+    return O.transpose(1, 2);                                        // [b,n,h,d_v]
+  }
+#endif
   const int64_t h = P_l.defined() ? P_l.size(1) : Q.size(2);
   auto all = [&](torch::ScalarType t) { return is(Q, t) && is(K, t) && is(V, t); };
   if (fusable(Q, P_l, P_w, bias, mask, {Q.size(0), h, Q.size(1), K.size(1)})) {

@@ -54,4 +54,10 @@ torch::Tensor heads_softmax_reference(const torch::Tensor& J, const torch::Tenso
 void set_fused_attention(bool enabled);
 bool fused_attention_enabled();
 
+// Multi-head (no P_l, no P_w) on a GPU with a LibTorch that has it (2.x, THX_HAVE_SDPA): PyTorch's
+// scaled_dot_product_attention (its flash or memory-efficient kernels), scale 1 (thx's logits
+// are unscaled, as T5's: the 1/sqrt(d_k) lives in P_q's initialization), the bias and mask as
+// one additive mask in the operands' dtype. The switch turns it off (benchmarks, tests).
+void set_sdpa_attention(bool enabled);
+
 }  // namespace thx

@@ -1,5 +1,6 @@
 // thx bench attention: one attention layer timed (experiments/bench_attention.h).
 #include "cli/command.h"
+#include "common/runtime.h"
 #include "experiments/bench_attention.h"
 
 namespace thx {
@@ -33,6 +34,7 @@ struct BenchAttentionCommand : Command {
       if (h < 1 || opt.d_model % h != 0)
         throw InputError(fmt::format("--heads: {} does not divide --d-model {}", h, opt.d_model));
     opt.reference = !no_reference;
+    opt.device = resolve_device(device_request(), "--device");
     bench_attention(opt);
     return 0;
   }

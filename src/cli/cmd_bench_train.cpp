@@ -1,5 +1,6 @@
 // thx bench train: whole training steps timed (experiments/bench_train.h).
 #include "cli/command.h"
+#include "common/runtime.h"
 #include "experiments/bench_train.h"
 #include "training/spec.h"
 
@@ -25,17 +26,20 @@ struct BenchTrainCommand : Command {
                                            "the same configuration and threads; with --base also at base size, "
                                            "h = 12 and 48, in bf16")->type_name("FILE");
     app->add_flag("--base", topt.base_sweep,
-                    "also time the base size: T5 at batch 8, 512/114, h = 12, 24, 48; BERT-base or "
+                    "also time the base size: T5 at batch 8 (--base-batch), 512/114, h = 12, 24, 48; BERT-base or "
                     "ALBERT-base at batch 4, length 512, h = 12, 48");
     app->add_flag("--profile", topt.profile,
                   "also profile one step of each row (LibTorch's profiler): time by phase and the top ops");
     app->add_option("--out", topt.markdown_out, "also write the Markdown report here");
+    app->add_option("--base-batch", topt.base_batch, "batch of the T5 base rows (0: 8 on the CPU, 32 on a GPU)")
+        ->check(CLI::NonNegativeNumber)->capture_default_str();
   }
 
   int run() override {
     ConfigTree tree = config.tree();
     topt.config = load_model_config(tree);
     if (config.dump) return dump_config(topt.config.yaml);
+    topt.device = resolve_device(device_request(), "--device");
     bench_train(topt);
     return 0;
   }

@@ -16,6 +16,12 @@
 
 #include "common/error.h"
 #include "common/log.h"
+#include "common/precision.h"
+
+#if THX_CUDA
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#endif
 
 namespace thx {
 
@@ -33,23 +39,20 @@ void set_device_request(const std::string& device) { g_device = device; }
 const std::string& device_request() { return g_device; }
 
 torch::Device resolve_device(const std::string& requested, const std::string& where) {
-  const bool present = torch::cuda::is_available();
-  if (requested == "cuda") {
-    if (!present)
-      throw InputError(fmt::format("{} cuda: no CUDA device: this LibTorch ({}) {}; use cpu", where, TORCH_VERSION,
-                                   torch::cuda::device_count() == 0 && !at::hasCUDA()
-                                       ? "was built without CUDA (Debian's libtorch-dev is CPU-only)"
-                                       : "sees no GPU"));
-    throw InputError(fmt::format("{} cuda: thx's CUDA path is not built yet (models, batches and optimizers "
-                                 "stay on the CPU); use cpu", where));
-  }
-  if (requested == "auto" && present) {
-    static bool said = false;
-    if (!said) thx::log("runtime")->warn("a CUDA device is present, but thx runs on the CPU so far");
-    said = true;
-  }
-  if (requested != "cpu" && requested != "auto" && !requested.empty())
+  if (requested != "cpu" && requested != "auto" && requested != "cuda" && !requested.empty())
     throw InputError(fmt::format("{} {}: not a device; allowed: cpu, cuda, auto", where, requested));
+  const bool present = torch::cuda::is_available();
+  if (requested == "cuda" && !present)
+    throw InputError(fmt::format("{} cuda: no CUDA device: this LibTorch ({}) {}; use cpu", where, TORCH_VERSION,
+                                 torch::cuda::device_count() == 0 && !at::hasCUDA()
+                                     ? "was built without CUDA (Debian's libtorch-dev is CPU-only)"
+                                     : "sees no GPU"));
+  if (requested == "cuda" || (requested == "auto" && present)) {
+    // One GPU per rank: torchrun's LOCAL_RANK picks it (wrapping round if there are fewer).
+    int64_t local = 0;
+    if (const char* v = std::getenv("LOCAL_RANK")) local = std::max<int64_t>(0, std::atoll(v));
+    return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(local % torch::cuda::device_count()));
+  }
   return torch::Device(torch::kCPU);
 }
 
@@ -115,6 +118,53 @@ double physical_memory_bytes() {
     if (in >> v && v > 0 && v < bytes) bytes = v;  // "max" (no limit) does not parse
   }
   return bytes > 0 ? bytes : 0;
+}
+
+double memory_bytes(const torch::Device& device) {
+  if (device.is_cpu()) return physical_memory_bytes();
+#if THX_CUDA
+  if (device.is_cuda()) return double(at::cuda::getDeviceProperties(device.index())->totalGlobalMem);
+#endif
+  return 0;
+}
+
+std::string device_description(const torch::Device& device) {
+#if THX_CUDA
+  if (device.is_cuda()) {
+    const auto* p = at::cuda::getDeviceProperties(device.index());
+    return fmt::format("GPU: {}, {:.0f} GB", p->name, double(p->totalGlobalMem) / 1e9);
+  }
+#endif
+  if (!device.is_cpu()) return "device " + device.str();
+  return fmt::format("CPU: {}; {} threads", cpu_bf16().describe(), torch::get_num_threads());
+}
+
+std::string memory_owner(const torch::Device& device) {
+  return device.is_cpu() ? "this machine's" : fmt::format("GPU {}'s", device.has_index() ? device.index() : 0);
+}
+
+void synchronize(const torch::Device& device) {
+  if (device.is_cuda()) torch::cuda::synchronize(device.has_index() ? device.index() : -1);
+}
+
+double device_peak_mb(const torch::Device& device) {
+#if THX_CUDA
+  if (device.is_cuda())  // [0]: the aggregate over pool kinds (StatType::AGGREGATE)
+    return double(c10::cuda::CUDACachingAllocator::getDeviceStats(device.index()).allocated_bytes[0].peak) / 1e6;
+#endif
+  return 0;
+}
+
+void empty_device_cache(const torch::Device& device) {
+#if THX_CUDA
+  if (device.is_cuda()) c10::cuda::CUDACachingAllocator::emptyCache();
+#endif
+}
+
+void reset_device_peak(const torch::Device& device) {
+#if THX_CUDA
+  if (device.is_cuda()) c10::cuda::CUDACachingAllocator::resetPeakStats(device.index());
+#endif
 }
 
 }  // namespace thx

@@ -30,9 +30,11 @@ void set_cpu_kernels(bool enabled);
 
 // The device to train on: "cpu", "cuda" or "auto" (CUDA when present), from --device (set
 // once by main) or a config's train.device. resolve_device throws InputError (exit 2)
-// naming `where` for "cuda" when this LibTorch has no CUDA or no device is visible. This
-// build runs on the CPU only: until thx's CUDA path exists "cuda" is refused even
-// where CUDA is present, and "auto" picks the CPU, saying so once if a GPU is there.
+// naming `where` for "cuda" when this LibTorch has no CUDA or no device is visible. Under
+// torchrun each rank takes the GPU of its LOCAL_RANK. Models are built on the CPU (so a run
+// draws the same initial weights on every device) and then moved; every tensor a forward
+// pass creates follows its inputs' device, and batches move to the model's (to_device,
+// data/stream.h).
 void set_device_request(const std::string& device);
 const std::string& device_request();
 torch::Device resolve_device(const std::string& requested, const std::string& where);
@@ -57,5 +59,21 @@ void reset_peak_rss();
 // Memory this process may use at most, in bytes: the machine's physical memory, or a cgroup's
 // limit where one is lower (a container); 0 if unknown.
 double physical_memory_bytes();
+
+// The same for a device: physical_memory_bytes() on the CPU, the GPU's own memory on CUDA (in a
+// LibTorch with CUDA, THX_CUDA; 0 where unknown). "this machine's" or "GPU 0's", for messages.
+double memory_bytes(const torch::Device& device);
+std::string memory_owner(const torch::Device& device);
+// What a benchmark names beside its numbers: "CPU: <model> (<bf16 features>); N threads", or
+// "GPU: <name>, <memory> GB" on CUDA.
+std::string device_description(const torch::Device& device);
+// Waits for the device's queued work (CUDA runs asynchronously; timings need it); no-op on the CPU.
+void synchronize(const torch::Device& device);
+// The peak of memory held by tensors on a GPU since the last reset, in MB (the caching
+// allocator's statistics); 0 on the CPU, where peak_rss_mb() is the measure.
+double device_peak_mb(const torch::Device& device);
+void reset_device_peak(const torch::Device& device);
+// Hands a GPU's cached free blocks back to the driver (before another process needs them).
+void empty_device_cache(const torch::Device& device);
 
 }  // namespace thx

@@ -75,6 +75,15 @@ Corrupted SpanCorruptionStream::next_example() {
   return span_corrupt(raw.data(), int64_t(raw.size()), noise, corpus_.vocab_size);
 }
 
+Batch to_device(const Batch& b, const torch::Device& device) {
+  auto move = [&](const torch::Tensor& t) { return t.defined() ? t.to(device) : t; };
+  Batch d;
+  d.inputs = move(b.inputs), d.decoder_inputs = move(b.decoder_inputs), d.targets = move(b.targets);
+  d.token_types = move(b.token_types), d.positions = move(b.positions), d.labels = move(b.labels);
+  d.scores = move(b.scores);
+  return d;
+}
+
 Batch SpanCorruptionStream::next(int64_t batch_size) {
   Batch b;
   b.inputs = torch::zeros({batch_size, inputs_length_}, torch::kInt64);

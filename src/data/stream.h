@@ -35,6 +35,10 @@ struct Batch {
                                  //     [b,2] then holds span start and end)
 };
 
+// b with every defined tensor on `device` (b itself when they are there already): streams
+// build batches on the CPU; models take them on their own device.
+Batch to_device(const Batch& b, const torch::Device& device);
+
 // A resumable source of training or held-out batches.
 class ExampleStream {
  public:

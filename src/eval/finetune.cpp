@@ -54,7 +54,7 @@ std::map<std::string, Splits> read_tasks(const FinetuneConfig& f, bool need_trai
 // the machine, stops here, before the output directory exists.
 void check_model(const PretrainConfig& pc, const std::string& tokenizer, const Checkpoint& ck,
                  const std::string& file, const std::vector<std::string>& head_tasks = {},
-                 const FinetuneConfig* f = nullptr) {
+                 const FinetuneConfig* f = nullptr, const torch::Device& device = torch::Device(torch::kCPU)) {
   torch::NoGradGuard no_grad;
   const Tokenizer tok(tokenizer);
   const int64_t vocab = pc.model.vocab_size > 0 ? pc.model.vocab_size : tok.vocab_size();
@@ -66,7 +66,7 @@ void check_model(const PretrainConfig& pc, const std::string& tokenizer, const C
                           {{"finetune.batch_size", f->batch_size}, {"finetune.inputs_length", f->inputs_length},
                            {"finetune.targets_length", f->targets_length}, {"model.d_ff", pc.model.d_ff},
                            {"model.vocab_size", vocab}, {"model.d_model", pc.model.d_model},
-                           {"attention.h", spec.encoder_self.h}});
+                           {"attention.h", spec.encoder_self.h}}, device);
   }
   // With model.vocab_size 0 the vocabulary is the tokenizer's: a mismatch is the tokenizer's.
   auto copy = [&](const std::vector<std::pair<std::string, torch::Tensor>>& params) {
@@ -133,14 +133,15 @@ bool run_finetune(const FinetuneRunConfig& config, const Pretrained& pretrained,
     ro.results.push_back((fs::path(out_dir) / (t + ".json")).string());
   }
   ro.log_file = "finetune.log";
+  const torch::Device device = resolve_device(device_request(), "--device");
+  dist::check_device(device, "--device");
   {
-    const torch::Device device = resolve_device(device_request(), "--device");
     check_fine_tuning_precision(config.finetune, pretrained.config, device);
     const std::string e = batch_split_error("finetune.batch_size", config.finetune.batch_size, 1, dist::world_size());
     if (!e.empty()) throw InputError(e);
   }
   std::map<std::string, Splits> data = read_tasks(config.finetune, true);
-  check_model(pretrained.config, tokenizer, pretrained.checkpoint, pretrained.path, {}, &config.finetune);
+  check_model(pretrained.config, tokenizer, pretrained.checkpoint, pretrained.path, {}, &config.finetune, device);
   // Only rank 0 has the output directory (the others may be on other nodes).
   std::optional<RunDirectory> dir;
   dist::on_rank0([&] { dir.emplace(ro); });
@@ -152,7 +153,8 @@ bool run_finetune(const FinetuneRunConfig& config, const Pretrained& pretrained,
     if (!opened) events.emplace((fs::path(out_dir) / "tb").string()), dir->open(), opened = true;
     return &*events;
   };
-  const FinetuneJob job{config, pretrained, out_dir, tokenizer, ro.yaml, options.resume, open_outputs, std::move(data)};
+  const FinetuneJob job{config, pretrained, out_dir, tokenizer, ro.yaml, options.resume, open_outputs, std::move(data),
+                        device};
   return pretrained.config.model.encoder_only() ? finetune_encoder(job) : finetune_t5(job);
 }
 
@@ -164,7 +166,8 @@ void run_eval(const FinetuneRunConfig& config, const Pretrained& model, const st
   const std::string out_dir = out.empty() ? (beside / "eval").string() : out;
   validate(config.finetune);
   const std::string precision = eval_precision(config.finetune, model.config);  // as fine-tuning evaluated
-  check_precision(precision, resolve_device(device_request(), "--device"),
+  const torch::Device device = resolve_device(device_request(), "--device");
+  check_precision(precision, device,
                   !config.finetune.eval_precision.empty() ? "finetune.eval_precision"
                   : !config.finetune.precision.empty()    ? "finetune.precision"
                                                           : "finetune.precision (the pretrained run's train.precision)");
@@ -187,7 +190,7 @@ void run_eval(const FinetuneRunConfig& config, const Pretrained& model, const st
   }
   std::map<std::string, Splits> data = read_tasks(config.finetune, false);
   prepare_out(out_dir);
-  const FinetuneJob job{config, model, out_dir, tokenizer, cfg::to_yaml(config), false, {}, std::move(data)};
+  const FinetuneJob job{config, model, out_dir, tokenizer, cfg::to_yaml(config), false, {}, std::move(data), device};
   PrecisionScope scope(precision);
   if (model.config.model.encoder_only()) {
     for (size_t k = 0; k < files.size(); ++k) eval_encoder_task(job, config.finetune.tasks[k], loaded[files[k]], files[k]);

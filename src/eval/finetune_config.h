@@ -153,6 +153,7 @@ struct FinetuneJob {
   bool resume = false;
   std::function<EventWriter*()> open_outputs;  // opens out (once) and its TensorBoard writer (LoopOptions)
   std::map<std::string, Splits> data;           // every task's splits as read (read_splits)
+  torch::Device device{torch::kCPU};            // where the model trains and evaluates (--device)
 };
 
 }  // namespace thx

@@ -219,7 +219,8 @@ class Featurizer {
   // Head outputs: classification [b,K], regression [b], span [b,n,2], choice [b] (one score
   // per option).
   Tensor head_forward(EncoderModel& m, TaskHead& h, const TaskSpec& s, const Tensor& ids, const Tensor& types) const {
-    const Tensor hidden = m->encode(ids, types);         // [b,n,d]
+    const torch::Device on = h->w.device();  // the model's device (batches are built on the CPU)
+    const Tensor hidden = m->encode(ids.to(on), types.to(on));  // [b,n,d]
     if (s.kind == TaskKind::span) return h->forward(hidden);  // [b,n,2]
     Tensor pooled = m->pooled(hidden);                  // [b,d]
     if (m->is_training() && f_.classifier_dropout > 0) pooled = torch::dropout(pooled, f_.classifier_dropout, true);  // [b,d]
@@ -244,7 +245,8 @@ class Featurizer {
     for (size_t b0 = bs * size_t(dist::rank()); b0 < feats.size(); b0 += bs * size_t(dist::world_size())) {
       std::vector<const Feature*> fs;
       for (size_t i = b0; i < std::min(feats.size(), b0 + bs); ++i) fs.push_back(&feats[i]);
-      const Tensor o = head_forward(m, h, s, batch(fs).inputs, batch(fs).token_types).contiguous();  // head_forward's
+      const Batch in = batch(fs);
+      const Tensor o = head_forward(m, h, s, in.inputs, in.token_types).to(torch::kCPU).contiguous();  // head_forward's
       for (size_t i = 0; i < fs.size(); ++i)
         rows[b0 + i] = s.kind == TaskKind::span ? o[int64_t(i)].narrow(0, 0, int64_t(fs[i]->ids.size())).contiguous()
                                                 : o[int64_t(i)].contiguous();  // [K], [], or [n,2]
@@ -337,6 +339,7 @@ class EncoderTask : public Trainee {
     model = EncoderModel(resolve_model_spec(pc_.model, pc_.attention), vocab, false);
     copy_parameters(model->named_parameters_by_path(), job.pretrained.checkpoint.params, job.pretrained.path);
     head = TaskHead(pc_.model.d_model, head_outputs(s_));
+    model->to(job.device), head->to(job.device);
     // Training units: one feature, or (multiple choice) the options of one example together.
     const auto t0 = std::chrono::steady_clock::now();
     for (size_t i = 0; i < d_.train.examples.size(); ++i) {
@@ -396,7 +399,8 @@ class EncoderTask : public Trainee {
   int64_t tokens(const Batch& b) override { return b.inputs.numel(); }
   // The pooler serves only the sentence-level heads; span heads leave it without a gradient.
   bool may_leave_parameters_unused() const override { return true; }
-  MicroLoss forward(const Batch& b) override {
+  MicroLoss forward(const Batch& batch) override {
+    const Batch b = to_device(batch, job_.device);
     const Tensor o = fz_.head_forward(model, head, s_, b.inputs, b.token_types);  // [b,K], [b] or [b,n,2]
     return {loss(o, b), 0.0, {}};
   }
@@ -497,6 +501,7 @@ bool finetune_encoder(const FinetuneJob& job) {
     o.metrics_file = (fs::path(job.out) / "metrics.jsonl").string();
     o.open_outputs = job.open_outputs, o.tag = task, o.config = job.yaml, o.resume = job.resume, o.eval_if_finished = false;
     o.precision = train_precision(f, job.pretrained.config), o.eval_precision = eval_precision(f, job.pretrained.config);
+    o.train_memory_hint = "lower finetune.batch_size", o.eval_memory_hint = "lower finetune.eval_batch_size";
     const LoopResult r = train(t, o);
     if (!r.finished) return false;
     if (dist::rank() == 0) write_params(final_file, t.parameters(), job.pretrained.config.yaml, f.steps);
@@ -516,6 +521,7 @@ void eval_encoder_task(const FinetuneJob& job, const std::string& task, const Ch
   copy_parameters(m->named_parameters_by_path(), ck.params, file);
   TaskHead h(pc.model.d_model, head_outputs(s));
   copy_parameters({{"heads/" + task + "/w", h->w}, {"heads/" + task + "/bias", h->b}}, ck.params, file);
+  m->to(job.device), h->to(job.device);
   const TaskEval ev = fz.evaluate(m, h, s, d.dev.examples);
   TaskRecord rec;
   rec.task = task;

@@ -57,6 +57,7 @@ class T5Finetune : public Trainee {
     const int64_t vocab = pc_.model.vocab_size > 0 ? pc_.model.vocab_size : tok_.vocab_size();
     torch::manual_seed(uint64_t(f_.seed));
     model = T5(resolve_model_spec(pc_.model, pc_.attention), vocab);
+    model->to(job.device);
   }
 
   // Every task's dev split, and with need_train its training pairs and mixing rate.
@@ -120,7 +121,8 @@ class T5Finetune : public Trainee {
   }
   double weight(const Batch& b) override { return double((b.targets != 0).sum().item<int64_t>()); }
   int64_t tokens(const Batch& b) override { return b.inputs.numel() + b.targets.numel(); }
-  MicroLoss forward(const Batch& b) override {
+  MicroLoss forward(const Batch& batch) override {
+    const Batch b = to_device(batch, job_.device);
     auto r = model->forward(b.inputs, b.decoder_inputs, b.targets);
     return {r.loss, r.nll_sum.item<double>(), {}};
   }
@@ -167,7 +169,8 @@ class T5Finetune : public Trainee {
     for (size_t b = bs * size_t(dist::rank()); b < order.size(); b += bs * size_t(dist::world_size())) {
       std::vector<const std::vector<int32_t>*> rows;
       for (size_t i = b; i < std::min(order.size(), b + bs); ++i) rows.push_back(&inputs[order[i]]);
-      const Tensor ids = model->greedy_decode(pad_rows(rows), f.targets_length, Tokenizer::kEos);  // [b,t]
+      const Tensor ids = model->greedy_decode(pad_rows(rows).to(job_.device), f.targets_length, Tokenizer::kEos)
+                             .to(torch::kCPU);  // [b,t]
       auto a = ids.accessor<int64_t, 2>();
       for (size_t r = 0; r < rows.size(); ++r) {
         std::vector<int32_t> v;
@@ -260,6 +263,7 @@ bool finetune_t5(const FinetuneJob& job) {
   o.metrics_file = (fs::path(job.out) / "metrics.jsonl").string();
   o.open_outputs = job.open_outputs, o.config = job.yaml, o.resume = job.resume, o.eval_if_finished = false;
   o.precision = train_precision(f, job.pretrained.config), o.eval_precision = eval_precision(f, job.pretrained.config);
+  o.train_memory_hint = "lower finetune.batch_size", o.eval_memory_hint = "lower finetune.eval_batch_size";
   const LoopResult r = train(t, o);
   if (!r.finished) return false;
   if (dist::rank() == 0) write_params((fs::path(job.out) / "model.h5").string(), t.model->named_parameters_by_path(),

@@ -48,20 +48,29 @@ struct Subject {
   paper::Params params;
   torch::Tensor X, G;
 
-  Subject(const AttentionDims& d, const BenchAttentionOptions& opt) : dims(d) {
+  torch::Device device;
+  double peak_mb = 0;  // a GPU's peak of tensors over the production steps
+
+  Subject(const AttentionDims& d, const BenchAttentionOptions& opt) : dims(d), device(opt.device) {
     layer = make_attention(d);
+    layer->to(device);
     params = params_of(*layer);
-    X = torch::randn({opt.batch, opt.n, opt.d_model}).requires_grad_(true);
-    G = torch::randn({opt.batch, opt.n, opt.d_model});
+    X = torch::randn({opt.batch, opt.n, opt.d_model}).to(device).requires_grad_(true);
+    G = torch::randn({opt.batch, opt.n, opt.d_model}).to(device);
   }
   template <class F>
   double step(F&& forward) {
     for (auto& p : layer->parameters()) p.mutable_grad() = torch::Tensor();
     X.mutable_grad() = torch::Tensor();
+    synchronize(device);
+    reset_device_peak(device);
     const auto t0 = Clock::now();
     torch::Tensor Y = forward();
     (Y * G).sum().backward();
-    return seconds_since(t0);
+    synchronize(device);
+    const double s = seconds_since(t0);
+    peak_mb = std::max(peak_mb, device_peak_mb(device));
+    return s;
   }
   double production(const std::string& precision) {
     PrecisionScope scope(precision);
@@ -82,26 +91,30 @@ double median(std::vector<double> v) {
 
 }  // namespace
 
-double matmul_peak_gflops(int64_t size, int64_t reps, const std::string& precision) {
+double matmul_peak_gflops(int64_t size, int64_t reps, const std::string& precision, const torch::Device& device) {
   torch::NoGradGuard no_grad;
   const torch::ScalarType dtype = precision_dtype(precision);
-  torch::Tensor a = torch::randn({size, size}).to(dtype), b = torch::randn({size, size}).to(dtype);
+  const auto on = torch::TensorOptions().device(device);
+  torch::Tensor a = torch::randn({size, size}, on).to(dtype), b = torch::randn({size, size}, on).to(dtype);
   torch::Tensor c = torch::mm(a, b);
   double best = 1e30;
   for (int64_t i = 0; i < reps; ++i) {
+    synchronize(device);
     const auto t0 = Clock::now();
     torch::mm_out(c, a, b);
+    synchronize(device);
     best = std::min(best, seconds_since(t0));
   }
   return 2.0 * size * size * size / best / 1e9;
 }
 
-std::vector<std::string> bench_precisions(const std::string& value, const std::string& flag) {
+std::vector<std::string> bench_precisions(const std::string& value, const std::string& flag,
+                                          const torch::Device& device) {
   if (value != "fp32" && value != "bf16" && value != "both")
     throw InputError(fmt::format("{} {}: allowed: fp32, bf16, both", flag, value));
   std::vector<std::string> out = value == "both" ? std::vector<std::string>{"fp32", "bf16"}
                                                  : std::vector<std::string>{value};
-  for (const auto& p : out) check_precision(p, torch::Device(torch::kCPU), flag);
+  for (const auto& p : out) check_precision(p, device, flag);
   return out;
 }
 
@@ -111,17 +124,21 @@ std::string bench_attention(const BenchAttentionOptions& opt) {
   const int threads = torch::get_num_threads();
   log->info("attention fwd+bwd: d_model {}, n = m = {}, batch {}, {} threads, median of {}",
             opt.d_model, opt.n, opt.batch, threads, opt.reps);
-  const std::vector<std::string> precisions = bench_precisions(opt.precision, "--precision");
+  const std::vector<std::string> precisions = bench_precisions(opt.precision, "--precision", opt.device);
+  const bool gpu = opt.device.is_cuda();
+  const int64_t peak_size = gpu ? 8192 : 2048;
   std::map<std::string, double> peaks;
   for (const auto& p : precisions) {
-    peaks[p] = matmul_peak_gflops(2048, 5, p);
-    log->info("{} matmul peak (2048^3 mm, best of 5): {:.1f} GFLOP/s, {}", p, peaks[p], cpu_bf16().describe());
+    peaks[p] = matmul_peak_gflops(peak_size, 5, p, opt.device);
+    log->info("{} matmul peak ({}^3 mm, best of 5): {:.1f} GFLOP/s, {}", p, peak_size, peaks[p],
+              device_description(opt.device));
   }
 
   TextTable runs, ratios;
   runs.header = {"variant", "h", "d_k", "precision", "ms", "GFLOP/s", "% of peak", "einsum ref ms",
                  "speedup vs ref"};
-  runs.align = "lrrlrrrrr";
+  if (gpu) runs.header.push_back("peak GPU MB");
+  runs.align = gpu ? "lrrlrrrrrr" : "lrrlrrrrr";
   ratios.header = {"h", "precision", "TH/MH time", "TH/MH multiplies", "time ratio / multiplies ratio",
                    "target <= 1.15"};
   ratios.align = "rlrrrl";
@@ -161,6 +178,7 @@ std::string bench_attention(const BenchAttentionOptions& opt) {
                            fmt::format("{:.0f}%", 100 * gflops / peak),
                            reference ? fmt::format("{:.1f}", ref_s * 1e3) : "-",
                            reference ? fmt::format("{:.2f}x", ref_s / secs) : "-"});
+      if (gpu) runs.rows.back().push_back(fmt::format("{:.0f}", subject[v].peak_mb));
       log->info("{} h={} {}: {:.1f} ms ({:.0f}% of the {} peak){}", d.name(), h, precision, secs * 1e3,
                 100 * gflops / peak, precision,
                 reference ? fmt::format(", einsum reference {:.1f} ms", ref_s * 1e3) : "");
@@ -181,13 +199,13 @@ std::string bench_attention(const BenchAttentionOptions& opt) {
   std::string peak_text;
   for (const auto& p : precisions) peak_text += fmt::format("{}{} {:.1f}", peak_text.empty() ? "" : ", ", p, peaks[p]);
   std::string report = fmt::format(
-      "CPU: {}. Matmul peak (2048x2048x2048, best of 5, this run), GFLOP/s: {}; {} threads; % of peak is of the "
+      "{}. Matmul peak ({}^3, best of 5, this run), GFLOP/s: {}; % of peak is of the "
       "row's own precision.\n"
       "One attention layer, forward + backward (dX and every parameter gradient), d_model {}, "
       "n = m = {}, batch {}; median of {} runs, multi-head and talking-heads interleaved; "
       "TH/MH time is the median of the per-pair ratios.\n"
       "GFLOP/s counts 6 x the layer's multiplies (all of them, section 5 extended).\n\n",
-      cpu_bf16().describe(), peak_text, threads, opt.d_model, opt.n, opt.batch, opt.reps);
+      device_description(opt.device), peak_size, peak_text, opt.d_model, opt.n, opt.batch, opt.reps);
   report += render(runs, TableFormat::markdown) + "\n" + render(ratios, TableFormat::markdown);
   report += fmt::format("\nTargets: TH/MH time ratio within 1.15x of the multiplies ratio at every "
                         "h: {}.", all_ratios_ok ? "met" : "MISSED");

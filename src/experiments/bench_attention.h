@@ -5,6 +5,8 @@
 // number reported is a ratio measured side by side. A benchmark, not a test: it asserts
 // nothing and prints whether the targets of the foundation issue are met.
 #pragma once
+#include <torch/torch.h>
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -18,16 +20,22 @@ struct BenchAttentionOptions {
   bool reference = true;
   std::string precision = "fp32";  // fp32 | bf16 | both (each with its own matmul peak)
   std::string markdown_out;  // also write the report here
+  torch::Device device{torch::kCPU};  // --device (on CUDA the matmul peak is 8192^3); peak memory
+                                      // is reported per row there (the GPU's peak of tensors)
 };
 
 // Runs the benchmark and returns the Markdown report (also printed to stdout).
 std::string bench_attention(const BenchAttentionOptions& opt);
 
-// Best observed GFLOP/s of a square matmul of size `size` in `precision` (fp32 | bf16).
-double matmul_peak_gflops(int64_t size = 2048, int64_t reps = 5, const std::string& precision = "fp32");
+// Best observed GFLOP/s of a square matmul of size `size` in `precision` (fp32 | bf16) on
+// `device` (a GPU's timed after it has finished the work).
+double matmul_peak_gflops(int64_t size = 2048, int64_t reps = 5, const std::string& precision = "fp32",
+                          const torch::Device& device = torch::Device(torch::kCPU));
 
 // --precision of the benchmarks: "fp32", "bf16" or "both" as the list to time, each checked
-// on this CPU (check_precision: bf16 without bf16 hardware is an InputError naming `flag`).
-std::vector<std::string> bench_precisions(const std::string& value, const std::string& flag);
+// on `device` (check_precision: bf16 on a CPU without bf16 hardware is an InputError naming
+// `flag`).
+std::vector<std::string> bench_precisions(const std::string& value, const std::string& flag,
+                                          const torch::Device& device = torch::Device(torch::kCPU));
 
 }  // namespace thx

@@ -29,16 +29,19 @@ struct Timed {
   double fwd_s = 0, bwd_s = 0, opt_s = 0;  // medians of the parts
   int64_t params = 0;
   double peak_rss_mb = 0;                // the process's peak while the model was built and stepped
+                                         // (on a GPU: the peak of its tensors)
   std::optional<StepProfile> profile;    // one more step under the profiler, if asked
+  bool out_of_memory = false;            // the device ran out of memory (no times)
 };
 
 // Steps of the model at `precision` (common/precision.h): forward and backward in its scope, the
 // optimizer on the fp32 master weights. The heap is trimmed first, so that the peak RSS is this
 // configuration's and not an earlier one's high-water mark.
 Timed time_steps(const PretrainConfig& c, int64_t vocab, int64_t batch, int64_t steps, int64_t warmup,
-                 const std::string& precision, bool profile) {
+                 const std::string& precision, bool profile, const torch::Device& device) {
   trim_heap();
   reset_peak_rss();
+  reset_device_peak(device);
   torch::manual_seed(0);
   T5 t5{nullptr};
   EncoderModel enc{nullptr};
@@ -49,18 +52,22 @@ Timed time_steps(const PretrainConfig& c, int64_t vocab, int64_t batch, int64_t 
   if (c.model.encoder_only()) {  // MLM + SOP on random tokens, as the stream's shapes
     enc = EncoderModel(resolve_model_spec(c.model, c.attention), vocab, c.data.sentence_task != "none");
     model = enc.ptr();
+    model->to(device);
     opt = make_optimizer(c.optimizer, optimized_params(*enc, enc->named_parameters_by_path(), c.optimizer));
     const int64_t P = c.data.max_predictions_per_seq;
-    const torch::Tensor ids = torch::randint(5, vocab, {batch, n}), types = torch::zeros({batch, n}, torch::kInt64);
-    const torch::Tensor positions = torch::randint(1, n, {batch, P}), targets = torch::randint(5, vocab, {batch, P});
-    const torch::Tensor labels = torch::randint(0, 2, {batch});
+    const auto on = torch::TensorOptions().device(device).dtype(torch::kInt64);
+    const torch::Tensor ids = torch::randint(5, vocab, {batch, n}, on), types = torch::zeros({batch, n}, on);
+    const torch::Tensor positions = torch::randint(1, n, {batch, P}, on), targets = torch::randint(5, vocab, {batch, P}, on);
+    const torch::Tensor labels = torch::randint(0, 2, {batch}, on);
     loss_of = [=]() mutable { return enc->forward(ids, types, positions, targets, labels).loss; };
   } else {
     t5 = T5(resolve_model_spec(c.model, c.attention), vocab);
     model = t5.ptr();
+    model->to(device);
     opt = make_optimizer(c.optimizer, optimized_params(*t5, c.optimizer.factor_attention));
-    const torch::Tensor in = torch::randint(2, vocab, {batch, n});
-    const torch::Tensor tg = torch::randint(2, vocab, {batch, c.data.targets_length});
+    const auto on = torch::TensorOptions().device(device).dtype(torch::kInt64);
+    const torch::Tensor in = torch::randint(2, vocab, {batch, n}, on);
+    const torch::Tensor tg = torch::randint(2, vocab, {batch, c.data.targets_length}, on);
     torch::Tensor dec = torch::zeros_like(tg);
     dec.narrow(1, 1, tg.size(1) - 1).copy_(tg.narrow(1, 0, tg.size(1) - 1));
     loss_of = [=]() mutable { return t5->forward(in, dec, tg).loss; };
@@ -68,17 +75,22 @@ Timed time_steps(const PretrainConfig& c, int64_t vocab, int64_t batch, int64_t 
   model->train();
   std::vector<double> t, tf, tb, to;
   auto secs = [](Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); };
+  // A GPU queues its work: each phase ends when the device has finished it.
+  auto now = [&] {
+    synchronize(device);
+    return Clock::now();
+  };
   for (int64_t i = 0; i < warmup + steps; ++i) {
-    const auto t0 = Clock::now();
+    const auto t0 = now();
     for (auto& p : model->parameters()) p.mutable_grad() = torch::Tensor();
     torch::Tensor loss;
     PrecisionScope scope(precision);
     loss = loss_of();
-    const auto t1 = Clock::now();
+    const auto t1 = now();
     loss.backward();
-    const auto t2 = Clock::now();
+    const auto t2 = now();
     opt->step(1e-3);
-    const auto t3 = Clock::now();
+    const auto t3 = now();
     if (i >= warmup) t.push_back(secs(t0, t3)), tf.push_back(secs(t0, t1)), tb.push_back(secs(t1, t2)), to.push_back(secs(t2, t3));
   }
   auto median = [](std::vector<double> v) {
@@ -88,7 +100,7 @@ Timed time_steps(const PretrainConfig& c, int64_t vocab, int64_t batch, int64_t 
   Timed r;
   r.step_s = median(t), r.fwd_s = median(tf), r.bwd_s = median(tb), r.opt_s = median(to);
   for (auto& p : model->parameters()) r.params += p.numel();
-  r.peak_rss_mb = peak_rss_mb();
+  r.peak_rss_mb = device.is_cpu() ? peak_rss_mb() : device_peak_mb(device);
   if (profile)
     r.profile = profile_step([&] {
       for (auto& p : model->parameters()) p.mutable_grad() = torch::Tensor();
@@ -103,7 +115,8 @@ Timed time_steps(const PretrainConfig& c, int64_t vocab, int64_t batch, int64_t 
 }
 
 // Runs the peer script; returns its median step time in seconds, or -1 with a warning.
-double run_peer(const std::string& peer, const PretrainConfig& c, int64_t vocab, int64_t steps, bool bf16) {
+double run_peer(const std::string& peer, const PretrainConfig& c, int64_t vocab, int64_t steps, bool bf16,
+                const torch::Device& device) {
   const AttentionConfig& a = c.attention.encoder_self;
   const bool th = a.variant == "talking_heads";
   if (!(a.variant == "multi_head" || th) || c.model.encoder_layers != c.model.decoder_layers) {
@@ -111,12 +124,16 @@ double run_peer(const std::string& peer, const PretrainConfig& c, int64_t vocab,
                             "and decoder depth; no peer run");
     return -1;
   }
+  // On the CPU: Debian's python3 (the same ATen 1.13) in eager mode. On a GPU: the machine's
+  // PyTorch 2 as its users run it, compiled, multi-head through SDPA (THX_PEER_PYTHON overrides).
+  const char* python = std::getenv("THX_PEER_PYTHON");
   const std::string cmd = fmt::format(
-      "/usr/bin/python3 {} --bench --attn {} --heads {} --d-model {} --d-ff {} --layers {} "
-      "--batch {} --inputs-len {} --targets-len {} --threads {} --steps {} --vocab {}{} 2>&1",
-      peer, th ? "th" : "mha", a.h, c.model.d_model, c.model.d_ff, c.model.encoder_layers,
-      c.train.batch_size, c.data.inputs_length, c.data.targets_length, torch::get_num_threads(),
-      steps + 3, vocab - 100, bf16 ? " --bf16" : "");
+      "{} {} --bench --attn {} --heads {} --d-model {} --d-ff {} --layers {} "
+      "--batch {} --inputs-len {} --targets-len {} --threads {} --steps {} --vocab {}{}{} 2>&1",
+      python ? python : device.is_cuda() ? "python3" : "/usr/bin/python3", peer, th ? "th" : "mha", a.h,
+      c.model.d_model, c.model.d_ff, c.model.encoder_layers, c.train.batch_size, c.data.inputs_length,
+      c.data.targets_length, torch::get_num_threads(), steps + 3, vocab - 100, bf16 ? " --bf16" : "",
+      device.is_cuda() ? " --device cuda --sdpa --compile" : "");
   thx::log("bench")->info("peer: {}", cmd);
   FILE* p = popen(cmd.c_str(), "r");
   if (!p) return -1;
@@ -158,16 +175,17 @@ double encoder_forward_multiplies(const ModelConfig& m, const AttentionConfig& a
 std::string bench_train(const BenchTrainOptions& o) {
   auto log = thx::log("bench");
   const std::vector<std::string> precisions =
-      bench_precisions(o.precision.empty() ? o.config.train.precision : o.precision, "--precision");
+      bench_precisions(o.precision.empty() ? o.config.train.precision : o.precision, "--precision", o.device);
+  const bool gpu = o.device.is_cuda();
+  const int64_t peak_size = gpu ? 8192 : 2048;
   std::map<std::string, double> peak;  // GFLOP/s of a 2048^3 matmul, per precision, measured now
   for (const auto& p : precisions) {
-    peak[p] = matmul_peak_gflops(2048, 5, p);
-    log->info("{} matmul peak: {:.1f} GFLOP/s, {} threads, {}", p, peak[p], torch::get_num_threads(),
-              cpu_bf16().describe());
+    peak[p] = matmul_peak_gflops(peak_size, 5, p, o.device);
+    log->info("{} matmul peak ({}^3): {:.1f} GFLOP/s, {}", p, peak_size, peak[p], device_description(o.device));
   }
   TextTable table;
   table.header = {"config", "attention", "precision", "params", "batch", "s/step", "tokens/s", "model GFLOP/s",
-                  "% of peak", "peak RSS MB", "peer s/step", "thx / peer"};
+                  "% of peak", gpu ? "peak GPU MB" : "peak RSS MB", "peer s/step", "thx / peer"};
   table.align = "lllrrrrrrrrr";
   std::string profiles;  // --profile: one per row
   TextTable speedups;  // with both precisions: bf16 against fp32, per configuration
@@ -175,7 +193,17 @@ std::string bench_train(const BenchTrainOptions& o) {
   speedups.align = "llrrrr";
   auto measure_one = [&](const std::string& name, const PretrainConfig& c, int64_t vocab, int64_t batch, bool peer,
                          const std::string& precision) {
-    const Timed t = time_steps(c, vocab, batch, o.steps, o.warmup, precision, o.profile);
+    Timed t;
+    try {
+      t = time_steps(c, vocab, batch, o.steps, o.warmup, precision, o.profile, o.device);
+    } catch (const c10::OutOfMemoryError&) {  // a row that does not fit the GPU says so
+      const AttentionDims d = resolve(c.attention.encoder_self, c.model.d_model, c.model.d_model, c.model.d_model);
+      log->warn("{} {} {}: out of memory at batch {}", name, d.summary(), precision, batch);
+      table.rows.push_back({name, d.summary(), precision, "-", std::to_string(batch), "out of memory", "-", "-", "-",
+                            "-", "-", "-"});
+      t.out_of_memory = true;
+      return t;
+    }
     const bool enc = c.model.encoder_only();
     const double flops = 6.0 * batch *
                          (enc ? encoder_forward_multiplies(c.model, c.attention.encoder_self, c.data.inputs_length,
@@ -187,9 +215,10 @@ std::string bench_train(const BenchTrainOptions& o) {
     double peer_s = -1;
     if (peer) {
       trim_heap();  // thx keeps freed memory for reuse (runtime.h); the peer needs it (at base size, 17 GB)
+      empty_device_cache(o.device);  // and a GPU's, which LibTorch's caching allocator keeps
       PretrainConfig pc = c;
       pc.train.batch_size = batch;
-      peer_s = run_peer(o.peer, pc, vocab, o.steps, precision == "bf16");
+      peer_s = run_peer(o.peer, pc, vocab, o.steps, precision == "bf16", o.device);
     }
     const AttentionDims d = resolve(c.attention.encoder_self, c.model.d_model, c.model.d_model, c.model.d_model);
     const double of_peak = 100 * gflops / peak.at(precision);
@@ -212,16 +241,17 @@ std::string bench_train(const BenchTrainOptions& o) {
                      const std::set<std::string>& peer_at) {
     std::map<std::string, Timed> t;
     for (const auto& p : precisions) t[p] = measure_one(name, c, vocab, batch, peer_at.count(p) > 0, p);
-    if (t.count("fp32") && t.count("bf16")) {
+    if (t.count("fp32") && t.count("bf16") && !t["fp32"].out_of_memory && !t["bf16"].out_of_memory) {
       const AttentionDims d = resolve(c.attention.encoder_self, c.model.d_model, c.model.d_model, c.model.d_model);
       speedups.rows.push_back({name, d.summary(), fmt::format("{:.3f}", t["fp32"].step_s),
                                fmt::format("{:.3f}", t["bf16"].step_s),
                                fmt::format("{:.2f}x", t["fp32"].step_s / t["bf16"].step_s),
                                fmt::format("{:.2f}", t["fp32"].peak_rss_mb / t["bf16"].peak_rss_mb)});
     }
-    return t.at(precisions.back()).step_s;
+    return t.at(precisions.back()).out_of_memory ? -1.0 : t.at(precisions.back()).step_s;
   };
   const PretrainConfig& c = o.config;
+  const int64_t base_batch = o.base_batch > 0 ? o.base_batch : gpu ? 32 : 8;
   const int64_t vocab = c.model.vocab_size > 0 ? c.model.vocab_size : c.model.encoder_only() ? 30000 : 8100;
   std::string report;
   // The configured model, as multi-head and as talking-heads of the same h.
@@ -257,7 +287,7 @@ std::string bench_train(const BenchTrainOptions& o) {
       const std::string name = fmt::format("{}-base h={}", c.model.type, h);
       const double tm = measure(name, bm, 30000, 4, {});
       const double tt = measure(name, bt, 30000, 4, {});
-      ratios.rows.push_back({std::to_string(h), fmt::format("{:.2f}", tt / tm), "-"});
+      ratios.rows.push_back({std::to_string(h), tm > 0 && tt > 0 ? fmt::format("{:.2f}", tt / tm) : "-", "-"});
     }
   } else if (o.base_sweep) {
     const std::map<int64_t, std::string> paper = {{12, "0.18/0.15 = 1.20"}, {24, "0.22/0.17 = 1.29"},
@@ -275,18 +305,19 @@ std::string bench_train(const BenchTrainOptions& o) {
       // minutes and measure no target).
       const std::set<std::string> base_peer =
           peer && h != 24 ? std::set<std::string>{"bf16"} : std::set<std::string>{};
-      const double tm = measure(fmt::format("base h={}", h), bm, 32128, 8, base_peer);
-      const double tt = measure(fmt::format("base h={}", h), bt, 32128, 8, base_peer);
-      ratios.rows.push_back({std::to_string(h), fmt::format("{:.2f}", tt / tm), paper.at(h)});
+      const double tm = measure(fmt::format("base h={}", h), bm, 32128, base_batch, base_peer);
+      const double tt = measure(fmt::format("base h={}", h), bt, 32128, base_batch, base_peer);
+      ratios.rows.push_back({std::to_string(h), tm > 0 && tt > 0 ? fmt::format("{:.2f}", tt / tm) : "-", paper.at(h)});
     }
   }
   std::string peaks;
   for (const auto& p : precisions) peaks += fmt::format("{}{} {:.1f}", peaks.empty() ? "" : ", ", p, peak[p]);
-  report = fmt::format("CPU: {}; {} threads. Matmul peak (2048^3, best of 5, measured in this run), GFLOP/s: {}. "
+  report = fmt::format("{}. Matmul peak ({}^3, best of 5, measured in this run), GFLOP/s: {}. "
                        "Median of {} steps after {} warm-up; model FLOPs = 6 x forward multiply-adds; % of peak is "
-                       "of the row's own precision's peak; peak RSS is the process's, the heap trimmed before each "
-                       "row.\n\n",
-                       cpu_bf16().describe(), torch::get_num_threads(), peaks, o.steps, o.warmup) +
+                       "of the row's own precision's peak; {}.\n\n",
+                       device_description(o.device), peak_size, peaks, o.steps, o.warmup,
+                       gpu ? "peak GPU MB is the caching allocator's peak of tensors, reset before each row"
+                           : "peak RSS is the process's, the heap trimmed before each row") +
            render(table, TableFormat::markdown);
   if (!speedups.rows.empty()) report += "\n" + render(speedups, TableFormat::markdown);
   if (o.base_sweep) report += "\n" + render(ratios, TableFormat::markdown);

@@ -21,6 +21,9 @@ struct BenchTrainOptions {
   bool base_sweep = false;    // also: base size, batch 8, 512/114, MH and TH at h 12, 24, 48
   bool profile = false;       // also: one step per row under LibTorch's profiler, by phase (step_profile.h)
   std::string markdown_out;
+  torch::Device device{torch::kCPU};  // --device: on CUDA the matmul peak is 8192^3, the peer runs
+                                      // compiled with SDPA, memory is the GPU's peak of tensors
+  int64_t base_batch = 0;             // T5 base rows' batch; 0: 8 on the CPU, 32 on a GPU
 };
 
 std::string bench_train(const BenchTrainOptions& options);

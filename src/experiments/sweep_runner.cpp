@@ -23,6 +23,7 @@
 #include "common/error.h"
 #include "common/fs.h"
 #include "common/log.h"
+#include "common/runtime.h"
 #include "experiments/bench_attention.h"
 #include "experiments/results_table.h"
 #include "experiments/sweep_results.h"
@@ -233,7 +234,9 @@ int run_sweep(const Sweep& sweep, const SweepOptions& o,
     if (ranks > 1)  // Debian 12's torchrun needs --redirects/--tee of one stream (README)
       args = {"torchrun", "--standalone", "--nproc_per_node", std::to_string(ranks), "--redirects", "2",
               "--tee", "2", "--no_python"};
-    args.insert(args.end(), {o.thx_binary, "--threads", std::to_string(threads), "pretrain", "--config", cfg,
+    // The sweep's own --device goes to every run (a run's train.device still decides).
+    args.insert(args.end(), {o.thx_binary, "--threads", std::to_string(threads), "--device", device_request(),
+                             "pretrain", "--config", cfg,
                              "--run-dir", p.dir, "--resume"});
     const pid_t parent = getpid();
     const pid_t pid = fork();

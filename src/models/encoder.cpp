@@ -182,7 +182,8 @@ Tensor EncoderModelImpl::encode(const Tensor& ids, const Tensor& types) {
   Tensor bias;
   if (relative_attention_bias_.defined()) {
     const Tensor buckets = relative_position_buckets(n, n, true, config_.relative_buckets,
-                                                     config_.relative_max_distance);  // [n,n]
+                                                     config_.relative_max_distance)
+                                 .to(relative_attention_bias_.device());  // [n,n]
     bias = relative_attention_bias_.index_select(1, buckets.flatten()).view({1, -1, n, n});  // [1,h,n,n]
   }
   const Tensor mask = (ids != 0).view({B, 1, 1, n});  // [b,1,1,n]
@@ -222,7 +223,7 @@ EncoderModelImpl::Output EncoderModelImpl::forward(const Tensor& ids, const Tens
         ((logits.view({-1, vocab_size_}).argmax(-1) == flat_targets) & real).sum().item<int64_t>();
   }
   out.loss = out.mlm_loss = s.loss_sum / double(std::max<int64_t>(out.mlm_tokens, 1));
-  out.sentence_nll_sum = torch::zeros({});
+  out.sentence_nll_sum = torch::zeros({}, x.options().dtype(torch::kFloat32));
   if (sent_w_.defined() && labels.defined()) {
     const Tensor has = labels >= 0;  // [b]
     out.sentence_count = has.sum().item<int64_t>();

@@ -85,16 +85,17 @@ MemoryBound training_memory_lower_bound(const ModelSpec& spec, int64_t vocab, in
 }
 
 void check_training_memory(const ModelSpec& spec, int64_t vocab, int64_t rows, int64_t n_in, int64_t n_out,
-                           const MemoryKeys& names, const std::map<std::string, int64_t>& values) {
+                           const MemoryKeys& names, const std::map<std::string, int64_t>& values,
+                           const torch::Device& device) {
   const MemoryBound b = training_memory_lower_bound(spec, vocab, rows, n_in, n_out, names);
-  const double have = physical_memory_bytes();
+  const double have = memory_bytes(device);
   if (have <= 0 || !(b.parameters + b.activations > have)) return;
   const auto it = values.find(b.key);
   const std::string named = it == values.end() ? b.key : fmt::format("{} {}", b.key, it->second);
   throw InputError(fmt::format("{}: training needs at least {:.4g} GB of memory (parameters and gradients {:.4g} GB, "
-                               "activations of a micro-batch {:.4g} GB), more than this machine's {:.1f} GB; nothing "
+                               "activations of a micro-batch {:.4g} GB), more than {} {:.1f} GB; nothing "
                                "was allocated", named, (b.parameters + b.activations) / 1e9, b.parameters / 1e9,
-                               b.activations / 1e9, have / 1e9));
+                               b.activations / 1e9, memory_owner(device), have / 1e9));
 }
 
 }  // namespace thx

@@ -43,9 +43,10 @@ struct MemoryBound {
 MemoryBound training_memory_lower_bound(const ModelSpec& spec, int64_t vocab, int64_t rows, int64_t n_in,
                                         int64_t n_out, const MemoryKeys& names = {});
 // InputError "<key> <value>: training needs at least X GB of memory (...), more than this
-// machine's Y GB; nothing was allocated" when the bound exceeds the machine's memory. `values`
-// gives the values of the keys the message may name.
+// machine's Y GB; nothing was allocated" when the bound exceeds the memory of `device` (the
+// machine's, or a GPU's own). `values` gives the values of the keys the message may name.
 void check_training_memory(const ModelSpec& spec, int64_t vocab, int64_t rows, int64_t n_in, int64_t n_out,
-                           const MemoryKeys& names, const std::map<std::string, int64_t>& values);
+                           const MemoryKeys& names, const std::map<std::string, int64_t>& values,
+                           const torch::Device& device);
 
 }  // namespace thx

@@ -236,7 +236,8 @@ class StackImpl : public torch::nn::Module {
   Tensor forward(Tensor x, const Tensor& mask, const Tensor& memory, const Tensor& memory_mask) {
     const int64_t L = x.size(1);
     const Tensor buckets = relative_position_buckets(L, L, !decoder_, config_.relative_buckets,
-                                                     config_.relative_max_distance);  // [L,L]
+                                                     config_.relative_max_distance)
+                                 .to(relative_attention_bias.device());  // [L,L]
     const Tensor bias = relative_attention_bias.index_select(1, buckets.flatten())  // [h, L*L]
                             .view({1, -1, L, L});                                   // [1,h,L,L]
     auto drop = [&](const Tensor& t) {
@@ -262,7 +263,8 @@ class StackImpl : public torch::nn::Module {
   Tensor decode_step(Tensor x, int64_t position, const Tensor& memory, const Tensor& memory_mask,
                      std::vector<AttentionCache>& self_caches, std::vector<AttentionCache>& cross_caches) {
     const Tensor buckets = relative_position_buckets(1, position + 1, false, config_.relative_buckets,
-                                                     config_.relative_max_distance, position);  // [1,s+1]
+                                                     config_.relative_max_distance, position)
+                                 .to(relative_attention_bias.device());  // [1,s+1]
     const Tensor bias = relative_attention_bias.index_select(1, buckets.flatten())  // [h, s+1]
                             .view({1, -1, 1, position + 1});                        // [1,h,1,s+1]
     for (size_t i = 0; i < raw_.size(); ++i) {
@@ -305,7 +307,7 @@ Tensor T5Impl::logits(const Tensor& inputs, const Tensor& decoder_inputs) {
   const int64_t t = decoder_inputs.size(1);
   const Tensor enc_mask = (inputs != 0).view({inputs.size(0), 1, 1, inputs.size(1)});   // [b,1,1,n]
   const Tensor enc = encoder_->forward(torch::embedding(shared, inputs), enc_mask, {}, {});  // [b,n,d]
-  const Tensor causal = torch::ones({t, t}, torch::kBool).tril().view({1, 1, t, t});     // [1,1,t,t]
+  const Tensor causal = torch::ones({t, t}, decoder_inputs.options().dtype(torch::kBool)).tril().view({1, 1, t, t});     // [1,1,t,t]
   const Tensor dec = decoder_->forward(torch::embedding(shared, decoder_inputs), causal, enc, enc_mask);  // [b,t,d]
   // Tied output projection, scaled by d^-1/2; only the V real rows of the embedding.
   return torch::matmul(dec * (1.0 / std::sqrt(double(config_.d_model))),
@@ -338,9 +340,10 @@ Tensor T5Impl::greedy_decode(const Tensor& inputs, int64_t max_length, int64_t e
   const Tensor enc = encode(inputs);                                      // [b,n,d]
   std::vector<AttentionCache> self_caches(decoder_->layer_count()), cross_caches(decoder_->layer_count());
   for (auto& c : cross_caches) c.fixed = true;
-  Tensor out = torch::zeros({batch, max_length}, torch::kInt64);  // [b,max_length]
-  Tensor token = torch::zeros({batch, 1}, torch::kInt64);  // [b,1]: the decoder starts from padding (id 0)
-  Tensor done = torch::zeros({batch}, torch::kBool);       // [b]
+  const auto on = inputs.options();
+  Tensor out = torch::zeros({batch, max_length}, on.dtype(torch::kInt64));  // [b,max_length]
+  Tensor token = torch::zeros({batch, 1}, on.dtype(torch::kInt64));  // [b,1]: the decoder starts from padding (id 0)
+  Tensor done = torch::zeros({batch}, on.dtype(torch::kBool));       // [b]
   const Tensor output_rows = to_compute(shared.narrow(0, 0, vocab_size_).t());  // [d,V]
   const double scale = 1.0 / std::sqrt(double(config_.d_model));
   for (int64_t s = 0; s < max_length; ++s) {

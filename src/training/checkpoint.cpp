@@ -25,6 +25,7 @@ void save_checkpoint(const std::string& path, const Checkpoint& c) {
   if (c.rng.defined()) w.write("/state/rng", c.rng);
   w.write("/state/world_size", torch::tensor(c.world_size));
   if (c.rng_ranks.defined()) w.write("/state/rng_ranks", c.rng_ranks);
+  if (c.rng_cuda.defined()) w.write("/state/rng_cuda", c.rng_cuda);
   w.write("/state/stream/epoch", torch::tensor(c.stream.epoch));
   w.write("/state/stream/doc", torch::tensor(c.stream.doc));
   w.write("/state/stream/offset", torch::tensor(c.stream.offset));
@@ -50,6 +51,7 @@ Checkpoint load_checkpoint(const std::string& path) {
   if (r.has("/state/rng")) c.rng = r.read("/state/rng");
   if (r.has("/state/world_size")) c.world_size = scalar("/state/world_size");
   if (r.has("/state/rng_ranks")) c.rng_ranks = r.read("/state/rng_ranks");
+  if (r.has("/state/rng_cuda")) c.rng_cuda = r.read("/state/rng_cuda");
   c.stream = {scalar("/state/stream/epoch"), scalar("/state/stream/doc"),
               scalar("/state/stream/offset"), scalar("/state/stream/example")};
   c.config = r.attr("/", "config");

@@ -6,6 +6,8 @@
 //   /state/step, /state/optimizer_step, /state/rng (LibTorch's CPU generator, rank 0's),
 //   /state/world_size (absent in checkpoints before data parallelism: 1),
 //   /state/rng_ranks [W, bytes] uint8: every rank's CPU generator (only when W > 1),
+//   /state/rng_cuda [W, bytes] uint8: every rank's CUDA generator (dropout's on a GPU; only
+//                                     when the run trains on CUDA),
 //   /state/stream/{epoch,doc,offset,example}
 //   /state/extra/<name>                uint8: what a trainer keeps beyond these (fine-tuning:
 //                                      its data order and sampler state, the best evaluations)
@@ -29,6 +31,7 @@ struct Checkpoint {
   torch::Tensor rng;
   int64_t world_size = 1;
   torch::Tensor rng_ranks;  // [W, bytes] uint8, or undefined
+  torch::Tensor rng_cuda;   // [W, bytes] uint8, or undefined
   std::string config;
   std::map<std::string, std::string> extra;  // /state/extra/<name>, as bytes
 };

@@ -117,6 +117,27 @@ std::optional<Checkpoint> load_newest(const std::string& dir, std::string* file,
 // A seed for the CPU generator of rank r > 0 (dropout must differ between ranks).
 uint64_t rank_seed(uint64_t base, int r) { return mix_seed(base + 0x9e3779b97f4a7c15ull * uint64_t(r)); }
 
+// The generator dropout draws from on a GPU (CUDA's own Philox generator; the CPU one draws
+// nothing there): kept in checkpoints beside the CPU one. None on the CPU.
+std::optional<at::Generator> device_generator(const torch::Device& d) {
+  if (!d.is_cuda()) return std::nullopt;
+  return at::globalContext().defaultGenerator(d);
+}
+
+// One line for a device out of memory: where, with how large a micro-batch, what to change.
+std::string out_of_memory(const LoopOptions& o, const std::string& prefix, const std::string& doing, int64_t step,
+                          int world, const c10::OutOfMemoryError& e, const std::string& hint) {
+  std::string what = e.what_without_backtrace();
+  what = what.substr(0, what.find('\n'));
+  const std::string micro = o.batch_size > 0 && doing == "training"
+                                ? fmt::format(" with micro-batches of {} examples (batch {} / grad_accum {}{})",
+                                              o.batch_size / (o.grad_accum * world), o.batch_size, o.grad_accum,
+                                              world > 1 ? fmt::format(" / {} ranks", world) : "")
+                                : "";
+  return fmt::format("{}step {}: out of memory in {}{} ({}); {}; the checkpoints in {} are as they were", prefix,
+                     step, doing, micro, what, hint, o.checkpoint_dir);
+}
+
 }  // namespace
 
 Batch Trainee::shard(const Batch& b, int rank, int world) {
@@ -191,6 +212,8 @@ LoopResult train(Trainee& t, const LoopOptions& o) {
   }
   // The parameter list is fixed for the run: taken once, not per step.
   const std::vector<std::pair<std::string, Tensor>> params = t.parameters();
+  const std::optional<at::Generator> device_gen =
+      device_generator(params.empty() ? torch::Device(torch::kCPU) : params.front().second.device());
   std::vector<Tensor> tensors;
   for (const auto& [path, p] : params) tensors.push_back(p);
   int64_t step = 0;
@@ -214,6 +237,11 @@ LoopResult train(Trainee& t, const LoopOptions& o) {
     else if (ck.rng.defined()) gen.set_state(ck.rng);
     if (rank > 0 && !(ck.rng_ranks.defined() && ck.rng_ranks.size(0) == world))
       gen.set_current_seed(rank_seed(uint64_t(ck.step), rank));
+    if (device_gen) {  // a run on the CPU before has none: the GPU's continues from its seed
+      at::Generator g = *device_gen;
+      if (ck.rng_cuda.defined() && ck.rng_cuda.size(0) == world) g.set_state(ck.rng_cuda[rank].clone());
+      else if (rank > 0) g.set_current_seed(rank_seed(uint64_t(ck.step), rank));
+    }
     step = ck.step;
     log->info("{}resumed from {} at step {}", prefix, file, step);
     if (ck.world_size != world)
@@ -225,6 +253,10 @@ LoopResult train(Trainee& t, const LoopOptions& o) {
       dist::broadcast(tensors);  // rank 0's initialization everywhere
       at::Generator gen = at::detail::getDefaultCPUGenerator();
       if (rank > 0) gen.set_current_seed(rank_seed(gen.current_seed(), rank));
+      if (device_gen && rank > 0) {
+        at::Generator g = *device_gen;
+        g.set_current_seed(rank_seed(g.current_seed(), rank));
+      }
     }
   }
 
@@ -244,7 +276,11 @@ LoopResult train(Trainee& t, const LoopOptions& o) {
   auto evaluate = [&](int64_t at) {
     reset_peak_rss();
     PrecisionScope precision(o.eval_precision.empty() ? o.precision : o.eval_precision);
-    result.last_eval = t.evaluate(at);
+    try {
+      result.last_eval = t.evaluate(at);
+    } catch (const c10::OutOfMemoryError& e) {
+      throw InputError(out_of_memory(o, prefix, "evaluation", at, world, e, o.eval_memory_hint));
+    }
     json rec = result.last_eval;
     rec["peak_rss_mb"] = std::round(peak_rss_mb());  // the evaluation's own peak
     reset_peak_rss();
@@ -261,10 +297,13 @@ LoopResult train(Trainee& t, const LoopOptions& o) {
     }
     const Tensor rng = at::detail::getDefaultCPUGenerator().get_state();
     const std::vector<Tensor> rngs = dist::all_gather(rng);
+    std::vector<Tensor> device_rngs;
+    if (device_gen) device_rngs = dist::all_gather(at::Generator(*device_gen).get_state());
     if (!writer) return;
     Checkpoint ck;
     ck.world_size = world;
     if (world > 1) ck.rng_ranks = torch::stack(rngs);  // [W, bytes]
+    if (device_gen) ck.rng_cuda = torch::stack(device_rngs);  // [W, bytes]
     for (const auto& [path, p] : params) ck.params[path] = p;
     ck.optimizer = t.optimizer().state();
     ck.step = at;
@@ -308,10 +347,14 @@ LoopResult train(Trainee& t, const LoopOptions& o) {
     for (const auto& [path, p] : params) p.mutable_grad() = Tensor();
     StepLoss l;
     bool stop = false;
-    dist::guard("the gradient all-reduce", [&] {
-      PrecisionScope precision(o.precision);
-      l = accumulate_gradients(t, micro, sync.get());
-    });
+    try {
+      dist::guard("the gradient all-reduce", [&] {
+        PrecisionScope precision(o.precision);
+        l = accumulate_gradients(t, micro, sync.get());
+      });
+    } catch (const c10::OutOfMemoryError& e) {
+      throw InputError(out_of_memory(o, prefix, "training", step + 1, world, e, o.train_memory_hint));
+    }
     if (world > 1) {  // the step's sums over the ranks, and whether any rank was asked to stop
       Tensor sums = torch::tensor({l.loss, l.nll, double(l.tokens), double(g_stop)}, torch::kFloat64);  // [4]
       dist::all_reduce_sum(sums);

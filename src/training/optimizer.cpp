@@ -48,15 +48,16 @@ class Adafactor : public Optimizer {
       : params_(std::move(params)), o_(o) {
     for (auto& p : params_) {
       Slot s;
+      const auto on = p.param.options().dtype(torch::kFloat32);  // fp32 state, on the parameter's device
       if (!p.never_factor) s.dims = factored_dims(p.view, o_.min_dim_size_to_factor);
       if (s.dims) {
         auto vr = p.view, vc = p.view;
         vr[s.dims->first] = 1, vc[s.dims->second] = 1;  // kept as size-1 dims while training
-        s.vr = torch::zeros(vr), s.vc = torch::zeros(vc);  // view with d0 -> 1, view with d1 -> 1
+        s.vr = torch::zeros(vr, on), s.vc = torch::zeros(vc, on);  // view with d0 -> 1, view with d1 -> 1
       } else {
-        s.v = torch::zeros(p.view);  // the view's shape
+        s.v = torch::zeros(p.view, on);  // the view's shape
       }
-      if (o_.beta1) s.m = torch::zeros(p.view);  // the view's shape
+      if (o_.beta1) s.m = torch::zeros(p.view, on);  // the view's shape
       slots_.push_back(std::move(s));
     }
   }

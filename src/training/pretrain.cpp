@@ -33,6 +33,7 @@ namespace {
 struct PretrainModel {
   T5 t5{nullptr};
   EncoderModel encoder{nullptr};
+  torch::Device device{torch::kCPU};  // where its parameters live; batches are moved there
   torch::nn::Module& module() { return t5 ? static_cast<torch::nn::Module&>(*t5) : *encoder; }
   std::vector<std::pair<std::string, Tensor>> params() const {
     return t5 ? t5->named_parameters_by_path() : encoder->named_parameters_by_path();
@@ -46,7 +47,8 @@ struct PretrainModel {
     Tensor loss, second;  // BERT/ALBERT: the MLM mean, and the sentence mean (MicroLoss)
     EvalSums sums;
   };
-  Out forward(const Batch& b) {
+  Out forward(const Batch& batch) {
+    const Batch b = to_device(batch, device);
     Out o;
     if (t5) {
       auto r = t5->forward(b.inputs, b.decoder_inputs, b.targets);
@@ -95,7 +97,17 @@ std::unique_ptr<ExampleStream> make_stream(const PretrainConfig& c, const TokenC
                                                 seed, shuffle);
 }
 
-Setup build(const PretrainConfig& c) {
+// The run's device: train.device, or --device where the config leaves it out.
+torch::Device run_device(const PretrainConfig& c) {
+  const bool own = !c.train.device.empty();
+  const std::string where = own ? "train.device" : "--device";
+  const torch::Device device = resolve_device(own ? c.train.device : device_request(), where);
+  dist::check_device(device, where);
+  return device;
+}
+
+// The model is initialized on the CPU (the same draws whatever the device), then moved.
+Setup build(const PretrainConfig& c, const torch::Device& device) {
   Setup s;
   const bool synthetic = !c.data.synthetic.empty();
   if (synthetic) s.train.vocab_size = recall_options(c.data).vocab_size;  // no shards: an empty corpus
@@ -122,12 +134,14 @@ Setup build(const PretrainConfig& c) {
                          {"model.vocab_size", vocab}, {"model.d_model", c.model.d_model},
                          {"data.inputs_length", c.data.inputs_length}, {"data.targets_length", c.data.targets_length},
                          {"model.encoder_layers", c.model.encoder_layers}, {"model.decoder_layers", c.model.decoder_layers},
-                         {"attention.h", spec.encoder_self.h}});
+                         {"attention.h", spec.encoder_self.h}}, device);
   torch::manual_seed(uint64_t(c.train.seed));
   if (c.model.encoder_only())
     s.model.encoder = EncoderModel(spec, vocab, c.data.sentence_task != "none");
   else
     s.model.t5 = T5(spec, vocab);
+  s.model.device = device;
+  s.model.module().to(device);
   s.optimizer = make_optimizer(c.optimizer, optimized_params(s.model.module(), s.model.params(), c.optimizer));
   s.stream = make_stream(c, s.train, s.word_starts, uint64_t(c.train.seed), true);
   return s;
@@ -351,9 +365,8 @@ PretrainResult run_pretrain(const PretrainConfig& c, const std::string& run_dir,
   };
   ro.checkpoint_dirs = {(fs::path(run_dir) / "checkpoints").string()};
   ro.log_file = "train.log";
+  const torch::Device device = run_device(c);
   {
-    const bool own = !c.train.device.empty();
-    const torch::Device device = resolve_device(own ? c.train.device : device_request(), own ? "train.device" : "--device");
     check_precision(c.train.precision, device, "train.precision");
     if (!c.eval.precision.empty()) check_precision(c.eval.precision, device, "eval.precision");
     const std::string e = batch_split_error("train.batch_size", c.train.batch_size, c.train.grad_accum,
@@ -363,7 +376,7 @@ PretrainResult run_pretrain(const PretrainConfig& c, const std::string& run_dir,
   // Only rank 0 has the run directory (the others may be on other nodes).
   std::optional<RunDirectory> dir;
   dist::on_rank0([&] { dir.emplace(ro); });
-  Setup s = build(c);  // validates the data before anything is written
+  Setup s = build(c, device);  // validates the data before anything is written
   if (c.data.synthetic.empty()) s.heldout = load_split(c.data.prepared, "heldout");
   std::optional<EventWriter> events;
 
@@ -407,13 +420,9 @@ std::string result_line(const PretrainConfig& c, const std::string& run_dir, con
 }
 
 void run_step_probe(const PretrainConfig& c, const std::string& out) {
-  {
-    const bool own = !c.train.device.empty();
-    check_precision(c.train.precision,
-                    resolve_device(own ? c.train.device : device_request(), own ? "train.device" : "--device"),
-                    "train.precision");
-  }
-  Setup s = build(c);
+  const torch::Device device = run_device(c);
+  check_precision(c.train.precision, device, "train.precision");
+  Setup s = build(c, device);
   const std::vector<Batch> micro = next_micro_batches(*s.stream, c.train);
   H5Writer w(out);
   const Batch& b = micro.front();

@@ -9,6 +9,9 @@
 //         transpose or missing term changes results at order 1e-1.
 //   fp64: max error <= 1e-12 + 1e-10 * max|reference|: the same computation in double, where
 //         only a genuinely different formula can differ.
+//   OnCuda (where a GPU is; skipped elsewhere): the production layer on the GPU in fp32 against
+//         the reference on the CPU in fp32, at the fp32 bound (cuBLAS with TF32 off, LibTorch's
+//         default for fp32 matmuls, rounds as the CPU does, in another order).
 #include <gtest/gtest.h>
 
 #include "attention/attention_test_util.h"
@@ -48,18 +51,21 @@ struct Result {
   std::map<std::string, torch::Tensor> grads;  // parameters by paper name, plus "X" and "M"
 };
 
-// Forward and backward of sum(Y * G) through `forward`, on fresh leaf copies of everything.
+// Forward and backward of sum(Y * G) through `forward`, on fresh leaf copies of everything on
+// `device`; the results come back to the CPU.
 template <class F>
-Result run(const paper::Params& params, const Inputs& in, F&& forward) {
+Result run(const paper::Params& params, const Inputs& in, F&& forward,
+           const torch::Device& device = torch::Device(torch::kCPU)) {
   paper::Params p;
-  for (const auto& [k, v] : params) p[k] = v.detach().clone().requires_grad_(true);
-  torch::Tensor X = in.X.clone().requires_grad_(true), M = in.M.clone().requires_grad_(true);
+  for (const auto& [k, v] : params) p[k] = v.detach().to(device).clone().requires_grad_(true);
+  torch::Tensor X = in.X.to(device).clone().requires_grad_(true), M = in.M.to(device).clone().requires_grad_(true);
   Result r;
   r.Y = forward(X, M, p);
-  (r.Y * in.G).sum().backward();
-  for (const auto& [k, v] : p) r.grads[k] = v.grad();
-  r.grads["X"] = X.grad();
-  r.grads["M"] = M.grad();
+  (r.Y * in.G.to(device)).sum().backward();
+  r.Y = r.Y.detach().cpu();
+  for (const auto& [k, v] : p) r.grads[k] = v.grad().defined() ? v.grad().cpu() : v.grad();
+  r.grads["X"] = X.grad().cpu();
+  r.grads["M"] = M.grad().cpu();
   return r;
 }
 
@@ -67,13 +73,16 @@ using Param = std::tuple<AttnCase, Extra>;
 
 class ReferenceTest : public ::testing::TestWithParam<Param> {};
 
-void check(const AttnCase& c, Extra extra, torch::Dtype dtype, double atol, double rtol) {
+void check(const AttnCase& c, Extra extra, torch::Dtype dtype, double atol, double rtol,
+           const torch::Device& device = torch::Device(torch::kCPU)) {
   torch::manual_seed(7);
   const AttentionDims d = resolve(c.config, kDX, kDM, kDY);
   auto layer = make_attention(d);
   if (dtype == torch::kFloat64) layer->to(torch::kFloat64);
   const paper::Params params = params_of(*layer);
   const Inputs in = make_inputs(d, extra, dtype);
+  layer->to(device);
+  auto on = [&](const torch::Tensor& t) { return t.defined() ? t.to(device) : t; };
 
   Result prod = run(params, in, [&](auto& X, auto& M, auto& p) {
     // The layer's own parameters are the leaves here, so that their grads are checked.
@@ -82,11 +91,12 @@ void check(const AttnCase& c, Extra extra, torch::Dtype dtype, double atol, doub
       kv.value().set_data(p.at(kv.key()).detach());
     }
     for (auto& kv : layer->named_parameters()) kv.value().mutable_grad() = torch::Tensor();
-    torch::Tensor Y = layer->forward(X, M, in.bias, in.mask);
+    torch::Tensor Y = layer->forward(X, M, on(in.bias), on(in.mask));
     return Y;
-  });
+  }, device);
   // Collect the production parameter grads from the layer itself.
-  for (auto& kv : layer->named_parameters()) prod.grads[kv.key()] = kv.value().grad();
+  for (auto& kv : layer->named_parameters())
+    prod.grads[kv.key()] = kv.value().grad().defined() ? kv.value().grad().cpu() : kv.value().grad();
   Result ref = run(params, in, [&](auto& X, auto& M, auto& p) {
     return reference_forward(d, X, M, p, in.bias, in.mask);
   });
@@ -107,6 +117,12 @@ TEST_P(ReferenceTest, Float32) {
 TEST_P(ReferenceTest, Float64) {
   auto [c, extra] = GetParam();
   check(c, extra, torch::kFloat64, 1e-12, 1e-10);
+}
+
+TEST_P(ReferenceTest, OnCuda) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  auto [c, extra] = GetParam();
+  check(c, extra, torch::kFloat32, 2e-6, 2e-5, torch::Device(torch::kCUDA, 0));
 }
 
 std::string extra_name(Extra e) {

@@ -4,6 +4,9 @@
 // (relative 1e-6) and every gradient (1e-6 + 1e-4 x max|g|: fp32 sums in another order), and
 // Adafactor's ATen update the same parameters (1e-6 + 1e-5 x max|w|); the key bias, whose
 // gradient is only rounding residue, must stay at residue on both paths.
+// Where a GPU is (the *OnCuda tests; skipped elsewhere), the same step with the model, its
+// batch and Adafactor's state on CUDA meets the same bounds against the CPU kernels (cuBLAS
+// sums in yet another order; TF32 is off, LibTorch's default for fp32 matmuls).
 #include <gtest/gtest.h>
 
 #include "common/runtime.h"
@@ -44,31 +47,37 @@ Step step(torch::nn::Module& m, const std::vector<std::pair<std::string, torch::
   s.loss = loss.item<double>();
   std::vector<OptimizedParam> op;
   for (const auto& [k, p] : params) {
-    s.grads.push_back(p.grad().clone());
+    s.grads.push_back(p.grad().to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true));
     op.push_back({k, p, p.sizes().vec(), false});
   }
   OptimizerConfig oc;
   make_optimizer(oc, op)->step(0.01);
-  for (const auto& [k, p] : params) s.after.push_back(p.detach().clone());
+  for (const auto& [k, p] : params) s.after.push_back(p.detach().to(torch::kCPU, false, true));
   return s;
 }
 
+// forward(device): the loss with the batch on that device. `other`: the CPU (the ATen path,
+// the CPU kernels off) or a GPU (the model moved there and back).
 template <class Forward>
 void expect_same_step(torch::nn::Module& m, const std::vector<std::pair<std::string, torch::Tensor>>& params,
-                      Forward forward) {
+                      Forward forward, const torch::Device& other = torch::Device(torch::kCPU)) {
   std::vector<torch::Tensor> start;
   for (const auto& [k, p] : params) start.push_back(p.detach().clone());
   m.train();
-  const Step cpu = step(m, params, start, forward);
+  const Step cpu = step(m, params, start, [&] { return forward(torch::Device(torch::kCPU)); });
   Step device;
-  {
+  if (other.is_cpu()) {
     KernelsOff off;
-    device = step(m, params, start, forward);
+    device = step(m, params, start, [&] { return forward(other); });
+  } else {
+    m.to(other);
+    device = step(m, params, start, [&] { return forward(other); });
+    m.to(torch::kCPU);
   }
   EXPECT_NEAR(device.loss, cpu.loss, 1e-6 * std::abs(cpu.loss));
   bool differs = false;  // the two paths are different code: some gradient differs in its last bits
   for (size_t i = 0; i < params.size(); ++i) differs |= !torch::equal(device.grads[i], cpu.grads[i]);
-  EXPECT_TRUE(differs) << "set_cpu_kernels(false) changed nothing";
+  EXPECT_TRUE(differs) << "the other path changed nothing (" << other << ")";
   for (size_t i = 0; i < params.size(); ++i) {
     const std::string& k = params[i].first;
     if (k.size() > 7 && k.compare(k.size() - 7, 7, "/bias_k") == 0) {
@@ -84,7 +93,7 @@ void expect_same_step(torch::nn::Module& m, const std::vector<std::pair<std::str
   }
 }
 
-TEST(DevicePath, T5StepOnTheAtenPathEqualsTheCpuKernels) {
+void t5_step(const torch::Device& other) {
   for (const char* variant : {"multi_head", "talking_heads"}) {
     SCOPED_TRACE(variant);
     PretrainConfig c = tiny_pretrain("unused", 1);
@@ -96,20 +105,37 @@ TEST(DevicePath, T5StepOnTheAtenPathEqualsTheCpuKernels) {
     const torch::Tensor inputs = torch::randint(2, 120, {4, 32}), targets = torch::randint(2, 120, {4, 8});
     inputs.narrow(1, 28, 4).fill_(0), targets.narrow(1, 6, 2).fill_(0);  // padding
     const torch::Tensor decoder = torch::cat({torch::zeros({4, 1}, torch::kInt64), targets.narrow(1, 0, 7)}, 1);
-    expect_same_step(*model, model->named_parameters_by_path(),
-                     [&] { return model->forward(inputs, decoder, targets).loss; });
+    expect_same_step(
+        *model, model->named_parameters_by_path(),
+        [&](const torch::Device& d) { return model->forward(inputs.to(d), decoder.to(d), targets.to(d)).loss; }, other);
   }
 }
 
-TEST(DevicePath, AlbertStepOnTheAtenPathEqualsTheCpuKernels) {
+void albert_step(const torch::Device& other) {
   PretrainConfig c = tiny_albert_pretrain("unused", 1);
   torch::manual_seed(4);
   EncoderModel model(resolve_model_spec(c.model, c.attention), 120, true);
   const torch::Tensor ids = torch::randint(2, 120, {4, 32}), types = torch::zeros({4, 32}, torch::kInt64);
   const torch::Tensor positions = torch::randint(1, 32, {4, 5}), targets = torch::randint(2, 120, {4, 5});
   const torch::Tensor labels = torch::tensor({0, 1, 1, 0});
-  expect_same_step(*model, model->named_parameters_by_path(),
-                   [&] { return model->forward(ids, types, positions, targets, labels).loss; });
+  expect_same_step(
+      *model, model->named_parameters_by_path(),
+      [&](const torch::Device& d) {
+        return model->forward(ids.to(d), types.to(d), positions.to(d), targets.to(d), labels.to(d)).loss;
+      },
+      other);
+}
+
+TEST(DevicePath, T5StepOnTheAtenPathEqualsTheCpuKernels) { t5_step(torch::Device(torch::kCPU)); }
+TEST(DevicePath, AlbertStepOnTheAtenPathEqualsTheCpuKernels) { albert_step(torch::Device(torch::kCPU)); }
+
+TEST(DevicePath, T5StepOnCudaEqualsTheCpuKernels) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  t5_step(torch::Device(torch::kCUDA, 0));
+}
+TEST(DevicePath, AlbertStepOnCudaEqualsTheCpuKernels) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  albert_step(torch::Device(torch::kCUDA, 0));
 }
 
 }  // namespace THX_FILE_ID

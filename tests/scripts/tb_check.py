@@ -17,13 +17,12 @@ Checks:
 Exit 0 if all hold; 1 with the first difference otherwise.
 """
 import glob
-import json
 import os
 import struct
 import sys
 
 import crc32c
-import numpy as np
+from metrics_scalars import difference
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
 F = descriptor_pb2.FieldDescriptorProto
@@ -72,14 +71,6 @@ def records(path):
         at += 16 + length
 
 
-def flatten(prefix, obj, out):
-    for k, v in obj.items():
-        if isinstance(v, dict):
-            flatten(f"{prefix}{k}/", v, out)
-        elif isinstance(v, (int, float)) and not isinstance(v, bool):
-            out[prefix + k] = v
-
-
 def main(run):
     Event = messages()
     files = sorted(glob.glob(os.path.join(run, "tb", "events.out.tfevents.*")))
@@ -96,26 +87,9 @@ def main(run):
                 continue
             for v in e.summary.value:
                 got[(e.step, v.tag)] = v.simple_value
-    want = {}
-    for line in open(os.path.join(run, "metrics.jsonl")):
-        j = json.loads(line)
-        if "config_change" in j:
-            continue
-        step = j.pop("step")
-        task = j.pop("task", None)
-        kind = "train" if "lr" in j else "eval"
-        flat = {}
-        flatten(f"{task + '/' if task else ''}{kind}/", j, flat)
-        for tag, value in flat.items():
-            want[(step, tag)] = value
-    for key, value in want.items():
-        if key not in got:
-            return f"no scalar {key[1]} at step {key[0]} (metrics.jsonl has {value})"
-        if got[key] != np.float32(value):
-            return f"{key[1]} at step {key[0]}: {got[key]} != float32({value})"
-    extra = set(got) - set(want)
-    if extra:
-        return f"scalars metrics.jsonl does not have: {sorted(extra)[:5]}"
+    error = difference(got, run)
+    if error:
+        return error
     print(f"{run}: {len(files)} event file(s), {len(got)} scalars, all CRCs and values agree")
     return None
 

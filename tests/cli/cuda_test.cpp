@@ -1,0 +1,127 @@
+// thx on a GPU, as a user runs it (--device cuda): pretraining T5 and ALBERT, resume after a
+// kill, bf16, fine-tuning with evaluation and T5's greedy decoding, and an out-of-memory batch.
+// Skipped where LibTorch sees no CUDA device (CI, the development machines); the GPU machine's
+// session runs them (scripts/gpu_session.sh).
+//
+// Bounds: the CPU runs its hand-written kernels, the GPU the ATen compositions
+// (tests/models/device_path_test.cpp bounds one step of the two at 1e-4 x max|g|); after 10
+// steps of Adafactor or LAMB, whose normalized updates keep such differences at their size,
+// every parameter agrees within 1e-6 + 1e-3 x max|w|. A GPU run killed after its first
+// checkpoint and resumed agrees with the uninterrupted one within 1e-6 + 1e-5 x max|w|: not
+// bit for bit, because CUDA's index_select and embedding backward add with atomics (the order
+// of the sums varies between runs); the CPU's resume is bitwise (tests/cli/precision_test.cpp).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "eval/eval_fixtures.h"
+#include "training/training_fixtures.h"
+
+namespace thx::test {
+namespace {
+namespace THX_FILE_ID {
+
+#define THX_NEEDS_CUDA() \
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device"
+
+TEST(Cuda, PretrainingT5AndAlbertMatchTheCpuAndResume) {
+  THX_NEEDS_CUDA();
+  for (const bool albert : {false, true}) {
+    SCOPED_TRACE(albert ? "albert" : "t5");
+    TempDir dir;
+    PretrainConfig c = albert ? tiny_albert_pretrain(prepared_corpus(dir, 120, TokenizerConvention::albert), 10)
+                              : tiny_pretrain(prepared_corpus(dir), 10);
+    c.checkpoint.every = 5, c.checkpoint.keep = 5, c.eval.every = 5;
+    c.yaml = to_yaml(c);
+    const std::string cfg = dir.write("run.yaml", c.yaml);
+    auto args = [&](const std::string& device, const std::string& run) {
+      return "--threads 4 --log-level warn --device " + device + " pretrain --config " + cfg + " --run-dir " +
+             dir.file(run);
+    };
+    RunResult r = run_thx(args("cpu", "cpu"));
+    ASSERT_EQ(r.code, 0) << r.out;
+    r = run_thx(args("cuda", "cuda"));
+    ASSERT_EQ(r.code, 0) << r.out;
+    const std::string last = "checkpoints/step-00000010.h5";
+    EXPECT_TRUE(same_params(dir.file("cuda/" + last), dir.file("cpu/" + last), 1e-3, 1e-6));
+    ASSERT_TRUE(kill_thx_when_exists(args("cuda", "killed"), dir.file("killed/checkpoints/step-00000005.h5")));
+    r = run_thx(args("cuda", "killed") + " --resume");
+    ASSERT_EQ(r.code, 0) << r.out;
+    EXPECT_TRUE(same_params(dir.file("killed/" + last), dir.file("cuda/" + last), 1e-5, 1e-6));
+    // A checkpoint written on the GPU resumes on the CPU (the same format: CPU copies).
+    r = run_thx(args("cpu", "cuda") + " --resume --allow-config-change train.steps --set train.steps=12");
+    ASSERT_EQ(r.code, 0) << r.out;
+  }
+}
+
+// bf16 on the GPU: mixed precision as on the CPU (fp32 master weights; common/precision.h).
+// The run trains, its loss is within bf16's error of the fp32 run's, and it resumes.
+TEST(Cuda, Bf16TrainsAndResumes) {
+  THX_NEEDS_CUDA();
+  TempDir dir;
+  PretrainConfig c = tiny_pretrain(prepared_corpus(dir), 10);
+  c.checkpoint.every = 5, c.checkpoint.keep = 5;
+  c.yaml = to_yaml(c);
+  const std::string cfg = dir.write("run.yaml", c.yaml);
+  auto args = [&](const std::string& run, const std::string& precision) {
+    return "--threads 4 --log-level warn --device cuda pretrain --config " + cfg + " --run-dir " + dir.file(run) +
+           " --set train.precision=" + precision;
+  };
+  RunResult r = run_thx(args("bf16", "bf16"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  r = run_thx(args("fp32", "fp32"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  const std::string last = "checkpoints/step-00000010.h5";
+  const Checkpoint b = load_checkpoint(dir.file("bf16/" + last));
+  for (const auto& [k, v] : b.params) EXPECT_EQ(v.scalar_type(), torch::kFloat32) << k;
+  // Ten steps apart by bf16's rounding of every matmul operand (2^-8 relative): the parameters
+  // stay within 5e-3 x max|w| of the fp32 run's, and some differ.
+  EXPECT_TRUE(same_params(dir.file("bf16/" + last), dir.file("fp32/" + last), 5e-3, 1e-5));
+  EXPECT_FALSE(same_params(dir.file("bf16/" + last), dir.file("fp32/" + last), 0));
+  ASSERT_TRUE(kill_thx_when_exists(args("killed", "bf16"), dir.file("killed/checkpoints/step-00000005.h5")));
+  r = run_thx(args("killed", "bf16") + " --resume");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(same_params(dir.file("killed/" + last), dir.file("bf16/" + last), 1e-5, 1e-6));
+}
+
+TEST(Cuda, FineTuningAndEvaluation) {
+  THX_NEEDS_CUDA();
+  for (const bool albert : {false, true}) {
+    SCOPED_TRACE(albert ? "albert" : "t5");
+    FinetuneFixture s;
+    make_finetune_fixture(s, albert);
+    const std::string out = s.dir.file("ft");
+    RunResult r = run_thx("--threads 4 --log-level warn --device cuda finetune --config " + s.config + " --out " +
+                          out + " --set finetune.steps=10 --set finetune.eval_every=10 --set checkpoint.every=10");
+    ASSERT_EQ(r.code, 0) << r.out;
+    ASSERT_TRUE(std::filesystem::exists(s.dir.file("ft/sst2.json"))) << r.out;
+    r = run_thx("--threads 4 --log-level warn --device cuda eval --config " + s.config + " --checkpoint " + out +
+                " --out " + s.dir.file("ev"));
+    ASSERT_EQ(r.code, 0) << r.out;
+    EXPECT_TRUE(std::filesystem::exists(s.dir.file("ev/sst2.json"))) << r.out;
+  }
+}
+
+// A batch the GPU cannot hold: one line, exit 2, naming the micro-batch and train.grad_accum.
+// The memory check before training (models/spec.h) lets it through: its lower bound counts one
+// [b, h, n, n] tensor per layer, 16384 x 4 x 512^2 x 4 B = 69 GB, within an H100's 85 GB;
+// talking-heads keeps two of them (W, U) for backward, 137 GB, beyond an H200's 141 GB once the
+// mixing's temporaries are added.
+TEST(Cuda, OutOfMemoryIsOneLine) {
+  THX_NEEDS_CUDA();
+  TempDir dir;
+  PretrainConfig c = tiny_pretrain(prepared_corpus(dir), 2);
+  c.data.inputs_length = 512;
+  c.train.batch_size = 16384;
+  c.yaml = to_yaml(c);
+  const std::string cfg = dir.write("run.yaml", c.yaml);
+  const RunResult r = run_thx("--threads 4 --log-level warn --device cuda pretrain --config " + cfg + " --run-dir " +
+                              dir.file("run"));
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("out of memory in training with micro-batches of 16384 examples"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("raise train.grad_accum"), std::string::npos) << r.out;
+}
+
+}  // namespace THX_FILE_ID
+}  // namespace
+}  // namespace thx::test

@@ -1,0 +1,96 @@
+// A device out of memory (c10::OutOfMemoryError, what LibTorch's CUDA allocator throws) in a
+// training step or an evaluation: one line (InputError, exit 2) naming the step and the
+// micro-batch, and what to change; the checkpoints already written stay as they were and the
+// newest one resumes. A stand-in trainee throws the error where a GPU would.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "test_util.h"
+#include "training/checkpoint.h"
+#include "training/loop.h"
+
+namespace thx::test {
+namespace {
+namespace THX_FILE_ID {
+
+class OutOfMemoryTrainee : public Trainee {
+ public:
+  explicit OutOfMemoryTrainee(int64_t fail_at_forward, int64_t fail_at_eval)
+      : fail_forward_(fail_at_forward), fail_eval_(fail_at_eval) {
+    torch::manual_seed(3);
+    lin_ = torch::nn::Linear(3, 1);
+    opt_ = make_optimizer(OptimizerConfig{}, {{"w", lin_->weight, lin_->weight.sizes().vec()},
+                                              {"b", lin_->bias, lin_->bias.sizes().vec()}});
+  }
+  torch::nn::Module& module() override { return *lin_; }
+  std::vector<std::pair<std::string, torch::Tensor>> parameters() override {
+    return {{"w", lin_->weight}, {"b", lin_->bias}};
+  }
+  Optimizer& optimizer() override { return *opt_; }
+  std::vector<Batch> next_step(int64_t micro) override {
+    std::vector<Batch> out(static_cast<size_t>(micro));
+    for (auto& b : out) b.inputs = torch::randn({8 / micro, 3});  // [b,3]
+    return out;
+  }
+  double weight(const Batch& b) override { return double(b.inputs.size(0)); }
+  int64_t tokens(const Batch& b) override { return b.inputs.size(0); }
+  MicroLoss forward(const Batch& b) override {
+    if (++forwards_ == fail_forward_)
+      TORCH_CHECK_WITH(OutOfMemoryError, false, "CUDA out of memory. Tried to allocate 20.00 GiB");
+    return {lin_->forward(b.inputs).pow(2).mean(), 0.0, {}};
+  }
+  nlohmann::json evaluate(int64_t step) override {
+    if (++evals_ == fail_eval_) TORCH_CHECK_WITH(OutOfMemoryError, false, "CUDA out of memory. Tried to allocate 9 GiB");
+    return {{"loss", 0.0}};
+  }
+  void save_state(Checkpoint&) override {}
+  void load_state(const Checkpoint&) override {}
+
+ private:
+  torch::nn::Linear lin_{nullptr};
+  std::unique_ptr<Optimizer> opt_;
+  int64_t fail_forward_, fail_eval_, forwards_ = 0, evals_ = 0;
+};
+
+LoopOptions options(const TempDir& dir) {
+  LoopOptions o;
+  o.steps = 4, o.grad_accum = 2, o.batch_size = 8, o.log_every = 1, o.eval_every = 2, o.checkpoint_every = 2;
+  o.checkpoint_dir = dir.file("checkpoints"), o.metrics_file = dir.file("metrics.jsonl");
+  o.schedule.schedule = "constant", o.schedule.learning_rate = 0.01;
+  return o;
+}
+
+TEST(OutOfMemory, ATrainingStepIsOneLineAndKeepsTheLastCheckpoint) {
+  TempDir dir;
+  const LoopOptions o = options(dir);
+  OutOfMemoryTrainee t(/*fail_at_forward=*/5, /*fail_at_eval=*/-1);  // step 3's first micro-batch
+  const std::string e = error_of([&] { train(t, o); });
+  EXPECT_EQ(e, "step 3: out of memory in training with micro-batches of 4 examples (batch 8 / grad_accum 2) "
+               "(CUDA out of memory. Tried to allocate 20.00 GiB); raise train.grad_accum (smaller micro-batches, "
+               "the same batch) or lower train.batch_size; the checkpoints in " + o.checkpoint_dir +
+               " are as they were");
+  EXPECT_EQ(list_checkpoints(o.checkpoint_dir), std::vector<std::string>{checkpoint_path(o.checkpoint_dir, 2)});
+  const Checkpoint ck = load_checkpoint(checkpoint_path(o.checkpoint_dir, 2));
+  EXPECT_EQ(ck.step, 2);
+  // And the run resumes from it (here without the error): steps 3 and 4.
+  OutOfMemoryTrainee again(-1, -1);
+  LoopOptions r = o;
+  r.resume = true;
+  EXPECT_EQ(train(again, r).step, 4);
+}
+
+TEST(OutOfMemory, AnEvaluationNamesItsOwnBatchKey) {
+  TempDir dir;
+  LoopOptions o = options(dir);
+  o.eval_memory_hint = "lower finetune.eval_batch_size";
+  OutOfMemoryTrainee t(-1, /*fail_at_eval=*/1);  // the evaluation after step 2
+  EXPECT_EQ(error_of([&] { train(t, o); }),
+            "step 2: out of memory in evaluation (CUDA out of memory. Tried to allocate 9 GiB); lower "
+            "finetune.eval_batch_size; the checkpoints in " + o.checkpoint_dir + " are as they were");
+  EXPECT_TRUE(list_checkpoints(o.checkpoint_dir).empty());  // the step-2 checkpoint comes after its evaluation
+}
+
+}  // namespace THX_FILE_ID
+}  // namespace
+}  // namespace thx::test
