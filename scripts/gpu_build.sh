@@ -3,21 +3,25 @@
 # (../shared/notes/gpu.md). Such machines reach no package registry, so it runs in two halves:
 #
 #   scripts/gpu_build.sh fetch   on a Debian 12 machine with apt (this one): downloads the
-#                                .deb files of every other dependency into gpu-deps/ (ignored
-#                                by git; carry it to the GPU machine);
+#                                .deb files of every other dependency into gpu-carry/debs
+#                                (ignored by git; scripts/gpu_session.sh prepare carries the
+#                                rest of what a session needs there too);
 #   scripts/gpu_build.sh build   on the GPU machine: unpacks them with dpkg -x into
-#                                gpu-deps/root (no root needed), configures against
-#                                python3's torch and builds into build-gpu/.
+#                                gpu-carry/root (no root needed), configures against
+#                                python3's torch and builds into build-gpu/, going on past
+#                                errors so that one log shows all of them. THX_DISTRIBUTED=OFF
+#                                builds thx without c10d (one process).
 #
 # Status: `fetch` is tested on Debian 12; `build` has not run on a GPU machine yet.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-DEPS=gpu-deps
+DEPS=gpu-carry/debs
+ROOT=gpu-carry/root
 PACKAGES=(
   libyaml-cpp-dev libyaml-cpp0.7 libspdlog-dev libspdlog1.10 libfmt-dev libfmt9
-  libhdf5-dev libhdf5-103-1 libhdf5-hl-100 libsz2 libaec0 libcurl4 libcli11-dev nlohmann-json3-dev
+  libhdf5-dev libhdf5-103-1 libhdf5-hl-100 libhdf5-cpp-103-1 libsz2 libaec0 libcurl4 libcli11-dev nlohmann-json3-dev
   libsentencepiece-dev libsentencepiece0 libprotobuf-dev libprotobuf32 protobuf-compiler libprotoc32
-  libboost1.74-dev libgloo-dev libgtest-dev libgmock-dev
+  libboost1.74-dev libgloo-dev libgtest-dev libgmock-dev libicu-dev libicu72 zlib1g-dev
 )
 
 case "${1:-}" in
@@ -28,14 +32,19 @@ case "${1:-}" in
     ;;
   build)
     torch_cmake=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')
-    mkdir -p "$DEPS/root"
-    for deb in "$DEPS"/*.deb; do dpkg -x "$deb" "$DEPS/root"; done
-    root=$(cd "$DEPS/root" && pwd)
-    export LD_LIBRARY_PATH="$root/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    mkdir -p "$ROOT"
+    for deb in "$DEPS"/*.deb; do dpkg -x "$deb" "$ROOT"; done
+    root=$(cd "$ROOT" && pwd)
+    lib="$root/usr/lib/x86_64-linux-gnu"
+    export LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
     export PATH="$root/usr/bin:$PATH"   # protoc
-    cmake -S . -B build-gpu -G "$(command -v ninja >/dev/null && echo Ninja || echo 'Unix Makefiles')" \
-      -DCMAKE_PREFIX_PATH="$torch_cmake;$root/usr" -DCMAKE_BUILD_TYPE=Release
-    cmake --build build-gpu -j "$(nproc)"
+    generator=$(command -v ninja >/dev/null && echo Ninja || echo 'Unix Makefiles')
+    cmake -S . -B build-gpu -G "$generator" -DCMAKE_BUILD_TYPE=Release \
+      -DCMAKE_PREFIX_PATH="$torch_cmake;$root/usr" -DTHX_DISTRIBUTED="${THX_DISTRIBUTED:-ON}" \
+      -DHDF5_ROOT="$lib/hdf5/serial" -DHDF5_C_INCLUDE_DIR="$root/usr/include/hdf5/serial" \
+      -DICU_ROOT="$root/usr" -DProtobuf_PROTOC_EXECUTABLE="$root/usr/bin/protoc"
+    if [ "$generator" = Ninja ]; then keep_going=(-- -k 0); else keep_going=(-- -k); fi
+    cmake --build build-gpu -j "$(nproc)" "${keep_going[@]}"
     echo "built build-gpu/thx; run with LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
     ;;
   *)

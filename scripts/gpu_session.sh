@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# gpu_session.sh: everything a GPU machine's session runs, as one command (../shared/notes/gpu.md).
+# Time on such a machine is short (minutes, and each new machine takes minutes to start), so:
+#
+#   scripts/gpu_session.sh prepare   here, on the CPU: fills gpu-carry/ (ignored by git, < 64 MB):
+#                                    the Debian packages the build needs (gpu_build.sh fetch),
+#                                    the PyTorch peer, and the quickstart's prepared corpus;
+#   scripts/gpu_session.sh run       there, with gpu-carry/ brought along: builds thx against the
+#                                    machine's PyTorch (gpu_build.sh build; c10d, or without it if
+#                                    its headers do not compile), then runs, in this order, each
+#                                    phase that still fits before the deadline (GPU_DEADLINE_S,
+#                                    default 560 s): the CUDA tests, the attention and whole-step
+#                                    benchmarks with the compiled PyTorch peer, the real
+#                                    TensorBoard reading a run's tb/, the mini T5 on the GPU
+#                                    (fp32, bf16) beside the CPU, and the rest of the unit suite.
+#
+# Every log, table and the summary go to $OUT (the device tool brings that folder back):
+# $OUT/summary.md lists each phase, its exit code and seconds, or why it was skipped.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+CARRY=gpu-carry
+
+prepare() {
+  set -e
+  mkdir -p "$CARRY"
+  scripts/gpu_build.sh fetch
+  cp ../shared/bench/peer_t5.py "$CARRY/peer_t5.py"
+  # A small corpus (two folders of the kernel's documentation, 6.6 MB of text) so that the
+  # carried folder stays under the device tool's 64 MB: its tokenizer and prepared shards.
+  local docs
+  docs=$(ls -d /usr/share/doc/linux-doc-*/html/_sources | head -n 1)
+  local THX=${THX:-build/thx}
+  rm -rf "$CARRY/prepared"
+  "$THX" spm-train --input "$docs/admin-guide" --input "$docs/networking" --format text_files --pieces 8000 \
+    --out "$CARRY/spm"
+  "$THX" prepare --input "$docs/admin-guide" --input "$docs/networking" --format text_files \
+    --tokenizer "$CARRY/spm.model" --out "$CARRY/prepared" --heldout-fraction 0.02
+  du -sh "$CARRY"/*
+  du -sh "$CARRY"
+}
+
+run() {
+  OUT=${OUT:-runs/gpu_session}
+  mkdir -p "$OUT"
+  local summary="$OUT/summary.md"
+  # The device tool ends a command at 10 minutes: every phase must end before the deadline
+  # (GPU_DEADLINE_S after the start), and one that would not fit is skipped, not cut off. A
+  # later call on the same (warm) machine finds the build done and can run the rest
+  # (GPU_PHASES="bench-train unit-suite", say).
+  local deadline=$((SECONDS + ${GPU_DEADLINE_S:-560}))
+  local phases=${GPU_PHASES:-build cuda-tests bench-attention bench-train tensorboard mini-t5 unit-suite}
+  printf '| phase | exit | seconds | last line of its log |\n|---|---:|---:|---|\n' > "$summary"
+  {
+    date -u; uname -a; head -3 /etc/os-release 2>/dev/null; nproc; free -g | head -2
+    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>&1
+    python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)' 2>&1
+    nvcc --version 2>&1 | tail -2
+  } > "$OUT/machine.txt"
+
+  # phase NAME SECONDS COMMAND...: COMMAND with its output in $OUT/NAME.log, if NAME is asked
+  # for and SECONDS (its expected length) fit before the deadline; it is stopped at the deadline.
+  phase() {
+    local name=$1 need=$2
+    shift 2
+    case " $phases " in *" $name "*) ;; *) return 0 ;; esac
+    local left=$((deadline - SECONDS))
+    if [ "$left" -lt "$need" ]; then
+      printf '| %s | - | - | skipped: %s s left, it needs about %s |\n' "$name" "$left" "$need" >> "$summary"
+      return 0
+    fi
+    local t0=$SECONDS
+    timeout "$left" "$@" > "$OUT/$name.log" 2>&1
+    local rc=$?
+    printf '| %s | %s | %s | %s |\n' "$name" "$rc" "$((SECONDS - t0))" \
+      "$(grep -v '^\s*$' "$OUT/$name.log" | tail -n 1 | cut -c1-150 | tr '|' '/')" >> "$summary"
+    return $rc
+  }
+
+  if ! phase build 240 scripts/gpu_build.sh build; then
+    # c10d's headers of this LibTorch may not compile here: thx without data parallelism.
+    if grep -q "distributed/" "$OUT/build.log"; then
+      phases="$phases build-single-process"
+      phase build-single-process 200 env THX_DISTRIBUTED=OFF scripts/gpu_build.sh build
+    fi
+  fi
+  export LD_LIBRARY_PATH="$PWD/$CARRY/root/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  local thx=build-gpu/thx prep="$CARRY/prepared"
+  if [ -x "$thx" ]; then
+    phase cuda-tests 120 build-gpu/thx_tests \
+      --gtest_filter='Cuda.*:DevicePath.*:*OnCuda*:OutOfMemory.*:Device.*' --gtest_output="xml:$OUT/cuda-tests.xml"
+    phase bench-attention 60 "$thx" --device cuda bench attention --precision both --heads 12,24,48 --n 2048 \
+      --batch 8 --out "$OUT/attention.md"
+    phase bench-train 180 env THX_PEER_PYTHON=python3 "$thx" --device cuda bench train --config configs/t5/mini.yaml \
+      --precision both --base --peer "$CARRY/peer_t5.py" --out "$OUT/train.md"
+    phase tensorboard 40 bash -c "
+      $thx --device cuda --log-level warn pretrain --config configs/t5/mini.yaml --set data.prepared=$prep \
+        --set train.steps=20 --set train.log_every=5 --set eval.every=10 --run-dir $OUT/tb-run &&
+      python3 tests/scripts/tb_tensorboard_check.py $OUT/tb-run"
+    # The mini T5 for 300 steps on the GPU in fp32 and bf16, and on this machine's CPU in fp32:
+    # their loss curves (metrics.jsonl) side by side.
+    phase mini-t5 120 bash -c "
+      for run in cuda:fp32 cuda:bf16 cpu:fp32; do
+        $thx --device \${run%:*} --log-level warn pretrain --config configs/t5/mini.yaml --set data.prepared=$prep \
+          --set train.steps=300 --set train.log_every=10 --set train.precision=\${run#*:} \
+          --run-dir $OUT/mini-\${run%:*}-\${run#*:} || exit 1
+      done"
+    phase unit-suite 200 ctest --test-dir build-gpu -j 16 -L unit -E 'Cuda|OnCuda' --output-on-failure
+  fi
+  echo "total: $((SECONDS - deadline + ${GPU_DEADLINE_S:-560})) s" >> "$summary"
+  cat "$summary"
+}
+
+case "${1:-}" in
+  prepare) prepare ;;
+  run) run ;;
+  *)
+    echo "usage: scripts/gpu_session.sh prepare | run" >&2
+    exit 2
+    ;;
+esac
