@@ -1,0 +1,179 @@
+// The blocked talking-heads algorithm (src/reference/blocked_talking_heads.h: two passes over
+// the keys forward, two backward, only LSE kept) against the paper's section 4 core written as
+// einsums with the paper's layout (heads last) and differentiated by autograd: O, LSE and the
+// gradients of Q, K, V, P_l, P_w and the bias, for talking-heads (h_k != h != h_v), both
+// hybrids and multi-head, with and without a bias, padding and causal masks, n != m, and block
+// sizes that divide n and m, do not, and are 1.
+//
+// Tolerances: float64, 1e-12 + 1e-10 x max|reference| (the same sums in other orders: only a
+// different formula moves the result by more); float32, 2e-6 + 2e-5 x max|reference| (as the
+// attention reference tests: fp32 rounding of sums of a few dozen O(1) products). A wrong LSE
+// handed to the backward (off by 0.01) must fail the float64 bound: the control.
+#include <gtest/gtest.h>
+
+#include "reference/blocked_talking_heads.h"
+#include "test_util.h"
+
+namespace thx::test {
+namespace {
+namespace THX_FILE_ID {
+
+using torch::Tensor;
+
+struct Case {
+  std::string name;
+  int64_t hk, h, hv;
+  bool P_l, P_w;
+};
+
+const std::vector<Case>& cases() {
+  static const std::vector<Case> c = {{"talking_heads", 3, 5, 2, true, true},
+                                      {"project_logits", 3, 5, 5, true, false},
+                                      {"project_weights", 5, 5, 2, false, true},
+                                      {"multi_head", 4, 4, 4, false, false}};
+  return c;
+}
+
+enum class Extra { none, bias, padding, causal, bias_padding };
+
+struct Inputs {
+  Tensor Q, K, V, P_l, P_w, bias, mask, dO;
+};
+
+Inputs inputs(const Case& c, Extra e, torch::Dtype dtype) {
+  const int64_t b = 2, n = 7, m = e == Extra::causal ? 7 : 5, dk = 4, dv = 6;
+  auto o = torch::TensorOptions().dtype(dtype);
+  Inputs in;
+  in.Q = torch::randn({b, n, c.hk, dk}, o), in.K = torch::randn({b, m, c.hk, dk}, o);
+  in.V = torch::randn({b, m, c.hv, dv}, o), in.dO = torch::randn({b, n, c.hv, dv}, o);
+  if (c.P_l) in.P_l = torch::randn({c.hk, c.h}, o) / std::sqrt(double(c.hk));
+  if (c.P_w) in.P_w = torch::randn({c.h, c.hv}, o) / std::sqrt(double(c.h));
+  if (e == Extra::bias || e == Extra::bias_padding) in.bias = torch::randn({1, c.h, n, m}, o);
+  if (e == Extra::padding || e == Extra::bias_padding)  // example 0 sees 3 of the m keys
+    in.mask = (torch::arange(m).view({1, m}) < torch::tensor({int64_t{3}, m}).view({b, 1})).view({b, 1, 1, m});
+  if (e == Extra::causal) in.mask = torch::ones({n, m}, torch::kBool).tril().view({1, 1, n, m});
+  return in;
+}
+
+// Section 4's core with the paper's layout (heads last), each line one einsum; autograd
+// differentiates it. Returns O [b,n,h_v,d_v] and the logits L [b,n,m,h].
+std::pair<Tensor, Tensor> paper_core(const Tensor& Q, const Tensor& K, const Tensor& V, const Tensor& P_l,
+                                     const Tensor& P_w, const Tensor& bias, const Tensor& mask) {
+  const Tensor J = torch::einsum("bnkd,bmkd->bnmk", {Q, K});           // J[n,m,h_k] = Q·K
+  Tensor L = P_l.defined() ? torch::einsum("bnmk,ks->bnms", {J, P_l}) : J;  // L = J·P_l
+  if (bias.defined()) {
+    Tensor B = bias;  // broadcastable to [b,h,n,m]: as 4 dims
+    while (B.dim() < 4) B = B.unsqueeze(0);
+    L = L + B.permute({0, 2, 3, 1});  // [.,n,m,h]
+  }
+  if (mask.defined()) L = L.masked_fill(mask.permute({0, 2, 3, 1}).logical_not(), -INFINITY);
+  const Tensor W = torch::softmax(L, 2);                               // over m
+  const Tensor U = P_w.defined() ? torch::einsum("bnms,st->bnmt", {W, P_w}) : W;  // U = W·P_w
+  return {torch::einsum("bnmt,bmte->bnte", {U, V}), L};               // O = U·V
+}
+
+struct Reference {
+  Tensor O, lse, dQ, dK, dV, dP_l, dP_w, dbias;
+};
+
+Reference reference(const Inputs& in) {
+  auto leaf = [](const Tensor& t) { return t.defined() ? t.detach().clone().requires_grad_(true) : t; };
+  Tensor Q = leaf(in.Q), K = leaf(in.K), V = leaf(in.V), P_l = leaf(in.P_l), P_w = leaf(in.P_w), bias = leaf(in.bias);
+  auto [O, L] = paper_core(Q, K, V, P_l, P_w, bias, in.mask);
+  (O * in.dO).sum().backward();
+  auto grad = [](const Tensor& t) { return t.defined() ? t.grad() : t; };
+  return {O.detach(), torch::logsumexp(L, 2).permute({0, 2, 1}).detach(),  // [b,h,n]
+          grad(Q), grad(K), grad(V), grad(P_l), grad(P_w), grad(bias)};
+}
+
+void check(const Case& c, Extra e, torch::Dtype dtype, int64_t bn, int64_t bm, double atol, double rtol) {
+  torch::manual_seed(11);
+  const Inputs in = inputs(c, e, dtype);
+  const Reference r = reference(in);
+  const blocked::Forward f = blocked::forward(in.Q, in.K, in.V, in.P_l, in.P_w, in.bias, in.mask, bn, bm);
+  const blocked::Grads g = blocked::backward(in.Q, in.K, in.V, in.P_l, in.P_w, in.bias, in.mask, f.lse, in.dO, bn, bm);
+  EXPECT_TRUE(close(f.O, r.O, atol, rtol)) << "O";
+  EXPECT_TRUE(close(f.lse, r.lse, atol, rtol)) << "LSE";
+  EXPECT_TRUE(close(g.dQ, r.dQ, atol, rtol)) << "dQ";
+  EXPECT_TRUE(close(g.dK, r.dK, atol, rtol)) << "dK";
+  EXPECT_TRUE(close(g.dV, r.dV, atol, rtol)) << "dV";
+  EXPECT_EQ(g.dP_l.defined(), c.P_l);
+  EXPECT_EQ(g.dP_w.defined(), c.P_w);
+  if (c.P_l) EXPECT_TRUE(close(g.dP_l, r.dP_l, atol, rtol)) << "dP_l";
+  if (c.P_w) EXPECT_TRUE(close(g.dP_w, r.dP_w, atol, rtol)) << "dP_w";
+  EXPECT_EQ(g.dbias.defined(), in.bias.defined());
+  if (in.bias.defined()) EXPECT_TRUE(close(g.dbias, r.dbias, atol, rtol)) << "dbias";
+}
+
+const std::vector<std::pair<int64_t, int64_t>> kBlocks = {{7, 7}, {3, 2}, {4, 3}, {1, 1}};
+
+TEST(BlockedTalkingHeads, Float64EqualsThePapersCoreForEveryVariantMaskAndBlocking) {
+  for (const Case& c : cases())
+    for (Extra e : {Extra::none, Extra::bias, Extra::padding, Extra::causal, Extra::bias_padding})
+      for (auto [bn, bm] : kBlocks) {
+        SCOPED_TRACE(c.name + " extra " + std::to_string(int(e)) + " blocks " + std::to_string(bn) + "x" +
+                     std::to_string(bm));
+        check(c, e, torch::kFloat64, bn, bm, 1e-12, 1e-10);
+      }
+}
+
+TEST(BlockedTalkingHeads, Float32WithinFloat32Rounding) {
+  for (const Case& c : cases())
+    for (Extra e : {Extra::bias_padding, Extra::causal}) {
+      SCOPED_TRACE(c.name + " extra " + std::to_string(int(e)));
+      check(c, e, torch::kFloat32, 3, 2, 2e-6, 2e-5);
+    }
+}
+
+// The bias of T5 and BERT is shared by the batch ([1,h,n,m]); one shared by the heads too, or a
+// per-example one, gets its gradient summed over exactly its broadcast dims.
+TEST(BlockedTalkingHeads, BiasGradientSumsOverItsBroadcastDims) {
+  const Case& c = cases().front();
+  for (const std::vector<int64_t>& shape : std::vector<std::vector<int64_t>>{{2, 1, 7, 5}, {5, 7, 5}, {1, 1, 1, 5}}) {
+    SCOPED_TRACE(c10::str(c10::IntArrayRef(shape)));
+    torch::manual_seed(5);
+    Inputs in = inputs(c, Extra::none, torch::kFloat64);
+    in.bias = torch::randn(shape, torch::kFloat64);
+    const Reference r = reference(in);
+    const blocked::Forward f = blocked::forward(in.Q, in.K, in.V, in.P_l, in.P_w, in.bias, in.mask, 3, 2);
+    const blocked::Grads g = blocked::backward(in.Q, in.K, in.V, in.P_l, in.P_w, in.bias, in.mask, f.lse, in.dO, 3, 2);
+    EXPECT_TRUE(close(f.O, r.O, 1e-12, 1e-10));
+    ASSERT_EQ(g.dbias.sizes(), in.bias.sizes());
+    EXPECT_TRUE(close(g.dbias, r.dbias, 1e-12, 1e-10));
+  }
+}
+
+// The control: the backward trusts the forward's LSE; one off by 0.01 scales every weight by
+// e^-0.01 and must be caught by the float64 bound.
+TEST(BlockedTalkingHeads, AWrongLogSumExpIsCaught) {
+  torch::manual_seed(11);
+  const Case& c = cases().front();
+  const Inputs in = inputs(c, Extra::bias, torch::kFloat64);
+  const Reference r = reference(in);
+  const blocked::Forward f = blocked::forward(in.Q, in.K, in.V, in.P_l, in.P_w, in.bias, in.mask, 3, 2);
+  const blocked::Grads g =
+      blocked::backward(in.Q, in.K, in.V, in.P_l, in.P_w, in.bias, in.mask, f.lse + 0.01, in.dO, 3, 2);
+  EXPECT_FALSE(close(g.dQ, r.dQ, 1e-12, 1e-10));
+}
+
+// A row whose every key is masked: the einsum reference's softmax gives NaN there; the
+// blocked algorithm gives O = 0 and no gradient through that row, and the other rows as usual.
+TEST(BlockedTalkingHeads, ARowWithEveryKeyMaskedIsZeroNotNaN) {
+  torch::manual_seed(11);
+  const Case& c = cases().front();
+  Inputs in = inputs(c, Extra::padding, torch::kFloat64);
+  in.mask = in.mask.clone();
+  in.mask[0].fill_(false);  // example 0 sees no key at all
+  const blocked::Forward f = blocked::forward(in.Q, in.K, in.V, in.P_l, in.P_w, in.bias, in.mask, 3, 2);
+  const blocked::Grads g = blocked::backward(in.Q, in.K, in.V, in.P_l, in.P_w, in.bias, in.mask, f.lse, in.dO, 3, 2);
+  EXPECT_TRUE(torch::all(f.O[0] == 0).item<bool>());
+  EXPECT_TRUE(torch::all(torch::isinf(f.lse[0])).item<bool>());
+  EXPECT_TRUE(torch::all(g.dQ[0] == 0).item<bool>());
+  for (const Tensor& t : {g.dQ, g.dK, g.dV, g.dP_l, g.dP_w}) EXPECT_TRUE(torch::all(torch::isfinite(t)).item<bool>());
+  const Reference r = reference(in);
+  EXPECT_TRUE(close(f.O[1], r.O[1], 1e-12, 1e-10));  // example 1 is untouched
+}
+
+}  // namespace THX_FILE_ID
+}  // namespace
+}  // namespace thx::test
