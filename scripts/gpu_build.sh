@@ -8,7 +8,9 @@
 #                                rest of what a session needs there too);
 #   scripts/gpu_build.sh build   on the GPU machine: unpacks them with dpkg -x into
 #                                gpu-carry/root (no root needed), configures against
-#                                python3's torch and builds into build-gpu/, going on past
+#                                python3's torch and builds into build-gpu/ (headers and
+#                                libraries of the unpacked packages found by -isystem, -L and
+#                                an rpath: some have no CMake config), going on past
 #                                errors so that one log shows all of them. THX_DISTRIBUTED=OFF
 #                                builds thx without c10d (one process).
 #
@@ -31,7 +33,8 @@ case "${1:-}" in
     du -sh "$DEPS"
     ;;
   build)
-    torch_cmake=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')
+    # The machine's PyTorch (TORCH_CMAKE_PREFIX_PATH overrides: another LibTorch).
+    torch_cmake=${TORCH_CMAKE_PREFIX_PATH:-$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')}
     mkdir -p "$ROOT"
     for deb in "$DEPS"/*.deb; do dpkg -x "$deb" "$ROOT"; done
     root=$(cd "$ROOT" && pwd)
@@ -42,7 +45,10 @@ case "${1:-}" in
     cmake -S . -B build-gpu -G "$generator" -DCMAKE_BUILD_TYPE=Release \
       -DCMAKE_PREFIX_PATH="$torch_cmake;$root/usr" -DTHX_DISTRIBUTED="${THX_DISTRIBUTED:-ON}" \
       -DHDF5_ROOT="$lib/hdf5/serial" -DHDF5_C_INCLUDE_DIR="$root/usr/include/hdf5/serial" \
-      -DICU_ROOT="$root/usr" -DProtobuf_PROTOC_EXECUTABLE="$root/usr/bin/protoc"
+      -DICU_ROOT="$root/usr" -DProtobuf_PROTOC_EXECUTABLE="$root/usr/bin/protoc" \
+      -DCMAKE_CXX_FLAGS="-isystem $root/usr/include" \
+      -DCMAKE_EXE_LINKER_FLAGS="-L$lib -Wl,-rpath,$lib" -DCMAKE_SHARED_LINKER_FLAGS="-L$lib -Wl,-rpath,$lib" \
+      -DCMAKE_MODULE_LINKER_FLAGS="-L$lib -Wl,-rpath,$lib"
     if [ "$generator" = Ninja ]; then keep_going=(-- -k 0); else keep_going=(-- -k); fi
     cmake --build build-gpu -j "$(nproc)" "${keep_going[@]}"
     echo "built build-gpu/thx; run with LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
