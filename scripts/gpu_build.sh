@@ -21,7 +21,7 @@ DEPS=gpu-carry/debs
 ROOT=gpu-carry/root
 PACKAGES=(
   libyaml-cpp-dev libyaml-cpp0.7 libspdlog-dev libspdlog1.10 libfmt-dev libfmt9
-  libhdf5-dev libhdf5-103-1 libhdf5-hl-100 libhdf5-cpp-103-1 libsz2 libaec0 libcurl4 libcli11-dev nlohmann-json3-dev
+  libhdf5-dev libhdf5-103-1 libhdf5-hl-100 libhdf5-cpp-103-1 libsz2 libaec0 libcurl4 libssh2-1 libldap-2.5-0 libsasl2-2 libsasl2-modules-db libcli11-dev nlohmann-json3-dev
   libsentencepiece-dev libsentencepiece0 libprotobuf-dev libprotobuf32 protobuf-compiler libprotoc32
   libboost1.74-dev libgloo-dev libgtest-dev libgmock-dev libicu-dev libicu72 zlib1g-dev
 )
@@ -41,12 +41,18 @@ case "${1:-}" in
     lib="$root/usr/lib/x86_64-linux-gnu"
     export LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
     export PATH="$root/usr/bin:$PATH"   # protoc
+    # A PyTorch 2 wheel ships its own fmt (11) and protobuf headers among its own, found before
+    # the carried ones; Debian 12's spdlog needs its fmt 9, and the generated tensorboard.pb.h
+    # its protoc's headers (3.21). -I directories are searched before every -isystem one: one
+    # that holds only these makes every translation unit use Debian's.
+    mkdir -p "$root/first"
+    for dir in fmt spdlog google; do ln -sfn "../usr/include/$dir" "$root/first/$dir"; done
     generator=$(command -v ninja >/dev/null && echo Ninja || echo 'Unix Makefiles')
     cmake -S . -B build-gpu -G "$generator" -DCMAKE_BUILD_TYPE=Release \
       -DCMAKE_PREFIX_PATH="$torch_cmake;$root/usr" -DTHX_DISTRIBUTED="${THX_DISTRIBUTED:-ON}" \
       -DHDF5_ROOT="$lib/hdf5/serial" -DHDF5_C_INCLUDE_DIR="$root/usr/include/hdf5/serial" \
       -DICU_ROOT="$root/usr" -DProtobuf_PROTOC_EXECUTABLE="$root/usr/bin/protoc" \
-      -DCMAKE_CXX_FLAGS="-isystem $root/usr/include" \
+      -DCMAKE_CXX_FLAGS="-I$root/first -isystem $root/usr/include" \
       -DCMAKE_EXE_LINKER_FLAGS="-L$lib -Wl,-rpath,$lib" -DCMAKE_SHARED_LINKER_FLAGS="-L$lib -Wl,-rpath,$lib" \
       -DCMAKE_MODULE_LINKER_FLAGS="-L$lib -Wl,-rpath,$lib"
     if [ "$generator" = Ninja ]; then keep_going=(-- -k 0); else keep_going=(-- -k); fi

@@ -9,10 +9,18 @@
 #                                    machine's PyTorch (gpu_build.sh build; c10d, or without it if
 #                                    its headers do not compile), then runs, in this order, each
 #                                    phase that still fits before the deadline (GPU_DEADLINE_S,
-#                                    default 560 s): the CUDA tests, the attention and whole-step
-#                                    benchmarks with the compiled PyTorch peer, the real
-#                                    TensorBoard reading a run's tb/, the mini T5 on the GPU
-#                                    (fp32, bf16) beside the CPU, and the rest of the unit suite.
+#                                    default 560 s): the CUDA tests (each in its own process, so
+#                                    that a crash names its test), the attention benchmark, the
+#                                    real TensorBoard reading a run's tb/, the mini T5 on the GPU
+#                                    (fp32, bf16) beside the CPU, the whole-step benchmark at
+#                                    base size in bf16 with the compiled PyTorch peer, and the rest
+#                                    of the unit suite.
+#
+# One command does not hold them all: the peer compiles each model (40-70 s on an H200), so the
+# whole-step benchmark alone takes about 6 minutes. Two calls on the same warm machine, one
+# right after the other (the second finds the build done):
+#   GPU_PHASES="build cuda-tests bench-attention tensorboard mini-t5" scripts/gpu_session.sh run
+#   GPU_PHASES="build bench-train unit-suite" scripts/gpu_session.sh run
 #
 # Every log, table and the summary go to $OUT (the device tool brings that folder back):
 # $OUT/summary.md lists each phase, its exit code and seconds, or why it was skipped.
@@ -48,7 +56,7 @@ run() {
   # later call on the same (warm) machine finds the build done and can run the rest
   # (GPU_PHASES="bench-train unit-suite", say).
   local deadline=$((SECONDS + ${GPU_DEADLINE_S:-560}))
-  local phases=${GPU_PHASES:-build cuda-tests bench-attention bench-train tensorboard mini-t5 unit-suite}
+  local phases=${GPU_PHASES:-build cuda-tests bench-attention tensorboard mini-t5 bench-train unit-suite}
   printf '| phase | exit | seconds | last line of its log |\n|---|---:|---:|---|\n' > "$summary"
   {
     date -u; uname -a; head -3 /etc/os-release 2>/dev/null; nproc; free -g | head -2
@@ -78,7 +86,7 @@ run() {
 
   if ! phase build 240 scripts/gpu_build.sh build; then
     # c10d's headers of this LibTorch may not compile here: thx without data parallelism.
-    if grep -q "distributed/" "$OUT/build.log"; then
+    if grep -qE "(src/distributed/|torch_compat.h).*error" "$OUT/build.log"; then
       phases="$phases build-single-process"
       phase build-single-process 200 env THX_DISTRIBUTED=OFF scripts/gpu_build.sh build
     fi
@@ -86,12 +94,10 @@ run() {
   export LD_LIBRARY_PATH="$PWD/$CARRY/root/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   local thx=build-gpu/thx prep="$CARRY/prepared"
   if [ -x "$thx" ]; then
-    phase cuda-tests 120 build-gpu/thx_tests \
-      --gtest_filter='Cuda.*:DevicePath.*:*OnCuda*:OutOfMemory.*:Device.*' --gtest_output="xml:$OUT/cuda-tests.xml"
+    phase cuda-tests 120 ctest --test-dir build-gpu -j 8 --timeout 120 --output-on-failure \
+      -R '^(Cuda|DevicePath|OutOfMemory|Device|CrashReport)[.]|OnCuda' --output-junit "$OUT/cuda-tests.xml"
     phase bench-attention 60 "$thx" --device cuda bench attention --precision both --heads 12,24,48 --n 2048 \
       --batch 8 --out "$OUT/attention.md"
-    phase bench-train 180 env THX_PEER_PYTHON=python3 "$thx" --device cuda bench train --config configs/t5/mini.yaml \
-      --precision both --base --peer "$CARRY/peer_t5.py" --out "$OUT/train.md"
     phase tensorboard 40 bash -c "
       $thx --device cuda --log-level warn pretrain --config configs/t5/mini.yaml --set data.prepared=$prep \
         --set train.steps=20 --set train.log_every=5 --set eval.every=10 --run-dir $OUT/tb-run &&
@@ -104,6 +110,9 @@ run() {
           --set train.steps=300 --set train.log_every=10 --set train.precision=\${run#*:} \
           --run-dir $OUT/mini-\${run%:*}-\${run#*:} || exit 1
       done"
+    # bf16 only: the peer's rows are bf16 (--bf16 --sdpa --compile), and each compiles for a minute.
+    phase bench-train 420 env THX_PEER_PYTHON=python3 "$thx" --device cuda bench train --config configs/t5/mini.yaml \
+      --precision bf16 --base --peer "$CARRY/peer_t5.py" --out "$OUT/train.md"
     phase unit-suite 200 ctest --test-dir build-gpu -j 16 -L unit -E 'Cuda|OnCuda' --output-on-failure
   fi
   echo "total: $((SECONDS - deadline + ${GPU_DEADLINE_S:-560})) s" >> "$summary"

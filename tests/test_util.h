@@ -17,8 +17,12 @@
 #include <thread>
 
 #include "common/error.h"
+#include "common/runtime.h"
 
 namespace thx::test {
+
+// A test binary that crashes says where (common/runtime.h), once per program.
+inline const bool kCrashReport = (install_crash_report(), true);
 
 // max |a - b| <= atol + rtol * max |b|, printing the max error and where it is.
 inline ::testing::AssertionResult close(const torch::Tensor& a, const torch::Tensor& b,

@@ -49,6 +49,7 @@ int main(int argc, char** argv) {
   // A write past the file-size limit (ulimit -f) then fails with EFBIG, reported as one line
   // like a full disk, instead of killing the process with SIGXFSZ mid-checkpoint.
   std::signal(SIGXFSZ, SIG_IGN);
+  thx::install_crash_report();
   thx::reexec_with_thread_environment(argv);  // see common/runtime.h
   CLI::App app{"thx: Talking-Heads Attention (Shazeer et al., 2020) experiments on LibTorch.\n"
                "Run 'thx SUBCOMMAND --help' for the options of each subcommand."};

@@ -1,10 +1,12 @@
 #include "common/runtime.h"
 
 #include <dlfcn.h>
+#include <execinfo.h>
 #include <fmt/format.h>
 #include <malloc.h>
 #include <torch/torch.h>
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -57,6 +59,37 @@ torch::Device resolve_device(const std::string& requested, const std::string& wh
 }
 
 void set_cpu_kernels(bool enabled) { g_cpu_kernels = enabled; }
+
+// The sanitizers' death callback: present (non-null) only in a sanitizer build.
+extern "C" void __sanitizer_set_death_callback(void (*)(void)) __attribute__((weak));
+
+namespace {
+void crash_report(int sig) {
+  // Only async-signal-safe calls: write(2) and backtrace_symbols_fd (backtrace itself was
+  // called once at installation, so that its library is already loaded).
+  const char* name = sig == SIGSEGV ? "SIGSEGV" : sig == SIGBUS ? "SIGBUS" : sig == SIGILL ? "SIGILL"
+                     : sig == SIGFPE ? "SIGFPE" : "SIGABRT";
+  const auto put = [](const char* s) { (void)!::write(STDERR_FILENO, s, std::strlen(s)); };
+  put("thx: fatal signal ");
+  put(name);
+  put("; stack:\n");
+  void* frames[64];
+  ::backtrace_symbols_fd(frames, ::backtrace(frames, 64), STDERR_FILENO);
+  ::signal(sig, SIG_DFL);  // and die of it (the handler was installed with SA_RESETHAND too)
+  ::raise(sig);
+}
+}  // namespace
+
+void install_crash_report() {
+  if (__sanitizer_set_death_callback) return;
+  void* warm[1];
+  (void)::backtrace(warm, 1);
+  struct sigaction sa {};
+  sa.sa_handler = crash_report;
+  sa.sa_flags = SA_RESETHAND | SA_NODEFER;
+  sigemptyset(&sa.sa_mask);
+  for (const int sig : {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT}) ::sigaction(sig, &sa, nullptr);
+}
 
 void configure_runtime(int64_t threads) {
   static bool malloc_done = false;

@@ -12,7 +12,7 @@
 //   c10d::Reducer          1.13..2.4: (params, buckets, per-bucket limits, group, sparse, cap,
 //                          find_unused, as_view, names, first cap); 2.5+ adds two flags
 //                          (skip_all_reduce_unused_params, use_python_reducer); later ones drop
-//                          the per-bucket limits for a list of byte caps.
+//                          the per-bucket limits (some then take a list of byte caps).
 //   scaled_dot_product_attention   2.x only (THX_HAVE_SDPA).
 //   CUDA memory statistics          c10::cuda::CUDACachingAllocator, only where LibTorch has CUDA
 //                                   (THX_CUDA, set by CMake when it finds torch_cuda).
@@ -56,6 +56,17 @@ namespace thx::compat {
 
 using GroupPtr = c10::intrusive_ptr<c10d::ProcessGroup>;
 
+// The 2.x ProcessGroup that holds the backends: (store, rank, size) from 2.5 on, with Options
+// (backend name, timeout) before. A template so that the branch not taken is never compiled.
+template <class PG = c10d::ProcessGroup>
+c10::intrusive_ptr<PG> make_process_group(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                                          std::chrono::milliseconds timeout) {
+  if constexpr (std::is_constructible_v<PG, c10::intrusive_ptr<c10d::Store>, int, int>)
+    return c10::make_intrusive<PG>(store, rank, size);  // 2.5 and later
+  else
+    return c10::make_intrusive<PG>(store, rank, size, c10::make_intrusive<typename PG::Options>("gloo", timeout));
+}
+
 // A process group of `size` ranks over `store` whose CPU tensors go through Gloo on `device`.
 inline GroupPtr make_gloo_group(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                                 std::chrono::milliseconds timeout,
@@ -66,12 +77,7 @@ inline GroupPtr make_gloo_group(const c10::intrusive_ptr<c10d::Store>& store, in
   // As torch.distributed does: the group, and under its own prefix of the store, the backend.
   auto gloo = c10::make_intrusive<c10d::ProcessGroupGloo>(c10::make_intrusive<c10d::PrefixStore>("cpu/", store),
                                                           rank, size, opts);
-  GroupPtr pg;
-  if constexpr (std::is_constructible_v<c10d::ProcessGroup, c10::intrusive_ptr<c10d::Store>, int, int>)
-    pg = c10::make_intrusive<c10d::ProcessGroup>(store, rank, size);  // 2.5 and later
-  else
-    pg = c10::make_intrusive<c10d::ProcessGroup>(store, rank, size,  // 2.0 .. 2.4
-                                                 c10::make_intrusive<c10d::ProcessGroup::Options>("gloo", timeout));
+  GroupPtr pg = make_process_group(store, rank, size, timeout);
   pg->setBackend(c10::DeviceType::CPU, c10d::ProcessGroup::BackendType::GLOO, c10::intrusive_ptr<c10d::Backend>(gloo));
   pg->setDefaultBackend(c10d::ProcessGroup::BackendType::GLOO);
   return pg;
@@ -100,6 +106,10 @@ std::unique_ptr<R> make_reducer(const std::vector<at::Tensor>& params, const std
     return std::make_unique<R>(params, buckets, limits, pg, sparse, bucket_bytes, find_unused, false, Names{},
                                first_bucket_bytes, /*skip_all_reduce_unused_params=*/false,
                                /*use_python_reducer=*/false);
+  } else if constexpr (std::is_constructible_v<R, Params, Buckets, GroupPtr, std::vector<bool>, int64_t, bool, bool,
+                                               Names, int64_t, bool, bool>) {
+    return std::make_unique<R>(params, buckets, pg, sparse, bucket_bytes, find_unused, false, Names{},
+                               first_bucket_bytes, false, false);
   } else if constexpr (std::is_constructible_v<R, Params, Buckets, GroupPtr, std::vector<bool>, int64_t, bool, bool,
                                                Names, int64_t, bool, bool, std::vector<int64_t>>) {
     return std::make_unique<R>(params, buckets, pg, sparse, bucket_bytes, find_unused, false, Names{},

@@ -12,6 +12,8 @@
 #include <optional>
 #include <thread>
 
+#include <fmt/ranges.h>
+
 #include "common/error.h"
 #include "common/log.h"
 #include "common/torch_compat.h"
