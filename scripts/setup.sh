@@ -25,8 +25,9 @@ PACKAGES=(
   libicu-dev
   # Boost.CRC (header-only): the CRC-32C of the TensorBoard files' TFRecord framing
   libboost-dev
-  # tests
-  libgtest-dev
+  # tests; Universal Ctags: the end line of every function of src/, which a test holds to
+  # 80 lines (tests/common/function_length_test.cpp)
+  libgtest-dev universal-ctags
   # fixture generators and probe checkers use Debian's own /usr/bin/python3
   python3-torch python3-numpy python3-h5py
   # the independent TensorBoard reader of the tests (tests/scripts/tb_check.py): Google's

@@ -63,5 +63,8 @@ struct AttentionDims {
 // the key of every ConfigError thrown.
 AttentionDims resolve(const AttentionConfig& c, int64_t d_X, int64_t d_M, int64_t d_Y,
                       const std::string& path = "attention");
+// How many times resolve() has run in this process: a run resolves each attention block once
+// (tests/training/resolve_once_test.cpp counts them).
+int64_t resolve_count();
 
 }  // namespace thx

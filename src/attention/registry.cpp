@@ -109,4 +109,11 @@ std::string mixing_variant_choices() {
   return fmt::format("{}", fmt::join(names, ", "));
 }
 
+ParamRole param_role(const VariantSpec& v, const std::string& param) {
+  if ((v.P_l && param == "P_l") || (v.P_w && param == "P_w")) return ParamRole::head_mixing;
+  if (v.per_head && (param == "P_q" || param == "P_k" || param == "P_v" || param == "P_o"))
+    return ParamRole::head_projection;
+  return ParamRole::other;
+}
+
 }  // namespace thx

@@ -57,4 +57,11 @@ std::string variant_choices(const char* separator = " | ");
 // optimizer.mixing_lr_multiplier scales), for its error messages.
 std::string mixing_variant_choices();
 
+// What a parameter of a variant's layer does, for the optimizer's rules: a head-mixing
+// projection (P_l, P_w: never factored, learning at optimizer.mixing_lr_multiplier), a per-head
+// input or output projection (P_q, P_k, P_v, P_o: factored per head or as [d, d_k*h]), or
+// anything else (biases, the dynamic projections, the general bilinear form's P and Q).
+enum class ParamRole { other, head_projection, head_mixing };
+ParamRole param_role(const VariantSpec& v, const std::string& param);
+
 }  // namespace thx

@@ -43,31 +43,8 @@ std::string missing_subcommand(CLI::App& app, int argc, char** argv) {
   return fmt::format("{}'{}' is not a subcommand; one of: {}", where, given, list);
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  // A write past the file-size limit (ulimit -f) then fails with EFBIG, reported as one line
-  // like a full disk, instead of killing the process with SIGXFSZ mid-checkpoint.
-  std::signal(SIGXFSZ, SIG_IGN);
-  thx::install_crash_report();
-  thx::reexec_with_thread_environment(argv);  // see common/runtime.h
-  CLI::App app{"thx: Talking-Heads Attention (Shazeer et al., 2020) experiments on LibTorch.\n"
-               "Run 'thx SUBCOMMAND --help' for the options of each subcommand."};
-  app.require_subcommand(1);
-  std::string level = "info";
-  app.add_option("--log-level", level, "debug | info | warn | error | off")
-      ->check(CLI::IsMember({"debug", "info", "warn", "error", "off"}))
-      ->capture_default_str();
-  int64_t threads = 0;
-  app.add_option("--threads", threads, "intra-op CPU threads (0: every core; under torchrun, cores / LOCAL_WORLD_SIZE)")
-      ->check(CLI::NonNegativeNumber)
-      ->capture_default_str();
-
-  std::string device = "auto";
-  app.add_option("--device", device, "cpu | cuda | auto (CUDA when present); a config's train.device overrides it")
-      ->check(CLI::IsMember({"cpu", "cuda", "auto"}))
-      ->capture_default_str();
-
+// Every subcommand, in the order --help lists them.
+std::vector<std::unique_ptr<thx::Command>> make_commands(CLI::App& app) {
   std::vector<std::unique_ptr<thx::Command>> commands;
   commands.push_back(thx::make_costs_command(app));
   commands.push_back(thx::make_probe_command(app));
@@ -85,27 +62,24 @@ int main(int argc, char** argv) {
   commands.push_back(thx::make_finetune_command(app));
   commands.push_back(thx::make_eval_command(app));
   commands.push_back(thx::make_score_command(app));
+  return commands;
+}
 
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::CallForAllHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::ParseError& e) {
-    if (e.get_exit_code() == 0) return app.exit(e);
-    // One line in the house format (CLI11 prints two, and a range check's limits in full).
-    std::string what = e.what();
-    what = what.substr(0, what.find('\n'));
-    if (what.rfind("A subcommand is required", 0) == 0) what = missing_subcommand(app, argc, argv);
-    what = std::regex_replace(what, std::regex("[0-9]{16,}(\\.[0-9]+)?"), "max");  // a range's open end
-    what = std::regex_replace(what, std::regex("([0-9])\\.0+\\b"), "$1");
-    std::cerr << "thx: error: " << what << " (thx --help lists the options)\n";
-    return 2;
-  }
-  thx::set_log_level(level);
-  thx::configure_runtime(threads);
-  thx::set_device_request(device);
+// A parse error as one line in the house format (CLI11 prints two, and a range check's limits
+// in full); exit 2. --help and the like exit as CLI11 says.
+int parse_error(CLI::App& app, const CLI::ParseError& e, int argc, char** argv) {
+  if (e.get_exit_code() == 0) return app.exit(e);
+  std::string what = e.what();
+  what = what.substr(0, what.find('\n'));
+  if (what.rfind("A subcommand is required", 0) == 0) what = missing_subcommand(app, argc, argv);
+  what = std::regex_replace(what, std::regex("[0-9]{16,}(\\.[0-9]+)?"), "max");  // a range's open end
+  what = std::regex_replace(what, std::regex("([0-9])\\.0+\\b"), "$1");
+  std::cerr << "thx: error: " << what << " (thx --help lists the options)\n";
+  return 2;
+}
+
+// The parsed subcommand's run: bad input is one line and exit 2; a failed run, exit 1.
+int run_parsed(const std::vector<std::unique_ptr<thx::Command>>& commands) {
   try {
     for (auto& c : commands)
       if (c->app->parsed()) return c->run();
@@ -126,4 +100,43 @@ int main(int argc, char** argv) {
     return 1;
   }
   return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // A write past the file-size limit (ulimit -f) then fails with EFBIG, reported as one line
+  // like a full disk, instead of killing the process with SIGXFSZ mid-checkpoint.
+  std::signal(SIGXFSZ, SIG_IGN);
+  thx::install_crash_report();
+  thx::reexec_with_thread_environment(argv);  // see common/runtime.h
+  CLI::App app{"thx: Talking-Heads Attention (Shazeer et al., 2020) experiments on LibTorch.\n"
+               "Run 'thx SUBCOMMAND --help' for the options of each subcommand."};
+  app.require_subcommand(1);
+  std::string level = "info";
+  app.add_option("--log-level", level, "debug | info | warn | error | off")
+      ->check(CLI::IsMember({"debug", "info", "warn", "error", "off"}))
+      ->capture_default_str();
+  int64_t threads = 0;
+  app.add_option("--threads", threads, "intra-op CPU threads (0: every core; under torchrun, cores / LOCAL_WORLD_SIZE)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  std::string device = "auto";
+  app.add_option("--device", device, "cpu | cuda | auto (CUDA when present); a config's train.device overrides it")
+      ->check(CLI::IsMember({"cpu", "cuda", "auto"}))
+      ->capture_default_str();
+  const auto commands = make_commands(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    return parse_error(app, e, argc, argv);
+  }
+  thx::set_log_level(level);
+  thx::configure_runtime(threads);
+  thx::set_device_request(device);
+  return run_parsed(commands);
 }

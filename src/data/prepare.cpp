@@ -1,6 +1,7 @@
 #include "data/prepare.h"
 
 #include <map>
+#include <optional>
 
 #include <ATen/Parallel.h>
 
@@ -71,82 +72,72 @@ struct ShardWriter {
   }
 };
 
-}  // namespace
+// The input files (globs expanded, sorted; held-out files added), the held-out files, and the
+// format of each file named under a FORMAT: prefix.
+struct Inputs {
+  std::vector<std::string> files, heldout;
+  std::set<std::string> heldout_set;
+  std::map<std::string, CorpusFormat> format;
+};
 
-PrepareResult run_prepare(const PrepareOptions& o) {
-  auto log = thx::log("prepare");
-  PrepareResult result;
-  THX_CHECK(!o.out_dir.empty(), "prepare: --out DIR is required");
-  check_output_dir(o.out_dir, "--out");
-  THX_CHECK(o.heldout_fraction >= 0 && o.heldout_fraction < 1,
-            "--heldout-fraction {}: must be in [0, 1)", o.heldout_fraction);
-  THX_CHECK(o.shard_tokens >= 1024, "--shard-tokens {}: must be at least 1024", o.shard_tokens);
+Inputs list_inputs(const PrepareOptions& o) {
+  Inputs in;
   std::vector<std::string> paths;
-  std::map<std::string, CorpusFormat> file_format;  // files named under a FORMAT: prefix
   for (const auto& spec : o.inputs) {
     const auto [format, path] = split_format_prefix(spec);
     paths.push_back(path);
     if (format)
-      for (const auto& f : expand_inputs({path})) file_format[f] = *format;
+      for (const auto& f : expand_inputs({path})) in.format[f] = *format;
   }
-  auto files = expand_inputs(paths);
-  const Tokenizer tok(o.tokenizer);
-  std::set<std::string> heldout_set;
+  in.files = expand_inputs(paths);
   if (!o.heldout_files.empty())
-    for (const auto& f : expand_inputs(o.heldout_files)) heldout_set.insert(f);
-  std::vector<std::string> heldout(heldout_set.begin(), heldout_set.end());
-  for (const auto& f : heldout)  // held-out files need not be listed among the inputs
-    if (std::find(files.begin(), files.end(), f) == files.end()) files.push_back(f);
-  std::sort(files.begin(), files.end());
+    for (const auto& f : expand_inputs(o.heldout_files)) in.heldout_set.insert(f);
+  in.heldout.assign(in.heldout_set.begin(), in.heldout_set.end());
+  for (const auto& f : in.heldout)  // held-out files need not be listed among the inputs
+    if (std::find(in.files.begin(), in.files.end(), f) == in.files.end()) in.files.push_back(f);
+  std::sort(in.files.begin(), in.files.end());
+  return in;
+}
 
-  const std::string fp = fingerprint(o, files, heldout);
+// The result of an earlier prepare of the same inputs whose shards are all there, or nullopt
+// (nothing there, or a damaged manifest: rebuilt). Shards made from other inputs are refused:
+// runs and checkpoints refer to them.
+std::optional<PrepareResult> up_to_date(const PrepareOptions& o, const std::string& fp) {
   const fs::path manifest_path = fs::path(o.out_dir) / "manifest.json";
-  if (fs::exists(manifest_path)) {
-    try {
-      const json m = json::parse(read_file(manifest_path.string()));
-      bool complete = m.value("fingerprint", "") == fp;
-      for (const char* s : kSplits)
-        for (const auto& sh : m["splits"][s]["shards"])
-          complete = complete && fs::exists(fs::path(o.out_dir) / sh.get<std::string>());
-      // Shards made from other inputs are not replaced: runs and checkpoints refer to them.
-      if (m.value("fingerprint", "") != fp && !m.value("fingerprint", "").empty())
-        throw InputError(fmt::format(
-            "--out {}: holds shards prepared from other inputs or settings (see its "
-            "manifest.json); choose another --out, or remove the directory to rebuild",
-            o.out_dir));
-      if (complete) {
-        log->info("{} is up to date with its inputs; nothing to do", o.out_dir);
-        result.up_to_date = true;
-        for (int s = 0; s < 2; ++s) {
-          result.documents[s] = m["splits"][kSplits[s]]["documents"];
-          result.tokens[s] = m["splits"][kSplits[s]]["tokens"];
-        }
-        return result;
-      }
-    } catch (const json::exception&) {
-      // A damaged manifest is rebuilt below.
+  if (!fs::exists(manifest_path)) return std::nullopt;
+  try {
+    const json m = json::parse(thx::read_file(manifest_path.string()));
+    bool complete = m.value("fingerprint", "") == fp;
+    for (const char* s : kSplits)
+      for (const auto& sh : m["splits"][s]["shards"])
+        complete = complete && fs::exists(fs::path(o.out_dir) / sh.get<std::string>());
+    if (m.value("fingerprint", "") != fp && !m.value("fingerprint", "").empty())
+      throw InputError(fmt::format(
+          "--out {}: holds shards prepared from other inputs or settings (see its "
+          "manifest.json); choose another --out, or remove the directory to rebuild",
+          o.out_dir));
+    if (!complete) return std::nullopt;
+    PrepareResult result;
+    result.up_to_date = true;
+    for (int s = 0; s < 2; ++s) {
+      result.documents[s] = m["splits"][kSplits[s]]["documents"];
+      result.tokens[s] = m["splits"][kSplits[s]]["tokens"];
     }
+    return result;
+  } catch (const json::exception&) {
+    return std::nullopt;  // a damaged manifest is rebuilt
   }
-  // A directory this run creates is removed again if the run fails (an empty corpus, one whose
-  // every line is malformed, a full disk): a failed prepare leaves nothing behind.
-  struct RemoveIfFailed {
-    std::string dir;
-    int exceptions = std::uncaught_exceptions();
-    ~RemoveIfFailed() {
-      std::error_code ec;
-      if (!dir.empty() && std::uncaught_exceptions() > exceptions) fs::remove_all(dir, ec);
-    }
-  } cleanup{fs::exists(o.out_dir) ? "" : o.out_dir};
-  fs::create_directories(o.out_dir);
+}
 
+// Every input document tokenized (in parallel, in batches, appended in order) into the train
+// or held-out shards; progress every 2 s.
+void tokenize_all(const PrepareOptions& o, const Inputs& in, const Tokenizer& tok, ShardWriter (&writers)[2],
+                  PrepareResult& result) {
+  auto log = thx::log("prepare");
   int64_t total_bytes = 0;
-  for (const auto& f : files) total_bytes += int64_t(fs::file_size(f));
-  log->info("tokenizing {} files ({:.1f} MB) with {} into {}", files.size(), total_bytes / 1e6,
-            o.tokenizer, o.out_dir);
-  ShardWriter writers[2] = {ShardWriter(o.out_dir, "train", o.shard_tokens),
-                            ShardWriter(o.out_dir, "heldout", o.shard_tokens)};
-
-  // Documents are tokenized in parallel in batches and appended in order.
+  for (const auto& f : in.files) total_bytes += int64_t(fs::file_size(f));
+  log->info("tokenizing {} files ({:.1f} MB) with {} into {}", in.files.size(), total_bytes / 1e6, o.tokenizer,
+            o.out_dir);
   std::vector<std::string> batch;
   std::vector<int> batch_split;
   const auto t0 = std::chrono::steady_clock::now();
@@ -161,13 +152,13 @@ PrepareResult run_prepare(const PrepareOptions& o) {
     docs += int64_t(batch.size());
     batch.clear(), batch_split.clear();
   };
-  for (const auto& f : files) {
-    const int file_split = heldout_set.count(f) ? 1 : 0;
+  for (const auto& f : in.files) {
+    const int file_split = in.heldout_set.count(f) ? 1 : 0;
     CorpusStats file_stats;
-    const auto ff = file_format.find(f);
-    read_corpus({f}, ff != file_format.end() ? ff->second : o.format, [&](std::string&& doc) {
+    const auto ff = in.format.find(f);
+    read_corpus({f}, ff != in.format.end() ? ff->second : o.format, [&](std::string&& doc) {
       int s = file_split;
-      if (heldout.empty())  // by fraction, from the text itself
+      if (in.heldout.empty())  // by fraction, from the text itself
         s = double(fnv1a(doc) >> 11) * 0x1.0p-53 < o.heldout_fraction ? 1 : 0;
       batch.push_back(std::move(doc));
       batch_split.push_back(s);
@@ -189,14 +180,11 @@ PrepareResult run_prepare(const PrepareOptions& o) {
     }
   }
   flush_batch();
-  if (result.stats.documents == 0)
-    throw InputError(fmt::format("prepare: no usable document in {} files ({} malformed lines)",
-                                 files.size(), result.stats.bad_lines));
-  for (auto& w : writers) w.flush();
-  if (writers[0].documents == 0)
-    throw InputError("prepare: every document went to the held-out split; lower "
-                     "--heldout-fraction or hold out fewer files");
+}
 
+// manifest.json: what the shards were made from and hold.
+void write_manifest(const PrepareOptions& o, const Inputs& in, const Tokenizer& tok, const std::string& fp,
+                    const ShardWriter (&writers)[2], PrepareResult& result) {
   json m;
   m["thx_prepare"] = kVersion;
   m["fingerprint"] = fp;
@@ -204,8 +192,8 @@ PrepareResult run_prepare(const PrepareOptions& o) {
   m["tokenizer"] = {{"path", fs::absolute(o.tokenizer).string()}, {"pieces", tok.pieces()},
                     {"vocab_size", tok.vocab_size()},
                     {"convention", convention_name(tok.convention())}};
-  for (const auto& f : files) m["inputs"].push_back({{"path", f}, {"stamp", file_stamp(f)}});
-  m["heldout"] = heldout.empty() ? json{{"fraction", o.heldout_fraction}} : json{{"files", heldout}};
+  for (const auto& f : in.files) m["inputs"].push_back({{"path", f}, {"stamp", file_stamp(f)}});
+  m["heldout"] = in.heldout.empty() ? json{{"fraction", o.heldout_fraction}} : json{{"files", in.heldout}};
   m["bad_lines"] = result.stats.bad_lines;
   m["bad_examples"] = result.stats.bad_examples;
   for (int s = 0; s < 2; ++s) {
@@ -214,7 +202,51 @@ PrepareResult run_prepare(const PrepareOptions& o) {
                                {"tokens", writers[s].total_tokens}};
     result.documents[s] = writers[s].documents, result.tokens[s] = writers[s].total_tokens;
   }
-  write_file_atomic(manifest_path.string(), m.dump(2) + "\n");
+  write_file_atomic((fs::path(o.out_dir) / "manifest.json").string(), m.dump(2) + "\n");
+}
+
+// A directory this run creates is removed again if the run fails (an empty corpus, one whose
+// every line is malformed, a full disk): a failed prepare leaves nothing behind.
+struct RemoveIfFailed {
+  std::string dir;
+  int exceptions = std::uncaught_exceptions();
+  ~RemoveIfFailed() {
+    std::error_code ec;
+    if (!dir.empty() && std::uncaught_exceptions() > exceptions) fs::remove_all(dir, ec);
+  }
+};
+
+}  // namespace
+
+PrepareResult run_prepare(const PrepareOptions& o) {
+  auto log = thx::log("prepare");
+  THX_CHECK(!o.out_dir.empty(), "prepare: --out DIR is required");
+  check_output_dir(o.out_dir, "--out");
+  THX_CHECK(o.heldout_fraction >= 0 && o.heldout_fraction < 1,
+            "--heldout-fraction {}: must be in [0, 1)", o.heldout_fraction);
+  THX_CHECK(o.shard_tokens >= 1024, "--shard-tokens {}: must be at least 1024", o.shard_tokens);
+  const Inputs in = list_inputs(o);
+  const Tokenizer tok(o.tokenizer);
+  const std::string fp = fingerprint(o, in.files, in.heldout);
+  if (const auto done = up_to_date(o, fp)) {
+    log->info("{} is up to date with its inputs; nothing to do", o.out_dir);
+    return *done;
+  }
+  const RemoveIfFailed cleanup{fs::exists(o.out_dir) ? "" : o.out_dir};
+  fs::create_directories(o.out_dir);
+  const auto t0 = std::chrono::steady_clock::now();
+  ShardWriter writers[2] = {ShardWriter(o.out_dir, "train", o.shard_tokens),
+                            ShardWriter(o.out_dir, "heldout", o.shard_tokens)};
+  PrepareResult result;
+  tokenize_all(o, in, tok, writers, result);
+  if (result.stats.documents == 0)
+    throw InputError(fmt::format("prepare: no usable document in {} files ({} malformed lines)",
+                                 in.files.size(), result.stats.bad_lines));
+  for (auto& w : writers) w.flush();
+  if (writers[0].documents == 0)
+    throw InputError("prepare: every document went to the held-out split; lower "
+                     "--heldout-fraction or hold out fewer files");
+  write_manifest(o, in, tok, fp, writers, result);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   log->info("train: {} docs, {} tokens; heldout: {} docs, {} tokens; {} malformed lines; {:.1f}s",
             result.documents[0], result.tokens[0], result.documents[1], result.tokens[1],

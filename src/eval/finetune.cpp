@@ -48,17 +48,20 @@ std::map<std::string, Splits> read_tasks(const FinetuneConfig& f, bool need_trai
   return data;
 }
 
-// The model the trainers will build, built once here from the pretrained configuration and the
-// tokenizer and given `ck`'s parameters (and, for a fine-tuned encoder, its task heads): a
-// tokenizer or checkpoint of another model, or (with `f`, fine-tuning) a batch too large for
-// the machine, stops here, before the output directory exists.
-void check_model(const PretrainConfig& pc, const std::string& tokenizer, const Checkpoint& ck,
-                 const std::string& file, const std::vector<std::string>& head_tasks = {},
-                 const FinetuneConfig* f = nullptr, const torch::Device& device = torch::Device(torch::kCPU)) {
+// The model the trainers need, built here from the pretrained configuration and the tokenizer
+// and given `ck`'s parameters (and, for a fine-tuned encoder, its task heads): a tokenizer or
+// checkpoint of another model, or (with `f`, fine-tuning) a batch too large for the machine,
+// stops here, before the output directory exists. Fine-tuning's first trainer takes the model
+// (FinetuneJob::checked): built under finetune.seed with the run's dropout, as it would build it.
+CheckedModel check_model(const PretrainConfig& pretrained, const std::string& tokenizer, const Checkpoint& ck,
+                         const std::string& file, const std::vector<std::string>& head_tasks = {},
+                         const FinetuneConfig* f = nullptr, const torch::Device& device = torch::Device(torch::kCPU)) {
+  const PretrainConfig pc = f ? with_dropout(pretrained, *f) : pretrained;
   torch::NoGradGuard no_grad;
   const Tokenizer tok(tokenizer);
   const int64_t vocab = pc.model.vocab_size > 0 ? pc.model.vocab_size : tok.vocab_size();
-  const ModelSpec spec = resolve_model_spec(pc.model, pc.attention);
+  check_spec(pc);
+  const ModelSpec& spec = pc.spec;
   if (f) {  // fine-tuning: its batches, before anything is allocated
     const int64_t outputs = pc.model.encoder_only() ? 0 : f->targets_length;
     check_training_memory(spec, vocab, f->batch_size / dist::world_size(), f->inputs_length, outputs,
@@ -78,19 +81,22 @@ void check_model(const PretrainConfig& pc, const std::string& tokenizer, const C
                                    tokenizer, tok.vocab_size()));
     }
   };
+  if (f) torch::manual_seed(uint64_t(f->seed));
+  CheckedModel m;
   if (!pc.model.encoder_only()) {
     require_convention(tok, TokenizerConvention::t5, tokenizer, "T5 fine-tuning");
-    const T5 m(spec, vocab);
-    copy(m->named_parameters_by_path());
-    return;
+    m.t5 = T5(spec, vocab);
+    copy(m.t5->named_parameters_by_path());
+    return m;
   }
   require_convention(tok, TokenizerConvention::albert, tokenizer, "BERT/ALBERT fine-tuning");
-  const EncoderModel m(spec, vocab, false);
-  copy(m->named_parameters_by_path());
+  m.encoder = EncoderModel(spec, vocab, false);
+  copy(m.encoder->named_parameters_by_path());
   for (const auto& task : head_tasks) {
     const TaskHead h(pc.model.d_model, head_outputs(task_spec(task)));
     copy_parameters({{"heads/" + task + "/w", h->w}, {"heads/" + task + "/bias", h->b}}, ck.params, file);
   }
+  return m;
 }
 
 void prepare_out(const std::string& out) {
@@ -141,7 +147,8 @@ bool run_finetune(const FinetuneRunConfig& config, const Pretrained& pretrained,
     if (!e.empty()) throw InputError(e);
   }
   std::map<std::string, Splits> data = read_tasks(config.finetune, true);
-  check_model(pretrained.config, tokenizer, pretrained.checkpoint, pretrained.path, {}, &config.finetune, device);
+  CheckedModel checked =
+      check_model(pretrained.config, tokenizer, pretrained.checkpoint, pretrained.path, {}, &config.finetune, device);
   // Only rank 0 has the output directory (the others may be on other nodes).
   std::optional<RunDirectory> dir;
   dist::on_rank0([&] { dir.emplace(ro); });
@@ -154,7 +161,7 @@ bool run_finetune(const FinetuneRunConfig& config, const Pretrained& pretrained,
     return &*events;
   };
   const FinetuneJob job{config, pretrained, out_dir, tokenizer, ro.yaml, options.resume, open_outputs, std::move(data),
-                        device};
+                        device, checked};
   return pretrained.config.model.encoder_only() ? finetune_encoder(job) : finetune_t5(job);
 }
 
@@ -190,7 +197,7 @@ void run_eval(const FinetuneRunConfig& config, const Pretrained& model, const st
   }
   std::map<std::string, Splits> data = read_tasks(config.finetune, false);
   prepare_out(out_dir);
-  const FinetuneJob job{config, model, out_dir, tokenizer, cfg::to_yaml(config), false, {}, std::move(data), device};
+  const FinetuneJob job{config, model, out_dir, tokenizer, cfg::to_yaml(config), false, {}, std::move(data), device, {}};
   PrecisionScope scope(precision);
   if (model.config.model.encoder_only()) {
     for (size_t k = 0; k < files.size(); ++k) eval_encoder_task(job, config.finetune.tasks[k], loaded[files[k]], files[k]);

@@ -119,11 +119,7 @@ std::string tokenizer_path(const FinetuneConfig& c, const PretrainConfig& pc) {
 
 // The model's configuration for fine-tuning: the pretrained one with dropout everywhere.
 PretrainConfig with_dropout(PretrainConfig pc, const FinetuneConfig& c) {
-  const double p = c.dropout, a = c.attention_dropout.value_or(c.dropout);
-  pc.model.dropout = p, pc.model.ff_dropout = p;
-  pc.attention.encoder_self.dropout = a, pc.attention.decoder_self.dropout = a;
-  pc.attention.encoder_decoder.dropout = a;
-  return pc;
+  return with_dropouts(std::move(pc), c.dropout, c.attention_dropout.value_or(c.dropout));
 }
 
 void skip_misplaced_answers(TaskData& d) {

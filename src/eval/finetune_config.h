@@ -12,6 +12,7 @@
 
 #include "eval/scoring.h"
 #include "eval/tasks.h"
+#include "models/encoder.h"
 #include "training/checkpoint.h"
 #include "training/config.h"
 #include "training/spec.h"
@@ -146,6 +147,14 @@ void load_finetune_state(const Checkpoint& c, std::mt19937_64& sampler, std::vec
 // directory, the tokenizer, whether to resume, and the TensorBoard writer.
 // What a trainer is given. Everything in it was read and checked before the output directory
 // was touched (eval/finetune.cpp): the task rows are read once, there, into `data`.
+// The pretrained model as fine-tuning's check built it (finetune.cpp: the checkpoint's
+// parameters copied in, before anything is written), for the first trainer to take instead of
+// building it again: under finetune.seed and with the run's dropout, as the trainer would.
+struct CheckedModel {
+  T5 t5{nullptr};
+  EncoderModel encoder{nullptr};
+};
+
 struct FinetuneJob {
   const FinetuneRunConfig& config;
   const Pretrained& pretrained;
@@ -154,6 +163,7 @@ struct FinetuneJob {
   std::function<EventWriter*()> open_outputs;  // opens out (once) and its TensorBoard writer (LoopOptions)
   std::map<std::string, Splits> data;           // every task's splits as read (read_splits)
   torch::Device device{torch::kCPU};            // where the model trains and evaluates (--device)
+  CheckedModel checked;                         // (fine-tuning) the model, built and loaded once
 };
 
 }  // namespace thx

@@ -234,12 +234,48 @@ class Featurizer {
     std::vector<Feature> feats;
     for (size_t i = 0; i < dev.size(); ++i)
       for (auto& f : features(s, dev[i], int64_t(i), false)) feats.push_back(std::move(f));
-    std::vector<int> labels(dev.size(), -1);
-    std::vector<double> scores(dev.size(), 0);
-    std::vector<std::vector<float>> choice(dev.size());
-    std::vector<std::vector<SpanWindow>> windows(dev.size());
-    // Each feature's head output (classes, a score, an option's score, or the window's [n,2]
-    // span logits); data parallel: rank r runs batches r, r+W, ... and the rows are gathered.
+    const std::vector<Tensor> rows = head_rows(m, h, s, feats);
+    m->train(), h->train();
+    Outputs out(dev.size());
+    for (size_t i = 0; i < feats.size(); ++i) out.add(s, feats[i], rows[i]);
+    TaskEval ev;
+    ev.examples = int64_t(dev.size());
+    std::vector<std::string> texts(dev.size());
+    for (size_t i = 0; i < dev.size(); ++i) {
+      if (s.kind == TaskKind::multiple_choice) {
+        const auto& c = out.choice[i];
+        out.labels[i] = c.empty() ? -1 : int(std::max_element(c.begin(), c.end()) - c.begin());
+      }
+      if (s.kind == TaskKind::span) {
+        const SpanAnswer a = best_span(out.windows[i], f_.n_best, f_.max_answer_length);
+        texts[i] = answer_text(dev[i].text[1], a);
+        if (s.name == "squad20")  // the no-answer margin; the official script's best threshold decides
+          ev.na_probs[dev[i].id] = a.start_word < 0 ? 1e9 : a.null_score - a.score;
+        ev.answers[dev[i].id] = texts[i];
+        ev.predictions.push_back(texts[i]);
+      } else if (s.kind == TaskKind::regression) {
+        ev.predictions.push_back(fmt::format("{:.3f}", out.scores[i]));
+      } else {
+        const int l = out.labels[i];
+        ev.predictions.push_back(l < 0 ? "" : s.name == "race" ? std::string(1, char('A' + l))
+                                          : s.name == "copa"  ? target_names(s)[size_t(l)]
+                                                              : s.labels[size_t(l)]);
+      }
+    }
+    if (s.name == "squad20") {
+      const double thresh = apply_no_answer_threshold(dev, texts, ev);
+      ev.metrics = score_task(s, dev, out.labels, out.scores, texts, &ev.na_probs);
+      ev.metrics["threshold"] = thresh;
+      return ev;
+    }
+    ev.metrics = score_task(s, dev, out.labels, out.scores, texts);
+    return ev;
+  }
+
+  // Each feature's head output (classes, a score, an option's score, or the window's [n,2]
+  // span logits), on the CPU; data parallel: rank r runs batches r, r+W, ... and the rows are
+  // gathered.
+  std::vector<Tensor> head_rows(EncoderModel& m, TaskHead& h, const TaskSpec& s, const std::vector<Feature>& feats) const {
     const size_t bs = size_t(eval_rows(f_));
     std::vector<Tensor> rows(feats.size());
     for (size_t b0 = bs * size_t(dist::rank()); b0 < feats.size(); b0 += bs * size_t(dist::world_size())) {
@@ -252,73 +288,53 @@ class Featurizer {
                                                 : o[int64_t(i)].contiguous();  // [K], [], or [n,2]
     }
     gather_rows(rows);
-    for (size_t i = 0; i < feats.size(); ++i) {
-      const Feature& f = feats[i];
-      const Tensor& r = rows[i];
-      if (s.kind == TaskKind::classification) labels[size_t(f.example)] = int(r.argmax().item<int64_t>());
-      else if (s.kind == TaskKind::regression) scores[size_t(f.example)] = r.item<double>();
-      else if (s.kind == TaskKind::multiple_choice) choice[size_t(f.example)].push_back(r.item<float>());
+    return rows;
+  }
+
+  // The head rows gathered per dev example: a class, a score, the options' scores, or the
+  // span windows.
+  struct Outputs {
+    std::vector<int> labels;
+    std::vector<double> scores;
+    std::vector<std::vector<float>> choice;
+    std::vector<std::vector<SpanWindow>> windows;
+    explicit Outputs(size_t n) : labels(n, -1), scores(n, 0), choice(n), windows(n) {}
+    void add(const TaskSpec& s, const Feature& f, const Tensor& r) {
+      const size_t e = size_t(f.example);
+      if (s.kind == TaskKind::classification) labels[e] = int(r.argmax().item<int64_t>());
+      else if (s.kind == TaskKind::regression) scores[e] = r.item<double>();
+      else if (s.kind == TaskKind::multiple_choice) choice[e].push_back(r.item<float>());
       else {
         SpanWindow w;
         w.token_to_word = f.token_to_word, w.max_context = f.max_context;
         const Tensor st = r.select(1, 0).contiguous(), en = r.select(1, 1).contiguous();  // [n], [n]
         w.start_logits.assign(st.data_ptr<float>(), st.data_ptr<float>() + st.numel());
         w.end_logits.assign(en.data_ptr<float>(), en.data_ptr<float>() + en.numel());
-        windows[size_t(f.example)].push_back(std::move(w));
+        windows[e].push_back(std::move(w));
       }
     }
-    m->train(), h->train();
-    TaskEval ev;
-    ev.examples = int64_t(dev.size());
-    std::vector<std::string> texts(dev.size());
+  };
+
+  // SQuAD v2.0: the no-answer threshold chosen on dev as the official script does, then
+  // applied (answers above it become ""); returns it.
+  static double apply_no_answer_threshold(const std::vector<TaskExample>& dev, std::vector<std::string>& texts,
+                                          TaskEval& ev) {
+    std::vector<SquadQuestion> qs;
+    for (const auto& e : dev) qs.push_back({e.id, e.answers, !e.impossible});
+    std::map<std::string, double> f1;
     for (size_t i = 0; i < dev.size(); ++i) {
-      if (s.kind == TaskKind::multiple_choice) {
-        const auto& c = choice[i];
-        labels[i] = c.empty() ? -1 : int(std::max_element(c.begin(), c.end()) - c.begin());
-      }
-      if (s.kind == TaskKind::span) {
-        const SpanAnswer a = best_span(windows[i], f_.n_best, f_.max_answer_length);
-        texts[i] = answer_text(dev[i].text[1], a);
-        if (s.name == "squad20") {
-          // The no-answer margin; the official script's best threshold decides below.
-          ev.na_probs[dev[i].id] = a.start_word < 0 ? 1e9 : a.null_score - a.score;
-        }
-        ev.answers[dev[i].id] = texts[i];
-        ev.predictions.push_back(texts[i]);
-      } else if (s.kind == TaskKind::regression) {
-        ev.predictions.push_back(fmt::format("{:.3f}", scores[i]));
-      } else {
-        const int l = labels[i];
-        ev.predictions.push_back(l < 0 ? "" : s.name == "race" ? std::string(1, char('A' + l))
-                                          : s.name == "copa"  ? target_names(s)[size_t(l)]
-                                                              : s.labels[size_t(l)]);
-      }
+      double best = 0;
+      std::vector<std::string> golds;
+      for (const auto& a : dev[i].answers)
+        if (!normalize_answer(a).empty()) golds.push_back(a);
+      if (golds.empty()) golds = {""};
+      for (const auto& g : golds) best = std::max(best, squad_f1_v2(g, texts[i]));
+      f1[dev[i].id] = best;
     }
-    if (s.name == "squad20") {
-      // Choose the threshold on dev as the official script does, then apply it: predictions
-      // above it become "".
-      std::vector<SquadQuestion> qs;
-      for (const auto& e : dev) qs.push_back({e.id, e.answers, !e.impossible});
-      std::map<std::string, double> f1;
-      for (size_t i = 0; i < dev.size(); ++i) {
-        double best = 0;
-        std::vector<std::string> golds;
-        for (const auto& a : dev[i].answers)
-          if (!normalize_answer(a).empty()) golds.push_back(a);
-        if (golds.empty()) golds = {""};
-        for (const auto& g : golds) best = std::max(best, squad_f1_v2(g, texts[i]));
-        f1[dev[i].id] = best;
-      }
-      const auto [best_f1, thresh] = best_no_answer_threshold(qs, ev.answers, f1, ev.na_probs);
-      for (size_t i = 0; i < dev.size(); ++i)
-        if (ev.na_probs[dev[i].id] > thresh) texts[i] = "", ev.answers[dev[i].id] = "", ev.predictions[i] = "";
-      ev.metrics = score_task(s, dev, labels, scores, texts, &ev.na_probs);
-      ev.metrics["threshold"] = thresh;
-      (void)best_f1;
-      return ev;
-    }
-    ev.metrics = score_task(s, dev, labels, scores, texts);
-    return ev;
+    const double thresh = best_no_answer_threshold(qs, ev.answers, f1, ev.na_probs).second;
+    for (size_t i = 0; i < dev.size(); ++i)
+      if (ev.na_probs[dev[i].id] > thresh) texts[i] = "", ev.answers[dev[i].id] = "", ev.predictions[i] = "";
+    return thresh;
   }
 
  private:
@@ -330,14 +346,20 @@ class Featurizer {
 // One task's fine-tuning behind the loop's interface.
 class EncoderTask : public Trainee {
  public:
-  EncoderTask(const FinetuneJob& job, const Featurizer& fz, const std::string& task)
+  // `checked`: the pretrained model as fine-tuning's check built and loaded it (under
+  // finetune.seed), for the first task; the others build their own from the checkpoint.
+  EncoderTask(const FinetuneJob& job, const Featurizer& fz, const std::string& task, EncoderModel checked)
       : job_(job), f_(job.config.finetune), fz_(fz), s_(task_spec(task)), rng_(uint64_t(f_.seed)),
         pc_(with_dropout(job.pretrained.config, f_)) {
     d_ = shuffled(job.data.at(task), f_, rng_);
-    torch::manual_seed(uint64_t(f_.seed));
-    const int64_t vocab = pc_.model.vocab_size > 0 ? pc_.model.vocab_size : fz.vocab_size();
-    model = EncoderModel(resolve_model_spec(pc_.model, pc_.attention), vocab, false);
-    copy_parameters(model->named_parameters_by_path(), job.pretrained.checkpoint.params, job.pretrained.path);
+    if (checked) {
+      model = checked;
+    } else {
+      torch::manual_seed(uint64_t(f_.seed));
+      const int64_t vocab = pc_.model.vocab_size > 0 ? pc_.model.vocab_size : fz.vocab_size();
+      model = EncoderModel(pc_.spec, vocab, false);
+      copy_parameters(model->named_parameters_by_path(), job.pretrained.checkpoint.params, job.pretrained.path);
+    }
     head = TaskHead(pc_.model.d_model, head_outputs(s_));
     model->to(job.device), head->to(job.device);
     // Training units: one feature, or (multiple choice) the options of one example together.
@@ -485,6 +507,7 @@ int64_t head_outputs(const TaskSpec& s) {
 bool finetune_encoder(const FinetuneJob& job) {
   const auto& f = job.config.finetune;
   const Featurizer fz(f, job.tokenizer);
+  EncoderModel first = job.checked.encoder;  // built and loaded by the check: the first task's
   for (const auto& task : f.tasks) {
     const std::string final_file = (fs::path(job.out) / (task + ".h5")).string();
     // Rank 0 decides (the other ranks may not see the output directory).
@@ -492,7 +515,8 @@ bool finetune_encoder(const FinetuneJob& job) {
       thx::log("finetune")->info("{}: already fine-tuned ({}); skipped", task, final_file);
       continue;
     }
-    EncoderTask t(job, fz, task);
+    EncoderTask t(job, fz, task, first);
+    first = nullptr;  // the next task starts from the checkpoint again
     LoopOptions o;
     o.steps = f.steps, o.log_every = f.log_every, o.eval_every = f.eval_every, o.batch_size = f.batch_size;
     o.checkpoint_every = job.config.checkpoint.every, o.keep = job.config.checkpoint.keep;
@@ -517,7 +541,7 @@ void eval_encoder_task(const FinetuneJob& job, const std::string& task, const Ch
   const Featurizer fz(f, job.tokenizer);
   const PretrainConfig pc = with_dropout(job.pretrained.config, f);
   const int64_t vocab = pc.model.vocab_size > 0 ? pc.model.vocab_size : fz.vocab_size();
-  EncoderModel m(resolve_model_spec(pc.model, pc.attention), vocab, false);
+  EncoderModel m(pc.spec, vocab, false);
   copy_parameters(m->named_parameters_by_path(), ck.params, file);
   TaskHead h(pc.model.d_model, head_outputs(s));
   copy_parameters({{"heads/" + task + "/w", h->w}, {"heads/" + task + "/bias", h->b}}, ck.params, file);

@@ -55,8 +55,12 @@ class T5Finetune : public Trainee {
       : job_(job), f_(job.config.finetune), pc_(with_dropout(job.pretrained.config, job.config.finetune)),
         tok_(job.tokenizer), rng_(uint64_t(f_.seed)) {
     const int64_t vocab = pc_.model.vocab_size > 0 ? pc_.model.vocab_size : tok_.vocab_size();
-    torch::manual_seed(uint64_t(f_.seed));
-    model = T5(resolve_model_spec(pc_.model, pc_.attention), vocab);
+    if (job.checked.t5) {  // built (under finetune.seed) and loaded by fine-tuning's check
+      model = job.checked.t5;
+    } else {
+      torch::manual_seed(uint64_t(f_.seed));
+      model = T5(pc_.spec, vocab);
+    }
     model->to(job.device);
   }
 
@@ -253,7 +257,8 @@ class T5Finetune : public Trainee {
 bool finetune_t5(const FinetuneJob& job) {
   const auto& f = job.config.finetune;
   T5Finetune t(job);
-  copy_parameters(t.model->named_parameters_by_path(), job.pretrained.checkpoint.params, job.pretrained.path);
+  if (!job.checked.t5)
+    copy_parameters(t.model->named_parameters_by_path(), job.pretrained.checkpoint.params, job.pretrained.path);
   t.load(true);
   LoopOptions o;
   o.steps = f.steps, o.log_every = f.log_every, o.eval_every = f.eval_every, o.batch_size = f.batch_size;

@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <variant>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -182,23 +183,30 @@ TaskData load_task(const std::string& root, const std::string& task, const std::
 
 // ---- GLUE ------------------------------------------------------------------------------------
 
-TaskData read_glue(const std::string& task, const std::string& path, const ReadOptions& o) {
-  const TaskSpec& s = task_spec(task);
-  THX_CHECK(s.benchmark == "glue", "read_glue: {} is not a GLUE task", task);
-  TaskData d;
-  d.task = task, d.path = path;
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(fmt::format("{}: cannot open", path));
-  BadRow bad{o, d};
-  std::string line;
-  int64_t line_no = 0;
-  // Columns by header name; CoLA's train/dev have no header (source, label, *, sentence).
-  struct Cols {
-    std::vector<int> text;
-    int label = -1, id = -1;
-    size_t count = 0;
-  } c;
-  const std::map<std::string, std::pair<std::vector<std::string>, std::string>> names = {
+namespace {
+
+// The readers' row loop: every line after the ones read so far, its '\r' dropped, empty
+// lines skipped; line_no counts every line.
+template <class F>
+void for_each_row(std::istream& in, int64_t& line_no, F&& row) {
+  for (std::string line; std::getline(in, line);) {
+    ++line_no;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (!line.empty()) row(line);
+  }
+}
+
+// A GLUE file's columns by header name; CoLA's train/dev have no header (source, label, *,
+// sentence).
+struct GlueColumns {
+  std::vector<int> text;
+  int label = -1, id = -1;
+  size_t count = 0;
+  bool header = true;  // the first line was a header (else it is a row)
+};
+
+GlueColumns glue_columns(const std::string& task, const std::string& path, const std::string& first, TaskData& d) {
+  static const std::map<std::string, std::pair<std::vector<std::string>, std::string>> names = {
       {"cola", {{"sentence"}, "label"}},
       {"sst2", {{"sentence"}, "label"}},
       {"mrpc", {{"#1 String", "#2 String"}, "Quality"}},
@@ -211,81 +219,89 @@ TaskData read_glue(const std::string& task, const std::string& path, const ReadO
       {"wnli", {{"sentence1", "sentence2"}, "label"}},
       {"ax", {{"sentence1", "sentence2"}, "label"}}};
   const auto& want = names.at(task);
-  bool header = true;
+  GlueColumns c;
+  const auto cols = split_tabs(first);
+  if (task == "cola" && !(cols.size() == 2 && cols[0] == "index")) {
+    c.header = false;  // train/dev: source, label, original label, sentence
+    c.text = {3}, c.label = 1, c.count = 4;
+    return c;
+  }
+  c.count = cols.size();
+  for (const auto& n : want.first) {
+    auto it = std::find(cols.begin(), cols.end(), n);
+    if (it == cols.end())
+      throw InputError(fmt::format("{}:1: header has no '{}' column (task {}; header: {})", path, n, task, join(cols)));
+    c.text.push_back(int(it - cols.begin()));
+  }
+  auto lab = std::find(cols.begin(), cols.end(), want.second);
+  c.label = lab == cols.end() ? -1 : int(lab - cols.begin());  // test files have none
+  if (c.label < 0)
+    d.unlabeled = fmt::format("{}:1: the header has no '{}' column (task {}; header: {})", path, want.second, task,
+                              join(cols));
+  for (const char* id : {"index", "idx", "id"}) {
+    auto it = std::find(cols.begin(), cols.end(), id);
+    if (it != cols.end() && c.id < 0) c.id = int(it - cols.begin());
+  }
+  if (task == "qqp" && c.label < 0) c.count = cols.size();
+  return c;
+}
+
+// One GLUE row as an example, or a reason it is malformed.
+std::variant<TaskExample, std::string> glue_example(const std::string& task, const TaskSpec& s, const GlueColumns& c,
+                                                    const std::string& row, int64_t line_no, size_t index) {
+  const auto cols = split_tabs(row);
+  // MNLI rows carry 1 or 5 annotator labels before gold_label, so their width varies:
+  // the columns needed must exist; other tasks must have exactly the header's width.
+  const bool mnli = task == "mnli" || task == "mnli_mm";
+  const size_t needed = size_t(std::max(c.id, *std::max_element(c.text.begin(), c.text.end()))) + 1;
+  if (mnli ? cols.size() < needed : cols.size() != c.count)
+    return fmt::format("expected {}{} tab-separated fields, found {}", mnli ? "at least " : "",
+                       mnli ? needed : c.count, cols.size());
+  TaskExample e;
+  e.line = line_no;
+  e.id = c.id >= 0 ? cols[c.id] : std::to_string(index);
+  for (int t : c.text) e.text.push_back(cols[t]);
+  if (c.label < 0) return e;
+  const std::string v = mnli ? cols.back() : cols[c.label];
+  if (s.kind == TaskKind::regression) {
+    try {
+      size_t used = 0;
+      e.score = std::stod(v, &used);
+      if (used != v.size()) throw std::invalid_argument(v);
+    } catch (const std::exception&) {
+      return fmt::format("score '{}' is not a number", v);
+    }
+  } else {
+    e.label = label_index(s, v);
+    if (e.label < 0) return fmt::format("label '{}' is not one of: {}", v, join(s.labels));
+  }
+  return e;
+}
+
+}  // namespace
+
+TaskData read_glue(const std::string& task, const std::string& path, const ReadOptions& o) {
+  const TaskSpec& s = task_spec(task);
+  THX_CHECK(s.benchmark == "glue", "read_glue: {} is not a GLUE task", task);
+  TaskData d;
+  d.task = task, d.path = path;
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError(fmt::format("{}: cannot open", path));
+  BadRow bad{o, d};
+  std::string line;
+  int64_t line_no = 0;
   if (!std::getline(in, line)) throw InputError(fmt::format("{}: empty file", path));
   ++line_no;
   if (line.rfind("\xEF\xBB\xBF", 0) == 0) line = line.substr(3);  // MRPC's byte-order mark
   if (!line.empty() && line.back() == '\r') line.pop_back();
-  {
-    const auto cols = split_tabs(line);
-    if (task == "cola" && !(cols.size() == 2 && cols[0] == "index")) {
-      header = false;  // train/dev: source, label, original label, sentence
-      c.text = {3}, c.label = 1, c.count = 4;
-    } else {
-      c.count = cols.size();
-      for (const auto& n : want.first) {
-        auto it = std::find(cols.begin(), cols.end(), n);
-        if (it == cols.end())
-          throw InputError(fmt::format("{}:1: header has no '{}' column (task {}; header: {})", path, n,
-                                       task, join(cols)));
-        c.text.push_back(int(it - cols.begin()));
-      }
-      auto lab = std::find(cols.begin(), cols.end(), want.second);
-      c.label = lab == cols.end() ? -1 : int(lab - cols.begin());  // test files have none
-      if (c.label < 0)
-        d.unlabeled = fmt::format("{}:1: the header has no '{}' column (task {}; header: {})", path, want.second, task,
-                                  join(cols));
-      for (const char* id : {"index", "idx", "id"}) {
-        auto it = std::find(cols.begin(), cols.end(), id);
-        if (it != cols.end() && c.id < 0) c.id = int(it - cols.begin());
-      }
-      if (task == "qqp" && c.label < 0) c.count = cols.size();
-    }
-  }
-  auto handle = [&](const std::string& raw) {
-    std::string row = raw;
-    if (!row.empty() && row.back() == '\r') row.pop_back();
-    if (row.empty()) return;
-    const auto cols = split_tabs(row);
-    // MNLI rows carry 1 or 5 annotator labels before gold_label, so their width varies:
-    // the columns needed must exist; other tasks must have exactly the header's width.
-    const bool mnli = task == "mnli" || task == "mnli_mm";
-    const size_t needed = size_t(std::max(c.id, *std::max_element(c.text.begin(), c.text.end()))) + 1;
-    if (mnli ? cols.size() < needed : cols.size() != c.count) {
-      bad(line_no, fmt::format("expected {}{} tab-separated fields, found {}", mnli ? "at least " : "",
-                               mnli ? needed : c.count, cols.size()));
-      return;
-    }
-    TaskExample e;
-    e.line = line_no;
-    e.id = c.id >= 0 ? cols[c.id] : std::to_string(d.examples.size());
-    for (int t : c.text) e.text.push_back(cols[t]);
-    if (c.label >= 0) {
-      const std::string v = mnli ? cols.back() : cols[c.label];
-      if (s.kind == TaskKind::regression) {
-        try {
-          size_t used = 0;
-          e.score = std::stod(v, &used);
-          if (used != v.size()) throw std::invalid_argument(v);
-        } catch (const std::exception&) {
-          bad(line_no, fmt::format("score '{}' is not a number", v));
-          return;
-        }
-      } else {
-        e.label = label_index(s, v);
-        if (e.label < 0) {
-          bad(line_no, fmt::format("label '{}' is not one of: {}", v, join(s.labels)));
-          return;
-        }
-      }
-    }
-    d.examples.push_back(std::move(e));
+  const GlueColumns c = glue_columns(task, path, line, d);
+  auto handle = [&](const std::string& row) {
+    auto e = glue_example(task, s, c, row, line_no, d.examples.size());
+    if (auto* why = std::get_if<std::string>(&e)) bad(line_no, *why);
+    else d.examples.push_back(std::move(std::get<TaskExample>(e)));
   };
-  if (!header) handle(line);
-  while (std::getline(in, line)) {
-    ++line_no;
-    handle(line);
-  }
+  if (!c.header && !line.empty()) handle(line);
+  for_each_row(in, line_no, handle);
   return d;
 }
 
@@ -324,6 +340,85 @@ std::string idx_string(const json& j) {
 
 }  // namespace
 
+namespace {
+
+// MultiRC: one example per candidate answer, grouped by question for exact match.
+void multirc_examples(const TaskSpec& s, const json& j, const std::string& id, int64_t line_no, TaskData& d) {
+  if (!j.contains("passage") || !j["passage"].is_object()) throw std::invalid_argument("no object 'passage'");
+  const json& p = j["passage"];
+  const std::string text = str_field(p, "text");
+  if (!p.contains("questions") || !p["questions"].is_array()) throw std::invalid_argument("no 'questions' array");
+  for (const json& q : p["questions"]) {
+    const std::string question = str_field(q, "question");
+    const std::string group = id + "/" + idx_string(q);
+    if (!q.contains("answers") || !q["answers"].is_array()) throw std::invalid_argument("no 'answers' array");
+    for (const json& a : q["answers"]) {
+      TaskExample c;
+      c.line = line_no, c.group = group, c.id = group + "/" + idx_string(a);
+      c.text = {question, str_field(a, "text"), text};
+      c.label = sg_label(s, a);
+      d.examples.push_back(std::move(c));
+    }
+  }
+}
+
+// ReCoRD: one example per query, the passage's entities as its options.
+void record_examples(const json& j, int64_t line_no, TaskData& d) {
+  if (!j.contains("passage") || !j["passage"].is_object()) throw std::invalid_argument("no object 'passage'");
+  const json& p = j["passage"];
+  const std::string text = str_field(p, "text");
+  std::vector<std::string> entities;
+  for (const json& en : p.value("entities", json::array())) {
+    // Character offsets, the end inclusive (passage[start:end + 1] in T5's preprocessing).
+    const int64_t a = en.at("start").get<int64_t>(), b = en.at("end").get<int64_t>();
+    const int64_t from = a < 0 ? -1 : utf8_offset(text, a), to = b < a ? -1 : utf8_offset(text, b + 1);
+    if (from < 0 || to < 0 || to > int64_t(text.size())) throw std::invalid_argument("entity span outside the passage");
+    const std::string name = text.substr(size_t(from), size_t(to - from));
+    if (std::find(entities.begin(), entities.end(), name) == entities.end()) entities.push_back(name);
+  }
+  if (!j.contains("qas") || !j["qas"].is_array()) throw std::invalid_argument("no 'qas' array");
+  for (const json& q : j["qas"]) {
+    TaskExample c;
+    c.line = line_no, c.id = idx_string(q);
+    c.text = {text, str_field(q, "query")};
+    c.options = entities;
+    for (const json& a : q.value("answers", json::array())) c.answers.push_back(str_field(a, "text"));
+    d.examples.push_back(std::move(c));
+  }
+}
+
+// The example of one row of a task with one example per row.
+TaskExample superglue_example(const std::string& task, const TaskSpec& s, const json& j, int64_t line_no) {
+  TaskExample e;
+  e.line = line_no;
+  e.id = idx_string(j);
+  if (task == "boolq") {
+    e.text = {str_field(j, "question"), str_field(j, "passage")};
+  } else if (task == "cb" || task == "rte_sg" || task == "axg") {
+    e.text = {str_field(j, "premise"), str_field(j, "hypothesis")};
+  } else if (task == "axb") {
+    e.text = {str_field(j, "sentence1"), str_field(j, "sentence2")};
+  } else if (task == "copa") {
+    e.text = {str_field(j, "premise"), str_field(j, "choice1"), str_field(j, "choice2")};
+    e.options = {e.text[1], e.text[2]};
+    e.word = str_field(j, "question");
+    if (e.word != "cause" && e.word != "effect")
+      throw std::invalid_argument(fmt::format("question '{}' is neither cause nor effect", e.word));
+  } else if (task == "wic") {
+    e.text = {str_field(j, "sentence1"), str_field(j, "sentence2")};
+    e.word = str_field(j, "word");
+  } else if (task == "wsc") {
+    e.text = {str_field(j, "text")};
+    if (!j.contains("target") || !j["target"].is_object()) throw std::invalid_argument("no object 'target'");
+    e.word = str_field(j["target"], "span1_text");
+    e.word2 = str_field(j["target"], "span2_text");
+  }
+  e.label = sg_label(s, j);
+  return e;
+}
+
+}  // namespace
+
 TaskData read_superglue(const std::string& task, const std::string& path, const ReadOptions& o) {
   const TaskSpec& s = task_spec(task);
   THX_CHECK(s.benchmark == "superglue", "read_superglue: {} is not a SuperGLUE task", task);
@@ -333,90 +428,17 @@ TaskData read_superglue(const std::string& task, const std::string& path, const 
   if (!in) throw InputError(fmt::format("{}: cannot open", path));
   BadRow bad{o, d};
   int64_t line_no = 0;
-  for (std::string line; std::getline(in, line);) {
-    ++line_no;
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    if (line.empty()) continue;
+  for_each_row(in, line_no, [&](const std::string& line) {
     try {
       const json j = json::parse(line);
       if (!j.is_object()) throw std::invalid_argument("not a JSON object");
-      TaskExample e;
-      e.line = line_no;
-      e.id = idx_string(j);
-      if (task == "boolq") {
-        e.text = {str_field(j, "question"), str_field(j, "passage")};
-        e.label = sg_label(s, j);
-      } else if (task == "cb" || task == "rte_sg" || task == "axg") {
-        e.text = {str_field(j, "premise"), str_field(j, "hypothesis")};
-        e.label = sg_label(s, j);
-      } else if (task == "axb") {
-        e.text = {str_field(j, "sentence1"), str_field(j, "sentence2")};
-        e.label = sg_label(s, j);
-      } else if (task == "copa") {
-        e.text = {str_field(j, "premise"), str_field(j, "choice1"), str_field(j, "choice2")};
-        e.options = {e.text[1], e.text[2]};
-        e.word = str_field(j, "question");
-        if (e.word != "cause" && e.word != "effect")
-          throw std::invalid_argument(fmt::format("question '{}' is neither cause nor effect", e.word));
-        e.label = sg_label(s, j);
-      } else if (task == "wic") {
-        e.text = {str_field(j, "sentence1"), str_field(j, "sentence2")};
-        e.word = str_field(j, "word");
-        e.label = sg_label(s, j);
-      } else if (task == "wsc") {
-        e.text = {str_field(j, "text")};
-        if (!j.contains("target") || !j["target"].is_object()) throw std::invalid_argument("no object 'target'");
-        e.word = str_field(j["target"], "span1_text");
-        e.word2 = str_field(j["target"], "span2_text");
-        e.label = sg_label(s, j);
-      } else if (task == "multirc") {
-        // One example per candidate answer, grouped by question for exact match.
-        if (!j.contains("passage") || !j["passage"].is_object()) throw std::invalid_argument("no object 'passage'");
-        const json& p = j["passage"];
-        const std::string text = str_field(p, "text");
-        if (!p.contains("questions") || !p["questions"].is_array()) throw std::invalid_argument("no 'questions' array");
-        for (const json& q : p["questions"]) {
-          const std::string question = str_field(q, "question");
-          const std::string group = e.id + "/" + idx_string(q);
-          if (!q.contains("answers") || !q["answers"].is_array()) throw std::invalid_argument("no 'answers' array");
-          for (const json& a : q["answers"]) {
-            TaskExample c;
-            c.line = line_no, c.group = group, c.id = group + "/" + idx_string(a);
-            c.text = {question, str_field(a, "text"), text};
-            c.label = sg_label(s, a);
-            d.examples.push_back(std::move(c));
-          }
-        }
-        continue;
-      } else if (task == "record") {
-        if (!j.contains("passage") || !j["passage"].is_object()) throw std::invalid_argument("no object 'passage'");
-        const json& p = j["passage"];
-        const std::string text = str_field(p, "text");
-        std::vector<std::string> entities;
-        for (const json& en : p.value("entities", json::array())) {
-          // Character offsets, the end inclusive (passage[start:end + 1] in T5's preprocessing).
-          const int64_t a = en.at("start").get<int64_t>(), b = en.at("end").get<int64_t>();
-          const int64_t from = a < 0 ? -1 : utf8_offset(text, a), to = b < a ? -1 : utf8_offset(text, b + 1);
-          if (from < 0 || to < 0 || to > int64_t(text.size())) throw std::invalid_argument("entity span outside the passage");
-          const std::string name = text.substr(size_t(from), size_t(to - from));
-          if (std::find(entities.begin(), entities.end(), name) == entities.end()) entities.push_back(name);
-        }
-        if (!j.contains("qas") || !j["qas"].is_array()) throw std::invalid_argument("no 'qas' array");
-        for (const json& q : j["qas"]) {
-          TaskExample c;
-          c.line = line_no, c.id = idx_string(q);
-          c.text = {text, str_field(q, "query")};
-          c.options = entities;
-          for (const json& a : q.value("answers", json::array())) c.answers.push_back(str_field(a, "text"));
-          d.examples.push_back(std::move(c));
-        }
-        continue;
-      }
-      d.examples.push_back(std::move(e));
+      if (task == "multirc") multirc_examples(s, j, idx_string(j), line_no, d);
+      else if (task == "record") record_examples(j, line_no, d);
+      else d.examples.push_back(superglue_example(task, s, j, line_no));
     } catch (const std::exception& ex) {  // json::exception and the checks above
       bad(line_no, fmt::format("bad {} row: {}", task, ex.what()));
     }
-  }
+  });
   return d;
 }
 

@@ -118,12 +118,72 @@ std::vector<std::string> bench_precisions(const std::string& value, const std::s
   return out;
 }
 
+namespace {
+
+// The tables of one `thx bench attention`, and whether its targets held.
+struct AttentionTables {
+  TextTable runs, ratios;
+  bool all_ratios_ok = true;
+  double speedup24 = 0;  // production over the einsum reference at h = 24 (the slower variant's)
+};
+
+// Multi-head and talking-heads of h heads in one precision, interleaved: MH, TH, MH, TH, ... so
+// that drift in the machine's speed hits both alike; the ratio is the median of the per-pair
+// ratios.
+void measure_cell(const BenchAttentionOptions& opt, int64_t h, const std::string& precision, double peak,
+                  AttentionTables& out) {
+  auto log = thx::log("bench");
+  const bool gpu = opt.device.is_cuda();
+  const bool reference = opt.reference && precision == "fp32";  // the einsum reference is fp32
+  AttentionConfig mh, th;
+  mh.variant = "multi_head", th.variant = "talking_heads";
+  mh.h = th.h = h;
+  Subject subject[2] = {Subject(resolve(mh, opt.d_model, opt.d_model, opt.d_model), opt),
+                        Subject(resolve(th, opt.d_model, opt.d_model, opt.d_model), opt)};
+  std::vector<double> t[2], ref[2], pair;
+  for (int64_t r = 0; r < opt.warmup + opt.reps; ++r) {
+    const double a = subject[0].production(precision), b = subject[1].production(precision);
+    if (r < opt.warmup) continue;
+    t[0].push_back(a), t[1].push_back(b), pair.push_back(b / a);
+  }
+  if (reference)
+    for (int64_t r = 0; r < 1 + std::max<int64_t>(1, opt.reps / 2); ++r)
+      for (int v = 0; v < 2; ++v) {
+        const double s = subject[v].reference();
+        if (r > 0) ref[v].push_back(s);
+      }
+  for (int v = 0; v < 2; ++v) {
+    const AttentionDims& d = subject[v].dims;
+    const double secs = median(t[v]), ref_s = reference ? median(ref[v]) : 0;
+    const double gflops = 6 * multiplies(d, opt.n, opt.n, CostConvention::Full) / secs / 1e9;
+    out.runs.rows.push_back({d.name(), std::to_string(h), std::to_string(d.d_k), precision,
+                             fmt::format("{:.1f}", secs * 1e3), fmt::format("{:.1f}", gflops),
+                             fmt::format("{:.0f}%", 100 * gflops / peak),
+                             reference ? fmt::format("{:.1f}", ref_s * 1e3) : "-",
+                             reference ? fmt::format("{:.2f}x", ref_s / secs) : "-"});
+    if (gpu) out.runs.rows.back().push_back(fmt::format("{:.0f}", subject[v].peak_mb));
+    log->info("{} h={} {}: {:.1f} ms ({:.0f}% of the {} peak){}", d.name(), h, precision, secs * 1e3,
+              100 * gflops / peak, precision,
+              reference ? fmt::format(", einsum reference {:.1f} ms", ref_s * 1e3) : "");
+    if (h == 24 && reference) out.speedup24 = v == 0 ? ref_s / secs : std::min(out.speedup24, ref_s / secs);
+  }
+  // The target compares with the paper's multiplies (section 5).
+  const double mult_ratio = multiplies(subject[1].dims, opt.n, opt.n) / multiplies(subject[0].dims, opt.n, opt.n);
+  const double time_ratio = median(pair);
+  const bool ok = time_ratio / mult_ratio <= 1.15;
+  out.all_ratios_ok = out.all_ratios_ok && ok;
+  out.ratios.rows.push_back({std::to_string(h), precision, fmt::format("{:.3f}", time_ratio),
+                             fmt::format("{:.3f}", mult_ratio), fmt::format("{:.3f}", time_ratio / mult_ratio),
+                             ok ? "met" : "MISSED"});
+}
+
+}  // namespace
+
 std::string bench_attention(const BenchAttentionOptions& opt) {
   auto log = thx::log("bench");
   torch::manual_seed(0);
-  const int threads = torch::get_num_threads();
   log->info("attention fwd+bwd: d_model {}, n = m = {}, batch {}, {} threads, median of {}",
-            opt.d_model, opt.n, opt.batch, threads, opt.reps);
+            opt.d_model, opt.n, opt.batch, torch::get_num_threads(), opt.reps);
   const std::vector<std::string> precisions = bench_precisions(opt.precision, "--precision", opt.device);
   const bool gpu = opt.device.is_cuda();
   const int64_t peak_size = gpu ? 8192 : 2048;
@@ -133,68 +193,16 @@ std::string bench_attention(const BenchAttentionOptions& opt) {
     log->info("{} matmul peak ({}^3 mm, best of 5): {:.1f} GFLOP/s, {}", p, peak_size, peaks[p],
               device_description(opt.device));
   }
-
-  TextTable runs, ratios;
-  runs.header = {"variant", "h", "d_k", "precision", "ms", "GFLOP/s", "% of peak", "einsum ref ms",
-                 "speedup vs ref"};
-  if (gpu) runs.header.push_back("peak GPU MB");
-  runs.align = gpu ? "lrrlrrrrrr" : "lrrlrrrrr";
-  ratios.header = {"h", "precision", "TH/MH time", "TH/MH multiplies", "time ratio / multiplies ratio",
-                   "target <= 1.15"};
-  ratios.align = "rlrrrl";
-  bool all_ratios_ok = true;
-  double speedup24 = 0;
-  std::vector<std::pair<int64_t, std::string>> cells;  // every h at every precision
+  AttentionTables tables;
+  tables.runs.header = {"variant", "h", "d_k", "precision", "ms", "GFLOP/s", "% of peak", "einsum ref ms",
+                        "speedup vs ref"};
+  if (gpu) tables.runs.header.push_back("peak GPU MB");
+  tables.runs.align = gpu ? "lrrlrrrrrr" : "lrrlrrrrr";
+  tables.ratios.header = {"h", "precision", "TH/MH time", "TH/MH multiplies", "time ratio / multiplies ratio",
+                          "target <= 1.15"};
+  tables.ratios.align = "rlrrrl";
   for (const int64_t h : opt.heads)
-    for (const std::string& p : precisions) cells.emplace_back(h, p);
-  for (const auto& [h, precision] : cells) {
-    const double peak = peaks.at(precision);
-    const bool reference = opt.reference && precision == "fp32";  // the einsum reference is fp32
-    AttentionConfig mh, th;
-    mh.variant = "multi_head", th.variant = "talking_heads";
-    mh.h = th.h = h;
-    Subject subject[2] = {Subject(resolve(mh, opt.d_model, opt.d_model, opt.d_model), opt),
-                          Subject(resolve(th, opt.d_model, opt.d_model, opt.d_model), opt)};
-    // Interleaved: MH, TH, MH, TH, ... so that drift in the machine's speed hits both alike;
-    // the ratio is the median of the per-pair ratios.
-    std::vector<double> t[2], ref[2], pair;
-    for (int64_t r = 0; r < opt.warmup + opt.reps; ++r) {
-      const double a = subject[0].production(precision), b = subject[1].production(precision);
-      if (r < opt.warmup) continue;
-      t[0].push_back(a), t[1].push_back(b), pair.push_back(b / a);
-    }
-    if (reference)
-      for (int64_t r = 0; r < 1 + std::max<int64_t>(1, opt.reps / 2); ++r)
-        for (int v = 0; v < 2; ++v) {
-          const double s = subject[v].reference();
-          if (r > 0) ref[v].push_back(s);
-        }
-    for (int v = 0; v < 2; ++v) {
-      const AttentionDims& d = subject[v].dims;
-      const double secs = median(t[v]), ref_s = reference ? median(ref[v]) : 0;
-      const double gflops = 6 * multiplies(d, opt.n, opt.n, CostConvention::Full) / secs / 1e9;
-      runs.rows.push_back({d.name(), std::to_string(h), std::to_string(d.d_k), precision,
-                           fmt::format("{:.1f}", secs * 1e3), fmt::format("{:.1f}", gflops),
-                           fmt::format("{:.0f}%", 100 * gflops / peak),
-                           reference ? fmt::format("{:.1f}", ref_s * 1e3) : "-",
-                           reference ? fmt::format("{:.2f}x", ref_s / secs) : "-"});
-      if (gpu) runs.rows.back().push_back(fmt::format("{:.0f}", subject[v].peak_mb));
-      log->info("{} h={} {}: {:.1f} ms ({:.0f}% of the {} peak){}", d.name(), h, precision, secs * 1e3,
-                100 * gflops / peak, precision,
-                reference ? fmt::format(", einsum reference {:.1f} ms", ref_s * 1e3) : "");
-      if (h == 24 && reference)
-        speedup24 = v == 0 ? ref_s / secs : std::min(speedup24, ref_s / secs);
-    }
-    // The target compares with the paper's multiplies (section 5).
-    const double mult_ratio = multiplies(subject[1].dims, opt.n, opt.n) /
-                              multiplies(subject[0].dims, opt.n, opt.n);
-    const double time_ratio = median(pair);
-    const bool ok = time_ratio / mult_ratio <= 1.15;
-    all_ratios_ok = all_ratios_ok && ok;
-    ratios.rows.push_back({std::to_string(h), precision, fmt::format("{:.3f}", time_ratio),
-                           fmt::format("{:.3f}", mult_ratio),
-                           fmt::format("{:.3f}", time_ratio / mult_ratio), ok ? "met" : "MISSED"});
-  }
+    for (const std::string& p : precisions) measure_cell(opt, h, p, peaks.at(p), tables);
 
   std::string peak_text;
   for (const auto& p : precisions) peak_text += fmt::format("{}{} {:.1f}", peak_text.empty() ? "" : ", ", p, peaks[p]);
@@ -206,18 +214,15 @@ std::string bench_attention(const BenchAttentionOptions& opt) {
       "TH/MH time is the median of the per-pair ratios.\n"
       "GFLOP/s counts 6 x the layer's multiplies (all of them, section 5 extended).\n\n",
       device_description(opt.device), peak_size, peak_text, opt.d_model, opt.n, opt.batch, opt.reps);
-  report += render(runs, TableFormat::markdown) + "\n" + render(ratios, TableFormat::markdown);
+  report += render(tables.runs, TableFormat::markdown) + "\n" + render(tables.ratios, TableFormat::markdown);
   report += fmt::format("\nTargets: TH/MH time ratio within 1.15x of the multiplies ratio at every "
-                        "h: {}.", all_ratios_ok ? "met" : "MISSED");
+                        "h: {}.", tables.all_ratios_ok ? "met" : "MISSED");
   if (opt.reference)
     report += fmt::format(" Production at least 2x faster than the einsum reference at h = 24: "
-                          "{:.2f}x, {}.", speedup24, speedup24 >= 2 ? "met" : "MISSED");
+                          "{:.2f}x, {}.", tables.speedup24, tables.speedup24 >= 2 ? "met" : "MISSED");
   report += "\n";
   std::fputs(report.c_str(), stdout);
-  if (!opt.markdown_out.empty()) {
-    std::ofstream out(opt.markdown_out);
-    out << report;
-  }
+  if (!opt.markdown_out.empty()) std::ofstream(opt.markdown_out) << report;
   return report;
 }
 

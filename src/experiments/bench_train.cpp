@@ -15,6 +15,7 @@
 #include "common/text_table.h"
 #include "experiments/bench_attention.h"
 #include "experiments/step_profile.h"
+#include "training/objective.h"
 
 #include <ATen/record_function.h>
 #include <optional>
@@ -37,41 +38,22 @@ struct Timed {
 // Steps of the model at `precision` (common/precision.h): forward and backward in its scope, the
 // optimizer on the fp32 master weights. The heap is trimmed first, so that the peak RSS is this
 // configuration's and not an earlier one's high-water mark.
-Timed time_steps(const PretrainConfig& c, int64_t vocab, int64_t batch, int64_t steps, int64_t warmup,
-                 const std::string& precision, bool profile, const torch::Device& device) {
+Timed time_steps(const PretrainConfig& c, const ModelSpec& spec, int64_t vocab, int64_t batch, int64_t steps,
+                 int64_t warmup, const std::string& precision, bool profile, const torch::Device& device) {
   trim_heap();
   reset_peak_rss();
   reset_device_peak(device);
   torch::manual_seed(0);
-  T5 t5{nullptr};
-  EncoderModel enc{nullptr};
-  std::shared_ptr<torch::nn::Module> model;
-  std::unique_ptr<Optimizer> opt;
-  std::function<torch::Tensor()> loss_of;
-  const int64_t n = c.data.inputs_length;
-  if (c.model.encoder_only()) {  // MLM + SOP on random tokens, as the stream's shapes
-    enc = EncoderModel(resolve_model_spec(c.model, c.attention), vocab, c.data.sentence_task != "none");
-    model = enc.ptr();
-    model->to(device);
-    opt = make_optimizer(c.optimizer, optimized_params(*enc, enc->named_parameters_by_path(), c.optimizer));
-    const int64_t P = c.data.max_predictions_per_seq;
-    const auto on = torch::TensorOptions().device(device).dtype(torch::kInt64);
-    const torch::Tensor ids = torch::randint(5, vocab, {batch, n}, on), types = torch::zeros({batch, n}, on);
-    const torch::Tensor positions = torch::randint(1, n, {batch, P}, on), targets = torch::randint(5, vocab, {batch, P}, on);
-    const torch::Tensor labels = torch::randint(0, 2, {batch}, on);
-    loss_of = [=]() mutable { return enc->forward(ids, types, positions, targets, labels).loss; };
-  } else {
-    t5 = T5(resolve_model_spec(c.model, c.attention), vocab);
-    model = t5.ptr();
-    model->to(device);
-    opt = make_optimizer(c.optimizer, optimized_params(*t5, c.optimizer.factor_attention));
-    const auto on = torch::TensorOptions().device(device).dtype(torch::kInt64);
-    const torch::Tensor in = torch::randint(2, vocab, {batch, n}, on);
-    const torch::Tensor tg = torch::randint(2, vocab, {batch, c.data.targets_length}, on);
-    torch::Tensor dec = torch::zeros_like(tg);
-    dec.narrow(1, 1, tg.size(1) - 1).copy_(tg.narrow(1, 0, tg.size(1) - 1));
-    loss_of = [=]() mutable { return t5->forward(in, dec, tg).loss; };
-  }
+  // The model and a batch of random tokens in its objective's shapes (training/objective.h).
+  const std::unique_ptr<Objective> objective = make_objective(spec, vocab, c.data.sentence_task != "none");
+  torch::nn::Module* model = &objective->module();
+  model->to(device);
+  const std::unique_ptr<Optimizer> opt = make_optimizer(c.optimizer, optimized_params(*model, objective->params(), c.optimizer));
+  const Batch batch_in = objective->random_batch(c.data, batch, vocab, device);
+  auto loss_of = [&] {
+    const Objective::Out o = objective->forward(batch_in);
+    return o.second.defined() ? o.loss + o.second : o.loss;
+  };
   model->train();
   std::vector<double> t, tf, tb, to;
   auto secs = [](Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); };
@@ -150,178 +132,207 @@ double run_peer(const std::string& peer, const PretrainConfig& c, int64_t vocab,
 
 }  // namespace
 
-double t5_forward_multiplies(const ModelConfig& m, const T5Attention& a, int64_t n, int64_t t,
-                             int64_t vocab) {
+double t5_forward_multiplies(const ModelSpec& spec, int64_t n, int64_t t, int64_t vocab) {
+  const ModelConfig& m = spec.model;
   const int64_t d = m.d_model;
-  auto att = [&](const AttentionConfig& c, int64_t q, int64_t k) {
-    return multiplies(resolve(c, d, d, d), q, k, CostConvention::Full);
-  };
+  auto att = [&](const AttentionDims& a, int64_t q, int64_t k) { return multiplies(a, q, k, CostConvention::Full); };
   const double ff = double(d) * m.d_ff;
-  const double enc = m.encoder_layers * (att(a.encoder_self, n, n) + n * ff * 2);
-  const double dec = m.decoder_layers * (att(a.decoder_self, t, t) + att(a.encoder_decoder, t, n) + t * ff * 2);
+  const double enc = m.encoder_layers * (att(spec.encoder_self, n, n) + n * ff * 2);
+  const double dec =
+      m.decoder_layers * (att(spec.decoder_self, t, t) + att(spec.encoder_decoder, t, n) + t * ff * 2);
   return enc + dec + double(t) * d * vocab;
 }
 
-double encoder_forward_multiplies(const ModelConfig& m, const AttentionConfig& a, int64_t n,
-                                  int64_t predictions, int64_t vocab) {
+double encoder_forward_multiplies(const ModelSpec& spec, int64_t n, int64_t predictions, int64_t vocab) {
+  const ModelConfig& m = spec.model;
   const int64_t d = m.d_model, E = m.embedding_size > 0 ? m.embedding_size : d;
-  const double att = multiplies(resolve(a, d, d, d), n, n, CostConvention::Full);
+  const double att = multiplies(spec.encoder_self, n, n, CostConvention::Full);
   const double layers = m.encoder_layers * (att + 2.0 * n * d * m.d_ff);
   const double embed = (m.type == "albert" || E != d) ? double(n) * E * d : 0.0;
   const double heads = double(predictions) * (double(d) * E + double(E) * vocab) + double(d) * d;
   return layers + embed + heads;
 }
 
-std::string bench_train(const BenchTrainOptions& o) {
-  auto log = thx::log("bench");
-  const std::vector<std::string> precisions =
-      bench_precisions(o.precision.empty() ? o.config.train.precision : o.precision, "--precision", o.device);
-  const bool gpu = o.device.is_cuda();
-  const int64_t peak_size = gpu ? 8192 : 2048;
-  std::map<std::string, double> peak;  // GFLOP/s of a 2048^3 matmul, per precision, measured now
-  for (const auto& p : precisions) {
-    peak[p] = matmul_peak_gflops(peak_size, 5, p, o.device);
-    log->info("{} matmul peak ({}^3): {:.1f} GFLOP/s, {}", p, peak_size, peak[p], device_description(o.device));
+namespace {
+
+// Every precision's matmul peak, the rows timed so far, and the tables they fill.
+class TrainBench {
+ public:
+  explicit TrainBench(const BenchTrainOptions& o)
+      : o_(o),
+        precisions_(bench_precisions(o.precision.empty() ? o.config.train.precision : o.precision, "--precision",
+                                     o.device)),
+        gpu_(o.device.is_cuda()),
+        peak_size_(gpu_ ? 8192 : 2048) {
+    for (const auto& p : precisions_) {
+      peak_[p] = matmul_peak_gflops(peak_size_, 5, p, o.device);
+      thx::log("bench")->info("{} matmul peak ({}^3): {:.1f} GFLOP/s, {}", p, peak_size_, peak_[p],
+                              device_description(o.device));
+    }
+    table_.header = {"config", "attention", "precision", "params", "batch", "s/step", "tokens/s", "model GFLOP/s",
+                     "% of peak", gpu_ ? "peak GPU MB" : "peak RSS MB", "peer s/step", "thx / peer"};
+    table_.align = "lllrrrrrrrrr";
+    speedups_.header = {"config", "attention", "fp32 s/step", "bf16 s/step", "bf16 speed-up", "fp32 / bf16 peak RSS"};
+    speedups_.align = "llrrrr";
+    ratios_.header = {"h", "TH/MH step time", "paper's TPU ratio"};
+    ratios_.align = "rrr";
   }
-  TextTable table;
-  table.header = {"config", "attention", "precision", "params", "batch", "s/step", "tokens/s", "model GFLOP/s",
-                  "% of peak", gpu ? "peak GPU MB" : "peak RSS MB", "peer s/step", "thx / peer"};
-  table.align = "lllrrrrrrrrr";
-  std::string profiles;  // --profile: one per row
-  TextTable speedups;  // with both precisions: bf16 against fp32, per configuration
-  speedups.header = {"config", "attention", "fp32 s/step", "bf16 s/step", "bf16 speed-up", "fp32 / bf16 peak RSS"};
-  speedups.align = "llrrrr";
-  auto measure_one = [&](const std::string& name, const PretrainConfig& c, int64_t vocab, int64_t batch, bool peer,
-                         const std::string& precision) {
+
+  // Every precision asked for, the peer beside the precisions in `peer_at`; returns the last
+  // precision's step time (-1: out of memory).
+  double measure(const std::string& name, const PretrainConfig& c, int64_t vocab, int64_t batch,
+                 const std::set<std::string>& peer_at) {
+    std::map<std::string, Timed> t;
+    for (const auto& p : precisions_) t[p] = measure_one(name, c, vocab, batch, peer_at.count(p) > 0, p);
+    if (t.count("fp32") && t.count("bf16") && !t["fp32"].out_of_memory && !t["bf16"].out_of_memory)
+      speedups_.rows.push_back({name, summary(c), fmt::format("{:.3f}", t["fp32"].step_s),
+                                fmt::format("{:.3f}", t["bf16"].step_s),
+                                fmt::format("{:.2f}x", t["fp32"].step_s / t["bf16"].step_s),
+                                fmt::format("{:.2f}", t["fp32"].peak_rss_mb / t["bf16"].peak_rss_mb)});
+    return t.at(precisions_.back()).out_of_memory ? -1.0 : t.at(precisions_.back()).step_s;
+  }
+
+  void ratio(int64_t h, double tm, double tt, const std::string& paper) {
+    ratios_.rows.push_back({std::to_string(h), tm > 0 && tt > 0 ? fmt::format("{:.2f}", tt / tm) : "-", paper});
+  }
+
+  std::string report() const {
+    std::string peaks;
+    for (const auto& p : precisions_) peaks += fmt::format("{}{} {:.1f}", peaks.empty() ? "" : ", ", p, peak_.at(p));
+    std::string r = fmt::format("{}. Matmul peak ({}^3, best of 5, measured in this run), GFLOP/s: {}. "
+                                "Median of {} steps after {} warm-up; model FLOPs = 6 x forward multiply-adds; % of peak "
+                                "is of the row's own precision's peak; {}.\n\n",
+                                device_description(o_.device), peak_size_, peaks, o_.steps, o_.warmup,
+                                gpu_ ? "peak GPU MB is the caching allocator's peak of tensors, reset before each row"
+                                     : "peak RSS is the process's, the heap trimmed before each row") +
+                    render(table_, TableFormat::markdown);
+    if (!speedups_.rows.empty()) r += "\n" + render(speedups_, TableFormat::markdown);
+    if (o_.base_sweep) r += "\n" + render(ratios_, TableFormat::markdown);
+    return r + profiles_;
+  }
+
+  bool gpu() const { return gpu_; }
+
+ private:
+  static std::string summary(const PretrainConfig& c) {
+    return resolve(c.attention.encoder_self, c.model.d_model, c.model.d_model, c.model.d_model).summary();
+  }
+
+  Timed measure_one(const std::string& name, const PretrainConfig& c, int64_t vocab, int64_t batch, bool peer,
+                    const std::string& precision) {
+    auto log = thx::log("bench");
+    const ModelSpec spec = resolve_model_spec(c.model, c.attention);  // this row's (a base size, a variant)
     Timed t;
     try {
-      t = time_steps(c, vocab, batch, o.steps, o.warmup, precision, o.profile, o.device);
+      t = time_steps(c, spec, vocab, batch, o_.steps, o_.warmup, precision, o_.profile, o_.device);
     } catch (const c10::OutOfMemoryError&) {  // a row that does not fit the GPU says so
-      const AttentionDims d = resolve(c.attention.encoder_self, c.model.d_model, c.model.d_model, c.model.d_model);
-      log->warn("{} {} {}: out of memory at batch {}", name, d.summary(), precision, batch);
-      table.rows.push_back({name, d.summary(), precision, "-", std::to_string(batch), "out of memory", "-", "-", "-",
-                            "-", "-", "-"});
+      log->warn("{} {} {}: out of memory at batch {}", name, summary(c), precision, batch);
+      table_.rows.push_back({name, summary(c), precision, "-", std::to_string(batch), "out of memory", "-", "-", "-",
+                             "-", "-", "-"});
       t.out_of_memory = true;
       return t;
     }
     const bool enc = c.model.encoder_only();
     const double flops = 6.0 * batch *
-                         (enc ? encoder_forward_multiplies(c.model, c.attention.encoder_self, c.data.inputs_length,
-                                                           c.data.max_predictions_per_seq, vocab)
-                              : t5_forward_multiplies(c.model, c.attention, c.data.inputs_length,
-                                                      c.data.targets_length, vocab));
+                         (enc ? encoder_forward_multiplies(spec, c.data.inputs_length, c.data.max_predictions_per_seq,
+                                                           vocab)
+                              : t5_forward_multiplies(spec, c.data.inputs_length, c.data.targets_length, vocab));
     const double gflops = flops / t.step_s / 1e9;
     const double tokens = double(batch) * (c.data.inputs_length + (enc ? 0 : c.data.targets_length)) / t.step_s;
     double peer_s = -1;
     if (peer) {
       trim_heap();  // thx keeps freed memory for reuse (runtime.h); the peer needs it (at base size, 17 GB)
-      empty_device_cache(o.device);  // and a GPU's, which LibTorch's caching allocator keeps
+      empty_device_cache(o_.device);  // and a GPU's, which LibTorch's caching allocator keeps
       PretrainConfig pc = c;
       pc.train.batch_size = batch;
-      peer_s = run_peer(o.peer, pc, vocab, o.steps, precision == "bf16", o.device);
+      peer_s = run_peer(o_.peer, pc, vocab, o_.steps, precision == "bf16", o_.device);
     }
-    const AttentionDims d = resolve(c.attention.encoder_self, c.model.d_model, c.model.d_model, c.model.d_model);
-    const double of_peak = 100 * gflops / peak.at(precision);
-    table.rows.push_back({name, d.summary(), precision, std::to_string(t.params), std::to_string(batch),
-                          fmt::format("{:.3f}", t.step_s), fmt::format("{:.0f}", tokens),
-                          fmt::format("{:.1f}", gflops), fmt::format("{:.0f}%", of_peak),
-                          fmt::format("{:.0f}", t.peak_rss_mb),
-                          peer_s > 0 ? fmt::format("{:.3f}", peer_s) : "-",
-                          peer_s > 0 ? fmt::format("{:.2f}", t.step_s / peer_s) : "-"});
+    const double of_peak = 100 * gflops / peak_.at(precision);
+    table_.rows.push_back({name, summary(c), precision, std::to_string(t.params), std::to_string(batch),
+                           fmt::format("{:.3f}", t.step_s), fmt::format("{:.0f}", tokens),
+                           fmt::format("{:.1f}", gflops), fmt::format("{:.0f}%", of_peak),
+                           fmt::format("{:.0f}", t.peak_rss_mb), peer_s > 0 ? fmt::format("{:.3f}", peer_s) : "-",
+                           peer_s > 0 ? fmt::format("{:.2f}", t.step_s / peer_s) : "-"});
     if (t.profile)
-      profiles += "\n" + render_profile(*t.profile, fmt::format("Profile, {} {} {}", name, d.summary(), precision));
+      profiles_ += "\n" + render_profile(*t.profile, fmt::format("Profile, {} {} {}", name, summary(c), precision));
     log->info("{} {} {}: {:.3f} s/step (forward {:.3f}, backward {:.3f}, optimizer {:.3f}), {:.0f}% of the {} "
-              "peak, peak RSS {:.0f} MB{}", name, d.summary(), precision, t.step_s, t.fwd_s, t.bwd_s, t.opt_s, of_peak,
-              precision, t.peak_rss_mb, peer_s > 0 ? fmt::format(", peer {:.3f} s/step", peer_s) : "");
+              "peak, peak memory {:.0f} MB{}", name, summary(c), precision, t.step_s, t.fwd_s, t.bwd_s, t.opt_s,
+              of_peak, precision, t.peak_rss_mb, peer_s > 0 ? fmt::format(", peer {:.3f} s/step", peer_s) : "");
     return t;
-  };
-  // Every precision asked for, the peer beside the precisions in `peer_at`; returns the last
-  // precision's step time.
-  auto measure = [&](const std::string& name, const PretrainConfig& c, int64_t vocab, int64_t batch,
-                     const std::set<std::string>& peer_at) {
-    std::map<std::string, Timed> t;
-    for (const auto& p : precisions) t[p] = measure_one(name, c, vocab, batch, peer_at.count(p) > 0, p);
-    if (t.count("fp32") && t.count("bf16") && !t["fp32"].out_of_memory && !t["bf16"].out_of_memory) {
-      const AttentionDims d = resolve(c.attention.encoder_self, c.model.d_model, c.model.d_model, c.model.d_model);
-      speedups.rows.push_back({name, d.summary(), fmt::format("{:.3f}", t["fp32"].step_s),
-                               fmt::format("{:.3f}", t["bf16"].step_s),
-                               fmt::format("{:.2f}x", t["fp32"].step_s / t["bf16"].step_s),
-                               fmt::format("{:.2f}", t["fp32"].peak_rss_mb / t["bf16"].peak_rss_mb)});
-    }
-    return t.at(precisions.back()).out_of_memory ? -1.0 : t.at(precisions.back()).step_s;
-  };
+  }
+
+  const BenchTrainOptions& o_;
+  std::vector<std::string> precisions_;
+  bool gpu_;
+  int64_t peak_size_;
+  std::map<std::string, double> peak_;  // GFLOP/s of a peak_size_^3 matmul, per precision, measured now
+  TextTable table_, speedups_, ratios_;
+  std::string profiles_;  // --profile: one per row
+};
+
+void set_variant(PretrainConfig& p, const char* v) {
+  for (AttentionConfig* a : {&p.attention.encoder_self, &p.attention.decoder_self, &p.attention.encoder_decoder})
+    a->variant = v, a->h_k.reset(), a->h_v.reset(), a->dynamic.clear();
+}
+
+// BERT-base or ALBERT-base (E = 128) at length 512, batch 4, multi-head and talking-heads.
+void encoder_base_rows(TrainBench& bench, const PretrainConfig& c) {
+  for (int64_t h : {12, 48}) {
+    PretrainConfig b = c;
+    ModelConfig m;
+    m.type = c.model.type, m.recompute = c.model.recompute;
+    m.embedding_size = c.model.type == "albert" ? 128 : 0;
+    m.positions = c.model.type == "bert" ? "relative" : "absolute";
+    b.model = m;
+    b.data.inputs_length = 512, b.data.max_predictions_per_seq = c.model.type == "bert" ? 80 : 20;
+    b.attention.encoder_self.h = h, b.attention.encoder_self.d_k.reset(), b.attention.encoder_self.d_v.reset();
+    PretrainConfig bm = b, bt = b;
+    set_variant(bm, "multi_head");
+    set_variant(bt, "talking_heads");
+    const std::string name = fmt::format("{}-base h={}", c.model.type, h);
+    const double tm = bench.measure(name, bm, 30000, 4, {});
+    bench.ratio(h, tm, bench.measure(name, bt, 30000, 4, {}), "-");
+  }
+}
+
+// The paper's T5-base (12+12 layers, 768, 3072) at 512/114, h = 12, 24, 48.
+void t5_base_rows(TrainBench& bench, const PretrainConfig& c, int64_t batch, bool peer) {
+  const std::map<int64_t, std::string> paper = {{12, "0.18/0.15 = 1.20"}, {24, "0.22/0.17 = 1.29"},
+                                                {48, "0.32/0.21 = 1.52"}};
+  for (int64_t h : {12, 24, 48}) {
+    PretrainConfig b = c;
+    b.model = ModelConfig{};
+    b.data.inputs_length = 512, b.data.targets_length = 114;
+    for (AttentionConfig* a : {&b.attention.encoder_self, &b.attention.decoder_self, &b.attention.encoder_decoder})
+      a->h = h, a->d_k.reset(), a->d_v.reset();
+    PretrainConfig bm = b, bt = b;
+    set_variant(bm, "multi_head");
+    set_variant(bt, "talking_heads");
+    // The peer at base size in bf16 only, at h = 12 and 48 (its fp32 steps would add 20
+    // minutes and measure no target).
+    const std::set<std::string> base_peer = peer && h != 24 ? std::set<std::string>{"bf16"} : std::set<std::string>{};
+    const double tm = bench.measure(fmt::format("base h={}", h), bm, 32128, batch, base_peer);
+    bench.ratio(h, tm, bench.measure(fmt::format("base h={}", h), bt, 32128, batch, base_peer), paper.at(h));
+  }
+}
+
+}  // namespace
+
+std::string bench_train(const BenchTrainOptions& o) {
+  TrainBench bench(o);
   const PretrainConfig& c = o.config;
-  const int64_t base_batch = o.base_batch > 0 ? o.base_batch : gpu ? 32 : 8;
   const int64_t vocab = c.model.vocab_size > 0 ? c.model.vocab_size : c.model.encoder_only() ? 30000 : 8100;
-  std::string report;
   // The configured model, as multi-head and as talking-heads of the same h.
   PretrainConfig mh = c, th = c;
-  auto set_variant = [](PretrainConfig& p, const char* v) {
-    for (AttentionConfig* a : {&p.attention.encoder_self, &p.attention.decoder_self, &p.attention.encoder_decoder}) {
-      a->variant = v, a->h_k.reset(), a->h_v.reset(), a->dynamic.clear();
-    }
-  };
   set_variant(mh, "multi_head");
   set_variant(th, "talking_heads");
   const bool peer = !o.peer.empty() && !c.model.encoder_only();  // the peer is a T5
   const std::set<std::string> every = peer ? std::set<std::string>{"fp32", "bf16"} : std::set<std::string>{};
-  measure("configured", mh, vocab, c.train.batch_size, every);
-  measure("configured", th, vocab, c.train.batch_size, every);
-  TextTable ratios;
-  ratios.header = {"h", "TH/MH step time", "paper's TPU ratio"};
-  ratios.align = "rrr";
-  if (o.base_sweep && c.model.encoder_only()) {
-    // BERT-base or ALBERT-base (E = 128) at length 512, multi-head and talking-heads.
-    for (int64_t h : {12, 48}) {
-      PretrainConfig b = c;
-      ModelConfig m;
-      m.type = c.model.type, m.recompute = c.model.recompute;
-      m.embedding_size = c.model.type == "albert" ? 128 : 0;
-      m.positions = c.model.type == "bert" ? "relative" : "absolute";
-      b.model = m;
-      b.data.inputs_length = 512, b.data.max_predictions_per_seq = c.model.type == "bert" ? 80 : 20;
-      b.attention.encoder_self.h = h, b.attention.encoder_self.d_k.reset(), b.attention.encoder_self.d_v.reset();
-      PretrainConfig bm = b, bt = b;
-      set_variant(bm, "multi_head");
-      set_variant(bt, "talking_heads");
-      const std::string name = fmt::format("{}-base h={}", c.model.type, h);
-      const double tm = measure(name, bm, 30000, 4, {});
-      const double tt = measure(name, bt, 30000, 4, {});
-      ratios.rows.push_back({std::to_string(h), tm > 0 && tt > 0 ? fmt::format("{:.2f}", tt / tm) : "-", "-"});
-    }
-  } else if (o.base_sweep) {
-    const std::map<int64_t, std::string> paper = {{12, "0.18/0.15 = 1.20"}, {24, "0.22/0.17 = 1.29"},
-                                                  {48, "0.32/0.21 = 1.52"}};
-    for (int64_t h : {12, 24, 48}) {
-      PretrainConfig b = c;
-      b.model = ModelConfig{};  // the paper's base: 12+12 layers, 768, 3072
-      b.data.inputs_length = 512, b.data.targets_length = 114;
-      for (AttentionConfig* a : {&b.attention.encoder_self, &b.attention.decoder_self, &b.attention.encoder_decoder})
-        a->h = h, a->d_k.reset(), a->d_v.reset();
-      PretrainConfig bm = b, bt = b;
-      set_variant(bm, "multi_head");
-      set_variant(bt, "talking_heads");
-      // The peer at base size in bf16 only, at h = 12 and 48 (its fp32 steps would add 20
-      // minutes and measure no target).
-      const std::set<std::string> base_peer =
-          peer && h != 24 ? std::set<std::string>{"bf16"} : std::set<std::string>{};
-      const double tm = measure(fmt::format("base h={}", h), bm, 32128, base_batch, base_peer);
-      const double tt = measure(fmt::format("base h={}", h), bt, 32128, base_batch, base_peer);
-      ratios.rows.push_back({std::to_string(h), tm > 0 && tt > 0 ? fmt::format("{:.2f}", tt / tm) : "-", paper.at(h)});
-    }
-  }
-  std::string peaks;
-  for (const auto& p : precisions) peaks += fmt::format("{}{} {:.1f}", peaks.empty() ? "" : ", ", p, peak[p]);
-  report = fmt::format("{}. Matmul peak ({}^3, best of 5, measured in this run), GFLOP/s: {}. "
-                       "Median of {} steps after {} warm-up; model FLOPs = 6 x forward multiply-adds; % of peak is "
-                       "of the row's own precision's peak; {}.\n\n",
-                       device_description(o.device), peak_size, peaks, o.steps, o.warmup,
-                       gpu ? "peak GPU MB is the caching allocator's peak of tensors, reset before each row"
-                           : "peak RSS is the process's, the heap trimmed before each row") +
-           render(table, TableFormat::markdown);
-  if (!speedups.rows.empty()) report += "\n" + render(speedups, TableFormat::markdown);
-  if (o.base_sweep) report += "\n" + render(ratios, TableFormat::markdown);
-  report += profiles;
+  bench.measure("configured", mh, vocab, c.train.batch_size, every);
+  bench.measure("configured", th, vocab, c.train.batch_size, every);
+  if (o.base_sweep && c.model.encoder_only()) encoder_base_rows(bench, c);
+  else if (o.base_sweep) t5_base_rows(bench, c, o.base_batch > 0 ? o.base_batch : bench.gpu() ? 32 : 8, peer);
+  const std::string report = bench.report();
   std::fputs(report.c_str(), stdout);
   if (!o.markdown_out.empty()) std::ofstream(o.markdown_out) << report;
   return report;

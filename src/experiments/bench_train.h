@@ -28,11 +28,10 @@ struct BenchTrainOptions {
 
 std::string bench_train(const BenchTrainOptions& options);
 
-// Forward multiply-adds of one training example (all matmuls).
-double t5_forward_multiplies(const ModelConfig& m, const T5Attention& a, int64_t inputs_length,
-                             int64_t targets_length, int64_t vocab_size);
+// Forward multiply-adds of one training example (all matmuls), from the resolved model.
+double t5_forward_multiplies(const ModelSpec& spec, int64_t inputs_length, int64_t targets_length,
+                             int64_t vocab_size);
 // BERT/ALBERT: layers, the E -> d projection, the MLM head over `predictions` positions, pooler.
-double encoder_forward_multiplies(const ModelConfig& m, const AttentionConfig& a, int64_t length,
-                                  int64_t predictions, int64_t vocab_size);
+double encoder_forward_multiplies(const ModelSpec& spec, int64_t length, int64_t predictions, int64_t vocab_size);
 
 }  // namespace thx

@@ -334,12 +334,11 @@ std::string results_precision(const std::vector<json>& results, const std::strin
                                "so keep each precision in a sweep of its own", source, parts));
 }
 
-TextTable results_table(int table, const std::vector<MatchedRow>& rows, const std::string& source) {
-  TextTable t;
-  std::vector<PaperRow> paper;
-  for (const auto& r : rows) paper.push_back(r.paper);
-  const std::vector<std::string> metrics = table_metrics(table, paper);
-  const bool t5 = is_t5_table(table);
+namespace {
+
+// The columns: the row's label, its heads and sizes, the runs, and per metric ours, the
+// paper's and (where it means something) the difference.
+void table_header(TextTable& t, bool t5, const std::vector<std::string>& metrics) {
   t.header = {""};
   t.align = "l";
   if (t5) {
@@ -353,59 +352,110 @@ TextTable results_table(int table, const std::vector<MatchedRow>& rows, const st
     t.header.push_back("paper"), t.align += 'r';
     if (has_difference(m)) t.header.push_back("Δ"), t.align += 'r';
   }
-  auto opt = [](const std::optional<int64_t>& x) { return x ? std::to_string(*x) : std::string(); };
+}
+
+std::string opt_cell(const std::optional<int64_t>& x) { return x ? std::to_string(*x) : std::string(); }
+
+// d_k / d_v: the printed size, and the runs' own where they differ from it.
+std::string dim_cell(const MatchedRow& r, const std::optional<int64_t>& printed, const char* key) {
+  std::string s = opt_cell(printed);
+  std::set<int64_t> ours;
+  for (const auto& run : r.runs)
+    if (run.contains("attention") && run["attention"].contains("encoder_self"))
+      ours.insert(run["attention"]["encoder_self"].value(key, int64_t(0)));
+  if (ours.size() == 1 && (!printed || *ours.begin() != *printed) && *ours.begin() > 0)
+    s = fmt::format("{} ({})", *ours.begin(), s.empty() ? "-" : s);
+  return s;
+}
+
+// One metric's cells of a row: ours, the paper's, and the difference; sets *missing when the
+// row has runs but none has the metric.
+void metric_cells(int table, const MatchedRow& r, const std::string& m, std::vector<std::string>& cells,
+                  bool* missing) {
+  const auto pub = published(r.paper, m);
+  const int dec = pub && pub->text.empty() ? decimals_of(r.paper.values.at(m)) : 3;
+  auto fmt_value = [&](const Aggregate& a, bool ours) {
+    if (!a.text.empty()) return a.text;
+    if (m == "params_per_att_layer") return fmt::format("{:.0f}", a.mean);
+    if (m == "multiplies_per_att_layer") return paper_number(a.mean);
+    // Ours with more digits where mini-scale differences are small: step time, and the
+    // MLM/SOP accuracies the paper prints to one decimal.
+    const int d = ours && m == "step_time_s"                                                ? 3
+                  : ours && (m == "mlm" || m == "sop" || m == "nsp" || is_downstream_metric(table, m)) ? 2
+                                                                                                : dec;
+    std::string s = fmt::format("{:.{}f}", a.mean, d);
+    if (a.std) s += fmt::format(" ± {:.{}f}", *a.std, std::max(d, 3));
+    if (ours && a.n > 1 && !a.std) s += fmt::format(" [{}]", a.n);
+    return s;
+  };
+  const auto ours = r.published_only ? std::nullopt : aggregate(r, m);
+  if (!ours && !r.published_only) *missing = true;
+  cells.push_back(ours ? fmt_value(*ours, true) : r.published_only ? "" : "—");
+  cells.push_back(pub ? (pub->text.empty() ? r.paper.values.at(m) + (pub->std ? " ± " + r.paper.stddev.at(m) : "")
+                                           : pub->text)
+                      : "");
+  if (has_difference(m))
+    cells.push_back(ours && pub && ours->text.empty() && pub->text.empty()
+                        ? fmt::format("{:+.{}f}", ours->mean - pub->mean, dec)
+                        : "");
+}
+
+// The notes on the downstream columns: where they come from, why one may stay empty, and
+// what the GLUE/SuperGLUE averages cover.
+void downstream_notes(TextTable& t, int table, const std::vector<MatchedRow>& rows,
+                      const std::vector<std::string>& metrics) {
+  bool downstream = false, mnli_column = false, mnli_any = false;
+  for (const auto& m : metrics) {
+    if (!is_downstream_metric(table, m)) continue;
+    downstream = true;
+    const bool mnli = m == "mnli_m_dev" || m == "mnli" || m == "mnlim_acc" || m == "mnlimm_acc";
+    mnli_column = mnli_column || mnli;
+    for (const auto& r : rows)
+      if (mnli && !r.published_only && aggregate(r, m)) mnli_any = true;
+  }
+  if (downstream)
+    t.notes.push_back("Downstream columns: dev-set scores of `thx finetune` (each task's best evaluation, "
+                      "T5's and ALBERT's protocol), read from <run>/finetune/**/<task>.json; ours to two decimals.");
+  if (mnli_column && !mnli_any)
+    t.notes.push_back("MNLI: no run has it; MNLI's training data is not available offline "
+                      "(../shared/data/README.md), so its columns stay empty.");
+  if (table != 11 && table != 12) return;
+  std::set<std::string> covered;  // the benchmark's tasks some run has
+  for (const auto& r : rows)
+    for (const auto& run : r.runs)
+      if (run.contains("downstream"))
+        for (const auto& task : average_tasks(table))
+          if (run["downstream"].contains(task)) covered.insert(task);
+  std::string names;
+  for (const auto& task : average_tasks(table))
+    if (covered.count(task)) names += (names.empty() ? "" : ", ") + task;
+  t.notes.push_back(fmt::format("Average (ours): T5's {} average (a task with two metrics averages them "
+                                "first) over the tasks a run has{}; the paper's printed average also "
+                                "covers tasks its tables do not show, so it cannot be recomputed from the "
+                                "printed columns, and a gap between the two is not an error.",
+                                table == 11 ? "GLUE" : "SuperGLUE", names.empty() ? "" : " (here: " + names + ")"));
+}
+
+}  // namespace
+
+TextTable results_table(int table, const std::vector<MatchedRow>& rows, const std::string& source) {
+  TextTable t;
+  std::vector<PaperRow> paper;
+  for (const auto& r : rows) paper.push_back(r.paper);
+  const std::vector<std::string> metrics = table_metrics(table, paper);
+  const bool t5 = is_t5_table(table);
+  table_header(t, t5, metrics);
   bool any_missing = false;
   for (const auto& r : rows) {
     std::vector<std::string> cells = {r.paper.label};
-    // d_k / d_v: the runs' own sizes where they differ from the printed ones.
-    auto dim = [&](const std::optional<int64_t>& printed, const char* key) {
-      std::string s = opt(printed);
-      std::set<int64_t> ours;
-      for (const auto& run : r.runs)
-        if (run.contains("attention") && run["attention"].contains("encoder_self"))
-          ours.insert(run["attention"]["encoder_self"].value(key, int64_t(0)));
-      if (ours.size() == 1 && (!printed || *ours.begin() != *printed) && *ours.begin() > 0)
-        s = fmt::format("{} ({})", *ours.begin(), s.empty() ? "-" : s);
-      return s;
-    };
     if (t5) {
-      cells.push_back(opt(r.paper.h_k)), cells.push_back(opt(r.paper.h)), cells.push_back(opt(r.paper.h_v));
-      cells.push_back(dim(r.paper.d_k, "d_k")), cells.push_back(dim(r.paper.d_v, "d_v"));
+      cells.push_back(opt_cell(r.paper.h_k)), cells.push_back(opt_cell(r.paper.h)), cells.push_back(opt_cell(r.paper.h_v));
+      cells.push_back(dim_cell(r, r.paper.d_k, "d_k")), cells.push_back(dim_cell(r, r.paper.d_v, "d_v"));
     } else {
-      cells.push_back(opt(r.paper.h)), cells.push_back(dim(r.paper.d_k, "d_k"));
+      cells.push_back(opt_cell(r.paper.h)), cells.push_back(dim_cell(r, r.paper.d_k, "d_k"));
     }
     cells.push_back(r.published_only ? "baseline" : std::to_string(r.runs.size()));
-    for (const auto& m : metrics) {
-      const auto pub = published(r.paper, m);
-      const int dec = pub && pub->text.empty() ? decimals_of(r.paper.values.at(m)) : 3;
-      auto fmt_value = [&](const Aggregate& a, bool ours) {
-        if (!a.text.empty()) return a.text;
-        if (m == "params_per_att_layer") return fmt::format("{:.0f}", a.mean);
-        if (m == "multiplies_per_att_layer") return paper_number(a.mean);
-        // Ours with more digits where mini-scale differences are small: step time, and the
-        // MLM/SOP accuracies the paper prints to one decimal.
-        const int d = ours && m == "step_time_s"                                                ? 3
-                      : ours && (m == "mlm" || m == "sop" || m == "nsp" || is_downstream_metric(table, m)) ? 2
-                                                                                                    : dec;
-        std::string s = fmt::format("{:.{}f}", a.mean, d);
-        if (a.std) s += fmt::format(" ± {:.{}f}", *a.std, std::max(d, 3));
-        if (ours && a.n > 1 && !a.std) s += fmt::format(" [{}]", a.n);
-        return s;
-      };
-      const auto ours = r.published_only ? std::nullopt : aggregate(r, m);
-      if (!ours && !r.published_only) any_missing = true;
-      cells.push_back(ours ? fmt_value(*ours, true) : r.published_only ? "" : "—");
-      cells.push_back(pub ? (pub->text.empty() ? r.paper.values.at(m) +
-                                                     (pub->std ? " ± " + r.paper.stddev.at(m) : "")
-                                               : pub->text)
-                          : "");
-      if (has_difference(m)) {
-        if (ours && pub && ours->text.empty() && pub->text.empty())
-          cells.push_back(fmt::format("{:+.{}f}", ours->mean - pub->mean, dec));
-        else
-          cells.push_back("");
-      }
-    }
+    for (const auto& m : metrics) metric_cells(table, r, m, cells, &any_missing);
     t.rows.push_back(cells);
   }
   t.caption = fmt::format("Table {} of the paper, with {} beside the published values", table, source);
@@ -427,39 +477,7 @@ TextTable results_table(int table, const std::vector<MatchedRow>& rows, const st
   if (precision != "fp32")
     t.notes.push_back(fmt::format("Precision: {} (train.precision; master weights and normalizing reductions fp32).",
                                   precision));
-  // Downstream columns: where they come from, and why a column may stay empty.
-  bool downstream = false, mnli_column = false, mnli_any = false;
-  for (const auto& m : metrics) {
-    if (!is_downstream_metric(table, m)) continue;
-    downstream = true;
-    const bool mnli = m == "mnli_m_dev" || m == "mnli" || m == "mnlim_acc" || m == "mnlimm_acc";
-    mnli_column = mnli_column || mnli;
-    for (const auto& r : rows)
-      if (mnli && !r.published_only && aggregate(r, m)) mnli_any = true;
-  }
-  if (downstream)
-    t.notes.push_back("Downstream columns: dev-set scores of `thx finetune` (each task's best evaluation, "
-                      "T5's and ALBERT's protocol), read from <run>/finetune/**/<task>.json; ours to two decimals.");
-  if (mnli_column && !mnli_any)
-    t.notes.push_back("MNLI: no run has it; MNLI's training data is not available offline "
-                      "(../shared/data/README.md), so its columns stay empty.");
-  if (table == 11 || table == 12) {
-    std::set<std::string> covered;  // the benchmark's tasks some run has
-    for (const auto& r : rows)
-      for (const auto& run : r.runs)
-        if (run.contains("downstream"))
-          for (const auto& task : average_tasks(table))
-            if (run["downstream"].contains(task)) covered.insert(task);
-    std::string names;
-    for (const auto& task : average_tasks(table))
-      if (covered.count(task)) names += (names.empty() ? "" : ", ") + task;
-    t.notes.push_back(fmt::format("Average (ours): T5's {} average (a task with two metrics averages them "
-                                  "first) over the tasks a run has{}; the paper's printed average also "
-                                  "covers tasks its tables do not show, so it cannot be recomputed from the "
-                                  "printed columns, and a gap between the two is not an error.",
-                                  table == 11 ? "GLUE" : "SuperGLUE",
-                                  names.empty() ? "" : " (here: " + names + ")"));
-  }
+  downstream_notes(t, table, rows, metrics);
   return t;
 }
 

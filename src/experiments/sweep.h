@@ -70,6 +70,7 @@ ConfigTree sweep_run_tree(const Sweep& sweep, const SweepRun& run);
 struct ResolvedRun {
   std::string yaml;       // the resolved config, written to <run>/run.yaml
   int64_t steps = 0;      // train.steps
+  int64_t batch_size = 0, grad_accum = 1;  // train.batch_size, train.grad_accum
   double flops = 0;       // model FLOPs of the whole run (6 x forward multiply-adds x examples)
   std::string precision = "fp32";  // train.precision (the dry run's estimate uses its peak)
   std::string attention;  // one-line summary of the attention of each layer type

@@ -44,8 +44,9 @@ ResolvedRun resolve_pretrain_run(ConfigTree& tree) {
   ResolvedRun r;
   const PretrainConfig pc = load_pretrain_config(tree, &r.yaml);
   const int64_t n = pc.data.inputs_length, t = pc.data.targets_length;
-  const ModelSpec spec = resolve_model_spec(pc.model, pc.attention);
+  const ModelSpec& spec = pc.spec;
   r.steps = pc.train.steps;
+  r.batch_size = pc.train.batch_size, r.grad_accum = pc.train.grad_accum;
   const bool encoder_only = pc.model.encoder_only();
   // An encoder's MLM head: its vocabulary and predicted positions per example. A generated task
   // (data.synthetic) has no shards: its own vocabulary, and one prediction per query.
@@ -57,8 +58,8 @@ ResolvedRun resolve_pretrain_run(ConfigTree& tree) {
   if (pc.model.vocab_size > 0) vocab = pc.model.vocab_size;
   r.precision = pc.train.precision;
   r.flops = 6.0 * double(pc.train.batch_size) * double(pc.train.steps) *
-            (encoder_only ? encoder_forward_multiplies(pc.model, pc.attention.encoder_self, n, predictions, vocab)
-                          : t5_forward_multiplies(pc.model, pc.attention, n, t, vocab));
+            (encoder_only ? encoder_forward_multiplies(spec, n, predictions, vocab)
+                          : t5_forward_multiplies(spec, n, t, vocab));
   const std::pair<const char*, const AttentionDims*> layers[] = {
       {"encoder_self", &spec.encoder_self}, {"decoder_self", &spec.decoder_self}, {"encoder_decoder", &spec.encoder_decoder}};
   json att, params, mults;

@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <thread>
 
 #include <fmt/format.h>
@@ -59,26 +60,26 @@ int64_t sweep_resume_step(const std::string& run_dir) {
   return std::stoll(name.substr(name.find('-') + 1));
 }
 
-int run_sweep(const Sweep& sweep, const SweepOptions& o,
-              const std::function<ResolvedRun(ConfigTree&)>& resolve) {
-  auto log = thx::log("sweep");
-  const std::string out = o.out_dir.empty() ? (fs::path("runs") / sweep.name).string() : o.out_dir;
-  check_output_dir(out, "--out");
-  if (o.jobs < 1) throw InputError(fmt::format("--jobs {}: must be at least 1", o.jobs));
+namespace {
 
-  // Resolve every run first: a bad key in any of them stops the sweep before anything runs.
-  struct Planned {
-    const SweepRun* run;
-    ResolvedRun resolved;
-    std::string dir, hash;
-    bool finished = false;
-    int64_t resume_step = 0;  // newest checkpoint of a started run
-    // Model FLOPs of the steps still to run.
-    double flops_left() const {
-      return finished ? 0 : resolved.flops * double(std::max<int64_t>(0, resolved.steps - resume_step)) /
-                                double(std::max<int64_t>(1, resolved.steps));
-    }
-  };
+// A run of the sweep, resolved, with where it stands.
+struct Planned {
+  const SweepRun* run;
+  ResolvedRun resolved;
+  std::string dir, hash;
+  bool finished = false;
+  int64_t resume_step = 0;  // newest checkpoint of a started run
+  // Model FLOPs of the steps still to run.
+  double flops_left() const {
+    return finished ? 0 : resolved.flops * double(std::max<int64_t>(0, resolved.steps - resume_step)) /
+                              double(std::max<int64_t>(1, resolved.steps));
+  }
+};
+
+// Every run resolved first (a bad key in any of them stops the sweep before anything runs),
+// then checked against what its directory already holds.
+std::vector<Planned> plan_runs(const Sweep& sweep, const std::string& out,
+                               const std::function<ResolvedRun(ConfigTree&)>& resolve) {
   std::vector<Planned> plan;
   for (const auto& r : sweep.runs) {
     ConfigTree t = sweep_run_tree(sweep, r);
@@ -100,105 +101,219 @@ int run_sweep(const Sweep& sweep, const SweepOptions& o,
   for (auto& p : plan) {
     const std::string cfg = (fs::path(p.dir) / "run.yaml").string();
     // Compared as this code resolves both (a key added to thx since keeps its default).
-    if (fs::exists(cfg) && pretrain_config_from_text(read_file(cfg), cfg).yaml != p.resolved.yaml)
+    if (fs::exists(cfg) && normalize_pretrain_yaml(read_file(cfg), cfg) != p.resolved.yaml)
       throw InputError(fmt::format("{}: run '{}' was started with another config ({}); the sweep "
                                    "file changed since. Restore it, or use another --out", sweep.file,
                                    p.run->name, cfg));
     p.finished = fs::exists(fs::path(p.dir) / "result.json");
     if (!p.finished) p.resume_step = sweep_resume_step(p.dir);
   }
+  return plan;
+}
+
+// Runs of `ranks` ranks each: every run's batch must divide, and torchrun must be there.
+void check_ranks(const Sweep& sweep, const std::vector<Planned>& plan, int64_t ranks) {
+  if (ranks <= 1) return;
+  for (const auto& p : plan) {
+    const std::string e = batch_split_error("train.batch_size", p.resolved.batch_size, p.resolved.grad_accum, int(ranks));
+    if (!e.empty()) throw InputError(fmt::format("{}: run '{}': --ranks-per-run {}: {}", sweep.file, p.run->name, ranks, e));
+  }
+  if (std::system("command -v torchrun >/dev/null 2>&1") != 0)
+    throw InputError("sweep --ranks-per-run: torchrun is not on PATH (Debian: python3-torch; scripts/setup.sh installs it)");
+}
+
+// The printed rows of the sweep's table that a run fills (thx table's matching rule).
+std::string rows_filled(const Sweep& sweep, const std::vector<PaperRow>& paper, const Planned& p) {
+  if (sweep.table.empty()) return "-";
+  json r = {{"name", p.run->name}};
+  for (const auto& [k, v] : p.resolved.info) r[k] = json::parse(v);
+  std::vector<std::string> rows;
+  for (const auto& m : match_rows(parse_layout(sweep.table), paper, {r}))
+    if (!m.runs.empty()) rows.push_back(fmt::format("{}", m.paper.row));
+  return rows.empty() ? std::string("none") : fmt::format("{}", fmt::join(rows, ", "));
+}
+
+// --dry-run: the plan as a table, and the time the runs left would take here.
+void print_dry_run(const Sweep& sweep, const std::vector<Planned>& plan, const std::string& out) {
+  double flops_left = 0, flops_all = 0;
+  for (const auto& p : plan) flops_all += p.resolved.flops, flops_left += p.flops_left();
+  std::printf("sweep %s (%s): %zu runs into %s\n", sweep.name.c_str(), sweep.file.c_str(), plan.size(), out.c_str());
+  std::vector<PaperRow> paper;
+  if (!sweep.table.empty()) paper = load_paper_rows(default_tables_csv());
+  std::printf("| run | steps | attention | fills %s row | model PFLOP | state |\n"
+              "|---|---:|---|---|---:|---|\n", sweep.table.empty() ? "-" : sweep.table.c_str());
+  for (const auto& p : plan) {
+    const std::string state = p.finished ? "finished"
+                              : p.resume_step > 0 ? fmt::format("resumes at step {}", p.resume_step)
+                                                  : "to run";
+    std::printf("| %s | %lld | %s | %s | %.3f | %s |\n", p.run->name.c_str(), (long long)p.resolved.steps,
+                p.resolved.attention.c_str(), rows_filled(sweep, paper, p).c_str(), p.resolved.flops / 1e15,
+                state.c_str());
+  }
+  // Each precision's FLOPs at the fraction of its own matmul peak that mini steps reach at one
+  // thread per job (docs/benchmarks.md): fp32 45-72%; bf16 29-44% (an EPYC with AVX512-BF16).
+  std::map<std::string, double> left;
+  for (const auto& p : plan) left[p.resolved.precision] += p.flops_left();
+  const std::map<std::string, double> share = {{"fp32", 0.5}, {"bf16", 0.3}};
+  double seconds = 0;
+  std::string at;
+  for (const auto& [precision, flops] : left) {
+    const double peak = matmul_peak_gflops(1024, 3, precision) * 1e9;
+    seconds += flops / (share.at(precision) * peak);
+    at += fmt::format("{}{:.0f}% of this machine's {} matmul peak ({:.0f} GFLOP/s)", at.empty() ? "" : " and ",
+                      100 * share.at(precision), precision, peak / 1e9);
+  }
+  std::printf("\nTo run: %.3f of %.3f PFLOP of model FLOPs, about %s on %lld threads at %s, measured now "
+              "(the share mini steps reach at one thread per job, docs/benchmarks.md).\n",
+              flops_left / 1e15, flops_all / 1e15, format_duration(seconds).c_str(),
+              (long long)torch::get_num_threads(), at.c_str());
+}
+
+// One sweep process per directory, for its lifetime. The lock is not inherited by the runs
+// (O_CLOEXEC): a run left behind by a killed sweep, still saving its checkpoint, must not keep
+// the next sweep out (that sweep waits for the run's own directory lock instead). The holder's
+// pid is in the file, for the message.
+class SweepLock {
+ public:
+  explicit SweepLock(const std::string& out) : path_((fs::path(out) / ".lock").string()) {
+    fd_ = ::open(path_.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0644);
+    if (fd_ < 0) throw InputError(fmt::format("{}: cannot create its lock file ({})", path_, std::strerror(errno)));
+    if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+      std::string holder = read_file(path_);
+      ::close(fd_);
+      while (!holder.empty() && (holder.back() == '\n' || holder.back() == ' ')) holder.pop_back();
+      throw InputError(fmt::format("{}: another thx sweep{} is running on this directory; wait for it or stop it "
+                                   "(its runs checkpoint and stop on SIGTERM)", out,
+                                   holder.empty() ? "" : " (pid " + holder + ")"));
+    }
+    if (::ftruncate(fd_, 0) == 0) {
+      const std::string pid = std::to_string(::getpid()) + "\n";
+      if (::pwrite(fd_, pid.data(), pid.size(), 0) < 0) thx::log("sweep")->warn("{}: cannot record this sweep's pid", path_);
+    }
+  }
+  ~SweepLock() { ::close(fd_); }
+  SweepLock(const SweepLock&) = delete;
+  SweepLock& operator=(const SweepLock&) = delete;
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+};
+
+// SIGINT/SIGTERM set g_sweep_stop while it lives, without SA_RESTART, so that a signal
+// interrupts waitpid() and the runs hear of it at once.
+struct SweepSignals {
+  struct sigaction old_int {}, old_term {};
+  SweepSignals() {
+    g_sweep_stop = 0;
+    struct sigaction sa {};
+    sa.sa_handler = on_sweep_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = 0;
+    sigaction(SIGINT, &sa, &old_int);
+    sigaction(SIGTERM, &sa, &old_term);
+  }
+  ~SweepSignals() {
+    sigaction(SIGINT, &old_int, nullptr);
+    sigaction(SIGTERM, &old_term, nullptr);
+  }
+};
+
+// Starts `thx pretrain --resume` of a run (under torchrun with ranks > 1), its output in the
+// run's stdout.log; returns the child's pid.
+pid_t launch_run(const Planned& p, const SweepOptions& o, int64_t threads, int64_t ranks) {
+  fs::create_directories(p.dir);
+  const std::string cfg = (fs::path(p.dir) / "run.yaml").string();
+  if (!fs::exists(cfg)) write_file_atomic(cfg, p.resolved.yaml);
+  const std::string log_path = (fs::path(p.dir) / "stdout.log").string();
+  std::vector<std::string> args;
+  if (ranks > 1)  // Debian 12's torchrun needs --redirects/--tee of one stream (README)
+    args = {"torchrun", "--standalone", "--nproc_per_node", std::to_string(ranks), "--redirects", "2",
+            "--tee", "2", "--no_python"};
+  // The sweep's own --device goes to every run (a run's train.device still decides).
+  args.insert(args.end(), {o.thx_binary, "--threads", std::to_string(threads), "--device", device_request(),
+                           "pretrain", "--config", cfg, "--run-dir", p.dir, "--resume"});
+  const pid_t parent = getpid();
+  const pid_t pid = fork();
+  if (pid < 0) throw RunError(fmt::format("sweep: cannot start a process: {}", std::strerror(errno)));
+  if (pid == 0) {
+    // If the sweep dies (even by SIGKILL), its runs get SIGTERM: they checkpoint and stop,
+    // so a restarted sweep never finds two processes in one run directory.
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (getppid() != parent) _exit(1);
+    std::signal(SIGINT, SIG_DFL), std::signal(SIGTERM, SIG_DFL);
+    const int fd = ::open(log_path.c_str(), O_CREAT | O_WRONLY | O_APPEND, 0644);
+    if (fd >= 0) dup2(fd, 1), dup2(fd, 2);
+    std::vector<char*> argv;
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execvp(argv[0], argv.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+// A run's process ended after `wall` seconds: its wall time added up over sessions, and when
+// it finished, its result.json. Returns its held-out ln(PPL) if the run is finished now.
+std::optional<double> record_result(Planned& p, const Sweep& sweep, int status, double wall) {
+  // Wall time accumulates over the sessions a run took.
+  const std::string wall_path = (fs::path(p.dir) / "wall_s.txt").string();
+  double wall_total = wall;
+  if (fs::exists(wall_path)) wall_total += std::atof(read_file(wall_path).c_str());
+  write_file_atomic(wall_path, fmt::format("{:.1f}\n", wall_total));
+  bool finished = false;
+  json r = summarize_metrics(p.dir, p.resolved.steps, &finished);
+  if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0 && finished)) return std::nullopt;
+  r["name"] = p.run->name;
+  r["sweep"] = sweep.name;
+  if (!p.run->variant.empty()) r["variant"] = p.run->variant;
+  if (!p.run->budget.empty()) r["budget"] = p.run->budget;
+  if (p.run->seed) r["seed"] = *p.run->seed;
+  r["steps"] = p.resolved.steps;
+  r["wall_s"] = std::round(wall_total * 10) / 10;
+  r["config_hash"] = p.hash;
+  for (const auto& [k, v] : p.resolved.info) r[k] = json::parse(v);
+  write_file_atomic((fs::path(p.dir) / "result.json").string(), r.dump() + "\n");
+  return r.value("ln_ppl", 0.0);
+}
+
+void write_results(const std::string& out, const std::vector<Planned>& plan) {
+  std::vector<std::string> dirs;
+  for (const auto& p : plan) dirs.push_back(p.dir);
+  write_results_jsonl(out, dirs);
+}
+
+// The sweep's end: results.jsonl of every finished run, and what did not finish.
+void report_end(const Sweep& sweep, const std::vector<Planned>& plan, const std::string& out,
+                const std::vector<std::string>& failures) {
+  write_results(out, plan);
+  size_t finished = 0;
+  for (const auto& p : plan) finished += p.finished;
+  auto log = thx::log("sweep");
+  log->info("{}: {} of {} runs finished; results in {}", sweep.name, finished, plan.size(),
+            (fs::path(out) / "results.jsonl").string());
+  for (const auto& f : failures) log->error("failed: {}", f);
+}
+
+}  // namespace
+
+int run_sweep(const Sweep& sweep, const SweepOptions& o,
+              const std::function<ResolvedRun(ConfigTree&)>& resolve) {
+  auto log = thx::log("sweep");
+  const std::string out = o.out_dir.empty() ? (fs::path("runs") / sweep.name).string() : o.out_dir;
+  check_output_dir(out, "--out");
+  if (o.jobs < 1) throw InputError(fmt::format("--jobs {}: must be at least 1", o.jobs));
+  std::vector<Planned> plan = plan_runs(sweep, out, resolve);
   const int64_t cores = o.threads > 0 ? o.threads : std::max(1u, std::thread::hardware_concurrency());
   const int64_t jobs = std::min<int64_t>(o.jobs, std::max<int64_t>(1, int64_t(plan.size())));
   const int64_t ranks = std::max<int64_t>(1, o.ranks_per_run);
   const int64_t threads = std::max<int64_t>(1, cores / (jobs * ranks));
-  if (ranks > 1) {
-    for (const auto& p : plan) {
-      const PretrainConfig c = pretrain_config_from_text(p.resolved.yaml, sweep.file);
-      const std::string e = batch_split_error("train.batch_size", c.train.batch_size, c.train.grad_accum, int(ranks));
-      if (!e.empty()) throw InputError(fmt::format("{}: run '{}': --ranks-per-run {}: {}", sweep.file, p.run->name, ranks, e));
-    }
-    if (std::system("command -v torchrun >/dev/null 2>&1") != 0)
-      throw InputError("sweep --ranks-per-run: torchrun is not on PATH (Debian: python3-torch; scripts/setup.sh installs it)");
-  }
-
-  double flops_left = 0, flops_all = 0;
-  for (const auto& p : plan) {
-    flops_all += p.resolved.flops;
-    flops_left += p.flops_left();
-  }
-  if (o.dry_run) {
-    std::printf("sweep %s (%s): %zu runs into %s\n", sweep.name.c_str(), sweep.file.c_str(),
-                plan.size(), out.c_str());
-    // Which printed rows of the sweep's table each run fills (thx table's matching rule).
-    std::vector<PaperRow> paper;
-    if (!sweep.table.empty()) paper = load_paper_rows(default_tables_csv());
-    auto fills = [&](const Planned& p) {
-      if (sweep.table.empty()) return std::string("-");
-      json r = {{"name", p.run->name}};
-      for (const auto& [k, v] : p.resolved.info) r[k] = json::parse(v);
-      std::vector<std::string> rows;
-      for (const auto& m : match_rows(parse_layout(sweep.table), paper, {r}))
-        if (!m.runs.empty()) rows.push_back(fmt::format("{}", m.paper.row));
-      return rows.empty() ? std::string("none") : fmt::format("{}", fmt::join(rows, ", "));
-    };
-    std::printf("| run | steps | attention | fills %s row | model PFLOP | state |\n"
-                "|---|---:|---|---|---:|---|\n", sweep.table.empty() ? "-" : sweep.table.c_str());
-    for (const auto& p : plan) {
-      const std::string state = p.finished ? "finished"
-                                : p.resume_step > 0 ? fmt::format("resumes at step {}", p.resume_step)
-                                                    : "to run";
-      std::printf("| %s | %lld | %s | %s | %.3f | %s |\n", p.run->name.c_str(),
-                  (long long)p.resolved.steps, p.resolved.attention.c_str(), fills(p).c_str(),
-                  p.resolved.flops / 1e15, state.c_str());
-    }
-    // Each precision's FLOPs at the fraction of its own matmul peak that mini steps reach at one
-    // thread per job (docs/benchmarks.md): fp32 45-72%; bf16 29-44% (an EPYC with AVX512-BF16).
-    std::map<std::string, double> left;
-    for (const auto& p : plan) left[p.resolved.precision] += p.flops_left();
-    const std::map<std::string, double> share = {{"fp32", 0.5}, {"bf16", 0.3}};
-    double seconds = 0;
-    std::string at;
-    for (const auto& [precision, flops] : left) {
-      const double peak = matmul_peak_gflops(1024, 3, precision) * 1e9;
-      seconds += flops / (share.at(precision) * peak);
-      at += fmt::format("{}{:.0f}% of this machine's {} matmul peak ({:.0f} GFLOP/s)", at.empty() ? "" : " and ",
-                        100 * share.at(precision), precision, peak / 1e9);
-    }
-    std::printf("\nTo run: %.3f of %.3f PFLOP of model FLOPs, about %s on %lld threads at %s, measured now "
-                "(the share mini steps reach at one thread per job, docs/benchmarks.md).\n",
-                flops_left / 1e15, flops_all / 1e15, format_duration(seconds).c_str(),
-                (long long)torch::get_num_threads(), at.c_str());
-    return 0;
-  }
+  check_ranks(sweep, plan, ranks);
+  if (o.dry_run) return print_dry_run(sweep, plan, out), 0;
 
   fs::create_directories(out);
-  // One sweep process per directory. The lock is not inherited by the runs (O_CLOEXEC): a run
-  // left behind by a killed sweep, still saving its checkpoint, must not keep the next sweep
-  // out (that sweep waits for the run's own directory lock instead). The holder's pid is in
-  // the file, for the message.
-  const std::string lock_path = (fs::path(out) / ".lock").string();
-  const int lock_fd = ::open(lock_path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0644);
-  if (lock_fd < 0) throw InputError(fmt::format("{}: cannot create its lock file ({})", lock_path, std::strerror(errno)));
-  if (::flock(lock_fd, LOCK_EX | LOCK_NB) != 0) {
-    std::string holder = read_file(lock_path);
-    ::close(lock_fd);
-    while (!holder.empty() && (holder.back() == '\n' || holder.back() == ' ')) holder.pop_back();
-    throw InputError(fmt::format("{}: another thx sweep{} is running on this directory; wait for it or stop it "
-                                 "(its runs checkpoint and stop on SIGTERM)", out,
-                                 holder.empty() ? "" : " (pid " + holder + ")"));
-  }
-  if (::ftruncate(lock_fd, 0) == 0) {
-    const std::string pid = std::to_string(::getpid()) + "\n";
-    if (::pwrite(lock_fd, pid.data(), pid.size(), 0) < 0) log->warn("{}: cannot record this sweep's pid", lock_path);
-  }
+  const SweepLock lock(out);
   write_file_atomic((fs::path(out) / "sweep.yaml").string(), read_file(sweep.file));
-
-  auto write_results = [&] {
-    std::vector<std::string> dirs;
-    for (const auto& p : plan) dirs.push_back(p.dir);
-    write_results_jsonl(out, dirs);
-  };
-
   struct Child {
     size_t index;
     pid_t pid;
@@ -207,108 +322,45 @@ int run_sweep(const Sweep& sweep, const SweepOptions& o,
   std::vector<Child> running;
   std::vector<std::string> failures;
   size_t next = 0, done = 0, todo = 0;
-  for (const auto& p : plan) todo += !p.finished;
+  double flops_left = 0, flops_done = 0;
+  for (const auto& p : plan) todo += !p.finished, flops_left += p.flops_left();
   log->info("{}: {} runs, {} finished, {} to run; {} at a time, {}{} threads each; into {}", sweep.name,
             plan.size(), plan.size() - todo, todo, jobs, ranks > 1 ? fmt::format("{} ranks of ", ranks) : "",
             threads, out);
-
-  g_sweep_stop = 0;
-  // Without SA_RESTART, so that a signal interrupts waitpid() and the runs hear of it at once.
-  struct sigaction sa {}, old_int {}, old_term {};
-  sa.sa_handler = on_sweep_signal;
-  sigemptyset(&sa.sa_mask);
-  sa.sa_flags = 0;
-  sigaction(SIGINT, &sa, &old_int);
-  sigaction(SIGTERM, &sa, &old_term);
+  const SweepSignals signals;
   const auto t0 = std::chrono::steady_clock::now();
-  double flops_done = 0;
   bool forwarded = false;
-
-  auto launch = [&](size_t i) {
-    Planned& p = plan[i];
-    fs::create_directories(p.dir);
-    const std::string cfg = (fs::path(p.dir) / "run.yaml").string();
-    if (!fs::exists(cfg)) write_file_atomic(cfg, p.resolved.yaml);
-    const std::string log_path = (fs::path(p.dir) / "stdout.log").string();
-    std::vector<std::string> args;
-    if (ranks > 1)  // Debian 12's torchrun needs --redirects/--tee of one stream (README)
-      args = {"torchrun", "--standalone", "--nproc_per_node", std::to_string(ranks), "--redirects", "2",
-              "--tee", "2", "--no_python"};
-    // The sweep's own --device goes to every run (a run's train.device still decides).
-    args.insert(args.end(), {o.thx_binary, "--threads", std::to_string(threads), "--device", device_request(),
-                             "pretrain", "--config", cfg,
-                             "--run-dir", p.dir, "--resume"});
-    const pid_t parent = getpid();
-    const pid_t pid = fork();
-    if (pid < 0) throw RunError(fmt::format("sweep: cannot start a process: {}", std::strerror(errno)));
-    if (pid == 0) {
-      // If the sweep dies (even by SIGKILL), its runs get SIGTERM: they checkpoint and stop,
-      // so a restarted sweep never finds two processes in one run directory.
-      prctl(PR_SET_PDEATHSIG, SIGTERM);
-      if (getppid() != parent) _exit(1);
-      std::signal(SIGINT, SIG_DFL), std::signal(SIGTERM, SIG_DFL);
-      const int fd = ::open(log_path.c_str(), O_CREAT | O_WRONLY | O_APPEND, 0644);
-      if (fd >= 0) dup2(fd, 1), dup2(fd, 2);
-      std::vector<char*> argv;
-      for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-      argv.push_back(nullptr);
-      execvp(argv[0], argv.data());
-      _exit(127);
-    }
-    running.push_back({i, pid, std::chrono::steady_clock::now()});
-    log->info("[{}/{}] started {} ({})", done + running.size(), todo, p.run->name, p.resolved.attention);
-  };
-
   while (true) {
     if (g_sweep_stop && !forwarded) {
       log->warn("stopping: the runs save a checkpoint and exit; run the same command to resume");
       for (const auto& c : running) kill(c.pid, SIGTERM);
       forwarded = true;
     }
-    while (!g_sweep_stop && int64_t(running.size()) < jobs && next < plan.size()) {
-      if (!plan[next].finished) launch(next);
-      ++next;
+    for (; !g_sweep_stop && int64_t(running.size()) < jobs && next < plan.size(); ++next) {
+      if (plan[next].finished) continue;
+      running.push_back({next, launch_run(plan[next], o, threads, ranks), std::chrono::steady_clock::now()});
+      log->info("[{}/{}] started {} ({})", done + running.size(), todo, plan[next].run->name,
+                plan[next].resolved.attention);
     }
     if (running.empty()) break;
     int status = 0;
     const pid_t pid = waitpid(-1, &status, 0);
-    if (pid < 0) {
-      if (errno == EINTR) continue;
-      break;
-    }
+    if (pid < 0 && errno == EINTR) continue;
+    if (pid < 0) break;
     auto it = std::find_if(running.begin(), running.end(), [&](const Child& c) { return c.pid == pid; });
     if (it == running.end()) continue;
     Planned& p = plan[it->index];
     const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - it->start).count();
     running.erase(it);
-    // Wall time accumulates over the sessions a run took.
-    const std::string wall_path = (fs::path(p.dir) / "wall_s.txt").string();
-    double wall_total = wall;
-    if (fs::exists(wall_path)) wall_total += std::atof(read_file(wall_path).c_str());
-    write_file_atomic(wall_path, fmt::format("{:.1f}\n", wall_total));
-    bool finished = false;
-    json r = summarize_metrics(p.dir, p.resolved.steps, &finished);
-    const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-    if (ok && finished) {
-      r["name"] = p.run->name;
-      r["sweep"] = sweep.name;
-      if (!p.run->variant.empty()) r["variant"] = p.run->variant;
-      if (!p.run->budget.empty()) r["budget"] = p.run->budget;
-      if (p.run->seed) r["seed"] = *p.run->seed;
-      r["steps"] = p.resolved.steps;
-      r["wall_s"] = std::round(wall_total * 10) / 10;
-      r["config_hash"] = p.hash;
-      for (const auto& [k, v] : p.resolved.info) r[k] = json::parse(v);
-      write_file_atomic((fs::path(p.dir) / "result.json").string(), r.dump() + "\n");
-      flops_done += p.flops_left();  // what this sweep ran of it
-      p.finished = true;
-      ++done;
-      write_results();
+    const double ran = p.flops_left();  // what this sweep ran of it, if it finished
+    if (const auto ln_ppl = record_result(p, sweep, status, wall)) {
+      p.finished = true, flops_done += ran, ++done;
+      write_results(out, plan);
       const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       const double eta = flops_done > 0 ? elapsed / flops_done * (flops_left - flops_done) : 0;
-      log->info("[{}/{}] finished {}: ln(PPL) {:.4f}, {} | ETA {}", done, todo, p.run->name,
-                r.value("ln_ppl", 0.0), format_duration(wall), format_duration(eta));
-    } else if (ok || g_sweep_stop) {
+      log->info("[{}/{}] finished {}: ln(PPL) {:.4f}, {} | ETA {}", done, todo, p.run->name, *ln_ppl,
+                format_duration(wall), format_duration(eta));
+    } else if ((WIFEXITED(status) && WEXITSTATUS(status) == 0) || g_sweep_stop) {
       log->warn("{}: stopped at a checkpoint; the next `thx sweep` resumes it", p.run->name);
     } else {
       const std::string why = last_line((fs::path(p.dir) / "stdout.log").string());
@@ -318,15 +370,7 @@ int run_sweep(const Sweep& sweep, const SweepOptions& o,
                                    : fmt::format("signal {}", WTERMSIG(status)), why);
     }
   }
-  sigaction(SIGINT, &old_int, nullptr);
-  sigaction(SIGTERM, &old_term, nullptr);
-  write_results();
-  size_t finished = 0;
-  for (const auto& p : plan) finished += p.finished;
-  log->info("{}: {} of {} runs finished; results in {}", sweep.name, finished, plan.size(),
-            (fs::path(out) / "results.jsonl").string());
-  for (const auto& f : failures) log->error("failed: {}", f);
-  ::close(lock_fd);
+  report_end(sweep, plan, out, failures);
   return int(failures.size());
 }
 

@@ -244,18 +244,5 @@ std::vector<std::pair<std::string, Tensor>> EncoderModelImpl::named_parameters_b
   return parameters_by_path(*this);
 }
 
-int64_t encoder_activation_bytes(const ModelConfig& c, const AttentionConfig& attention, int64_t B,
-                                 int64_t n, bool recompute) {
-  const AttentionDims a = resolve(attention, c.d_model, c.d_model, c.d_model, "attention");
-  const int64_t d = c.d_model;
-  // Per layer: the [n,n] maps autograd keeps (dot products, logits, weights and projected
-  // weights; the fused core keeps about this many) and the [n, .] activations.
-  const int64_t maps = n * n * (a.h_k + 2 * a.h + a.h_v);
-  const int64_t dk = a.d_k > 0 ? a.d_k : d, dv = a.d_v > 0 ? a.d_v : d;
-  const int64_t rows = n * (2 * a.h_k * dk + 2 * a.h_v * dv + 8 * d + 2 * c.d_ff);
-  const int64_t per_layer = B * (maps + rows) * 4;
-  if (!recompute) return per_layer * c.encoder_layers;
-  return B * n * d * 4 * c.encoder_layers + per_layer;
-}
 
 }  // namespace thx

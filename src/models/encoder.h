@@ -113,9 +113,4 @@ TORCH_MODULE(EncoderModel);
 // heads use it too).
 void init_truncated_normal(torch::Tensor& p, double std);
 
-// Rough bytes of activations one training step keeps for backward, for a batch of b examples
-// of n positions: everything (recompute = false) or the layer inputs plus one layer's.
-int64_t encoder_activation_bytes(const ModelConfig& config, const AttentionConfig& attention,
-                                 int64_t B, int64_t n, bool recompute);
-
 }  // namespace thx

@@ -9,20 +9,26 @@
 
 namespace thx {
 
-ModelSpec resolve_model_spec(const ModelConfig& model, const T5Attention& attention) {
-  validate(model);
+ModelSpec resolve_attention_spec(const ModelConfig& model, const T5Attention& attention, const AttentionPaths& paths) {
   ModelSpec s;
   s.model = model;
   const int64_t d = model.d_model;
-  // BERT/ALBERT have one attention block: its errors name `attention`.
-  s.encoder_self = resolve(attention.encoder_self, d, d, d, model.encoder_only() ? "attention" : "attention_encoder_self");
+  s.encoder_self = resolve(attention.encoder_self, d, d, d, paths.encoder_self);
   if (model.encoder_only()) {
     s.encoder_self.biases = s.encoder_self.variant->dense_biases;  // BERT's dense-layer biases
     return s;
   }
-  s.decoder_self = resolve(attention.decoder_self, d, d, d, "attention_decoder_self");
-  s.encoder_decoder = resolve(attention.encoder_decoder, d, d, d, "attention_encoder_decoder");
+  s.decoder_self = resolve(attention.decoder_self, d, d, d, paths.decoder_self);
+  s.encoder_decoder = resolve(attention.encoder_decoder, d, d, d, paths.encoder_decoder);
   return s;
+}
+
+ModelSpec resolve_model_spec(const ModelConfig& model, const T5Attention& attention) {
+  validate(model);
+  // BERT/ALBERT have one attention block: its errors name `attention`.
+  return resolve_attention_spec(model, attention,
+                                {model.encoder_only() ? "attention" : "attention_encoder_self",
+                                 "attention_decoder_self", "attention_encoder_decoder"});
 }
 
 namespace {
@@ -32,6 +38,7 @@ namespace {
 struct Sizes {
   double d, ff, vocab, rows, n_in, n_out, enc, dec, units, E;  // units: encoder layers with their own parameters
   double h_enc, h_dec, h_cross, att_enc, att_dec, att_cross;     // heads; projection size of a layer / d
+  bool recompute = false;  // model.recompute: an encoder keeps its layers' inputs, and one layer at a time
 };
 
 // {parameters and gradients, activations of a micro-batch}, in bytes (fp32).
@@ -41,14 +48,17 @@ std::pair<double, double> bound(const Sizes& z) {
                         z.d * (z.units * z.att_enc + z.dec * (z.att_dec + z.att_cross));
   const double positions = z.enc * z.n_in + z.dec * z.n_out;  // layer runs x positions
   const double weights = z.enc * z.h_enc * z.n_in * z.n_in + z.dec * (z.h_dec * z.n_out * z.n_out + z.h_cross * z.n_out * z.n_in);
-  const double activations = z.rows * (positions * (z.d + z.ff) + weights + z.n_out * z.vocab);
+  const double kept = z.recompute  // the encoder's layer inputs, and one layer's own at a time
+                          ? z.enc * z.n_in * z.d + std::min(z.enc, 1.0) * (z.n_in * (z.d + z.ff) + z.h_enc * z.n_in * z.n_in)
+                          : positions * (z.d + z.ff) + weights;
+  const double activations = z.rows * (kept + z.n_out * z.vocab);
   return {2 * f * params, f * activations};
 }
 
 }  // namespace
 
 MemoryBound training_memory_lower_bound(const ModelSpec& spec, int64_t vocab, int64_t rows, int64_t n_in,
-                                        int64_t n_out, const MemoryKeys& names) {
+                                        int64_t n_out, const MemoryKeys& names, bool recompute) {
   const ModelConfig& m = spec.model;
   auto per_d = [](const AttentionDims& a) {  // P_q, P_k, P_v, P_o (general bilinear: P, Q) / d
     if (a.d_k == 0) return 2.0 * double(a.d_M) * double(a.h);
@@ -61,6 +71,7 @@ MemoryBound training_memory_lower_bound(const ModelSpec& spec, int64_t vocab, in
   z.units = m.type == "albert" ? double(m.hidden_groups) : z.enc;
   z.E = m.encoder_only() && m.embedding_size > 0 ? double(m.embedding_size) : z.d;
   z.h_enc = double(spec.encoder_self.h), z.att_enc = per_d(spec.encoder_self);
+  z.recompute = recompute && m.encoder_only();
   if (!m.encoder_only()) {
     z.h_dec = double(spec.decoder_self.h), z.att_dec = per_d(spec.decoder_self);
     z.h_cross = double(spec.encoder_decoder.h), z.att_cross = per_d(spec.encoder_decoder);

@@ -26,6 +26,14 @@ struct ModelSpec {
 // Validate and resolve; a ConfigError names the block (attention_encoder_self, ...) and key.
 ModelSpec resolve_model_spec(const ModelConfig& model, const T5Attention& attention);
 
+// The config blocks each layer type's attention was written in, for the keys of errors.
+struct AttentionPaths {
+  std::string encoder_self = "attention", decoder_self = "attention", encoder_decoder = "attention";
+};
+// The attention of each layer type the model has (T5: three, BERT/ALBERT: encoder_self),
+// resolved once; the model block must be validated already (validate(ModelConfig)).
+ModelSpec resolve_attention_spec(const ModelConfig& model, const T5Attention& attention, const AttentionPaths& paths);
+
 // A lower bound of the memory one training step needs, so that an absurd size is refused,
 // naming its key, before anything is allocated. Counted, in fp32: the parameters and their
 // gradients (optimizer state, which depends on the optimizer, is left out), and what one
@@ -40,8 +48,10 @@ struct MemoryBound {
   double parameters = 0, activations = 0;  // bytes
   std::string key;
 };
+// With `recompute` (an encoder's model.recompute) the activations are the layers' inputs and
+// one layer's own: what the backward pass then keeps at once.
 MemoryBound training_memory_lower_bound(const ModelSpec& spec, int64_t vocab, int64_t rows, int64_t n_in,
-                                        int64_t n_out, const MemoryKeys& names = {});
+                                        int64_t n_out, const MemoryKeys& names = {}, bool recompute = false);
 // InputError "<key> <value>: training needs at least X GB of memory (...), more than this
 // machine's Y GB; nothing was allocated" when the bound exceeds the memory of `device` (the
 // machine's, or a GPU's own). `values` gives the values of the keys the message may name.

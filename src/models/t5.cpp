@@ -292,8 +292,7 @@ class StackImpl : public torch::nn::Module {
 // ---- T5 ----------------------------------------------------------------------------------
 
 T5Impl::T5Impl(const ModelSpec& spec, int64_t vocab_size) : config_(spec.model), vocab_size_(vocab_size) {
-  const ModelConfig& config = spec.model;
-  validate(config);
+  const ModelConfig& config = spec.model;  // validated when the spec was resolved
   THX_CHECK(vocab_size >= 2, "T5: vocabulary size {} is too small", vocab_size);
   const int64_t padded = (vocab_size + 127) / 128 * 128;
   shared = register_parameter("shared", torch::empty({padded, config.d_model}));  // [V padded to 128,d]

@@ -199,214 +199,275 @@ StepLoss accumulate_gradients(Trainee& t, const std::vector<Batch>& micro, dist:
   return r;
 }
 
-LoopResult train(Trainee& t, const LoopOptions& o) {
-  auto log = thx::log("train");
-  const std::string prefix = o.tag.empty() ? "" : o.tag + " ";
-  const std::string tb_prefix = o.tag.empty() ? "" : o.tag + "/";
-  LoopResult result;
-  const int world = dist::world_size(), rank = dist::rank();
-  const bool writer = rank == 0;  // only rank 0 writes checkpoints, metrics and TensorBoard
-  if (o.batch_size > 0) {
-    const std::string e = batch_split_error("batch size", o.batch_size, o.grad_accum, world);
-    if (!e.empty()) throw InputError(prefix + e);
-  }
-  // The parameter list is fixed for the run: taken once, not per step.
-  const std::vector<std::pair<std::string, Tensor>> params = t.parameters();
-  const std::optional<at::Generator> device_gen =
-      device_generator(params.empty() ? torch::Device(torch::kCPU) : params.front().second.device());
+namespace {
+
+// What every part of one loop shares: the trainee, the options, the ranks.
+struct Run {
+  Trainee& t;
+  const LoopOptions& o;
+  std::string prefix;  // "<task> " in fine-tuning's lines, else ""
+  int world = 1, rank = 0;
+  bool writer = true;  // only rank 0 writes checkpoints, metrics and TensorBoard
+  std::vector<std::pair<std::string, Tensor>> params;  // fixed for the run: taken once
   std::vector<Tensor> tensors;
-  for (const auto& [path, p] : params) tensors.push_back(p);
-  int64_t step = 0;
-  std::string file;
-  const std::optional<Checkpoint> resumed = o.resume ? load_newest(o.checkpoint_dir, &file, prefix) : std::nullopt;
-  if (resumed) {
+  std::optional<at::Generator> device_gen;  // dropout's on a GPU
+
+  Run(Trainee& trainee, const LoopOptions& options)
+      : t(trainee), o(options), prefix(options.tag.empty() ? "" : options.tag + " "), world(dist::world_size()),
+        rank(dist::rank()), writer(rank == 0), params(trainee.parameters()) {
+    for (const auto& [path, p] : params) tensors.push_back(p);
+    device_gen = device_generator(params.empty() ? torch::Device(torch::kCPU) : params.front().second.device());
+  }
+};
+
+// The checkpoints of a run: the newest restored on --resume (parameters, optimizer, the
+// trainee's state, every generator), and a new one saved (after every rank's parameters were
+// found equal).
+struct Checkpointer {
+  Run& r;
+
+  // The step to start from: the checkpoint's, or 0 (then, data parallel, rank 0's
+  // initialization is sent everywhere and every rank seeds its own dropout).
+  int64_t restore() {
+    auto log = thx::log("train");
+    std::string file;
+    const std::optional<Checkpoint> resumed = r.o.resume ? load_newest(r.o.checkpoint_dir, &file, r.prefix)
+                                                         : std::nullopt;
+    if (!resumed) {
+      if (r.o.resume && r.writer)
+        log->warn("{}--resume: no checkpoint in {}; starting from step 0", r.prefix, r.o.checkpoint_dir);
+      if (r.world > 1) {
+        dist::broadcast(r.tensors);
+        at::Generator gen = at::detail::getDefaultCPUGenerator();
+        if (r.rank > 0) gen.set_current_seed(rank_seed(gen.current_seed(), r.rank));
+        if (r.device_gen && r.rank > 0) {
+          at::Generator g = *r.device_gen;
+          g.set_current_seed(rank_seed(g.current_seed(), r.rank));
+        }
+      }
+      return 0;
+    }
     const Checkpoint& ck = *resumed;
-    copy_parameters(params, ck.params, file);
-    t.optimizer().load_state(ck.optimizer, ck.optimizer_step);
+    copy_parameters(r.params, ck.params, file);
+    r.t.optimizer().load_state(ck.optimizer, ck.optimizer_step);
     try {
-      t.load_state(ck);
+      r.t.load_state(ck);
     } catch (const InputError& e) {
       throw InputError(fmt::format("{}: {}", file, e.what()));
     } catch (const std::exception& e) {  // a JSON or stream error in the trainer's own state
       throw InputError(fmt::format("{}: the trainer's state in it is unreadable ({})", file, e.what()));
     }
-    // LibTorch's CPU generator (dropout, initializers): the loop's, for every trainee; with
-    // several ranks, each rank's own.
-    at::Generator gen = at::detail::getDefaultCPUGenerator();
-    if (ck.rng_ranks.defined() && ck.rng_ranks.size(0) == world) gen.set_state(ck.rng_ranks[rank].clone());
-    else if (ck.rng.defined()) gen.set_state(ck.rng);
-    if (rank > 0 && !(ck.rng_ranks.defined() && ck.rng_ranks.size(0) == world))
-      gen.set_current_seed(rank_seed(uint64_t(ck.step), rank));
-    if (device_gen) {  // a run on the CPU before has none: the GPU's continues from its seed
-      at::Generator g = *device_gen;
-      if (ck.rng_cuda.defined() && ck.rng_cuda.size(0) == world) g.set_state(ck.rng_cuda[rank].clone());
-      else if (rank > 0) g.set_current_seed(rank_seed(uint64_t(ck.step), rank));
-    }
-    step = ck.step;
-    log->info("{}resumed from {} at step {}", prefix, file, step);
-    if (ck.world_size != world)
+    restore_generators(ck);
+    log->info("{}resumed from {} at step {}", r.prefix, file, ck.step);
+    if (ck.world_size != r.world)
       log->info("{}the checkpoint was written by {} process{}, this run has {}: the global batch is the same; "
-                "ranks above 0 draw new dropout seeds", prefix, ck.world_size, ck.world_size > 1 ? "es" : "", world);
-  } else {
-    if (o.resume && writer) log->warn("{}--resume: no checkpoint in {}; starting from step 0", prefix, o.checkpoint_dir);
-    if (world > 1) {
-      dist::broadcast(tensors);  // rank 0's initialization everywhere
-      at::Generator gen = at::detail::getDefaultCPUGenerator();
-      if (rank > 0) gen.set_current_seed(rank_seed(gen.current_seed(), rank));
-      if (device_gen && rank > 0) {
-        at::Generator g = *device_gen;
-        g.set_current_seed(rank_seed(g.current_seed(), rank));
-      }
-    }
+                "ranks above 0 draw new dropout seeds", r.prefix, ck.world_size, ck.world_size > 1 ? "es" : "",
+                r.world);
+    return ck.step;
   }
 
-  // Everything that can fail on bad input has been read; now the outputs are opened.
-  EventWriter* const events = o.open_outputs ? o.open_outputs() : nullptr;
-  if (writer) fs::create_directories(o.checkpoint_dir);
-  if (!o.banner.empty()) log->info("{}", o.banner);
-  std::ofstream metrics;
-  if (writer) metrics.open(o.metrics_file, std::ios::app);
-  auto record = [&](json j, const std::string& kind, int64_t at) {
-    if (!writer) return;
-    if (events) events->scalars(at, tb_prefix + kind + "/", j);
-    j["step"] = at;
-    if (!o.tag.empty()) j["task"] = o.tag;
-    metrics << j.dump() << "\n" << std::flush;
-  };
-  auto evaluate = [&](int64_t at) {
-    reset_peak_rss();
-    PrecisionScope precision(o.eval_precision.empty() ? o.precision : o.eval_precision);
-    try {
-      result.last_eval = t.evaluate(at);
-    } catch (const c10::OutOfMemoryError& e) {
-      throw InputError(out_of_memory(o, prefix, "evaluation", at, world, e, o.eval_memory_hint));
-    }
-    json rec = result.last_eval;
-    rec["peak_rss_mb"] = std::round(peak_rss_mb());  // the evaluation's own peak
-    reset_peak_rss();
-    record(rec, "eval", at);
-  };
-  auto save = [&](int64_t at) {
-    if (world > 1) {  // every rank must hold the same parameters, or nothing is written
-      const uint64_t sum = dist::checksum(tensors);
+  // LibTorch's CPU generator (dropout, initializers): the loop's, for every trainee; with
+  // several ranks, each rank's own. A GPU's beside it (a run on the CPU before has none: the
+  // GPU's continues from its seed).
+  void restore_generators(const Checkpoint& ck) {
+    at::Generator gen = at::detail::getDefaultCPUGenerator();
+    const bool per_rank = ck.rng_ranks.defined() && ck.rng_ranks.size(0) == r.world;
+    if (per_rank) gen.set_state(ck.rng_ranks[r.rank].clone());
+    else if (ck.rng.defined()) gen.set_state(ck.rng);
+    if (r.rank > 0 && !per_rank) gen.set_current_seed(rank_seed(uint64_t(ck.step), r.rank));
+    if (!r.device_gen) return;
+    at::Generator g = *r.device_gen;
+    if (ck.rng_cuda.defined() && ck.rng_cuda.size(0) == r.world) g.set_state(ck.rng_cuda[r.rank].clone());
+    else if (r.rank > 0) g.set_current_seed(rank_seed(uint64_t(ck.step), r.rank));
+  }
+
+  void save(int64_t at) {
+    if (r.world > 1) {  // every rank must hold the same parameters, or nothing is written
+      const uint64_t sum = dist::checksum(r.tensors);
       const auto all = dist::all_gather(torch::tensor({int64_t(sum)}));  // W x [1]
-      for (int r = 1; r < world; ++r)
-        if (all[size_t(r)].item<int64_t>() != all[0].item<int64_t>())
+      for (int k = 1; k < r.world; ++k)
+        if (all[size_t(k)].item<int64_t>() != all[0].item<int64_t>())
           throw RunError(fmt::format("{}step {}: rank {}'s parameters differ from rank 0's (checksum); no checkpoint "
-                                     "was written (the last good one is kept in {})", prefix, at, r, o.checkpoint_dir));
+                                     "was written (the last good one is kept in {})", r.prefix, at, k,
+                                     r.o.checkpoint_dir));
     }
     const Tensor rng = at::detail::getDefaultCPUGenerator().get_state();
     const std::vector<Tensor> rngs = dist::all_gather(rng);
     std::vector<Tensor> device_rngs;
-    if (device_gen) device_rngs = dist::all_gather(at::Generator(*device_gen).get_state());
-    if (!writer) return;
+    if (r.device_gen) device_rngs = dist::all_gather(at::Generator(*r.device_gen).get_state());
+    if (!r.writer) return;
     Checkpoint ck;
-    ck.world_size = world;
-    if (world > 1) ck.rng_ranks = torch::stack(rngs);  // [W, bytes]
-    if (device_gen) ck.rng_cuda = torch::stack(device_rngs);  // [W, bytes]
-    for (const auto& [path, p] : params) ck.params[path] = p;
-    ck.optimizer = t.optimizer().state();
-    ck.step = at;
-    ck.optimizer_step = t.optimizer().steps();
+    ck.world_size = r.world;
+    if (r.world > 1) ck.rng_ranks = torch::stack(rngs);        // [W, bytes]
+    if (r.device_gen) ck.rng_cuda = torch::stack(device_rngs);  // [W, bytes]
+    for (const auto& [path, p] : r.params) ck.params[path] = p;
+    ck.optimizer = r.t.optimizer().state();
+    ck.step = at, ck.optimizer_step = r.t.optimizer().steps();
     ck.rng = rng;
-    t.save_state(ck);
-    ck.config = o.config;
-    const std::string path = checkpoint_path(o.checkpoint_dir, at);
+    r.t.save_state(ck);
+    ck.config = r.o.config;
+    const std::string path = checkpoint_path(r.o.checkpoint_dir, at);
     try {
       save_checkpoint(path, ck);
     } catch (const RunError& e) {  // disk full: one line, the earlier checkpoints untouched
       throw RunError(fmt::format("{}step {}: no checkpoint written: {}; the earlier checkpoints in {} are intact (free "
-                                 "some space, then --resume)", prefix, at, e.what(), o.checkpoint_dir));
+                                 "some space, then --resume)", r.prefix, at, e.what(), r.o.checkpoint_dir));
     }
-    prune_checkpoints(o.checkpoint_dir, o.keep);
-    log->info("{}checkpoint {}", prefix, path);
-  };
+    prune_checkpoints(r.o.checkpoint_dir, r.o.keep);
+    thx::log("train")->info("{}checkpoint {}", r.prefix, path);
+  }
+};
 
+// metrics.jsonl and TensorBoard (rank 0), and the evaluations that go there.
+struct Recorder {
+  Run& r;
+  EventWriter* events = nullptr;
+  std::ofstream metrics{};
+
+  void open() {
+    events = r.o.open_outputs ? r.o.open_outputs() : nullptr;
+    if (r.writer) fs::create_directories(r.o.checkpoint_dir), metrics.open(r.o.metrics_file, std::ios::app);
+  }
+  void record(json j, const std::string& kind, int64_t at) {
+    if (!r.writer) return;
+    if (events) events->scalars(at, (r.o.tag.empty() ? "" : r.o.tag + "/") + kind + "/", j);
+    j["step"] = at;
+    if (!r.o.tag.empty()) j["task"] = r.o.tag;
+    metrics << j.dump() << "\n" << std::flush;
+  }
+  json evaluate(int64_t at) {
+    reset_peak_rss();
+    PrecisionScope precision(r.o.eval_precision.empty() ? r.o.precision : r.o.eval_precision);
+    json values;
+    try {
+      values = r.t.evaluate(at);
+    } catch (const c10::OutOfMemoryError& e) {
+      throw InputError(out_of_memory(r.o, r.prefix, "evaluation", at, r.world, e, r.o.eval_memory_hint));
+    }
+    json rec = values;
+    rec["peak_rss_mb"] = std::round(peak_rss_mb());  // the evaluation's own peak
+    reset_peak_rss();
+    record(rec, "eval", at);
+    return values;
+  }
+};
+
+// The steps between two progress lines: their sums, then one record and one line.
+struct Window {
+  double time = 0, loss = 0, nll = 0;
+  int64_t tokens = 0, steps = 0;
+  dist::SyncStats sync;  // data parallel: the gradient all-reduce, summed over the window
+
+  void add(const StepLoss& l, double seconds, const dist::GradSync* grad_sync) {
+    time += seconds, tokens += l.tokens, ++steps, loss += l.loss, nll += l.nll;
+    if (!grad_sync) return;
+    const dist::SyncStats& st = grad_sync->stats();
+    sync.backward_s += st.backward_s, sync.comm_s += st.comm_s;
+    sync.exposed_s += st.exposed_s, sync.bytes += st.bytes, sync.buckets += st.buckets;
+  }
+  void flush(Recorder& out, int64_t step, double lr, double eta, bool data_parallel) {
+    const double n = double(steps);
+    json rec{{"loss", loss / n}, {"nll", nll / n}, {"lr", lr},
+             {"tokens_per_s", double(tokens) / time}, {"step_time_s", time / n},
+             {"rss_mb", std::round(rss_mb())}, {"peak_rss_mb", std::round(peak_rss_mb())}};  // the window's peak
+    reset_peak_rss();
+    std::string comm;
+    if (data_parallel) {  // rank 0's view of the gradient all-reduce, per step
+      rec["backward_s"] = sync.backward_s / n, rec["allreduce_s"] = sync.comm_s / n;
+      rec["allreduce_exposed_s"] = sync.exposed_s / n, rec["allreduce_mb"] = double(sync.bytes) / n / 1e6;
+      rec["allreduce_buckets"] = double(sync.buckets) / n;
+      comm = fmt::format(" | all-reduce {:.1f} MB {:.3f} s, {:.3f} s after backward", double(sync.bytes) / n / 1e6,
+                         sync.comm_s / n, sync.exposed_s / n);
+    }
+    out.record(rec, "train", step);
+    const Run& r = out.r;
+    thx::log("train")->info("{}step {}/{} loss {:.4f} nll {:.4f} lr {:.3g} | {:.0f} tok/s {:.3f} s/step{} ETA {}",
+                            r.prefix, step, r.o.steps, loss / n, nll / n, lr, double(tokens) / time, time / n, comm,
+                            format_duration(eta));
+    *this = Window{};
+  }
+};
+
+// Step `step` + 1's gradients over the ranks; its sums over the ranks, and (data parallel)
+// whether any rank was asked to stop (one process: false; the loop reads the signal itself).
+// A device out of memory, and a loss that is not finite, stop the run with one line.
+StepLoss one_step(Run& r, const std::vector<Batch>& micro, dist::GradSync* sync, int64_t step, bool* stop) {
+  StepLoss l;
+  try {
+    dist::guard("the gradient all-reduce", [&] {
+      PrecisionScope precision(r.o.precision);
+      l = accumulate_gradients(r.t, micro, sync);
+    });
+  } catch (const c10::OutOfMemoryError& e) {
+    throw InputError(out_of_memory(r.o, r.prefix, "training", step + 1, r.world, e, r.o.train_memory_hint));
+  }
+  *stop = false;
+  if (r.world > 1) {
+    Tensor sums = torch::tensor({l.loss, l.nll, double(l.tokens), double(g_stop)}, torch::kFloat64);  // [4]
+    dist::all_reduce_sum(sums);
+    l.loss = sums[0].item<double>(), l.nll = sums[1].item<double>(), l.tokens = int64_t(sums[2].item<double>());
+    *stop = sums[3].item<double>() > 0;
+  }
+  if (!std::isfinite(l.loss))
+    throw RunError(fmt::format("{}step {}: the loss is {}; training stopped and no checkpoint was written "
+                               "(the last good one is kept in {})", r.prefix, step + 1,
+                               std::isnan(l.loss) ? "NaN" : l.loss > 0 ? "+inf" : "-inf", r.o.checkpoint_dir));
+  return l;
+}
+
+}  // namespace
+
+LoopResult train(Trainee& t, const LoopOptions& o) {
+  Run r(t, o);
+  if (o.batch_size > 0) {
+    const std::string e = batch_split_error("batch size", o.batch_size, o.grad_accum, r.world);
+    if (!e.empty()) throw InputError(r.prefix + e);
+  }
+  Checkpointer checkpoints{r};
+  int64_t step = checkpoints.restore();
+  // Everything that can fail on bad input has been read; now the outputs are opened.
+  Recorder out{r};
+  out.open();
+  if (!o.banner.empty()) thx::log("train")->info("{}", o.banner);
+  LoopResult result;
   if (step >= o.steps) {  // a finished run: report where it ended
-    if (o.eval_if_finished) evaluate(step);
+    if (o.eval_if_finished) result.last_eval = out.evaluate(step);
     result.step = step, result.finished = true;
     return result;
   }
   SignalScope signals;
   t.module().train();
   std::unique_ptr<dist::GradSync> sync;
-  if (world > 1) {  // the parameters that train (a frozen embedding is not reduced)
+  if (r.world > 1) {  // the parameters that train (a frozen embedding is not reduced)
     std::vector<Tensor> trained;
-    for (const auto& p : tensors)
+    for (const auto& p : r.tensors)
       if (p.requires_grad()) trained.push_back(p);
     sync = std::make_unique<dist::GradSync>(trained, t.may_leave_parameters_unused());
   }
   const auto t_start = std::chrono::steady_clock::now();
   const int64_t first = step;
-  double window_time = 0, window_loss = 0, window_nll = 0;
-  int64_t window_tokens = 0, window_steps = 0;
-  dist::SyncStats window_sync;  // data parallel: the gradient all-reduce, summed over the window
+  Window window;
   while (step < o.steps) {
     const auto t0 = std::chrono::steady_clock::now();
     const std::vector<Batch> micro = t.next_step(o.grad_accum);
-    for (const auto& [path, p] : params) p.mutable_grad() = Tensor();
-    StepLoss l;
+    for (const auto& [path, p] : r.params) p.mutable_grad() = Tensor();
     bool stop = false;
-    try {
-      dist::guard("the gradient all-reduce", [&] {
-        PrecisionScope precision(o.precision);
-        l = accumulate_gradients(t, micro, sync.get());
-      });
-    } catch (const c10::OutOfMemoryError& e) {
-      throw InputError(out_of_memory(o, prefix, "training", step + 1, world, e, o.train_memory_hint));
-    }
-    if (world > 1) {  // the step's sums over the ranks, and whether any rank was asked to stop
-      Tensor sums = torch::tensor({l.loss, l.nll, double(l.tokens), double(g_stop)}, torch::kFloat64);  // [4]
-      dist::all_reduce_sum(sums);
-      l.loss = sums[0].item<double>(), l.nll = sums[1].item<double>(), l.tokens = int64_t(sums[2].item<double>());
-      stop = sums[3].item<double>() > 0;
-    }
-    if (!std::isfinite(l.loss))
-      throw RunError(fmt::format("{}step {}: the loss is {}; training stopped and no checkpoint was written "
-                                 "(the last good one is kept in {})", prefix, step + 1,
-                                 std::isnan(l.loss) ? "NaN" : l.loss > 0 ? "+inf" : "-inf", o.checkpoint_dir));
+    const StepLoss l = one_step(r, micro, sync.get(), step, &stop);
     const double lr = learning_rate(o.schedule, step + 1, o.steps);
     t.optimizer().step(lr);
     ++step;
-    const int64_t tokens = l.tokens;
-    window_time += seconds(std::chrono::steady_clock::now() - t0), window_tokens += tokens, ++window_steps;
-    window_loss += l.loss, window_nll += l.nll;
-    if (sync) {
-      const dist::SyncStats& st = sync->stats();
-      window_sync.backward_s += st.backward_s, window_sync.comm_s += st.comm_s;
-      window_sync.exposed_s += st.exposed_s, window_sync.bytes += st.bytes, window_sync.buckets += st.buckets;
-    }
+    window.add(l, seconds(std::chrono::steady_clock::now() - t0), sync.get());
     if (step % o.log_every == 0 || step == o.steps) {
       const double elapsed = seconds(std::chrono::steady_clock::now() - t_start);
-      const double eta = elapsed / double(step - first) * double(o.steps - step);
-      const double n = double(window_steps);
-      json rec{{"loss", window_loss / n}, {"nll", window_nll / n}, {"lr", lr},
-               {"tokens_per_s", double(window_tokens) / window_time}, {"step_time_s", window_time / n},
-               {"rss_mb", std::round(rss_mb())}, {"peak_rss_mb", std::round(peak_rss_mb())}};  // the window's peak
-      reset_peak_rss();
-      std::string comm;
-      if (sync) {  // rank 0's view of the gradient all-reduce, per step
-        const dist::SyncStats& w = window_sync;
-        rec["backward_s"] = w.backward_s / n, rec["allreduce_s"] = w.comm_s / n;
-        rec["allreduce_exposed_s"] = w.exposed_s / n, rec["allreduce_mb"] = double(w.bytes) / n / 1e6;
-        rec["allreduce_buckets"] = double(w.buckets) / n;
-        comm = fmt::format(" | all-reduce {:.1f} MB {:.3f} s, {:.3f} s after backward", double(w.bytes) / n / 1e6,
-                           w.comm_s / n, w.exposed_s / n);
-      }
-      record(rec, "train", step);
-      log->info("{}step {}/{} loss {:.4f} nll {:.4f} lr {:.3g} | {:.0f} tok/s {:.3f} s/step{} ETA {}", prefix, step,
-                o.steps, window_loss / n, window_nll / n, lr, double(window_tokens) / window_time,
-                window_time / n, comm, format_duration(eta));
-      window_time = window_loss = window_nll = 0, window_tokens = window_steps = 0;
-      window_sync = {};
+      window.flush(out, step, lr, elapsed / double(step - first) * double(o.steps - step), sync != nullptr);
     }
     const bool last = step == o.steps;
-    if (step % o.eval_every == 0 || last) evaluate(step);
+    if (step % o.eval_every == 0 || last) result.last_eval = out.evaluate(step);
     const bool saved = step % o.checkpoint_every == 0 || last;
-    if (saved) save(step);
-    if (world > 1 ? stop : bool(g_stop)) {
-      if (!saved) save(step);
-      log->warn("{}stopped by a signal at step {}; resume with --resume", prefix, step);
+    if (saved) checkpoints.save(step);
+    if (r.world > 1 ? stop : bool(g_stop)) {
+      if (!saved) checkpoints.save(step);
+      thx::log("train")->warn("{}stopped by a signal at step {}; resume with --resume", r.prefix, step);
       result.interrupted = true;
       break;
     }

@@ -2,9 +2,13 @@
 
 #include <ATen/Parallel.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
+#include <map>
 
+#include "attention/attention.h"
+#include "attention/registry.h"
 #include "common/error.h"
 #include "common/runtime.h"
 
@@ -220,106 +224,135 @@ class Adafactor : public Optimizer {
     }
   }
 
+  // The view as [A, X, B, Y, C] with X and Y the factored dims (d0, d1 in either order); an
+  // unfactored tensor is [1, 1, 1, 1, n].
+  struct Layout {
+    int64_t A = 1, X = 1, B = 1, Y = 1, C = 1;
+    bool d0_first = true;  // d0 is X (else Y)
+  };
+  static Layout layout_of(const OptimizedParam& p, const Slot& s) {
+    Layout l;
+    if (!s.dims) return l.C = p.param.numel(), l;
+    const auto [d0, d1] = *s.dims;
+    const int64_t i = std::min(d0, d1), j = std::max(d0, d1);
+    l.d0_first = d0 == i;
+    for (int64_t k = 0; k < int64_t(p.view.size()); ++k) {
+      const int64_t e = p.view[k];
+      if (k < i) l.A *= e; else if (k == i) l.X = e; else if (k < j) l.B *= e; else if (k == j) l.Y = e; else l.C *= e;
+    }
+    return l;
+  }
+
+  // Means of g^2 + eps1 over X ([A,B,Y,C]) and over Y ([A,X,B,C]).
+  static void mean_squares(const Layout& l, const float* pg, float eps1, std::vector<float>& over_x,
+                           std::vector<float>& over_y) {
+    const int64_t A = l.A, X = l.X, B = l.B, Y = l.Y, C = l.C;
+    over_x.assign(A * B * Y * C, 0.f), over_y.assign(A * X * B * C, 0.f);
+    for (int64_t a = 0; a < A; ++a)
+      for (int64_t x = 0; x < X; ++x)
+        for (int64_t b = 0; b < B; ++b) {
+          const float* gp = pg + ((a * X + x) * B + b) * Y * C;
+          float* rx = over_y.data() + ((a * X + x) * B + b) * C;  // [C]
+          float* ry = over_x.data() + (a * B + b) * Y * C;        // [Y, C]
+          if (C == 1) {  // a row of Y: its sum in 8 lanes, each element into its column
+            float acc[8] = {};
+            int64_t y = 0;
+            for (; y + 8 <= Y; y += 8)
+              for (int k = 0; k < 8; ++k) {
+                const float g2 = gp[y + k] * gp[y + k] + eps1;
+                ry[y + k] += g2, acc[k] += g2;
+              }
+            for (; y < Y; ++y) {
+              const float g2 = gp[y] * gp[y] + eps1;
+              ry[y] += g2, acc[0] += g2;
+            }
+            rx[0] += ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+          } else {
+            for (int64_t y = 0; y < Y; ++y)
+              for (int64_t c = 0; c < C; ++c) {
+                const float g2 = gp[y * C + c] * gp[y * C + c] + eps1;
+                rx[c] += g2, ry[y * C + c] += g2;
+              }
+          }
+        }
+    for (auto& q : over_x) q /= float(X);
+    for (auto& q : over_y) q /= float(Y);
+  }
+
+  // The factored second moments' decay step, and the scales the update multiplies g by:
+  // r = rsqrt(vr / mean of vr over d1), c = rsqrt(vc).
+  static void factor_scales(const Layout& l, const std::vector<float>& over_x, const std::vector<float>& over_y,
+                            float keep, float mix, Slot& s, std::vector<float>& r_scale, std::vector<float>& c_scale) {
+    // vr drops d0, vc drops d1; their keepdim layouts are these index spaces.
+    float* vr = s.vr.data_ptr<float>();
+    float* vc = s.vc.data_ptr<float>();
+    const std::vector<float>& new_r = l.d0_first ? over_x : over_y;
+    const std::vector<float>& new_c = l.d0_first ? over_y : over_x;
+    for (size_t k = 0; k < new_r.size(); ++k) vr[k] = keep * vr[k] + mix * new_r[k];
+    for (size_t k = 0; k < new_c.size(); ++k) vc[k] = keep * vc[k] + mix * new_c[k];
+    // vr is [A,B,Y,C] (d1 = Y) or [A,X,B,C] (d1 = X).
+    const bool f = l.d0_first;
+    const int64_t R = f ? l.Y : l.X, B = l.B, C = l.C;
+    r_scale.resize(new_r.size());
+    for (int64_t a = 0; a < l.A; ++a)
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t c = 0; c < C; ++c) {
+          auto at = [&](int64_t k) { return ((a * (f ? B : R) + (f ? b : k)) * (f ? R : B) + (f ? k : b)) * C + c; };
+          double mean = 0;
+          for (int64_t k = 0; k < R; ++k) mean += vr[at(k)];
+          mean /= double(R);
+          for (int64_t k = 0; k < R; ++k) r_scale[at(k)] = float(1.0 / std::sqrt(vr[at(k)] / mean));
+        }
+    c_scale.resize(new_c.size());
+    for (size_t k = 0; k < new_c.size(); ++k) c_scale[k] = 1.0f / std::sqrt(vc[k]);
+  }
+
+  // The runs: with C == 1, a row of Y along which one factor advances and the other is one
+  // number; with C > 1, runs of C along which both advance; unfactored, the whole tensor.
+  // fn(kind, first element, length, u, f). Kind 0: g * along[k] * fixed[0] (the factor order of
+  // g * r * c kept); 1: g * r[k] * c[k]; 2: g / sqrt(v[k]).
+  template <class F>
+  static void for_each_run(const Layout& l, const Slot& s, int64_t n, const std::vector<float>& r_scale,
+                           const std::vector<float>& c_scale, F&& fn) {
+    if (!s.dims) return fn(std::integral_constant<int, 2>(), int64_t{0}, n, s.v.data_ptr<float>(), nullptr);
+    const int64_t X = l.X, B = l.B, Y = l.Y, C = l.C;
+    for (int64_t a = 0; a < l.A; ++a)
+      for (int64_t x = 0; x < X; ++x)
+        for (int64_t b = 0; b < B; ++b) {
+          const int64_t ky = (a * X + x) * B + b;  // index of the (a, x, b) row in over_y's space
+          if (C == 1) {
+            const float* along = (l.d0_first ? r_scale : c_scale).data() + (a * B + b) * Y;
+            const float* fixed = (l.d0_first ? c_scale : r_scale).data() + ky;
+            fn(std::integral_constant<int, 0>(), ky * Y, Y, along, fixed);
+          } else {
+            for (int64_t y = 0; y < Y; ++y) {
+              const int64_t kx = ((a * B + b) * Y + y) * C, kyc = ky * C;
+              fn(std::integral_constant<int, 1>(), (ky * Y + y) * C, C,
+                 r_scale.data() + (l.d0_first ? kx : kyc), c_scale.data() + (l.d0_first ? kyc : kx));
+            }
+          }
+        }
+  }
+
   void fused_update(OptimizedParam& p, Slot& s, double decay, double lr) const {
     const int64_t n = p.param.numel();
     float* pw = p.param.data_ptr<float>();
     const float* pg = p.param.grad().data_ptr<float>();
     const float mix = float(1.0 - decay), keep = float(decay), eps1 = float(o_.epsilon1);
     const double sum_w2 = sum_squares(pw, n);
-    int64_t A = 1, X = 1, B = 1, Y = 1, C = n;
-    bool d0_first = true;
+    const Layout l = layout_of(p, s);
     std::vector<float> r_scale, c_scale;  // rsqrt(vr / mean_d1 vr) [A,?,B,?,C], rsqrt(vc)
     if (s.dims) {
-      const auto [d0, d1] = *s.dims;
-      const int64_t i = std::min(d0, d1), j = std::max(d0, d1);
-      d0_first = d0 == i;
-      C = 1;
-      for (int64_t k = 0; k < int64_t(p.view.size()); ++k) {
-        const int64_t e = p.view[k];
-        if (k < i) A *= e; else if (k == i) X = e; else if (k < j) B *= e; else if (k == j) Y = e; else C *= e;
-      }
-      // Means of g^2 over X ([A,B,Y,C]) and over Y ([A,X,B,C]).
-      std::vector<float> over_x(A * B * Y * C, 0.f), over_y(A * X * B * C, 0.f);
-      for (int64_t a = 0; a < A; ++a)
-        for (int64_t x = 0; x < X; ++x)
-          for (int64_t b = 0; b < B; ++b) {
-            const float* gp = pg + ((a * X + x) * B + b) * Y * C;
-            float* rx = over_y.data() + ((a * X + x) * B + b) * C;  // [C]
-            float* ry = over_x.data() + (a * B + b) * Y * C;        // [Y, C]
-            if (C == 1) {  // a row of Y: its sum in 8 lanes, each element into its column
-              float acc[8] = {};
-              int64_t y = 0;
-              for (; y + 8 <= Y; y += 8)
-                for (int l = 0; l < 8; ++l) {
-                  const float g2 = gp[y + l] * gp[y + l] + eps1;
-                  ry[y + l] += g2, acc[l] += g2;
-                }
-              for (; y < Y; ++y) {
-                const float g2 = gp[y] * gp[y] + eps1;
-                ry[y] += g2, acc[0] += g2;
-              }
-              rx[0] += ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-            } else {
-              for (int64_t y = 0; y < Y; ++y)
-                for (int64_t c = 0; c < C; ++c) {
-                  const float g2 = gp[y * C + c] * gp[y * C + c] + eps1;
-                  rx[c] += g2, ry[y * C + c] += g2;
-                }
-            }
-          }
-      for (auto& q : over_x) q /= float(X);
-      for (auto& q : over_y) q /= float(Y);
-      // vr drops d0, vc drops d1; their keepdim layouts are these index spaces.
-      float* vr = s.vr.data_ptr<float>();
-      float* vc = s.vc.data_ptr<float>();
-      const std::vector<float>& new_r = d0_first ? over_x : over_y;
-      const std::vector<float>& new_c = d0_first ? over_y : over_x;
-      for (size_t k = 0; k < new_r.size(); ++k) vr[k] = keep * vr[k] + mix * new_r[k];
-      for (size_t k = 0; k < new_c.size(); ++k) vc[k] = keep * vc[k] + mix * new_c[k];
-      // r = rsqrt(vr / mean of vr over d1): vr [A,B,Y,C] (d1 = Y) or [A,X,B,C] (d1 = X).
-      const int64_t R = d0_first ? Y : X;
-      r_scale.resize(new_r.size());
-      for (int64_t a = 0; a < A; ++a)
-        for (int64_t b = 0; b < B; ++b)
-          for (int64_t c = 0; c < C; ++c) {
-            auto at = [&](int64_t k) { return ((a * (d0_first ? B : R) + (d0_first ? b : k)) *
-                                               (d0_first ? R : B) + (d0_first ? k : b)) * C + c; };
-            double mean = 0;
-            for (int64_t k = 0; k < R; ++k) mean += vr[at(k)];
-            mean /= double(R);
-            for (int64_t k = 0; k < R; ++k) r_scale[at(k)] = float(1.0 / std::sqrt(vr[at(k)] / mean));
-          }
-      c_scale.resize(new_c.size());
-      for (size_t k = 0; k < new_c.size(); ++k) c_scale[k] = 1.0f / std::sqrt(vc[k]);
+      std::vector<float> over_x, over_y;
+      mean_squares(l, pg, eps1, over_x, over_y);
+      factor_scales(l, over_x, over_y, keep, mix, s, r_scale, c_scale);
     } else {
       float* vv = s.v.data_ptr<float>();
       for (int64_t e = 0; e < n; ++e) vv[e] = keep * vv[e] + mix * (pg[e] * pg[e] + eps1);
     }
-    // The runs: with C == 1, a row of Y along which one factor advances and the other is one
-    // number; with C > 1, runs of C along which both advance; unfactored, the whole tensor.
-    auto for_each_run = [&](auto&& fn) {
-      if (!s.dims) return fn(std::integral_constant<int, 2>(), int64_t{0}, n, s.v.data_ptr<float>(), nullptr);
-      for (int64_t a = 0; a < A; ++a)
-        for (int64_t x = 0; x < X; ++x)
-          for (int64_t b = 0; b < B; ++b) {
-            const int64_t ky = (a * X + x) * B + b;  // index of the (a, x, b) row in over_y's space
-            if (C == 1) {
-              const float* along = (d0_first ? r_scale : c_scale).data() + (a * B + b) * Y;
-              const float* fixed = (d0_first ? c_scale : r_scale).data() + ky;
-              fn(std::integral_constant<int, 0>(), ky * Y, Y, along, fixed);
-            } else {
-              for (int64_t y = 0; y < Y; ++y) {
-                const int64_t kx = ((a * B + b) * Y + y) * C, kyc = ky * C;
-                fn(std::integral_constant<int, 1>(), (ky * Y + y) * C, C,
-                   r_scale.data() + (d0_first ? kx : kyc), c_scale.data() + (d0_first ? kyc : kx));
-              }
-            }
-          }
-    };
-    // Kind 0: g * along[k] * fixed[0] (the factor order of g * r * c kept); 1: g * r[k] * c[k];
-    // 2: g / sqrt(v[k]).
+    const bool d0_first = l.d0_first;
     double sum_x2 = 0;
-    for_each_run([&](auto kind, int64_t e0, int64_t len, const float* u, const float* f) {
+    for_each_run(l, s, n, r_scale, c_scale, [&](auto kind, int64_t e0, int64_t len, const float* u, const float* f) {
       if constexpr (kind == 2) sum_x2 += run_sum_x2<1, 0, true>(pg + e0, u + e0, nullptr, len);
       else if constexpr (kind == 1) sum_x2 += run_sum_x2<1, 1, false>(pg + e0, u, f, len);
       else sum_x2 += d0_first ? run_sum_x2<1, 0, false>(pg + e0, u, f, len) : run_sum_x2<0, 1, false>(pg + e0, f, u, len);
@@ -328,7 +361,7 @@ class Adafactor : public Optimizer {
     const float scale = float(lr * std::max(rms_w, o_.epsilon2) / std::max(1.0, rms_x / o_.clipping_threshold));
     float* m = s.m.defined() ? s.m.data_ptr<float>() : nullptr;
     const float b1 = o_.beta1 ? float(*o_.beta1) : 0.f;
-    for_each_run([&](auto kind, int64_t e0, int64_t len, const float* u, const float* f) {
+    for_each_run(l, s, n, r_scale, c_scale, [&](auto kind, int64_t e0, int64_t len, const float* u, const float* f) {
       float* mm = m ? m + e0 : nullptr;
       if constexpr (kind == 2) run_apply<1, 0, true>(pw + e0, mm, pg + e0, u + e0, nullptr, len, scale, b1);
       else if constexpr (kind == 1) run_apply<1, 1, false>(pw + e0, mm, pg + e0, u, f, len, scale, b1);
@@ -429,6 +462,40 @@ std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& c, std::vector<
   o.beta1 = c.beta1;
   o.clipping_threshold = c.clipping_threshold;
   return make_adafactor(std::move(params), o);
+}
+
+std::vector<OptimizedParam> optimized_params(torch::nn::Module& model,
+                                             const std::vector<std::pair<std::string, torch::Tensor>>& params,
+                                             const OptimizerConfig& c) {
+  const std::string& mode = c.factor_attention;
+  std::map<std::string, const VariantSpec*> variants;  // attention module path -> its variant
+  for (const auto& item : model.named_modules()) {
+    if (auto a = std::dynamic_pointer_cast<Attention>(item.value()))
+      variants[module_path(item.key())] = a->dims().variant;
+  }
+  std::vector<OptimizedParam> out;
+  for (const auto& [path, p] : params) {
+    OptimizedParam op{path, p, p.sizes().vec(), false};
+    const auto slash = path.find_last_of('/');
+    const std::string name = path.substr(slash + 1), owner = path.substr(0, slash);
+    auto it = variants.find(owner);
+    const ParamRole role = it == variants.end() ? ParamRole::other : param_role(*it->second, name);
+    if (role == ParamRole::head_mixing) op.never_factor = true, op.lr_scale = c.mixing_lr_multiplier;
+    if (role == ParamRole::head_projection &&
+        (mode == "combined" || (mode == "mesh_tf" && it->second->factor_combined)))
+      op.view = {op.view[0], op.view[1] * op.view[2]};  // [d, d_k*h]
+    for (const auto& key : c.no_decay)
+      if (!key.empty() && path.find(key) != std::string::npos) op.no_decay = true;
+    out.push_back(op);
+  }
+  // Pretraining refuses this at its config (spec.cpp, with the file and line); fine-tuning learns
+  // the model's attention only from its checkpoint.
+  if (c.mixing_lr_multiplier != 1.0 &&
+      std::none_of(out.begin(), out.end(), [](const OptimizedParam& p) { return p.lr_scale != 1.0; }))
+    throw InputError(fmt::format("optimizer.mixing_lr_multiplier: {} has no effect: the model has no P_l or P_w "
+                                 "({} have them)",
+                                 c.mixing_lr_multiplier, mixing_variant_choices()));
+  return out;
 }
 
 }  // namespace thx

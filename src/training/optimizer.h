@@ -40,6 +40,16 @@ struct OptimizedParam {
   double lr_scale = 1.0;        // its learning rate is lr * lr_scale (optimizer.mixing_lr_multiplier)
 };
 
+// The parameters of `model` (as `params` lists them, by path) as the optimizer takes them: the
+// rule of each attention layer's registry row (attention/registry.h's param_role) decides which
+// are never factored and learn at optimizer.mixing_lr_multiplier (P_l, P_w), and which are
+// factored as [d, d_k*h] (P_q..P_o under optimizer.factor_attention combined, or mesh_tf where
+// the row says so); optimizer.no_decay names the ones without weight decay. A multiplier other
+// than 1 on a model without P_l or P_w is an InputError.
+std::vector<OptimizedParam> optimized_params(torch::nn::Module& model,
+                                             const std::vector<std::pair<std::string, torch::Tensor>>& params,
+                                             const OptimizerConfig& c);
+
 class Optimizer {
  public:
   virtual ~Optimizer() = default;

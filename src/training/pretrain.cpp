@@ -18,6 +18,7 @@
 #include "distributed/launch.h"
 #include "training/checkpoint.h"
 #include "training/loop.h"
+#include "training/objective.h"
 #include "training/run_dir.h"
 #include "training/tensorboard.h"
 
@@ -29,40 +30,19 @@ using torch::Tensor;
 
 namespace {
 
-// The model being trained: T5 (span corruption) or BERT/ALBERT (MLM + sentence task).
+// The objective being trained (training/objective.h), and the device its model lives on:
+// batches built on the CPU are moved there.
 struct PretrainModel {
-  T5 t5{nullptr};
-  EncoderModel encoder{nullptr};
-  torch::Device device{torch::kCPU};  // where its parameters live; batches are moved there
-  torch::nn::Module& module() { return t5 ? static_cast<torch::nn::Module&>(*t5) : *encoder; }
-  std::vector<std::pair<std::string, Tensor>> params() const {
-    return t5 ? t5->named_parameters_by_path() : encoder->named_parameters_by_path();
-  }
-  int64_t parameter_count() {
+  std::unique_ptr<Objective> objective;
+  torch::Device device{torch::kCPU};
+  torch::nn::Module& module() { return objective->module(); }
+  std::vector<std::pair<std::string, Tensor>> params() const { return objective->params(); }
+  int64_t parameter_count() const {
     int64_t n = 0;
     for (const auto& [path, p] : params()) n += p.numel();
     return n;
   }
-  struct Out {
-    Tensor loss, second;  // BERT/ALBERT: the MLM mean, and the sentence mean (MicroLoss)
-    EvalSums sums;
-  };
-  Out forward(const Batch& batch) {
-    const Batch b = to_device(batch, device);
-    Out o;
-    if (t5) {
-      auto r = t5->forward(b.inputs, b.decoder_inputs, b.targets);
-      o.loss = r.loss;
-      o.sums.nll = r.nll_sum.item<double>(), o.sums.tokens = r.tokens;
-    } else {
-      auto r = encoder->forward(b.inputs, b.token_types, b.positions, b.targets, b.labels);
-      o.loss = r.mlm_loss, o.second = r.sentence_loss;
-      o.sums.nll = r.mlm_nll_sum.item<double>(), o.sums.tokens = r.mlm_tokens;
-      o.sums.correct = r.mlm_correct;
-      o.sums.sentence_count = r.sentence_count, o.sums.sentence_correct = r.sentence_correct;
-    }
-    return o;
-  }
+  Objective::Out forward(const Batch& batch) { return objective->forward(to_device(batch, device)); }
 };
 
 struct Setup {
@@ -71,6 +51,7 @@ struct Setup {
   std::unique_ptr<Optimizer> optimizer;
   std::unique_ptr<ExampleStream> stream;
   std::vector<uint8_t> word_starts;  // MLM
+  int64_t vocab = 0, outputs = 0;     // the model's vocabulary; predictions per example (memory bound)
 };
 
 MlmOptions mlm_options(const DataConfig& d) {
@@ -123,7 +104,8 @@ Setup build(const PretrainConfig& c, const torch::Device& device) {
         "{}: tokenized with {} ids; T5 needs T5's (eos 1 and 100 sentinels): train one with "
         "`thx spm-train --convention t5` and run `thx prepare` with it",
         c.data.prepared, s.train.convention));
-  const ModelSpec spec = resolve_model_spec(c.model, c.attention);  // once, for the builders
+  check_spec(c);
+  const ModelSpec& spec = c.spec;  // resolved when the config was read
   const int64_t micro = c.train.batch_size / (c.train.grad_accum * dist::world_size());
   MemoryKeys keys;
   if (c.model.encoder_only()) keys.outputs = synthetic ? "data.recall.queries" : "data.max_predictions_per_seq";
@@ -135,11 +117,9 @@ Setup build(const PretrainConfig& c, const torch::Device& device) {
                          {"data.inputs_length", c.data.inputs_length}, {"data.targets_length", c.data.targets_length},
                          {"model.encoder_layers", c.model.encoder_layers}, {"model.decoder_layers", c.model.decoder_layers},
                          {"attention.h", spec.encoder_self.h}}, device);
+  s.vocab = vocab, s.outputs = outputs;
   torch::manual_seed(uint64_t(c.train.seed));
-  if (c.model.encoder_only())
-    s.model.encoder = EncoderModel(spec, vocab, c.data.sentence_task != "none");
-  else
-    s.model.t5 = T5(spec, vocab);
+  s.model.objective = make_objective(spec, vocab, c.data.sentence_task != "none");
   s.model.device = device;
   s.model.module().to(device);
   s.optimizer = make_optimizer(c.optimizer, optimized_params(s.model.module(), s.model.params(), c.optimizer));
@@ -157,13 +137,12 @@ std::vector<Batch> heldout_batches(const PretrainConfig& c, const TokenCorpus& h
   return out;
 }
 
-std::vector<Batch> next_micro_batches(ExampleStream& s, const TrainConfig& t) {
-  std::vector<Batch> micro;
-  for (int64_t i = 0; i < t.grad_accum; ++i) micro.push_back(s.next(t.batch_size / t.grad_accum));
-  return micro;
+// A step's `micro` micro-batches of train.batch_size / micro examples each.
+std::vector<Batch> next_micro_batches(ExampleStream& s, const TrainConfig& t, int64_t micro) {
+  std::vector<Batch> out;
+  for (int64_t i = 0; i < micro; ++i) out.push_back(s.next(t.batch_size / micro));
+  return out;
 }
-
-int64_t target_tokens(const Batch& b) { return (b.targets != 0).sum().item<int64_t>(); }
 
 EvalMetrics evaluate_model(PretrainModel& model, const std::vector<Batch>& batches) {
   torch::NoGradGuard no_grad;
@@ -184,50 +163,11 @@ EvalMetrics evaluate_model(PretrainModel& model, const std::vector<Batch>& batch
     sum.sentence_count = int64_t(t[3].item<double>()), sum.sentence_correct = int64_t(t[4].item<double>());
   }
   model.module().train(was_training);
-  EvalMetrics m;
-  m.ln_ppl = sum.nll / double(std::max<int64_t>(sum.tokens, 1));
-  if (model.encoder) {
-    m.mlm_accuracy = double(sum.correct) / double(std::max<int64_t>(sum.tokens, 1));
-    if (sum.sentence_count > 0) m.sentence_accuracy = double(sum.sentence_correct) / double(sum.sentence_count);
-  }
-  return m;
+  return model.objective->metrics(sum);
 }
 
 }  // namespace
 
-std::vector<OptimizedParam> optimized_params(torch::nn::Module& model,
-                                             const std::vector<std::pair<std::string, Tensor>>& params,
-                                             const OptimizerConfig& c) {
-  const std::string& mode = c.factor_attention;
-  std::map<std::string, const VariantSpec*> variants;  // attention module path -> its variant
-  for (const auto& item : model.named_modules()) {
-    if (auto a = std::dynamic_pointer_cast<Attention>(item.value()))
-      variants[module_path(item.key())] = a->dims().variant;
-  }
-  std::vector<OptimizedParam> out;
-  for (const auto& [path, p] : params) {
-    OptimizedParam op{path, p, p.sizes().vec(), false};
-    const auto slash = path.find_last_of('/');
-    const std::string name = path.substr(slash + 1), owner = path.substr(0, slash);
-    if (name == "P_l" || name == "P_w") op.never_factor = true, op.lr_scale = c.mixing_lr_multiplier;
-    auto it = variants.find(owner);
-    if (it != variants.end() && (name == "P_q" || name == "P_k" || name == "P_v" || name == "P_o")) {
-      const bool combined = mode == "combined" || (mode == "mesh_tf" && it->second->factor_combined);
-      if (combined) op.view = {op.view[0], op.view[1] * op.view[2]};  // [d, d_k*h]
-    }
-    for (const auto& key : c.no_decay)
-      if (!key.empty() && path.find(key) != std::string::npos) op.no_decay = true;
-    out.push_back(op);
-  }
-  // Pretraining refuses this at its config (spec.cpp, with the file and line); fine-tuning learns
-  // the model's attention only from its checkpoint.
-  if (c.mixing_lr_multiplier != 1.0 &&
-      std::none_of(out.begin(), out.end(), [](const OptimizedParam& p) { return p.lr_scale != 1.0; }))
-    throw InputError(fmt::format("optimizer.mixing_lr_multiplier: {} has no effect: the model has no P_l or P_w "
-                                 "({} have them)",
-                                 c.mixing_lr_multiplier, mixing_variant_choices()));
-  return out;
-}
 
 std::vector<OptimizedParam> optimized_params(T5Impl& model, const std::string& mode) {
   OptimizerConfig c;
@@ -253,20 +193,16 @@ class PretrainTrainee : public Trainee {
   std::vector<std::pair<std::string, Tensor>> parameters() override { return s_.model.params(); }
   Optimizer& optimizer() override { return *s_.optimizer; }
   std::vector<Batch> next_step(int64_t micro) override {
-    std::vector<Batch> out;
-    for (int64_t i = 0; i < micro; ++i) out.push_back(s_.stream->next(c_.train.batch_size / micro));
     for (Mixing& m : mixing_) m.before_step = m.param.detach().clone();  // [h, h]: a few KB
-    return out;
+    return next_micro_batches(*s_.stream, c_.train, micro);
   }
-  double weight(const Batch& b) override { return double(target_tokens(b)); }
+  double weight(const Batch& b) override { return s_.model.objective->weight(b); }
   int64_t tokens(const Batch& b) override { return b.inputs.numel() + b.targets.numel(); }
   MicroLoss forward(const Batch& b) override {
     auto o = s_.model.forward(b);
     return {o.loss, o.sums.nll, o.second};
   }
-  double second_weight(const Batch& b) override {
-    return b.labels.defined() && s_.model.encoder ? double((b.labels >= 0).sum().item<int64_t>()) : 0.0;
-  }
+  double second_weight(const Batch& b) override { return s_.model.objective->second_weight(b); }
   nlohmann::json evaluate(int64_t at) override {
     if (eval_batches_.empty()) eval_batches_ = heldout_batches(c_, s_.heldout, s_.word_starts);
     const EvalMetrics m = evaluate_model(s_.model, eval_batches_);
@@ -279,7 +215,7 @@ class PretrainTrainee : public Trainee {
     if (!c_.data.synthetic.empty())
       log->info("step {}: held-out recall accuracy {:.2f}%, ln(PPL) {:.4f} ({} examples of {} queries)", at,
                 100 * m.mlm_accuracy.value_or(0), m.ln_ppl, c_.eval.examples, recall_options(c_.data).queries);
-    else if (s_.model.encoder)
+    else if (c_.model.encoder_only())
       log->info("step {}: held-out MLM ln(PPL) {:.4f}, MLM accuracy {:.2f}%{} ({} examples)", at, m.ln_ppl,
                 100 * m.mlm_accuracy.value_or(0),
                 m.sentence_accuracy ? fmt::format(", {} accuracy {:.2f}%", c_.data.sentence_task,
@@ -324,9 +260,9 @@ class PretrainTrainee : public Trainee {
   std::vector<Mixing> mixing_;
 };
 
-void describe(const PretrainConfig& c, PretrainModel& model) {
+void describe(const PretrainConfig& c, PretrainModel& model, int64_t vocab, int64_t outputs) {
   auto log = thx::log("train");
-  if (model.t5) {
+  if (!c.model.encoder_only()) {
     log->info("T5 {} parameters; {} steps of {} examples ({} x {} -> {}), {} threads", model.parameter_count(),
               c.train.steps, c.train.batch_size, c.data.inputs_length,
               span_lengths(c.data.inputs_length, c.data.noise_density, c.data.mean_noise_span_length).raw,
@@ -346,10 +282,11 @@ void describe(const PretrainConfig& c, PretrainModel& model) {
   }
   const int64_t micro = c.train.batch_size / c.train.grad_accum;
   const double gib = 1024.0 * 1024 * 1024;
-  auto bytes = [&](bool recompute) {
-    return encoder_activation_bytes(c.model, c.attention.encoder_self, micro, c.data.inputs_length, recompute) / gib;
+  auto bytes = [&](bool recompute) {  // the memory check's own bound (models/spec.h)
+    return training_memory_lower_bound(c.spec, vocab, micro, c.data.inputs_length, outputs, {}, recompute)
+               .activations / gib;
   };
-  log->info("activation memory estimate per micro-batch of {}: {:.2f} GiB{}", micro, bytes(c.model.recompute),
+  log->info("activation memory per micro-batch of {}: at least {:.2f} GiB{}", micro, bytes(c.model.recompute),
             c.model.recompute ? " (model.recompute: layers are recomputed in the backward pass)"
                               : fmt::format(" (with model.recompute: {:.2f} GiB)", bytes(true)));
 }
@@ -361,7 +298,7 @@ PretrainResult run_pretrain(const PretrainConfig& c, const std::string& run_dir,
   RunDirOptions ro;
   ro.dir = run_dir, ro.yaml = c.yaml, ro.resume = resume, ro.allow_changes = allow_changes;
   ro.normalize = [](const std::string& yaml, const std::string& origin) {
-    return pretrain_config_from_text(yaml, origin).yaml;
+    return normalize_pretrain_yaml(yaml, origin);
   };
   ro.checkpoint_dirs = {(fs::path(run_dir) / "checkpoints").string()};
   ro.log_file = "train.log";
@@ -397,7 +334,7 @@ PretrainResult run_pretrain(const PretrainConfig& c, const std::string& run_dir,
   o.resume = resume;
   o.precision = c.train.precision, o.eval_precision = c.eval.precision;
   o.banner = "resolved config:\n" + c.yaml;
-  describe(c, s.model);
+  describe(c, s.model, s.vocab, s.outputs);
   PretrainTrainee trainee(c, s);
   const LoopResult r = train(trainee, o);
   PretrainResult result;
@@ -423,30 +360,10 @@ void run_step_probe(const PretrainConfig& c, const std::string& out) {
   const torch::Device device = run_device(c);
   check_precision(c.train.precision, device, "train.precision");
   Setup s = build(c, device);
-  const std::vector<Batch> micro = next_micro_batches(*s.stream, c.train);
+  const std::vector<Batch> micro = next_micro_batches(*s.stream, c.train, c.train.grad_accum);
+  const auto fields = s.model.objective->probe_fields(micro);
   H5Writer w(out);
-  const Batch& b = micro.front();
-  if (s.model.encoder) {
-    THX_CHECK(micro.size() == 1, "step-probe: BERT/ALBERT probes take train.grad_accum 1");
-    w.write("/batch/inputs", b.inputs.to(torch::kInt32));
-    w.write("/batch/token_types", b.token_types.to(torch::kInt32));
-    w.write("/batch/positions", b.positions.to(torch::kInt32));
-    w.write("/batch/targets", b.targets.to(torch::kInt32));
-    w.write("/batch/labels", b.labels.to(torch::kInt32));
-  } else if (micro.size() == 1) {
-    w.write("/batch/inputs", b.inputs.to(torch::kInt32));
-    w.write("/batch/decoder_inputs", b.decoder_inputs.to(torch::kInt32));
-    w.write("/batch/targets", b.targets.to(torch::kInt32));
-  } else {
-    auto cat = [&](auto field) {
-      std::vector<Tensor> t;
-      for (const auto& m : micro) t.push_back(field(m).to(torch::kInt32));
-      return torch::cat(t);
-    };
-    w.write("/batch/inputs", cat([](const Batch& m) { return m.inputs; }));
-    w.write("/batch/decoder_inputs", cat([](const Batch& m) { return m.decoder_inputs; }));
-    w.write("/batch/targets", cat([](const Batch& m) { return m.targets; }));
-  }
+  for (const auto& [name, t] : fields) w.write("/batch/" + name, t);
   const auto params = s.model.params();
   for (const auto& [path, p] : params) w.write("/params_before/" + path, p);
   s.model.module().train();

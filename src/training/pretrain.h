@@ -21,6 +21,7 @@
 #include "models/encoder.h"
 #include "models/t5.h"
 #include "training/config.h"
+#include "training/objective.h"
 #include "training/optimizer.h"
 #include "training/spec.h"
 
@@ -48,19 +49,5 @@ void run_step_probe(const PretrainConfig& config, const std::string& out);
 // The parameters the optimizer updates, each with the shape that decides Adafactor's
 // factoring under optimizer.factor_attention (see optimizer.h).
 std::vector<OptimizedParam> optimized_params(T5Impl& model, const std::string& factor_attention);
-// Any model: factoring views as above, and no_decay from optimizer.no_decay.
-std::vector<OptimizedParam> optimized_params(torch::nn::Module& model,
-                                             const std::vector<std::pair<std::string, torch::Tensor>>& params,
-                                             const OptimizerConfig& c);
-
-// Sums over held-out batches, and what they give.
-struct EvalSums {
-  double nll = 0;
-  int64_t tokens = 0, correct = 0, sentence_count = 0, sentence_correct = 0;
-};
-struct EvalMetrics {
-  double ln_ppl = 0;                                       // mean NLL per target/masked token
-  std::optional<double> mlm_accuracy, sentence_accuracy;  // BERT/ALBERT
-};
 
 }  // namespace thx

@@ -8,6 +8,11 @@ namespace thx {
 
 namespace {
 
+std::string spec_source(const ModelConfig& model, const T5Attention& a) {
+  return cfg::to_yaml(model) + cfg::to_yaml(a.encoder_self) + cfg::to_yaml(a.decoder_self) +
+         cfg::to_yaml(a.encoder_decoder);
+}
+
 PretrainConfig load(ConfigTree& tree, bool run_blocks) {
   inherit_attention(tree);
   PretrainConfig pc;
@@ -26,24 +31,28 @@ PretrainConfig load(ConfigTree& tree, bool run_blocks) {
         throw ConfigError("data.inputs_length", fmt::format("{} is more than model.max_positions {}",
                                                             c.data.inputs_length, c.model.max_positions));
     }
-    const int64_t d = c.model.d_model;
     const AttentionConfig& a = c.attention;
     pc.attention.encoder_self = c.attention_encoder_self.value_or(a);
     pc.attention.decoder_self = c.attention_decoder_self.value_or(a);
     pc.attention.encoder_decoder = c.attention_encoder_decoder.value_or(a);
-    resolve(a, d, d, d, "attention");
-    resolve(pc.attention.encoder_self, d, d, d, c.attention_encoder_self ? "attention_encoder_self" : "attention");
-    resolve(pc.attention.decoder_self, d, d, d, c.attention_decoder_self ? "attention_decoder_self" : "attention");
-    resolve(pc.attention.encoder_decoder, d, d, d,
-            c.attention_encoder_decoder ? "attention_encoder_decoder" : "attention");
+    // Each layer type's attention, resolved once; errors name the block it was written in.
+    AttentionPaths paths;
+    if (c.attention_encoder_self) paths.encoder_self = "attention_encoder_self";
+    if (c.attention_decoder_self) paths.decoder_self = "attention_decoder_self";
+    if (c.attention_encoder_decoder) paths.encoder_decoder = "attention_encoder_decoder";
+    pc.spec = resolve_attention_spec(c.model, pc.attention, paths);
+    pc.spec_of = spec_source(c.model, pc.attention);
+    // The top-level block when every layer type overrides it: checked all the same.
+    const bool used = !c.attention_encoder_self ||
+                      (!c.model.encoder_only() && (!c.attention_decoder_self || !c.attention_encoder_decoder));
+    if (!used) resolve(a, c.model.d_model, c.model.d_model, c.model.d_model, "attention");
     validate(c.train);
     validate(c.optimizer);
     if (c.optimizer.mixing_lr_multiplier != 1.0) {  // a multiplier on nothing is a mistake, not a no-op
       bool mixes = false;
-      for (const AttentionConfig* l : {&pc.attention.encoder_self, &pc.attention.decoder_self, &pc.attention.encoder_decoder}) {
-        if (c.model.encoder_only() && l != &pc.attention.encoder_self) continue;
-        const AttentionDims dims = resolve(*l, d, d, d, "attention");
-        mixes = mixes || dims.has_P_l() || dims.has_P_w();
+      for (const AttentionDims* l : {&pc.spec.encoder_self, &pc.spec.decoder_self, &pc.spec.encoder_decoder}) {
+        if (c.model.encoder_only() && l != &pc.spec.encoder_self) continue;
+        mixes = mixes || l->has_P_l() || l->has_P_w();
       }
       if (!mixes)
         throw ConfigError("optimizer.mixing_lr_multiplier",
@@ -88,7 +97,10 @@ PretrainConfig load_pretrain_config(ConfigTree& tree, std::string* yaml_out) {
 
 PretrainConfig load_model_config(ConfigTree& tree) { return load(tree, false); }
 
-PretrainConfig pretrain_config_from_text(const std::string& yaml, const std::string& origin) {
+namespace {
+
+// The text as a tree, old keys migrated.
+ConfigTree stored_tree(const std::string& yaml, const std::string& origin) {
   YAML::Node stored;
   try {
     stored = YAML::Load(yaml);
@@ -104,7 +116,20 @@ PretrainConfig pretrain_config_from_text(const std::string& yaml, const std::str
   emit << stored;
   ConfigTree tree;
   tree.merge_text(emit.c_str(), origin);
+  return tree;
+}
+
+}  // namespace
+
+PretrainConfig pretrain_config_from_text(const std::string& yaml, const std::string& origin) {
+  ConfigTree tree = stored_tree(yaml, origin);
   return load_pretrain_config(tree);
+}
+
+std::string normalize_pretrain_yaml(const std::string& yaml, const std::string& origin) {
+  ConfigTree tree = stored_tree(yaml, origin);
+  inherit_attention(tree);
+  return cfg::to_yaml(load_config<RunConfig>(tree, [](const RunConfig&) {}));
 }
 
 std::string to_yaml(const PretrainConfig& c) {
@@ -119,6 +144,32 @@ std::string to_yaml(const PretrainConfig& c) {
   rc.data = c.data, rc.train = c.train, rc.optimizer = c.optimizer;
   rc.checkpoint = c.checkpoint, rc.eval = c.eval;
   return cfg::to_yaml(rc);
+}
+
+PretrainConfig& finish(PretrainConfig& c) {
+  c.yaml = to_yaml(c);
+  validate(c.model);
+  c.spec = resolve_attention_spec(c.model, c.attention,
+                                  c.model.encoder_only() ? AttentionPaths{}
+                                                         : AttentionPaths{"attention_encoder_self", "attention_decoder_self",
+                                                                          "attention_encoder_decoder"});
+  c.spec_of = spec_source(c.model, c.attention);
+  return c;
+}
+
+PretrainConfig with_dropouts(PretrainConfig c, double p, double a) {
+  c.model.dropout = p, c.model.ff_dropout = p;
+  c.attention.encoder_self.dropout = a, c.attention.decoder_self.dropout = a, c.attention.encoder_decoder.dropout = a;
+  c.spec.model = c.model;
+  c.spec.encoder_self.dropout = a, c.spec.decoder_self.dropout = a, c.spec.encoder_decoder.dropout = a;
+  if (!c.spec_of.empty()) c.spec_of = spec_source(c.model, c.attention);  // (an unresolved one stays so)
+  return c;
+}
+
+void check_spec(const PretrainConfig& c) {
+  if (c.spec_of.empty() || c.spec_of != spec_source(c.model, c.attention))
+    throw std::logic_error("PretrainConfig: the model or attention changed after its spec was resolved (or it "
+                           "was never resolved); load it, or call finish() after changing it");
 }
 
 }  // namespace thx

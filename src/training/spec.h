@@ -7,9 +7,11 @@
 // key by key for one layer type (Tables 4 and 10): a key they do not set is inherited from
 // `attention` (ConfigTree::inherit, once, before reading).
 //
-// The models are built from a ModelSpec (models/spec.h): resolve_model_spec(model, attention)
-// turns a PretrainConfig's blocks into resolved AttentionDims once, and the builders (T5,
-// EncoderModel) and, through the built layers, the optimizer's factoring rule read those.
+// The models are built from a ModelSpec (models/spec.h): loading a config resolves each layer
+// type's attention once into PretrainConfig::spec, and the builders (T5, EncoderModel), the
+// memory bound, the sweep's costs and, through the built layers, the optimizer's factoring
+// rule read those. Reading a stored config back only to compare it (--resume, a sweep's run
+// directory) resolves nothing (normalize_pretrain_yaml).
 //
 // Keys that moved: checkpoints written before attention dropout became attention.dropout
 // (9692936) carry model.attention_dropout; pretrain_config_from_checkpoint maps it.
@@ -70,6 +72,8 @@ struct PretrainConfig {
   CheckpointConfig checkpoint;
   EvalConfig eval;
   std::string yaml;  // the resolved config, stored in the run directory and checkpoints
+  ModelSpec spec;    // model and attention, validated and resolved once, when the config was read
+  std::string spec_of;  // the model and attention blocks the spec was resolved from (check_spec)
 };
 
 // Inherit, read and validate a tree; an InputError names the file and line of a bad key or
@@ -81,8 +85,21 @@ PretrainConfig load_model_config(ConfigTree& tree);
 // The same from YAML text (a run's config.yaml, a checkpoint's stored config); `origin` names
 // it in messages. Old keys are migrated (above).
 PretrainConfig pretrain_config_from_text(const std::string& yaml, const std::string& origin);
+// A stored config's YAML as this code writes it (old keys migrated, keys added since at their
+// defaults), read and written back without validating or resolving anything: what --resume and
+// a sweep compare with the config they are given.
+std::string normalize_pretrain_yaml(const std::string& yaml, const std::string& origin);
 // The YAML of a PretrainConfig built in code (tests, probes): every layer type's attention
 // block written out, so that reading it back gives the same config.
 std::string to_yaml(const PretrainConfig& c);
+// A PretrainConfig built or changed in code (tests, tools) made whole as loading makes one: its
+// yaml written (to_yaml) and its spec resolved (errors naming the blocks to_yaml writes).
+PretrainConfig& finish(PretrainConfig& c);
+// c with model.dropout and ff_dropout `p` and every layer type's attention dropout `a` (in
+// [0, 1), checked by the caller), its spec changed the same way: dropout changes no size.
+PretrainConfig with_dropouts(PretrainConfig c, double p, double a);
+// Throws std::logic_error (an internal error) when c.model or c.attention changed after c.spec
+// was resolved: a model built from a stale spec would silently differ from its config.
+void check_spec(const PretrainConfig& c);
 
 }  // namespace thx

@@ -32,7 +32,7 @@ TEST(Cuda, PretrainingT5AndAlbertMatchTheCpuAndResume) {
     PretrainConfig c = albert ? tiny_albert_pretrain(prepared_corpus(dir, 120, TokenizerConvention::albert), 10)
                               : tiny_pretrain(prepared_corpus(dir), 10);
     c.checkpoint.every = 5, c.checkpoint.keep = 5, c.eval.every = 5;
-    c.yaml = to_yaml(c);
+    finish(c);
     const std::string cfg = dir.write("run.yaml", c.yaml);
     auto args = [&](const std::string& device, const std::string& run) {
       return "--threads 4 --log-level warn --device " + device + " pretrain --config " + cfg + " --run-dir " +
@@ -61,7 +61,7 @@ TEST(Cuda, Bf16TrainsAndResumes) {
   TempDir dir;
   PretrainConfig c = tiny_pretrain(prepared_corpus(dir), 10);
   c.checkpoint.every = 5, c.checkpoint.keep = 5;
-  c.yaml = to_yaml(c);
+  finish(c);
   const std::string cfg = dir.write("run.yaml", c.yaml);
   auto args = [&](const std::string& run, const std::string& precision) {
     return "--threads 4 --log-level warn --device cuda pretrain --config " + cfg + " --run-dir " + dir.file(run) +
@@ -113,7 +113,7 @@ TEST(Cuda, OutOfMemoryIsOneLine) {
   PretrainConfig c = tiny_pretrain(prepared_corpus(dir), 2);
   c.data.inputs_length = 512;
   c.train.batch_size = 16384;
-  c.yaml = to_yaml(c);
+  finish(c);
   const std::string cfg = dir.write("run.yaml", c.yaml);
   const RunResult r = run_thx("--threads 4 --log-level warn --device cuda pretrain --config " + cfg + " --run-dir " +
                               dir.file("run"));

@@ -84,7 +84,7 @@ TEST(Precision, KilledBf16RunResumesBitForBit) {
                               : tiny_pretrain(prepared_corpus(dir), 60);
     c.model.dropout = 0.1;  // the generator's state is part of what resumes
     c.checkpoint.every = 5, c.checkpoint.keep = 20, c.eval.every = 60;
-    c.yaml = to_yaml(c);
+    finish(c);
     const std::string cfg = dir.write("run.yaml", c.yaml);
     auto args = [&](const std::string& run) {
       return "--threads 1 --log-level warn pretrain --config " + cfg + " --run-dir " + dir.file(run) +

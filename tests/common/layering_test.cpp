@@ -9,8 +9,11 @@
 #include <map>
 #include <regex>
 #include <set>
+#include <sstream>
 #include <string>
 #include <vector>
+
+#include "test_util.h"
 
 namespace thx::test {
 namespace {
@@ -79,6 +82,44 @@ TEST(Layering, TheArchitectureTableIsWhatSrcIncludes) {
     for (const auto& used : code.at(layer))
       EXPECT_GT(std::find(kLayers.begin(), kLayers.end(), used), pos) << layer << " includes " << used;
   }
+}
+
+// The build enforces the same table (CMakeLists.txt, "Layering, enforced by the compiler"):
+// its THX_USES_<layer> lists are the table's rows (the CLI, which sees every layer, aside).
+TEST(Layering, TheBuildsIncludeViewsAreTheTable) {
+  const fs::path root(THX_SOURCE_DIR);
+  const Graph table = table_of(root / "docs" / "ARCHITECTURE.md");
+  std::ifstream in(root / "CMakeLists.txt");
+  const std::regex uses(R"re(^set\(THX_USES_([a-z_]+) ?(.*)\)$)re");
+  Graph build;
+  for (std::string line; std::getline(in, line);) {
+    std::smatch m;
+    if (!std::regex_match(line, m, uses)) continue;
+    std::istringstream names(m[2].str());
+    build[m[1]];
+    for (std::string n; names >> n;)
+      if (n != "\"\"") build[m[1]].insert(n);
+  }
+  for (const auto& layer : kLayers) {
+    if (layer == "cli") continue;
+    ASSERT_TRUE(build.count(layer)) << "CMakeLists.txt has no THX_USES_" << layer;
+    EXPECT_EQ(build.at(layer), table.count(layer) ? table.at(layer) : std::set<std::string>{}) << layer;
+  }
+}
+
+// And an include that points up does not compile: a file of models/ sees attention/ (a layer
+// it may use) and not training/ (above it).
+TEST(Layering, AnUpwardIncludeDoesNotCompile) {
+  const std::string view = std::string(THX_BUILD_DIR) + "/layers/models";
+  auto compile = [&](const std::string& header) {
+    return run_command("printf '#include \"" + header + "\"\\n' | c++ -std=c++17 -fsyntax-only -x c++ -I " + view +
+                       " - 2>&1");
+  };
+  const RunResult down = compile("attention/config.h");
+  EXPECT_EQ(down.code, 0) << down.out;
+  const RunResult up = compile("training/loop.h");
+  EXPECT_NE(up.code, 0);
+  EXPECT_NE(up.out.find("training/loop.h: No such file"), std::string::npos) << up.out;
 }
 
 }  // namespace THX_FILE_ID

@@ -40,7 +40,7 @@ Runs setup(const std::string& variant, bool albert, int64_t grad_accum, const st
   }
   c.train.grad_accum = grad_accum;
   c.train.precision = precision;
-  c.yaml = to_yaml(c);
+  finish(c);
   r.config = r.dir.write("run.yaml", c.yaml);
   return r;
 }

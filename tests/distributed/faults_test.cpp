@@ -56,7 +56,7 @@ struct Faults : ::testing::Test {
     c.model.d_model = 64, c.model.d_ff = 256, c.model.encoder_layers = c.model.decoder_layers = 2;
     c.data.inputs_length = 64, c.data.targets_length = 16, c.train.batch_size = 16;
     c.checkpoint.keep = 20;
-    c.yaml = to_yaml(c);
+    finish(c);
     config = dir.write("run.yaml", c.yaml);
   }
   int timeout_s = 30;

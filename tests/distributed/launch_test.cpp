@@ -116,7 +116,7 @@ TEST_F(Launch, RanksWithDifferentConfigsStopBeforeWork) {
   // Rank 1 reads another file: the resolved configs differ in train.steps.
   PretrainConfig other = pretrain_config_from_text(read_file(config), config);
   other.train.steps = 11;
-  other.yaml = to_yaml(other);
+  finish(other);
   const std::string second = dir.write("rank1.yaml", other.yaml);
   const std::string script = dir.write("by_rank.sh", fmt::format(
       "#!/bin/sh\nif [ \"$RANK\" = 1 ]; then c={}; else c={}; fi\nexec {} --threads 1 pretrain --config $c --run-dir {}\n",

@@ -47,7 +47,7 @@ inline void make_finetune_fixture(FinetuneFixture& s, bool albert) {
   const auto convention = albert ? TokenizerConvention::albert : TokenizerConvention::t5;
   const std::string prep = prepared_corpus(s.dir, 120, convention);
   PretrainConfig pc = albert ? tiny_albert_pretrain(prep, 5) : tiny_pretrain(prep, 5);
-  pc.yaml = to_yaml(pc);
+  finish(pc);
   run_pretrain(pc, s.dir.file("pretrained"), false);
   write_tiny_sst2(s.dir);
   s.config = s.dir.write("finetune.yaml", fmt::format(R"(finetune:

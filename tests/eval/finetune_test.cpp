@@ -167,6 +167,7 @@ TinyAlbert tiny_albert(const TempDir& t, int64_t max_positions = 32) {
   TinyAlbert a;
   a.p.config = test::tiny_albert_pretrain("", 1);
   a.p.config.model.max_positions = max_positions;
+  finish(a.p.config);
   a.p.path = "in-memory";
   torch::manual_seed(1);
   const std::string tok = test::tiny_tokenizer(t, 64, TokenizerConvention::albert);

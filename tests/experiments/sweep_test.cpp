@@ -89,7 +89,7 @@ TEST(Sweep, AGeneratedTaskIsCostedAtItsOwnVocabularyAndQueries) {
   tree.merge_file(file), again.merge_file(file);
   const ResolvedRun r = resolve_pretrain_run(tree);
   const PretrainConfig pc = load_pretrain_config(again);
-  const double per_example = encoder_forward_multiplies(pc.model, pc.attention.encoder_self, 12, 4, 18);
+  const double per_example = encoder_forward_multiplies(pc.spec, 12, 4, 18);
   EXPECT_DOUBLE_EQ(r.flops, 6.0 * 64 * 3000 * per_example);
   EXPECT_LT(r.flops, 5e12);  // about 2.4e12: 100k parameters, 2.3M tokens
 }
@@ -108,8 +108,7 @@ TEST(Sweep, AT5RunIsCostedAtModelVocabSize) {
     }
     const ResolvedRun r = resolve_pretrain_run(tree);
     const PretrainConfig pc = load_pretrain_config(again);
-    const double per_example = t5_forward_multiplies(pc.model, pc.attention, pc.data.inputs_length,
-                                                     pc.data.targets_length, vocab);
+    const double per_example = t5_forward_multiplies(pc.spec, pc.data.inputs_length, pc.data.targets_length, vocab);
     EXPECT_DOUBLE_EQ(r.flops, 6.0 * double(pc.train.batch_size) * double(pc.train.steps) * per_example) << vocab;
   }
 }

@@ -17,7 +17,7 @@ void same_step(bool albert) {
   for (int64_t accum : {1, 2}) {
     PretrainConfig c = albert ? tiny_albert_pretrain(prep, 3) : tiny_pretrain(prep, 3);
     c.train.grad_accum = accum;
-    c.yaml = to_yaml(c);
+    finish(c);
     run_pretrain(c, dir.file("accum" + std::to_string(accum)), false);
   }
   EXPECT_TRUE(same_params(checkpoint_path(dir.file("accum2/checkpoints"), 3),

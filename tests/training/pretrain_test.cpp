@@ -182,7 +182,7 @@ TEST(Pretrain, AlbertMetricsCheckpointsAndExactResume) {
   EXPECT_NE(square.find("encoder/groups/0/attention\n  P_l 4x4: det "), std::string::npos) << square;
   PretrainConfig rect = tiny_albert_pretrain(prep, 2);
   rect.attention.encoder_self.h_k = 2, rect.attention.encoder_self.h_v = 8;
-  run_pretrain(rect, dir.file("rect"), false);
+  run_pretrain(finish(rect), dir.file("rect"), false);
   const std::string r = figure(list_checkpoints(dir.file("rect") + "/checkpoints").back(), "rect");
   EXPECT_NE(r.find("P_l 2x4: singular values "), std::string::npos) << r;
   EXPECT_NE(r.find("P_w 4x8: singular values "), std::string::npos) << r;
@@ -220,7 +220,7 @@ TEST(Pretrain, HeldOutMetricsDoNotDependOnTheEvaluationBatch) {
     std::vector<PretrainResult> r;
     for (const int64_t rows : {int64_t(11), int64_t(3), int64_t(0)}) {
       c->eval.batch_size = rows;
-      c->yaml = to_yaml(*c);
+      finish(*c);
       r.push_back(run_pretrain(*c, dir.file(fmt::format("{}-{}", c->model.type, rows)), false));
     }
     EXPECT_EQ(eval_batch_rows(c->eval, c->train, 1), 4);

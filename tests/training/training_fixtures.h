@@ -34,7 +34,7 @@ inline PretrainConfig tiny_pretrain(const std::string& prepared, int64_t steps) 
   c.train.steps = steps, c.train.batch_size = 8, c.train.log_every = 5;
   c.checkpoint.every = 5, c.checkpoint.keep = 2;
   c.eval.every = 5, c.eval.examples = 8, c.eval.batch_size = 8;
-  c.yaml = to_yaml(c);
+  finish(c);
   return c;
 }
 
@@ -55,7 +55,7 @@ inline PretrainConfig tiny_albert_pretrain(const std::string& prepared, int64_t 
   c.optimizer.warmup_steps = 2, c.optimizer.weight_decay = 0.01, c.optimizer.adam_epsilon = 1e-6;
   c.checkpoint.every = 5, c.checkpoint.keep = 2;
   c.eval.every = 5, c.eval.examples = 8, c.eval.batch_size = 8;
-  c.yaml = to_yaml(c);
+  finish(c);
   return c;
 }
 
