@@ -83,6 +83,9 @@ for r in runs:
             (name, value), = scores.items()
             r["_tasks"][task] = value
             tasks[task] = name
+# A T5 sweep's runs have no MLM accuracy: their ln(PPL) is span corruption's, not MLM's.
+if not any(r.get("mlm") is not None for r in runs):
+    METRICS = [("held-out ln(PPL) (span corruption)", lambda r: r.get("ln_ppl"), 3, True)]
 metrics = METRICS + [(f"{t} dev {name}", (lambda t: lambda r: r["_tasks"].get(t))(t), 2, False)
                      for t, name in sorted(tasks.items())]
 

@@ -1,6 +1,7 @@
 // thx finetune: fine-tune a pretrained T5, BERT or ALBERT on GLUE, SuperGLUE, SQuAD and RACE
 // (eval/finetune.h).
 #include "cli/command.h"
+#include "common/runtime.h"
 #include "distributed/dist.h"
 #include "distributed/launch.h"
 #include "eval/finetune.h"
@@ -35,13 +36,17 @@ struct FinetuneCommand : Command {
     if (out.empty()) throw InputError("finetune: --out DIR is required");
     dist::start(dc, cfg::to_yaml(c));  // under torchrun: join the group, same config on every rank
     const Pretrained p = load_pretrained(c.finetune.pretrained);
-    const bool finished = run_finetune(c, p, out, options);
-    if (dist::rank() != 0) return 0;
-    if (!finished) {
-      std::printf("%s: interrupted; --resume continues\n", out.c_str());
-      return 0;
+    const int stopped_by = run_finetune(c, p, out, options);
+    if (stopped_by) {  // no result: the shell sees the signal (128 + N)
+      if (dist::rank() == 0)
+        std::fprintf(stderr, "%s: interrupted by %s, checkpoint saved; no result yet; continue with the same "
+                             "command and --resume\n", out.c_str(), signal_name(stopped_by).c_str());
+      return 128 + stopped_by;
     }
-    std::printf("%s: fine-tuned %s; results in %s/<task>.json\n", out.c_str(), p.path.c_str(), out.c_str());
+    if (dist::rank() != 0) return 0;
+    std::string files;
+    for (const auto& t : c.finetune.tasks) files += (files.empty() ? "" : ", ") + out + "/" + t + ".json";
+    std::printf("%s: fine-tuned %s; results in %s\n", out.c_str(), p.path.c_str(), files.c_str());
     return 0;
   }
 };

@@ -1,5 +1,6 @@
 // thx pretrain: T5 span-corruption or BERT/ALBERT MLM pretraining (training/pretrain.h).
 #include "cli/command.h"
+#include "common/runtime.h"
 #include "distributed/dist.h"
 #include "distributed/launch.h"
 #include "training/pretrain.h"
@@ -35,6 +36,13 @@ struct PretrainCommand : Command {
     if (run_dir.empty()) throw InputError("pretrain: --run-dir DIR is required");
     dist::start(dc, pc.yaml);  // under torchrun: join the group, same config on every rank
     const PretrainResult r = run_pretrain(pc, run_dir, resume, allow_changes);
+    if (r.interrupted) {  // no result: the run is not done; the shell sees the signal (128 + N)
+      if (dist::rank() == 0)
+        std::fprintf(stderr, "%s: interrupted by %s at step %lld of %lld, checkpoint saved; no result yet; "
+                             "continue with the same command and --resume\n",
+                     run_dir.c_str(), signal_name(r.signal).c_str(), (long long)r.step, (long long)pc.train.steps);
+      return 128 + r.signal;
+    }
     if (dist::rank() == 0) std::printf("%s\n", result_line(pc, run_dir, r).c_str());
     return 0;
   }

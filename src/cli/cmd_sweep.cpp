@@ -2,6 +2,7 @@
 #include <unistd.h>
 
 #include "cli/command.h"
+#include "common/runtime.h"
 #include "experiments/sweep.h"
 
 namespace thx {
@@ -20,7 +21,7 @@ struct SweepCommand : Command {
     app->add_option("--jobs", jobs, "runs at once; the cores are shared among them")
         ->capture_default_str();
     app->add_option("--ranks-per-run", ranks_per_run,
-                    "data-parallel ranks per run, each run launched under torchrun (--standalone)")
+                    "data-parallel ranks per run, each run launched under torchrun (its own rendezvous port)")
         ->check(CLI::PositiveNumber)->capture_default_str();
     app->add_option("--out", out, "sweep directory (default: runs/<sweep name>)")->type_name("DIR");
     app->add_flag("--dry-run", dry_run, "list the runs and their estimated cost; run nothing");
@@ -35,8 +36,13 @@ struct SweepCommand : Command {
     if (len <= 0) throw RunError("sweep: cannot find the thx executable (/proc/self/exe)");
     o.thx_binary.assign(exe, size_t(len));
     o.threads = torch::get_num_threads();
-    const int failed = run_sweep(s, o, resolve_pretrain_run);
-    return failed ? 1 : 0;
+    const SweepOutcome r = run_sweep(s, o, resolve_pretrain_run);
+    if (r.signal) {  // the shell sees the signal (128 + N); the sweep's log said how to resume
+      std::fprintf(stderr, "sweep %s: stopped by %s; run the same command to resume\n", s.name.c_str(),
+                   signal_name(r.signal).c_str());
+      return 128 + r.signal;
+    }
+    return r.failed ? 1 : 0;
   }
 };
 

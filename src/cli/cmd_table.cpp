@@ -24,6 +24,9 @@ struct TableCommand : Command {
     const TableFormat f = parse_table_format(format);
     const auto paper = load_paper_rows(tables);
     if (layout.empty() && !sweep.empty()) layout = sweep_table_layout(sweep);
+    if (layout.empty() && sweep.empty())
+      throw InputError("table: --sweep DIR is required (a sweep's directory, with results.jsonl), or --layout costs "
+                       "(the paper's cost table, no sweep needed)");
     if (layout.empty()) throw InputError("table: --layout is required: table1 ... table13, or costs");
     if (layout == "costs") {
       std::fputs(render(cost_table(cost_rows(paper), f), f).c_str(), stdout);

@@ -43,6 +43,17 @@ std::string missing_subcommand(CLI::App& app, int argc, char** argv) {
   return fmt::format("{}'{}' is not a subcommand; one of: {}", where, given, list);
 }
 
+// Appends to the help of every subcommand, nested ones too, that thx's own options go there.
+void name_global_options(CLI::App& app) {
+  for (CLI::App* sub : app.get_subcommands({})) {
+    const std::string footer = sub->get_footer();
+    sub->footer(footer + (footer.empty() ? "" : "\n") +
+                "Global options, before or after the subcommand: --threads N, --log-level LEVEL, --device DEVICE "
+                "(thx --help)");
+    name_global_options(*sub);
+  }
+}
+
 // Every subcommand, in the order --help lists them.
 std::vector<std::unique_ptr<thx::Command>> make_commands(CLI::App& app) {
   std::vector<std::unique_ptr<thx::Command>> commands;
@@ -125,7 +136,11 @@ int main(int argc, char** argv) {
   app.add_option("--device", device, "cpu | cuda | auto (CUDA when present); a config's train.device overrides it")
       ->check(CLI::IsMember({"cpu", "cuda", "auto"}))
       ->capture_default_str();
+  // The global options above are also taken after the subcommand (unknown to it, they fall
+  // through to thx's own), and each subcommand's help names them.
+  app.fallthrough();
   const auto commands = make_commands(app);
+  name_global_options(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

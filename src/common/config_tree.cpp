@@ -1,5 +1,7 @@
 #include "common/config_tree.h"
 
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -39,7 +41,10 @@ void ConfigTree::merge_file(const std::string& path) {
   if (std::filesystem::is_directory(path, ec))
     throw InputError(fmt::format("{}: is a directory, not a config file (--config takes a YAML file)", path));
   std::ifstream in(path);
-  if (!in) throw InputError(fmt::format("{}: cannot read config file", path));
+  if (!in) {  // errno of the failed open: "No such file or directory", "Permission denied"
+    const int why = errno;
+    throw InputError(fmt::format("{}: cannot read config file: {}", path, std::strerror(why)));
+  }
   std::stringstream text;
   text << in.rdbuf();
   merge_text(text.str(), path);

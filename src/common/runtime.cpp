@@ -80,6 +80,18 @@ void crash_report(int sig) {
 }
 }  // namespace
 
+std::string signal_name(int sig) {
+  switch (sig) {
+    case SIGINT: return "SIGINT";
+    case SIGTERM: return "SIGTERM";
+    case SIGHUP: return "SIGHUP";
+    case SIGKILL: return "SIGKILL";
+    case SIGSEGV: return "SIGSEGV";
+    case SIGABRT: return "SIGABRT";
+    default: return fmt::format("signal {}", sig);
+  }
+}
+
 void install_crash_report() {
   if (__sanitizer_set_death_callback) return;
   void* warm[1];

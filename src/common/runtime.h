@@ -45,6 +45,10 @@ torch::Device resolve_device(const std::string& requested, const std::string& wh
 // Not under the sanitizers, whose own reports are better. main() and the tests install it.
 void install_crash_report();
 
+// "SIGINT", "SIGTERM", ... or "signal N". A run stopped by one exits 128 + N, as shells report
+// it (130 for Ctrl-C, 143 for SIGTERM), after its checkpoint.
+std::string signal_name(int sig);
+
 // threads <= 0: all hardware threads, divided among torchrun's LOCAL_WORLD_SIZE ranks.
 void configure_runtime(int64_t threads = 0);
 

@@ -112,16 +112,30 @@ void check_fine_tuning_precision(const FinetuneConfig& f, const PretrainConfig& 
   if (!f.eval_precision.empty()) check_precision(f.eval_precision, device, "finetune.eval_precision");
 }
 
+// The recipe against the pretrained model: the model type it is for, the tasks an encoder has
+// heads for, and inputs no longer than an encoder's position table.
+void check_recipe_fits(const FinetuneConfig& f, const Pretrained& p) {
+  const ModelConfig& m = p.config.model;
+  THX_CHECK(f.model_type.empty() || f.model_type == m.type,
+            "finetune.model_type: this recipe is for model.type {}, but {} has model.type {}; use a recipe for "
+            "{} (configs/*/finetune-*.yaml), or --set finetune.model_type={} to run this one on it anyway",
+            f.model_type, p.path, m.type, m.type, m.type);
+  if (!m.encoder_only()) return;
+  for (const auto& t : f.tasks)
+    THX_CHECK(t != "record", "finetune.tasks: record needs an entity-ranking head, which BERT/ALBERT "
+                             "fine-tuning does not have; T5 fine-tunes it as text to text");
+  THX_CHECK(f.inputs_length <= m.max_positions,
+            "finetune.inputs_length {}: the pretrained {} ({}) has model.max_positions {} positions; lower "
+            "finetune.inputs_length to at most {}", f.inputs_length, m.type, p.path, m.max_positions, m.max_positions);
+}
+
 }  // namespace
 
-bool run_finetune(const FinetuneRunConfig& config, const Pretrained& pretrained, const std::string& out_dir,
+int run_finetune(const FinetuneRunConfig& config, const Pretrained& pretrained, const std::string& out_dir,
                   const FinetuneOptions& options) {
   // Everything that can be checked is checked before the output directory is touched.
   validate(config.finetune);
-  if (pretrained.config.model.encoder_only())
-    for (const auto& t : config.finetune.tasks)
-      THX_CHECK(t != "record", "finetune.tasks: record needs an entity-ranking head, which BERT/ALBERT "
-                               "fine-tuning does not have; T5 fine-tunes it as text to text");
+  check_recipe_fits(config.finetune, pretrained);
   const std::string tokenizer = tokenizer_path(config.finetune, pretrained.config);
   THX_CHECK(fs::is_regular_file(tokenizer), "{}: no such tokenizer model (finetune.tokenizer)", tokenizer);
   for (const auto& t : config.finetune.tasks)
@@ -172,6 +186,7 @@ void run_eval(const FinetuneRunConfig& config, const Pretrained& model, const st
   const fs::path beside = fs::is_directory(checkpoint) ? fs::path(checkpoint) : fs::path(checkpoint).parent_path();
   const std::string out_dir = out.empty() ? (beside / "eval").string() : out;
   validate(config.finetune);
+  check_recipe_fits(config.finetune, model);
   const std::string precision = eval_precision(config.finetune, model.config);  // as fine-tuning evaluated
   const torch::Device device = resolve_device(device_request(), "--device");
   check_precision(precision, device,

@@ -52,8 +52,9 @@ struct FinetuneOptions {
 };
 
 // `thx finetune`: fine-tune and evaluate; writes out_dir as above. Every input is checked
-// before out_dir is touched. Returns false if stopped by a signal (--resume continues).
-bool run_finetune(const FinetuneRunConfig& config, const Pretrained& pretrained, const std::string& out_dir,
+// before out_dir is touched. Returns 0 when finished, else the signal that stopped it after a
+// checkpoint (SIGINT, SIGTERM: --resume continues).
+int run_finetune(const FinetuneRunConfig& config, const Pretrained& pretrained, const std::string& out_dir,
                   const FinetuneOptions& options = {});
 // `thx eval`: evaluate a fine-tuned checkpoint (model.h5 or <task>.h5, or the finetune output
 // directory) on the tasks' dev sets, into out_dir ("": eval/ beside the checkpoint).

@@ -46,6 +46,8 @@ void validate(const FinetuneConfig& c, const std::string& path) {
                       fmt::format("{} leaves no room for the SQuAD context in inputs_length {} (lower "
                                   "max_query_length or raise inputs_length)", c.max_query_length, c.inputs_length));
   if (c.eval_examples < 0) throw ConfigError(path + ".eval_examples", "must be 0 (all) or positive");
+  if (!c.model_type.empty() && c.model_type != "t5" && c.model_type != "bert" && c.model_type != "albert")
+    throw ConfigError(path + ".model_type", fmt::format("'{}'; allowed: t5, bert, albert, or \"\" (any)", c.model_type));
   if (c.max_train_examples < 0) throw ConfigError(path + ".max_train_examples", "must be 0 (all) or positive");
   if (!(c.dropout >= 0 && c.dropout < 1)) throw ConfigError(path + ".dropout", fmt::format("{} is not in [0, 1)", c.dropout));
   if (!(c.classifier_dropout >= 0 && c.classifier_dropout < 1))

@@ -45,6 +45,7 @@ struct FinetuneConfig {
   bool skip_bad_rows = false;
   std::string precision;       // "" (the pretrained run's train.precision) | fp32 | bf16
   std::string eval_precision;  // "" (precision) | fp32 | bf16
+  std::string model_type;      // "" (any) | t5 | bert | albert: the pretrained model a recipe is for
 };
 
 template <class V>
@@ -76,6 +77,8 @@ void visit(V& v, FinetuneConfig& c) {
   v("skip_bad_rows", c.skip_bad_rows, "skip and count malformed data rows instead of stopping");
   v("precision", c.precision, "\"\" (the pretrained run's train.precision) | fp32 | bf16 (common/precision.h)");
   v("eval_precision", c.eval_precision, "\"\" (precision) | fp32 | bf16: the precision of dev evaluation and decoding");
+  v("model_type", c.model_type, "t5 | bert | albert: the pretrained model this recipe is for (another is refused); "
+                                "\"\": any");
 }
 void validate(const FinetuneConfig& c, const std::string& path = "finetune");
 // Dev rows per forward pass of one rank: eval_batch_size, or with 0 the training batch of one rank.

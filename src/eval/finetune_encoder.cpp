@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <filesystem>
 #include <numeric>
 #include <sstream>
@@ -279,6 +280,7 @@ class Featurizer {
     const size_t bs = size_t(eval_rows(f_));
     std::vector<Tensor> rows(feats.size());
     for (size_t b0 = bs * size_t(dist::rank()); b0 < feats.size(); b0 += bs * size_t(dist::world_size())) {
+      check_stop();  // a signal: stop within one batch
       std::vector<const Feature*> fs;
       for (size_t i = b0; i < std::min(feats.size(), b0 + bs); ++i) fs.push_back(&feats[i]);
       const Batch in = batch(fs);
@@ -504,7 +506,7 @@ int64_t head_outputs(const TaskSpec& s) {
   return int64_t(s.labels.size());
 }
 
-bool finetune_encoder(const FinetuneJob& job) {
+int finetune_encoder(const FinetuneJob& job) {
   const auto& f = job.config.finetune;
   const Featurizer fz(f, job.tokenizer);
   EncoderModel first = job.checked.encoder;  // built and loaded by the check: the first task's
@@ -518,7 +520,8 @@ bool finetune_encoder(const FinetuneJob& job) {
     EncoderTask t(job, fz, task, first);
     first = nullptr;  // the next task starts from the checkpoint again
     LoopOptions o;
-    o.steps = f.steps, o.log_every = f.log_every, o.eval_every = f.eval_every, o.batch_size = f.batch_size;
+    o.steps = f.steps, o.steps_key = "finetune.steps", o.log_every = f.log_every, o.eval_every = f.eval_every;
+    o.batch_size = f.batch_size;
     o.checkpoint_every = job.config.checkpoint.every, o.keep = job.config.checkpoint.keep;
     o.schedule = job.config.optimizer;
     o.checkpoint_dir = (fs::path(job.out) / "checkpoints" / task).string();
@@ -527,11 +530,11 @@ bool finetune_encoder(const FinetuneJob& job) {
     o.precision = train_precision(f, job.pretrained.config), o.eval_precision = eval_precision(f, job.pretrained.config);
     o.train_memory_hint = "lower finetune.batch_size", o.eval_memory_hint = "lower finetune.eval_batch_size";
     const LoopResult r = train(t, o);
-    if (!r.finished) return false;
+    if (!r.finished) return r.signal ? r.signal : SIGTERM;
     if (dist::rank() == 0) write_params(final_file, t.parameters(), job.pretrained.config.yaml, f.steps);
     thx::log("finetune")->info("{}: best at step {}: {}", task, t.record.best_step, show_metrics(t.record.best));
   }
-  return true;
+  return 0;
 }
 
 void eval_encoder_task(const FinetuneJob& job, const std::string& task, const Checkpoint& ck, const std::string& file) {

@@ -18,8 +18,9 @@
 
 namespace thx {
 
-// Fine-tune every task in turn; returns false if stopped by a signal (a checkpoint was saved).
-bool finetune_encoder(const FinetuneJob& job);
+// Fine-tune every task in turn; returns 0 when finished, else the signal that stopped it after a
+// checkpoint (LoopResult::signal).
+int finetune_encoder(const FinetuneJob& job);
 // The outputs of a task's head: classes, 1 (regression, a multiple-choice option's score) or
 // 2 (a span's start and end logits).
 int64_t head_outputs(const TaskSpec& s);

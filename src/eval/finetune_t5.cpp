@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <filesystem>
 #include <map>
 #include <numeric>
@@ -171,6 +172,7 @@ class T5Finetune : public Trainee {
     // Data parallel: rank r decodes batches r, r+W, ...; the texts are gathered.
     const size_t bs = size_t(eval_rows(f));
     for (size_t b = bs * size_t(dist::rank()); b < order.size(); b += bs * size_t(dist::world_size())) {
+      check_stop();  // a signal: stop within one batch's decoding
       std::vector<const std::vector<int32_t>*> rows;
       for (size_t i = b; i < std::min(order.size(), b + bs); ++i) rows.push_back(&inputs[order[i]]);
       const Tensor ids = model->greedy_decode(pad_rows(rows).to(job_.device), f.targets_length, Tokenizer::kEos)
@@ -254,14 +256,15 @@ class T5Finetune : public Trainee {
 
 }  // namespace
 
-bool finetune_t5(const FinetuneJob& job) {
+int finetune_t5(const FinetuneJob& job) {
   const auto& f = job.config.finetune;
   T5Finetune t(job);
   if (!job.checked.t5)
     copy_parameters(t.model->named_parameters_by_path(), job.pretrained.checkpoint.params, job.pretrained.path);
   t.load(true);
   LoopOptions o;
-  o.steps = f.steps, o.log_every = f.log_every, o.eval_every = f.eval_every, o.batch_size = f.batch_size;
+  o.steps = f.steps, o.steps_key = "finetune.steps", o.log_every = f.log_every, o.eval_every = f.eval_every;
+  o.batch_size = f.batch_size;
   o.checkpoint_every = job.config.checkpoint.every, o.keep = job.config.checkpoint.keep;
   o.schedule = job.config.optimizer;
   o.checkpoint_dir = (fs::path(job.out) / "checkpoints").string();
@@ -270,12 +273,12 @@ bool finetune_t5(const FinetuneJob& job) {
   o.precision = train_precision(f, job.pretrained.config), o.eval_precision = eval_precision(f, job.pretrained.config);
   o.train_memory_hint = "lower finetune.batch_size", o.eval_memory_hint = "lower finetune.eval_batch_size";
   const LoopResult r = train(t, o);
-  if (!r.finished) return false;
+  if (!r.finished) return r.signal ? r.signal : SIGTERM;
   if (dist::rank() == 0) write_params((fs::path(job.out) / "model.h5").string(), t.model->named_parameters_by_path(),
                job.pretrained.config.yaml, f.steps);
   for (const auto& rec : t.records)
     thx::log("finetune")->info("{}: best at step {}: {}", rec.task, rec.best_step, show_metrics(rec.best));
-  return true;
+  return 0;
 }
 
 void eval_t5(const FinetuneJob& job, const Checkpoint& ck, const std::string& file) {

@@ -16,8 +16,9 @@
 
 namespace thx {
 
-// Fine-tune; returns false if stopped by a signal (a checkpoint was saved).
-bool finetune_t5(const FinetuneJob& job);
+// Fine-tune; returns 0 when finished, else the signal that stopped it after a checkpoint
+// (LoopResult::signal).
+int finetune_t5(const FinetuneJob& job);
 // Evaluate fine-tuned parameters (model.h5) on every task's dev set into job.out.
 void eval_t5(const FinetuneJob& job, const Checkpoint& finetuned, const std::string& file);
 

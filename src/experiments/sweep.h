@@ -83,15 +83,20 @@ struct SweepOptions {
   bool dry_run = false;
   std::string thx_binary;  // the executable each run starts: `thx pretrain`
   int64_t threads = 0;     // cores to share among the jobs (default: all)
-  int64_t ranks_per_run = 1;  // > 1: each run is `torchrun --standalone --nproc_per_node N ... thx`
+  int64_t ranks_per_run = 1;  // > 1: each run is `torchrun --nproc_per_node N ... thx`, on its own port
 };
 
 // Resolve every run (errors name the sweep file and line), then run those not finished,
 // `jobs` at a time, each with threads / jobs threads (with ranks_per_run N: N ranks of
 // threads / (jobs * N) threads each, under torchrun; every run's batch must divide). Interrupted runs resume from
 // their checkpoints. Writes <out>/results.jsonl (one JSON object per finished run, in sweep
-// order). Returns the number of runs that failed.
-int run_sweep(const Sweep& sweep, const SweepOptions& options,
+// order). Returns how many runs failed, and the signal (SIGINT, SIGTERM) that stopped the sweep
+// (its runs checkpoint and stop; the same command resumes them), or 0.
+struct SweepOutcome {
+  int failed = 0;
+  int signal = 0;
+};
+SweepOutcome run_sweep(const Sweep& sweep, const SweepOptions& options,
               const std::function<ResolvedRun(ConfigTree&)>& resolve);
 
 // What a pretraining run's resolved config says for the sweep (sweep_plan.cpp): its YAML, the

@@ -41,7 +41,7 @@ using json = nlohmann::json;
 namespace {
 
 volatile std::sig_atomic_t g_sweep_stop = 0;
-void on_sweep_signal(int) { g_sweep_stop = 1; }
+void on_sweep_signal(int sig) { g_sweep_stop = sig; }
 
 std::string last_line(const std::string& path) {
   std::ifstream in(path);
@@ -200,6 +200,14 @@ class SweepLock {
   int fd_ = -1;
 };
 
+// A run that ended without a result but at a checkpoint: stopped by SIGINT or SIGTERM (thx
+// exits 128 + N then), or exit 0 from a thx before that rule.
+bool stopped_at_checkpoint(int status) {
+  if (!WIFEXITED(status)) return false;
+  const int code = WEXITSTATUS(status);
+  return code == 0 || code == 128 + SIGINT || code == 128 + SIGTERM;
+}
+
 // SIGINT/SIGTERM set g_sweep_stop while it lives, without SA_RESTART, so that a signal
 // interrupts waitpid() and the runs hear of it at once.
 struct SweepSignals {
@@ -227,9 +235,12 @@ pid_t launch_run(const Planned& p, const SweepOptions& o, int64_t threads, int64
   if (!fs::exists(cfg)) write_file_atomic(cfg, p.resolved.yaml);
   const std::string log_path = (fs::path(p.dir) / "stdout.log").string();
   std::vector<std::string> args;
-  if (ranks > 1)  // Debian 12's torchrun needs --redirects/--tee of one stream (README)
-    args = {"torchrun", "--standalone", "--nproc_per_node", std::to_string(ranks), "--redirects", "2",
-            "--tee", "2", "--no_python"};
+  // Debian 12's torchrun needs --redirects/--tee of one stream (README). Not --standalone:
+  // its rendezvous is always port 29400, where a second run at once would join the first's;
+  // each run's own store on a free loopback port instead (torchrun's documented way).
+  if (ranks > 1)
+    args = {"torchrun", "--nnodes", "1", "--rdzv_backend", "c10d", "--rdzv_endpoint", "127.0.0.1:0", "--rdzv_id",
+            p.run->name, "--nproc_per_node", std::to_string(ranks), "--redirects", "2", "--tee", "2", "--no_python"};
   // The sweep's own --device goes to every run (a run's train.device still decides).
   args.insert(args.end(), {o.thx_binary, "--threads", std::to_string(threads), "--device", device_request(),
                            "pretrain", "--config", cfg, "--run-dir", p.dir, "--resume"});
@@ -297,7 +308,7 @@ void report_end(const Sweep& sweep, const std::vector<Planned>& plan, const std:
 
 }  // namespace
 
-int run_sweep(const Sweep& sweep, const SweepOptions& o,
+SweepOutcome run_sweep(const Sweep& sweep, const SweepOptions& o,
               const std::function<ResolvedRun(ConfigTree&)>& resolve) {
   auto log = thx::log("sweep");
   const std::string out = o.out_dir.empty() ? (fs::path("runs") / sweep.name).string() : o.out_dir;
@@ -309,7 +320,7 @@ int run_sweep(const Sweep& sweep, const SweepOptions& o,
   const int64_t ranks = std::max<int64_t>(1, o.ranks_per_run);
   const int64_t threads = std::max<int64_t>(1, cores / (jobs * ranks));
   check_ranks(sweep, plan, ranks);
-  if (o.dry_run) return print_dry_run(sweep, plan, out), 0;
+  if (o.dry_run) return print_dry_run(sweep, plan, out), SweepOutcome{};
 
   fs::create_directories(out);
   const SweepLock lock(out);
@@ -324,9 +335,9 @@ int run_sweep(const Sweep& sweep, const SweepOptions& o,
   size_t next = 0, done = 0, todo = 0;
   double flops_left = 0, flops_done = 0;
   for (const auto& p : plan) todo += !p.finished, flops_left += p.flops_left();
-  log->info("{}: {} runs, {} finished, {} to run; {} at a time, {}{} threads each; into {}", sweep.name,
+  log->info("{}: {} runs, {} finished, {} to run; {} at a time, {}{} thread{} each; into {}", sweep.name,
             plan.size(), plan.size() - todo, todo, jobs, ranks > 1 ? fmt::format("{} ranks of ", ranks) : "",
-            threads, out);
+            threads, threads == 1 ? "" : "s", out);
   const SweepSignals signals;
   const auto t0 = std::chrono::steady_clock::now();
   bool forwarded = false;
@@ -360,7 +371,7 @@ int run_sweep(const Sweep& sweep, const SweepOptions& o,
       const double eta = flops_done > 0 ? elapsed / flops_done * (flops_left - flops_done) : 0;
       log->info("[{}/{}] finished {}: ln(PPL) {:.4f}, {} | ETA {}", done, todo, p.run->name, *ln_ppl,
                 format_duration(wall), format_duration(eta));
-    } else if ((WIFEXITED(status) && WEXITSTATUS(status) == 0) || g_sweep_stop) {
+    } else if (stopped_at_checkpoint(status) || g_sweep_stop) {
       log->warn("{}: stopped at a checkpoint; the next `thx sweep` resumes it", p.run->name);
     } else {
       const std::string why = last_line((fs::path(p.dir) / "stdout.log").string());
@@ -371,7 +382,7 @@ int run_sweep(const Sweep& sweep, const SweepOptions& o,
     }
   }
   report_end(sweep, plan, out, failures);
-  return int(failures.size());
+  return {int(failures.size()), int(g_sweep_stop)};
 }
 
 }  // namespace thx

@@ -6,10 +6,12 @@
 #include <filesystem>
 #include <fstream>
 #include <optional>
+#include <sstream>
 
 #include <unistd.h>
 
 #include "common/error.h"
+#include "common/fs.h"
 #include "common/log.h"
 #include "common/precision.h"
 #include "common/runtime.h"
@@ -35,8 +37,16 @@ void on_signal(int sig) {
     std::signal(sig, SIG_DFL);
     std::raise(sig);
   }
-  g_stop = 1;
+  g_stop = sig;
 }
+
+}  // namespace
+
+void check_stop() {
+  if (g_stop && dist::world_size() == 1) throw EvaluationStopped(signal_name(int(g_stop)));
+}
+
+namespace {
 
 // Installs SIGINT/SIGTERM handlers for the duration of a loop.
 struct SignalScope {
@@ -220,11 +230,29 @@ struct Run {
   }
 };
 
+// One warning line where the learning-rate schedule is not what the config seems to say: a
+// warmup longer than the run (the rate never reaches its peak, nor decays), or a resumed run
+// whose `steps` changed (the schedule is stretched from the step it resumes at).
+void warn_about_schedule(const Run& r, int64_t step, std::optional<int64_t> scheduled) {
+  const OptimizerConfig& s = r.o.schedule;
+  auto log = thx::log("train");
+  if (s.schedule == "polynomial" && s.warmup_steps > r.o.steps)
+    log->warn("{}optimizer.warmup_steps {} is more than {} {}: the learning rate rises for the whole run and "
+              "peaks at {:.3g} at its last step (not optimizer.learning_rate {:.3g}), and never decays", r.prefix,
+              s.warmup_steps, r.o.steps_key, r.o.steps, learning_rate(s, r.o.steps, r.o.steps), s.learning_rate);
+  if (scheduled && *scheduled != r.o.steps && s.schedule != "constant" && step > 0 && step < r.o.steps)
+    log->warn("{}{} changed from {} to {} at step {}: the learning rate goes from {:.3g} (step {}, as scheduled "
+              "over {}) to {:.3g} (step {}, over {})", r.prefix, r.o.steps_key, *scheduled, r.o.steps, step,
+              learning_rate(s, step, *scheduled), step, *scheduled, learning_rate(s, step + 1, r.o.steps), step + 1,
+              r.o.steps);
+}
+
 // The checkpoints of a run: the newest restored on --resume (parameters, optimizer, the
 // trainee's state, every generator), and a new one saved (after every rank's parameters were
 // found equal).
 struct Checkpointer {
   Run& r;
+  std::optional<int64_t> schedule_steps;  // the restored run's `steps` (checkpoints that record it)
 
   // The step to start from: the checkpoint's, or 0 (then, data parallel, rank 0's
   // initialization is sent everywhere and every rank seeds its own dropout).
@@ -248,6 +276,7 @@ struct Checkpointer {
       return 0;
     }
     const Checkpoint& ck = *resumed;
+    if (auto it = ck.extra.find("schedule_steps"); it != ck.extra.end()) schedule_steps = std::stoll(it->second);
     copy_parameters(r.params, ck.params, file);
     r.t.optimizer().load_state(ck.optimizer, ck.optimizer_step);
     try {
@@ -305,6 +334,7 @@ struct Checkpointer {
     ck.step = at, ck.optimizer_step = r.t.optimizer().steps();
     ck.rng = rng;
     r.t.save_state(ck);
+    ck.extra["schedule_steps"] = std::to_string(r.o.steps);  // what the learning rate was scheduled over
     ck.config = r.o.config;
     const std::string path = checkpoint_path(r.o.checkpoint_dir, at);
     try {
@@ -319,14 +349,37 @@ struct Checkpointer {
 };
 
 // metrics.jsonl and TensorBoard (rank 0), and the evaluations that go there.
+// A resumed run's metrics.jsonl: the records this run's tag wrote after the step it resumes
+// from (a killed run ran on past its last checkpoint) go, so that each step is recorded once,
+// by the run that went on from there. Other tasks' records and unreadable lines stay.
+void drop_records_after(const std::string& path, const std::string& tag, int64_t step) {
+  if (!fs::exists(path)) return;
+  std::istringstream in(read_file(path));
+  std::string kept;
+  size_t dropped = 0;
+  for (std::string line; std::getline(in, line);) {
+    const json j = json::parse(line, nullptr, false);
+    const bool mine = j.is_object() && (tag.empty() ? !j.contains("task") : j.value("task", "") == tag);
+    if (mine && j.contains("step") && j["step"].is_number_integer() && j["step"].get<int64_t>() > step) {
+      ++dropped;
+      continue;
+    }
+    kept += line + "\n";
+  }
+  if (dropped) write_file_atomic(path, kept);
+}
+
 struct Recorder {
   Run& r;
   EventWriter* events = nullptr;
   std::ofstream metrics{};
 
-  void open() {
+  void open(int64_t step) {
     events = r.o.open_outputs ? r.o.open_outputs() : nullptr;
-    if (r.writer) fs::create_directories(r.o.checkpoint_dir), metrics.open(r.o.metrics_file, std::ios::app);
+    if (!r.writer) return;
+    fs::create_directories(r.o.checkpoint_dir);
+    if (r.o.resume) drop_records_after(r.o.metrics_file, r.o.tag, step);
+    metrics.open(r.o.metrics_file, std::ios::app);
   }
   void record(json j, const std::string& kind, int64_t at) {
     if (!r.writer) return;
@@ -341,6 +394,10 @@ struct Recorder {
     json values;
     try {
       values = r.t.evaluate(at);
+    } catch (const EvaluationStopped& e) {  // the loop saves this step's checkpoint and stops next
+      thx::log("train")->warn("{}step {}: the evaluation was stopped by {}; none is recorded for this step", r.prefix,
+                              at, e.what());
+      return json::object();
     } catch (const c10::OutOfMemoryError& e) {
       throw InputError(out_of_memory(r.o, r.prefix, "evaluation", at, r.world, e, r.o.eval_memory_hint));
     }
@@ -425,9 +482,10 @@ LoopResult train(Trainee& t, const LoopOptions& o) {
   }
   Checkpointer checkpoints{r};
   int64_t step = checkpoints.restore();
+  if (r.writer) warn_about_schedule(r, step, checkpoints.schedule_steps);
   // Everything that can fail on bad input has been read; now the outputs are opened.
   Recorder out{r};
-  out.open();
+  out.open(step);
   if (!o.banner.empty()) thx::log("train")->info("{}", o.banner);
   LoopResult result;
   if (step >= o.steps) {  // a finished run: report where it ended
@@ -467,8 +525,9 @@ LoopResult train(Trainee& t, const LoopOptions& o) {
     if (saved) checkpoints.save(step);
     if (r.world > 1 ? stop : bool(g_stop)) {
       if (!saved) checkpoints.save(step);
-      thx::log("train")->warn("{}stopped by a signal at step {}; resume with --resume", r.prefix, step);
-      result.interrupted = true;
+      result.interrupted = true, result.signal = g_stop ? int(g_stop) : SIGTERM;
+      thx::log("train")->warn("{}stopped by {} at step {}; resume with --resume", r.prefix,
+                              signal_name(result.signal), step);
       break;
     }
   }

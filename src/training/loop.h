@@ -42,6 +42,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -117,6 +118,7 @@ struct LoopOptions {
   std::function<EventWriter*()> open_outputs;
   // TensorBoard tags are prefixed with tag + "/" if tag is set.
   std::string tag;               // a fine-tuning task: in records, log lines and TB tags
+  std::string steps_key = "train.steps";  // the key `steps` came from, for warnings
   std::string config;            // the resolved YAML, stored in every checkpoint
   bool resume = false;           // continue from the newest checkpoint in checkpoint_dir
   bool eval_if_finished = true;  // a run already at `steps`: evaluate once and report
@@ -137,10 +139,21 @@ struct LoopResult {
   int64_t step = 0;          // the last completed step
   nlohmann::json last_eval;  // the last evaluation's values ({} if none ran)
   bool interrupted = false;  // stopped by a signal; a checkpoint was saved
+  int signal = 0;            // which: SIGINT or SIGTERM (another rank's, seen as SIGTERM)
   bool finished = false;     // step == steps
 };
 
 LoopResult train(Trainee& trainee, const LoopOptions& options);
+
+// SIGINT/SIGTERM during an evaluation: evaluations call check_stop() between batches, which in
+// a single process throws EvaluationStopped once a signal came (the loop then records no
+// evaluation, saves the step's checkpoint and stops), so that a stop waits for one forward pass,
+// not a whole evaluation. With several ranks an evaluation runs to its end: a rank leaving it
+// alone would leave the others waiting in its collectives.
+struct EvaluationStopped : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+void check_stop();
 
 // One step's gradients, accumulated into .grad() over the micro-batches (the loop's own rule;
 // also what `thx step-probe` runs): returns the step's mean loss and mean NLL per weight unit.

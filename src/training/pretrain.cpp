@@ -151,6 +151,7 @@ EvalMetrics evaluate_model(PretrainModel& model, const std::vector<Batch>& batch
   EvalSums sum;
   // Data parallel: rank r evaluates batches r, r+W, ...; the sums are added over the ranks.
   for (size_t i = size_t(dist::rank()); i < batches.size(); i += size_t(dist::world_size())) {
+    check_stop();  // a signal: stop within one batch
     const EvalSums e = model.forward(batches[i]).sums;
     sum.nll += e.nll, sum.tokens += e.tokens, sum.correct += e.correct;
     sum.sentence_count += e.sentence_count, sum.sentence_correct += e.sentence_correct;
@@ -262,23 +263,25 @@ class PretrainTrainee : public Trainee {
 
 void describe(const PretrainConfig& c, PretrainModel& model, int64_t vocab, int64_t outputs) {
   auto log = thx::log("train");
+  const int threads = torch::get_num_threads();
+  const std::string on = fmt::format("{} thread{}", threads, threads == 1 ? "" : "s");
   if (!c.model.encoder_only()) {
-    log->info("T5 {} parameters; {} steps of {} examples ({} x {} -> {}), {} threads", model.parameter_count(),
+    log->info("T5 {} parameters; {} steps of {} examples ({} x {} -> {}), {}", model.parameter_count(),
               c.train.steps, c.train.batch_size, c.data.inputs_length,
               span_lengths(c.data.inputs_length, c.data.noise_density, c.data.mean_noise_span_length).raw,
-              c.data.targets_length, torch::get_num_threads());
+              c.data.targets_length, on);
     return;
   }
   if (!c.data.synthetic.empty()) {
     const RecallOptions r = recall_options(c.data);
     log->info("{} {} parameters; {} steps of {} examples of associative recall ({} tokens: {} pairs, {} queries; "
-              "{} keys, {} values), {} threads", c.model.type == "bert" ? "BERT" : "ALBERT", model.parameter_count(),
+              "{} keys, {} values), {}", c.model.type == "bert" ? "BERT" : "ALBERT", model.parameter_count(),
               c.train.steps, c.train.batch_size, c.data.inputs_length, r.pairs, r.queries, recall_keys(r),
-              recall_values(r), torch::get_num_threads());
+              recall_values(r), on);
   } else {
-    log->info("{} {} parameters; {} steps of {} examples of {} tokens (MLM {} + {}), {} threads",
+    log->info("{} {} parameters; {} steps of {} examples of {} tokens (MLM {} + {}), {}",
               c.model.type == "bert" ? "BERT" : "ALBERT", model.parameter_count(), c.train.steps, c.train.batch_size,
-              c.data.inputs_length, c.data.max_predictions_per_seq, c.data.sentence_task, torch::get_num_threads());
+              c.data.inputs_length, c.data.max_predictions_per_seq, c.data.sentence_task, on);
   }
   const int64_t micro = c.train.batch_size / c.train.grad_accum;
   const double gib = 1024.0 * 1024 * 1024;
@@ -338,7 +341,7 @@ PretrainResult run_pretrain(const PretrainConfig& c, const std::string& run_dir,
   PretrainTrainee trainee(c, s);
   const LoopResult r = train(trainee, o);
   PretrainResult result;
-  result.step = r.step, result.interrupted = r.interrupted;
+  result.step = r.step, result.interrupted = r.interrupted, result.signal = r.signal;
   result.ln_ppl = trainee.last.ln_ppl;
   result.mlm_accuracy = trainee.last.mlm_accuracy, result.sentence_accuracy = trainee.last.sentence_accuracy;
   return result;
@@ -347,13 +350,13 @@ PretrainResult run_pretrain(const PretrainConfig& c, const std::string& run_dir,
 
 std::string result_line(const PretrainConfig& c, const std::string& run_dir, const PretrainResult& r) {
   if (!c.data.synthetic.empty())
-    return fmt::format("{} step {} held-out recall accuracy {:.2f}%, ln(PPL) {:.4f}{}", run_dir, r.step,
-                       100 * r.mlm_accuracy.value_or(0), r.ln_ppl, r.interrupted ? " (interrupted; --resume continues)" : "");
+    return fmt::format("{} step {} held-out recall accuracy {:.2f}%, ln(PPL) {:.4f}", run_dir, r.step,
+                       100 * r.mlm_accuracy.value_or(0), r.ln_ppl);
   std::string extra;
   if (r.mlm_accuracy) extra += fmt::format(", MLM accuracy {:.2f}%", 100 * *r.mlm_accuracy);
   if (r.sentence_accuracy) extra += fmt::format(", {} accuracy {:.2f}%", c.data.sentence_task, 100 * *r.sentence_accuracy);
-  return fmt::format("{} step {} held-out {}ln(PPL) {:.4f}{}{}", run_dir, r.step, r.mlm_accuracy ? "MLM " : "", r.ln_ppl,
-                     extra, r.interrupted ? " (interrupted; --resume continues)" : "");
+  return fmt::format("{} step {} held-out {}ln(PPL) {:.4f}{}", run_dir, r.step, r.mlm_accuracy ? "MLM " : "", r.ln_ppl,
+                     extra);
 }
 
 void run_step_probe(const PretrainConfig& c, const std::string& out) {

@@ -31,7 +31,8 @@ struct PretrainResult {
   int64_t step = 0;          // the last completed step
   double ln_ppl = 0;         // the last held-out evaluation
   std::optional<double> mlm_accuracy, sentence_accuracy;  // BERT/ALBERT
-  bool interrupted = false;  // stopped by a signal (a checkpoint was saved)
+  bool interrupted = false;  // stopped by a signal (a checkpoint was saved): no result
+  int signal = 0;            // which (LoopResult::signal)
 };
 
 // The run directory is prepared by RunDirectory (run_dir.h): --resume compares the stored

@@ -240,6 +240,7 @@ TEST(BadInputCampaign, SweepsTablesClaimsAndScores) {
       {"a sweep of an unknown table", {{"s.yaml", "sweep: s\ntable: table99\nbase: {T5}/base.yaml\ngrid: {attention.h: [2]}\n"}}, SW, "table99"},
       {"a sweep of runs the ranks cannot share", {{"s.yaml", "sweep: s\nbase: {T5}/base.yaml\ngrid: {attention.h: [2]}\nset: {train.batch_size: 3}\n"}}, SW + " --ranks-per-run 2", "train.batch_size"},
       {"no results to tabulate", {}, "table --sweep {C}", "{C}/results.jsonl: no results file"},
+      {"a table of no sweep", {}, "table", "table: --sweep DIR is required"},
       {"a results line that is not JSON", results("{\"name\": "), "table --sweep {C}/s --layout table1", "{C}/s/results.jsonl:1"},
       {"a results line without a name", results("{\"ln_ppl\": 2}"), "table --sweep {C}/s --layout table1", "{C}/s/results.jsonl:1"},
       {"ln_ppl as a string", results(replaced("\"ln_ppl\": 2.5", "\"ln_ppl\": \"2.5\"")), "table --sweep {C}/s --layout table1", "ln_ppl"},
@@ -276,8 +277,10 @@ TEST(BadInputCampaign, FineTuningAndEvaluation) {
   ASSERT_EQ(run_thx("--threads 1 pretrain --config " + t5.write("run.yaml", replace_all(kTinyModel, {{"{T5}", t5.path.string()}})) +
                     " --run-dir " + t5.file("run")).code, 0);
   // A fine-tuned ALBERT for thx eval.
-  ASSERT_EQ(run_thx("--threads 1 finetune --config " + albert.config + " --set finetune.steps=2 --set "
-                    "finetune.eval_every=2 --set checkpoint.every=2 --out " + albert.dir.file("ft")).code, 0);
+  const RunResult ft = run_thx("--threads 1 finetune --config " + albert.config + " --set finetune.steps=2 --set "
+                               "finetune.eval_every=2 --set checkpoint.every=2 --out " + albert.dir.file("ft"));
+  ASSERT_EQ(ft.code, 0) << ft.out;
+  EXPECT_NE(ft.out.find("; results in " + albert.dir.file("ft/sst2.json") + "\n"), std::string::npos) << ft.out;
   const std::string A = albert.dir.path.string();
   // Task data in its own root {C}/data, the rest of the fixture as is.
   const std::string FT = "finetune --config " + albert.config + " --set finetune.data={C}/data --out {C}/out ";
@@ -325,6 +328,9 @@ TEST(BadInputCampaign, FineTuningAndEvaluation) {
       {"a T5 tokenizer for an ALBERT", sst("sentence\tlabel\ngood\t1\n"), FT + "--set finetune.tokenizer={T5}/tiny.model", "{T5}/tiny.model: a T5-convention tokenizer"},
       {"a missing tokenizer", sst("sentence\tlabel\ngood\t1\n"), FT + "--set finetune.tokenizer={C}/none.model", "{C}/none.model"},
       {"an ALBERT tokenizer for a T5", sst("sentence\tlabel\ngood\t1\n"), FT + "--set finetune.tokenizer={A}/tiny.model --set finetune.pretrained={T5}/run", "{A}/tiny.model"},
+      {"an ALBERT recipe for a T5 checkpoint", sst("sentence\tlabel\ngood\t1\n"), FT + "--set finetune.model_type=albert --set finetune.pretrained={T5}/run", "finetune.model_type: this recipe is for model.type albert, but {T5}/run"},
+      {"the shipped T5 recipe for an ALBERT checkpoint", {}, "finetune --config " THX_SOURCE_DIR "/configs/mini/finetune-t5.yaml --set finetune.pretrained=" + A + "/pretrained --out {C}/out", "has model.type albert; use a recipe for albert"},
+      {"inputs longer than the ALBERT's position table", sst("sentence\tlabel\ngood\t1\n"), FT + "--set finetune.inputs_length=100000", "finetune.inputs_length 100000: the pretrained albert"},
       {"--out that is a file", {{"f", "x"}}, "finetune --config " + albert.config + " --out {C}/f", "{C}/f: exists and is not a directory"},
       {"--out with results and no --resume", {}, "finetune --config " + albert.config + " --out {A}/ft", "{A}/ft"},
       {"a fine-tuning key thx does not know", {}, "finetune --config " + albert.config + " --set finetune.stpes=3 --out {C}/out", "finetune.stpes"},

@@ -27,6 +27,24 @@ TEST(Cli, HelpDescribesEverySubcommandAndOption) {
   EXPECT_NE(r.out.find("--heads"), std::string::npos);
 }
 
+// --threads, --log-level and --device go before or after the subcommand (as git's and
+// torchrun's do), and every subcommand's --help lists them.
+TEST(Cli, GlobalOptionsOnEitherSideOfTheSubcommand) {
+  const RunResult before = run_thx("--threads 1 --log-level warn costs --format csv");
+  ASSERT_EQ(before.code, 0) << before.out;
+  const RunResult after = run_thx("costs --format csv --threads 1 --log-level warn --device cpu");
+  ASSERT_EQ(after.code, 0) << after.out;
+  EXPECT_EQ(after.out, before.out);
+  const RunResult nested = run_thx("bench attention --threads 1 --help");
+  EXPECT_EQ(nested.code, 0) << nested.out;
+  for (const char* sub : {"costs --help", "pretrain --help", "bench attention --help", "finetune --help"}) {
+    const RunResult r = run_thx(sub);
+    EXPECT_NE(r.out.find("Global options, before or after the subcommand: --threads N, --log-level LEVEL, "
+                         "--device DEVICE"), std::string::npos) << sub << "\n" << r.out;
+  }
+  EXPECT_EQ(run_thx("costs --threads -1").code, 2);
+}
+
 TEST(Cli, UnknownSubcommandOrFlagExitsTwo) {
   EXPECT_EQ(run_thx("frobnicate").code, 2);
   EXPECT_EQ(run_thx("costs --colour").code, 2);
@@ -253,7 +271,7 @@ TEST(Cli, BadProbeFlagsExitTwoAndWriteNothing) {
   }
   RunResult r = run_thx("attention-probe --config " + dir.file("nope.yaml") + " --out " + out);
   EXPECT_EQ(r.code, 2);
-  EXPECT_EQ(r.out, "thx: error: " + dir.file("nope.yaml") + ": cannot read config file\n");
+  EXPECT_EQ(r.out, "thx: error: " + dir.file("nope.yaml") + ": cannot read config file: No such file or directory\n");
   // An output directory that does not exist: one line, exit 2.
   r = run_thx("--log-level warn attention-probe --out " + dir.file("no/such/dir/p.h5"));
   EXPECT_EQ(r.code, 2) << r.out;

@@ -37,7 +37,8 @@ inline RunResult run_torchrun(const std::string& launch, const std::string& args
   return r;
 }
 
-// Two ranks on this machine (torchrun's standalone rendezvous on a free port).
+// Two ranks on this machine (torchrun's standalone rendezvous, always on port 29400: these
+// tests run one at a time, RUN_SERIAL).
 inline std::string two_ranks() { return "--standalone --nproc_per_node 2"; }
 
 }  // namespace thx::test

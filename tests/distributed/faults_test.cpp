@@ -138,7 +138,7 @@ TEST_F(Faults, SigtermToTheAgentCheckpointsEveryRankAndResumes) {
   ASSERT_EQ(plain.code, 0) << plain.out;
   double after = 0;
   const RunResult stopped = run_and_kill("stopped", 0, &after, -1, SIGTERM);
-  EXPECT_NE(stopped.out.find("stopped by a signal at step"), std::string::npos) << stopped.out;
+  EXPECT_NE(stopped.out.find("stopped by SIGTERM at step"), std::string::npos) << stopped.out;
   EXPECT_FALSE(fs::exists(final_ckpt("stopped"))) << "the signal came after the run ended";
   const auto saved = list_checkpoints(dir.file("stopped/checkpoints"));
   ASSERT_FALSE(saved.empty());

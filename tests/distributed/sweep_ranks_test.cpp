@@ -1,5 +1,7 @@
 // thx sweep --ranks-per-run 2: every run is launched under torchrun with two ranks, and ends
-// where the same sweep of one process per run ends (ln(PPL) to 1e-4); a batch the ranks cannot
+// where the same sweep of one process per run ends (ln(PPL) to 1e-4), also with two such runs
+// at once (--jobs 2: each has its own rendezvous, where two --standalone launches would share
+// port 29400 and collide); a batch the ranks cannot
 // share is one line naming the sweep file and the run, exit 2, before anything starts.
 #include <gtest/gtest.h>
 
@@ -19,16 +21,17 @@ TEST(SweepRanks, EachRunUnderTorchrunEqualsOneProcessPerRun) {
                          "train: {steps: 15, batch_size: 8, log_every: 5}\n"
                          "checkpoint: {every: 15, keep: 1}\n"
                          "eval: {every: 15, examples: 8, batch_size: 4}\n");
-  const std::string sweep = dir.write("sweep.yaml", "sweep: ranks\nbase: base.yaml\ngrid: {attention.h: [2, 4]}\n");
+  const std::string sweep = dir.write("sweep.yaml", "sweep: ranks\nbase: base.yaml\ngrid: {attention.h: [2, 4, 8, 16]}\n");
   setenv("OMP_WAIT_POLICY", "PASSIVE", 0);
   const RunResult one = run_thx("--threads 2 sweep --config " + sweep + " --out " + dir.file("one"));
   ASSERT_EQ(one.code, 0) << one.out;
-  const RunResult two = run_thx("--threads 2 sweep --ranks-per-run 2 --config " + sweep + " --out " + dir.file("two"));
+  const RunResult two =
+      run_thx("--threads 2 sweep --jobs 2 --ranks-per-run 2 --config " + sweep + " --out " + dir.file("two"));
   ASSERT_EQ(two.code, 0) << two.out;
-  EXPECT_NE(two.out.find("1 at a time, 2 ranks of 1 threads each"), std::string::npos) << two.out;
+  EXPECT_NE(two.out.find("2 at a time, 2 ranks of 1 thread each"), std::string::npos) << two.out;
   const auto a = read_results(dir.file("one")), b = read_results(dir.file("two"));
-  ASSERT_EQ(a.size(), 2u);
-  ASSERT_EQ(b.size(), 2u);
+  ASSERT_EQ(a.size(), 4u);
+  ASSERT_EQ(b.size(), 4u);
   for (size_t i = 0; i < a.size(); ++i) {
     EXPECT_EQ(a[i]["name"], b[i]["name"]);
     EXPECT_NEAR(double(a[i]["ln_ppl"]), double(b[i]["ln_ppl"]), 1e-4) << a[i]["name"];

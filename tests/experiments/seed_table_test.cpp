@@ -40,6 +40,25 @@ RunResult seed_table(const std::string& args) {
                      args + " 2>&1");
 }
 
+// A T5 sweep (no MLM accuracy in its results): its ln(PPL) is span corruption's, not MLM's.
+TEST(SeedTable, AT5SweepsLnPplIsNotCalledMlm) {
+  TempDir dir;
+  const fs::path sweep = dir.path / "t5";
+  fs::create_directories(sweep);
+  std::ofstream results(sweep / "results.jsonl");
+  for (const char* variant : {"multi_head", "talking_heads"})
+    for (int seed : {1, 2})
+      results << "{\"attention\":{\"encoder_self\":{\"d_k\":16,\"h\":12,\"variant\":\"" << variant
+              << "\"}},\"ln_ppl\":" << 3.0 + seed * 0.1 << ",\"name\":\"" << variant << "-s" << seed
+              << "\",\"seed\":" << seed << "}\n";
+  results.close();
+  const RunResult r = seed_table(sweep.string());
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("| held-out ln(PPL) (span corruption) | 3.150 ± 0.071 | 3.150 ± 0.071 |"), std::string::npos)
+      << r.out;
+  EXPECT_EQ(r.out.find("MLM"), std::string::npos) << r.out;
+}
+
 TEST(SeedTable, MeanSigmaAndTheDifferenceInSigmaPerHeadCount) {
   TempDir dir;
   const fs::path sweep = dir.path / "sweep";

@@ -149,6 +149,12 @@ TEST(SweepRun, KilledMidwayAndRestartedEqualsUninterrupted) {
   EXPECT_EQ(part.code, 0) << part.out;
   EXPECT_NE(part.out.find("(1 runs)"), std::string::npos) << part.out;  // of h2, h4, h8
   EXPECT_TRUE(png(dir.file("part.png")));
+  // One run's own directory, as one `thx pretrain --run-dir` writes it.
+  const RunResult one = run_command("/usr/bin/python3 " + scripts + "plot_curves.py " + straight + "/h4 --out " +
+                                    dir.file("one.png") + " 2>&1");
+  EXPECT_EQ(one.code, 0) << one.out;
+  EXPECT_NE(one.out.find("(1 runs)"), std::string::npos) << one.out;
+  EXPECT_TRUE(png(dir.file("one.png")));
   EXPECT_TRUE(refused(curves_part("("), "plot_curves.py: ", "--runs (: not a regular expression"));
   EXPECT_TRUE(refused(curves_part("^nothing$"), "plot_curves.py: ", "no run matching --runs ^nothing$"));
   const std::string ckpt = straight + "/h4/checkpoints/step-00000120.h5";

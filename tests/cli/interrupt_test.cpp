@@ -1,0 +1,160 @@
+// An interrupted run is not a result: SIGINT or SIGTERM to `thx pretrain` or `thx sweep` saves a
+// checkpoint, prints no result line (no held-out number that was never measured), says how to
+// continue, and exits 128 + N (130, 143) as shells report a signal, so that `thx pretrain ... &&
+// thx finetune ...` stops there; a held-out evaluation stops within a batch; a resumed run records
+// each step once. The binary is run and signalled as a user's shell would.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <sstream>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "training/checkpoint.h"
+#include "training/training_fixtures.h"
+
+namespace thx::test {
+namespace {
+namespace THX_FILE_ID {
+namespace fs = std::filesystem;
+
+struct Stopped {
+  int status = 0;
+  std::string out, err;  // stdout, stderr
+};
+
+std::string slurp(const std::string& path) {
+  std::ostringstream s;
+  s << std::ifstream(path).rdbuf();
+  return s.str();
+}
+
+// Starts thx with `args` (stdout and stderr to files in `dir`), sends `sig` once `ready()` (within
+// a minute), and waits for it to end; `seconds`: from the signal to the end.
+Stopped signal_when(const TempDir& dir, const std::string& args, const std::function<bool()>& ready, int sig,
+                    double* seconds = nullptr) {
+  const std::string out = dir.file("stdout.txt"), err = dir.file("stderr.txt");
+  const std::string cmd = "exec " + std::string(THX_BINARY) + " " + args + " >" + out + " 2>" + err;
+  setenv("OMP_WAIT_POLICY", "PASSIVE", 0), setenv("OPENBLAS_THREAD_TIMEOUT", "4", 0);  // no re-exec
+  const pid_t pid = fork();
+  if (pid == 0) {
+    execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  for (int i = 0; i < 12000 && !ready(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  const auto t0 = std::chrono::steady_clock::now();
+  kill(pid, sig);
+  Stopped s;
+  waitpid(pid, &s.status, 0);
+  if (seconds) *seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  s.out = slurp(out), s.err = slurp(err);
+  return s;
+}
+
+Stopped signal_when_exists(const TempDir& dir, const std::string& args, const std::string& path, int sig) {
+  return signal_when(dir, args, [&] { return fs::exists(path); }, sig);
+}
+
+TEST(Interrupt, APretrainRunExitsWithItsSignalAndPrintsNoResult) {
+  TempDir dir;
+  PretrainConfig c = tiny_pretrain(prepared_corpus(dir), 100000);  // far longer than the test waits
+  c.eval.every = 100000;
+  finish(c);
+  const std::string cfg = dir.write("run.yaml", c.yaml);
+  for (const int sig : {SIGINT, SIGTERM}) {
+    const std::string name = sig == SIGINT ? "int" : "term";
+    SCOPED_TRACE(name);
+    const std::string run = dir.file(name);
+    const Stopped s = signal_when_exists(dir, "--threads 1 pretrain --config " + cfg + " --run-dir " + run,
+                                         checkpoint_path(run + "/checkpoints", 5), sig);
+    ASSERT_TRUE(WIFEXITED(s.status)) << s.err;
+    EXPECT_EQ(WEXITSTATUS(s.status), 128 + sig) << s.err;
+    EXPECT_EQ(s.out, "") << "a result line for a run that did not finish";
+    const std::string said = run + ": interrupted by " + (sig == SIGINT ? "SIGINT" : "SIGTERM") + " at step ";
+    EXPECT_NE(s.err.find(said), std::string::npos) << s.err;
+    EXPECT_NE(s.err.find("of 100000, checkpoint saved; no result yet; continue with the same command and --resume"),
+              std::string::npos) << s.err;
+    EXPECT_FALSE(list_checkpoints(run + "/checkpoints").empty());
+    EXPECT_NE(s.err.find("), 1 thread\n"), std::string::npos) << "not \"1 threads\":\n" << s.err;
+  }
+}
+
+// A long held-out evaluation (50,000 examples, one a batch: tens of seconds) stops within a
+// batch of the signal; the step's checkpoint is saved, no evaluation is recorded for it.
+TEST(Interrupt, AnEvaluationStopsWithinABatch) {
+  TempDir dir;
+  PretrainConfig c = tiny_pretrain(prepared_corpus(dir), 1);
+  c.train.log_every = 1, c.checkpoint.every = 1, c.eval.every = 1, c.eval.examples = 50000, c.eval.batch_size = 1;
+  finish(c);
+  const std::string run = dir.file("run"), err = dir.file("stderr.txt");
+  double seconds = 0;
+  const Stopped s = signal_when(
+      dir, "--threads 1 pretrain --config " + dir.write("run.yaml", c.yaml) + " --run-dir " + run,
+      [&] { return slurp(err).find("step 1/1 ") != std::string::npos; }, SIGTERM, &seconds);
+  ASSERT_TRUE(WIFEXITED(s.status)) << s.err;
+  EXPECT_EQ(WEXITSTATUS(s.status), 143) << s.err;
+  EXPECT_LT(seconds, 5.0) << "the evaluation ran on after the signal:\n" << s.err;
+  EXPECT_NE(s.err.find("step 1: the evaluation was stopped by SIGTERM; none is recorded for this step"),
+            std::string::npos) << s.err;
+  EXPECT_EQ(list_checkpoints(run + "/checkpoints"), std::vector<std::string>{checkpoint_path(run + "/checkpoints", 1)});
+  EXPECT_EQ(slurp(run + "/metrics.jsonl").find("ln_ppl"), std::string::npos) << "an evaluation recorded";
+}
+
+// A run killed after its checkpoint at step 5 had recorded steps 6-10 (here: its last
+// checkpoint removed); resumed, metrics.jsonl holds each step once, as the resumed run wrote it.
+TEST(Interrupt, AResumedRunRecordsEachStepOnce) {
+  TempDir dir;
+  PretrainConfig c = tiny_pretrain(prepared_corpus(dir), 10);
+  c.train.log_every = 1, c.checkpoint.every = 5, c.checkpoint.keep = 2, c.eval.every = 5;
+  finish(c);
+  const std::string run = dir.file("run");
+  const std::string args = "--threads 1 pretrain --config " + dir.write("run.yaml", c.yaml) + " --run-dir " + run;
+  ASSERT_EQ(run_thx(args).code, 0);
+  fs::remove(checkpoint_path(run + "/checkpoints", 10));
+  const RunResult resumed = run_thx(args + " --resume");
+  ASSERT_EQ(resumed.code, 0) << resumed.out;
+  std::map<std::pair<int64_t, bool>, int> seen;  // (step, evaluation?) -> records
+  std::istringstream in(slurp(run + "/metrics.jsonl"));
+  for (std::string line; std::getline(in, line);) {
+    const auto j = nlohmann::json::parse(line);
+    ++seen[{j["step"].get<int64_t>(), j.contains("ln_ppl")}];
+  }
+  for (int64_t step = 1; step <= 10; ++step) EXPECT_EQ((seen[{step, false}]), 1) << "step " << step;
+  EXPECT_EQ((seen[{5, true}]), 1);
+  EXPECT_EQ((seen[{10, true}]), 1);
+  EXPECT_EQ(seen.size(), 12u);
+}
+
+TEST(Interrupt, ASweepExitsWithItsSignalAndItsRunsStopAtACheckpoint) {
+  TempDir dir;
+  const std::string prepared = prepared_corpus(dir);
+  dir.write("base.yaml", "model: {d_model: 32, d_ff: 64, encoder_layers: 1, decoder_layers: 1}\n"
+                         "attention: {variant: talking_heads, h: 4}\n"
+                         "data: {prepared: " + prepared + ", inputs_length: 32, targets_length: 8}\n"
+                         "train: {steps: 100000, batch_size: 8, log_every: 5}\n"
+                         "checkpoint: {every: 5, keep: 2}\n"
+                         "eval: {every: 100000, examples: 8, batch_size: 8}\n");
+  const std::string sweep = dir.write("sweep.yaml", "sweep: tiny\ntable: table1\nbase: base.yaml\n"
+                                                    "grid: {attention.h: [2, 4]}\n");
+  const std::string out = dir.file("out");
+  const Stopped s = signal_when_exists(dir, "--threads 1 sweep --config " + sweep + " --out " + out,
+                                       checkpoint_path(out + "/h2/checkpoints", 5), SIGINT);
+  ASSERT_TRUE(WIFEXITED(s.status)) << s.err;
+  EXPECT_EQ(WEXITSTATUS(s.status), 130) << s.err;
+  EXPECT_NE(s.err.find("sweep tiny: stopped by SIGINT; run the same command to resume"), std::string::npos) << s.err;
+  EXPECT_EQ(s.err.find("failed"), std::string::npos) << "a run stopped at a checkpoint is not a failure:\n" << s.err;
+  EXPECT_NE(slurp(out + "/h2/stdout.log").find("interrupted by SIGTERM at step"), std::string::npos);
+  EXPECT_FALSE(fs::exists(out + "/results.jsonl") && !slurp(out + "/results.jsonl").empty());
+}
+
+}  // namespace THX_FILE_ID
+}  // namespace
+}  // namespace thx::test
