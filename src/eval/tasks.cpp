@@ -185,8 +185,7 @@ TaskData load_task(const std::string& root, const std::string& task, const std::
 
 namespace {
 
-// The readers' row loop: every line after the ones read so far, its '\r' dropped, empty
-// lines skipped; line_no counts every line.
+// The readers' row loop: each line after those read, '\r' dropped, empty ones skipped; line_no counts all.
 template <class F>
 void for_each_row(std::istream& in, int64_t& line_no, F&& row) {
   for (std::string line; std::getline(in, line);) {
@@ -196,8 +195,7 @@ void for_each_row(std::istream& in, int64_t& line_no, F&& row) {
   }
 }
 
-// A GLUE file's columns by header name; CoLA's train/dev have no header (source, label, *,
-// sentence).
+// A GLUE file's columns by header name; CoLA's train/dev have no header (source, label, *, sentence).
 struct GlueColumns {
   std::vector<int> text;
   int label = -1, id = -1;
