@@ -163,24 +163,6 @@ TEST(Recall, ATinyModelLearnsAboveChance) {
   EXPECT_GT(*r.mlm_accuracy, 2.0 / 8) << "held-out recall accuracy after 400 steps";
 }
 
-// The shipped probe model (configs/bert/recall.yaml) binds keys to values: at BERT's 0.02
-// initializer it sits on the answer-with-some-value plateau (about 41%, docs/results/README.md);
-// at its model.init_std 0.3 the 4-head model is past it within 1500 steps (100% at step 1000
-// with seed 1; seeds 2 and 3 leave it later, by 2500). About 12 s at one thread.
-TEST(Recall, TheProbeModelLeavesThePlateau) {
-  TempDir dir;
-  ConfigTree tree;
-  tree.merge_file(std::string(THX_SOURCE_DIR) + "/configs/bert/recall.yaml");
-  tree.set("train.steps=1500");
-  tree.set("eval.every=1500");
-  tree.set("checkpoint.every=1500");
-  const PretrainConfig c = load_pretrain_config(tree);
-  ASSERT_EQ(c.model.init_std_value(), 0.3);
-  const PretrainResult r = run_pretrain(c, dir.file("run"), false);
-  ASSERT_TRUE(r.mlm_accuracy);
-  EXPECT_GT(*r.mlm_accuracy, 0.5) << "held-out recall accuracy after 1500 steps";
-}
-
 // The talking-heads movement metrics (training/pretrain.cpp) against the checkpoints of the
 // last two steps: P_l_update is the mean over layers of ||P_6 - P_5|| / ||P_6||, recomputed here
 // from the files; the drift from the initialization is at least the last update's size.
