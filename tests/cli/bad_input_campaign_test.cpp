@@ -333,6 +333,7 @@ TEST(BadInputCampaign, FineTuningAndEvaluation) {
       {"inputs longer than the ALBERT's position table", sst("sentence\tlabel\ngood\t1\n"), FT + "--set finetune.inputs_length=100000", "finetune.inputs_length 100000: the pretrained albert"},
       {"--out that is a file", {{"f", "x"}}, "finetune --config " + albert.config + " --out {C}/f", "{C}/f: exists and is not a directory"},
       {"--out with results and no --resume", {}, "finetune --config " + albert.config + " --out {A}/ft", "{A}/ft"},
+      {"a model type thx does not know", {}, "finetune --config " + albert.config + " --set finetune.model_type=gpt --out {C}/out", "finetune.model_type: 'gpt'; allowed: t5, bert, albert"},
       {"a fine-tuning key thx does not know", {}, "finetune --config " + albert.config + " --set finetune.stpes=3 --out {C}/out", "finetune.stpes"},
       {"an evaluation of a missing checkpoint", {}, "eval --config " + albert.config + " --checkpoint {C}/none.h5 --out {C}/ev", "{C}/none.h5"},
       {"an evaluation of another model's checkpoint", {}, "eval --config " + albert.config + " --checkpoint {T5}/run/checkpoints/step-00000002.h5 --out {C}/ev", "{T5}/run/checkpoints/step-00000002.h5"},
