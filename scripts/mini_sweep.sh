@@ -8,7 +8,7 @@
 #    Wikipedia (../shared/data/pretrain/enwiki, WikiExtractor format; 1% held out).
 #    ALBERT/BERT tables (5-7): SentencePiece (30000 pieces, ALBERT's ids) and shards of the
 #    Wikipedia extract plus the Gutenberg books (../shared/data/pretrain/gutenberg, one book per
-#    document). Into data/prepared/, skipped when done;
+#    document). Into data/prepared/ by scripts/prepare_data.sh, skipped when done;
 # 2. thx sweep --jobs 2 (one thread per run; a re-run resumes what did not finish);
 # 3. the table and the claims report into docs/results/<table>-mini{,-claims}.md and the loss
 #    curves into docs/results/<table>-mini-curves.png.
@@ -22,25 +22,10 @@ SWEEP=configs/mini/$TABLE.yaml
 [ -f "$SWEEP" ] || { echo "mini_sweep: $SWEEP does not exist" >&2; exit 2; }
 [ -d "$WIKI" ] || { echo "mini_sweep: $WIKI is missing (the shared Wikipedia extract)" >&2; exit 2; }
 
-mkdir -p data/prepared docs/results
+mkdir -p docs/results
 case "$TABLE" in
-  table5|table6|table7)
-    [ -d "$BOOKS" ] || { echo "mini_sweep: $BOOKS is missing (the shared Gutenberg books)" >&2; exit 2; }
-    if [ ! -f data/prepared/wiki-books-albert30k.model ]; then
-      "$THX" spm-train --convention albert --input "$WIKI" --input "$BOOKS" --pieces 30000 \
-        --max-sentences 400000 --out data/prepared/wiki-books-albert30k
-    fi
-    "$THX" prepare --input "$WIKI" --input "books:$BOOKS/book_*.txt" \
-      --tokenizer data/prepared/wiki-books-albert30k.model --out data/prepared/wiki-books-albert
-    ;;
-  *)
-    if [ ! -f data/prepared/enwiki-spm8k.model ]; then
-      "$THX" spm-train --input "$WIKI" --format wikiextractor --pieces 8000 --max-sentences 300000 \
-        --out data/prepared/enwiki-spm8k
-    fi
-    "$THX" prepare --input "$WIKI" --format wikiextractor --tokenizer data/prepared/enwiki-spm8k.model \
-      --out data/prepared/enwiki --heldout-fraction 0.01
-    ;;
+  table5|table6|table7) THX="$THX" WIKI="$WIKI" BOOKS="$BOOKS" scripts/prepare_data.sh wiki-books-albert ;;
+  *) THX="$THX" WIKI="$WIKI" scripts/prepare_data.sh enwiki ;;
 esac
 
 name=$(sed -n 's/^sweep: *//p' "$SWEEP")

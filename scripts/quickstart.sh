@@ -5,8 +5,10 @@
 # pretrains a mini T5 (configs/t5/mini.yaml) with multi-head and with talking-heads attention,
 # and prints both held-out ln(PPL) side by side. About 2 minutes on 2 cores (after the build).
 #
-# Everything goes to runs/quickstart (override with OUT=...). A re-run reuses what is done:
-# prepare skips unchanged inputs and pretrain --resume finds the finished runs.
+# The tokenizer and shards go to data/prepared/quickstart (scripts/prepare_data.sh quickstart),
+# where configs/t5/mini.yaml finds them; the runs to runs/quickstart (override with OUT=...). A
+# re-run reuses what is done: prepare skips unchanged inputs and pretrain --resume finds the
+# finished runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 THX=${THX:-build/thx}
@@ -19,16 +21,13 @@ if [ -z "$corpus" ]; then
   exit 2
 fi
 mkdir -p "$OUT"
-if [ ! -f "$OUT/spm.model" ]; then
-  "$THX" spm-train --input "$corpus" --format text_files --pieces 8000 --max-sentences 200000 \
-    --out "$OUT/spm"
-fi
-"$THX" prepare --input "$corpus" --format text_files --tokenizer "$OUT/spm.model" \
-  --out "$OUT/prepared" --heldout-fraction 0.02
+# The SentencePiece model and shards go where configs/t5/mini.yaml expects them.
+THX="$THX" scripts/prepare_data.sh quickstart
+PREPARED=data/prepared/quickstart
 
 declare -A lnppl
 for variant in multi_head talking_heads; do
-  result=$("$THX" pretrain --config configs/t5/mini.yaml --set data.prepared="$OUT/prepared" \
+  result=$("$THX" pretrain --config configs/t5/mini.yaml --set data.prepared="$PREPARED" \
     --set attention.variant=$variant --set train.steps=$STEPS --run-dir "$OUT/$variant" --resume)
   lnppl[$variant]=$(echo "$result" | awk '{print $6}')
 done

@@ -69,16 +69,20 @@ void resolve_heads(const AttentionConfig& c, const VariantSpec& v, int64_t d_Y, 
   if (!v.h_v_tied.empty()) tied_to_h("h_v", c.h_v, v.h_v_tied.c_str());
   d.h_k = c.h_k.value_or(c.h);
   d.h_v = c.h_v.value_or(c.h);
-  auto per_head = [&](const char* k, const char* hk, int64_t heads, int64_t model, const std::optional<int64_t>& x) {
+  // The error names the head count (h_k or h_v where set, else h): the value that was written
+  // (a --set, say), whose origin the message then gives, rather than the unset d_k.
+  auto per_head = [&](const char* k, const char* hk, int64_t heads, int64_t model, const std::optional<int64_t>& x,
+                      const std::optional<int64_t>& hk_set) {
     if (x) return *x;
     if (heads > model || model % heads != 0)
-      throw ConfigError(key(k), fmt::format("not set, and the default d_model / {} = {} / {} is "
-                                            "not a whole number >= 1; set {} explicitly",
-                                            hk, model, heads, k));
+      throw ConfigError(key(hk_set ? hk : "h"),
+                        fmt::format("{} heads leave {} unset with no whole default (d_model / {} = {} / {}); "
+                                    "set {} explicitly, or a head count that divides {}",
+                                    heads, key(k), hk, model, heads, key(k), model));
     return model / heads;
   };
-  d.d_k = per_head("d_k", "h_k", d.h_k, d_Y, c.d_k);
-  d.d_v = per_head("d_v", "h_v", d.h_v, d_Y, c.d_v);
+  d.d_k = per_head("d_k", "h_k", d.h_k, d_Y, c.d_k, c.h_k);
+  d.d_v = per_head("d_v", "h_v", d.h_v, d_Y, c.d_v, c.h_v);
 }
 
 // Dynamic projections (Appendix A) exist only on top of both talking-heads projections.

@@ -1,5 +1,6 @@
 // thx table: a sweep's results in the paper's layouts (experiments/results_table.h).
 #include "cli/command.h"
+#include "common/log.h"
 #include "common/text_table.h"
 #include "experiments/cost_table.h"
 #include "experiments/results_table.h"
@@ -36,7 +37,13 @@ struct TableCommand : Command {
     const int t = parse_layout(layout);
     const auto results = read_results(sweep);
     results_precision(results, sweep);  // one precision per table
-    std::fputs(render(results_table(t, match_rows(t, paper, results), sweep), f).c_str(), stdout);
+    const auto rows = match_rows(t, paper, results);
+    TextTable table = results_table(t, rows, sweep);
+    if (const std::string left = unmatched_note(t, rows, results); !left.empty()) {
+      table.notes.push_back(left);
+      log("table")->warn("{}", left);  // on stderr too: CSV has no notes, and stdout may be a file
+    }
+    std::fputs(render(table, f).c_str(), stdout);
     return 0;
   }
 };

@@ -35,6 +35,7 @@ std::unique_ptr<Command> make_table_command(CLI::App& parent);
 std::unique_ptr<Command> make_claims_command(CLI::App& parent);
 std::unique_ptr<Command> make_finetune_command(CLI::App& parent);
 std::unique_ptr<Command> make_eval_command(CLI::App& parent);
+std::unique_ptr<Command> make_predict_command(CLI::App& parent);
 std::unique_ptr<Command> make_score_command(CLI::App& parent);
 
 // --config (repeatable, merged in order), --set KEY=VALUE (repeatable), --dump-config.

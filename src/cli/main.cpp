@@ -3,12 +3,18 @@
 // allowed; nothing written), 1 anything else.
 #include <CLI/CLI.hpp>
 
+#include <chrono>
 #include <csignal>
+#include <cstdlib>
+#include <fstream>
 #include <iostream>
 #include <regex>
 
+#include <nlohmann/json.hpp>
+
 #include "cli/command.h"
 #include "common/log.h"
+#include "common/provenance.h"
 #include "common/runtime.h"
 
 namespace {
@@ -48,7 +54,8 @@ void name_global_options(CLI::App& app) {
   for (CLI::App* sub : app.get_subcommands({})) {
     const std::string footer = sub->get_footer();
     sub->footer(footer + (footer.empty() ? "" : "\n") +
-                "Global options, before or after the subcommand: --threads N, --log-level LEVEL, --device DEVICE "
+                "Global options, before or after the subcommand: --threads N, --log-level LEVEL, --device DEVICE, "
+                "--version "
                 "(thx --help)");
     name_global_options(*sub);
   }
@@ -72,6 +79,7 @@ std::vector<std::unique_ptr<thx::Command>> make_commands(CLI::App& app) {
   commands.push_back(thx::make_claims_command(app));
   commands.push_back(thx::make_finetune_command(app));
   commands.push_back(thx::make_eval_command(app));
+  commands.push_back(thx::make_predict_command(app));
   commands.push_back(thx::make_score_command(app));
   return commands;
 }
@@ -89,26 +97,39 @@ int parse_error(CLI::App& app, const CLI::ParseError& e, int argc, char** argv) 
   return 2;
 }
 
+// The one line of a failure, on stderr; exit `code`. Under torchrun it also goes to the error
+// file torchrun names (TORCHELASTIC_ERROR_FILE, the format of torch.distributed.elastic's
+// error handler), so that torchrun prints it as the root cause at the end of its report instead
+// of a link, after its own traceback rather than buried above it.
+int fail(int code, const std::string& line) {
+  std::cerr << line << "\n";
+  if (const char* file = std::getenv("TORCHELASTIC_ERROR_FILE"); file && *file) {
+    const auto now = std::chrono::system_clock::now().time_since_epoch();
+    std::ofstream(file) << nlohmann::json{{"message", line},
+                                          {"timestamp", std::chrono::duration_cast<std::chrono::seconds>(now).count()}}
+                               .dump();
+  }
+  return code;
+}
+
 // The parsed subcommand's run: bad input is one line and exit 2; a failed run, exit 1.
 int run_parsed(const std::vector<std::unique_ptr<thx::Command>>& commands) {
+  // The rank prefix is known once the run joined its group: read when a failure comes.
+  const auto error = [] { return "thx: error: " + thx::error_prefix(); };
+  const auto internal = [] { return "thx: internal error: " + thx::error_prefix(); };
   try {
     for (auto& c : commands)
       if (c->app->parsed()) return c->run();
   } catch (const thx::ConfigError& e) {  // a flag validated like a config key
-    std::cerr << "thx: error: " << thx::error_prefix() << e.key << ": " << e.what() << "\n";
-    return 2;
+    return fail(2, error() + e.key + ": " + e.what());
   } catch (const thx::InputError& e) {
-    std::cerr << "thx: error: " << thx::error_prefix() << e.what() << "\n";
-    return 2;
+    return fail(2, error() + e.what());
   } catch (const thx::RunError& e) {
-    std::cerr << "thx: error: " << thx::error_prefix() << e.what() << "\n";
-    return 1;
+    return fail(1, error() + e.what());
   } catch (const c10::Error& e) {
-    std::cerr << "thx: internal error: " << thx::error_prefix() << e.what_without_backtrace() << "\n";
-    return 1;
+    return fail(1, internal() + e.what_without_backtrace());
   } catch (const std::exception& e) {
-    std::cerr << "thx: internal error: " << thx::error_prefix() << e.what() << "\n";
-    return 1;
+    return fail(1, internal() + e.what());
   }
   return 1;
 }
@@ -121,9 +142,11 @@ int main(int argc, char** argv) {
   std::signal(SIGXFSZ, SIG_IGN);
   thx::install_crash_report();
   thx::reexec_with_thread_environment(argv);  // see common/runtime.h
+  thx::set_command_line(argc, argv);          // provenance (common/provenance.h)
   CLI::App app{"thx: Talking-Heads Attention (Shazeer et al., 2020) experiments on LibTorch.\n"
                "Run 'thx SUBCOMMAND --help' for the options of each subcommand."};
   app.require_subcommand(1);
+  app.set_version_flag("--version", thx::version_line(), "thx's version and the git commit it was built from");
   std::string level = "info";
   app.add_option("--log-level", level, "debug | info | warn | error | off")
       ->check(CLI::IsMember({"debug", "info", "warn", "error", "off"}))
@@ -146,6 +169,8 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     return parse_error(app, e, argc, argv);

@@ -47,7 +47,40 @@ void ConfigTree::merge_file(const std::string& path) {
   }
   std::stringstream text;
   text << in.rdbuf();
+  files_.insert(path);
   merge_text(text.str(), path);
+}
+
+void ConfigTree::note_file(const std::string& file) { files_.insert(file); }
+
+void ConfigTree::resolve_paths(const std::vector<std::string>& keys) {
+  for (const auto& key : keys) {
+    std::vector<std::string> parts;
+    std::stringstream ss(key);
+    for (std::string p; std::getline(ss, p, '.');) parts.push_back(p);
+    // yaml-cpp nodes are references: walk with fresh nodes (an assignment would overwrite).
+    std::function<YAML::Node(const YAML::Node&, size_t)> parent_of = [&](const YAML::Node& cur, size_t i) {
+      if (i + 1 == parts.size()) return cur;
+      const YAML::Node next = cur[parts[i]];
+      return next.IsDefined() && next.IsMap() ? parent_of(next, i + 1) : YAML::Node();
+    };
+    YAML::Node parent = parent_of(root_, 0);
+    if (!parent.IsDefined() || !parent.IsMap() || !parent[parts.back()].IsDefined() ||
+        !parent[parts.back()].IsScalar())
+      continue;
+    const std::string value = parent[parts.back()].as<std::string>();
+    if (value.empty() || std::filesystem::path(value).is_absolute()) continue;
+    std::error_code ec;
+    std::filesystem::path base = std::filesystem::current_path(ec);
+    for (std::string k = key;; k = k.substr(0, k.rfind('.'))) {  // the key, or its nearest parent
+      if (auto it = bases_.find(k); it != bases_.end()) {
+        base = it->second;
+        break;
+      }
+      if (k.find('.') == std::string::npos) break;
+    }
+    parent[parts.back()] = (base / value).lexically_normal().string();
+  }
 }
 
 void ConfigTree::merge_text(const std::string& yaml, const std::string& origin) {
@@ -81,14 +114,20 @@ void ConfigTree::merge_into(YAML::Node& parent, const std::string& key, const YA
   }
   parent[key] = YAML::Clone(src);
   // A replaced subtree forgets the origins of what it replaced.
-  for (auto it = origins_.lower_bound(path + "."); it != origins_.end() &&
-                                                   it->first.rfind(path + ".", 0) == 0;)
-    it = origins_.erase(it);
+  for (auto* m : {&origins_, &bases_})
+    for (auto it = m->lower_bound(path + "."); it != m->end() && it->first.rfind(path + ".", 0) == 0;)
+      it = m->erase(it);
   record(src, path, file);
 }
 
 void ConfigTree::record(const YAML::Node& src, const std::string& path, const std::string& file) {
   origins_[path] = where(file, src);
+  if (files_.count(file)) {
+    std::error_code ec;
+    bases_[path] = std::filesystem::absolute(file, ec).parent_path().lexically_normal().string();
+  } else {
+    bases_.erase(path);
+  }
   if (src.IsMap())
     for (const auto& kv : src) record(kv.second, join(path, kv.first.as<std::string>()), file);
 }
@@ -152,8 +191,10 @@ void ConfigTree::inherit(const std::string& child, const std::string& parent) {
           YAML::Node existing = dst[key];
           if (!existing.IsDefined()) {
             dst[key] = YAML::Clone(kv.second);
-            auto it = origins_.find(join(spath, key));
-            if (it != origins_.end()) origins_[join(dpath, key)] = it->second;
+            for (auto* m : {&origins_, &bases_}) {
+              auto it = m->find(join(spath, key));
+              if (it != m->end()) (*m)[join(dpath, key)] = it->second;
+            }
           } else if (existing.IsMap() && kv.second.IsMap()) {
             fill(existing, kv.second, join(dpath, key), join(spath, key));
           }
@@ -167,14 +208,16 @@ ConfigTree ConfigTree::take(const std::string& key) {
   const YAML::Node block = static_cast<const YAML::Node&>(root_)[key];
   if (!block.IsDefined()) return out;
   out.root_[key] = YAML::Clone(block);
-  for (auto it = origins_.lower_bound(key); it != origins_.end() && it->first.compare(0, key.size(), key) == 0;) {
-    if (it->first.size() == key.size() || it->first[key.size()] == '.') {
-      out.origins_[it->first] = it->second;
-      it = origins_.erase(it);
-    } else {
-      ++it;
+  for (auto [from, to] : {std::pair{&origins_, &out.origins_}, std::pair{&bases_, &out.bases_}})
+    for (auto it = from->lower_bound(key); it != from->end() && it->first.compare(0, key.size(), key) == 0;) {
+      if (it->first.size() == key.size() || it->first[key.size()] == '.') {
+        (*to)[it->first] = it->second;
+        it = from->erase(it);
+      } else {
+        ++it;
+      }
     }
-  }
+  out.files_ = files_;
   root_.remove(key);
   return out;
 }

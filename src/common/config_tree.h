@@ -15,7 +15,9 @@
 #include <yaml-cpp/yaml.h>
 
 #include <map>
+#include <set>
 #include <string>
+#include <vector>
 
 #include "common/error.h"
 #include "common/schema.h"
@@ -52,6 +54,15 @@ class ConfigTree {
 
   const YAML::Node& root() const { return root_; }
 
+  // Paths: a relative path written in a config file (merge_file, or a file noted with
+  // note_file) is taken relative to that file's directory; one given with --set, or in YAML
+  // text (a run's stored config), relative to the working directory. note_file(f): values
+  // set() with origin f come from the file f (a sweep's overrides).
+  void note_file(const std::string& file);
+  // Make the string values at `keys` (dotted; absent or empty ones are left alone) absolute by
+  // that rule, normalized lexically.
+  void resolve_paths(const std::vector<std::string>& keys);
+
   // Where the value at `key` (or its nearest parent) came from; "defaults" if never set.
   std::string origin(const std::string& key) const;
   // One line for a ConfigError: "<origin>: <key>: <message>".
@@ -64,6 +75,8 @@ class ConfigTree {
 
   YAML::Node root_;
   std::map<std::string, std::string> origins_;
+  std::map<std::string, std::string> bases_;  // key -> the directory of the file that wrote it
+  std::set<std::string> files_;               // origins that are files (paths relative to them)
 };
 
 // Read and validate a typed config. `validate` throws ConfigError for semantic problems; every

@@ -255,10 +255,21 @@ PrepareResult run_prepare(const PrepareOptions& o) {
   return result;
 }
 
+std::string prepare_command(const std::string& dir) {
+  const fs::path p = fs::path(dir).lexically_normal();
+  const std::string name = (p.has_filename() ? p : p.parent_path()).filename().string();
+  for (const char* shipped : {"quickstart", "enwiki", "wiki-books-albert"})
+    if (name == shipped) return "scripts/prepare_data.sh " + name;
+  return "thx prepare --input ... --tokenizer ... --out " + dir;
+}
+
 TokenCorpus load_split(const std::string& dir, const std::string& split) {
   const fs::path manifest_path = fs::path(dir) / "manifest.json";
-  if (!fs::exists(manifest_path))
-    throw InputError(fmt::format("{}: no manifest.json; run `thx prepare` first", dir));
+  if (!fs::exists(manifest_path)) {
+    const std::string cmd = prepare_command(dir);
+    throw InputError(fmt::format("{}: no manifest.json; run `thx prepare` first{}", dir,
+                                 cmd.rfind("scripts/", 0) == 0 ? " (this shipped data set: " + cmd + ")" : ""));
+  }
   json m;
   try {
     m = json::parse(read_file(manifest_path.string()));

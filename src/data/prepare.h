@@ -48,4 +48,9 @@ struct TokenCorpus {
 // InputError naming the file for a missing or corrupt manifest or shard.
 TokenCorpus load_split(const std::string& prepared_dir, const std::string& split);
 
+// How to make a missing prepared directory: "scripts/prepare_data.sh NAME" for the data sets
+// the shipped configs name (data/prepared/quickstart, enwiki, wiki-books-albert), else
+// "thx prepare ... --out DIR".
+std::string prepare_command(const std::string& prepared_dir);
+
 }  // namespace thx

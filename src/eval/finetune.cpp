@@ -1,4 +1,5 @@
 #include "eval/finetune.h"
+#include "eval/predict.h"
 
 #include <filesystem>
 #include <optional>
@@ -31,6 +32,7 @@ namespace {
 std::string normalize_finetune(const std::string& yaml, const std::string& origin) {
   ConfigTree tree;
   tree.merge_text(yaml, origin);
+  tree.resolve_paths({"finetune.pretrained", "finetune.tokenizer", "finetune.data"});  // a stored relative path: the cwd's
   return cfg::to_yaml(load_config<FinetuneRunConfig>(tree, [](const FinetuneRunConfig&) {}));
 }
 
@@ -179,46 +181,91 @@ int run_finetune(const FinetuneRunConfig& config, const Pretrained& pretrained, 
   return pretrained.config.model.encoder_only() ? finetune_encoder(job) : finetune_t5(job);
 }
 
-void run_eval(const FinetuneRunConfig& config, const Pretrained& model, const std::string& checkpoint,
-              const std::string& out) {
-  // As run_finetune: every input is checked before the output directory is created.
+namespace {
+
+// What `thx eval` and `thx predict` check and read before anything is written: the recipe
+// against the model, the precision, the tokenizer, and each task's fine-tuned file (read once).
+struct EvalInputs {
+  std::string precision, tokenizer;
+  torch::Device device{torch::kCPU};
+  std::map<std::string, Checkpoint> loaded;  // by file
+  std::vector<std::string> files;            // per task of config.finetune.tasks
+};
+
+EvalInputs eval_inputs(const FinetuneRunConfig& config, const Pretrained& model, const std::string& checkpoint,
+                       bool dev_sets) {
   if (!fs::exists(checkpoint)) throw InputError(fmt::format("{}: no such checkpoint", checkpoint));
-  const fs::path beside = fs::is_directory(checkpoint) ? fs::path(checkpoint) : fs::path(checkpoint).parent_path();
-  const std::string out_dir = out.empty() ? (beside / "eval").string() : out;
   validate(config.finetune);
   check_recipe_fits(config.finetune, model);
-  const std::string precision = eval_precision(config.finetune, model.config);  // as fine-tuning evaluated
-  const torch::Device device = resolve_device(device_request(), "--device");
-  check_precision(precision, device,
+  EvalInputs in;
+  in.precision = eval_precision(config.finetune, model.config);  // as fine-tuning evaluated
+  in.device = resolve_device(device_request(), "--device");
+  check_precision(in.precision, in.device,
                   !config.finetune.eval_precision.empty() ? "finetune.eval_precision"
                   : !config.finetune.precision.empty()    ? "finetune.precision"
                                                           : "finetune.precision (the pretrained run's train.precision)");
-  const std::string tokenizer = tokenizer_path(config.finetune, model.config);
-  THX_CHECK(fs::is_regular_file(tokenizer), "{}: no such tokenizer model (finetune.tokenizer)", tokenizer);
+  in.tokenizer = tokenizer_path(config.finetune, model.config);
+  THX_CHECK(fs::is_regular_file(in.tokenizer), "{}: no such tokenizer model (finetune.tokenizer)", in.tokenizer);
   for (const auto& t : config.finetune.tasks) {
-    const std::string dev = task_path(config.finetune.data, t, "dev");
-    THX_CHECK(fs::exists(dev), "{}: not found (task {}, split dev; finetune.data is {})", dev, t, config.finetune.data);
+    if (dev_sets) {
+      const std::string dev = task_path(config.finetune.data, t, "dev");
+      THX_CHECK(fs::exists(dev), "{}: not found (task {}, split dev; finetune.data is {})", dev, t, config.finetune.data);
+    }
     const std::string file = finetuned_file(checkpoint, model, t);
     THX_CHECK(fs::is_regular_file(file), "{}: no fine-tuned parameters for task {} (--checkpoint)", file, t);
   }
-  std::map<std::string, Checkpoint> loaded;  // fine-tuned parameters by file, each read once
-  std::vector<std::string> files;
   for (const auto& t : config.finetune.tasks) {
     const std::string file = finetuned_file(checkpoint, model, t);
-    if (!loaded.count(file)) loaded[file] = load_checkpoint(file);
-    check_model(model.config, tokenizer, loaded[file], file,
+    if (!in.loaded.count(file)) in.loaded[file] = load_checkpoint(file);
+    check_model(model.config, in.tokenizer, in.loaded[file], file,
                 model.config.model.encoder_only() ? std::vector<std::string>{t} : std::vector<std::string>{});
-    files.push_back(file);
+    in.files.push_back(file);
   }
+  return in;
+}
+
+}  // namespace
+
+void run_eval(const FinetuneRunConfig& config, const Pretrained& model, const std::string& checkpoint,
+              const std::string& out) {
+  // As run_finetune: every input is checked before the output directory is created.
+  EvalInputs in = eval_inputs(config, model, checkpoint, true);
+  const fs::path beside = fs::is_directory(checkpoint) ? fs::path(checkpoint) : fs::path(checkpoint).parent_path();
+  const std::string out_dir = out.empty() ? (beside / "eval").string() : out;
   std::map<std::string, Splits> data = read_tasks(config.finetune, false);
   prepare_out(out_dir);
-  const FinetuneJob job{config, model, out_dir, tokenizer, cfg::to_yaml(config), false, {}, std::move(data), device, {}};
-  PrecisionScope scope(precision);
+  const FinetuneJob job{config, model, out_dir, in.tokenizer, cfg::to_yaml(config), false, {}, std::move(data),
+                        in.device, {}};
+  PrecisionScope scope(in.precision);
   if (model.config.model.encoder_only()) {
-    for (size_t k = 0; k < files.size(); ++k) eval_encoder_task(job, config.finetune.tasks[k], loaded[files[k]], files[k]);
+    for (size_t k = 0; k < in.files.size(); ++k)
+      eval_encoder_task(job, config.finetune.tasks[k], in.loaded[in.files[k]], in.files[k]);
   } else {
-    eval_t5(job, loaded[files.front()], files.front());
+    eval_t5(job, in.loaded[in.files.front()], in.files.front());
   }
+}
+
+std::vector<std::string> predict_task(const FinetuneRunConfig& recipe, const Pretrained& model,
+                                      const std::string& checkpoint, const std::string& task,
+                                      const std::vector<std::string>& lines, const std::string& where) {
+  FinetuneRunConfig config = recipe;
+  config.finetune.tasks = {task};
+  task_spec(task);  // an unknown task: the list of known ones
+  std::map<std::string, Splits> data;
+  data[task].dev.task = task, data[task].dev.split = "input", data[task].dev.path = where;
+  data[task].dev.examples = predict_examples(task, lines, where);
+  EvalInputs in = eval_inputs(config, model, checkpoint, false);
+  if (lines.empty()) return {};
+  const FinetuneJob job{config, model, "", in.tokenizer, cfg::to_yaml(config), false, {}, std::move(data), in.device, {}};
+  PrecisionScope scope(in.precision);
+  std::vector<std::string> out;
+  if (model.config.model.encoder_only()) {
+    out = evaluate_encoder_task(job, task, in.loaded[in.files[0]], in.files[0]).predictions;
+  } else {  // the prediction as the files write it, then the model's own answer
+    const TaskEval ev = evaluate_t5(job, in.loaded[in.files[0]], in.files[0]).front();
+    for (size_t i = 0; i < ev.predictions.size(); ++i) out.push_back(ev.predictions[i] + "\t" + ev.decoded[i]);
+  }
+  return out;
 }
 
 }  // namespace thx

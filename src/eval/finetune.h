@@ -31,6 +31,8 @@
 //   finetune.log           everything the console showed
 //   checkpoints/           the loop's checkpoints (T5: step-N.h5; BERT/ALBERT: <task>/step-N.h5)
 //   model.h5 (T5) or <task>.h5   the fine-tuned parameters at the end (heads included)
+//   <task>-best.h5         the parameters at the task's best evaluation (T5: the whole model at
+//                          that step); <task>.json's "weights" says which step each file holds
 //
 // The files: finetune_config (the block, the pretrained model, splits), finetune_t5 and
 // finetune_encoder (the two trainers, on training/loop.h), scoring (metrics, the best-of-run

@@ -84,7 +84,8 @@ std::string resolve_checkpoint(const std::string& pretrained) {
   throw InputError(fmt::format("{}: no such checkpoint file or run directory", pretrained));
 }
 
-FinetuneRunConfig load_finetune_config(const ConfigTree& tree) {
+FinetuneRunConfig load_finetune_config(ConfigTree tree) {
+  tree.resolve_paths({"finetune.pretrained", "finetune.tokenizer", "finetune.data"});  // config_tree.h's rule
   return load_config<FinetuneRunConfig>(tree, [](const FinetuneRunConfig& c) {
     validate(c.finetune);
     validate(c.optimizer);

@@ -110,7 +110,7 @@ struct Pretrained {
 
 // A fine-tuning config (finetune, optimizer and checkpoint blocks), read and validated; an
 // InputError names the file and line of a bad key or value.
-FinetuneRunConfig load_finetune_config(const ConfigTree& tree);
+FinetuneRunConfig load_finetune_config(ConfigTree tree);
 
 // The checkpoint a `pretrained` setting names (a file, or a run directory's newest).
 std::string resolve_checkpoint(const std::string& pretrained);

@@ -436,8 +436,12 @@ class EncoderTask : public Trainee {
     thx::log("finetune")->info("step {} {} dev ({} examples, {:.0f} s): {}{}", step, s_.name, ev.examples,
                                seconds_since(e0), show_metrics(ev.metrics), best ? " (best so far)" : "");
     if (dist::rank() == 0) {  // rank 0 writes; every rank keeps the record (it is checkpointed)
-      if (best) write_predictions(job_.out, s_, d_.dev.examples, ev);
-      write_record(job_.out, record);
+      if (best) {
+        write_predictions(job_.out, s_, d_.dev.examples, ev);
+        write_params((fs::path(job_.out) / best_weights_file(record.task)).string(), parameters(),
+                     job_.pretrained.config.yaml, step);
+      }
+      write_record(job_.out, record, weights_block(record, record.task + ".h5", job_.config.finetune.steps));
     }
     return json(ev.metrics);
   }
@@ -524,6 +528,8 @@ int finetune_encoder(const FinetuneJob& job) {
     o.batch_size = f.batch_size;
     o.checkpoint_every = job.config.checkpoint.every, o.keep = job.config.checkpoint.keep;
     o.schedule = job.config.optimizer;
+    o.clip_global_norm = clip_global_norm(job.config.optimizer, true);  // as BERT's and ALBERT's
+    o.reports_nll = false;  // a task head's loss is all there is
     o.checkpoint_dir = (fs::path(job.out) / "checkpoints" / task).string();
     o.metrics_file = (fs::path(job.out) / "metrics.jsonl").string();
     o.open_outputs = job.open_outputs, o.tag = task, o.config = job.yaml, o.resume = job.resume, o.eval_if_finished = false;
@@ -532,12 +538,15 @@ int finetune_encoder(const FinetuneJob& job) {
     const LoopResult r = train(t, o);
     if (!r.finished) return r.signal ? r.signal : SIGTERM;
     if (dist::rank() == 0) write_params(final_file, t.parameters(), job.pretrained.config.yaml, f.steps);
-    thx::log("finetune")->info("{}: best at step {}: {}", task, t.record.best_step, show_metrics(t.record.best));
+    thx::log("finetune")->info("{}: best at step {}: {} (its parameters: {}; the last step's: {})", task,
+                               t.record.best_step, show_metrics(t.record.best),
+                               (fs::path(job.out) / best_weights_file(task)).string(), final_file);
   }
   return 0;
 }
 
-void eval_encoder_task(const FinetuneJob& job, const std::string& task, const Checkpoint& ck, const std::string& file) {
+TaskEval evaluate_encoder_task(const FinetuneJob& job, const std::string& task, const Checkpoint& ck,
+                               const std::string& file) {
   const auto& f = job.config.finetune;
   const TaskSpec& s = task_spec(task);
   const Splits& d = job.data.at(task);
@@ -549,7 +558,13 @@ void eval_encoder_task(const FinetuneJob& job, const std::string& task, const Ch
   TaskHead h(pc.model.d_model, head_outputs(s));
   copy_parameters({{"heads/" + task + "/w", h->w}, {"heads/" + task + "/bias", h->b}}, ck.params, file);
   m->to(job.device), h->to(job.device);
-  const TaskEval ev = fz.evaluate(m, h, s, d.dev.examples);
+  return fz.evaluate(m, h, s, d.dev.examples);
+}
+
+void eval_encoder_task(const FinetuneJob& job, const std::string& task, const Checkpoint& ck, const std::string& file) {
+  const TaskSpec& s = task_spec(task);
+  const Splits& d = job.data.at(task);
+  const TaskEval ev = evaluate_encoder_task(job, task, ck, file);
   TaskRecord rec;
   rec.task = task;
   note_eval(rec, ck.step, ev);

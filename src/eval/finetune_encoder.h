@@ -14,6 +14,7 @@
 #include <string>
 
 #include "eval/finetune_config.h"
+#include "eval/scoring.h"
 #include "training/checkpoint.h"
 
 namespace thx {
@@ -27,5 +28,8 @@ int64_t head_outputs(const TaskSpec& s);
 // Evaluate a task's fine-tuned parameters (<task>.h5) on its dev set into job.out.
 void eval_encoder_task(const FinetuneJob& job, const std::string& task, const Checkpoint& finetuned,
                        const std::string& file);
+// The same evaluation without its files: the task's dev examples in `job`, scored and predicted.
+TaskEval evaluate_encoder_task(const FinetuneJob& job, const std::string& task, const Checkpoint& finetuned,
+                               const std::string& file);
 
 }  // namespace thx

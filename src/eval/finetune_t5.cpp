@@ -26,6 +26,30 @@
 // Shapes: b examples in a batch, n input tokens, t target tokens.
 namespace thx {
 namespace fs = std::filesystem;
+
+namespace {
+
+constexpr size_t kSamples = 3;  // decoded dev answers shown beside their targets at each evaluation
+
+// "12 of 872 answers (1.4%) named no label (scored wrong; the files get the most frequent
+// training label); e.g. 'positive' for 'positive', 'the the' for 'negative', ...": what a
+// T5 model's answers look like, so that an accuracy of 0 is never a mystery.
+std::string describe_answers(const TaskSpec& spec, const TaskEval& ev) {
+  std::string s;
+  if (spec.kind == TaskKind::regression)
+    s = fmt::format("{} of {} answers ({:.1f}%) were no number (scored -1; the files get the training mean)",
+                    ev.label_misses, ev.examples, 100.0 * double(ev.label_misses) / double(std::max<int64_t>(1, ev.examples)));
+  else if (spec.kind != TaskKind::span)
+    s = fmt::format("{} of {} answers ({:.1f}%) named no label (scored wrong; the files get the most frequent "
+                    "training label)", ev.label_misses, ev.examples,
+                    100.0 * double(ev.label_misses) / double(std::max<int64_t>(1, ev.examples)));
+  std::string e;
+  for (const auto& [answer, target] : ev.samples) e += fmt::format("{}'{}' for '{}'", e.empty() ? "" : ", ", answer, target);
+  if (!e.empty()) s += (s.empty() ? "" : "; ") + std::string("e.g. ") + e;
+  return s;
+}
+
+}  // namespace
 using json = nlohmann::json;
 using torch::Tensor;
 
@@ -141,9 +165,14 @@ class T5Finetune : public Trainee {
       const bool best = note_eval(records[k], step, ev);
       log->info("step {} {} dev ({} examples, {:.0f} s): {}{}", step, specs_[k]->name, ev.examples,
                 seconds_since(t0), show_metrics(ev.metrics), best ? " (best so far)" : "");
+      log->info("step {} {} dev: {}", step, specs_[k]->name, describe_answers(*specs_[k], ev));
       if (dist::rank() == 0) {  // rank 0 writes; every rank keeps the records (checkpointed)
-        if (best) write_predictions(job_.out, *specs_[k], data_[k].dev.examples, ev);
-        write_record(job_.out, records[k]);
+        if (best) {
+          write_predictions(job_.out, *specs_[k], data_[k].dev.examples, ev);
+          write_params((fs::path(job_.out) / best_weights_file(records[k].task)).string(),
+                       model->named_parameters_by_path(), job_.pretrained.config.yaml, step);
+        }
+        write_record(job_.out, records[k], weights_block(records[k], "model.h5", job_.config.finetune.steps));
       }
       all[specs_[k]->name] = ev.metrics;
     }
@@ -223,6 +252,11 @@ class T5Finetune : public Trainee {
       }
     }
     ev.metrics = score_task(spec, dev, labels, scores, texts);
+    ev.decoded = texts;
+    for (size_t i = 0; i < dev.size() && ev.samples.size() < kSamples; ++i) {
+      const auto pairs = t5_training_pairs(spec, dev[i]);
+      if (!pairs.empty()) ev.samples.emplace_back(texts[i], pairs.front().target);
+    }
     return ev;
   }
 
@@ -267,6 +301,7 @@ int finetune_t5(const FinetuneJob& job) {
   o.batch_size = f.batch_size;
   o.checkpoint_every = job.config.checkpoint.every, o.keep = job.config.checkpoint.keep;
   o.schedule = job.config.optimizer;
+  o.clip_global_norm = clip_global_norm(job.config.optimizer, false);
   o.checkpoint_dir = (fs::path(job.out) / "checkpoints").string();
   o.metrics_file = (fs::path(job.out) / "metrics.jsonl").string();
   o.open_outputs = job.open_outputs, o.config = job.yaml, o.resume = job.resume, o.eval_if_finished = false;
@@ -277,8 +312,20 @@ int finetune_t5(const FinetuneJob& job) {
   if (dist::rank() == 0) write_params((fs::path(job.out) / "model.h5").string(), t.model->named_parameters_by_path(),
                job.pretrained.config.yaml, f.steps);
   for (const auto& rec : t.records)
-    thx::log("finetune")->info("{}: best at step {}: {}", rec.task, rec.best_step, show_metrics(rec.best));
+    thx::log("finetune")->info("{}: best at step {}: {} (the model at that step: {}; the last step's: {})", rec.task,
+                               rec.best_step, show_metrics(rec.best),
+                               (fs::path(job.out) / best_weights_file(rec.task)).string(),
+                               (fs::path(job.out) / "model.h5").string());
   return 0;
+}
+
+std::vector<TaskEval> evaluate_t5(const FinetuneJob& job, const Checkpoint& ck, const std::string& file) {
+  T5Finetune t(job);
+  copy_parameters(t.model->named_parameters_by_path(), ck.params, file);
+  t.load(false);
+  std::vector<TaskEval> out;
+  for (size_t k = 0; k < t.specs_.size(); ++k) out.push_back(t.evaluate_task(k));
+  return out;
 }
 
 void eval_t5(const FinetuneJob& job, const Checkpoint& ck, const std::string& file) {

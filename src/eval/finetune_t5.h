@@ -10,8 +10,10 @@
 // evaluations, so --resume continues bit for bit. At the end: <out>/model.h5.
 #pragma once
 #include <string>
+#include <vector>
 
 #include "eval/finetune_config.h"
+#include "eval/scoring.h"
 #include "training/checkpoint.h"
 
 namespace thx {
@@ -21,5 +23,7 @@ namespace thx {
 int finetune_t5(const FinetuneJob& job);
 // Evaluate fine-tuned parameters (model.h5) on every task's dev set into job.out.
 void eval_t5(const FinetuneJob& job, const Checkpoint& finetuned, const std::string& file);
+// The same evaluations without their files, one per task of the job (decoded answers kept).
+std::vector<TaskEval> evaluate_t5(const FinetuneJob& job, const Checkpoint& finetuned, const std::string& file);
 
 }  // namespace thx

@@ -98,8 +98,17 @@ void write_predictions(const std::string& dir, const TaskSpec& spec, const std::
   write_file_atomic((fs::path(dir) / (name + ".jsonl")).string(), s);
 }
 
-void write_record(const std::string& dir, const TaskRecord& r) {
-  write_file_atomic((fs::path(dir) / (r.task + ".json")).string(), to_json(r).dump(1) + "\n");
+void write_record(const std::string& dir, const TaskRecord& r, const nlohmann::json& weights) {
+  nlohmann::json j = to_json(r);
+  if (!weights.is_null()) j["weights"] = weights;
+  write_file_atomic((fs::path(dir) / (r.task + ".json")).string(), j.dump(1) + "\n");
+}
+
+std::string best_weights_file(const std::string& task) { return task + "-best.h5"; }
+
+nlohmann::json weights_block(const TaskRecord& r, const std::string& last_file, int64_t last_step) {
+  return {{"best", {{"file", best_weights_file(r.task)}, {"step", r.best_step}}},
+          {"last", {{"file", last_file}, {"step", last_step}}}};
 }
 
 void write_params(const std::string& path, const std::vector<std::pair<std::string, torch::Tensor>>& params,

@@ -1,5 +1,8 @@
 #include "eval/scoring.h"
 
+#include <algorithm>
+#include <cmath>
+
 #include <fmt/format.h>
 
 #include "common/error.h"
@@ -12,6 +15,12 @@ std::map<std::string, double> score_task(const TaskSpec& spec, const std::vector
                                          const std::vector<std::string>& texts,
                                          const std::map<std::string, double>* na_probs) {
   std::map<std::string, double> m;
+  // Unlabeled examples (thx predict's lines) have nothing to score against.
+  const bool unlabeled = std::all_of(dev.begin(), dev.end(), [](const TaskExample& e) {
+    return e.label < 0 && !std::isfinite(e.score) && e.answers.empty();
+  });
+  if (unlabeled && !dev.empty() && (spec.kind == TaskKind::classification || spec.kind == TaskKind::regression))
+    return m;
   if (spec.kind == TaskKind::regression) {
     std::vector<double> gold;
     for (const auto& e : dev) gold.push_back(e.score);

@@ -21,6 +21,8 @@ struct TaskEval {
   std::map<std::string, std::string> answers;  // SQuAD/ReCoRD: id -> answer
   std::map<std::string, double> na_probs;      // SQuAD v2 (encoders): id -> no-answer margin
   int64_t label_misses = 0;  // T5: dev answers that named no class or number (written as the fallback)
+  std::vector<std::pair<std::string, std::string>> samples;  // T5: a few (decoded answer, target)
+  std::vector<std::string> decoded;  // T5: every dev example's decoded answer
 };
 
 // Score a task's dev predictions. labels: class / option index (-1 a miss); scores: STS-B;

@@ -82,8 +82,18 @@ const char* verdict_name(Verdict v) {
   switch (v) {
     case Verdict::holds: return "holds";
     case Verdict::fails: return "fails";
+    case Verdict::not_shown: return "not shown";
     default: return "not enough data";
   }
+}
+
+Outcome ComparisonResult::outcome() const {
+  if (!margin) return Outcome::no_data;
+  if (sigma && *sigma > 0) {
+    if (*margin >= kClaimSigmas * *sigma) return Outcome::shown;
+    return *margin <= -kClaimSigmas * *sigma ? Outcome::contradicted : Outcome::inside_noise;
+  }
+  return *margin > 0 ? Outcome::shown : Outcome::contradicted;
 }
 
 std::vector<ClaimResult> evaluate_claims(const std::vector<PaperRow>& paper, const CellSource& cells) {
@@ -91,7 +101,7 @@ std::vector<ClaimResult> evaluate_claims(const std::vector<PaperRow>& paper, con
   for (const auto& d : definitions()) {
     ClaimResult c;
     c.number = d.number, c.tables = d.tables, c.metric = d.metric_label, c.text = d.text;
-    bool any_fail = false, any_missing = false, any = false;
+    bool any_fail = false, any_missing = false, any_noise = false, any = false;
     for (const auto& metric : d.metrics) {
       // A metric with no numbers at all in these tables (a column a sweep did not run, such as
       // the full budget) is left out rather than counted as missing, unless no metric has any.
@@ -115,13 +125,18 @@ std::vector<ClaimResult> evaluate_claims(const std::vector<PaperRow>& paper, con
       for (auto& r : got) {
         if (r.in_scope) {
           any = true;
-          if (!r.margin) any_missing = true;
-          else if (*r.margin <= 0) any_fail = true;
+          const Outcome o = r.outcome();
+          any_missing |= o == Outcome::no_data;
+          any_fail |= o == Outcome::contradicted;
+          any_noise |= o == Outcome::inside_noise;
         }
         c.comparisons.push_back(r);
       }
     }
-    c.verdict = any_fail ? Verdict::fails : (!any || any_missing) ? Verdict::not_enough_data : Verdict::holds;
+    c.verdict = any_fail                  ? Verdict::fails
+                : (!any || any_missing) ? Verdict::not_enough_data
+                : any_noise             ? Verdict::not_shown
+                                        : Verdict::holds;
     out.push_back(c);
   }
   return out;
@@ -165,12 +180,19 @@ std::string render_claims(const std::vector<ClaimResult>& claims, const std::str
   }
   s += "\nMargins: the better row's advantage (ln(PPL) lower, scores higher); σ = sqrt(σ_A² + σ_B²) "
        "from the seed standard deviations where known (the paper prints them for ln(PPL) at 65536 "
-       "steps only). A claim holds when every comparison with numbers goes its way.\n";
+       "steps only). With σ, a comparison is shown (ok) when its margin is at least 2σ, "
+       "contradicted (FAILS) at -2σ or below, and inside the noise between; without σ its sign "
+       "decides. A claim holds when every comparison is shown, fails when one is contradicted, "
+       "and is not shown when one is inside the noise.\n";
   for (const auto& c : claims) {
     s += fmt::format("\n## {}{}: {}\n\n", c.number ? fmt::format("Claim {} ", c.number) : "",
                      c.tables, c.text);
     for (const auto& r : c.comparisons) {
-      const char* mark = !r.margin ? "?" : *r.margin > 0 ? "ok" : "FAILS";
+      const Outcome o = r.outcome();
+      const char* mark = o == Outcome::no_data        ? "?"
+                         : o == Outcome::shown        ? "ok"
+                         : o == Outcome::inside_noise ? "inside the noise"
+                                                      : "FAILS";
       s += fmt::format("- {}: {} vs {}: {} — {}{}\n", r.metric, r.better, r.worse, margin_text(r), mark,
                        r.in_scope ? "" : " (outside the claim)");
     }

@@ -1,11 +1,12 @@
 // claims.h: `thx claims`, the paper's qualitative conclusions checked on a set of numbers.
 //
 // Each claim is bound to a table and a metric and is a list of comparisons between printed
-// rows ("row A is better than row B": lower ln(PPL), higher downstream scores). A claim
-// holds when every comparison with numbers on both sides goes its way, fails when one does
-// not, and has not enough data when some comparison lacks numbers and none fails. Each margin
-// is also given in units of σ = sqrt(σ_A² + σ_B²), the seed standard deviations of the two
-// cells where they are known, so that a reader sees whether it clears the noise.
+// rows ("row A is better than row B": lower ln(PPL), higher downstream scores). Where the
+// seed standard deviations of both cells are known, σ = sqrt(σ_A² + σ_B²) and a comparison is
+// shown when its margin is at least 2σ, contradicted when it is at most -2σ, and inside the
+// noise between; where σ is not known (one seed, most published cells) its sign decides. A
+// claim fails when a comparison is contradicted, has not enough data when one lacks numbers,
+// is not shown when one is inside the noise, and holds when every comparison is shown.
 //
 // Comparisons outside a claim's scope that the paper's own numbers contradict are printed
 // with it ("outside the claim"), and a few broader readings that are not claims of the paper
@@ -20,14 +21,19 @@
 
 namespace thx {
 
-enum class Verdict { holds, fails, not_enough_data };
-const char* verdict_name(Verdict v);  // "holds", "fails", "not enough data"
+enum class Verdict { holds, fails, not_enough_data, not_shown };
+const char* verdict_name(Verdict v);  // "holds", "fails", "not enough data", "not shown"
+
+// A comparison's margin against its noise: the 2σ rule above.
+enum class Outcome { shown, inside_noise, contradicted, no_data };
+constexpr double kClaimSigmas = 2.0;
 
 struct ComparisonResult {
   std::string metric, better, worse;  // labels of the rows
   std::optional<double> margin;       // > 0 when it goes the claim's way; nullopt: no data
   std::optional<double> sigma;        // sqrt(σ_A² + σ_B²) where known
   bool in_scope = true;
+  Outcome outcome() const;
 };
 
 struct ClaimResult {

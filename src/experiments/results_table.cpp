@@ -257,6 +257,27 @@ std::vector<MatchedRow> match_rows(int table, const std::vector<PaperRow>& paper
   return out;
 }
 
+std::string unmatched_note(int table, const std::vector<MatchedRow>& rows, const std::vector<json>& results) {
+  std::set<std::string> matched;
+  for (const auto& r : rows)
+    for (const auto& run : r.runs) matched.insert(run.value("name", ""));
+  std::vector<std::string> left;
+  for (const auto& r : results) {
+    if (matched.count(r.value("name", ""))) continue;
+    const auto s = run_signature(r, "encoder_self");
+    left.push_back(s ? fmt::format("{} ({} {}, h_k/h/h_v {}/{}/{}, h·d_k/d_model {:.3g})", r.value("name", ""),
+                                   r.value("model", "t5"), s->variant, s->h_k, s->h, s->h_v, s->key_width)
+                     : fmt::format("{} (no attention block)", r.value("name", "")));
+  }
+  if (left.empty()) return "";
+  std::string names;
+  for (size_t i = 0; i < left.size() && i < 5; ++i) names += (i ? "; " : "") + left[i];
+  if (left.size() > 5) names += fmt::format("; and {} more", left.size() - 5);
+  return fmt::format("Left out: {} of {} runs match no row of Table {} (a row is matched by model, variant, "
+                     "heads and h·d_k / d_model, in every layer type for T5): {}.",
+                     left.size(), results.size(), table, names);
+}
+
 std::optional<Aggregate> aggregate(const MatchedRow& row, const std::string& metric) {
   std::vector<double> v;
   std::set<std::string> texts;

@@ -54,6 +54,11 @@ std::string sweep_table_layout(const std::string& sweep_dir);
 std::vector<MatchedRow> match_rows(int table, const std::vector<PaperRow>& paper,
                                    const std::vector<nlohmann::json>& results);
 
+// A note naming the results that fill no row of `table` (up to five, with the model, variant,
+// heads and key width that kept them out), or "" when every result is in a row; `thx table`
+// prints it under the table, so that no run is left out without a word.
+std::string unmatched_note(int table, const std::vector<MatchedRow>& rows, const std::vector<nlohmann::json>& results);
+
 // The value of one metric over a row's runs; nullopt when no run has it.
 std::optional<Aggregate> aggregate(const MatchedRow& row, const std::string& metric);
 // The published value of one metric (with its printed standard deviation, if any).

@@ -345,6 +345,7 @@ Sweep load_sweep(const std::string& path) {
 ConfigTree sweep_run_tree(const Sweep& sweep, const SweepRun& run) {
   ConfigTree t;
   for (const auto& b : sweep.bases) t.merge_file(b);
+  t.note_file(sweep.file);  // a path the sweep sets is relative to the sweep file
   for (const auto& o : run.overrides) t.set(o.key, o.value, sweep.file);
   if (run.steps) t.set("train.steps", YAML::Node(*run.steps), fmt::format("{}: budgets.{}", sweep.file, run.budget));
   if (run.seed) t.set("train.seed", YAML::Node(*run.seed), fmt::format("{}: seeds", sweep.file));

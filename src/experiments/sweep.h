@@ -75,6 +75,7 @@ struct ResolvedRun {
   std::string precision = "fp32";  // train.precision (the dry run's estimate uses its peak)
   std::string attention;  // one-line summary of the attention of each layer type
   std::map<std::string, std::string> info;  // JSON values copied into the results
+  std::string prepared;   // data.prepared ("" for a generated task, data.synthetic)
 };
 
 struct SweepOptions {

@@ -47,6 +47,7 @@ ResolvedRun resolve_pretrain_run(ConfigTree& tree) {
   const ModelSpec& spec = pc.spec;
   r.steps = pc.train.steps;
   r.batch_size = pc.train.batch_size, r.grad_accum = pc.train.grad_accum;
+  if (pc.data.synthetic.empty()) r.prepared = pc.data.prepared;
   const bool encoder_only = pc.model.encoder_only();
   // An encoder's MLM head: its vocabulary and predicted positions per example. A generated task
   // (data.synthetic) has no shards: its own vocabulary, and one prediction per query.

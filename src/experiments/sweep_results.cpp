@@ -72,6 +72,13 @@ std::vector<json> read_results(const std::string& dir) {
     for (const char* k : {"budget", "variant", "model"})
       if (r.contains(k) && !r[k].is_string())
         throw InputError(fmt::format("{}:{}: '{}' must be a string", path, line_no, k));
+    for (const char* k : {"params_per_att_layer", "multiplies_per_att_layer"}) {  // a number, or one per layer type
+      bool ok = !r.contains(k) || r[k].is_number() || r[k].is_object();
+      if (ok && r.contains(k) && r[k].is_object())
+        for (const auto& [layer, v] : r[k].items()) ok = ok && v.is_number();
+      if (!ok)
+        throw InputError(fmt::format("{}:{}: '{}' must be a number or {{layer type: number}}", path, line_no, k));
+    }
     if (r.contains("precision") && !(r["precision"] == "fp32" || r["precision"] == "bf16"))
       throw InputError(fmt::format("{}:{}: 'precision' must be \"fp32\" or \"bf16\" (train.precision)", path, line_no));
     if (r.contains("downstream")) {

@@ -25,6 +25,7 @@
 #include "common/fs.h"
 #include "common/log.h"
 #include "common/runtime.h"
+#include "data/prepare.h"
 #include "experiments/bench_attention.h"
 #include "experiments/results_table.h"
 #include "experiments/sweep_results.h"
@@ -133,6 +134,27 @@ std::string rows_filled(const Sweep& sweep, const std::vector<PaperRow>& paper, 
   return rows.empty() ? std::string("none") : fmt::format("{}", fmt::join(rows, ", "));
 }
 
+// The prepared data that runs still to run need and that is not there (no manifest.json):
+// each directory once, with the runs that need it, in plan order.
+std::vector<std::pair<std::string, std::vector<std::string>>> missing_data(const std::vector<Planned>& plan) {
+  std::vector<std::pair<std::string, std::vector<std::string>>> out;
+  for (const auto& p : plan) {
+    const std::string& d = p.resolved.prepared;
+    if (p.finished || d.empty() || fs::exists(fs::path(d) / "manifest.json")) continue;
+    auto it = std::find_if(out.begin(), out.end(), [&](const auto& m) { return m.first == d; });
+    if (it == out.end()) it = out.insert(out.end(), {d, {}});
+    it->second.push_back(p.run->name);
+  }
+  return out;
+}
+
+std::string missing_data_line(const std::pair<std::string, std::vector<std::string>>& m, size_t runs) {
+  return fmt::format("{}: data.prepared of {} of the {} runs ({}{}) does not exist (no manifest.json); prepare "
+                     "it with: {}", m.first, m.second.size(), runs, m.second.front(),
+                     m.second.size() > 1 ? fmt::format(" and {} more", m.second.size() - 1) : "",
+                     prepare_command(m.first));
+}
+
 // --dry-run: the plan as a table, and the time the runs left would take here.
 void print_dry_run(const Sweep& sweep, const std::vector<Planned>& plan, const std::string& out) {
   double flops_left = 0, flops_all = 0;
@@ -163,6 +185,8 @@ void print_dry_run(const Sweep& sweep, const std::vector<Planned>& plan, const s
     at += fmt::format("{}{:.0f}% of this machine's {} matmul peak ({:.0f} GFLOP/s)", at.empty() ? "" : " and ",
                       100 * share.at(precision), precision, peak / 1e9);
   }
+  for (const auto& m : missing_data(plan))
+    std::printf("\nMissing data: %s; those runs cannot start until it is there.\n", missing_data_line(m, plan.size()).c_str());
   std::printf("\nTo run: %.3f of %.3f PFLOP of model FLOPs, about %s on %lld threads at %s, measured now "
               "(the share mini steps reach at one thread per job, docs/benchmarks.md).\n",
               flops_left / 1e15, flops_all / 1e15, format_duration(seconds).c_str(),
@@ -321,6 +345,8 @@ SweepOutcome run_sweep(const Sweep& sweep, const SweepOptions& o,
   const int64_t threads = std::max<int64_t>(1, cores / (jobs * ranks));
   check_ranks(sweep, plan, ranks);
   if (o.dry_run) return print_dry_run(sweep, plan, out), SweepOutcome{};
+  if (const auto missing = missing_data(plan); !missing.empty())  // every run would fail: start none
+    throw InputError(fmt::format("{}: {}", sweep.file, missing_data_line(missing.front(), plan.size())));
 
   fs::create_directories(out);
   const SweepLock lock(out);

@@ -6,6 +6,7 @@
 
 #include "common/error.h"
 #include "common/h5.h"
+#include "common/provenance.h"
 
 // Shapes: parameters and optimizer state as the model and optimizer hold them; scalars [];
 // extra state as [bytes] uint8.
@@ -36,6 +37,7 @@ void save_checkpoint(const std::string& path, const Checkpoint& c) {
     w.write("/state/extra/" + k, bytes);
   }
   w.attr("/", "config", c.config);
+  w.attr("/", "provenance", session_provenance().dump());  // the session that wrote it
   w.commit();
 }
 

@@ -12,6 +12,8 @@
 //   /state/extra/<name>                uint8: what a trainer keeps beyond these (fine-tuning:
 //                                      its data order and sampler state, the best evaluations)
 //   attribute "config": the resolved YAML of the run
+//   attribute "provenance": JSON of the session that wrote it (version, commit, command line,
+//                           host, CPU/GPU, start: common/provenance.h)
 // A new checkpoint is complete (temp file, fsync, rename) before any older one is deleted.
 #pragma once
 #include <torch/torch.h>

@@ -1,6 +1,7 @@
 #include "training/config.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include <fmt/format.h>
 
@@ -81,6 +82,10 @@ void validate(const OptimizerConfig& c) {
     throw ConfigError("optimizer.beta1", fmt::format("{} is invalid: must be in [0, 1) or null", *c.beta1));
   if (!(c.clipping_threshold > 0))
     throw ConfigError("optimizer.clipping_threshold", fmt::format("{} is invalid: must be > 0", c.clipping_threshold));
+  if (c.clip_global_norm && !(*c.clip_global_norm >= 0 && std::isfinite(*c.clip_global_norm)))
+    throw ConfigError("optimizer.clip_global_norm",
+                      fmt::format("{} is invalid: must be >= 0 (0: off), or null (1.0 for bert and albert, off for t5)",
+                                  *c.clip_global_norm));
   if (!(c.weight_decay >= 0))
     throw ConfigError("optimizer.weight_decay", fmt::format("{} is invalid: must be >= 0", c.weight_decay));
   for (auto [k, v] : {std::pair{"optimizer.adam_beta1", c.adam_beta1}, std::pair{"optimizer.adam_beta2", c.adam_beta2}})

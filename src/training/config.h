@@ -88,6 +88,7 @@ struct OptimizerConfig {
   double decay_fraction = 0.1;           // linear decay to 0 over this final fraction
   std::optional<double> beta1;           // Adafactor momentum; none by default
   double clipping_threshold = 1.0;
+  std::optional<double> clip_global_norm;  // null: 1.0 for bert/albert, 0 (off) for t5
   std::string factor_attention = "mesh_tf";  // mesh_tf | combined | per_head
   double weight_decay = 0.0;             // AdamW, LAMB
   double adam_beta1 = 0.9, adam_beta2 = 0.999, adam_epsilon = 1e-8;
@@ -95,6 +96,12 @@ struct OptimizerConfig {
   std::vector<std::string> no_decay = {"norm", "bias"};  // path substrings: no decay, no trust ratio
   double mixing_lr_multiplier = 1.0;     // P_l and P_w learn at this multiple of the rate
 };
+
+// optimizer.clip_global_norm as it applies to a model: its value, or by default 1.0 for an
+// encoder (BERT, ALBERT) and 0 (off) for T5.
+inline double clip_global_norm(const OptimizerConfig& c, bool encoder) {
+  return c.clip_global_norm.value_or(encoder ? 1.0 : 0.0);
+}
 
 template <class V>
 void visit(V& v, OptimizerConfig& c) {
@@ -107,6 +114,10 @@ void visit(V& v, OptimizerConfig& c) {
   v("decay_fraction", c.decay_fraction, "linear decay to 0 over this final fraction of the steps");
   v("beta1", c.beta1, "Adafactor momentum (null: none, as T5)");
   v("clipping_threshold", c.clipping_threshold, "Adafactor update clipping (RMS)");
+  v("clip_global_norm", c.clip_global_norm,
+    "clip the gradients' global norm to this before each update, as BERT's and ALBERT's optimizers do "
+    "(tf.clip_by_global_norm); 0: off; null (default): 1.0 for bert and albert, off for t5, whose "
+    "Adafactor clips its updates instead");
   v("factor_attention", c.factor_attention,
     "mesh_tf | combined | per_head: how P_q, P_k, P_v, P_o are seen when factoring second moments");
   v("weight_decay", c.weight_decay, "AdamW/LAMB decoupled weight decay (ALBERT: 0.01)");

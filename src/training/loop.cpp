@@ -386,6 +386,8 @@ struct Recorder {
     if (events) events->scalars(at, (r.o.tag.empty() ? "" : r.o.tag + "/") + kind + "/", j);
     j["step"] = at;
     if (!r.o.tag.empty()) j["task"] = r.o.tag;
+    // Wall-clock seconds since the Unix epoch, as TensorBoard's events carry it (not a scalar).
+    j["time"] = std::round(std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count() * 1000) / 1000;
     metrics << j.dump() << "\n" << std::flush;
   }
   json evaluate(int64_t at) {
@@ -422,11 +424,22 @@ struct Window {
     sync.backward_s += st.backward_s, sync.comm_s += st.comm_s;
     sync.exposed_s += st.exposed_s, sync.bytes += st.bytes, sync.buckets += st.buckets;
   }
+  // The gradients' global norm before clipping: its mean over the window, and the fraction of
+  // the window's steps it was clipped in (when optimizer.clip_global_norm is on).
+  double grad_norm = 0;
+  int64_t clipped = 0;
+  bool clipping = false;
+  void add_grad_norm(double norm, double max_norm) {
+    grad_norm += norm, clipping = max_norm > 0, clipped += clipping && norm > max_norm;
+  }
   void flush(Recorder& out, int64_t step, double lr, double eta, bool data_parallel) {
     const double n = double(steps);
-    json rec{{"loss", loss / n}, {"nll", nll / n}, {"lr", lr},
+    json rec{{"loss", loss / n}, {"lr", lr}, {"grad_norm", grad_norm / n},
              {"tokens_per_s", double(tokens) / time}, {"step_time_s", time / n},
              {"rss_mb", std::round(rss_mb())}, {"peak_rss_mb", std::round(peak_rss_mb())}};  // the window's peak
+    if (clipping) rec["clipped"] = double(clipped) / n;
+    const bool with_nll = out.r.o.reports_nll;
+    if (with_nll) rec["nll"] = nll / n;
     reset_peak_rss();
     std::string comm;
     if (data_parallel) {  // rank 0's view of the gradient all-reduce, per step
@@ -438,9 +451,9 @@ struct Window {
     }
     out.record(rec, "train", step);
     const Run& r = out.r;
-    thx::log("train")->info("{}step {}/{} loss {:.4f} nll {:.4f} lr {:.3g} | {:.0f} tok/s {:.3f} s/step{} ETA {}",
-                            r.prefix, step, r.o.steps, loss / n, nll / n, lr, double(tokens) / time, time / n, comm,
-                            format_duration(eta));
+    thx::log("train")->info("{}step {}/{} loss {:.4f}{} lr {:.3g} | {:.0f} tok/s {:.3f} s/step{} ETA {}",
+                            r.prefix, step, r.o.steps, loss / n, with_nll ? fmt::format(" nll {:.4f}", nll / n) : "",
+                            lr, double(tokens) / time, time / n, comm, format_duration(eta));
     *this = Window{};
   }
 };
@@ -511,10 +524,12 @@ LoopResult train(Trainee& t, const LoopOptions& o) {
     for (const auto& [path, p] : r.params) p.mutable_grad() = Tensor();
     bool stop = false;
     const StepLoss l = one_step(r, micro, sync.get(), step, &stop);
+    const double grad_norm = clip_grad_global_norm(r.tensors, o.clip_global_norm);  // after the all-reduce
     const double lr = learning_rate(o.schedule, step + 1, o.steps);
     t.optimizer().step(lr);
     ++step;
     window.add(l, seconds(std::chrono::steady_clock::now() - t0), sync.get());
+    window.add_grad_norm(grad_norm, o.clip_global_norm);
     if (step % o.log_every == 0 || step == o.steps) {
       const double elapsed = seconds(std::chrono::steady_clock::now() - t_start);
       window.flush(out, step, lr, elapsed / double(step - first) * double(o.steps - step), sync != nullptr);

@@ -109,6 +109,9 @@ struct LoopOptions {
   int64_t batch_size = 0;        // global examples per step (checked against the world size)
   int64_t log_every = 10, eval_every = 1000, checkpoint_every = 1000, keep = 3;
   OptimizerConfig schedule;      // the learning-rate schedule (learning_rate(), optimizer.h)
+  double clip_global_norm = 0;   // > 0: clip_grad_global_norm (optimizer.h) before each update
+  bool reports_nll = true;       // false: the trainee has no nll (an encoder's task head), so
+                                 // progress records and lines leave it out
   std::string checkpoint_dir;    // step-NNNNNNNN.h5 files
   std::string metrics_file;      // metrics.jsonl (appended)
   // Called once the run can start (the checkpoint to resume from, if any, is read and restored

@@ -498,4 +498,19 @@ std::vector<OptimizedParam> optimized_params(torch::nn::Module& model,
   return out;
 }
 
+double clip_grad_global_norm(const std::vector<torch::Tensor>& params, double max_norm) {
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> norms;  // [] each
+  for (const auto& p : params)
+    if (p.grad().defined()) norms.push_back(p.grad().norm().to(torch::kFloat64));
+  if (norms.empty()) return 0.0;
+  const double n = torch::stack(norms).square().sum().sqrt().item<double>();
+  if (max_norm > 0 && n > max_norm && std::isfinite(n)) {
+    const double scale = max_norm / n;
+    for (const auto& p : params)
+      if (p.grad().defined()) p.grad().mul_(scale);
+  }
+  return n;
+}
+
 }  // namespace thx

@@ -67,6 +67,14 @@ class Optimizer {
   int64_t step_ = 0;
 };
 
+// BERT's and ALBERT's tf.clip_by_global_norm, before the update: the norm of all gradients
+// together, n = sqrt(Σ_t ||g_t||²) (each ||g_t|| in the gradient's dtype, their squares summed
+// in float64); when max_norm > 0 and n > max_norm, every gradient is multiplied by
+// max_norm / n. Returns n, measured before clipping. A non-finite n clips nothing (the loss
+// check stops such a run). Data parallel: call it on the all-reduced gradients, which every
+// rank holds alike.
+double clip_grad_global_norm(const std::vector<torch::Tensor>& params, double max_norm);
+
 struct AdafactorOptions {
   double decay_exponent = 0.8, epsilon1 = 1e-30, epsilon2 = 1e-3, clipping_threshold = 1.0;
   std::optional<double> beta1;

@@ -283,6 +283,22 @@ void describe(const PretrainConfig& c, PretrainModel& model, int64_t vocab, int6
               c.model.type == "bert" ? "BERT" : "ALBERT", model.parameter_count(), c.train.steps, c.train.batch_size,
               c.data.inputs_length, c.data.max_predictions_per_seq, c.data.sentence_task, on);
   }
+  // The published totals (BERT-base 109,482,240; ALBERT-base 11,683,584) count the
+  // embeddings at the unpadded vocabulary, the layers and the pooler: not the pretraining
+  // heads, nor the word embedding's padding rows (to a multiple of 128).
+  int64_t encoder = 0, heads = 0, padding = 0;
+  for (const auto& [path, p] : model.params()) {
+    if (path.rfind("mlm/", 0) == 0 || path.rfind("sentence/", 0) == 0) {
+      heads += p.numel();
+    } else if (path == "embeddings/word") {
+      encoder += vocab * p.size(1), padding += p.numel() - vocab * p.size(1);
+    } else {
+      encoder += p.numel();
+    }
+  }
+  log->info("of which the encoder {} (embeddings at V = {}, layers and pooler: what the published BERT-base "
+            "109,482,240 and ALBERT-base 11,683,584 count), the pretraining heads {} and the word embedding's "
+            "padding to a multiple of 128 {}", encoder, vocab, heads, padding);
   const int64_t micro = c.train.batch_size / c.train.grad_accum;
   const double gib = 1024.0 * 1024 * 1024;
   auto bytes = [&](bool recompute) {  // the memory check's own bound (models/spec.h)
@@ -325,6 +341,7 @@ PretrainResult run_pretrain(const PretrainConfig& c, const std::string& run_dir,
   o.batch_size = c.train.batch_size;
   o.eval_every = c.eval.every, o.checkpoint_every = c.checkpoint.every, o.keep = c.checkpoint.keep;
   o.schedule = c.optimizer;
+  o.clip_global_norm = clip_global_norm(c.optimizer, c.model.encoder_only());
   o.checkpoint_dir = ro.checkpoint_dirs.front();
   o.metrics_file = (fs::path(run_dir) / "metrics.jsonl").string();
   o.open_outputs = [&]() -> EventWriter* {  // once the checkpoint to resume from was read and restored
@@ -378,6 +395,10 @@ void run_step_probe(const PretrainConfig& c, const std::string& out) {
   }
   for (const auto& [path, p] : params)
     if (p.grad().defined()) w.write("/grads/" + path, p.grad());
+  // /grads: as the backward pass left them; the update uses them clipped (as the loop does).
+  std::vector<Tensor> tensors;
+  for (const auto& [path, p] : params) tensors.push_back(p);
+  w.write_scalar("/grad_norm", clip_grad_global_norm(tensors, clip_global_norm(c.optimizer, c.model.encoder_only())));
   const double lr = learning_rate(c.optimizer, 1, c.train.steps);
   s.optimizer->step(lr);
   for (const auto& [path, p] : params) w.write("/params_after/" + path, p);

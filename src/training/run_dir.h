@@ -1,6 +1,8 @@
 // run_dir.h: a run's directory as every kind of training prepares it, once: an exclusive lock,
 // no overwriting of checkpoints without --resume, the resolved config stored in it and checked
-// on --resume, and the log file. It writes nothing before all of that has passed.
+// on --resume, the log file, and provenance.json (each session's version, commit, command line,
+// host, CPU/GPU, start and end: common/provenance.h). It writes nothing before all of that has
+// passed.
 //
 // On --resume the stored config and the new one are both resolved by the current code (so a
 // key added since only takes its default) and compared key by key. A difference is refused
@@ -48,6 +50,8 @@ class RunDirectory {
 
  private:
   void remove_stale_temporaries() const;
+  void record_session(bool ended);  // <dir>/provenance.json (common/provenance.h)
+  size_t session_ = size_t(-1);
   RunDirOptions o_;
   std::map<std::string, std::pair<std::string, std::string>> changes_;  // key -> (from, to)
   std::string from_checkpoint_;

@@ -15,6 +15,7 @@ std::string spec_source(const ModelConfig& model, const T5Attention& a) {
 
 PretrainConfig load(ConfigTree& tree, bool run_blocks) {
   inherit_attention(tree);
+  tree.resolve_paths({"data.prepared"});  // relative to the file that wrote it (config_tree.h)
   PretrainConfig pc;
   const RunConfig rc = load_config<RunConfig>(tree, [&](const RunConfig& c) {
     validate(c.model);

@@ -133,11 +133,13 @@ TEST(Cli, BadAttentionSettingsGiveOneLineAndExitTwo) {
        "attention.d_k: is not a setting of general_bilinear"},
       {"--set attention.variant=general_bilinear --set attention.h_v=4",
        "attention.h_v: is not a setting of general_bilinear"},
-      {"--set attention.h=5", "attention.d_k: not set, and the default d_model / h_k = 64 / 5"},
+      // Blamed on the --set that made the default fail, not on the unset d_k.
+      {"--set attention.h=5", "--set attention.h=5: attention.h: 5 heads leave attention.d_k unset with no whole "
+                              "default (d_model / h_k = 64 / 5); set attention.d_k explicitly, or a head count that divides 64"},
       {"--set attention.h=128",
-       "attention.d_k: not set, and the default d_model / h_k = 64 / 128"},
+       "attention.h: 128 heads leave attention.d_k unset with no whole default (d_model / h_k = 64 / 128)"},
       {"--set attention.variant=talking_heads --set attention.h_v=3 --set attention.d_k=8",
-       "attention.d_v: not set, and the default d_model / h_v = 64 / 3"},
+       "--set attention.h_v=3: attention.h_v: 3 heads leave attention.d_v unset with no whole default (d_model / h_v = 64 / 3)"},
       {"--set attention.h=twelve", "attention.h: expected an integer, got 'twelve'"},
       {"--set attention.h=12.5", "attention.h: expected an integer, got '12.5'"},
       {"--set attention.dropout=-0.1", "attention.dropout: -0.1 is invalid: must be in [0, 1)"},
@@ -250,7 +252,7 @@ TEST(Cli, BadAlbertAndBertConfigsExitTwoWithOneLine) {
       {"--set optimizer.power=0", "optimizer.power: 0 is invalid: must be > 0"},
       {"--set optimizer.mixing_lr_multiplier=2", "optimizer.mixing_lr_multiplier: 2 has no effect: attention.variant multi_head"},
       {"--set optimizer.mixing_lr_multiplier=1e9", "optimizer.mixing_lr_multiplier: 1000000000 is invalid: must be in [0, 1000]"},
-      {"--set attention.variant=talking_heads --set attention.h=7", "attention.d_k: not set, and the default d_model / h_k = 192 / 7"},
+      {"--set attention.variant=talking_heads --set attention.h=7", "--set attention.h=7: attention.h: 7 heads leave attention.d_k unset with no whole default (d_model / h_k = 192 / 7)"},
   };
   expect_one_line_errors(base, cases, dir.file("run"));
   // Every shipped BERT/ALBERT config resolves.
@@ -366,6 +368,11 @@ TEST(Cli, TableAndClaimsCommands) {
   r = run_thx("table --sweep " + dir.path.string());
   EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("Table 3 of the paper"), std::string::npos) << r.out;
+  // A run that fills no row is named, in the table's notes and as a warning.
+  const std::string left = "Left out: 1 of 1 runs match no row of Table 3 (a row is matched by model, variant, heads "
+                           "and h·d_k / d_model, in every layer type for T5): a (no attention block).";
+  EXPECT_NE(r.out.find("[table] " + left), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\n" + left + "\n"), std::string::npos) << r.out;
   EXPECT_EQ(run_thx("table").code, 2);
   r = run_thx("table --layout costs --format csv");
   EXPECT_EQ(r.code, 0) << r.out;

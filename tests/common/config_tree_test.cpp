@@ -1,6 +1,9 @@
 // ConfigTree (merging, --set, origins) and schema.h (strict typed reading, writing).
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <functional>
+
 #include "common/config_tree.h"
 #include "common/error.h"
 #include "common/schema.h"
@@ -63,6 +66,42 @@ TEST(ConfigTree, MergesFilesInOrderAndSetWins) {
   EXPECT_EQ(t.origin("inner.b"), b + ":2");
   EXPECT_EQ(t.origin("inner.a"), "--set inner.a=5");
   EXPECT_EQ(t.origin("flag"), "defaults");
+}
+
+// A relative path is taken against the file that wrote it; one from --set or from YAML text (a
+// run's stored config) against the working directory. The result does not depend on the
+// directory the command ran in, except for what the command line itself gives.
+TEST(ConfigTree, RelativePathsFollowTheFileThatWroteThem) {
+  test::TempDir dir;
+  std::filesystem::create_directories(dir.file("configs/sub"));
+  const auto cfg = dir.write("configs/sub/run.yaml", "name: ../../data/p\ninner: {list: [x]}\n");
+  const auto sweep = dir.write("configs/sweep.yaml", "");
+  auto resolved = [&](const std::function<void(ConfigTree&)>& more) {
+    ConfigTree t;
+    t.merge_file(cfg);
+    more(t);
+    t.resolve_paths({"name", "absent.key", "inner.list"});
+    return t.root()["name"].as<std::string>();
+  };
+  const std::string cwd = std::filesystem::current_path().string();
+  EXPECT_EQ(resolved([](ConfigTree&) {}), dir.file("data/p"));
+  {  // the same from another working directory
+    const auto here = std::filesystem::current_path();
+    std::filesystem::current_path(dir.file("configs"));
+    EXPECT_EQ(resolved([](ConfigTree&) {}), dir.file("data/p"));
+    std::filesystem::current_path(here);
+  }
+  EXPECT_EQ(resolved([](ConfigTree& t) { t.set("name=q/r"); }), cwd + "/q/r");
+  EXPECT_EQ(resolved([](ConfigTree& t) { t.set("name=/abs/olute"); }), "/abs/olute");
+  EXPECT_EQ(resolved([&](ConfigTree& t) {
+              t.note_file(sweep);  // a sweep's overrides: relative to the sweep file
+              t.set("name", YAML::Node("d"), sweep);
+            }),
+            dir.file("configs/d"));
+  ConfigTree text;
+  text.merge_text("name: stored/p\n", "run/config.yaml");
+  text.resolve_paths({"name"});
+  EXPECT_EQ(text.root()["name"].as<std::string>(), cwd + "/stored/p");
 }
 
 TEST(ConfigTree, ErrorsNameFileLineKeyAndAllowed) {

@@ -60,6 +60,28 @@ void equivalent(const std::string& variant, bool albert, int64_t grad_accum) {
       if (line.find("ln_ppl") != std::string::npos) e = nlohmann::json::parse(line);
     return e;
   };
+  // The gradients' global norm, taken after the all-reduce, is the one process's, and so is
+  // where BERT/ALBERT clip it (optimizer.clip_global_norm 1.0; the tiny model's norm is above).
+  auto train_records = [&](const std::string& run) {
+    std::vector<nlohmann::json> v;
+    std::ifstream in(r.run(run) + "/metrics.jsonl");
+    for (std::string line; std::getline(in, line);)
+      if (line.find("\"lr\"") != std::string::npos) v.push_back(nlohmann::json::parse(line));
+    return v;
+  };
+  const auto t1 = train_records("one"), t2 = train_records("two");
+  ASSERT_EQ(t1.size(), t2.size());
+  double clipped = 0;
+  for (size_t i = 0; i < t1.size(); ++i) {
+    EXPECT_NEAR(double(t2[i]["grad_norm"]), double(t1[i]["grad_norm"]), 1e-4 * double(t1[i]["grad_norm"])) << i;
+    EXPECT_EQ(t1[i].contains("clipped"), albert);
+    if (albert) {
+      EXPECT_EQ(t2[i]["clipped"], t1[i]["clipped"]) << i;
+      clipped += double(t1[i]["clipped"]);
+    }
+  }
+  if (albert) EXPECT_GT(clipped, 0) << "no step was clipped: the test would not see a norm taken before the all-reduce; "
+                                     << "norms " << t1.front()["grad_norm"] << " ... " << t1.back()["grad_norm"];
   const auto e1 = last_eval("one"), e2 = last_eval("two");
   ASSERT_TRUE(e1.contains("ln_ppl") && e2.contains("ln_ppl")) << e1 << e2;
   EXPECT_NEAR(double(e2["ln_ppl"]), double(e1["ln_ppl"]), 1e-5 * std::abs(double(e1["ln_ppl"])));

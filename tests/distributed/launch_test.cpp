@@ -73,6 +73,13 @@ TEST_F(Launch, ATruncatedCheckpointStopsEveryRankWithRankZerosLine) {
   EXPECT_NE(r.code, 0);
   EXPECT_NE(r.out.find("[default0]:thx: error: " + ck), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("[default1]:thx: error: rank 1: " + ck), std::string::npos) << r.out;
+  // torchrun's own report ends with a rank's line as its root cause (thx writes torchrun's
+  // error file), after torchrun's traceback, not only above it.
+  const auto root = r.out.rfind("Root Cause");
+  ASSERT_NE(root, std::string::npos) << r.out;
+  EXPECT_GT(root, r.out.rfind("Traceback (most recent call last)")) << r.out;
+  EXPECT_NE(r.out.find("thx: error: ", root), std::string::npos) << r.out.substr(root);
+  EXPECT_NE(r.out.find(ck, root), std::string::npos) << r.out.substr(root);
 }
 
 TEST_F(Launch, BadDistributedSettingsAreOneLine) {

@@ -5,11 +5,13 @@
 
 #include <filesystem>
 #include <fstream>
+#include <regex>
 
 #include <nlohmann/json.hpp>
 
 #include "common/config_tree.h"
 #include "common/error.h"
+#include "common/fs.h"
 #include "common/schema.h"
 #include "eval/finetune.h"
 #include "data/tokenizer.h"
@@ -188,6 +190,11 @@ TEST(Finetune, TinyAlbertLearnsATinyTaskAboveChance) {
   run_finetune(c, p, t.file("out"));
   const double acc = best_accuracy(t.file("out"));
   EXPECT_GT(acc, 80.0) << "chance is 50%";
+  // A task head has no nll: its progress lines and records leave it out.
+  const std::string log = read_file(t.file("out/finetune.log"));
+  EXPECT_NE(log.find("sst2 step 30/60 loss "), std::string::npos) << log;
+  EXPECT_EQ(log.find(" nll "), std::string::npos) << log;
+  EXPECT_EQ(read_file(t.file("out/metrics.jsonl")).find("\"nll\""), std::string::npos);
   // The predictions file is in GLUE's submission layout, one row per dev example.
   std::ifstream tsv(t.file("out/SST-2.tsv"));
   std::string header;
@@ -220,6 +227,19 @@ TEST(Finetune, TinyAlbertLearnsATinyTaskAboveChance) {
   std::ifstream in2(t.file("out/sst2.json"));
   const json f = json::parse(in2);
   EXPECT_DOUBLE_EQ(e["metrics"]["accuracy"].get<double>(), f["history"].back()["metrics"]["accuracy"].get<double>());
+  // The reported (best) score is reproducible from a saved file: <task>-best.h5 holds the best
+  // step's parameters, sst2.json says which file holds which step, and `thx eval` on the best
+  // file gives the reported score exactly.
+  ASSERT_TRUE(f.contains("weights")) << f.dump(1);
+  EXPECT_EQ(f["weights"]["best"]["file"], "sst2-best.h5");
+  EXPECT_EQ(f["weights"]["best"]["step"], f["step"]);
+  EXPECT_EQ(f["weights"]["last"]["file"], "sst2.h5");
+  EXPECT_EQ(f["weights"]["last"]["step"], 60);
+  EXPECT_EQ(load_checkpoint(t.file("out/sst2-best.h5")).step, f["step"].get<int64_t>());
+  EXPECT_EQ(load_checkpoint(t.file("out/sst2.h5")).step, 60);
+  run_eval(c, p, t.file("out/sst2-best.h5"), t.file("eval-best"));
+  std::ifstream in3(t.file("eval-best/sst2.json"));
+  EXPECT_DOUBLE_EQ(json::parse(in3)["metrics"]["accuracy"].get<double>(), acc);
 }
 
 // The encoder heads against their formulas. After a short fine-tuning run (one evaluation, at
@@ -356,6 +376,23 @@ TEST(Finetune, TinyT5LearnsATinyTaskAboveChanceTextToText) {
   c.optimizer.schedule = "constant", c.optimizer.learning_rate = 1e-2;
   run_finetune(c, p, t.file("out"));
   EXPECT_GT(best_accuracy(t.file("out")), 80.0) << "chance is 50%; a miss counts as wrong";
+  // Each evaluation logs its label-miss count (as the record's label_misses) and decoded
+  // answers beside their targets; the progress lines keep T5's nll.
+  const std::string log = read_file(t.file("out/finetune.log"));
+  const json record = json::parse(read_file(t.file("out/sst2.json")));
+  ASSERT_EQ(record["history"].size(), 2u);
+  for (const auto& h : record["history"]) {
+    const std::regex said(fmt::format("step {} sst2 dev: {} of 100 answers \\({:.1f}%\\) named no label \\(scored "
+                                      "wrong; the files get the most frequent training label\\); e\\.g\\. '[^']*' "
+                                      "for '(negative|positive)', '[^']*' for '(negative|positive)', '[^']*' for "
+                                      "'(negative|positive)'\n",
+                                      h["step"].get<int64_t>(), h["label_misses"].get<int64_t>(),
+                                      h["label_misses"].get<double>()));
+    EXPECT_TRUE(std::regex_search(log, said)) << h.dump() << "\n" << log;
+  }
+  EXPECT_NE(log.find(" nll "), std::string::npos) << log;
+  EXPECT_EQ(record["weights"]["last"]["file"], "model.h5");
+  EXPECT_EQ(load_checkpoint(t.file("out/sst2-best.h5")).step, record["step"].get<int64_t>());
 }
 
 // RTE's "not_entailment": the tiny tokenizer has no "_", so the model can only ever produce

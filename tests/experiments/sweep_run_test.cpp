@@ -192,16 +192,38 @@ TEST(SweepRun, ASecondSweepOnABusyDirectoryNamesTheFirst) {
                        "SIGTERM)\n");
 }
 
+// Runs whose prepared data is not there: the dry run names the directory, the runs and the
+// command that makes it; the sweep itself starts nothing and says the same in one line.
+TEST(SweepRun, MissingDataIsNamedWithTheCommandThatPreparesIt) {
+  TempDir dir;
+  const std::string data = dir.file("data/prepared/enwiki");
+  dir.write("base.yaml", "model: {d_model: 32, d_ff: 64, encoder_layers: 1, decoder_layers: 1}\n"
+                         "attention: {variant: talking_heads, h: 4}\n"
+                         "data: {prepared: " + data + ", inputs_length: 32, targets_length: 8}\n"
+                         "train: {steps: 10, batch_size: 8}\n");
+  const std::string sweep = dir.write("sweep.yaml", "sweep: tiny\nbase: base.yaml\ngrid: {attention.h: [2, 4, 8]}\n");
+  const std::string line = data + ": data.prepared of 3 of the 3 runs (h2 and 2 more) does not exist (no "
+                           "manifest.json); prepare it with: scripts/prepare_data.sh enwiki";
+  RunResult r = run_thx("sweep --dry-run --config " + sweep + " --out " + dir.file("out"));
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("\nMissing data: " + line + "; those runs cannot start until it is there.\n"),
+            std::string::npos) << r.out;
+  r = run_thx("sweep --config " + sweep + " --out " + dir.file("out"));
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_EQ(r.out, "thx: error: " + sweep + ": " + line + "\n");
+  EXPECT_FALSE(fs::exists(dir.file("out")));
+}
+
 TEST(SweepRun, AFailedRunIsReportedAndTheOthersFinish) {
   TempDir dir;
   tiny_sweep(dir);
   // h = 3 does not divide d_model 32: that run fails when its config is read, which the
-  // sweep does before it starts anything, naming the sweep file and the run.
+  // sweep does before it starts anything, naming the run and the sweep file's line that set h.
   const std::string bad = dir.write("bad.yaml", "sweep: bad\nbase: base.yaml\ngrid: {attention.h: [2, 3]}\n");
   RunResult r = run_thx("--threads 1 sweep --config " + bad + " --out " + dir.file("bad"));
   EXPECT_EQ(r.code, 2) << r.out;
-  EXPECT_NE(r.out.find("thx: error: " + bad + ": run 'h3': "), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("32 / 3 is not a whole number"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("thx: error: run 'h3': " + bad + ":3: attention.h: "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("attention.h: 3 heads leave attention.d_k unset with no whole default (d_model / h_k = 32 / 3)"), std::string::npos) << r.out;
   EXPECT_FALSE(fs::exists(dir.file("bad")));
   // An unknown key on an axis: its sweep-file line and the keys allowed there.
   const std::string hh = dir.write("hh.yaml", "sweep: hh\nbase: base.yaml\ngrid: {attention.hh: [2]}\n");

@@ -380,10 +380,19 @@ const ClaimResult& claim(const std::vector<ClaimResult>& all, int n) {
   throw std::runtime_error("no claim");
 }
 
-TEST(Claims, EveryClaimHoldsOnThePublishedNumbersAndTheContradictionsShow) {
+TEST(Claims, ThePublishedNumbersShowEveryClaimBeyondTheNoiseOrNotAndTheContradictionsShow) {
   const auto paper = load_paper_rows(default_tables_csv());
   const auto claims = evaluate_claims(paper, published_cells(paper));
-  for (int n = 1; n <= 8; ++n) EXPECT_EQ(claim(claims, n).verdict, Verdict::holds) << "claim " << n;
+  // Claims 2 and 3 rest at 65536 steps on gaps within 2σ of the paper's own seed deviations
+  // (T1.7 vs T1.8: 0.007, σ 0.0061; T2.2 vs T2.3: 0.018, σ 0.012); the rest hold.
+  for (int n = 1; n <= 8; ++n)
+    EXPECT_EQ(claim(claims, n).verdict, n == 2 || n == 3 ? Verdict::not_shown : Verdict::holds) << "claim " << n;
+  for (int n : {2, 3})
+    for (const auto& r : claim(claims, n).comparisons) {
+      ASSERT_TRUE(r.margin) << n;
+      EXPECT_GT(*r.margin, 0) << "every comparison goes the claim's way";
+      if (r.sigma) EXPECT_NE(r.outcome(), Outcome::contradicted);
+    }
   // ALBERT at 6 heads: talking-heads 79.44 < multi-head 79.7, outside claim 7's scope.
   bool albert6 = false;
   for (const auto& r : claim(claims, 7).comparisons)
@@ -465,6 +474,31 @@ TEST(Claims, SyntheticResultsWhereTheyHoldFailOrLackData) {
     if (r["attention"]["encoder_self"]["h"] <= 12) half.push_back(r);
   EXPECT_EQ(claim(run(half), 1).verdict, Verdict::not_enough_data);
   EXPECT_EQ(claim(run({}), 4).verdict, Verdict::not_enough_data);
+}
+
+TEST(Claims, ADifferenceInsideTheNoiseIsNotShownRatherThanFailed) {
+  const auto paper = load_paper_rows(default_tables_csv());
+  // Two seeds per cell, v + 0.001 and v + 0.002: σ of the pair is 0.001. Talking-heads at 6
+  // heads is set 0.2σ worse, then 0.5σ and 3σ better, than multi-head's 5.0015 mean.
+  auto verdict = [&](double th6_offset) {
+    std::vector<json> r;
+    for (int seed : {1, 2}) {
+      for (auto [h, v] : std::map<int64_t, double>{{6, 5.0}, {12, 4.9}, {24, 4.85}, {48, 4.95}})
+        r.push_back(result("multi_head", h, v + 0.001 * seed, seed));
+      for (auto [h, v] : std::map<int64_t, double>{{6, 5.0 + th6_offset}, {12, 4.8}, {24, 4.7}, {48, 4.6}})
+        r.push_back(result("talking_heads", h, v + 0.001 * seed, seed));
+    }
+    return claim(evaluate_claims(paper, sweep_cells(paper, r)), 1);
+  };
+  const ClaimResult inside = verdict(+0.0002);
+  EXPECT_EQ(inside.verdict, Verdict::not_shown);
+  EXPECT_EQ(verdict(-0.0005).verdict, Verdict::not_shown);
+  EXPECT_EQ(verdict(-0.003).verdict, Verdict::holds);
+  EXPECT_EQ(verdict(+0.003).verdict, Verdict::fails);  // -3σ: contradicted
+  const std::string report = render_claims({inside}, "synthetic runs");
+  EXPECT_NE(report.find("**not shown**"), std::string::npos) << report;
+  EXPECT_NE(report.find("(-0.2σ) — inside the noise"), std::string::npos) << report;
+  EXPECT_EQ(report.find("— FAILS"), std::string::npos) << report;
 }
 
 }  // namespace THX_FILE_ID

@@ -26,6 +26,7 @@ def expected_scalars(run):
         if "config_change" in j:
             continue
         step = j.pop("step")
+        j.pop("time", None)  # wall-clock seconds: the events carry their own wall_time
         task = j.pop("task", None)
         kind = "train" if "lr" in j else "eval"
         flat = {}

@@ -409,6 +409,67 @@ TEST(FactorAttention, ViewsPerMode) {
   EXPECT_EQ(mesh["shared"].first, (std::vector<int64_t>{128, 256}));
 }
 
+// tf.clip_by_global_norm (BERT's and ALBERT's optimization.py): n = sqrt(Σ ||g||²) over every
+// gradient; g *= clip / max(n, clip). Reference in float64 over the flattened gradients; the
+// norm is taken per tensor in fp32 (relative error a few 2^-24 per element sum), so 1e-6.
+TEST(ClipGlobalNorm, IsTfClipByGlobalNorm) {
+  torch::manual_seed(3);
+  auto make = [](double scale) {
+    std::vector<torch::Tensor> ps;
+    for (auto shape : {std::vector<int64_t>{130, 70}, {7}, {3, 4, 5}}) {
+      auto p = torch::zeros(shape, torch::requires_grad());
+      p.mutable_grad() = torch::randn(shape) * scale;
+      ps.push_back(p);
+    }
+    ps.push_back(torch::zeros({9}, torch::requires_grad()));  // no gradient: skipped
+    return ps;
+  };
+  auto reference_norm = [](const std::vector<torch::Tensor>& ps) {
+    double sq = 0;
+    for (const auto& p : ps)
+      if (p.grad().defined()) sq += p.grad().to(torch::kFloat64).square().sum().item<double>();
+    return std::sqrt(sq);
+  };
+  for (const double scale : {0.001, 1.0}) {
+    for (const double clip : {0.0, 1.0}) {
+      SCOPED_TRACE(fmt::format("scale {} clip {}", scale, clip));
+      auto ps = make(scale);
+      std::vector<torch::Tensor> before;
+      for (size_t i = 0; i < 3; ++i) before.push_back(ps[i].grad().clone());
+      const double want = reference_norm(ps);
+      const double n = clip_grad_global_norm(ps, clip);
+      EXPECT_NEAR(n, want, 1e-6 * want);
+      const double factor = clip > 0 ? clip / std::max(want, clip) : 1.0;
+      if (scale == 1.0 && clip > 0) {
+        ASSERT_LT(factor, 0.1);  // it did clip: the norm is about 100
+      }
+      for (size_t i = 0; i < 3; ++i) {
+        if (factor == 1.0) {
+          EXPECT_TRUE(torch::equal(ps[i].grad(), before[i])) << "changed without clipping";
+        } else {
+          EXPECT_TRUE(test::close(ps[i].grad(), before[i].to(torch::kFloat64) * factor, 0, 1e-6));
+        }
+      }
+      EXPECT_FALSE(ps[3].grad().defined());
+      if (factor != 1.0) {
+        EXPECT_NEAR(reference_norm(ps), clip, 1e-6);  // the clipped norm is the limit
+      }
+    }
+  }
+  // A non-finite norm clips nothing (the run's loss check stops it instead of zeroing the update).
+  auto ps = make(1.0);
+  ps[1].mutable_grad()[0] = std::numeric_limits<float>::infinity();
+  const torch::Tensor before = ps[0].grad().clone();
+  EXPECT_TRUE(std::isinf(clip_grad_global_norm(ps, 1.0)));
+  EXPECT_TRUE(torch::equal(ps[0].grad(), before));
+  // Defaults by model: on at 1.0 for BERT and ALBERT, off for T5; an explicit value wins.
+  OptimizerConfig o;
+  EXPECT_EQ(clip_global_norm(o, true), 1.0);
+  EXPECT_EQ(clip_global_norm(o, false), 0.0);
+  o.clip_global_norm = 0.5;
+  EXPECT_EQ(clip_global_norm(o, false), 0.5);
+}
+
 }  // namespace THX_FILE_ID
 }  // namespace
 }  // namespace thx

@@ -1,5 +1,6 @@
 // Checkpoints, the run directory, step-probe files and failure handling of pretraining.
 #include <gtest/gtest.h>
+#include <fmt/format.h>
 
 #include <filesystem>
 #include <fstream>
@@ -138,7 +139,9 @@ TEST(Pretrain, AlbertMetricsCheckpointsAndExactResume) {
   TempDir dir;
   const std::string prep = prepared_corpus(dir, 120, TokenizerConvention::albert);
   PretrainConfig c = tiny_albert_pretrain(prep, 10);
+  testing::internal::CaptureStderr();  // the start-up lines come before the run's log file opens
   const PretrainResult straight = run_pretrain(c, dir.file("straight"), false);
+  const std::string log = testing::internal::GetCapturedStderr();
   ASSERT_TRUE(straight.mlm_accuracy && straight.sentence_accuracy);
   EXPECT_GE(*straight.mlm_accuracy, 0.0);
   std::ifstream m(dir.file("straight") + "/metrics.jsonl");
@@ -149,6 +152,25 @@ TEST(Pretrain, AlbertMetricsCheckpointsAndExactResume) {
   EXPECT_TRUE(a.params.count("encoder/groups/0/attention/P_l"));
   for (const auto& [k, v] : a.params) EXPECT_EQ(k.find("encoder/layers/"), std::string::npos) << k;
   EXPECT_TRUE(a.optimizer.count("encoder/groups/0/attention/P_l/m"));
+  // The log splits the total as the published BERT/ALBERT totals count it: the encoder with
+  // the word embedding at its unpadded rows; the MLM and sentence heads; the padding rows.
+  int64_t encoder = 0, heads = 0, padding = 0, total = 0;
+  for (const auto& [k, v] : a.params) {
+    total += v.numel();
+    if (k.rfind("mlm/", 0) == 0 || k.rfind("sentence/", 0) == 0) heads += v.numel();
+    else encoder += v.numel();
+  }
+  const auto at_v = log.find("embeddings at V = ");
+  ASSERT_NE(at_v, std::string::npos) << log;
+  const int64_t vocab = std::atoll(log.c_str() + at_v + 18), word_rows = a.params.at("embeddings/word").size(0);
+  ASSERT_TRUE(vocab > word_rows - 128 && vocab <= word_rows && word_rows % 128 == 0) << vocab << " " << word_rows;
+  padding = (word_rows - vocab) * a.params.at("embeddings/word").size(1), encoder -= padding;
+  ASSERT_GT(heads, 0);
+  EXPECT_NE(log.find(fmt::format("ALBERT {} parameters;", total)), std::string::npos) << log;
+  EXPECT_NE(log.find(fmt::format("of which the encoder {} (embeddings at V = {}, layers and pooler: what the "
+                                 "published BERT-base 109,482,240 and ALBERT-base 11,683,584 count), the "
+                                 "pretraining heads {} and the word embedding's padding to a multiple of 128 {}",
+                                 encoder, vocab, heads, padding)), std::string::npos) << log;
   // Resume from the step-5 checkpoint of a copy (the step-10 one removed): the same bits.
   fs::copy(dir.file("straight"), dir.file("resumed"), fs::copy_options::recursive);
   fs::remove(checkpoint_path(dir.file("resumed") + "/checkpoints", 10));

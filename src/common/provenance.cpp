@@ -1,0 +1,77 @@
+#include "common/provenance.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <ctime>
+#include <filesystem>
+
+#include <fmt/format.h>
+
+#include "common/precision.h"
+#include "common/runtime.h"
+
+namespace thx {
+
+namespace {
+
+std::string g_command;
+std::string g_started;
+
+// A word as a POSIX shell would need it quoted to give it back unchanged.
+std::string shell_word(const std::string& w) {
+  if (!w.empty() && w.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+                                        "_-./=:,+@%") == std::string::npos)
+    return w;
+  std::string q = "'";
+  for (char c : w) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+}  // namespace
+
+std::string version_line() {
+  return fmt::format("thx {} (commit {}{})", build_version(), build_commit(),
+                     build_dirty() ? ", built with uncommitted changes" : "");
+}
+
+std::string utc_now() {
+  const std::time_t t = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+void set_command_line(int argc, char** argv) {
+  g_command.clear();
+  for (int i = 0; i < argc; ++i) g_command += (i ? " " : "") + shell_word(argv[i]);
+  g_started = utc_now();
+}
+
+nlohmann::json session_provenance() {
+  nlohmann::json j;
+  j["version"] = build_version();
+  j["commit"] = build_commit();
+  j["dirty"] = build_dirty();
+  j["command"] = g_command;
+  std::error_code ec;
+  j["cwd"] = std::filesystem::current_path(ec).string();
+  char host[256] = {0};
+  j["host"] = gethostname(host, sizeof host - 1) == 0 ? host : "";
+  j["cpu"] = cpu_bf16().describe();
+  if (torch::cuda::is_available()) {
+    nlohmann::json gpus = nlohmann::json::array();
+    for (int64_t i = 0; i < int64_t(torch::cuda::device_count()); ++i)
+      gpus.push_back(device_description(torch::Device(torch::kCUDA, int(i))));
+    j["gpus"] = gpus;
+  }
+  if (const char* rank = std::getenv("RANK")) j["rank"] = rank;
+  j["pid"] = int64_t(::getpid());
+  j["started"] = g_started.empty() ? utc_now() : g_started;
+  return j;
+}
+
+}  // namespace thx

@@ -1,0 +1,121 @@
+#include "eval/predict.h"
+
+#include <regex>
+
+#include <fmt/format.h>
+
+#include "common/error.h"
+#include "common/runtime.h"
+#include "data/tokenizer.h"
+#include "models/t5.h"
+#include "training/loop.h"
+
+// Shapes: b lines in a batch, n input tokens, t decoded tokens.
+namespace thx {
+
+namespace {
+
+// Tasks whose examples are their text fields and nothing else.
+bool text_fields_only(const TaskSpec& s) {
+  if (s.kind != TaskKind::classification && s.kind != TaskKind::regression) return false;
+  for (const char* other : {"wic", "wsc", "multirc", "record", "copa"})
+    if (s.name == other) return false;
+  return true;
+}
+
+std::string text_tasks() {
+  std::string names;
+  for (const auto& s : task_specs())
+    if (text_fields_only(s)) names += (names.empty() ? "" : ", ") + s.name;
+  return names;
+}
+
+}  // namespace
+
+std::vector<TaskExample> predict_examples(const std::string& task, const std::vector<std::string>& lines,
+                                          const std::string& where) {
+  const TaskSpec& s = task_spec(task);
+  THX_CHECK(text_fields_only(s), "predict --task {}: its examples need more than text fields; thx predict takes {} "
+            "(use thx eval on a file in the task's own format for the others)", task, text_tasks());
+  std::vector<TaskExample> out;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    TaskExample e;
+    e.id = std::to_string(i), e.line = int64_t(i + 1);
+    std::string field;
+    for (char c : lines[i] + "\t") {
+      if (c != '\t') {
+        field += c;
+        continue;
+      }
+      e.text.push_back(field), field.clear();
+    }
+    std::string names;
+    for (const auto& f : s.fields) names += (names.empty() ? "" : ", ") + f;
+    THX_CHECK(e.text.size() == s.fields.size(), "{}:{}: task {} takes {} tab-separated field{} ({}), this line has {}",
+              where, i + 1, task, s.fields.size(), s.fields.size() == 1 ? "" : "s", names, e.text.size());
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
+std::vector<std::string> fill_spans(const Pretrained& model, const std::string& tokenizer,
+                                    const std::vector<std::string>& lines, int64_t max_length,
+                                    const std::string& where) {
+  const PretrainConfig& pc = model.config;
+  THX_CHECK(!pc.model.encoder_only(), "{}: a pretrained {} fills no spans; thx predict without --task takes a "
+            "pretrained T5 (a fine-tuned model: --task and --config)", model.path, pc.model.type);
+  const Tokenizer tok(tokenizer);
+  THX_CHECK(tok.convention() == TokenizerConvention::t5, "{}: not a T5-convention tokenizer (no sentinels)", tokenizer);
+  const int64_t vocab = pc.model.vocab_size > 0 ? pc.model.vocab_size : tok.vocab_size();
+  T5 m(pc.spec, vocab);
+  copy_parameters(m->named_parameters_by_path(), model.checkpoint.params, model.path);
+  const torch::Device device = resolve_device(device_request(), "--device");
+  m->to(device);
+  m->eval();
+  torch::NoGradGuard no_grad;
+  // Each line: text between <extra_id_N> markers, encoded piece by piece, the markers as
+  // sentinel ids; cut to the pretraining inputs length with EOS last.
+  const std::regex marker("<extra_id_(\\d+)>");
+  std::vector<std::string> out;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    std::vector<int32_t> ids;
+    size_t at = 0;
+    for (std::sregex_iterator it(lines[i].begin(), lines[i].end(), marker), end; it != end; ++it) {
+      const auto piece = tok.encode(lines[i].substr(at, size_t(it->position()) - at));
+      ids.insert(ids.end(), piece.begin(), piece.end());
+      const int64_t k = std::stoll((*it)[1].str().substr(0, 4));
+      THX_CHECK(k < Tokenizer::kSentinels, "{}:{}: <extra_id_{}>: sentinels go from 0 to {}", where, i + 1, k,
+                Tokenizer::kSentinels - 1);
+      ids.push_back(tok.sentinel(k));
+      at = size_t(it->position() + it->length());
+    }
+    const auto rest = tok.encode(lines[i].substr(at));
+    ids.insert(ids.end(), rest.begin(), rest.end());
+    if (int64_t(ids.size()) > pc.data.inputs_length - 1) ids.resize(size_t(pc.data.inputs_length - 1));
+    ids.push_back(Tokenizer::kEos);
+    const torch::Tensor in = torch::tensor(std::vector<int64_t>(ids.begin(), ids.end()), torch::kInt64).unsqueeze(0);  // [1,n]
+    const torch::Tensor got = m->greedy_decode(in.to(device), max_length, Tokenizer::kEos).to(torch::kCPU);  // [1,t]
+    // Decoded pieces between sentinels; a sentinel is written back as its marker.
+    std::string text;
+    std::vector<int32_t> run;
+    auto flush = [&] {
+      if (!run.empty()) text += tok.decode(run), run.clear();
+    };
+    for (int64_t j = 0; j < got.size(1); ++j) {
+      const int64_t id = got[0][j].item<int64_t>();
+      if (id == 0 || id == Tokenizer::kEos) break;
+      const int64_t k = tok.pieces() + Tokenizer::kSentinels - 1 - id;
+      if (id >= tok.pieces() && k >= 0 && k < Tokenizer::kSentinels) {
+        flush();
+        text += fmt::format("<extra_id_{}>", k);
+      } else {
+        run.push_back(int32_t(id));
+      }
+    }
+    flush();
+    out.push_back(text);
+  }
+  return out;
+}
+
+}  // namespace thx

@@ -1,0 +1,36 @@
+// predict.h: `thx predict`, a model's output for lines of text (a file or stdin).
+//
+//   A fine-tuned model (--task T, with the fine-tuning recipe and its checkpoint, as `thx
+//   eval`): each line holds one example's text fields, tab-separated, in the task's order
+//   (sst2: sentence; mrpc: sentence1, sentence2; boolq: question, passage ...). Each output line
+//   is the prediction as `thx eval`'s files write it (a GLUE/SuperGLUE label, an STS-B score),
+//   computed by the same code on the same batches; for T5 a tab and the decoded answer
+//   follow, so an answer that names no label (written as the fallback label) is visible.
+//   Tasks whose examples need more than text fields (options, spans, words, entities) are
+//   refused with the list of those that work.
+//   A pretrained T5 (no --task; a pretraining checkpoint or run directory): each line is text
+//   with <extra_id_N> where spans are missing, as span corruption's inputs; the output line is
+//   the greedy decoding of the targets, each sentinel written back as <extra_id_N>.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "eval/finetune_config.h"
+
+namespace thx {
+
+// The examples of `task` in `lines` (`where` names the input in messages: "<file>:<line>").
+std::vector<TaskExample> predict_examples(const std::string& task, const std::vector<std::string>& lines,
+                                          const std::string& where);
+
+// Fine-tuned predictions, one per line (see above).
+std::vector<std::string> predict_task(const FinetuneRunConfig& config, const Pretrained& model,
+                                      const std::string& checkpoint, const std::string& task,
+                                      const std::vector<std::string>& lines, const std::string& where);
+
+// A pretrained T5's span filling: greedy decoding of at most max_length target tokens per line.
+std::vector<std::string> fill_spans(const Pretrained& model, const std::string& tokenizer,
+                                    const std::vector<std::string>& lines, int64_t max_length,
+                                    const std::string& where);
+
+}  // namespace thx

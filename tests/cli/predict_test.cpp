@@ -1,0 +1,91 @@
+// `thx predict` as a user runs it: a fine-tuned ALBERT's and T5's predictions for lines of text
+// equal what `thx eval` wrote for the same examples, row by row; a pretrained T5 fills the
+// spans of each line; bad input is one line and exit 2.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "common/fs.h"
+#include "eval/eval_fixtures.h"
+#include "eval/text2text.h"
+#include "training/training_fixtures.h"
+
+namespace thx::test {
+namespace {
+namespace THX_FILE_ID {
+
+std::vector<std::string> split_lines(const std::string& text) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) out.push_back(line);
+  return out;
+}
+
+// The dev sentences of the fixture's SST-2, one per line, and their predictions by `thx eval`.
+void expect_predict_equals_eval(bool albert) {
+  SCOPED_TRACE(albert ? "albert" : "t5");
+  FinetuneFixture s;
+  make_finetune_fixture(s, albert);
+  const std::string ft = s.dir.file("ft");
+  RunResult r = run_thx("--threads 1 finetune --config " + s.config + " --out " + ft +
+                        " --set finetune.steps=20 --set finetune.eval_every=20 --set checkpoint.every=20");
+  ASSERT_EQ(r.code, 0) << r.out;
+  r = run_thx("--threads 1 eval --config " + s.config + " --set finetune.eval_examples=0 --checkpoint " + ft +
+              " --out " + s.dir.file("ev"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  const auto tsv = split_lines(read_file(s.dir.file("ev/SST-2.tsv")));  // "index\tprediction"
+  const auto dev = split_lines(read_file(s.dir.file("data/glue/SST-2/dev.tsv")));  // "sentence\tlabel"
+  ASSERT_EQ(tsv.size(), dev.size());
+  std::string input;
+  for (size_t i = 1; i < dev.size(); ++i) input += dev[i].substr(0, dev[i].find('\t')) + "\n";
+  const std::string in = s.dir.write("sentences.txt", input);
+  r = run_thx("--threads 1 --log-level warn predict --config " + s.config + " --task sst2 --checkpoint " + ft +
+              " --input " + in);
+  ASSERT_EQ(r.code, 0) << r.out;
+  const auto got = split_lines(r.out);
+  ASSERT_EQ(got.size(), dev.size() - 1) << r.out;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const std::string want = tsv[i + 1].substr(tsv[i + 1].find('\t') + 1);
+    const std::string label = got[i].substr(0, got[i].find('\t'));
+    EXPECT_EQ(label, want) << "line " << i + 1 << ": " << got[i];
+    if (!albert) {  // then the decoded answer: the label's name when it names one
+      const std::string answer = got[i].substr(got[i].find('\t') + 1);
+      const int l = text_to_label(task_spec("sst2"), answer);
+      if (l >= 0) EXPECT_EQ(std::to_string(l), want) << answer;
+    }
+  }
+  // --out writes the same lines to a file.
+  r = run_thx("--log-level warn predict --config " + s.config + " --task sst2 --checkpoint " + ft + " --input " + in +
+              " --out " + s.dir.file("p.txt"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(split_lines(read_file(s.dir.file("p.txt"))), got);
+  if (albert) {  // bad input: one line, exit 2, nothing written
+    const std::string two = s.dir.write("two.txt", "a\tb\n");
+    r = run_thx("predict --config " + s.config + " --task sst2 --checkpoint " + ft + " --input " + two + " --out " +
+                s.dir.file("q.txt"));
+    EXPECT_EQ(r.code, 2) << r.out;
+    EXPECT_EQ(r.out, "thx: error: " + two + ":1: task sst2 takes 1 tab-separated field (sentence), this line has 2\n");
+    EXPECT_FALSE(std::filesystem::exists(s.dir.file("q.txt")));
+    r = run_thx("predict --config " + s.config + " --task copa --checkpoint " + ft + " --input " + two);
+    EXPECT_EQ(r.code, 2) << r.out;
+    EXPECT_NE(r.out.find("predict --task copa: its examples need more than text fields; thx predict takes cola, "),
+              std::string::npos) << r.out;
+  } else {  // the pretrained T5 fills the spans of each line
+    const std::string spans = s.dir.write("spans.txt", "the model <extra_id_0> to each other\nheads <extra_id_0>\n");
+    r = run_thx("--log-level warn predict --checkpoint " + s.dir.file("pretrained") + " --input " + spans +
+                " --max-length 6");
+    EXPECT_EQ(r.code, 0) << r.out;
+    EXPECT_EQ(split_lines(r.out).size(), 2u) << r.out;
+    r = run_thx("predict --checkpoint " + s.dir.file("pretrained") + " --input " + spans + " --task sst2");
+    EXPECT_EQ(r.code, 2) << r.out;
+  }
+}
+
+TEST(Predict, AFineTunedAlbertPredictsWhatEvalWrote) { expect_predict_equals_eval(true); }
+TEST(Predict, AFineTunedT5PredictsWhatEvalWroteAndAPretrainedOneFillsSpans) { expect_predict_equals_eval(false); }
+
+}  // namespace THX_FILE_ID
+}  // namespace
+}  // namespace thx::test

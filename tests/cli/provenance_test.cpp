@@ -1,0 +1,101 @@
+// What produced a run: `thx --version`, <run>/provenance.json (a session per invocation, with its
+// end), the checkpoints' "provenance" attribute and the wall-clock time of each metrics.jsonl
+// record, from the binary as a user runs it.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <regex>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "common/fs.h"
+#include "common/h5.h"
+#include "training/checkpoint.h"
+#include "training/training_fixtures.h"
+
+namespace thx::test {
+namespace {
+namespace THX_FILE_ID {
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+// The commit of the source tree, as git gives it ("unknown" without git or a checkout).
+std::string source_commit() {
+  const RunResult r = run_command("git -C " + std::string(THX_SOURCE_DIR) + " rev-parse --short=12 HEAD 2>/dev/null");
+  return r.code == 0 && r.out.size() == 13 ? r.out.substr(0, 12) : "unknown";
+}
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+TEST(Provenance, VersionNamesTheCommitItWasBuiltFrom) {
+  const RunResult r = run_thx("--version");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(std::regex_match(r.out, std::regex("thx \\d+\\.\\d+\\.\\d+ \\(commit ([0-9a-f]{12}|unknown)"
+                                                 "(, built with uncommitted changes)?\\)\n")))
+      << r.out;
+  EXPECT_NE(r.out.find("(commit " + source_commit()), std::string::npos) << r.out;
+  EXPECT_NE(run_thx("pretrain --help").out.find("--version"), std::string::npos);
+}
+
+TEST(Provenance, EachSessionOfARunIsRecordedWithItsCheckpointsAndTimes) {
+  TempDir dir;
+  PretrainConfig c = tiny_pretrain(prepared_corpus(dir), 4);
+  c.train.log_every = 1, c.checkpoint.every = 2, c.checkpoint.keep = 3, c.eval.every = 4;
+  finish(c);
+  const std::string run = dir.file("run");
+  const std::string args = "--threads 1 pretrain --config " + dir.write("run.yaml", c.yaml) + " --run-dir " + run;
+  const double t0 = std::floor(now_s());
+  ASSERT_EQ(run_thx(args).code, 0);
+  fs::remove(checkpoint_path(run + "/checkpoints", 4));
+  ASSERT_EQ(run_thx(args + " --resume").code, 0);
+  const double t1 = std::ceil(now_s());
+
+  const json p = json::parse(read_file(run + "/provenance.json"));
+  ASSERT_EQ(p["sessions"].size(), 2u) << p.dump(2);
+  char host[256] = {0};
+  gethostname(host, sizeof host - 1);
+  const std::regex iso("\\d{4}-\\d\\d-\\d\\dT\\d\\d:\\d\\d:\\d\\dZ");
+  for (size_t i = 0; i < 2; ++i) {
+    const json& s = p["sessions"][i];
+    SCOPED_TRACE(s.dump());
+    EXPECT_EQ(s["command"], std::string(THX_BINARY) + " " + args + (i ? " --resume" : ""));
+    EXPECT_EQ(s["commit"], source_commit());
+    EXPECT_TRUE(s["dirty"].is_boolean());
+    EXPECT_EQ(s["host"], host);
+    EXPECT_EQ(s["cwd"], fs::current_path().string());
+    EXPECT_NE(s["cpu"].get<std::string>().find("bf16"), std::string::npos);  // model and bf16 flags
+    EXPECT_TRUE(std::regex_match(s["started"].get<std::string>(), iso));
+    ASSERT_TRUE(s.contains("ended"));
+    EXPECT_TRUE(std::regex_match(s["ended"].get<std::string>(), iso));
+    EXPECT_LE(s["started"].get<std::string>(), s["ended"].get<std::string>());
+  }
+  EXPECT_LE(p["sessions"][0]["ended"].get<std::string>(), p["sessions"][1]["started"].get<std::string>());
+  // Each checkpoint names the session that wrote it: step 2 the first, step 4 the resumed one.
+  auto written_by = [&](int64_t step) {
+    return json::parse(H5Reader(checkpoint_path(run + "/checkpoints", step)).attr("/", "provenance"));
+  };
+  EXPECT_EQ(written_by(2)["pid"], p["sessions"][0]["pid"]);
+  EXPECT_EQ(written_by(4)["pid"], p["sessions"][1]["pid"]);
+  EXPECT_EQ(written_by(4)["command"], p["sessions"][1]["command"]);
+  // Every metrics record has its wall-clock time, in order, within the two runs.
+  double last = 0;
+  int records = 0;
+  std::istringstream in(read_file(run + "/metrics.jsonl"));
+  for (std::string line; std::getline(in, line);) {
+    const json j = json::parse(line);
+    ASSERT_TRUE(j.contains("time") && j["time"].is_number()) << line;
+    EXPECT_GE(j["time"].get<double>(), std::max(last, t0)) << line;
+    EXPECT_LE(j["time"].get<double>(), t1) << line;
+    last = j["time"], ++records;
+  }
+  EXPECT_EQ(records, 5);  // steps 1-4 and the evaluation at 4
+}
+
+}  // namespace THX_FILE_ID
+}  // namespace
+}  // namespace thx::test
