@@ -74,7 +74,7 @@ void ConfigTree::resolve_paths(const std::vector<std::string>& keys) {
     std::filesystem::path base = std::filesystem::current_path(ec);
     for (std::string k = key;; k = k.substr(0, k.rfind('.'))) {  // the key, or its nearest parent
       if (auto it = bases_.find(k); it != bases_.end()) {
-        base = it->second;
+        if (!it->second.empty()) base = it->second;
         break;
       }
       if (k.find('.') == std::string::npos) break;
@@ -122,12 +122,8 @@ void ConfigTree::merge_into(YAML::Node& parent, const std::string& key, const YA
 
 void ConfigTree::record(const YAML::Node& src, const std::string& path, const std::string& file) {
   origins_[path] = where(file, src);
-  if (files_.count(file)) {
-    std::error_code ec;
-    bases_[path] = std::filesystem::absolute(file, ec).parent_path().lexically_normal().string();
-  } else {
-    bases_.erase(path);
-  }
+  std::error_code ec;  // "" for the working directory: a --set, or text that is no file
+  bases_[path] = files_.count(file) ? std::filesystem::absolute(file, ec).parent_path().lexically_normal().string() : "";
   if (src.IsMap())
     for (const auto& kv : src) record(kv.second, join(path, kv.first.as<std::string>()), file);
 }

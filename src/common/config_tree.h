@@ -75,7 +75,7 @@ class ConfigTree {
 
   YAML::Node root_;
   std::map<std::string, std::string> origins_;
-  std::map<std::string, std::string> bases_;  // key -> the directory of the file that wrote it
+  std::map<std::string, std::string> bases_;  // key -> the directory of the file that wrote it ("": cwd)
   std::set<std::string> files_;               // origins that are files (paths relative to them)
 };
 

@@ -92,6 +92,17 @@ TEST(ConfigTree, RelativePathsFollowTheFileThatWroteThem) {
     std::filesystem::current_path(here);
   }
   EXPECT_EQ(resolved([](ConfigTree& t) { t.set("name=q/r"); }), cwd + "/q/r");
+  {  // a --set inside a block the file wrote: the working directory's, not the file's
+    ConfigTree t;
+    t.merge_file(dir.write("configs/sub/block.yaml", "inner: {a: 1, list: [x]}\n"));
+    t.set("inner.list=[y]");
+    t.set("inner.b=2");
+    t.merge_text("inner: {note: n/p}\n", "text");
+    t.set("name=rel/p");
+    t.resolve_paths({"inner.note", "name"});
+    EXPECT_EQ(t.root()["inner"]["note"].as<std::string>(), cwd + "/n/p");
+    EXPECT_EQ(t.root()["name"].as<std::string>(), cwd + "/rel/p");
+  }
   EXPECT_EQ(resolved([](ConfigTree& t) { t.set("name=/abs/olute"); }), "/abs/olute");
   EXPECT_EQ(resolved([&](ConfigTree& t) {
               t.note_file(sweep);  // a sweep's overrides: relative to the sweep file
