@@ -7,24 +7,17 @@
 # all-reduce's time, the part of it after backward (not hidden), and its megabytes.
 # Then scripts/dp_projection.py projects the base model's step onto 8, 64 and 512 GPUs.
 #
-# Data: the quickstart's prepared kernel documentation (runs/quickstart/prepared; made here
-# the same way if missing). Usage: scripts/bench_data_parallel.sh [mini|base|all]
+# Data: the quickstart's prepared kernel documentation (data/prepared/quickstart; made by
+# scripts/prepare_data.sh if missing). Usage: scripts/bench_data_parallel.sh [mini|base|all]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 THX=${THX:-build/thx}
 OUT=${OUT:-runs/bench_dp}
 WHICH=${1:-all}
-PREP=runs/quickstart/prepared
+PREP=data/prepared/quickstart
 export OMP_WAIT_POLICY=PASSIVE OPENBLAS_THREAD_TIMEOUT=4
 
-if [ ! -f "$PREP/meta.json" ] && [ ! -d "$PREP" ]; then
-  corpus=$(ls -d /usr/share/doc/linux-doc-*/html/_sources | head -n 1)
-  mkdir -p runs/quickstart
-  [ -f runs/quickstart/spm.model ] || "$THX" spm-train --input "$corpus" --format text_files --pieces 8000 \
-    --max-sentences 200000 --out runs/quickstart/spm
-  "$THX" prepare --input "$corpus" --format text_files --tokenizer runs/quickstart/spm.model --out "$PREP" \
-    --heldout-fraction 0.02
-fi
+[ -f "$PREP/manifest.json" ] || THX="$THX" scripts/prepare_data.sh quickstart
 
 # size -> config, steps, log_every, batch
 declare -A CONFIG=([mini]=configs/t5/mini.yaml [base]=configs/t5/base.yaml)

@@ -16,9 +16,9 @@ kills=${1:-20}
 config=${2:-configs/t5/mini.yaml}
 thx=build/thx
 out=runs/kill-campaign
-prepared=${PREPARED:-runs/quickstart/prepared}
+prepared=${PREPARED:-data/prepared/quickstart}
 [ -x "$thx" ] || { echo "kill_campaign.sh: build thx first" >&2; exit 2; }
-[ -f "$prepared/manifest.json" ] || { echo "kill_campaign.sh: no prepared data in $prepared (run scripts/quickstart.sh, or set PREPARED)" >&2; exit 2; }
+[ -f "$prepared/manifest.json" ] || { echo "kill_campaign.sh: no prepared data in $prepared (run scripts/prepare_data.sh quickstart, or set PREPARED)" >&2; exit 2; }
 rm -rf "$out"
 mkdir -p "$out"
 sets=(--set data.prepared="$prepared" --set train.steps=400 --set checkpoint.every=10 --set checkpoint.keep=3
