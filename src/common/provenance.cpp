@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include "common/fs.h"
 #include "common/precision.h"
 #include "common/runtime.h"
 
@@ -72,6 +73,40 @@ nlohmann::json session_provenance() {
   j["pid"] = int64_t(::getpid());
   j["started"] = g_started.empty() ? utc_now() : g_started;
   return j;
+}
+
+namespace {
+
+nlohmann::json read_sessions(const std::string& path) {
+  nlohmann::json p = nlohmann::json::object();
+  if (std::filesystem::exists(path)) {
+    p = nlohmann::json::parse(read_file(path), nullptr, false);
+    if (!p.is_object() || !p.contains("sessions") || !p["sessions"].is_array()) {
+      std::error_code ec;
+      std::filesystem::rename(path, path + ".unreadable", ec);
+      p = nlohmann::json::object();
+    }
+  }
+  if (!p.contains("sessions")) p["sessions"] = nlohmann::json::array();
+  return p;
+}
+
+}  // namespace
+
+size_t record_session_start(const std::string& dir) {
+  const std::string path = (std::filesystem::path(dir) / "provenance.json").string();
+  nlohmann::json p = read_sessions(path);
+  p["sessions"].push_back(session_provenance());
+  write_file_atomic(path, p.dump(2) + "\n");
+  return p["sessions"].size() - 1;
+}
+
+void record_session_end(const std::string& dir, size_t index) {
+  const std::string path = (std::filesystem::path(dir) / "provenance.json").string();
+  nlohmann::json p = read_sessions(path);
+  if (index >= p["sessions"].size()) return;
+  p["sessions"][index]["ended"] = utc_now();
+  write_file_atomic(path, p.dump(2) + "\n");
 }
 
 }  // namespace thx

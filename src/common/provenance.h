@@ -29,6 +29,13 @@ void set_command_line(int argc, char** argv);
 // is present), rank (under torchrun), pid, started (UTC, ISO 8601).
 nlohmann::json session_provenance();
 
+// <dir>/provenance.json ({sessions: [...]}): append this process's session and return its
+// index; later, add its "ended" time. A file that does not parse (edited by hand) is kept aside
+// as provenance.json.unreadable rather than lost. Run directories (training/run_dir.h) and
+// sweep directories record their sessions this way.
+size_t record_session_start(const std::string& dir);
+void record_session_end(const std::string& dir, size_t index);
+
 // The current time as UTC ISO 8601 ("2026-11-26T07:30:00Z").
 std::string utc_now();
 

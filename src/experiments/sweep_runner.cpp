@@ -24,6 +24,7 @@
 #include "common/error.h"
 #include "common/fs.h"
 #include "common/log.h"
+#include "common/provenance.h"
 #include "common/runtime.h"
 #include "data/prepare.h"
 #include "experiments/bench_attention.h"
@@ -214,14 +215,23 @@ class SweepLock {
       const std::string pid = std::to_string(::getpid()) + "\n";
       if (::pwrite(fd_, pid.data(), pid.size(), 0) < 0) thx::log("sweep")->warn("{}: cannot record this sweep's pid", path_);
     }
+    session_ = record_session_start(out_ = out);  // <out>/provenance.json: who ran the sweep, and when
   }
-  ~SweepLock() { ::close(fd_); }
+  ~SweepLock() {
+    try {
+      record_session_end(out_, session_);
+    } catch (const std::exception& e) {
+      thx::log("sweep")->warn("{}: could not record the end time in provenance.json: {}", out_, e.what());
+    }
+    ::close(fd_);
+  }
   SweepLock(const SweepLock&) = delete;
   SweepLock& operator=(const SweepLock&) = delete;
 
  private:
-  std::string path_;
+  std::string path_, out_;
   int fd_ = -1;
+  size_t session_ = 0;
 };
 
 // A run that ended without a result but at a checkpoint: stopped by SIGINT or SIGTERM (thx

@@ -159,34 +159,10 @@ void RunDirectory::remove_stale_temporaries() const {
                             files, files > 1 ? "s" : "", double(bytes) / 1e6, o_.dir);
 }
 
-// <dir>/provenance.json: this session appended at open(), its end time added when the run
-// directory is closed. A provenance file that does not parse (edited by hand) is kept aside as
-// provenance.json.unreadable rather than lost.
-void RunDirectory::record_session(bool ended) {
-  const std::string path = (fs::path(o_.dir) / "provenance.json").string();
-  nlohmann::json p;
-  if (fs::exists(path)) {
-    p = nlohmann::json::parse(read_file(path), nullptr, false);
-    if (!p.is_object() || !p.contains("sessions") || !p["sessions"].is_array()) {
-      std::error_code ec;
-      fs::rename(path, path + ".unreadable", ec);
-      p = nlohmann::json::object();
-    }
-  }
-  if (!p.contains("sessions")) p["sessions"] = nlohmann::json::array();
-  if (!ended) {
-    p["sessions"].push_back(session_provenance());
-    session_ = p["sessions"].size() - 1;
-  } else if (session_ < p["sessions"].size()) {
-    p["sessions"][session_]["ended"] = utc_now();
-  }
-  write_file_atomic(path, p.dump(2) + "\n");
-}
-
 RunDirectory::~RunDirectory() {
   if (lock_fd_ >= 0) {
     try {
-      record_session(true);
+      record_session_end(o_.dir, session_);
     } catch (const std::exception& e) {
       thx::log("train")->warn("{}: could not record the end time in provenance.json: {}", o_.dir, e.what());
     }
@@ -213,7 +189,7 @@ void RunDirectory::open() {
     std::ofstream((fs::path(o_.dir) / "config_changes.jsonl").string(), std::ios::app) << rec.dump() << "\n";
   }
   write_file_atomic((fs::path(o_.dir) / o_.config_file).string(), o_.yaml);
-  record_session(false);
+  session_ = record_session_start(o_.dir);
   if (!o_.log_file.empty()) {
     add_log_file((fs::path(o_.dir) / o_.log_file).string());
     log_open_ = true;

@@ -50,8 +50,7 @@ class RunDirectory {
 
  private:
   void remove_stale_temporaries() const;
-  void record_session(bool ended);  // <dir>/provenance.json (common/provenance.h)
-  size_t session_ = size_t(-1);
+  size_t session_ = size_t(-1);  // this process's entry in <dir>/provenance.json
   RunDirOptions o_;
   std::map<std::string, std::pair<std::string, std::string>> changes_;  // key -> (from, to)
   std::string from_checkpoint_;

@@ -246,6 +246,15 @@ TEST(SweepRun, AFailedRunIsReportedAndTheOthersFinish) {
   EXPECT_NE(r.out.find("broken failed"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("1 of 2 runs finished"), std::string::npos) << r.out;
   EXPECT_EQ(read_results(dir.file("mixed")).size(), 1u);
+  // The sweep directory records who ran it and when (common/provenance.h), as each run's does.
+  for (const std::string& d : {dir.file("mixed"), dir.file("mixed") + "/fine"}) {
+    const nlohmann::json p = nlohmann::json::parse(read_file(d + "/provenance.json"));
+    ASSERT_EQ(p["sessions"].size(), 1u) << d;
+    EXPECT_NE(p["sessions"][0]["command"].get<std::string>().find(d.size() == dir.file("mixed").size() ? " sweep "
+                                                                                                      : " pretrain "),
+              std::string::npos) << p.dump(1);
+    EXPECT_TRUE(p["sessions"][0].contains("ended")) << p.dump(1);
+  }
   // Fine-tuning results added under a finished run reach results.jsonl with the next sweep.
   const fs::path ft = fs::path(dir.file("mixed")) / "fine" / "finetune" / "glue";
   fs::create_directories(ft);
