@@ -48,7 +48,10 @@ case "${1:-}" in
     mkdir -p "$root/first"
     for dir in fmt spdlog google; do ln -sfn "../usr/include/$dir" "$root/first/$dir"; done
     generator=$(command -v ninja >/dev/null && echo Ninja || echo 'Unix Makefiles')
+    # The machine's own C++ compiler (GCC by default), the one the wheel's LibTorch was built
+    # for; the CPU build's clang 14 is Debian's and need not be there.
     cmake -S . -B build-gpu -G "$generator" -DCMAKE_BUILD_TYPE=Release \
+      -DCMAKE_CXX_COMPILER="${CXX:-c++}" -DCMAKE_C_COMPILER="${CC:-cc}" \
       -DCMAKE_PREFIX_PATH="$torch_cmake;$root/usr" -DTHX_DISTRIBUTED="${THX_DISTRIBUTED:-ON}" \
       -DHDF5_ROOT="$lib/hdf5/serial" -DHDF5_C_INCLUDE_DIR="$root/usr/include/hdf5/serial" \
       -DICU_ROOT="$root/usr" -DProtobuf_PROTOC_EXECUTABLE="$root/usr/bin/protoc" \

@@ -1,7 +1,8 @@
 #include "attention/blas.h"
 
-#include <ATen/Parallel.h>
 #include <dlfcn.h>
+
+#include "common/parallel.h"
 
 // The Fortran interface, which every BLAS provides (CBLAS is not in the reference BLAS).
 extern "C" void sgemm_(const char* transa, const char* transb, const int* m, const int* n,
@@ -53,7 +54,7 @@ void parallel_gemms(int64_t count, const std::function<void(int64_t)>& fn) {
   }
   const int before = ob.get();
   ob.set(1);
-  at::parallel_for(0, count, 1, [&](int64_t a, int64_t b) {
+  thx::parallel_for(0, count, 1, [&](int64_t a, int64_t b) {
     for (int64_t i = a; i < b; ++i) fn(i);
   });
   ob.set(before);

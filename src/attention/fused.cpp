@@ -1,7 +1,5 @@
 #include "attention/fused.h"
 
-#include <ATen/Parallel.h>
-
 #include <atomic>
 #include <cstring>
 #include <limits>
@@ -9,6 +7,7 @@
 #include "attention/attention.h"
 #include "attention/blas.h"
 #include "attention/kernels.h"
+#include "common/parallel.h"
 #include "common/precision.h"
 #include "common/runtime.h"
 #include "common/torch_compat.h"
@@ -185,7 +184,7 @@ struct HeadsSoftmaxFn : torch::autograd::Function<HeadsSoftmaxFn> {
     Tensor U = P_w.defined() ? torch::empty({p.b, p.n, p.hv, p.m}) : W;
     const float* pJ = J.data_ptr<float>();
     float *pW = W.data_ptr<float>(), *pU = U.data_ptr<float>();
-    at::parallel_for(0, p.n, 4, [&](int64_t i0, int64_t i1) {
+    thx::parallel_for(0, p.n, 4, [&](int64_t i0, int64_t i1) {
       for (int64_t i = i0; i < i1; ++i)
         for (int64_t bb = 0; bb < p.b; ++bb) {
           const int64_t row = bb * p.n + i;
@@ -213,7 +212,7 @@ struct HeadsSoftmaxFn : torch::autograd::Function<HeadsSoftmaxFn> {
     const BiasGrad bias(ctx, p.m, threads);
     const float *pdU = dU.data_ptr<float>(), *pW = W.data_ptr<float>(), *pJ = ptr(J);
     float* pdJ = dJ.data_ptr<float>();
-    at::parallel_for(0, p.n, 4, [&](int64_t i0, int64_t i1) {
+    thx::parallel_for(0, p.n, 4, [&](int64_t i0, int64_t i1) {
       const int t = at::get_thread_num();
       std::vector<float> dWbuf(p.h * p.m), dLbuf(p.h * p.m);
       auto bias_row = bias.row_fn(t);
@@ -298,7 +297,7 @@ struct AttentionCoreFn : torch::autograd::Function<AttentionCoreFn> {
     const float *q = Q.data_ptr<float>(), *kt = Kt.data_ptr<float>(), *v = V.data_ptr<float>();
     float *w = W.data_ptr<float>(), *u = U.data_ptr<float>(), *o = O.data_ptr<float>();
 
-    at::parallel_for(0, s.blocks(), 1, [&](int64_t c0, int64_t c1) {
+    thx::parallel_for(0, s.blocks(), 1, [&](int64_t c0, int64_t c1) {
       std::vector<float> Jbuf(P_l.defined() ? kRows * s.hk * s.m : 0);
       for (int64_t c = c0; c < c1; ++c)
         for (int64_t bb = 0; bb < s.b; ++bb) {
@@ -349,7 +348,7 @@ struct AttentionCoreFn : torch::autograd::Function<AttentionCoreFn> {
                   go + (bb * s.n * s.hv + g) * s.dv, s.hv * s.dv, 0.0f,
                   dvp + (bb * s.m * s.hv + g) * s.dv, s.hv * s.dv);
     });
-    at::parallel_for(0, s.blocks(), 1, [&](int64_t c0, int64_t c1) {
+    thx::parallel_for(0, s.blocks(), 1, [&](int64_t c0, int64_t c1) {
       const int t = at::get_thread_num();
       std::vector<float> dUbuf(kRows * s.hv * s.m), Jbuf(P_l.defined() ? kRows * s.hk * s.m : 0);
       std::vector<float> Wbuf(p.h * s.m), dWbuf(p.h * s.m), dLbuf(p.h * s.m);
@@ -424,7 +423,7 @@ struct AttentionCoreBf16Fn : torch::autograd::Function<AttentionCoreBf16Fn> {
     Tensor U = P_w.defined() ? torch::empty({s.b, s.hv, s.n, s.m}, Q.options()) : W;         // [b,h_v,n,m]
     const uint16_t* j = bf16_bits(J);
     uint16_t *w = bf16_bits_mut(W), *u = bf16_bits_mut(U);
-    at::parallel_for(0, s.b * s.n, 1, [&](int64_t r0, int64_t r1) {
+    thx::parallel_for(0, s.b * s.n, 1, [&](int64_t r0, int64_t r1) {
       std::vector<float> Jf(s.hk * s.m), Wf(p.h * s.m), Uf(P_w.defined() ? s.hv * s.m : 0);
       for (int64_t r = r0; r < r1; ++r) {
         const int64_t bb = r / s.n, i = r % s.n;
@@ -458,7 +457,7 @@ struct AttentionCoreBf16Fn : torch::autograd::Function<AttentionCoreBf16Fn> {
     const BiasGrad bias(ctx, s.m, threads);
     const uint16_t *du = bf16_bits(dU), *w = bf16_bits(W), *j = P_l.defined() ? bf16_bits(J) : nullptr;
     uint16_t* dj = bf16_bits_mut(dJ);
-    at::parallel_for(0, s.b * s.n, 1, [&](int64_t r0, int64_t r1) {
+    thx::parallel_for(0, s.b * s.n, 1, [&](int64_t r0, int64_t r1) {
       const int t = at::get_thread_num();
       std::vector<float> dUf(s.hv * s.m), Wf(p.h * s.m), Jf(j ? s.hk * s.m : 0), dJf(s.hk * s.m);
       std::vector<float> dWbuf(p.h * s.m), dLbuf(p.h * s.m);

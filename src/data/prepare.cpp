@@ -3,8 +3,6 @@
 #include <map>
 #include <optional>
 
-#include <ATen/Parallel.h>
-
 #include <chrono>
 #include <exception>
 #include <filesystem>
@@ -15,6 +13,7 @@
 #include "common/fs.h"
 #include "common/h5.h"
 #include "common/log.h"
+#include "common/parallel.h"
 #include "data/tokenizer.h"
 
 namespace thx {
@@ -145,7 +144,7 @@ void tokenize_all(const PrepareOptions& o, const Inputs& in, const Tokenizer& to
   int64_t docs = 0;
   auto flush_batch = [&] {
     std::vector<std::vector<int32_t>> ids(batch.size());
-    at::parallel_for(0, int64_t(batch.size()), 16, [&](int64_t a, int64_t b) {
+    thx::parallel_for(0, int64_t(batch.size()), 16, [&](int64_t a, int64_t b) {
       for (int64_t i = a; i < b; ++i) ids[i] = tok.encode(batch[i]);
     });
     for (size_t i = 0; i < batch.size(); ++i) writers[batch_split[i]].add(ids[i]);

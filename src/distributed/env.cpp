@@ -17,7 +17,7 @@ int parse_int(const char* name, const char* value, int lo) {
   errno = 0;
   const long v = std::strtol(value, &end, 10);
   if (errno || end == value || *end || v < lo || v > 1 << 20)
-    throw InputError(fmt::format("environment: {}={:?} is not an integer >= {} (torchrun sets it; "
+    throw InputError(fmt::format("environment: {}=\"{}\" is not an integer >= {} (torchrun sets it; "
                                  "launch with `torchrun --no_python ... thx ...`)", name, value, lo));
   return int(v);
 }

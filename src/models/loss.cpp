@@ -1,10 +1,9 @@
 #include "models/loss.h"
 
-#include <ATen/Parallel.h>
-
 #include <cstring>
 
 #include "attention/kernels.h"
+#include "common/parallel.h"
 #include "common/precision.h"
 #include "common/runtime.h"
 
@@ -36,7 +35,7 @@ struct CrossEntropyZFn : torch::autograd::Function<CrossEntropyZFn> {
     const int64_t* pt = t.data_ptr<int64_t>();
     float *pl = lse.data_ptr<float>(), *ptl = target_logit.data_ptr<float>();
     const kernels::Ops& k = kernels::best_ops();
-    at::parallel_for(0, N, 16, [&](int64_t a, int64_t b) {
+    thx::parallel_for(0, N, 16, [&](int64_t a, int64_t b) {
       std::vector<float> buf(x.scalar_type() == torch::kFloat32 ? 0 : V);
       for (int64_t i = a; i < b; ++i) {
         const float* xi = row(k, x, i, V, buf);
@@ -69,7 +68,7 @@ struct CrossEntropyZFn : torch::autograd::Function<CrossEntropyZFn> {
     const float* pl = lse.data_ptr<float>();
     const int64_t* pt = t.data_ptr<int64_t>();
     const kernels::Ops& k = kernels::best_ops();
-    at::parallel_for(0, N, 16, [&](int64_t a, int64_t b) {
+    thx::parallel_for(0, N, 16, [&](int64_t a, int64_t b) {
       std::vector<float> buf(fp32 ? 0 : V);
       for (int64_t i = a; i < b; ++i) {
         float* d = fp32 ? dx.data_ptr<float>() + i * V : buf.data();

@@ -1,12 +1,11 @@
 #include "models/t5.h"
 
-#include <ATen/Parallel.h>
-
 #include <cmath>
 
 #include "attention/factory.h"
 #include "attention/kernels.h"
 #include "common/error.h"
+#include "common/parallel.h"
 #include "common/precision.h"
 #include "common/runtime.h"
 #include "models/loss.h"
@@ -120,7 +119,7 @@ struct RMSNormFn : torch::autograd::Function<RMSNormFn> {
     const float* ps = scale.data_ptr<float>();
     float* pr = r.data_ptr<float>();
     const kernels::Ops& k = kernels::best_ops();
-    at::parallel_for(0, rows, 64, [&](int64_t a, int64_t b) {
+    thx::parallel_for(0, rows, 64, [&](int64_t a, int64_t b) {
       std::vector<float> xbuf(d), ybuf(d);
       for (int64_t i = a; i < b; ++i) {
         const float* xi = fp32_row(k, x, i, d, xbuf);
@@ -147,7 +146,7 @@ struct RMSNormFn : torch::autograd::Function<RMSNormFn> {
     Tensor dscale = torch::zeros({threads, d}, x.options().dtype(torch::kFloat32));  // [threads,d] partial sums
     const float *ps = scale.data_ptr<float>(), *pr = r.data_ptr<float>();
     const kernels::Ops& k = kernels::best_ops();
-    at::parallel_for(0, rows, 64, [&](int64_t a, int64_t b) {
+    thx::parallel_for(0, rows, 64, [&](int64_t a, int64_t b) {
       float* ds = dscale[at::get_thread_num()].data_ptr<float>();
       std::vector<float> xbuf(d), gbuf(d), obuf(d);
       for (int64_t i = a; i < b; ++i) {

@@ -493,7 +493,7 @@ LoopResult train(Trainee& t, const LoopOptions& o) {
     const std::string e = batch_split_error("batch size", o.batch_size, o.grad_accum, r.world);
     if (!e.empty()) throw InputError(r.prefix + e);
   }
-  Checkpointer checkpoints{r};
+  Checkpointer checkpoints{r, std::nullopt};
   int64_t step = checkpoints.restore();
   if (r.writer) warn_about_schedule(r, step, checkpoints.schedule_steps);
   // Everything that can fail on bad input has been read; now the outputs are opened.

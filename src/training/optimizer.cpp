@@ -1,7 +1,5 @@
 #include "training/optimizer.h"
 
-#include <ATen/Parallel.h>
-
 #include <algorithm>
 #include <cmath>
 #include <functional>
@@ -10,6 +8,7 @@
 #include "attention/attention.h"
 #include "attention/registry.h"
 #include "common/error.h"
+#include "common/parallel.h"
 #include "common/runtime.h"
 
 // Shapes: each state tensor has its parameter's view (OptimizedParam::view, optimizer.h), with
@@ -86,7 +85,7 @@ class Adafactor : public Optimizer {
         const int t = int(std::min_element(load.begin(), load.end()) - load.begin());
         bins[t].push_back(i), load[t] += params_[i].param.numel();
       }
-      at::parallel_for(0, threads, 1, [&](int64_t lo, int64_t hi) {
+      thx::parallel_for(0, threads, 1, [&](int64_t lo, int64_t hi) {
         for (int64_t t = lo; t < hi; ++t)
           for (size_t i : bins[t]) fused_update(params_[i], slots_[i], decay, lr * params_[i].lr_scale);
       });

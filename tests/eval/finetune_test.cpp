@@ -277,9 +277,10 @@ TEST(EncoderHeads, PredictionsEqualTheHeadFormulas) {
   run_finetune(c, p, t.file("out"));
 
   Tokenizer tk(c.finetune.tokenizer);
+  const PretrainConfig& pretrained = p.config;  // (clang 14: a lambda cannot name a structured binding)
   auto reference = [&](const std::string& task, const std::string& a, const std::string* b) {
     const Checkpoint ck = load_checkpoint(t.file("out/" + task + ".h5"));
-    EncoderModel r(p.config.model, p.config.attention.encoder_self, 64, false);
+    EncoderModel r(pretrained.model, pretrained.attention.encoder_self, 64, false);
     torch::NoGradGuard g;
     r->eval();
     for (auto& [k, v] : r->named_parameters_by_path()) v.copy_(ck.params.at(k));

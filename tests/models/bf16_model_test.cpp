@@ -284,7 +284,7 @@ struct TinyT5Trainee : Trainee {
   int64_t tokens(const Batch& b) override { return b.targets.numel(); }
   MicroLoss forward(const Batch& b) override {
     const T5Impl::Output o = model->forward(b.inputs, b.decoder_inputs, b.targets);
-    return {o.loss, o.nll_sum.item<double>()};
+    return {o.loss, o.nll_sum.item<double>(), torch::Tensor()};
   }
   nlohmann::json evaluate(int64_t) override { return {}; }
   void save_state(Checkpoint&) override {}

@@ -346,7 +346,8 @@ TEST(EncoderRecompute, SameLossAndGradients) {
     ModelConfig c = tiny(type, "relative");
     EncoderModel m(c, heads("talking_heads", 4), 40);
     m->train();
-    auto [ids, types] = batch(40);
+    const auto batch40 = batch(40);
+    const Tensor ids = batch40.first, types = batch40.second;
     const Tensor positions = torch::tensor({{1, 3}, {2, 4}});
     const Tensor targets = torch::tensor({{6, 7}, {8, 0}});
     const Tensor labels = torch::tensor({0, 1});
