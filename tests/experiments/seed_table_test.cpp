@@ -2,6 +2,9 @@
 // difference and its size in σ (signed so that positive means talking-heads is better, lower
 // for ln(PPL)), the fine-tuning scores from finetune/**/<task>.json, and bad input (a missing
 // dir, an unknown variant, a corrupt row, no head count with both variants) as one line, exit 2.
+// scripts/plot_heads.py on the same kind of sweep: the points it plots (mean ± σ per variant and
+// head count, pooled over sweeps), and its bad input as one line, exit 2.
+#include "common/fs.h"
 #include "test_util.h"
 
 namespace thx::test {
@@ -120,6 +123,65 @@ TEST(SeedTable, BadInputIsOneLineAndExitTwo) {
   fs::create_directories(good / "h12-multi_head-s1" / "finetune");
   std::ofstream(good / "h12-multi_head-s1" / "finetune" / "odd.json") << "[1, 2]\n";  // JSON, not a result
   EXPECT_EQ(seed_table(good.string()).code, 0);
+}
+
+RunResult plot_heads(const std::string& args) {
+  return run_command("/usr/bin/python3 " + std::string(THX_SOURCE_DIR) + "/scripts/plot_heads.py " +
+                     args + " 2>&1");
+}
+
+// Two sweeps pooled (12 and 48 heads in one, 24 in the other, as issue 34's ALBERT trend): every
+// cell's mean and sample σ over its seeds in the summary, the PNG written.
+TEST(PlotHeads, PoolsSweepsAndPlotsMeanAndSigmaPerHeadCount) {
+  TempDir dir;
+  const fs::path a = dir.path / "a", b = dir.path / "b";
+  write_seeded_sweep(a, {{"multi_head", 12, 1, 6.0, 21, 70}, {"multi_head", 12, 2, 6.2, 23, 80},
+                         {"talking_heads", 12, 1, 5.9, 22, 60}, {"talking_heads", 12, 2, 5.9, 24, 62},
+                         {"multi_head", 48, 1, 6.5, 20, 70}});
+  write_seeded_sweep(b, {{"multi_head", 24, 1, 6.1, 21, 70}, {"multi_head", 24, 2, 6.3, 23, 80},
+                         {"multi_head", 24, 3, 6.2, 22, 75}});
+  const std::string png = (dir.path / "heads.png").string(), md = (dir.path / "heads.md").string();
+  const RunResult r = plot_heads(a.string() + " " + b.string() + " --out " + png + " --summary " + md);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_GT(fs::file_size(png), 1000u);
+  const std::string summary = read_file(md);
+  EXPECT_NE(summary.find("| multi-head | 12 | 16 | 2 | 6.1000 | 0.1414 |"), std::string::npos) << summary;
+  EXPECT_NE(summary.find("| multi-head | 24 | 8 | 3 | 6.2000 | 0.1000 |"), std::string::npos) << summary;
+  EXPECT_NE(summary.find("| multi-head | 48 | 4 | 1 | 6.5000 | — |"), std::string::npos) << summary;
+  EXPECT_NE(summary.find("| talking-heads | 12 | 16 | 2 | 5.9000 | 0.0000 |"), std::string::npos) << summary;
+  EXPECT_EQ(lines(summary), 2 + 4) << summary;
+  // MLM accuracy instead: 22 ± 1.414 at 12 heads.
+  ASSERT_EQ(plot_heads(a.string() + " --metric mlm --out " + png + " --summary " + md).code, 0);
+  EXPECT_NE(read_file(md).find("| multi-head | 12 | 16 | 2 | 22.0000 | 1.4142 |"), std::string::npos) << read_file(md);
+}
+
+TEST(PlotHeads, BadInputIsOneLineAndExitTwo) {
+  TempDir dir;
+  const fs::path good = dir.path / "good", bad = dir.path / "bad", t5 = dir.path / "t5";
+  write_seeded_sweep(good, {{"multi_head", 12, 1, 6.0, 21, 70}});
+  fs::create_directories(bad);
+  std::ofstream(bad / "results.jsonl") << "{\"name\": \"x\"}\n";
+  fs::create_directories(t5);
+  std::ofstream(t5 / "results.jsonl")
+      << "{\"attention\":{\"encoder_self\":{\"d_k\":16,\"h\":12,\"variant\":\"multi_head\"}},"
+         "\"ln_ppl\":\"5.1\",\"model\":\"t5\",\"name\":\"r\",\"seed\":1}\n";
+  const std::string out = " --out " + (dir.path / "x.png").string();
+  auto expect_refused = [&](const std::string& args, const std::string& says) {
+    EXPECT_TRUE(refused(plot_heads(args), "plot_heads.py: ", says)) << args;
+  };
+  expect_refused((dir.path / "missing").string() + out, "missing: not a directory");
+  expect_refused(dir.path.string() + out, "results.jsonl: not found");
+  expect_refused(bad.string() + out, "results.jsonl:1: not a results row");
+  expect_refused(t5.string() + out, "results.jsonl:1: ln_ppl is '5.1', not a number");
+  expect_refused(good.string() + " --metric nll" + out, "--metric nll: unknown; allowed: ln_ppl, mlm, sop");
+  expect_refused(good.string() + " --out /nonexistent/x.png", "directory /nonexistent does not exist");
+  expect_refused(good.string(), "the following arguments are required: --out");
+  expect_refused(good.string() + " --metric sop --summary /nonexistent/s.md" + out, "/nonexistent does not exist");
+  std::ofstream(good / "results.jsonl", std::ios::app)
+      << "{\"attention\":{\"encoder_self\":{\"d_k\":16,\"h\":12,\"variant\":\"multi_head\"}},"
+         "\"ln_ppl\":5.1,\"model\":\"t5\",\"name\":\"t\",\"seed\":1}\n";
+  // write_seeded_sweep's rows name no model; a row that says t5 beside them is a mix.
+  expect_refused(good.string() + out, "the sweeps mix models");
 }
 
 }  // namespace THX_FILE_ID
