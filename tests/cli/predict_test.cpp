@@ -80,6 +80,11 @@ void expect_predict_equals_eval(bool albert) {
     EXPECT_EQ(split_lines(r.out).size(), 2u) << r.out;
     r = run_thx("predict --checkpoint " + s.dir.file("pretrained") + " --input " + spans + " --task sst2");
     EXPECT_EQ(r.code, 2) << r.out;
+    r = run_thx("predict --checkpoint " + s.dir.file("pretrained") + " --input " + spans + " --out " +
+                s.dir.file("missing/p.txt"));
+    EXPECT_EQ(r.code, 2) << r.out;
+    EXPECT_EQ(r.out, "thx: error: --out " + s.dir.file("missing/p.txt") + ": directory " + s.dir.file("missing") +
+                         " does not exist\n");
   }
 }
 
