@@ -85,6 +85,10 @@ void expect_predict_equals_eval(bool albert) {
     EXPECT_EQ(r.code, 2) << r.out;
     EXPECT_EQ(r.out, "thx: error: --out " + s.dir.file("missing/p.txt") + ": directory " + s.dir.file("missing") +
                          " does not exist\n");
+    const std::string past = s.dir.write("past.txt", "fine <extra_id_99>\nheads <extra_id_100> here\n");
+    r = run_thx("predict --checkpoint " + s.dir.file("pretrained") + " --input " + past);
+    EXPECT_EQ(r.code, 2) << r.out;
+    EXPECT_EQ(r.out, "thx: error: " + past + ":2: <extra_id_100>: sentinels go from 0 to 99\n");
   }
 }
 
