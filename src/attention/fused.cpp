@@ -141,23 +141,28 @@ struct RowKernels {
 // The bias gradient is dL summed to the bias's shape [B,H,N,m], B in {1,b}, H in {1,h},
 // N in {1,n}. Work is split across threads by query rows, so N = 1 accumulates per thread.
 struct BiasGrad {
-  bool on = false;
+  bool on = false, per_thread = false;
   int64_t Bb = 1, Hb = 1, Nb = 1, m = 0;
   std::vector<int64_t> shape;
   Tensor acc;  // [threads or 1, B, H, N, m]
 
-  BiasGrad(AutogradContext* ctx, int64_t m_, int threads) : m(m_) {
+  // `rows_over_batch`: the caller's threads split (batch, query) rows, not query rows alone, so
+  // a bias shared by the batch (B = 1) has rows that two threads reach; like a bias shared by
+  // the queries (N = 1), each thread then adds into its own accumulator, summed in thread
+  // order at the end (the same sum every run).
+  BiasGrad(AutogradContext* ctx, int64_t m_, int threads, bool rows_over_batch = false) : m(m_) {
     on = ctx->saved_data["bias_grad"].toBool();
     if (!on) return;
     shape = ctx->saved_data["bias_shape"].toIntVector();
     std::vector<int64_t> s4(4 - std::min<size_t>(4, shape.size()), 1);
     s4.insert(s4.end(), shape.begin(), shape.end());
     Bb = s4[0], Hb = s4[1], Nb = s4[2];
-    acc = torch::zeros({Nb == 1 ? threads : 1, Bb, Hb, Nb, m});
+    per_thread = Nb == 1 || (rows_over_batch && Bb == 1);
+    acc = torch::zeros({per_thread ? threads : 1, Bb, Hb, Nb, m});
   }
   // Row (b, h, i) of this thread's accumulator, or null when no gradient is wanted.
   auto row_fn(int t) const {
-    float* base = on ? acc[Nb == 1 ? t : 0].data_ptr<float>() : nullptr;
+    float* base = on ? acc[per_thread ? t : 0].data_ptr<float>() : nullptr;
     return [this, base](int64_t b, int64_t h, int64_t i) -> float* {
       if (!base) return nullptr;
       return base + (((Bb == 1 ? 0 : b) * Hb + (Hb == 1 ? 0 : h)) * Nb + (Nb == 1 ? 0 : i)) * m;
@@ -454,7 +459,7 @@ struct AttentionCoreBf16Fn : torch::autograd::Function<AttentionCoreBf16Fn> {
     Tensor dJ = torch::empty({s.b, s.hk, s.n, s.m}, Q.options());               // [b,h_k,n,m]
     Tensor gPl = P_l.defined() ? torch::zeros({threads, s.hk, p.h}) : Tensor();
     Tensor gPw = P_w.defined() ? torch::zeros({threads, p.h, s.hv}) : Tensor();
-    const BiasGrad bias(ctx, s.m, threads);
+    const BiasGrad bias(ctx, s.m, threads, /*rows_over_batch=*/true);
     const uint16_t *du = bf16_bits(dU), *w = bf16_bits(W), *j = P_l.defined() ? bf16_bits(J) : nullptr;
     uint16_t* dj = bf16_bits_mut(dJ);
     thx::parallel_for(0, s.b * s.n, 1, [&](int64_t r0, int64_t r1) {

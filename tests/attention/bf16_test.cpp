@@ -199,6 +199,21 @@ TEST(Bf16Core, OutputAndGradientsWithinTheDerivedBound) {
   check_bf16_core({3, 1, 17, 4, 4, 4, 16, 16, true, true, true, false});  // one query row (decoding)
 }
 
+// A bias shared by the batch ([1,h,n,m], T5's and BERT's relative bias) at two threads: the bf16
+// backward splits its rows over batch x query, so two threads reach the same bias row; each
+// must add into its own accumulator (they raced on one and lost additions: the gradient
+// changed from run to run).
+TEST(Bf16Core, ASharedBiasGradientIsExactAndRepeatsAtTwoThreads) {
+  const int before = at::get_num_threads();
+  at::set_num_threads(2);
+  const Bf16Case c{8, 128, 128, 8, 8, 8, 16, 16, true, true, true, false};
+  const CoreInputs in = inputs_of(c, 7);
+  const Tensor first = run_core(in, torch::kBFloat16).at("dbias");
+  for (int k = 0; k < 8; ++k) EXPECT_TRUE(torch::equal(run_core(in, torch::kBFloat16).at("dbias"), first)) << k;
+  EXPECT_TRUE(within(first, bounds_of(c, in).dbias));
+  at::set_num_threads(before);
+}
+
 TEST(Bf16Core, PlantedBf16SoftmaxExceedsTheBound) {
   // Large position biases, small dot products: rounding the logits to bf16 (a softmax run in
   // bf16) moves the weights by ~u |L| ~ 2%, far outside what the real path may err.
