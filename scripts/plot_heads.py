@@ -58,7 +58,7 @@ def main():
     ap.add_argument("sweeps", nargs="+", metavar="sweep", help="the --out directory of `thx sweep`; several pool")
     ap.add_argument("--out", required=True, help="PNG file to write")
     ap.add_argument("--metric", default="ln_ppl", help=f"one of {', '.join(METRICS)} (default ln_ppl)")
-    ap.add_argument("--title", default="", help="the figure's title")
+    ap.add_argument("--title", default="", help="the figure's title (default: the sweeps' names)")
     ap.add_argument("--summary", help="also write the plotted points as a Markdown table here")
     args = ap.parse_args()
     if args.metric not in METRICS:
@@ -109,8 +109,7 @@ def main():
     ax.minorticks_off()
     ax.set_xlabel("heads h")
     ax.set_ylabel(METRICS[args.metric] + ", mean ± seed σ")
-    if args.title:
-        ax.set_title(args.title)
+    ax.set_title(args.title or " + ".join(os.path.basename(os.path.normpath(s)) for s in args.sweeps))
     ax.legend()
     ax.grid(alpha=0.3)
     fig.tight_layout()
