@@ -9,8 +9,8 @@ seeded sweeps given (their --out directories; several are pooled, e.g. a sweep o
 heads with one of 24), the mean of the metric over the seeds, with error bars of one sample
 standard deviation, against h on a log scale, each tick labelled with h and d_k. --summary
 writes the points as a Markdown table (variant, h, d_k, seeds, mean, σ). A cell with one seed
-has no error bar. Rows come from each sweep's results.jsonl (`thx sweep` writes it); a run
-named twice (the same name in two sweeps) counts once. Bad input is one line on stderr and
+has no error bar. Rows come from each sweep's results.jsonl (`thx sweep` writes it); runs of the
+same name in two sweeps both count (a sweep directory given twice counts once). Bad input is one line on stderr and
 exit 2. Needs Debian's python3-matplotlib.
 """
 import json
@@ -75,7 +75,7 @@ def main():
         for r in rows:
             if r["value"] is None:
                 continue  # a run without this metric (a T5 run has no MLM accuracy)
-            runs.setdefault(r["name"], r)
+            runs.setdefault((os.path.realpath(sweep), r["name"]), r)  # a sweep given twice counts once
             models.setdefault(r["model"], path)
     if not runs:
         fail(f"no run of {', '.join(args.sweeps)} has {args.metric} (finished runs only; "

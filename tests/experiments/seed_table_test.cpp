@@ -150,6 +150,11 @@ TEST(PlotHeads, PoolsSweepsAndPlotsMeanAndSigmaPerHeadCount) {
   EXPECT_NE(summary.find("| multi-head | 48 | 4 | 1 | 6.5000 | — |"), std::string::npos) << summary;
   EXPECT_NE(summary.find("| talking-heads | 12 | 16 | 2 | 5.9000 | 0.0000 |"), std::string::npos) << summary;
   EXPECT_EQ(lines(summary), 2 + 4) << summary;
+  // The same run names in two sweeps (a grid run again): both count; a sweep given twice once.
+  const fs::path c = dir.path / "c";
+  write_seeded_sweep(c, {{"multi_head", 12, 1, 6.4, 21, 70}});
+  ASSERT_EQ(plot_heads(a.string() + " " + c.string() + " " + a.string() + " --out " + png + " --summary " + md).code, 0);
+  EXPECT_NE(read_file(md).find("| multi-head | 12 | 16 | 3 | 6.2000 | 0.2000 |"), std::string::npos) << read_file(md);
   // MLM accuracy instead: 22 ± 1.414 at 12 heads.
   ASSERT_EQ(plot_heads(a.string() + " --metric mlm --out " + png + " --summary " + md).code, 0);
   EXPECT_NE(read_file(md).find("| multi-head | 12 | 16 | 2 | 22.0000 | 1.4142 |"), std::string::npos) << read_file(md);
