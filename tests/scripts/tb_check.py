@@ -32,7 +32,10 @@ def messages():
     fd = descriptor_pb2.FileDescriptorProto(name="tb_check_event.proto", package="tbcheck", syntax="proto3")
     value = fd.message_type.add(name="Value")
     value.field.add(name="tag", number=1, type=F.TYPE_STRING, label=F.LABEL_OPTIONAL)
-    value.field.add(name="simple_value", number=2, type=F.TYPE_FLOAT, label=F.LABEL_OPTIONAL)
+    # In a oneof, as in TensorFlow's summary.proto: a zero is written, and an absent value is no
+    # scalar (what tensorboard's own reader does), not a zero.
+    value.oneof_decl.add(name="value")
+    value.field.add(name="simple_value", number=2, type=F.TYPE_FLOAT, label=F.LABEL_OPTIONAL, oneof_index=0)
     summary = fd.message_type.add(name="Summary")
     summary.field.add(name="value", number=1, type=F.TYPE_MESSAGE, label=F.LABEL_REPEATED,
                       type_name=".tbcheck.Value")
@@ -86,7 +89,8 @@ def main(run):
                     return f"{path}: first event has file_version {e.file_version!r}"
                 continue
             for v in e.summary.value:
-                got[(e.step, v.tag)] = v.simple_value
+                if v.HasField("simple_value"):
+                    got[(e.step, v.tag)] = v.simple_value
     error = difference(got, run)
     if error:
         return error
