@@ -7,6 +7,7 @@
 #include <torch/torch.h>
 
 #include <signal.h>
+#include <ucontext.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -64,7 +65,19 @@ void set_cpu_kernels(bool enabled) { g_cpu_kernels = enabled; }
 extern "C" void __sanitizer_set_death_callback(void (*)(void)) __attribute__((weak));
 
 namespace {
-void crash_report(int sig) {
+// Writes "0x" and v in hex: async-signal-safe, unlike printf.
+void put_hex(uintptr_t v) {
+  char buf[2 + 2 * sizeof v];
+  size_t n = sizeof buf;
+  do {
+    buf[--n] = "0123456789abcdef"[v & 15];
+    v >>= 4;
+  } while (v && n > 2);
+  buf[--n] = 'x', buf[--n] = '0';
+  (void)!::write(STDERR_FILENO, buf + n, sizeof buf - n);
+}
+
+void crash_report(int sig, siginfo_t* info, void* context) {
   // Only async-signal-safe calls: write(2) and backtrace_symbols_fd (backtrace itself was
   // called once at installation, so that its library is already loaded).
   const char* name = sig == SIGSEGV ? "SIGSEGV" : sig == SIGBUS ? "SIGBUS" : sig == SIGILL ? "SIGILL"
@@ -72,6 +85,21 @@ void crash_report(int sig) {
   const auto put = [](const char* s) { (void)!::write(STDERR_FILENO, s, std::strlen(s)); };
   put("thx: fatal signal ");
   put(name);
+  if (sig != SIGABRT) {
+    put(" at address ");
+    put_hex(reinterpret_cast<uintptr_t>(info->si_addr));
+  }
+#if defined(__x86_64__) && defined(__linux__)
+  // The faulting instruction and the return address on top of the stack: the unwinder stops at
+  // a frame without unwind information, such as a call through a bad pointer, and these two
+  // still name the code that made it (module+offset: addr2line -f -C -e MODULE OFFSET).
+  if (sig != SIGABRT) {
+    const auto& regs = static_cast<const ucontext_t*>(context)->uc_mcontext.gregs;
+    void* at[2] = {reinterpret_cast<void*>(regs[REG_RIP]), *reinterpret_cast<void* const*>(regs[REG_RSP])};
+    put("; instruction, then the word on top of the stack:\n");
+    ::backtrace_symbols_fd(at, 2, STDERR_FILENO);
+  }
+#endif
   put("; stack:\n");
   void* frames[64];
   ::backtrace_symbols_fd(frames, ::backtrace(frames, 64), STDERR_FILENO);
@@ -97,8 +125,8 @@ void install_crash_report() {
   void* warm[1];
   (void)::backtrace(warm, 1);
   struct sigaction sa {};
-  sa.sa_handler = crash_report;
-  sa.sa_flags = SA_RESETHAND | SA_NODEFER;
+  sa.sa_sigaction = crash_report;
+  sa.sa_flags = SA_SIGINFO | SA_RESETHAND | SA_NODEFER;
   sigemptyset(&sa.sa_mask);
   for (const int sig : {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT}) ::sigaction(sig, &sa, nullptr);
 }

@@ -39,8 +39,9 @@ void set_device_request(const std::string& device);
 const std::string& device_request();
 torch::Device resolve_device(const std::string& requested, const std::string& where);
 
-// A crash (SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT) writes "thx: fatal signal <name>" and the
-// stack (glibc's backtrace; addresses resolve with addr2line -e <binary>) to stderr, then dies of
+// A crash (SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT) writes "thx: fatal signal <name>", the
+// faulting address, instruction and caller (x86-64), and the stack (glibc's backtrace;
+// addresses resolve with addr2line -f -C -e <binary> <offset>) to stderr, then dies of
 // the same signal, so that a crash on a machine without a debugger names where it happened.
 // Not under the sanitizers, whose own reports are better. main() and the tests install it.
 void install_crash_report();
