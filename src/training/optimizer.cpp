@@ -10,6 +10,7 @@
 #include "common/error.h"
 #include "common/parallel.h"
 #include "common/runtime.h"
+#include "training/adafactor_grouped.h"
 
 // Shapes: each state tensor has its parameter's view (OptimizedParam::view, optimizer.h), with
 // the factored dims d0 (vr) or d1 (vc) kept as size 1; A, X, B, Y, C below are the sizes of a
@@ -63,6 +64,19 @@ class Adafactor : public Optimizer {
       if (o_.beta1) s.m = torch::zeros(p.view, on);  // the view's shape
       slots_.push_back(std::move(s));
     }
+    // Off the CPU, parameters of one view update together (adafactor_grouped.h); their slots
+    // become views of the group's stacked state.
+    std::vector<bool> eligible(params_.size());
+    for (size_t i = 0; i < params_.size(); ++i) eligible[i] = o_.group_on_cpu || !params_[i].param.device().is_cpu();
+    groups_ = adafactor_groups(params_, eligible, o_);
+    for (AdafactorGroup& g : groups_)
+      for (size_t r = 0; r < g.members.size(); ++r) {
+        Slot& s = slots_[g.members[r]];
+        const int64_t row = int64_t(r);
+        if (g.dims) s.vr = g.vr.select(0, row), s.vc = g.vc.select(0, row);
+        else s.v = g.v.select(0, row);
+        if (g.m.defined()) s.m = g.m.select(0, row);
+      }
   }
 
   void step(double lr) override {
@@ -89,6 +103,12 @@ class Adafactor : public Optimizer {
         for (int64_t t = lo; t < hi; ++t)
           for (size_t i : bins[t]) fused_update(params_[i], slots_[i], decay, lr * params_[i].lr_scale);
       });
+    }
+    for (AdafactorGroup& g : groups_) {
+      const auto ready = [&](size_t i) { return !done[i] && params_[i].param.grad().defined(); };
+      if (!std::all_of(g.members.begin(), g.members.end(), ready)) continue;  // each of them below
+      adafactor_group_step(g, params_, o_, decay, lr);
+      for (size_t i : g.members) done[i] = true;
     }
     for (size_t i = 0; i < params_.size(); ++i) {
       OptimizedParam& p = params_[i];
@@ -372,6 +392,7 @@ class Adafactor : public Optimizer {
   bool fused_ = true;
   std::vector<OptimizedParam> params_;
   std::vector<Slot> slots_;
+  std::vector<AdafactorGroup> groups_;
   AdafactorOptions o_;
 };
 

@@ -79,6 +79,9 @@ struct AdafactorOptions {
   double decay_exponent = 0.8, epsilon1 = 1e-30, epsilon2 = 1e-3, clipping_threshold = 1.0;
   std::optional<double> beta1;
   int64_t min_dim_size_to_factor = 128;
+  // Parameters off the CPU update in groups of equal views (adafactor_grouped.h); this does
+  // the same on the CPU (the tests' way to check that path against the others).
+  bool group_on_cpu = false;
 };
 
 std::unique_ptr<Optimizer> make_adafactor(std::vector<OptimizedParam> params, AdafactorOptions o);
