@@ -25,7 +25,7 @@ struct BenchTrainCommand : Command {
     app->add_option("--peer", topt.peer, "also run this peer_t5.py (PyTorch eager; --bf16 beside thx's bf16 rows) on "
                                            "the same configuration and threads; with --base also at base size, "
                                            "h = 12 and 48, in bf16")->type_name("FILE");
-    app->add_flag("--base", topt.base_sweep,
+    CLI::Option* base = app->add_flag("--base", topt.base_sweep,
                     "also time the base size: T5 at batch 8 (--base-batch), 512/114, h = 12, 24, 48; BERT-base or "
                     "ALBERT-base at batch 4, length 512, h = 12, 48");
     app->add_flag("--profile", topt.profile,
@@ -33,6 +33,12 @@ struct BenchTrainCommand : Command {
     app->add_option("--out", topt.markdown_out, "also write the Markdown report here");
     app->add_option("--base-batch", topt.base_batch, "batch of the T5 base rows (0: 8 on the CPU, 32 on a GPU)")
         ->check(CLI::NonNegativeNumber)->capture_default_str();
+    app->add_option("--base-heads", topt.base_heads, "h of the base rows (default: 12,24,48 for T5, 12,48 for "
+                                                      "BERT and ALBERT)")->delimiter(',')->check(CLI::PositiveNumber);
+    app->add_option("--peer-heads", topt.peer_heads, "the T5 base rows that the peer runs beside")
+        ->delimiter(',')->check(CLI::PositiveNumber)->capture_default_str();
+    app->add_flag("--base-only", topt.base_only, "with --base: only the base rows, not the configured model's")
+        ->needs(base);
   }
 
   int run() override {

@@ -1,5 +1,6 @@
 #include "experiments/bench_train.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -276,8 +277,9 @@ void set_variant(PretrainConfig& p, const char* v) {
 }
 
 // BERT-base or ALBERT-base (E = 128) at length 512, batch 4, multi-head and talking-heads.
-void encoder_base_rows(TrainBench& bench, const PretrainConfig& c) {
-  for (int64_t h : {12, 48}) {
+void encoder_base_rows(TrainBench& bench, const PretrainConfig& c, std::vector<int64_t> heads) {
+  if (heads.empty()) heads = {12, 48};
+  for (int64_t h : heads) {
     PretrainConfig b = c;
     ModelConfig m;
     m.type = c.model.type, m.recompute = c.model.recompute;
@@ -296,10 +298,12 @@ void encoder_base_rows(TrainBench& bench, const PretrainConfig& c) {
 }
 
 // The paper's T5-base (12+12 layers, 768, 3072) at 512/114, h = 12, 24, 48.
-void t5_base_rows(TrainBench& bench, const PretrainConfig& c, int64_t batch, bool peer) {
+void t5_base_rows(TrainBench& bench, const PretrainConfig& c, int64_t batch, bool peer, std::vector<int64_t> heads,
+                  const std::vector<int64_t>& peer_heads) {
   const std::map<int64_t, std::string> paper = {{12, "0.18/0.15 = 1.20"}, {24, "0.22/0.17 = 1.29"},
                                                 {48, "0.32/0.21 = 1.52"}};
-  for (int64_t h : {12, 24, 48}) {
+  if (heads.empty()) heads = {12, 24, 48};
+  for (int64_t h : heads) {
     PretrainConfig b = c;
     b.model = ModelConfig{};
     b.data.inputs_length = 512, b.data.targets_length = 114;
@@ -308,11 +312,13 @@ void t5_base_rows(TrainBench& bench, const PretrainConfig& c, int64_t batch, boo
     PretrainConfig bm = b, bt = b;
     set_variant(bm, "multi_head");
     set_variant(bt, "talking_heads");
-    // The peer at base size in bf16 only, at h = 12 and 48 (its fp32 steps would add 20
-    // minutes and measure no target).
-    const std::set<std::string> base_peer = peer && h != 24 ? std::set<std::string>{"bf16"} : std::set<std::string>{};
+    // The peer at base size in bf16 only, at h = 12 and 48 by default (its fp32 steps would
+    // add 20 minutes and measure no target).
+    const bool beside = peer && std::find(peer_heads.begin(), peer_heads.end(), h) != peer_heads.end();
+    const std::set<std::string> base_peer = beside ? std::set<std::string>{"bf16"} : std::set<std::string>{};
     const double tm = bench.measure(fmt::format("base h={}", h), bm, 32128, batch, base_peer);
-    bench.ratio(h, tm, bench.measure(fmt::format("base h={}", h), bt, 32128, batch, base_peer), paper.at(h));
+    bench.ratio(h, tm, bench.measure(fmt::format("base h={}", h), bt, 32128, batch, base_peer),
+                paper.count(h) ? paper.at(h) : "-");
   }
 }
 
@@ -328,10 +334,13 @@ std::string bench_train(const BenchTrainOptions& o) {
   set_variant(th, "talking_heads");
   const bool peer = !o.peer.empty() && !c.model.encoder_only();  // the peer is a T5
   const std::set<std::string> every = peer ? std::set<std::string>{"fp32", "bf16"} : std::set<std::string>{};
-  bench.measure("configured", mh, vocab, c.train.batch_size, every);
-  bench.measure("configured", th, vocab, c.train.batch_size, every);
-  if (o.base_sweep && c.model.encoder_only()) encoder_base_rows(bench, c);
-  else if (o.base_sweep) t5_base_rows(bench, c, o.base_batch > 0 ? o.base_batch : bench.gpu() ? 32 : 8, peer);
+  if (!(o.base_only && o.base_sweep)) {
+    bench.measure("configured", mh, vocab, c.train.batch_size, every);
+    bench.measure("configured", th, vocab, c.train.batch_size, every);
+  }
+  if (o.base_sweep && c.model.encoder_only()) encoder_base_rows(bench, c, o.base_heads);
+  else if (o.base_sweep)
+    t5_base_rows(bench, c, o.base_batch > 0 ? o.base_batch : bench.gpu() ? 32 : 8, peer, o.base_heads, o.peer_heads);
   const std::string report = bench.report();
   std::fputs(report.c_str(), stdout);
   if (!o.markdown_out.empty()) std::ofstream(o.markdown_out) << report;

@@ -24,6 +24,9 @@ struct BenchTrainOptions {
   torch::Device device{torch::kCPU};  // --device: on CUDA the matmul peak is 8192^3, the peer runs
                                       // compiled with SDPA, memory is the GPU's peak of tensors
   int64_t base_batch = 0;             // T5 base rows' batch; 0: 8 on the CPU, 32 on a GPU
+  std::vector<int64_t> base_heads;    // the base rows' h; empty: 12, 24, 48 (T5), 12, 48 (BERT, ALBERT)
+  std::vector<int64_t> peer_heads{12, 48};  // the T5 base rows the peer runs beside (in bf16)
+  bool base_only = false;             // --base without the configured model's rows
 };
 
 std::string bench_train(const BenchTrainOptions& options);
