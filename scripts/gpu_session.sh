@@ -9,21 +9,22 @@
 #                                    machine's PyTorch (gpu_build.sh build; c10d, or without it if
 #                                    its headers do not compile), then runs, in this order, each
 #                                    phase that still fits before the deadline (GPU_DEADLINE_S,
-#                                    default 560 s): the CUDA tests (each in its own process, so
-#                                    that a crash names its test), the attention benchmark, the
-#                                    real TensorBoard reading a run's tb/, the mini T5 on the GPU
-#                                    (fp32, bf16) beside the CPU, the whole-step benchmark at
-#                                    base size in bf16 with the compiled PyTorch peer, and the rest
-#                                    of the unit suite.
+#                                    default 560 s): the CUDA tests (each suite in its own process,
+#                                    so that a crash names its suite), the real TensorBoard reading
+#                                    a run's tb/, the whole-step benchmark at base size in bf16 with
+#                                    the compiled PyTorch peer, a crashed suite again under
+#                                    cuda-gdb, the mini T5 on the GPU (fp32, bf16) beside the CPU,
+#                                    the attention benchmark, and the rest of the unit suite.
 #
-# One command does not hold them all: the peer compiles each model (40-70 s on an H200), so the
-# whole-step benchmark alone takes about 6 minutes. Two calls on the same warm machine, one
-# right after the other (the second finds the build done):
-#   GPU_PHASES="build cuda-tests bench-attention tensorboard mini-t5" scripts/gpu_session.sh run
-#   GPU_PHASES="build bench-train unit-suite" scripts/gpu_session.sh run
+# The order is what a short session needs most first. The peer compiles each model (40-70 s),
+# so the default whole-step rows are T5-base at h = 12 and 48 with the peer at h = 12 only
+# (GPU_BENCH_TRAIN_ARGS replaces them: "--base" alone is every row, about 6 minutes). A second
+# call on the same warm machine finds the build done:
+#   GPU_PHASES="build unit-suite" scripts/gpu_session.sh run
 #
-# Every log, table and the summary go to $OUT (the device tool brings that folder back):
-# $OUT/summary.md lists each phase, its exit code and seconds, or why it was skipped.
+# Every log, table and the summary go to $OUT (the device tool brings that folder back), at the
+# end as $OUT/summary.md (each phase, its exit code and seconds, or why it was skipped) and
+# $OUT/session.tgz (everything else).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 CARRY=gpu-carry
@@ -56,7 +57,7 @@ run() {
   # later call on the same (warm) machine finds the build done and can run the rest
   # (GPU_PHASES="bench-train unit-suite", say).
   local deadline=$((SECONDS + ${GPU_DEADLINE_S:-560}))
-  local phases=${GPU_PHASES:-build cuda-tests bench-attention tensorboard mini-t5 bench-train unit-suite}
+  local phases=${GPU_PHASES:-build cuda-tests tensorboard bench-train cuda-debug mini-t5 bench-attention unit-suite}
   printf '| phase | exit | seconds | last line of its log |\n|---|---:|---:|---|\n' > "$summary"
   {
     date -u; uname -a; head -3 /etc/os-release 2>/dev/null; nproc; free -g | head -2
@@ -95,27 +96,55 @@ run() {
   local thx=build-gpu/thx prep="$CARRY/prepared"
   if [ -x "$thx" ]; then
     phase cuda-tests 120 ctest --test-dir build-gpu -j 8 --timeout 120 --output-on-failure \
-      -R '^(Cuda|DevicePath|OutOfMemory|Device|CrashReport)[.]|OnCuda' --output-junit "$OUT/cuda-tests.xml"
-    phase bench-attention 60 "$thx" --device cuda bench attention --precision both --heads 12,24,48 --n 2048 \
-      --batch 8 --out "$OUT/attention.md"
+      -R '^(Cuda|DevicePath|OutOfMemory|Device|CrashReport|Linking)[.]|OnCuda' --output-junit "$OUT/cuda-tests.xml"
     phase tensorboard 40 bash -c "
       $thx --device cuda --log-level warn pretrain --config configs/t5/mini.yaml --set data.prepared=$prep \
         --set train.steps=20 --set train.log_every=5 --set eval.every=10 --run-dir $OUT/tb-run &&
       python3 tests/scripts/tb_tensorboard_check.py $OUT/tb-run"
-    # The mini T5 for 300 steps on the GPU in fp32 and bf16, and on this machine's CPU in fp32:
-    # their loss curves (metrics.jsonl) side by side.
-    phase mini-t5 120 bash -c "
-      for run in cuda:fp32 cuda:bf16 cpu:fp32; do
-        $thx --device \${run%:*} --log-level warn pretrain --config configs/t5/mini.yaml --set data.prepared=$prep \
-          --set train.steps=300 --set train.log_every=10 --set train.precision=\${run#*:} \
-          --run-dir $OUT/mini-\${run%:*}-\${run#*:} || exit 1
-      done"
-    # bf16 only: the peer's rows are bf16 (--bf16 --sdpa --compile), and each compiles for a minute.
-    phase bench-train 420 env THX_PEER_PYTHON=python3 "$thx" --device cuda bench train --config configs/t5/mini.yaml \
-      --precision bf16 --base --peer "$CARRY/peer_t5.py" --out "$OUT/train.md"
+    # T5-base in bf16, multi-head and talking-heads at h = 12 and 48, the compiled peer beside
+    # h = 12 (each of its models compiles for a minute; GPU_BENCH_TRAIN_ARGS adds or replaces).
+    phase bench-train 200 env THX_PEER_PYTHON=python3 "$thx" --device cuda bench train --config configs/t5/mini.yaml \
+      --precision bf16 ${GPU_BENCH_TRAIN_ARGS:---base --base-only --base-heads 12,48 --peer-heads 12} \
+      --peer "$CARRY/peer_t5.py" --out "$OUT/train.md"
+    # A crashed CUDA test suite, again under cuda-gdb (the machine's only debugger): where it
+    # stopped, and whether one OpenMP thread changes it.
+    if grep -q "SEGFAULT\|Exception" "$OUT/cuda-tests.log" 2>/dev/null; then
+      phase cuda-debug 60 bash -c '
+        set -f
+        ldd build-gpu/thx_tests | grep -E "gomp|stdc|torch_cpu|c10.so|hdf5_serial.so"
+        for t in $(grep -oE "[0-9]+ - [A-Za-z]+[.][*] [(]SEGFAULT" '"$OUT"'/cuda-tests.log | cut -d" " -f3 | head -2); do
+          echo "== $t, OMP_NUM_THREADS=1"; OMP_NUM_THREADS=1 timeout 20 build-gpu/thx_tests --gtest_filter="$t" >/dev/null 2>&1; echo "exit $?"
+          echo "== $t under cuda-gdb"
+          timeout 40 cuda-gdb -q -batch -ex "set pagination off" -ex run -ex "bt 25" -ex "x/3i \$pc" \
+            -ex "info threads" --args build-gpu/thx_tests --gtest_filter="$t" 2>&1 | grep -vE "^\[(New|Thread .* exited)" | tail -60
+        done'
+    fi
+    # The mini T5, multi-head and talking-heads, for 300 steps on the GPU in fp32 and bf16 and
+    # on this machine's CPU in fp32: each GPU curve against the CPU's, within the bounds
+    # compare_curves.py states (checkpoints removed so that the folders come back).
+    phase mini-t5 90 bash -c "
+      set -e
+      for v in multi_head talking_heads; do
+        for run in cpu:fp32 cuda:fp32 cuda:bf16; do
+          d=$OUT/mini-\$v-\${run%:*}-\${run#*:}
+          $thx --device \${run%:*} --log-level warn pretrain --config configs/t5/mini.yaml --set data.prepared=$prep \
+            --set attention.variant=\$v --set train.steps=300 --set train.log_every=10 \
+            --set train.precision=\${run#*:} --run-dir \$d
+          rm -rf \$d/checkpoints \$d/tb
+        done
+        python3 scripts/compare_curves.py $OUT/mini-\$v-cpu-fp32 $OUT/mini-\$v-cuda-fp32 --bound 0.005
+        python3 scripts/compare_curves.py $OUT/mini-\$v-cpu-fp32 $OUT/mini-\$v-cuda-bf16 --bound 0.015
+      done
+      cd $OUT && tar czf mini-t5.tgz mini-*/metrics.jsonl mini-*/train.log && rm -rf mini-*/"
+    phase bench-attention 40 "$thx" --device cuda bench attention --precision bf16 --heads 12,24,48 --n 2048 \
+      --batch 8 --out "$OUT/attention.md"
     phase unit-suite 200 ctest --test-dir build-gpu -j 16 -L unit -E 'Cuda|OnCuda' --output-on-failure
   fi
   echo "total: $((SECONDS - deadline + ${GPU_DEADLINE_S:-560})) s" >> "$summary"
+  # The device tool brings back only a few files: everything but the summary in one archive.
+  local archive=/tmp/gpu-session-$$.tgz
+  (cd "$OUT" && tar czf "$archive" --exclude=./summary.md . && find . -mindepth 1 -not -name summary.md -delete &&
+    mv "$archive" session.tgz)
   cat "$summary"
 }
 
