@@ -1,4 +1,5 @@
 #include "attention/fused.h"
+#include "attention/tiled.h"
 
 #include <atomic>
 #include <cstring>
@@ -511,9 +512,10 @@ void set_fused_attention(bool enabled) { g_fused = enabled; }
 bool fused_attention_enabled() { return g_fused; }
 
 namespace {
-std::atomic<bool> g_sdpa{true};
+std::atomic<bool> g_sdpa{true}, g_tiled{true};
 }  // namespace
 void set_sdpa_attention(bool enabled) { g_sdpa = enabled; }
+void set_tiled_attention(bool enabled) { g_tiled = enabled; }
 
 // The products in their operands' dtype; the logits, softmax and mixings in fp32 (what a
 // CUDA tensor runs, and the bf16 core's reference).
@@ -560,6 +562,9 @@ Tensor attention_core(const Tensor& Q, const Tensor& K, const Tensor& V, const T
     return O.transpose(1, 2);                                        // [b,n,h,d_v]
   }
 #endif
+  // The talking-heads family off the CPU: blocks of query rows, nothing [b,h,n,m] kept (tiled.h).
+  if ((P_l.defined() || P_w.defined()) && !Q.device().is_cpu() && g_tiled)
+    return tiled_attention_core(Q, K, V, P_l, P_w, bias, mask);
   const int64_t h = P_l.defined() ? P_l.size(1) : Q.size(2);
   auto all = [&](torch::ScalarType t) { return is(Q, t) && is(K, t) && is(V, t); };
   if (fusable(Q, P_l, P_w, bias, mask, {Q.size(0), h, Q.size(1), K.size(1)})) {

@@ -60,4 +60,9 @@ bool fused_attention_enabled();
 // one additive mask in the operands' dtype. The switch turns it off (benchmarks, tests).
 void set_sdpa_attention(bool enabled);
 
+// The talking-heads family (P_l or P_w) off the CPU: tiled.h's blocks of query rows, keeping
+// nothing of size [b,h,n,m] for backward (default true), or the batched composition
+// attention_core_reference (false; benchmarks).
+void set_tiled_attention(bool enabled);
+
 }  // namespace thx

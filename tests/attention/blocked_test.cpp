@@ -11,6 +11,11 @@
 // handed to the backward (off by 0.01) must fail the float64 bound: the control.
 #include <gtest/gtest.h>
 
+#include <functional>
+#include <tuple>
+
+#include "attention/fused.h"
+#include "attention/tiled.h"
 #include "reference/blocked_talking_heads.h"
 #include "test_util.h"
 
@@ -76,14 +81,22 @@ struct Reference {
   Tensor O, lse, dQ, dK, dV, dP_l, dP_w, dbias;
 };
 
-Reference reference(const Inputs& in) {
+// O and the gradients of `core` (a differentiable attention core) under autograd; lse from
+// `logits` when given (the paper's core returns its L).
+using Core = std::function<std::pair<Tensor, Tensor>(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                                     const Tensor&, const Tensor&, const Tensor&)>;
+Reference differentiate(const Inputs& in, const Core& core) {
   auto leaf = [](const Tensor& t) { return t.defined() ? t.detach().clone().requires_grad_(true) : t; };
   Tensor Q = leaf(in.Q), K = leaf(in.K), V = leaf(in.V), P_l = leaf(in.P_l), P_w = leaf(in.P_w), bias = leaf(in.bias);
-  auto [O, L] = paper_core(Q, K, V, P_l, P_w, bias, in.mask);
+  auto [O, L] = core(Q, K, V, P_l, P_w, bias, in.mask);
   (O * in.dO).sum().backward();
   auto grad = [](const Tensor& t) { return t.defined() ? t.grad() : t; };
-  return {O.detach(), torch::logsumexp(L, 2).permute({0, 2, 1}).detach(),  // [b,h,n]
+  return {O.detach(), L.defined() ? torch::logsumexp(L, 2).permute({0, 2, 1}).detach() : L,  // [b,h,n]
           grad(Q), grad(K), grad(V), grad(P_l), grad(P_w), grad(bias)};
+}
+Reference reference(const Inputs& in) { return differentiate(in, paper_core); }
+Reference tiled(const Inputs& in, int64_t block_rows) {
+  return differentiate(in, [&](auto&... a) { return std::pair{tiled_attention_core(a..., block_rows), Tensor()}; });
 }
 
 void check(const Case& c, Extra e, torch::Dtype dtype, int64_t bn, int64_t bm, double atol, double rtol) {
@@ -172,6 +185,61 @@ TEST(BlockedTalkingHeads, ARowWithEveryKeyMaskedIsZeroNotNaN) {
   for (const Tensor& t : {g.dQ, g.dK, g.dV, g.dP_l, g.dP_w}) EXPECT_TRUE(torch::all(torch::isfinite(t)).item<bool>());
   const Reference r = reference(in);
   EXPECT_TRUE(close(f.O[1], r.O[1], 1e-12, 1e-10));  // example 1 is untouched
+}
+
+// The same algorithm as production code off the CPU (attention/tiled.h: blocks of query rows,
+// every key at once, under autograd): against the paper's core in float64 for every variant,
+// bias and mask, with blocks that divide n (7), do not (3), are one row, and the automatic size;
+// a bias shared along other dims gets its gradient summed over them.
+void expect_same(const Reference& got, const Reference& r, double atol, double rtol) {
+  EXPECT_TRUE(close(got.O, r.O, atol, rtol)) << "O";
+  EXPECT_TRUE(close(got.dQ, r.dQ, atol, rtol)) << "dQ";
+  EXPECT_TRUE(close(got.dK, r.dK, atol, rtol)) << "dK";
+  EXPECT_TRUE(close(got.dV, r.dV, atol, rtol)) << "dV";
+  for (auto [g, w, name] : {std::tuple{got.dP_l, r.dP_l, "dP_l"}, {got.dP_w, r.dP_w, "dP_w"}, {got.dbias, r.dbias, "dbias"}}) {
+    ASSERT_EQ(g.defined(), w.defined()) << name;
+    if (w.defined()) EXPECT_TRUE(close(g, w, atol, rtol)) << name;
+  }
+}
+
+TEST(TiledTalkingHeads, Float64EqualsThePapersCoreForEveryVariantMaskAndBlocking) {
+  for (const Case& c : cases())
+    for (Extra e : {Extra::none, Extra::bias, Extra::padding, Extra::causal, Extra::bias_padding})
+      for (int64_t block : {7, 3, 1, 0}) {
+        SCOPED_TRACE(c.name + " extra " + std::to_string(int(e)) + " block " + std::to_string(block));
+        torch::manual_seed(11);
+        const Inputs in = inputs(c, e, torch::kFloat64);
+        expect_same(tiled(in, block), reference(in), 1e-12, 1e-10);
+      }
+  for (const std::vector<int64_t>& shape : std::vector<std::vector<int64_t>>{{2, 1, 7, 5}, {5, 7, 5}, {1, 1, 1, 5}}) {
+    SCOPED_TRACE(c10::str(c10::IntArrayRef(shape)));
+    torch::manual_seed(5);
+    Inputs in = inputs(cases().front(), Extra::none, torch::kFloat64);
+    in.bias = torch::randn(shape, torch::kFloat64);
+    expect_same(tiled(in, 3), reference(in), 1e-12, 1e-10);
+  }
+}
+
+// In bf16 (Q, K, V, dO bf16; P_l, P_w and the bias fp32), against the batched composition a GPU
+// ran before (attention_core_reference: the same products in bf16, the rest in fp32). They
+// differ in the order of fp32 sums, which can move a product's bf16 rounding by one unit
+// (2^-8 relative) before the values meet again: 3e-2 of the largest value bounds a few such
+// units, and a dropped softmax row term (dL = W * dW) misses it by far (checked by hand).
+TEST(TiledTalkingHeads, Bf16EqualsTheBatchedComposition) {
+  for (const Case& c : cases())
+    for (Extra e : {Extra::bias_padding, Extra::causal}) {
+      SCOPED_TRACE(c.name + " extra " + std::to_string(int(e)));
+      torch::manual_seed(11);
+      Inputs in = inputs(c, e, torch::kFloat32);
+      for (Tensor* t : {&in.Q, &in.K, &in.V, &in.dO}) *t = t->to(torch::kBFloat16);
+      const Reference batched = differentiate(in, [](auto&... a) {
+        return std::pair{attention_core_reference(a...), Tensor()};
+      });
+      const Reference got = tiled(in, 3);
+      EXPECT_EQ(got.O.scalar_type(), torch::kBFloat16);
+      EXPECT_EQ(got.dQ.scalar_type(), torch::kBFloat16);
+      expect_same(got, batched, 0, 3e-2);
+    }
 }
 
 }  // namespace THX_FILE_ID

@@ -1,0 +1,26 @@
+// tiled.h: the talking-heads family's attention core off the CPU until a fused kernel exists:
+// the algorithm of reference/blocked_talking_heads.h (docs/fused_talking_heads.md) in ATen,
+// over blocks of query rows with every key at once, so each block's softmax is whole and needs
+// no online rescaling. Forward keeps only LSE [b,h,n] for backward, which recomputes each
+// block's logits and weights; nothing of size [b,h,n,m] outlives one block. The batched ATen
+// composition (attention_core_reference) keeps fp32 J and W of every layer for backward: on an
+// H100 a bf16 T5-base step at 48 heads did not fit 80 GB at batch 32.
+//
+// Numerics as attention_core_reference: the per-head products (Q·K, U·V and their gradients)
+// in the operands' dtype, the logits, mixings, softmax and every gradient sum in fp32; a
+// block's rows are computed exactly as the whole tensor's would be. A row whose every key is
+// masked gets O = 0 and no gradient (the reference: NaN).
+#pragma once
+#include <torch/torch.h>
+
+namespace thx {
+
+// Q [b,n,h_k,d_k], K [b,m,h_k,d_k], V [b,m,h_v,d_v], P_l [h_k,h], P_w [h,h_v] (either may be
+// undefined), bias broadcastable to [b,h,n,m], mask bool broadcastable to [b,h,n,m] -> O
+// [b,n,h_v,d_v], differentiable in Q, K, V, P_l, P_w and bias. block_rows 0: as many query rows
+// as keep one [b, heads, rows, m] fp32 tensor within 512 MiB.
+torch::Tensor tiled_attention_core(const torch::Tensor& Q, const torch::Tensor& K, const torch::Tensor& V,
+                                   const torch::Tensor& P_l, const torch::Tensor& P_w, const torch::Tensor& bias,
+                                   const torch::Tensor& mask, int64_t block_rows = 0);
+
+}  // namespace thx
