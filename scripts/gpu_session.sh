@@ -136,8 +136,11 @@ run() {
         python3 scripts/compare_curves.py $OUT/mini-\$v-cpu-fp32 $OUT/mini-\$v-cuda-bf16 --bound 0.015
       done
       cd $OUT && tar czf mini-t5.tgz mini-*/metrics.jsonl mini-*/train.log && rm -rf mini-*/"
-    phase bench-attention 40 "$thx" --device cuda bench attention --precision bf16 --heads 12,24,48 --n 2048 \
-      --batch 8 --out "$OUT/attention.md"
+    # One layer in bf16: talking-heads on its tiled path (the default), then on the batched one.
+    phase bench-attention 40 bash -c "
+      $thx --device cuda bench attention --precision bf16 --heads 12,24,48 --n 2048 --batch 8 --out $OUT/attention.md &&
+      $thx --device cuda bench attention --precision bf16 --heads 12,24,48 --n 2048 --batch 8 --batched \
+        --out $OUT/attention-batched.md"
     phase unit-suite 200 ctest --test-dir build-gpu -j 16 -L unit -E 'Cuda|OnCuda' --output-on-failure
   fi
   echo "total: $((SECONDS - deadline + ${GPU_DEADLINE_S:-560})) s" >> "$summary"
