@@ -1,5 +1,4 @@
 // thx bench attention: one attention layer timed (experiments/bench_attention.h).
-#include "attention/fused.h"
 #include "cli/command.h"
 #include "common/runtime.h"
 #include "experiments/bench_attention.h"
@@ -9,7 +8,7 @@ namespace {
 
 struct BenchAttentionCommand : Command {
   BenchAttentionOptions opt;
-  bool no_reference = false, batched = false;
+  bool no_reference = false;
 
   explicit BenchAttentionCommand(CLI::App& parent) {
     app = parent.add_subcommand(
@@ -27,7 +26,7 @@ struct BenchAttentionCommand : Command {
     app->add_option("--precision", opt.precision, "fp32 | bf16 | both (each with its own matmul peak; the einsum "
                                                   "reference runs in fp32)")->capture_default_str();
     app->add_option("--out", opt.markdown_out, "also write the Markdown report here");
-    app->add_flag("--batched", batched, "on a GPU, talking-heads through the batched ATen composition (every "
+    app->add_flag("--batched", opt.batched, "on a GPU, talking-heads through the batched ATen composition (every "
                                         "[b,h,n,m] tensor kept) instead of the tiled path");
   }
 
@@ -36,7 +35,6 @@ struct BenchAttentionCommand : Command {
       if (h < 1 || opt.d_model % h != 0)
         throw InputError(fmt::format("--heads: {} does not divide --d-model {}", h, opt.d_model));
     opt.reference = !no_reference;
-    set_tiled_attention(!batched);
     opt.device = resolve_device(device_request(), "--device");
     bench_attention(opt);
     return 0;

@@ -10,6 +10,7 @@
 
 #include "attention/costs.h"
 #include "attention/factory.h"
+#include "attention/fused.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "common/precision.h"
@@ -181,6 +182,7 @@ void measure_cell(const BenchAttentionOptions& opt, int64_t h, const std::string
 
 std::string bench_attention(const BenchAttentionOptions& opt) {
   auto log = thx::log("bench");
+  set_tiled_attention(!opt.batched);
   torch::manual_seed(0);
   log->info("attention fwd+bwd: d_model {}, n = m = {}, batch {}, {} threads, median of {}",
             opt.d_model, opt.n, opt.batch, torch::get_num_threads(), opt.reps);

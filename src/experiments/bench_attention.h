@@ -18,6 +18,7 @@ struct BenchAttentionOptions {
   std::vector<int64_t> heads = {6, 12, 24, 48};
   int64_t reps = 5, warmup = 2;
   bool reference = true;
+  bool batched = false;  // on a GPU, talking-heads on the batched composition, not the tiled path
   std::string precision = "fp32";  // fp32 | bf16 | both (each with its own matmul peak)
   std::string markdown_out;  // also write the report here
   torch::Device device{torch::kCPU};  // --device (on CUDA the matmul peak is 8192^3); peak memory
