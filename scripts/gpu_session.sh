@@ -11,7 +11,8 @@
 #                                    phase that still fits before the deadline (GPU_DEADLINE_S,
 #                                    default 560 s): the CUDA tests (each suite in its own process,
 #                                    so that a crash names its suite), the real TensorBoard reading
-#                                    a run's tb/, the whole-step benchmark at base size in bf16 with
+#                                    a run's tb/, the kernel SDPA picks (sdpa_backend.py), the
+#                                    whole-step benchmark at base size in bf16 with
 #                                    the compiled PyTorch peer, a crashed suite again under
 #                                    cuda-gdb, the mini T5 on the GPU (fp32, bf16) beside the CPU,
 #                                    the attention benchmark, and the rest of the unit suite.
@@ -57,7 +58,7 @@ run() {
   # later call on the same (warm) machine finds the build done and can run the rest
   # (GPU_PHASES="bench-train unit-suite", say).
   local deadline=$((SECONDS + ${GPU_DEADLINE_S:-560}))
-  local phases=${GPU_PHASES:-build cuda-tests tensorboard bench-train cuda-debug mini-t5 bench-attention unit-suite}
+  local phases=${GPU_PHASES:-build cuda-tests tensorboard sdpa bench-train cuda-debug mini-t5 bench-attention unit-suite}
   printf '| phase | exit | seconds | last line of its log |\n|---|---:|---:|---|\n' > "$summary"
   {
     date -u; uname -a; head -3 /etc/os-release 2>/dev/null; nproc; free -g | head -2
@@ -101,6 +102,9 @@ run() {
       $thx --device cuda --log-level warn pretrain --config configs/t5/mini.yaml --set data.prepared=$prep \
         --set train.steps=20 --set train.log_every=5 --set eval.every=10 --run-dir $OUT/tb-run &&
       python3 tests/scripts/tb_tensorboard_check.py $OUT/tb-run"
+    # Which kernel scaled_dot_product_attention picks for thx's multi-head call, and the
+    # relative bias's gradient through it against float64.
+    phase sdpa 20 python3 scripts/sdpa_backend.py
     # T5-base in bf16, multi-head and talking-heads at h = 12 and 48, the compiled peer beside
     # h = 12 (each of its models compiles for a minute; GPU_BENCH_TRAIN_ARGS adds or replaces).
     phase bench-train 200 env THX_PEER_PYTHON=python3 "$thx" --device cuda bench train --config configs/t5/mini.yaml \
