@@ -101,7 +101,7 @@ struct RefAdafactor {
 };
 
 Vec to_vec(const torch::Tensor& t) {
-  const torch::Tensor d = t.to(torch::kFloat64).contiguous();
+  const torch::Tensor d = t.detach().to(torch::kCPU, torch::kFloat64).contiguous();
   return Vec(d.data_ptr<double>(), d.data_ptr<double>() + d.numel());
 }
 
@@ -146,6 +146,41 @@ TEST(Adafactor, MomentumMatchesTheFormulas) { check_adafactor({130, 140}, true, 
 TEST(Adafactor, CombinedViewOfAPerHeadParameter) {
   // A [160, 32, 4] parameter seen as [160, 128] (optimizer.factor_attention: combined).
   check_adafactor({160, 32, 4}, true, std::nullopt, {160, 128});
+}
+
+// On a GPU, parameters of one view update together (adafactor_grouped.h): three of each shape,
+// each against its own float64 reference from the formulas, as the single CPU parameter above.
+// Skipped without a GPU (the GPU machine's session runs it: *OnCuda).
+TEST(Adafactor, GroupedUpdateOnCudaMatchesTheFormulas) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  for (const std::optional<double> beta1 : {std::optional<double>{}, std::optional<double>{0.9}})
+    for (const std::vector<int64_t>& shape : std::vector<std::vector<int64_t>>{{130, 140}, {150, 4, 140}, {10, 20}}) {
+      SCOPED_TRACE(c10::str(c10::IntArrayRef(shape)) + (beta1 ? " momentum" : ""));
+      torch::manual_seed(3);
+      std::vector<OptimizedParam> ps;
+      std::vector<RefAdafactor> refs(3);
+      std::vector<Vec> rws;
+      for (int i = 0; i < 3; ++i) {
+        ps.push_back({"w" + std::to_string(i), (torch::randn(shape) * 0.05).to(torch::kCUDA).requires_grad_(true),
+                      shape, false});
+        refs[i].shape = shape, refs[i].beta1 = beta1;
+        if (const auto dims = factored_dims(shape)) refs[i].factored = true, refs[i].d0 = int(dims->first), refs[i].d1 = int(dims->second);
+        rws.push_back(to_vec(ps[i].param));
+      }
+      AdafactorOptions o;
+      o.beta1 = beta1;
+      auto opt = make_adafactor(ps, o);
+      for (int step = 1; step <= 3; ++step) {
+        std::vector<torch::Tensor> gs;
+        for (auto& p : ps) gs.push_back(torch::randn(shape) * (step == 2 ? 10.0 : 0.1)), p.param.mutable_grad() = gs.back().to(torch::kCUDA);
+        opt->step(0.01 / step);
+        for (int i = 0; i < 3; ++i) {
+          refs[i].step(rws[i], to_vec(gs[i]), 0.01 / step);
+          EXPECT_TRUE(test::close(ps[i].param.detach().to(torch::kCPU, torch::kFloat64), torch::tensor(rws[i], torch::kFloat64).view(shape),
+                                  1e-6, 1e-5)) << "parameter " << i << ", step " << step;
+        }
+      }
+    }
 }
 
 // The fused loops (the default) against the ATen composition, over several steps and every
@@ -253,16 +288,16 @@ TEST(Adafactor, GroupedUpdateEqualsTheAtenComposition) {
   }
 }
 
-TEST(AdamW, MatchesTheFormulas) {
+void check_adamw(torch::Device device) {
   torch::manual_seed(5);
-  torch::Tensor w = torch::randn({7}).requires_grad_(true);
+  torch::Tensor w = torch::randn({7}).to(device).requires_grad_(true);
   Vec rw = to_vec(w), m(7, 0), v(7, 0);
   AdamOptions o;
   o.beta1 = 0.9, o.beta2 = 0.99, o.epsilon = 1e-8, o.weight_decay = 0.1;  // AdamW: bias-corrected
   auto opt = make_adam({{"w", w, {7}, false}}, o);
   for (int t = 1; t <= 3; ++t) {
     const torch::Tensor g = torch::randn({7});
-    w.mutable_grad() = g;
+    w.mutable_grad() = g.to(device);
     opt->step(0.05);
     const Vec gv = to_vec(g);
     for (int i = 0; i < 7; ++i) {
@@ -271,8 +306,14 @@ TEST(AdamW, MatchesTheFormulas) {
       const double mh = m[i] / (1 - std::pow(0.9, t)), vh = v[i] / (1 - std::pow(0.99, t));
       rw[i] = rw[i] * (1 - 0.05 * 0.1) - 0.05 * mh / (std::sqrt(vh) + 1e-8);
     }
-    EXPECT_TRUE(test::close(w.detach().to(torch::kFloat64), torch::tensor(rw, torch::kFloat64), 1e-6, 1e-5));
+    EXPECT_TRUE(test::close(w.detach().to(torch::kCPU, torch::kFloat64), torch::tensor(rw, torch::kFloat64), 1e-6, 1e-5));
   }
+}
+
+TEST(AdamW, MatchesTheFormulas) { check_adamw(torch::kCPU); }
+TEST(AdamW, OnCudaMatchesTheFormulas) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  check_adamw(torch::kCUDA);
 }
 
 // LAMB as ALBERT's lamb_optimizer.py, and BERT's AdamWeightDecay, from their update rules:
