@@ -113,8 +113,8 @@ struct TiledFn : torch::autograd::Function<TiledFn> {
       dVh.add_(torch::matmul(U.to(V.scalar_type()).transpose(2, 3), dOi));
       const Tensor dU = as_fp32(torch::matmul(dOi, p.Vh.transpose(2, 3)));  // [b,h_v,I,m]
       if (P_w.defined()) dP_w.add_(projection_grad(W, dU));
-      Tensor dL = P_w.defined() ? mix(dU, p.P_w.t()) : dU.clone();  // dW, then dL in place
-      dL.sub_((dL * W).sum(-1, true)).mul_(W);
+      const Tensor dW = P_w.defined() ? mix(dU, p.P_w.t()) : dU;                     // [b,h,I,m]
+      const Tensor dL = at::_softmax_backward_data(dW, W, -1, W.scalar_type());    // W * (dW - sum W dW)
       if (bias.defined()) {
         Tensor share = dL;  // summed over the dims the bias broadcasts along
         for (int64_t d : {0, 1, 3})
