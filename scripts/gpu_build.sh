@@ -12,9 +12,11 @@
 #                                libraries of the unpacked packages found by -isystem, -L and
 #                                an rpath: some have no CMake config), going on past
 #                                errors so that one log shows all of them. THX_DISTRIBUTED=OFF
-#                                builds thx without c10d (one process).
+#                                builds thx without c10d (one process), THX_CUDA_KERNELS=OFF
+#                                without thx's own CUDA kernels (src/models/*.cu, nvcc).
 #
-# Status: `fetch` is tested on Debian 12; `build` has not run on a GPU machine yet.
+# Status: `fetch` is tested on Debian 12; `build` has run on an H200 and an H100 (PyTorch 2.11,
+# CUDA 13); the CUDA kernels (nvcc) have not been compiled there yet.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DEPS=gpu-carry/debs
@@ -53,6 +55,7 @@ case "${1:-}" in
     cmake -S . -B build-gpu -G "$generator" -DCMAKE_BUILD_TYPE=Release \
       -DCMAKE_CXX_COMPILER="${CXX:-c++}" -DCMAKE_C_COMPILER="${CC:-cc}" \
       -DCMAKE_PREFIX_PATH="$torch_cmake;$root/usr" -DTHX_DISTRIBUTED="${THX_DISTRIBUTED:-ON}" \
+      -DTHX_CUDA_KERNELS="${THX_CUDA_KERNELS:-ON}" \
       -DHDF5_ROOT="$lib/hdf5/serial" -DHDF5_C_INCLUDE_DIR="$root/usr/include/hdf5/serial" \
       -DICU_ROOT="$root/usr" -DProtobuf_PROTOC_EXECUTABLE="$root/usr/bin/protoc" \
       -DCMAKE_CXX_FLAGS="-I$root/first -isystem $root/usr/include" \

@@ -9,6 +9,9 @@
 #include "common/precision.h"
 #include "common/runtime.h"
 #include "models/loss.h"
+#ifdef THX_CUDA_KERNELS
+#include "models/rms_norm_cuda.h"
+#endif
 
 // Shapes: b examples, n input positions, t target positions, L positions of one stack, s the
 // decoding step, d = d_model, d_ff, V vocabulary, h softmax heads, R relative buckets.
@@ -168,6 +171,28 @@ bool float_or_bf16(const Tensor& t) {
   return t.scalar_type() == torch::kFloat32 || t.scalar_type() == torch::kBFloat16;
 }
 
+#ifdef THX_CUDA_KERNELS
+// The same on a GPU: thx's own CUDA kernels (rms_norm_cuda.h).
+struct RMSNormCudaFn : torch::autograd::Function<RMSNormCudaFn> {
+  static Tensor forward(torch::autograd::AutogradContext* ctx, const Tensor& x_in, const Tensor& scale,
+                        int64_t out_dtype) {
+    const Tensor x = x_in.contiguous();
+    Tensor y = torch::empty(x.sizes(), x.options().dtype(torch::ScalarType(out_dtype)));
+    Tensor r = torch::empty({x.numel() / x.size(-1)}, x.options().dtype(torch::kFloat32));
+    cuda::rms_norm_forward(x, scale.contiguous(), y, r);
+    ctx->save_for_backward({x, scale, r});
+    return y;
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto s = ctx->get_saved_variables();
+    Tensor dx = torch::empty_like(s[0]), dscale;
+    cuda::rms_norm_backward(s[0], s[1].contiguous(), s[2], grads[0].contiguous(), dx, dscale);
+    return {dx, dscale, Tensor()};
+  }
+};
+#endif
+
 }  // namespace
 
 // The output is bf16 in a bf16 scope (common/precision.h; a norm's output is always a matmul's
@@ -176,6 +201,11 @@ Tensor RMSNormImpl::forward(const Tensor& x) {
   const torch::ScalarType out = output_dtype(x);
   if (float_or_bf16(x) && x.device().is_cpu() && scale.scalar_type() == torch::kFloat32 && cpu_kernels_enabled())
     return RMSNormFn::apply(x, scale, int64_t(out));
+#ifdef THX_CUDA_KERNELS
+  if (float_or_bf16(x) && x.is_cuda() && scale.scalar_type() == torch::kFloat32 && x.size(-1) <= 12288 &&
+      cpu_kernels_enabled())
+    return RMSNormCudaFn::apply(x, scale, int64_t(out));
+#endif
   const Tensor x32 = to_fp32(x);
   return (x32 * torch::rsqrt(x32.pow(2).mean(-1, true) + 1e-6) * scale).to(out);  // [..., d]
 }
