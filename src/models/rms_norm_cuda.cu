@@ -75,7 +75,7 @@ __global__ void backward_kernel(const X* __restrict__ x, const float* __restrict
 
 // f.template operator()<X, Y>() for x's and y's dtypes (fp32 or bf16 each).
 template <typename F>
-void dispatch(at::ScalarType xt, at::ScalarType yt, F&& f) {
+void with_dtypes(at::ScalarType xt, at::ScalarType yt, F&& f) {
   const bool xb = xt == at::kBFloat16, yb = yt == at::kBFloat16;
   TORCH_CHECK((xt == at::kFloat || xb) && (yt == at::kFloat || yb), "rms_norm_cuda: fp32 or bf16 only");
   if (xb && yb) f(c10::BFloat16{}, c10::BFloat16{});
@@ -90,7 +90,7 @@ void rms_norm_forward(const at::Tensor& x, const at::Tensor& scale, at::Tensor& 
   const int64_t d = x.size(-1), rows = x.numel() / d;
   if (rows == 0) return;
   const auto stream = at::cuda::getCurrentCUDAStream();
-  dispatch(x.scalar_type(), y.scalar_type(), [&](auto xv, auto yv) {
+  with_dtypes(x.scalar_type(), y.scalar_type(), [&](auto xv, auto yv) {
     using X = decltype(xv);
     using Y = decltype(yv);
     forward_kernel<X, Y><<<unsigned(rows), kThreads, 0, stream>>>(
@@ -109,7 +109,7 @@ void rms_norm_backward(const at::Tensor& x, const at::Tensor& scale, const at::T
   const auto stream = at::cuda::getCurrentCUDAStream();
   TORCH_CHECK(d * int64_t(sizeof(float)) <= 48 * 1024, "rms_norm_cuda: d = ", d, " needs more shared memory than 48 KB");
   if (rows > 0)
-    dispatch(x.scalar_type(), dy.scalar_type(), [&](auto xv, auto yv) {
+    with_dtypes(x.scalar_type(), dy.scalar_type(), [&](auto xv, auto yv) {
       using X = decltype(xv);
       using Y = decltype(yv);
       backward_kernel<X, Y><<<unsigned(blocks), kThreads, size_t(d) * sizeof(float), stream>>>(

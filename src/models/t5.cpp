@@ -179,7 +179,7 @@ struct RMSNormCudaFn : torch::autograd::Function<RMSNormCudaFn> {
     const Tensor x = x_in.contiguous();
     Tensor y = torch::empty(x.sizes(), x.options().dtype(torch::ScalarType(out_dtype)));
     Tensor r = torch::empty({x.numel() / x.size(-1)}, x.options().dtype(torch::kFloat32));
-    cuda::rms_norm_forward(x, scale.contiguous(), y, r);
+    thx::cuda::rms_norm_forward(x, scale.contiguous(), y, r);
     ctx->save_for_backward({x, scale, r});
     return y;
   }
@@ -187,7 +187,7 @@ struct RMSNormCudaFn : torch::autograd::Function<RMSNormCudaFn> {
                                                  torch::autograd::variable_list grads) {
     const auto s = ctx->get_saved_variables();
     Tensor dx = torch::empty_like(s[0]), dscale;
-    cuda::rms_norm_backward(s[0], s[1].contiguous(), s[2], grads[0].contiguous(), dx, dscale);
+    thx::cuda::rms_norm_backward(s[0], s[1].contiguous(), s[2], grads[0].contiguous(), dx, dscale);
     return {dx, dscale, Tensor()};
   }
 };
