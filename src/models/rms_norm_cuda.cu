@@ -73,7 +73,7 @@ __global__ void backward_kernel(const X* __restrict__ x, const float* __restrict
   for (int64_t j = threadIdx.x; j < d; j += blockDim.x) dscale_part[blockIdx.x * d + j] = ds[j];
 }
 
-// f.template operator()<X, Y>() for x's and y's dtypes (fp32 or bf16 each).
+// f(X{}, Y{}) with X and Y the element types of x's and y's dtypes (fp32 or bf16 each).
 template <typename F>
 void with_dtypes(at::ScalarType xt, at::ScalarType yt, F&& f) {
   const bool xb = xt == at::kBFloat16, yb = yt == at::kBFloat16;
