@@ -58,6 +58,47 @@ std::vector<TaskExample> predict_examples(const std::string& task, const std::ve
   return out;
 }
 
+std::vector<int32_t> span_filling_input(const Tokenizer& tok, const std::string& line, int64_t inputs_length,
+                                        const std::string& where) {
+  static const std::regex marker("<extra_id_(\\d+)>");
+  std::vector<int32_t> ids;
+  size_t at = 0;
+  for (std::sregex_iterator it(line.begin(), line.end(), marker), end; it != end; ++it) {
+    const auto piece = tok.encode(line.substr(at, size_t(it->position()) - at));
+    ids.insert(ids.end(), piece.begin(), piece.end());
+    const int64_t k = std::stoll((*it)[1].str().substr(0, 4));
+    THX_CHECK(k < Tokenizer::kSentinels, "{}: <extra_id_{}>: sentinels go from 0 to {}", where, k,
+              Tokenizer::kSentinels - 1);
+    ids.push_back(tok.sentinel(k));
+    at = size_t(it->position() + it->length());
+  }
+  const auto rest = tok.encode(line.substr(at));
+  ids.insert(ids.end(), rest.begin(), rest.end());
+  if (int64_t(ids.size()) > inputs_length - 1) ids.resize(size_t(std::max<int64_t>(inputs_length - 1, 0)));
+  ids.push_back(Tokenizer::kEos);
+  return ids;
+}
+
+std::string span_filling_text(const Tokenizer& tok, const std::vector<int64_t>& ids) {
+  std::string text;
+  std::vector<int32_t> run;
+  auto flush = [&] {
+    if (!run.empty()) text += tok.decode(run), run.clear();
+  };
+  for (const int64_t id : ids) {
+    if (id == Tokenizer::kPad || id == Tokenizer::kEos) break;
+    const int64_t k = tok.pieces() + Tokenizer::kSentinels - 1 - id;
+    if (id >= tok.pieces() && k >= 0 && k < Tokenizer::kSentinels) {
+      flush();
+      text += fmt::format("<extra_id_{}>", k);
+    } else {
+      run.push_back(int32_t(id));
+    }
+  }
+  flush();
+  return text;
+}
+
 std::vector<std::string> fill_spans(const Pretrained& model, const std::string& tokenizer,
                                     const std::vector<std::string>& lines, int64_t max_length,
                                     const std::string& where) {
@@ -73,47 +114,13 @@ std::vector<std::string> fill_spans(const Pretrained& model, const std::string& 
   m->to(device);
   m->eval();
   torch::NoGradGuard no_grad;
-  // Each line: text between <extra_id_N> markers, encoded piece by piece, the markers as
-  // sentinel ids; cut to the pretraining inputs length with EOS last.
-  const std::regex marker("<extra_id_(\\d+)>");
   std::vector<std::string> out;
   for (size_t i = 0; i < lines.size(); ++i) {
-    std::vector<int32_t> ids;
-    size_t at = 0;
-    for (std::sregex_iterator it(lines[i].begin(), lines[i].end(), marker), end; it != end; ++it) {
-      const auto piece = tok.encode(lines[i].substr(at, size_t(it->position()) - at));
-      ids.insert(ids.end(), piece.begin(), piece.end());
-      const int64_t k = std::stoll((*it)[1].str().substr(0, 4));
-      THX_CHECK(k < Tokenizer::kSentinels, "{}:{}: <extra_id_{}>: sentinels go from 0 to {}", where, i + 1, k,
-                Tokenizer::kSentinels - 1);
-      ids.push_back(tok.sentinel(k));
-      at = size_t(it->position() + it->length());
-    }
-    const auto rest = tok.encode(lines[i].substr(at));
-    ids.insert(ids.end(), rest.begin(), rest.end());
-    if (int64_t(ids.size()) > pc.data.inputs_length - 1) ids.resize(size_t(pc.data.inputs_length - 1));
-    ids.push_back(Tokenizer::kEos);
+    const auto ids = span_filling_input(tok, lines[i], pc.data.inputs_length, fmt::format("{}:{}", where, i + 1));
     const torch::Tensor in = torch::tensor(std::vector<int64_t>(ids.begin(), ids.end()), torch::kInt64).unsqueeze(0);  // [1,n]
-    const torch::Tensor got = m->greedy_decode(in.to(device), max_length, Tokenizer::kEos).to(torch::kCPU);  // [1,t]
-    // Decoded pieces between sentinels; a sentinel is written back as its marker.
-    std::string text;
-    std::vector<int32_t> run;
-    auto flush = [&] {
-      if (!run.empty()) text += tok.decode(run), run.clear();
-    };
-    for (int64_t j = 0; j < got.size(1); ++j) {
-      const int64_t id = got[0][j].item<int64_t>();
-      if (id == 0 || id == Tokenizer::kEos) break;
-      const int64_t k = tok.pieces() + Tokenizer::kSentinels - 1 - id;
-      if (id >= tok.pieces() && k >= 0 && k < Tokenizer::kSentinels) {
-        flush();
-        text += fmt::format("<extra_id_{}>", k);
-      } else {
-        run.push_back(int32_t(id));
-      }
-    }
-    flush();
-    out.push_back(text);
+    const torch::Tensor got =
+        m->greedy_decode(in.to(device), max_length, Tokenizer::kEos).to(torch::kCPU).contiguous();  // [1,t]
+    out.push_back(span_filling_text(tok, std::vector<int64_t>(got.data_ptr<int64_t>(), got.data_ptr<int64_t>() + got.numel())));
   }
   return out;
 }

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "data/tokenizer.h"
 #include "eval/finetune_config.h"
 
 namespace thx {
@@ -27,6 +28,16 @@ std::vector<TaskExample> predict_examples(const std::string& task, const std::ve
 std::vector<std::string> predict_task(const FinetuneRunConfig& config, const Pretrained& model,
                                       const std::string& checkpoint, const std::string& task,
                                       const std::vector<std::string>& lines, const std::string& where);
+
+// A span-filling line as the encoder's input: its text between <extra_id_N> markers encoded
+// piece by piece, each marker as sentinel N's id (T5's convention: <extra_id_N> is the
+// vocabulary's last id minus N), cut to inputs_length - 1 ids, EOS last. A marker past
+// <extra_id_99> is an InputError naming `where`.
+std::vector<int32_t> span_filling_input(const Tokenizer& tok, const std::string& line, int64_t inputs_length,
+                                        const std::string& where);
+// Decoded target ids as text: the pieces between sentinels decoded, each sentinel written back
+// as its <extra_id_N>; it ends at the first EOS or padding id.
+std::string span_filling_text(const Tokenizer& tok, const std::vector<int64_t>& ids);
 
 // A pretrained T5's span filling: greedy decoding of at most max_length target tokens per line.
 std::vector<std::string> fill_spans(const Pretrained& model, const std::string& tokenizer,
