@@ -423,12 +423,20 @@ class Adam : public Optimizer {
       Tensor u = (m_[i] / c1).div_((v_[i] / c2).sqrt_().add_(o_.epsilon));  // like w
       const bool decays = o_.weight_decay > 0 && !params_[i].no_decay;
       if (decays) u.add_(w, o_.weight_decay);
+      const double step_size = lr * params_[i].lr_scale;
+      if (o_.trust_ratio && !params_[i].no_decay && !w.device().is_cpu()) {
+        // Off the CPU, the ratio stays on the device: item() would wait for the GPU twice per
+        // tensor and step.
+        const Tensor wn = w.norm(), un = u.norm();
+        w.add_(u.mul_(torch::where(wn.gt(0).logical_and(un.gt(0)), wn / un, torch::ones_like(wn))), -step_size);
+        continue;
+      }
       double ratio = 1.0;
       if (o_.trust_ratio && !params_[i].no_decay) {
         const double wn = w.norm().item<double>(), un = u.norm().item<double>();
         if (wn > 0 && un > 0) ratio = wn / un;
       }
-      w.add_(u, -(lr * params_[i].lr_scale) * ratio);
+      w.add_(u, -step_size * ratio);
     }
   }
 

@@ -319,10 +319,10 @@ TEST(AdamW, OnCudaMatchesTheFormulas) {
 // LAMB as ALBERT's lamb_optimizer.py, and BERT's AdamWeightDecay, from their update rules:
 // m, v without bias correction; u = m / (sqrt(v) + eps) + wd W; LAMB scales by |W| / |u| per
 // tensor; a no_decay tensor gets neither the decay nor the ratio.
-TEST(Lamb, MatchesAlbertsUpdateRule) {
+void check_lamb(torch::Device device) {
   for (const bool lamb : {true, false}) {
     torch::manual_seed(6);
-    torch::Tensor w = torch::randn({5}).requires_grad_(true), b = torch::randn({3}).requires_grad_(true);
+    torch::Tensor w = torch::randn({5}).to(device).requires_grad_(true), b = torch::randn({3}).to(device).requires_grad_(true);
     Vec rw = to_vec(w), rb = to_vec(b), mw(5, 0), vw(5, 0), mb(3, 0), vb(3, 0);
     OptimizerConfig c;
     c.name = lamb ? "lamb" : "adamw";
@@ -331,7 +331,7 @@ TEST(Lamb, MatchesAlbertsUpdateRule) {
     auto opt = make_optimizer(c, ps);
     for (int t = 1; t <= 3; ++t) {
       const torch::Tensor gw = torch::randn({5}), gb = torch::randn({3});
-      w.mutable_grad() = gw, b.mutable_grad() = gb;
+      w.mutable_grad() = gw.to(device), b.mutable_grad() = gb.to(device);
       opt->step(0.1);
       auto update = [&](Vec& p, Vec& m, Vec& v, const Vec& g, bool decay) {
         Vec u(p.size());
@@ -347,10 +347,17 @@ TEST(Lamb, MatchesAlbertsUpdateRule) {
       };
       update(rw, mw, vw, to_vec(gw), true);
       update(rb, mb, vb, to_vec(gb), false);
-      EXPECT_TRUE(test::close(w.detach().to(torch::kFloat64), torch::tensor(rw, torch::kFloat64), 1e-6, 1e-5)) << lamb;
-      EXPECT_TRUE(test::close(b.detach().to(torch::kFloat64), torch::tensor(rb, torch::kFloat64), 1e-6, 1e-5)) << lamb;
+      EXPECT_TRUE(test::close(w.detach().to(torch::kCPU, torch::kFloat64), torch::tensor(rw, torch::kFloat64), 1e-6, 1e-5)) << lamb;
+      EXPECT_TRUE(test::close(b.detach().to(torch::kCPU, torch::kFloat64), torch::tensor(rb, torch::kFloat64), 1e-6, 1e-5)) << lamb;
     }
   }
+}
+
+TEST(Lamb, MatchesAlbertsUpdateRule) { check_lamb(torch::kCPU); }
+// On a GPU the trust ratio is computed on the device (no host sync per tensor).
+TEST(Lamb, OnCudaMatchesAlbertsUpdateRule) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  check_lamb(torch::kCUDA);
 }
 
 TEST(Lamb, NoDecayFollowsTheConfiguredPathKeys) {
