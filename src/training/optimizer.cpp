@@ -11,6 +11,7 @@
 #include "common/parallel.h"
 #include "common/runtime.h"
 #include "training/adafactor_grouped.h"
+#include "training/adam_multi_tensor.h"
 
 // Shapes: each state tensor has its parameter's view (OptimizedParam::view, optimizer.h), with
 // the factored dims d0 (vr) or d1 (vc) kept as size 1; A, X, B, Y, C below are the sizes of a
@@ -414,9 +415,15 @@ class Adam : public Optimizer {
     ++step_;
     const double c1 = o_.bias_correction ? 1.0 - std::pow(o_.beta1, double(step_)) : 1.0;
     const double c2 = o_.bias_correction ? 1.0 - std::pow(o_.beta2, double(step_)) : 1.0;
+    // Off the CPU, all at once (adam_multi_tensor.h).
+    std::vector<size_t> together;
+    for (size_t i = 0; i < params_.size(); ++i)
+      if (params_[i].param.grad().defined() && (o_.multi_tensor_on_cpu || !params_[i].param.device().is_cpu()))
+        together.push_back(i);
+    adam_multi_tensor_step(params_, m_, v_, together, o_, lr, c1, c2);
     for (size_t i = 0; i < params_.size(); ++i) {
       Tensor& w = params_[i].param;
-      if (!w.grad().defined()) continue;
+      if (!w.grad().defined() || std::binary_search(together.begin(), together.end(), i)) continue;
       const Tensor& g = w.grad();
       m_[i].mul_(o_.beta1).add_(g, 1.0 - o_.beta1);
       v_[i].mul_(o_.beta2).addcmul_(g, g, 1.0 - o_.beta2);
@@ -424,13 +431,6 @@ class Adam : public Optimizer {
       const bool decays = o_.weight_decay > 0 && !params_[i].no_decay;
       if (decays) u.add_(w, o_.weight_decay);
       const double step_size = lr * params_[i].lr_scale;
-      if (o_.trust_ratio && !params_[i].no_decay && !w.device().is_cpu()) {
-        // Off the CPU, the ratio stays on the device: item() would wait for the GPU twice per
-        // tensor and step.
-        const Tensor wn = w.norm(), un = u.norm();
-        w.add_(u.mul_(torch::where(wn.gt(0).logical_and(un.gt(0)), wn / un, torch::ones_like(wn))), -step_size);
-        continue;
-      }
       double ratio = 1.0;
       if (o_.trust_ratio && !params_[i].no_decay) {
         const double wn = w.norm().item<double>(), un = u.norm().item<double>();

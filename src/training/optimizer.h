@@ -92,6 +92,9 @@ std::unique_ptr<Optimizer> make_adafactor(std::vector<OptimizedParam> params, Ad
 struct AdamOptions {
   double beta1 = 0.9, beta2 = 0.999, epsilon = 1e-6, weight_decay = 0.0;
   bool bias_correction = true, trust_ratio = false;
+  // Parameters off the CPU update together (adam_multi_tensor.h); this does the same on the
+  // CPU (the tests' way to check that path against the others).
+  bool multi_tensor_on_cpu = false;
 };
 std::unique_ptr<Optimizer> make_adam(std::vector<OptimizedParam> params, AdamOptions o);
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& c, std::vector<OptimizedParam> params);

@@ -360,6 +360,39 @@ TEST(Lamb, OnCudaMatchesAlbertsUpdateRule) {
   check_lamb(torch::kCUDA);
 }
 
+// The multi-tensor update (adam_multi_tensor.h, what parameters off the CPU take) against the
+// per-tensor loop, for AdamW, LAMB and BERT's Adam: tensors of several shapes, a no_decay one,
+// two learning-rate scales, one without a gradient in one step. The same operations in the
+// same order per element, so equal up to the rounding of a fused multiply-add.
+TEST(AdamFamily, MultiTensorUpdateEqualsThePerTensorLoop) {
+  for (const int kind : {0, 1, 2}) {  // AdamW, LAMB, BERT's AdamWeightDecay
+    SCOPED_TRACE(kind);
+    AdamOptions o;
+    o.weight_decay = 0.01, o.bias_correction = kind == 0, o.trust_ratio = kind == 1;
+    AdamOptions om = o;
+    om.multi_tensor_on_cpu = true;
+    torch::manual_seed(12);
+    const std::vector<std::vector<int64_t>> shapes = {{5, 7}, {3}, {4, 2, 2}, {9}};
+    std::vector<OptimizedParam> a, b;
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      const torch::Tensor w = torch::randn(shapes[i]);
+      for (auto* list : {&a, &b})
+        list->push_back({"p" + std::to_string(i), w.clone().requires_grad_(true), shapes[i], false, i == 1,
+                         i == 2 ? 0.5 : 1.0});
+    }
+    auto loop = make_adam(a, o), multi = make_adam(b, om);
+    for (int step = 0; step < 4; ++step) {
+      for (size_t i = 0; i < shapes.size(); ++i) {
+        const torch::Tensor g = step == 2 && i == 3 ? torch::Tensor() : torch::randn(shapes[i]);
+        a[i].param.mutable_grad() = g, b[i].param.mutable_grad() = g;
+      }
+      loop->step(0.1), multi->step(0.1);
+    }
+    for (size_t i = 0; i < shapes.size(); ++i) EXPECT_TRUE(test::close(b[i].param, a[i].param, 1e-7, 1e-6)) << i;
+    for (const auto& [k, t] : loop->state()) EXPECT_TRUE(test::close(multi->state().at(k), t, 1e-7, 1e-6)) << k;
+  }
+}
+
 TEST(Lamb, NoDecayFollowsTheConfiguredPathKeys) {
   ModelConfig mc;
   mc.type = "albert", mc.d_model = 16, mc.d_ff = 16, mc.encoder_layers = 2, mc.max_positions = 8;
