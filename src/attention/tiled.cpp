@@ -57,7 +57,10 @@ struct Problem {
 Problem problem(const Tensor& Q, const Tensor& K, const Tensor& V, const Tensor& P_l, const Tensor& P_w,
                 const Tensor& bias, const Tensor& mask, int64_t block_rows) {
   TORCH_CHECK(Q.dim() == 4 && K.dim() == 4 && V.dim() == 4, "tiled attention: Q, K, V must be [b,n,heads,dim]");
-  Problem p{Q.transpose(1, 2), K.transpose(1, 2), V.transpose(1, 2), P_l.defined() ? as_fp32(P_l) : P_l,
+  // Heads-major copies, once: a batched product cannot take [b,n,h,d] transposed as one batch
+  // stride, and would copy it again for every block.
+  Problem p{Q.transpose(1, 2).contiguous(), K.transpose(1, 2).contiguous(), V.transpose(1, 2).contiguous(),
+            P_l.defined() ? as_fp32(P_l) : P_l,
             P_w.defined() ? as_fp32(P_w) : P_w, bias.defined() ? four(as_fp32(bias)) : bias, four(mask), block_rows};
   const int64_t n = Q.size(1), m = K.size(1);
   if (p.block <= 0) {
@@ -97,7 +100,7 @@ struct TiledFn : torch::autograd::Function<TiledFn> {
     const Tensor &Q = s[0], &K = s[1], &V = s[2], &lse = s[7];
     const Tensor P_l = present(s[3]), P_w = present(s[4]), bias = present(s[5]), mask = present(s[6]);
     const Problem p = problem(Q, K, V, P_l, P_w, bias, mask, ctx->saved_data["block"].toInt());
-    const Tensor dOh = grads[0].transpose(1, 2);  // [b,h_v,n,d_v]
+    const Tensor dOh = grads[0].transpose(1, 2).contiguous();  // [b,h_v,n,d_v]
     const int64_t n = Q.size(1);
     const auto wide = lse.options();
     Tensor dQh = torch::empty_like(p.Qh, at::MemoryFormat::Contiguous);
