@@ -99,6 +99,7 @@ run() {
   if [ -x "$thx" ]; then
     # The tests that need or concern the GPU, each group in its own process (a crash names its
     # group; crashed groups are listed for cuda-debug).
+    export THX_TEST_PYTHON=python3  # the machine's PyTorch, for the float64 references
     phase cuda-tests 150 bash -c '
       set -f; failed=0
       for f in Cuda.* DevicePath.* OutOfMemory.* Device.* CrashReport.* Linking.* *OnCuda*; do

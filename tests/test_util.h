@@ -46,6 +46,14 @@ struct RunResult {
   std::string out;  // stdout and stderr together
 };
 
+// The Python that runs the independent references (tests/scripts): Debian's /usr/bin/python3
+// (scripts/setup.sh gives it torch, numpy and h5py), or THX_TEST_PYTHON (the GPU machine's,
+// whose torch is in a virtual environment).
+inline std::string test_python() {
+  const char* p = std::getenv("THX_TEST_PYTHON");
+  return p && *p ? p : "/usr/bin/python3";
+}
+
 // Run a shell command line, capturing stdout and stderr together.
 inline RunResult run_command(const std::string& cmd) {
   setenv("OMP_WAIT_POLICY", "PASSIVE", 0);

@@ -113,8 +113,7 @@ void PrintTo(const Case& c, std::ostream* os) { *os << c.type << " " << c.positi
 
 class EncoderReference : public ::testing::TestWithParam<Case> {};
 
-TEST_P(EncoderReference, MatchesThePublishedArchitecture) {
-  const Case k = GetParam();
+void check_encoder_against_reference(const Case& k, torch::Device device) {
   torch::manual_seed(3);
   ModelConfig c = tiny(k.type, k.positions);
   if (k.type == "albert") c.hidden_groups = 1;
@@ -126,10 +125,18 @@ TEST_P(EncoderReference, MatchesThePublishedArchitecture) {
       if (p.dim() == 1) p.add_(torch::randn_like(p) * 0.1);
   }
   auto [ids, types] = batch(50);
-  const Tensor got = m->encode(ids, types).to(torch::kFloat64);
   const Tensor want = reference_encode(c, params_of(*m), ids, types);
+  m->to(device);
+  const Tensor got = m->encode(ids.to(device), types.to(device)).to(torch::kCPU, torch::kFloat64);
   // fp32 production vs fp64 reference over 3 post-LN layers: 1e-4 relative on O(1) values.
   EXPECT_TRUE(close(got, want, 1e-4, 1e-4)) << (got - want).abs().max().item<double>();
+}
+
+TEST_P(EncoderReference, MatchesThePublishedArchitecture) { check_encoder_against_reference(GetParam(), torch::kCPU); }
+// On a GPU (skipped without one): the same weights and batch, the same bound.
+TEST_P(EncoderReference, OnCudaMatchesThePublishedArchitecture) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  check_encoder_against_reference(GetParam(), torch::kCUDA);
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -27,7 +27,7 @@ AttentionConfig attn(const std::string& variant, int64_t h_k, int64_t h, int64_t
   return a;
 }
 
-TEST(T5Reference, LogitsLossAndGradientsMatchAnIndependentImplementation) {
+void check_t5_against_reference(torch::Device device) {
   ModelConfig mc;
   mc.d_model = 16, mc.d_ff = 24, mc.encoder_layers = 2, mc.decoder_layers = 2, mc.z_loss = 1e-2;
   mc.relative_buckets = 8, mc.relative_max_distance = 20;  // small, so that all regimes occur
@@ -57,26 +57,36 @@ TEST(T5Reference, LogitsLossAndGradientsMatchAnIndependentImplementation) {
     w.attr("/", "relative_max_distance", "20");
     w.commit();
   }
-  const std::string cmd = "/usr/bin/python3 " + std::string(THX_SOURCE_DIR) +
+  const std::string cmd = test_python() + " " + std::string(THX_SOURCE_DIR) +
                           "/tests/scripts/t5_reference.py " + in + " " + out + " 2>&1";
   const int status = std::system(cmd.c_str());
   if (WIFEXITED(status) && WEXITSTATUS(status) == 77)
-    GTEST_SKIP() << "Debian's /usr/bin/python3 lacks torch, numpy or h5py (scripts/setup.sh installs them)";
+    GTEST_SKIP() << test_python() << " lacks torch, numpy or h5py (scripts/setup.sh installs them for Debian's)";
   ASSERT_EQ(status, 0) << cmd;
 
-  const auto o = model->forward(inputs, dec, targets);
+  model->to(device);
+  const auto o = model->forward(inputs.to(device), dec.to(device), targets.to(device));
   o.loss.backward();
   H5Reader ref(out);
-  EXPECT_TRUE(close(o.logits, ref.read("/logits"), 2e-5, 1e-4)) << "logits";
+  EXPECT_TRUE(close(o.logits.cpu(), ref.read("/logits"), 2e-5, 1e-4)) << "logits";
   EXPECT_NEAR(o.loss.item<double>(), ref.read_scalar("/loss"), 1e-4);
   EXPECT_NEAR(o.nll.item<double>(), ref.read_scalar("/nll"), 1e-4);
   int checked = 0;
   for (const auto& [path, p] : model->named_parameters_by_path()) {
     ASSERT_TRUE(ref.has("/grads/" + path)) << path;
-    EXPECT_TRUE(close(p.grad(), ref.read("/grads/" + path), 2e-5, 1e-4)) << "grad " << path;
+    EXPECT_TRUE(close(p.grad().cpu(), ref.read("/grads/" + path), 2e-5, 1e-4)) << "grad " << path;
     ++checked;
   }
   EXPECT_GT(checked, 40);
+}
+
+TEST(T5Reference, LogitsLossAndGradientsMatchAnIndependentImplementation) { check_t5_against_reference(torch::kCPU); }
+// The same model, weights and batch on a GPU (its ATen paths: SDPA for multi-head, the tiled
+// core for the talking-heads family, the CUDA RMS norm where built) against the same float64
+// reference and bounds. Skipped without a GPU.
+TEST(T5Reference, OnCudaMatchesTheIndependentImplementation) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  check_t5_against_reference(torch::kCUDA);
 }
 
 }  // namespace THX_FILE_ID
