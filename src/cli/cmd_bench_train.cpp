@@ -1,4 +1,8 @@
 // thx bench train: whole training steps timed (experiments/bench_train.h).
+#include <fmt/ranges.h>
+
+#include <algorithm>
+
 #include "cli/command.h"
 #include "common/runtime.h"
 #include "experiments/bench_train.h"
@@ -42,6 +46,13 @@ struct BenchTrainCommand : Command {
   }
 
   int run() override {
+    // The base rows are 768 wide: each h must divide it; the peer runs only beside a base row.
+    for (int64_t h : topt.base_heads)
+      if (768 % h != 0) throw InputError(fmt::format("--base-heads: {} does not divide the base d_model 768", h));
+    const std::vector<int64_t> rows = topt.base_heads.empty() ? std::vector<int64_t>{12, 24, 48} : topt.base_heads;
+    for (int64_t h : topt.peer_heads)
+      if (std::find(rows.begin(), rows.end(), h) == rows.end())
+        throw InputError(fmt::format("--peer-heads: {} is not among the base rows' h ({})", h, fmt::join(rows, ",")));
     ConfigTree tree = config.tree();
     topt.config = load_model_config(tree);
     if (config.dump) return dump_config(topt.config.yaml);

@@ -61,6 +61,17 @@ TEST(Cli, BadBenchFlagsExitTwo) {
   EXPECT_EQ(r.out, "thx: error: --heads: 7 does not divide --d-model 768\n");
   EXPECT_EQ(run_thx("bench").code, 2);
   EXPECT_EQ(run_thx("bench attention --reps 0").code, 2);
+  // bench train's base rows: an h that does not divide 768, a peer row that is not a base row,
+  // --base-only without --base; one line each, before any model is built.
+  r = run_thx("bench train --base --base-heads 7");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_EQ(r.out, "thx: error: --base-heads: 7 does not divide the base d_model 768\n");
+  r = run_thx("bench train --base --base-heads 12 --peer-heads 48");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_EQ(r.out, "thx: error: --peer-heads: 48 is not among the base rows' h (12)\n");
+  r = run_thx("bench train --base-only");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_EQ(lines(r.out), 1) << r.out;
 }
 
 TEST(Cli, ConfigsMergeInOrderSetWinsAndDumpRoundTrips) {
