@@ -487,23 +487,13 @@ struct AttentionCoreBf16Fn : torch::autograd::Function<AttentionCoreBf16Fn> {
   }
 };
 
-// [b,g,n,m] mixed across heads by P [g,g2] -> [b,g2,n,m]: P^T [g2,g] times T[b] seen as
-// [g, n*m], one batched product with the heads as its inner dim, reading T and writing the result
-// once. (einsum makes the heads the last dim first: a permuted copy of T in, another out, and
-// the same again in backward; on a GPU those copies of [b,h,n,m] were most of talking-heads'
-// time.)
-Tensor mix_heads_aten(const Tensor& T, const Tensor& P) {
-  const int64_t b = T.size(0), g = T.size(1), n = T.size(2), m = T.size(3);
-  return torch::matmul(P.t(), T.reshape({b, g, n * m})).view({b, P.size(1), n, m});
-}
-
 // Heads-major J [b,h_k,n,m] -> U [b,h_v,n,m], in ATen.
 Tensor heads_softmax_heads_major(const Tensor& J, const Tensor& P_l, const Tensor& P_w,
                                  const Tensor& bias, const Tensor& mask) {
-  Tensor L = P_l.defined() ? mix_heads_aten(J, P_l) : J.clone();
+  Tensor L = P_l.defined() ? mix_heads(J, P_l) : J.clone();
   add_bias_and_mask(L, bias, mask);
   Tensor W = torch::softmax(L, -1);
-  return P_w.defined() ? mix_heads_aten(W, P_w) : W;
+  return P_w.defined() ? mix_heads(W, P_w) : W;
 }
 
 }  // namespace

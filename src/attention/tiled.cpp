@@ -22,11 +22,6 @@ Tensor four(const Tensor& t) {
 }
 Tensor rows(const Tensor& t, int64_t i0, int64_t ni) { return t.size(2) == 1 ? t : t.narrow(2, i0, ni); }
 
-// [b,g,I,m] mixed across heads by P [g,g2]: one batched product over [b, g, I*m].
-Tensor mix(const Tensor& T, const Tensor& P) {
-  const int64_t b = T.size(0), g = T.size(1), i = T.size(2), m = T.size(3);
-  return torch::matmul(P.t(), T.reshape({b, g, i * m})).view({b, P.size(1), i, m});
-}
 // sum_b A[b] B[b]^T over [b, g, I*m] x [b, g2, I*m] -> [g, g2]: a projection's gradient.
 Tensor projection_grad(const Tensor& A, const Tensor& B) {
   const int64_t b = A.size(0), im = A.size(2) * A.size(3);
@@ -41,7 +36,7 @@ struct Problem {
   // J (fp32, [b,h_k,I,m]) and the logits L [b,h,I,m] of rows [i0, i0+ni).
   Tensor logits(int64_t i0, int64_t ni, Tensor* J_out) const {
     Tensor J = as_fp32(torch::matmul(Qh.narrow(2, i0, ni), Kh.transpose(2, 3)));
-    Tensor L = P_l.defined() ? mix(J, P_l) : J;
+    Tensor L = P_l.defined() ? mix_heads(J, P_l) : J;
     if (J_out) *J_out = J;
     if (bias.defined()) L = P_l.defined() ? L.add_(rows(bias, i0, ni)) : L + rows(bias, i0, ni);
     if (mask.defined()) L.masked_fill_(rows(mask, i0, ni).logical_not(), -std::numeric_limits<double>::infinity());
@@ -87,7 +82,7 @@ struct TiledFn : torch::autograd::Function<TiledFn> {
       const Tensor l = torch::logsumexp(L, -1);  // [b,h,I]
       lse.narrow(2, i0, ni).copy_(l);
       const Tensor W = Problem::weights(L, l);
-      const Tensor U = P_w.defined() ? mix(W, P_w) : W;
+      const Tensor U = P_w.defined() ? mix_heads(W, P_w) : W;
       O.narrow(2, i0, ni).copy_(torch::matmul(U.to(V.scalar_type()), p.Vh));
     }
     ctx->save_for_backward({Q, K, V, P_l_in, P_w_in, bias_in, mask_in, lse});
@@ -111,12 +106,12 @@ struct TiledFn : torch::autograd::Function<TiledFn> {
       const int64_t ni = std::min(p.block, n - i0);
       Tensor J;
       const Tensor W = Problem::weights(p.logits(i0, ni, &J), lse.narrow(2, i0, ni));  // [b,h,I,m]
-      const Tensor U = P_w.defined() ? mix(W, P_w) : W;                                 // [b,h_v,I,m]
+      const Tensor U = P_w.defined() ? mix_heads(W, P_w) : W;                                 // [b,h_v,I,m]
       const Tensor dOi = dOh.narrow(2, i0, ni);
       dVh.add_(torch::matmul(U.to(V.scalar_type()).transpose(2, 3), dOi));
       const Tensor dU = as_fp32(torch::matmul(dOi, p.Vh.transpose(2, 3)));  // [b,h_v,I,m]
       if (P_w.defined()) dP_w.add_(projection_grad(W, dU));
-      const Tensor dW = P_w.defined() ? mix(dU, p.P_w.t()) : dU;                     // [b,h,I,m]
+      const Tensor dW = P_w.defined() ? mix_heads(dU, p.P_w.t()) : dU;                     // [b,h,I,m]
       const Tensor dL = at::_softmax_backward_data(dW, W, -1, W.scalar_type());    // W * (dW - sum W dW)
       if (bias.defined()) {
         Tensor share = dL;  // summed over the dims the bias broadcasts along
@@ -126,7 +121,7 @@ struct TiledFn : torch::autograd::Function<TiledFn> {
         else dbias.narrow(2, i0, ni).add_(share);
       }
       if (P_l.defined()) dP_l.add_(projection_grad(J, dL));
-      const Tensor dJ = (P_l.defined() ? mix(dL, p.P_l.t()) : dL).to(Q.scalar_type());  // [b,h_k,I,m]
+      const Tensor dJ = (P_l.defined() ? mix_heads(dL, p.P_l.t()) : dL).to(Q.scalar_type());  // [b,h_k,I,m]
       dQh.narrow(2, i0, ni).copy_(torch::matmul(dJ, p.Kh));
       dKh.add_(torch::matmul(dJ.transpose(2, 3), p.Qh.narrow(2, i0, ni)));
     }
@@ -138,6 +133,11 @@ struct TiledFn : torch::autograd::Function<TiledFn> {
 };
 
 }  // namespace
+
+Tensor mix_heads(const Tensor& T, const Tensor& P) {
+  const int64_t b = T.size(0), g = T.size(1), i = T.size(2), m = T.size(3);
+  return torch::matmul(P.t(), T.reshape({b, g, i * m})).view({b, P.size(1), i, m});
+}
 
 Tensor tiled_attention_core(const Tensor& Q, const Tensor& K, const Tensor& V, const Tensor& P_l, const Tensor& P_w,
                             const Tensor& bias, const Tensor& mask, int64_t block_rows) {

@@ -19,6 +19,10 @@ namespace thx {
 // undefined), bias broadcastable to [b,h,n,m], mask bool broadcastable to [b,h,n,m] -> O
 // [b,n,h_v,d_v], differentiable in Q, K, V, P_l, P_w and bias. block_rows 0: as many query rows
 // as keep one [b, heads, rows, m] fp32 tensor within 512 MiB.
+// [b,g,I,m] mixed across heads by P [g,g2] -> [b,g2,I,m]: P^T times T[b] seen as [g, I*m], one
+// batched product with the heads as its inner dim (no permuted copy of T; shared with fused.cpp).
+torch::Tensor mix_heads(const torch::Tensor& T, const torch::Tensor& P);
+
 torch::Tensor tiled_attention_core(const torch::Tensor& Q, const torch::Tensor& K, const torch::Tensor& V,
                                    const torch::Tensor& P_l, const torch::Tensor& P_w, const torch::Tensor& bias,
                                    const torch::Tensor& mask, int64_t block_rows = 0);
