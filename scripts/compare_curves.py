@@ -16,6 +16,7 @@ on the whole curve, chosen from the precision: fp32 against fp32, 0.5%; bf16 (8 
 mantissa: 2^-8 = 0.39% per rounding) against fp32, 1.5%.
 """
 import json
+import math
 import os
 import sys
 
@@ -55,9 +56,13 @@ def main():
     steps = sorted(set(ref) & set(run))
     if not steps:
         fail(f"{a.reference} and {a.run} logged no step in common")
-    rel = max(steps, key=lambda s: abs(run[s] - ref[s]) / abs(ref[s]))
+    bad = [s for s in steps if not (math.isfinite(run[s]) and math.isfinite(ref[s]))]
+    if bad:  # a diverged curve is outside any bound, not a comparison
+        print(f"{a.run} vs {a.reference}: a non-finite loss at step {bad[0]}: OUTSIDE")
+        return 1
+    rel = max(steps, key=lambda s: abs(run[s] - ref[s]) / max(abs(ref[s]), 1e-12))
     worst_abs = max(steps, key=lambda s: abs(run[s] - ref[s]))
-    r = abs(run[rel] - ref[rel]) / abs(ref[rel])
+    r = abs(run[rel] - ref[rel]) / max(abs(ref[rel]), 1e-12)
     fmt = lambda v: "-" if v is None else f"{v:.4f}"
     ok = r <= a.bound
     print(f"{a.run} vs {a.reference}: {len(steps)} steps to {steps[-1]}, largest loss difference {100 * r:.3f}% "

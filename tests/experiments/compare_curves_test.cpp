@@ -36,6 +36,13 @@ TEST(CompareCurves, TheLargestRelativeDifferenceAgainstTheBound) {
   r = compare(both + " --bound 0.004");
   EXPECT_EQ(r.code, 1) << r.out;
   EXPECT_NE(r.out.find("OUTSIDE"), std::string::npos) << r.out;
+  // A diverged run (NaN loss, as JSON's NaN) is outside any bound.
+  const fs::path nan = dir.path / "nan";
+  fs::create_directories(nan);
+  std::ofstream(nan / "metrics.jsonl") << "{\"step\": 10, \"loss\": NaN}\n";
+  r = compare(ref.string() + " " + nan.string() + " --bound 1");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("a non-finite loss at step 10: OUTSIDE"), std::string::npos) << r.out;
 }
 
 TEST(CompareCurves, BadInputIsOneLineAndExitTwo) {
