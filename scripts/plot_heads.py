@@ -1,12 +1,12 @@
 #!/usr/bin/python3
 """plot_heads.py: held-out ln(PPL) against the head count, one line per attention variant.
 
-    /usr/bin/python3 scripts/plot_heads.py SWEEP_DIR [SWEEP_DIR ...] --out heads.png
+    /usr/bin/python3 scripts/plot_heads.py SWEEP [SWEEP ...] --out heads.png
         [--metric ln_ppl|mlm|sop] [--title TEXT] [--summary FILE]
 
 The paper's Table 1 and Table 5 trend as a figure: for each variant and head count h of the
-seeded sweeps given (their --out directories; several are pooled, e.g. a sweep of 12 and 48
-heads with one of 24), the mean of the metric over the seeds, with error bars of one sample
+seeded sweeps given (their --out directories, or a results file in the same format, .jsonl;
+several are pooled, e.g. a sweep of 12 and 48 heads with one of 24), the mean of the metric over the seeds, with error bars of one sample
 standard deviation, against h on a log scale, each tick labelled with h and d_k. --summary
 writes the points as a Markdown table (variant, h, d_k, seeds, mean, σ). A cell with one seed
 has no error bar. Rows come from each sweep's results.jsonl (`thx sweep` writes it); runs of the
@@ -26,9 +26,9 @@ METRICS = {"ln_ppl": "held-out ln(PPL)", "mlm": "held-out MLM accuracy (%)", "so
 
 
 def read_rows(sweep, metric):
-    path = os.path.join(sweep, "results.jsonl")
+    path = sweep if sweep.endswith(".jsonl") else os.path.join(sweep, "results.jsonl")
     if not os.path.exists(path):
-        fail(f"{path}: not found (is {sweep} the --out of `thx sweep`?)")
+        fail(f"{path}: not found" + ("" if path == sweep else f" (is {sweep} the --out of `thx sweep`?)"))
     rows = []
     with open(path) as f:
         for n, line in enumerate(f, 1):
@@ -55,7 +55,8 @@ def mean_sd(xs):
 
 def main():
     ap = Parser(description=__doc__.split("\n")[0])
-    ap.add_argument("sweeps", nargs="+", metavar="sweep", help="the --out directory of `thx sweep`; several pool")
+    ap.add_argument("sweeps", nargs="+", metavar="sweep",
+                    help="the --out directory of `thx sweep`, or a results .jsonl; several pool")
     ap.add_argument("--out", required=True, help="PNG file to write")
     ap.add_argument("--metric", default="ln_ppl", help=f"one of {', '.join(METRICS)} (default ln_ppl)")
     ap.add_argument("--title", default="", help="the figure's title (default: the sweeps' names)")
@@ -69,8 +70,8 @@ def main():
             fail(f"{out}: directory {out_dir} does not exist")
     runs, models = {}, {}
     for sweep in args.sweeps:
-        if not os.path.isdir(sweep):
-            fail(f"{sweep}: not a directory (give the --out of `thx sweep`)")
+        if not sweep.endswith(".jsonl") and not os.path.isdir(sweep):
+            fail(f"{sweep}: not a directory (give the --out of `thx sweep`, or its results .jsonl)")
         path, rows = read_rows(sweep, args.metric)
         for r in rows:
             if r["value"] is None:
@@ -109,7 +110,7 @@ def main():
     ax.minorticks_off()
     ax.set_xlabel("heads h")
     ax.set_ylabel(METRICS[args.metric] + ", mean ± seed σ")
-    ax.set_title(args.title or " + ".join(os.path.basename(os.path.normpath(s)) for s in args.sweeps))
+    ax.set_title(args.title or " + ".join(os.path.splitext(os.path.basename(os.path.normpath(s)))[0] for s in args.sweeps))
     ax.legend()
     ax.grid(alpha=0.3)
     fig.tight_layout()

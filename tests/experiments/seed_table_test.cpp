@@ -155,6 +155,11 @@ TEST(PlotHeads, PoolsSweepsAndPlotsMeanAndSigmaPerHeadCount) {
   write_seeded_sweep(c, {{"multi_head", 12, 1, 6.4, 21, 70}});
   ASSERT_EQ(plot_heads(a.string() + " " + c.string() + " " + a.string() + " --out " + png + " --summary " + md).code, 0);
   EXPECT_NE(read_file(md).find("| multi-head | 12 | 16 | 3 | 6.2000 | 0.2000 |"), std::string::npos) << read_file(md);
+  // A results file named directly (the published fp32 points beside a bf16 sweep): pooled the same.
+  const fs::path file = dir.path / "points.jsonl";
+  fs::copy_file(b / "results.jsonl", file);
+  ASSERT_EQ(plot_heads(a.string() + " " + file.string() + " --out " + png + " --summary " + md).code, 0);
+  EXPECT_NE(read_file(md).find("| multi-head | 24 | 8 | 3 | 6.2000 | 0.1000 |"), std::string::npos) << read_file(md);
   // MLM accuracy instead: 22 ± 1.414 at 12 heads.
   ASSERT_EQ(plot_heads(a.string() + " --metric mlm --out " + png + " --summary " + md).code, 0);
   EXPECT_NE(read_file(md).find("| multi-head | 12 | 16 | 2 | 22.0000 | 1.4142 |"), std::string::npos) << read_file(md);
@@ -175,7 +180,8 @@ TEST(PlotHeads, BadInputIsOneLineAndExitTwo) {
     EXPECT_TRUE(refused(plot_heads(args), "plot_heads.py: ", says)) << args;
   };
   expect_refused((dir.path / "missing").string() + out, "missing: not a directory");
-  expect_refused(dir.path.string() + out, "results.jsonl: not found");
+  expect_refused(dir.path.string() + out, "results.jsonl: not found (is ");
+  expect_refused((dir.path / "gone.jsonl").string() + out, "gone.jsonl: not found");
   expect_refused(bad.string() + out, "results.jsonl:1: not a results row");
   expect_refused(t5.string() + out, "results.jsonl:1: ln_ppl is '5.1', not a number");
   expect_refused(good.string() + " --metric nll" + out, "--metric nll: unknown; allowed: ln_ppl, mlm, sop");
