@@ -10,7 +10,8 @@
 #                                    its headers do not compile), then runs, in this order, each
 #                                    phase that still fits before the deadline (GPU_DEADLINE_S,
 #                                    default 560 s): the CUDA tests (each suite in its own process,
-#                                    so that a crash names its suite), the real TensorBoard reading
+#                                    so that a crash names its suite), compute-sanitizer on thx's
+#                                    kernels, the real TensorBoard reading
 #                                    a run's tb/, the kernel SDPA picks (sdpa_backend.py), the
 #                                    whole-step benchmark at base size in bf16 with
 #                                    the compiled PyTorch peer, a crashed suite again under
@@ -58,7 +59,7 @@ run() {
   # later call on the same (warm) machine finds the build done and can run the rest
   # (GPU_PHASES="bench-train unit-suite", say).
   local deadline=$((SECONDS + ${GPU_DEADLINE_S:-560}))
-  local phases=${GPU_PHASES:-build cuda-tests tensorboard sdpa bench-train cuda-debug mini-t5 bench-attention unit-suite}
+  local phases=${GPU_PHASES:-build cuda-tests sanitize tensorboard sdpa bench-train cuda-debug mini-t5 bench-attention unit-suite}
   printf '| phase | exit | seconds | last line of its log |\n|---|---:|---:|---|\n' > "$summary"
   {
     date -u; uname -a; head -3 /etc/os-release 2>/dev/null; nproc; free -g | head -2
@@ -112,6 +113,19 @@ run() {
       done
       exit $failed'
 
+    # thx's own kernels under compute-sanitizer (memcheck: out-of-bounds and uninitialized
+    # reads; racecheck: shared-memory races between a block's threads), on the fused
+    # talking-heads tests' small shapes.
+    phase sanitize 60 bash -c '
+      cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer); failed=0
+      for tool in memcheck racecheck; do
+        echo "== $tool"
+        timeout 50 "$cs" --tool $tool --error-exitcode 3 build-gpu/thx_tests \
+          --gtest_filter="FusedThOnCuda.EqualsThePapersCoreForEveryVariantMaskAndDtype:DevicePath.RmsNorm*" \
+          --gtest_brief=1 2>&1 | tail -30
+        rc=${PIPESTATUS[0]}; echo "== $tool: exit $rc"; [ "$rc" -ne 0 ] && failed=1
+      done
+      exit $failed'
     phase tensorboard 40 bash -c "
       $thx --device cuda --log-level warn pretrain --config configs/t5/mini.yaml --set data.prepared=$prep \
         --set train.steps=20 --set train.log_every=5 --set eval.every=10 --run-dir $OUT/tb-run &&
@@ -154,11 +168,14 @@ run() {
         python3 scripts/compare_curves.py $OUT/mini-\$v-cpu-fp32 $OUT/mini-\$v-cuda-bf16 --bound 0.015
       done
       cd $OUT && tar czf mini-t5.tgz mini-*/metrics.jsonl mini-*/train.log && rm -rf mini-*/"
-    # One layer in bf16: talking-heads on its tiled path (the default), then on the batched one.
-    phase bench-attention 40 bash -c "
-      $thx --device cuda bench attention --precision bf16 --heads 12,24,48 --n 2048 --batch 8 --out $OUT/attention.md &&
-      $thx --device cuda bench attention --precision bf16 --heads 12,24,48 --n 2048 --batch 8 --batched \
-        --out $OUT/attention-batched.md"
+    # One layer in bf16: talking-heads on thx's fused kernels (the default where built), on the
+    # tiled ATen path, then on the batched composition.
+    phase bench-attention 60 bash -c "
+      for path in fused tiled batched; do
+        flag=--\$path; [ \$path = fused ] && flag=
+        $thx --device cuda bench attention --precision bf16 --heads 12,24,48 --n 2048 --batch 8 \$flag \
+          --out $OUT/attention-\$path.md || exit 1
+      done"
     phase unit-suite 200 ctest --test-dir build-gpu -j 16 -L unit -E '^Cuda[.]' --output-on-failure
   fi
   echo "total: $((SECONDS - deadline + ${GPU_DEADLINE_S:-560})) s" >> "$summary"

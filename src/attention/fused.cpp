@@ -5,6 +5,7 @@
 #include <cstring>
 #include <limits>
 
+#include "attention/cuda/th_fused.h"
 #include "attention/attention.h"
 #include "attention/blas.h"
 #include "attention/kernels.h"
@@ -502,10 +503,11 @@ void set_fused_attention(bool enabled) { g_fused = enabled; }
 bool fused_attention_enabled() { return g_fused; }
 
 namespace {
-std::atomic<bool> g_sdpa{true}, g_tiled{true};
+std::atomic<bool> g_sdpa{true}, g_tiled{true}, g_th_kernels{true};
 }  // namespace
 void set_sdpa_attention(bool enabled) { g_sdpa = enabled; }
 void set_tiled_attention(bool enabled) { g_tiled = enabled; }
+void set_th_kernels(bool enabled) { g_th_kernels = enabled; }
 
 // The products in their operands' dtype; the logits, softmax and mixings in fp32 (what a
 // CUDA tensor runs, and the bf16 core's reference).
@@ -552,9 +554,15 @@ Tensor attention_core(const Tensor& Q, const Tensor& K, const Tensor& V, const T
     return O.transpose(1, 2);                                        // [b,n,h,d_v]
   }
 #endif
-  // The talking-heads family off the CPU: blocks of query rows, nothing [b,h,n,m] kept (tiled.h).
-  if ((P_l.defined() || P_w.defined()) && !Q.device().is_cpu() && g_tiled)
+  // The talking-heads family off the CPU: thx's fused CUDA kernels (cuda/th_fused.h) where built
+  // and the problem is one they take, else blocks of query rows in ATen (tiled.h); neither keeps
+  // anything of size [b,h,n,m].
+  if ((P_l.defined() || P_w.defined()) && !Q.device().is_cpu() && g_tiled) {
+    const cuda_th::Launcher* kernels = Q.is_cuda() && g_th_kernels ? cuda_th_launcher() : nullptr;
+    if (kernels && fused_th_unsupported(Q, K, V, P_l, P_w, bias, mask, *kernels).empty())
+      return fused_th_attention_core(Q, K, V, P_l, P_w, bias, mask, *kernels);
     return tiled_attention_core(Q, K, V, P_l, P_w, bias, mask);
+  }
   const int64_t h = P_l.defined() ? P_l.size(1) : Q.size(2);
   auto all = [&](torch::ScalarType t) { return is(Q, t) && is(K, t) && is(V, t); };
   if (fusable(Q, P_l, P_w, bias, mask, {Q.size(0), h, Q.size(1), K.size(1)})) {

@@ -64,5 +64,8 @@ void set_sdpa_attention(bool enabled);
 // nothing of size [b,h,n,m] for backward (default true), or the batched composition
 // attention_core_reference (false; benchmarks).
 void set_tiled_attention(bool enabled);
+// Within that: thx's fused CUDA kernels (attention/cuda/th_fused.h) where thx was built with them
+// and they take the problem (default true), or the tiled ATen path always (false; benchmarks).
+void set_th_kernels(bool enabled);
 
 }  // namespace thx

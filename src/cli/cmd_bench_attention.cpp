@@ -26,8 +26,10 @@ struct BenchAttentionCommand : Command {
     app->add_option("--precision", opt.precision, "fp32 | bf16 | both (each with its own matmul peak; the einsum "
                                                   "reference runs in fp32)")->capture_default_str();
     app->add_option("--out", opt.markdown_out, "also write the Markdown report here");
-    app->add_flag("--batched", opt.batched, "on a GPU, talking-heads through the batched ATen composition (every "
-                                        "[b,h,n,m] tensor kept) instead of the tiled path");
+    CLI::Option* batched = app->add_flag("--batched", opt.batched, "on a GPU, talking-heads through the batched ATen "
+                                                                 "composition (every [b,h,n,m] tensor kept)");
+    app->add_flag("--tiled", opt.tiled, "on a GPU, talking-heads through the tiled ATen path, not thx's fused "
+                                        "CUDA kernels")->excludes(batched);
   }
 
   int run() override {

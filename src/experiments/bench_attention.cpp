@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "attention/costs.h"
+#include "attention/cuda/th_args.h"
 #include "attention/factory.h"
 #include "attention/fused.h"
 #include "common/error.h"
@@ -183,11 +184,16 @@ void measure_cell(const BenchAttentionOptions& opt, int64_t h, const std::string
 std::string bench_attention(const BenchAttentionOptions& opt) {
   auto log = thx::log("bench");
   set_tiled_attention(!opt.batched);
+  set_th_kernels(!opt.batched && !opt.tiled);
   torch::manual_seed(0);
   log->info("attention fwd+bwd: d_model {}, n = m = {}, batch {}, {} threads, median of {}",
             opt.d_model, opt.n, opt.batch, torch::get_num_threads(), opt.reps);
   const std::vector<std::string> precisions = bench_precisions(opt.precision, "--precision", opt.device);
   const bool gpu = opt.device.is_cuda();
+  if (gpu)
+    log->info("talking-heads on the GPU: {}", opt.batched ? "the batched ATen composition"
+                                              : opt.tiled || !cuda_th_launcher() ? "the tiled ATen path"
+                                                                                 : "thx's fused CUDA kernels");
   const int64_t peak_size = gpu ? 8192 : 2048;
   std::map<std::string, double> peaks;
   for (const auto& p : precisions) {

@@ -18,7 +18,9 @@ struct BenchAttentionOptions {
   std::vector<int64_t> heads = {6, 12, 24, 48};
   int64_t reps = 5, warmup = 2;
   bool reference = true;
-  bool batched = false;  // on a GPU, talking-heads on the batched composition, not the tiled path
+  // On a GPU, talking-heads runs thx's fused CUDA kernels where built (cuda/th_fused.h), else the
+  // tiled ATen path; `tiled` forces that path, `batched` the batched composition.
+  bool batched = false, tiled = false;
   std::string precision = "fp32";  // fp32 | bf16 | both (each with its own matmul peak)
   std::string markdown_out;  // also write the report here
   torch::Device device{torch::kCPU};  // --device (on CUDA the matmul peak is 8192^3); peak memory

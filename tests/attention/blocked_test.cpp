@@ -16,6 +16,7 @@
 
 #include "attention/fused.h"
 #include "attention/tiled.h"
+#include "core_problems.h"
 #include "reference/blocked_talking_heads.h"
 #include "test_util.h"
 
@@ -25,11 +26,11 @@ namespace THX_FILE_ID {
 
 using torch::Tensor;
 
-struct Case {
-  std::string name;
-  int64_t hk, h, hv;
-  bool P_l, P_w;
-};
+using core::Case;
+using core::Extra;
+using core::Inputs;
+using core::inputs;
+using core::paper_core;
 
 const std::vector<Case>& cases() {
   static const std::vector<Case> c = {{"talking_heads", 3, 5, 2, true, true},
@@ -37,44 +38,6 @@ const std::vector<Case>& cases() {
                                       {"project_weights", 5, 5, 2, false, true},
                                       {"multi_head", 4, 4, 4, false, false}};
   return c;
-}
-
-enum class Extra { none, bias, padding, causal, bias_padding };
-
-struct Inputs {
-  Tensor Q, K, V, P_l, P_w, bias, mask, dO;
-};
-
-Inputs inputs(const Case& c, Extra e, torch::Dtype dtype) {
-  const int64_t b = 2, n = 7, m = e == Extra::causal ? 7 : 5, dk = 4, dv = 6;
-  auto o = torch::TensorOptions().dtype(dtype);
-  Inputs in;
-  in.Q = torch::randn({b, n, c.hk, dk}, o), in.K = torch::randn({b, m, c.hk, dk}, o);
-  in.V = torch::randn({b, m, c.hv, dv}, o), in.dO = torch::randn({b, n, c.hv, dv}, o);
-  if (c.P_l) in.P_l = torch::randn({c.hk, c.h}, o) / std::sqrt(double(c.hk));
-  if (c.P_w) in.P_w = torch::randn({c.h, c.hv}, o) / std::sqrt(double(c.h));
-  if (e == Extra::bias || e == Extra::bias_padding) in.bias = torch::randn({1, c.h, n, m}, o);
-  if (e == Extra::padding || e == Extra::bias_padding)  // example 0 sees 3 of the m keys
-    in.mask = (torch::arange(m).view({1, m}) < torch::tensor({int64_t{3}, m}).view({b, 1})).view({b, 1, 1, m});
-  if (e == Extra::causal) in.mask = torch::ones({n, m}, torch::kBool).tril().view({1, 1, n, m});
-  return in;
-}
-
-// Section 4's core with the paper's layout (heads last), each line one einsum; autograd
-// differentiates it. Returns O [b,n,h_v,d_v] and the logits L [b,n,m,h].
-std::pair<Tensor, Tensor> paper_core(const Tensor& Q, const Tensor& K, const Tensor& V, const Tensor& P_l,
-                                     const Tensor& P_w, const Tensor& bias, const Tensor& mask) {
-  const Tensor J = torch::einsum("bnkd,bmkd->bnmk", {Q, K});           // J[n,m,h_k] = Q·K
-  Tensor L = P_l.defined() ? torch::einsum("bnmk,ks->bnms", {J, P_l}) : J;  // L = J·P_l
-  if (bias.defined()) {
-    Tensor B = bias;  // broadcastable to [b,h,n,m]: as 4 dims
-    while (B.dim() < 4) B = B.unsqueeze(0);
-    L = L + B.permute({0, 2, 3, 1});  // [.,n,m,h]
-  }
-  if (mask.defined()) L = L.masked_fill(mask.permute({0, 2, 3, 1}).logical_not(), -INFINITY);
-  const Tensor W = torch::softmax(L, 2);                               // over m
-  const Tensor U = P_w.defined() ? torch::einsum("bnms,st->bnmt", {W, P_w}) : W;  // U = W·P_w
-  return {torch::einsum("bnmt,bmte->bnte", {U, V}), L};               // O = U·V
 }
 
 struct Reference {

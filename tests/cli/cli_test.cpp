@@ -61,6 +61,9 @@ TEST(Cli, BadBenchFlagsExitTwo) {
   EXPECT_EQ(r.out, "thx: error: --heads: 7 does not divide --d-model 768\n");
   EXPECT_EQ(run_thx("bench").code, 2);
   EXPECT_EQ(run_thx("bench attention --reps 0").code, 2);
+  r = run_thx("bench attention --tiled --batched");  // one talking-heads path at a time
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_EQ(r.out, "thx: error: --batched excludes --tiled (thx --help lists the options)\n");
   // bench train's base rows: an h that does not divide 768, a peer row that is not a base row,
   // --base-only without --base; one line each, before any model is built.
   r = run_thx("bench train --base --base-heads 7");

@@ -1,0 +1,145 @@
+// compat.h: the few CUDA names thx's portable kernels (th_kernels.cuh) use, for three compilers:
+//  - nvcc (__CUDACC__): CUDA itself; the kernels run on the GPU.
+//  - clang's CUDA mode without CUDA's headers (__CUDA__, -nocudainc): the device code compiles
+//    to PTX on a machine without CUDA (tests/attention/th_kernels_ptx_test.cpp), so that a syntax
+//    or type error shows before a GPU session; the math there is approximate and never run.
+//  - a plain C++ compiler: an emulator, so the kernels' logic is tested on the CPU. A launch runs
+//    one thread block at a time, each CUDA thread as an OS thread, __syncthreads() a barrier
+//    among them, dynamic shared memory one buffer per block. Slow, exact: for tests at small
+//    sizes only.
+// The kernels use: threadIdx.x, blockIdx.{x,y}, blockDim.x, __syncthreads(), dynamic shared
+// memory (THX_SHARED), atomicAdd on float, and thx_exp / thx_log / thx_fmax / thx_inf.
+#pragma once
+#include <cstdint>
+
+#if defined(__CUDACC__)  // nvcc
+#define THX_DEVICE __device__ __forceinline__
+#define THX_SHARED(name) extern __shared__ __align__(16) unsigned char name[]
+THX_DEVICE float thx_exp(float x) { return expf(x); }
+THX_DEVICE float thx_log(float x) { return logf(x); }
+THX_DEVICE float thx_fmax(float a, float b) { return fmaxf(a, b); }
+THX_DEVICE float thx_inf() { return __int_as_float(0x7f800000); }
+THX_DEVICE float thx_bits_to_float(uint32_t u) { return __uint_as_float(u); }
+THX_DEVICE uint32_t thx_float_to_bits(float f) { return __float_as_uint(f); }
+THX_DEVICE void thx_atomic_add(float* p, float v) { atomicAdd(p, v); }
+
+#elif defined(__CUDA__)  // clang -x cuda -nocudainc: the PTX compile check
+#include <__clang_cuda_builtin_vars.h>
+#define __global__ __attribute__((global))
+#define __device__ __attribute__((device))
+#define THX_DEVICE __attribute__((device)) inline
+#define THX_SHARED(name) extern __attribute__((shared)) __attribute__((aligned(16))) unsigned char name[]
+extern "C" __device__ void __syncthreads() __asm__("llvm.nvvm.barrier0");
+THX_DEVICE float thx_exp(float x) { return __nvvm_ex2_approx_f(x * 1.44269504f); }
+THX_DEVICE float thx_log(float x) { return __nvvm_lg2_approx_f(x) * 0.693147181f; }
+THX_DEVICE float thx_fmax(float a, float b) { return __nvvm_fmax_f(a, b); }
+THX_DEVICE float thx_inf() { return __builtin_huge_valf(); }
+THX_DEVICE float thx_bits_to_float(uint32_t u) { return __builtin_bit_cast(float, u); }
+THX_DEVICE uint32_t thx_float_to_bits(float f) { return __builtin_bit_cast(uint32_t, f); }
+THX_DEVICE void thx_atomic_add(float* p, float v) { __nvvm_atom_add_gen_f(p, v); }
+
+#else  // the host emulator
+#include <cmath>
+#include <condition_variable>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#define __global__
+#define THX_DEVICE inline
+#define THX_SHARED(name) unsigned char* name = ::thx::emu::shared_memory()
+
+namespace thx::emu {
+
+struct Dim3 {
+  unsigned x = 1, y = 1, z = 1;
+};
+
+// One block's barrier: the last of `count` threads to arrive releases the others.
+class Barrier {
+ public:
+  explicit Barrier(int count) : count_(count) {}
+  void wait() {
+    std::unique_lock<std::mutex> lock(mu_);
+    const long gen = generation_;
+    if (++arrived_ == count_) {
+      arrived_ = 0, ++generation_;
+      cv_.notify_all();
+    } else {
+      cv_.wait(lock, [&] { return generation_ != gen; });
+    }
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int count_, arrived_ = 0;
+  long generation_ = 0;
+};
+
+struct Block {
+  Barrier* barrier = nullptr;
+  std::vector<unsigned char>* shared = nullptr;
+  std::mutex* atomics = nullptr;
+};
+inline thread_local Block t_block;
+inline unsigned char* shared_memory() { return t_block.shared->data(); }
+
+}  // namespace thx::emu
+
+inline thread_local thx::emu::Dim3 threadIdx, blockIdx;
+inline thread_local thx::emu::Dim3 blockDim, gridDim;
+inline void __syncthreads() { thx::emu::t_block.barrier->wait(); }
+
+THX_DEVICE float thx_exp(float x) { return std::exp(x); }
+THX_DEVICE float thx_log(float x) { return std::log(x); }
+THX_DEVICE float thx_fmax(float a, float b) { return std::fmax(a, b); }
+THX_DEVICE float thx_inf() { return std::numeric_limits<float>::infinity(); }
+THX_DEVICE float thx_bits_to_float(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+THX_DEVICE uint32_t thx_float_to_bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+THX_DEVICE void thx_atomic_add(float* p, float v) {
+  std::lock_guard<std::mutex> lock(*thx::emu::t_block.atomics);
+  *p += v;
+}
+
+namespace thx::emu {
+
+// kernel<<<grid, threads, shared_bytes>>>(): the blocks in turn, each block's threads at once.
+// The shared buffer is filled with NaN bytes, so that a kernel reading what it did not write
+// shows in its results.
+inline void launch(Dim3 grid, int threads, size_t shared_bytes, const std::function<void()>& kernel) {
+  std::vector<unsigned char> shared(shared_bytes);
+  std::mutex atomics;
+  for (unsigned z = 0; z < grid.z; ++z)
+    for (unsigned y = 0; y < grid.y; ++y)
+      for (unsigned x = 0; x < grid.x; ++x) {
+        std::fill(shared.begin(), shared.end(), static_cast<unsigned char>(0xff));
+        Barrier barrier(threads);
+        std::vector<std::thread> pool;
+        pool.reserve(threads);
+        for (int t = 0; t < threads; ++t)
+          pool.emplace_back([&, t] {
+            t_block = Block{&barrier, &shared, &atomics};
+            threadIdx = Dim3{unsigned(t), 0, 0};
+            blockIdx = Dim3{x, y, z};
+            blockDim = Dim3{unsigned(threads), 1, 1};
+            gridDim = grid;
+            kernel();
+          });
+        for (std::thread& th : pool) th.join();
+      }
+}
+
+}  // namespace thx::emu
+#endif

@@ -1,0 +1,204 @@
+#include "attention/cuda/th_fused.h"
+
+#include <utility>
+
+namespace thx {
+namespace {
+
+using torch::Tensor;
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+using cuda_th::Args;
+using cuda_th::Launcher;
+
+Tensor placeholder(const Tensor& t) { return t.defined() ? t : torch::empty({0}); }
+Tensor present(const Tensor& t) { return t.numel() > 0 ? t : Tensor(); }
+Tensor four(Tensor t) {
+  while (t.dim() < 4) t = t.unsqueeze(0);
+  return t;
+}
+
+struct Dims {
+  int64_t b, n, m, h_k, h, h_v, d_k, d_v;
+};
+Dims dims(const Tensor& Q, const Tensor& K, const Tensor& V, const Tensor& P_l, const Tensor& P_w) {
+  const int64_t h = P_l.defined() ? P_l.size(1) : Q.size(2);
+  return {Q.size(0), Q.size(1), K.size(1), Q.size(2), h, V.size(2), Q.size(3), V.size(3)};
+}
+
+// t's strides over [b,h,n,m] as it broadcasts (0 along a dim of size 1).
+void broadcast_strides(const Tensor& t4, const Dims& d, int64_t* out) {
+  const Tensor e = t4.expand({d.b, d.h, d.n, d.m});
+  for (int i = 0; i < 4; ++i) out[i] = e.stride(i);
+}
+
+// Everything but the typed pointers, which the caller sets for its dtype.
+template <typename T>
+Args<T> args(const Dims& d, ThTiles tiles, const Tensor& P_l, const Tensor& P_w, const Tensor& bias4,
+             const Tensor& mask4) {
+  Args<T> a{};
+  a.p_l = P_l.defined() ? P_l.data_ptr<float>() : nullptr;
+  a.p_w = P_w.defined() ? P_w.data_ptr<float>() : nullptr;
+  if (bias4.defined()) a.bias = bias4.data_ptr<float>(), broadcast_strides(bias4, d, a.bias_stride);
+  if (mask4.defined()) a.mask = mask4.data_ptr<bool>(), broadcast_strides(mask4, d, a.mask_stride);
+  a.b = int(d.b), a.n = int(d.n), a.m = int(d.m), a.h_k = int(d.h_k), a.h = int(d.h), a.h_v = int(d.h_v);
+  a.d_k = int(d.d_k), a.d_v = int(d.d_v), a.R = tiles.R, a.C = tiles.C;
+  return a;
+}
+
+template <typename T>
+T* ptr(const Tensor& t) {
+  return reinterpret_cast<T*>(t.data_ptr());
+}
+
+struct Prepared {
+  Tensor Q, K, V, P_l, P_w, bias4, mask4;
+  Dims d;
+  ThTiles tiles;
+};
+Prepared prepare(const Tensor& Q, const Tensor& K, const Tensor& V, const Tensor& P_l, const Tensor& P_w,
+                 const Tensor& bias, const Tensor& mask, const Launcher& l, ThTiles tiles) {
+  Prepared p{Q.contiguous(), K.contiguous(), V.contiguous(),
+             P_l.defined() ? P_l.to(torch::kFloat32).contiguous() : Tensor(),
+             P_w.defined() ? P_w.to(torch::kFloat32).contiguous() : Tensor(),
+             bias.defined() ? four(bias.to(torch::kFloat32)) : Tensor(),
+             mask.defined() ? four(mask.to(torch::kBool)) : Tensor(),
+             dims(Q, K, V, P_l, P_w), tiles};
+  if (p.tiles.R <= 0 || p.tiles.C <= 0)
+    p.tiles = fused_th_tiles(int(p.d.h_k), int(p.d.h), int(p.d.h_v), int(p.d.d_k), int(p.d.d_v), l.shared_limit_bytes);
+  TORCH_CHECK(p.tiles.R > 0 && p.tiles.C > 0, "fused talking-heads: no tile fits the shared memory");
+  return p;
+}
+
+int64_t bytes_forward(const Prepared& p) {
+  return 4 * cuda_th::forward_shared_floats(p.tiles.R, p.tiles.C, int(p.d.h_k), int(p.d.h), int(p.d.h_v),
+                                            int(p.d.d_k), int(p.d.d_v));
+}
+int64_t bytes_backward(const Prepared& p) {
+  return 4 * cuda_th::backward_shared_floats(p.tiles.R, p.tiles.C, int(p.d.h_k), int(p.d.h), int(p.d.h_v),
+                                             int(p.d.d_k), int(p.d.d_v));
+}
+
+struct FusedThFn : torch::autograd::Function<FusedThFn> {
+  static Tensor forward(AutogradContext* ctx, const Tensor& Q, const Tensor& K, const Tensor& V, const Tensor& P_l_in,
+                        const Tensor& P_w_in, const Tensor& bias_in, const Tensor& mask_in, int64_t launcher,
+                        int64_t R, int64_t C) {
+    const Launcher& l = *reinterpret_cast<const Launcher*>(launcher);
+    const Prepared p = prepare(Q, K, V, present(P_l_in), present(P_w_in), present(bias_in), present(mask_in), l,
+                               {int(R), int(C)});
+    const Dims& d = p.d;
+    Tensor O = torch::empty({d.b, d.n, d.h_v, d.d_v}, p.V.options());
+    Tensor lse = torch::empty({d.b, d.h, d.n}, p.Q.options().dtype(torch::kFloat32));
+    const unsigned gx = unsigned((d.n + p.tiles.R - 1) / p.tiles.R), gy = unsigned(d.b);
+    auto run = [&](auto tag, auto fn) {
+      using T = decltype(tag);
+      Args<T> a = args<T>(d, p.tiles, p.P_l, p.P_w, p.bias4, p.mask4);
+      a.q = ptr<T>(p.Q), a.k = ptr<T>(p.K), a.v = ptr<T>(p.V), a.o = ptr<T>(O), a.lse = lse.data_ptr<float>();
+      fn(a, gx, gy, l.threads, bytes_forward(p));
+    };
+    if (Q.scalar_type() == torch::kBFloat16) run(thx_bf16{}, l.forward_bf16);
+    else run(float{}, l.forward_f32);
+    ctx->save_for_backward({Q, K, V, P_l_in, P_w_in, bias_in, mask_in, lse});
+    ctx->saved_data["launcher"] = launcher;
+    ctx->saved_data["R"] = int64_t(p.tiles.R);
+    ctx->saved_data["C"] = int64_t(p.tiles.C);
+    return O;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto s = ctx->get_saved_variables();
+    const Launcher& l = *reinterpret_cast<const Launcher*>(ctx->saved_data["launcher"].toInt());
+    const Tensor bias = present(s[5]);
+    const Prepared p = prepare(s[0], s[1], s[2], present(s[3]), present(s[4]), bias, present(s[6]), l,
+                               {int(ctx->saved_data["R"].toInt()), int(ctx->saved_data["C"].toInt())});
+    const Dims& d = p.d;
+    const auto wide = s[7].options();
+    const Tensor dO = grads[0].to(p.V.scalar_type()).contiguous();
+    Tensor dQ = torch::empty_like(p.Q), dK = torch::zeros(p.K.sizes(), wide), dV = torch::zeros(p.V.sizes(), wide);
+    const unsigned gx = unsigned((d.n + p.tiles.R - 1) / p.tiles.R), gy = unsigned(d.b);
+    const int64_t blocks = int64_t(gx) * gy;
+    Tensor dP_l = p.P_l.defined() ? torch::zeros({blocks, d.h_k, d.h}, wide) : Tensor();
+    Tensor dP_w = p.P_w.defined() ? torch::zeros({blocks, d.h, d.h_v}, wide) : Tensor();
+    Tensor dbias4 = p.bias4.defined() ? torch::zeros(p.bias4.sizes(), wide) : Tensor();
+    auto run = [&](auto tag, auto fn) {
+      using T = decltype(tag);
+      Args<T> a = args<T>(d, p.tiles, p.P_l, p.P_w, p.bias4, p.mask4);
+      a.q = ptr<T>(p.Q), a.k = ptr<T>(p.K), a.v = ptr<T>(p.V), a.lse = s[7].data_ptr<float>();
+      a.grad_o = ptr<T>(dO), a.grad_q = ptr<T>(dQ), a.grad_k = dK.data_ptr<float>(), a.grad_v = dV.data_ptr<float>();
+      if (dbias4.defined()) a.grad_bias = dbias4.data_ptr<float>(), broadcast_strides(dbias4, d, a.grad_bias_stride);
+      a.grad_p_l = dP_l.defined() ? dP_l.data_ptr<float>() : nullptr;
+      a.grad_p_w = dP_w.defined() ? dP_w.data_ptr<float>() : nullptr;
+      fn(a, gx, gy, l.threads, bytes_backward(p));
+    };
+    if (p.Q.scalar_type() == torch::kBFloat16) run(thx_bf16{}, l.backward_bf16);
+    else run(float{}, l.backward_f32);
+    auto back = [](const Tensor& g, const Tensor& like) { return g.defined() ? g.to(like.scalar_type()) : Tensor(); };
+    return {dQ,
+            dK.to(p.K.scalar_type()),
+            dV.to(p.V.scalar_type()),
+            dP_l.defined() ? back(dP_l.sum(0), s[3]) : Tensor(),
+            dP_w.defined() ? back(dP_w.sum(0), s[4]) : Tensor(),
+            bias.defined() ? back(dbias4.reshape(bias.sizes()), bias) : Tensor(),
+            Tensor(), Tensor(), Tensor(), Tensor()};
+  }
+};
+
+bool broadcastable(const Tensor& t, const Dims& d) {
+  if (t.dim() > 4) return false;
+  const int64_t full[4] = {d.b, d.h, d.n, d.m};
+  for (int64_t i = 0; i < t.dim(); ++i) {
+    const int64_t s = t.size(t.dim() - 1 - i), f = full[3 - i];
+    if (s != 1 && s != f) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+ThTiles fused_th_tiles(int h_k, int h, int h_v, int d_k, int d_v, int64_t shared_limit_bytes) {
+  static const std::pair<int, int> kTiles[] = {{64, 64}, {64, 32}, {32, 32}, {32, 16}, {16, 16}, {16, 8}, {8, 8},
+                                               {8, 4},   {4, 4},   {4, 2},   {2, 2},   {2, 1},   {1, 1}};
+  for (const auto& [R, C] : kTiles) {
+    const int64_t need = 4 * std::max(cuda_th::forward_shared_floats(R, C, h_k, h, h_v, d_k, d_v),
+                                      cuda_th::backward_shared_floats(R, C, h_k, h, h_v, d_k, d_v));
+    if (need <= shared_limit_bytes) return {R, C};
+  }
+  return {};
+}
+
+std::string fused_th_unsupported(const Tensor& Q, const Tensor& K, const Tensor& V, const Tensor& P_l,
+                                 const Tensor& P_w, const Tensor& bias, const Tensor& mask, const Launcher& l) {
+  if (Q.dim() != 4 || K.dim() != 4 || V.dim() != 4) return "Q, K, V are not [b,n,heads,dim]";
+  const auto t = Q.scalar_type();
+  if (t != torch::kFloat32 && t != torch::kBFloat16) return "dtype is not fp32 or bf16";
+  if (K.scalar_type() != t || V.scalar_type() != t) return "Q, K and V differ in dtype";
+  if (!P_l.defined() && !P_w.defined()) return "no head mixing (multi-head takes SDPA)";
+  const Dims d = dims(Q, K, V, P_l, P_w);
+  if (K.size(0) != d.b || V.size(0) != d.b || V.size(1) != d.m || K.size(2) != d.h_k || K.size(3) != d.d_k)
+    return "Q, K, V shapes do not match";
+  if (P_l.defined() && (P_l.dim() != 2 || P_l.size(0) != d.h_k)) return "P_l is not [h_k,h]";
+  if (P_w.defined() && (P_w.dim() != 2 || P_w.size(0) != d.h || P_w.size(1) != d.h_v)) return "P_w is not [h,h_v]";
+  if (!P_w.defined() && d.h_v != d.h) return "without P_w, h_v must equal h";
+  if (!P_l.defined() && d.h_k != d.h) return "without P_l, h_k must equal h";
+  if (bias.defined() && !broadcastable(bias, d)) return "bias does not broadcast to [b,h,n,m]";
+  if (mask.defined() && (!broadcastable(mask, d) || mask.scalar_type() != torch::kBool))
+    return "mask is not bool broadcastable to [b,h,n,m]";
+  for (const Tensor* x : {&Q, &K, &V, &P_l, &P_w, &bias, &mask})
+    if (x->defined() && x->device() != Q.device()) return "tensors on different devices";
+  if (d.b > 65535) return "batch above 65,535 (grid y)";
+  if (fused_th_tiles(int(d.h_k), int(d.h), int(d.h_v), int(d.d_k), int(d.d_v), l.shared_limit_bytes).R == 0)
+    return "one row and one key do not fit the shared memory";
+  return "";
+}
+
+Tensor fused_th_attention_core(const Tensor& Q, const Tensor& K, const Tensor& V, const Tensor& P_l, const Tensor& P_w,
+                               const Tensor& bias, const Tensor& mask, const Launcher& launcher, ThTiles tiles) {
+  return FusedThFn::apply(Q, K, V, placeholder(P_l), placeholder(P_w), placeholder(bias), placeholder(mask),
+                          reinterpret_cast<int64_t>(&launcher), int64_t(tiles.R), int64_t(tiles.C));
+}
+
+#if !THX_CUDA_KERNELS
+const cuda_th::Launcher* cuda_th_launcher() { return nullptr; }
+#endif
+
+}  // namespace thx

@@ -1,0 +1,37 @@
+// th_fused.h: the fused talking-heads attention core (th_kernels.cuh: flash-style, nothing of
+// size [b,h,n,m] in memory, forward and backward), prepared and checked in plain C++. The
+// kernels run through a Launcher: CUDA's (th_fused.cu, where thx is built with nvcc:
+// THX_CUDA_KERNELS) or the CPU emulator the tests use (compat.h).
+#pragma once
+#include <torch/torch.h>
+
+#include <string>
+
+#include "attention/cuda/th_args.h"
+
+namespace thx {
+
+// Why the fused kernels do not take this problem, or "" where they do. They take: Q, K, V of one
+// dtype, fp32 or bf16, [b,n,h_k,d_k], [b,m,h_k,d_k], [b,m,h_v,d_v]; P_l [h_k,h] and P_w [h,h_v]
+// (either may be undefined, not both); bias broadcastable to [b,h,n,m]; a bool mask broadcastable
+// to it (true: attend); and tiles of one row and one key fitting the launcher's shared memory.
+std::string fused_th_unsupported(const torch::Tensor& Q, const torch::Tensor& K, const torch::Tensor& V,
+                                 const torch::Tensor& P_l, const torch::Tensor& P_w, const torch::Tensor& bias,
+                                 const torch::Tensor& mask, const cuda_th::Launcher& launcher);
+
+// The tiles: R query rows per block, C keys per tile, the largest pair from a fixed list
+// (64x64 down to 1x1, R >= C) whose forward and backward fit `shared_limit_bytes`; {0, 0} if none.
+struct ThTiles {
+  int R = 0, C = 0;
+};
+ThTiles fused_th_tiles(int h_k, int h, int h_v, int d_k, int d_v, int64_t shared_limit_bytes);
+
+// The core, as tiled_attention_core (tiled.h): O [b,n,h_v,d_v] in V's dtype, differentiable in Q,
+// K, V, P_l, P_w and bias; a row with no key gets O = 0 and no gradient. The problem must be
+// supported (above). tiles {0, 0}: fused_th_tiles's choice.
+torch::Tensor fused_th_attention_core(const torch::Tensor& Q, const torch::Tensor& K, const torch::Tensor& V,
+                                      const torch::Tensor& P_l, const torch::Tensor& P_w, const torch::Tensor& bias,
+                                      const torch::Tensor& mask, const cuda_th::Launcher& launcher,
+                                      ThTiles tiles = {});
+
+}  // namespace thx

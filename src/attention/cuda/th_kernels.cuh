@@ -1,0 +1,328 @@
+// th_kernels.cuh: the fused talking-heads attention core as CUDA kernels, written once for nvcc,
+// clang's PTX check and the CPU emulator (compat.h). The algorithm is
+// docs/fused_talking_heads.md's, the one reference/blocked_talking_heads.h proves:
+//  - one thread block per (example, block of R query rows), holding every head;
+//  - forward: two passes over key tiles of C keys: (1) J = Q·K per head, L = P_l-mixed J + bias
+//    (masked: -inf), an online max and sum per (softmax head, row) -> LSE; (2) the tile again,
+//    W = exp(L - LSE), U = P_w-mixed W, O += U·V;
+//  - backward: two passes again: (A) D = sum_j W dW per (softmax head, row); (B) dL = W (dW - D)
+//    and every gradient from it.
+// Nothing of size [h, n, m] leaves a block: the tiles live in shared memory; LSE [b,h,n] is kept.
+// Numerics: every product accumulates in fp32 from operands read as T (fp32 or bf16); J, L,
+// W, U, the statistics and every gradient sum are fp32. Gradients that several blocks share go
+// to fp32 buffers: dK, dV and dbias by atomicAdd, dP_l and dP_w as one partial per block (no
+// contended atomic), summed by the launcher.
+//
+// Version 1 computes with plain fp32 FMAs (no tensor cores): its purpose is the algorithm and the
+// memory on the GPU, and the reference for a tensor-core version (docs/fused_talking_heads.md,
+// "On an H100").
+#pragma once
+#include "attention/cuda/compat.h"
+#include "attention/cuda/th_args.h"
+
+// bf16 <-> fp32, the same on every compiler: a float's top 16 bits, rounded to nearest even (as
+// c10::BFloat16 and __float2bfloat16_rn round; NaN stays NaN).
+THX_DEVICE float thx_to_float(float x) { return x; }
+THX_DEVICE float thx_to_float(thx_bf16 x) { return thx_bits_to_float(uint32_t(x.bits) << 16); }
+template <typename T>
+THX_DEVICE T thx_from_float(float x);
+template <>
+THX_DEVICE float thx_from_float<float>(float x) {
+  return x;
+}
+template <>
+THX_DEVICE thx_bf16 thx_from_float<thx_bf16>(float x) {
+  const uint32_t u = thx_float_to_bits(x);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return thx_bf16{uint16_t(0x7fc0)};
+  return thx_bf16{uint16_t((u + 0x7fffu + ((u >> 16) & 1u)) >> 16)};
+}
+
+namespace thx::cuda_th {
+
+// Rows [first_row, first_row + R) of a [.., width] tensor into S [R, width] as fp32, zero past
+// the last (rows_left): the block's rows of Q or dO, a tile's keys of K or V.
+template <typename T>
+THX_DEVICE void load_rows(const T* src, float* S, int64_t first_row, int rows_left, int R, int width) {
+  for (int x = threadIdx.x; x < R * width; x += blockDim.x) {
+    const int r = x / width;
+    S[x] = r < rows_left ? thx_to_float(src[(first_row + r) * width + x % width]) : 0.f;
+  }
+}
+
+// The tile's logits: Js [h_k,R,C] = Q·K per head, Ls [h,R,C] = P_l-mixed Js + bias, -inf where
+// masked, past m or past n. Ks holds the tile's keys [C, h_k*d_k]. Ends with a barrier.
+template <typename T>
+THX_DEVICE void tile_logits(const Args<T>& a, const float* Qs, const float* Ks, float* Js, float* Ls, int i0, int j0) {
+  const int R = a.R, C = a.C, qd = a.h_k * a.d_k, rc = R * C;
+  for (int x = threadIdx.x; x < a.h_k * rc; x += blockDim.x) {
+    const int k = x / rc, r = (x / C) % R, c = x % C;
+    const float* q = Qs + r * qd + k * a.d_k;
+    const float* kk = Ks + c * qd + k * a.d_k;
+    float acc = 0.f;
+    for (int d = 0; d < a.d_k; ++d) acc += q[d] * kk[d];
+    Js[x] = acc;
+  }
+  __syncthreads();
+  const int64_t b = blockIdx.y;
+  for (int x = threadIdx.x; x < a.h * rc; x += blockDim.x) {
+    const int s = x / rc, r = (x / C) % R, c = x % C, i = i0 + r, j = j0 + c;
+    float l = -thx_inf();
+    if (i < a.n && j < a.m) {
+      if (a.p_l) {
+        l = 0.f;
+        for (int k = 0; k < a.h_k; ++k) l += a.p_l[k * a.h + s] * Js[k * rc + r * C + c];
+      } else {
+        l = Js[x];
+      }
+      if (a.bias)
+        l += a.bias[b * a.bias_stride[0] + s * a.bias_stride[1] + i * a.bias_stride[2] + j * a.bias_stride[3]];
+      if (a.mask && !a.mask[b * a.mask_stride[0] + s * a.mask_stride[1] + i * a.mask_stride[2] + j * a.mask_stride[3]])
+        l = -thx_inf();
+    }
+    Ls[x] = l;
+  }
+  __syncthreads();
+}
+
+// W = exp(L - LSE) in place over Ls [h,R,C]; a row with no key (LSE -inf) gets 0.
+template <typename T>
+THX_DEVICE void tile_weights(const Args<T>& a, float* Ls, const float* lse_s) {
+  const int rc = a.R * a.C;
+  for (int x = threadIdx.x; x < a.h * rc; x += blockDim.x) {
+    const float l = lse_s[x / a.C];  // [h,R]: (s, r) = x / C
+    Ls[x] = l == -thx_inf() ? 0.f : thx_exp(Ls[x] - l);
+  }
+}
+
+// Out [g2,R,C] = sum_g P[g, g2] In[g,R,C]: a mixing across heads (P_w, or P_l^T with transpose).
+THX_DEVICE void mix(const float* P, const float* In, float* Out, int g, int g2, int rc, bool transpose) {
+  for (int x = threadIdx.x; x < g2 * rc; x += blockDim.x) {
+    const int t = x / rc, y = x % rc;
+    float acc = 0.f;
+    for (int s = 0; s < g; ++s) acc += (transpose ? P[t * g + s] : P[s * g2 + t]) * In[s * rc + y];
+    Out[x] = acc;
+  }
+}
+
+// A mixing's gradient, this block's share: P[g,g2] += sum over the tile of A[g] B[g2], over A
+// [g,R,C] and B [g2,R,C].
+THX_DEVICE void projection_grad(const float* A, const float* B, float* P, int g, int g2, int rc) {
+  for (int x = threadIdx.x; x < g * g2; x += blockDim.x) {
+    const float* a = A + (x / g2) * rc;
+    const float* b = B + (x % g2) * rc;
+    float acc = 0.f;
+    for (int y = 0; y < rc; ++y) acc += a[y] * b[y];
+    P[x] += acc;
+  }
+}
+
+// The tile's keys' share of a gradient: G[c,g,e] += sum_r P[g,r,c] X[r,g,e] for c < keys_left,
+// by atomics (the other blocks of the example add theirs). dV: P = U, X = dO; dK: P = dJ, X = Q.
+THX_DEVICE void key_grad(const float* P, const float* X, float* G, int R, int C, int heads, int dim, int keys_left) {
+  const int width = heads * dim, rc = R * C;
+  for (int x = threadIdx.x; x < C * width; x += blockDim.x) {
+    const int c = x / width, g = (x % width) / dim, e = x % dim;
+    if (c >= keys_left) continue;
+    float acc = 0.f;
+    for (int r = 0; r < R; ++r) acc += P[g * rc + r * C + c] * X[r * width + g * dim + e];
+    thx_atomic_add(G + x, acc);
+  }
+}
+
+// dU [h_v,R,C] = sum_e dO[r,t,e] V[c,t,e].
+THX_DEVICE void tile_dU(const float* dOs, const float* Vs, float* dU, int R, int C, int h_v, int d_v) {
+  const int vd = h_v * d_v, rc = R * C;
+  for (int x = threadIdx.x; x < h_v * rc; x += blockDim.x) {
+    const int t = x / rc, r = (x / C) % R, c = x % C;
+    const float* g = dOs + r * vd + t * d_v;
+    const float* v = Vs + c * vd + t * d_v;
+    float acc = 0.f;
+    for (int e = 0; e < d_v; ++e) acc += g[e] * v[e];
+    dU[x] = acc;
+  }
+}
+
+template <typename T>
+__global__ void forward_kernel(Args<T> a) {
+  THX_SHARED(shared_bytes);
+  float* sm = reinterpret_cast<float*>(shared_bytes);
+  const int R = a.R, C = a.C, qd = a.h_k * a.d_k, vd = a.h_v * a.d_v, rc = R * C;
+  const int i0 = blockIdx.x * R;
+  const int64_t b = blockIdx.y;
+  float* Qs = sm;
+  float* Ks = Qs + R * qd;
+  float* Vs = Ks + C * qd;
+  float* Js = Vs + C * vd;
+  float* Ls = Js + a.h_k * rc;
+  float* Us = Ls + a.h * rc;
+  float* Os = Us + a.h_v * rc;
+  float* Ms = Os + R * vd;  // [h,R]: the running max, then LSE
+  float* Ss = Ms + a.h * R;  // [h,R]: the running sum
+  load_rows(a.q, Qs, b * a.n + i0, a.n - i0, R, qd);
+  for (int x = threadIdx.x; x < a.h * R; x += blockDim.x) Ms[x] = -thx_inf(), Ss[x] = 0.f;
+  for (int x = threadIdx.x; x < R * vd; x += blockDim.x) Os[x] = 0.f;
+  __syncthreads();
+  for (int j0 = 0; j0 < a.m; j0 += C) {  // pass 1: the softmax statistics
+    load_rows(a.k, Ks, b * a.m + j0, a.m - j0, C, qd);
+    __syncthreads();
+    tile_logits(a, Qs, Ks, Js, Ls, i0, j0);
+    for (int x = threadIdx.x; x < a.h * R; x += blockDim.x) {
+      const float* l = Ls + x * C;
+      float mx = -thx_inf();
+      for (int c = 0; c < C; ++c) mx = thx_fmax(mx, l[c]);
+      if (mx == -thx_inf()) continue;
+      const float M = thx_fmax(Ms[x], mx);
+      float s = Ss[x] * thx_exp(Ms[x] - M);
+      for (int c = 0; c < C; ++c) s += thx_exp(l[c] - M);
+      Ms[x] = M, Ss[x] = s;
+    }
+    __syncthreads();
+  }
+  for (int x = threadIdx.x; x < a.h * R; x += blockDim.x) {
+    const int s = x / R, i = i0 + x % R;
+    Ms[x] = Ss[x] > 0.f ? Ms[x] + thx_log(Ss[x]) : -thx_inf();
+    if (i < a.n) a.lse[(b * a.h + s) * a.n + i] = Ms[x];
+  }
+  __syncthreads();
+  for (int j0 = 0; j0 < a.m; j0 += C) {  // pass 2: the output
+    load_rows(a.k, Ks, b * a.m + j0, a.m - j0, C, qd);
+    load_rows(a.v, Vs, b * a.m + j0, a.m - j0, C, vd);
+    __syncthreads();
+    tile_logits(a, Qs, Ks, Js, Ls, i0, j0);
+    tile_weights(a, Ls, Ms);
+    __syncthreads();
+    const float* U = Ls;
+    if (a.p_w) {
+      mix(a.p_w, Ls, Us, a.h, a.h_v, rc, false);
+      __syncthreads();
+      U = Us;
+    }
+    for (int x = threadIdx.x; x < R * vd; x += blockDim.x) {
+      const int r = x / vd, t = (x % vd) / a.d_v, e = x % a.d_v;
+      float acc = 0.f;
+      for (int c = 0; c < C; ++c) acc += U[t * rc + r * C + c] * Vs[c * vd + t * a.d_v + e];
+      Os[x] += acc;
+    }
+    __syncthreads();
+  }
+  for (int x = threadIdx.x; x < R * vd; x += blockDim.x)
+    if (i0 + x / vd < a.n) a.o[(b * a.n + i0) * vd + x] = thx_from_float<T>(Os[x]);
+}
+
+// Backward's shared memory: the block's rows (Q, dQ, dO), the tile's keys (K, V), the tile's
+// [heads,R,C] planes, and per (softmax head, row) LSE and D; this block's dP_l and dP_w.
+struct BackwardTiles {
+  float *Qs, *dQs, *dOs, *Ks, *Vs;
+  float *Js, *dJs;  // [h_k,R,C]
+  float *Ls, *dWs;  // [h,R,C]: L then W; dW then dL
+  float *Us, *dUs;  // [h_v,R,C]
+  float *lse, *Ds;  // [h,R]
+  float *dPl, *dPw;  // [h_k,h], [h,h_v]
+};
+template <typename T>
+THX_DEVICE BackwardTiles backward_tiles(const Args<T>& a, float* sm) {
+  const int qd = a.h_k * a.d_k, vd = a.h_v * a.d_v, rc = a.R * a.C;
+  BackwardTiles t;
+  t.Qs = sm, t.dQs = t.Qs + a.R * qd, t.dOs = t.dQs + a.R * qd, t.Ks = t.dOs + a.R * vd, t.Vs = t.Ks + a.C * qd;
+  t.Js = t.Vs + a.C * vd, t.dJs = t.Js + a.h_k * rc, t.Ls = t.dJs + a.h_k * rc, t.dWs = t.Ls + a.h * rc;
+  t.Us = t.dWs + a.h * rc, t.dUs = t.Us + a.h_v * rc, t.lse = t.dUs + a.h_v * rc, t.Ds = t.lse + a.h * a.R;
+  t.dPl = t.Ds + a.h * a.R, t.dPw = t.dPl + a.h_k * a.h;
+  return t;
+}
+
+// A tile (K, V loaded) recomputed: W in Ls, dU in dUs, and with P_w dW in dWs and U in Us.
+// Returns dW (dUs without P_w). Ends with a barrier.
+template <typename T>
+THX_DEVICE float* tile_weights_and_grads(const Args<T>& a, const BackwardTiles& t, int i0, int j0) {
+  tile_logits(a, t.Qs, t.Ks, t.Js, t.Ls, i0, j0);
+  tile_weights(a, t.Ls, t.lse);
+  tile_dU(t.dOs, t.Vs, t.dUs, a.R, a.C, a.h_v, a.d_v);
+  __syncthreads();
+  if (!a.p_w) return t.dUs;
+  const int rc = a.R * a.C;
+  mix(a.p_w, t.dUs, t.dWs, a.h_v, a.h, rc, true);  // dW[s] = sum_t P_w[s,t] dU[t]
+  mix(a.p_w, t.Ls, t.Us, a.h, a.h_v, rc, false);   // U[t] = sum_s P_w[s,t] W[s]
+  __syncthreads();
+  return t.dWs;
+}
+
+// Pass B's sums for one tile: dV, dP_w, dL (in place of dW), dbias, dP_l, dJ, then dQ and dK.
+template <typename T>
+THX_DEVICE void tile_gradients(const Args<T>& a, const BackwardTiles& t, int i0, int j0) {
+  const int R = a.R, C = a.C, qd = a.h_k * a.d_k, vd = a.h_v * a.d_v, rc = R * C;
+  const int64_t b = blockIdx.y;
+  float* dL = tile_weights_and_grads(a, t, i0, j0);  // dW for now
+  const float* U = a.p_w ? t.Us : t.Ls;
+  key_grad(U, t.dOs, a.grad_v + (b * a.m + j0) * vd, R, C, a.h_v, a.d_v, a.m - j0);  // dV
+  if (a.p_w) projection_grad(t.Ls, t.dUs, t.dPw, a.h, a.h_v, rc);  // dP_w[s,t] += sum W[s] dU[t]
+  // dL in place of dW: nothing above reads dW (with P_w, dP_w reads dU; without, dV reads W).
+  for (int x = threadIdx.x; x < a.h * rc; x += blockDim.x) dL[x] = t.Ls[x] * (dL[x] - t.Ds[x / C]);
+  __syncthreads();
+  const int64_t* bs = a.grad_bias_stride;
+  if (a.grad_bias)
+    for (int x = threadIdx.x; x < a.h * rc; x += blockDim.x) {
+      const int s = x / rc, i = i0 + (x / C) % R, j = j0 + x % C;
+      if (i < a.n && j < a.m) thx_atomic_add(a.grad_bias + b * bs[0] + s * bs[1] + i * bs[2] + j * bs[3], dL[x]);
+    }
+  const float* dJ = dL;
+  if (a.p_l) {
+    projection_grad(t.Js, dL, t.dPl, a.h_k, a.h, rc);  // dP_l[k,s] += sum J[k] dL[s]
+    mix(a.p_l, dL, t.dJs, a.h, a.h_k, rc, true);  // dJ[k] = sum_s P_l[k,s] dL[s]
+    dJ = t.dJs;
+  }
+  __syncthreads();
+  for (int x = threadIdx.x; x < R * qd; x += blockDim.x) {  // dQ[r,k,d] += sum_c dJ[k,r,c] K[c,k,d]
+    const int r = x / qd, k = (x % qd) / a.d_k, d = x % a.d_k;
+    float acc = 0.f;
+    for (int c = 0; c < C; ++c) acc += dJ[k * rc + r * C + c] * t.Ks[c * qd + k * a.d_k + d];
+    t.dQs[x] += acc;
+  }
+  key_grad(dJ, t.Qs, a.grad_k + (b * a.m + j0) * qd, R, C, a.h_k, a.d_k, a.m - j0);  // dK
+  __syncthreads();
+}
+
+template <typename T>
+__global__ void backward_kernel(Args<T> a) {
+  THX_SHARED(shared_bytes);
+  const BackwardTiles t = backward_tiles(a, reinterpret_cast<float*>(shared_bytes));
+  const int R = a.R, C = a.C, qd = a.h_k * a.d_k, vd = a.h_v * a.d_v;
+  const int i0 = blockIdx.x * R;
+  const int64_t b = blockIdx.y, block = int64_t(blockIdx.y) * gridDim.x + blockIdx.x;
+  load_rows(a.q, t.Qs, b * a.n + i0, a.n - i0, R, qd);
+  load_rows(a.grad_o, t.dOs, b * a.n + i0, a.n - i0, R, vd);
+  for (int x = threadIdx.x; x < R * qd; x += blockDim.x) t.dQs[x] = 0.f;
+  for (int x = threadIdx.x; x < a.h * R; x += blockDim.x) {
+    const int s = x / R, i = i0 + x % R;
+    t.lse[x] = i < a.n ? a.lse[(b * a.h + s) * a.n + i] : -thx_inf();
+    t.Ds[x] = 0.f;
+  }
+  for (int x = threadIdx.x; x < a.h_k * a.h; x += blockDim.x) t.dPl[x] = 0.f;
+  for (int x = threadIdx.x; x < a.h * a.h_v; x += blockDim.x) t.dPw[x] = 0.f;
+  __syncthreads();
+  for (int j0 = 0; j0 < a.m; j0 += C) {  // pass A: D = sum_j W dW per (softmax head, row)
+    load_rows(a.k, t.Ks, b * a.m + j0, a.m - j0, C, qd);
+    load_rows(a.v, t.Vs, b * a.m + j0, a.m - j0, C, vd);
+    __syncthreads();
+    const float* dW = tile_weights_and_grads(a, t, i0, j0);
+    for (int x = threadIdx.x; x < a.h * R; x += blockDim.x) {
+      float acc = 0.f;
+      for (int c = 0; c < C; ++c) acc += t.Ls[x * C + c] * dW[x * C + c];
+      t.Ds[x] += acc;
+    }
+    __syncthreads();
+  }
+  for (int j0 = 0; j0 < a.m; j0 += C) {  // pass B: every gradient
+    load_rows(a.k, t.Ks, b * a.m + j0, a.m - j0, C, qd);
+    load_rows(a.v, t.Vs, b * a.m + j0, a.m - j0, C, vd);
+    __syncthreads();
+    tile_gradients(a, t, i0, j0);
+  }
+  for (int x = threadIdx.x; x < R * qd; x += blockDim.x)
+    if (i0 + x / qd < a.n) a.grad_q[(b * a.n + i0) * qd + x] = thx_from_float<T>(t.dQs[x]);
+  if (a.p_l)
+    for (int x = threadIdx.x; x < a.h_k * a.h; x += blockDim.x) a.grad_p_l[block * a.h_k * a.h + x] = t.dPl[x];
+  if (a.p_w)
+    for (int x = threadIdx.x; x < a.h * a.h_v; x += blockDim.x) a.grad_p_w[block * a.h * a.h_v + x] = t.dPw[x];
+}
+
+}  // namespace thx::cuda_th

@@ -1,0 +1,62 @@
+// core_problems.h: small attention-core problems (Q, K, V, P_l, P_w, bias, mask, dO) and the
+// paper's section 4 core written as einsums with the paper's layout, differentiated by autograd:
+// the reference of the blocked algorithm (blocked_test.cpp) and of the fused CUDA kernels
+// (fused_th_emu_test.cpp).
+#pragma once
+#include <torch/torch.h>
+
+#include <cmath>
+#include <string>
+#include <utility>
+
+namespace thx::test::core {
+
+struct Case {
+  std::string name;
+  int64_t hk, h, hv;
+  bool P_l, P_w;
+};
+
+enum class Extra { none, bias, padding, causal, bias_padding };
+
+struct Inputs {
+  torch::Tensor Q, K, V, P_l, P_w, bias, mask, dO;
+};
+
+// b 2, n 7, m 5 (7 causal), d_k 4, d_v 6. Q, K, V and dO in `dtype` (drawn in fp32 for bf16);
+// P_l, P_w and the bias in fp32 for bf16, else in `dtype`. Padding: example 0 sees 3 keys.
+inline Inputs inputs(const Case& c, Extra e, torch::Dtype dtype) {
+  const int64_t b = 2, n = 7, m = e == Extra::causal ? 7 : 5, dk = 4, dv = 6;
+  auto o = torch::TensorOptions().dtype(dtype == torch::kBFloat16 ? torch::kFloat32 : dtype);
+  Inputs in;
+  in.Q = torch::randn({b, n, c.hk, dk}, o).to(dtype), in.K = torch::randn({b, m, c.hk, dk}, o).to(dtype);
+  in.V = torch::randn({b, m, c.hv, dv}, o).to(dtype), in.dO = torch::randn({b, n, c.hv, dv}, o).to(dtype);
+  if (c.P_l) in.P_l = torch::randn({c.hk, c.h}, o) / std::sqrt(double(c.hk));
+  if (c.P_w) in.P_w = torch::randn({c.h, c.hv}, o) / std::sqrt(double(c.h));
+  if (e == Extra::bias || e == Extra::bias_padding) in.bias = torch::randn({1, c.h, n, m}, o);
+  if (e == Extra::padding || e == Extra::bias_padding)
+    in.mask = (torch::arange(m).view({1, m}) < torch::tensor({int64_t{3}, m}).view({b, 1})).view({b, 1, 1, m});
+  if (e == Extra::causal) in.mask = torch::ones({n, m}, torch::kBool).tril().view({1, 1, n, m});
+  return in;
+}
+
+// Section 4's core with the paper's layout (heads last), each line one einsum; autograd
+// differentiates it. Returns O [b,n,h_v,d_v] and the logits L [b,n,m,h].
+inline std::pair<torch::Tensor, torch::Tensor> paper_core(const torch::Tensor& Q, const torch::Tensor& K,
+                                                          const torch::Tensor& V, const torch::Tensor& P_l,
+                                                          const torch::Tensor& P_w, const torch::Tensor& bias,
+                                                          const torch::Tensor& mask) {
+  const torch::Tensor J = torch::einsum("bnkd,bmkd->bnmk", {Q, K});                   // J[n,m,h_k] = Q·K
+  torch::Tensor L = P_l.defined() ? torch::einsum("bnmk,ks->bnms", {J, P_l}) : J;     // L = J·P_l
+  if (bias.defined()) {
+    torch::Tensor B = bias;  // broadcastable to [b,h,n,m]: as 4 dims
+    while (B.dim() < 4) B = B.unsqueeze(0);
+    L = L + B.permute({0, 2, 3, 1});  // [.,n,m,h]
+  }
+  if (mask.defined()) L = L.masked_fill(mask.permute({0, 2, 3, 1}).logical_not(), -INFINITY);
+  const torch::Tensor W = torch::softmax(L, 2);                                        // over m
+  const torch::Tensor U = P_w.defined() ? torch::einsum("bnms,st->bnmt", {W, P_w}) : W;  // U = W·P_w
+  return {torch::einsum("bnmt,bmte->bnte", {U, V}), L};                                 // O = U·V
+}
+
+}  // namespace thx::test::core

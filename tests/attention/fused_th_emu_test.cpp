@@ -1,0 +1,277 @@
+// The fused talking-heads CUDA kernels (src/attention/cuda/th_kernels.cuh), run on the CPU by the
+// emulator of compat.h (each CUDA thread an OS thread, __syncthreads() a barrier, shared memory
+// filled with NaN bytes before each block so that a read of what was not written shows), through
+// the same host code a GPU runs (th_fused.cpp): O and the gradients of Q, K, V, P_l, P_w and the
+// bias against the paper's section 4 core (einsums, autograd) in float64.
+//
+// Covered: talking-heads with h_k != h != h_v and both hybrids; no bias, T5's [1,h,n,m] bias and
+// biases broadcast along other dims; padding and causal masks; n != m; tiles that divide n and m,
+// do not, exceed them and are 1x1; thread counts that do and do not divide the tiles; a row
+// with no key.
+// Tolerances: fp32 inputs, 2e-6 + 2e-5 x max|reference| (fp32 sums of a few dozen O(1)
+// products, as the other attention tests). bf16 inputs (P and bias fp32): the kernel sums in
+// fp32 and rounds each output once to bf16, which moves it by at most 2^-9 of itself; the bound
+// 2^-8 x max|reference| leaves the fp32 sum order its share. The control: P_w moved by 1e-3
+// fails the fp32 bound.
+#include <gtest/gtest.h>
+
+#include <tuple>
+
+#include "attention/cuda/th_fused.h"
+#include "attention/cuda/th_kernels.cuh"
+#include "attention/fused.h"
+#include "core_problems.h"
+#include "test_util.h"
+
+namespace thx::test {
+namespace {
+namespace THX_FILE_ID {
+
+using torch::Tensor;
+using cuda_th::Args;
+
+template <typename T, bool Backward>
+void emulate(const Args<T>& a, unsigned gx, unsigned gy, int threads, int64_t bytes) {
+  emu::launch({gx, gy, 1}, threads, size_t(bytes), [&a] {
+    if (Backward) cuda_th::backward_kernel<T>(a);
+    else cuda_th::forward_kernel<T>(a);
+  });
+}
+
+cuda_th::Launcher emulator(int threads, int64_t shared_limit = 1 << 20) {
+  return {shared_limit, threads, emulate<float, false>, emulate<thx_bf16, false>, emulate<float, true>,
+          emulate<thx_bf16, true>};
+}
+
+using core::Case;
+using core::Extra;
+using core::Inputs;
+using core::inputs;
+
+const std::vector<Case> kCases = {{"talking_heads", 3, 5, 2, true, true},
+                                  {"project_logits", 3, 5, 5, true, false},
+                                  {"project_weights", 5, 5, 2, false, true}};
+
+Tensor paper_core(const Tensor& Q, const Tensor& K, const Tensor& V, const Tensor& P_l, const Tensor& P_w,
+                  const Tensor& bias, const Tensor& mask) {
+  return core::paper_core(Q, K, V, P_l, P_w, bias, mask).first;
+}
+
+struct Result {
+  Tensor O, dQ, dK, dV, dP_l, dP_w, dbias;
+};
+
+template <typename Core>
+Result differentiate(const Inputs& in, torch::Dtype dtype, const Core& core) {
+  auto leaf = [&](const Tensor& t) { return t.defined() ? t.detach().to(dtype).requires_grad_(true) : t; };
+  auto leaf_param = [&](const Tensor& t) {
+    return t.defined() ? t.detach().to(dtype == torch::kBFloat16 ? torch::kFloat32 : dtype).requires_grad_(true) : t;
+  };
+  Tensor Q = leaf(in.Q), K = leaf(in.K), V = leaf(in.V);
+  Tensor P_l = leaf_param(in.P_l), P_w = leaf_param(in.P_w), bias = leaf_param(in.bias);
+  const Tensor O = core(Q, K, V, P_l, P_w, bias, in.mask);
+  (O.to(torch::kFloat64) * in.dO.to(torch::kFloat64)).sum().backward();
+  auto grad = [](const Tensor& t) { return t.defined() ? t.grad() : t; };
+  return {O.detach(), grad(Q), grad(K), grad(V), grad(P_l), grad(P_w), grad(bias)};
+}
+
+Result reference(const Inputs& in) { return differentiate(in, torch::kFloat64, paper_core); }
+Result fused(const Inputs& in, torch::Dtype dtype, const cuda_th::Launcher& l, ThTiles tiles) {
+  return differentiate(in, dtype, [&](auto&... a) { return fused_th_attention_core(a..., l, tiles); });
+}
+
+void expect_same(const Result& got, const Result& r, double atol, double rtol) {
+  for (auto [g, w, name] : {std::tuple{got.O, r.O, "O"}, {got.dQ, r.dQ, "dQ"}, {got.dK, r.dK, "dK"},
+                            {got.dV, r.dV, "dV"}, {got.dP_l, r.dP_l, "dP_l"}, {got.dP_w, r.dP_w, "dP_w"},
+                            {got.dbias, r.dbias, "dbias"}}) {
+    ASSERT_EQ(g.defined(), w.defined()) << name;
+    if (w.defined()) EXPECT_TRUE(close(g.to(torch::kFloat64), w, atol, rtol)) << name;
+  }
+}
+
+std::string trace(const Case& c, Extra e, ThTiles t, int threads) {
+  return c.name + " extra " + std::to_string(int(e)) + " tiles " + std::to_string(t.R) + "x" + std::to_string(t.C) +
+         " threads " + std::to_string(threads);
+}
+
+TEST(FusedThEmulated, Fp32EqualsThePapersCoreForEveryVariantMaskAndTiling) {
+  for (const Case& c : kCases)
+    for (Extra e : {Extra::none, Extra::bias, Extra::padding, Extra::causal, Extra::bias_padding})
+      for (auto [tiles, threads] : {std::pair{ThTiles{4, 2}, 32}, {ThTiles{3, 2}, 7}, {ThTiles{8, 8}, 64},
+                                    {ThTiles{1, 1}, 5}}) {
+        SCOPED_TRACE(trace(c, e, tiles, threads));
+        torch::manual_seed(11);
+        const Inputs in = inputs(c, e, torch::kFloat32);
+        expect_same(fused(in, torch::kFloat32, emulator(threads), tiles), reference(in), 2e-6, 2e-5);
+      }
+}
+
+TEST(FusedThEmulated, BiasGradientSumsOverItsBroadcastDims) {
+  for (const std::vector<int64_t>& shape : std::vector<std::vector<int64_t>>{{2, 1, 7, 5}, {5, 7, 5}, {1, 1, 1, 5}}) {
+    SCOPED_TRACE(c10::str(c10::IntArrayRef(shape)));
+    torch::manual_seed(5);
+    Inputs in = inputs(kCases.front(), Extra::none, torch::kFloat32);
+    in.bias = torch::randn(shape);
+    const Result got = fused(in, torch::kFloat32, emulator(32), {4, 2});
+    ASSERT_EQ(got.dbias.sizes(), in.bias.sizes());
+    expect_same(got, reference(in), 2e-6, 2e-5);
+  }
+}
+
+TEST(FusedThEmulated, Bf16WithinOneRoundingOfTheOutputs) {
+  for (const Case& c : kCases)
+    for (Extra e : {Extra::bias_padding, Extra::causal}) {
+      SCOPED_TRACE(trace(c, e, {4, 2}, 32));
+      torch::manual_seed(11);
+      Inputs in = inputs(c, e, torch::kBFloat16);  // the reference sees the same bf16 values
+      const Result got = fused(in, torch::kBFloat16, emulator(32), {4, 2});
+      EXPECT_EQ(got.O.scalar_type(), torch::kBFloat16);
+      EXPECT_EQ(got.dK.scalar_type(), torch::kBFloat16);
+      EXPECT_EQ(got.dP_l.defined() ? got.dP_l.scalar_type() : torch::kFloat32, torch::kFloat32);
+      expect_same(got, reference(in), 0, 1.0 / 256);
+    }
+}
+
+TEST(FusedThEmulated, ARowWithEveryKeyMaskedIsZeroNotNaN) {
+  torch::manual_seed(11);
+  Inputs in = inputs(kCases.front(), Extra::padding, torch::kFloat32);
+  in.mask = in.mask.clone();
+  in.mask[0].fill_(false);  // example 0 sees no key at all
+  const Result got = fused(in, torch::kFloat32, emulator(32), {4, 2});
+  EXPECT_TRUE(torch::all(got.O[0] == 0).item<bool>());
+  EXPECT_TRUE(torch::all(got.dQ[0] == 0).item<bool>());
+  for (const Tensor& t : {got.dQ, got.dK, got.dV, got.dP_l, got.dP_w})
+    EXPECT_TRUE(torch::all(torch::isfinite(t)).item<bool>());
+  const Result r = reference(in);
+  EXPECT_TRUE(close(got.O[1].to(torch::kFloat64), r.O[1], 2e-6, 2e-5));
+}
+
+// The control: the fp32 bound sees P_w moved by 1e-3.
+TEST(FusedThEmulated, AMovedParameterIsCaught) {
+  torch::manual_seed(11);
+  const Inputs in = inputs(kCases.front(), Extra::bias, torch::kFloat32);
+  Inputs moved = in;
+  moved.P_w = in.P_w + 1e-3;
+  const Result got = fused(moved, torch::kFloat32, emulator(32), {4, 2});
+  EXPECT_FALSE(close(got.O.to(torch::kFloat64), reference(in).O, 2e-6, 2e-5));
+}
+
+// What the kernels do not take, each with its reason: the dispatch (fused.cpp) sends these to
+// the tiled path.
+TEST(FusedThEmulated, UncoveredProblemsAreNamed) {
+  torch::manual_seed(11);
+  const Inputs in = inputs(kCases.front(), Extra::bias_padding, torch::kFloat32);
+  const cuda_th::Launcher l = emulator(32);
+  auto why = [&](const Tensor& Q, const Tensor& K, const Tensor& V, const Tensor& P_l, const Tensor& P_w,
+                 const Tensor& bias, const Tensor& mask, const cuda_th::Launcher& launcher) {
+    return fused_th_unsupported(Q, K, V, P_l, P_w, bias, mask, launcher);
+  };
+  EXPECT_EQ(why(in.Q, in.K, in.V, in.P_l, in.P_w, in.bias, in.mask, l), "");
+  const Tensor Q64 = in.Q.to(torch::kFloat64), K64 = in.K.to(torch::kFloat64), V64 = in.V.to(torch::kFloat64);
+  EXPECT_EQ(why(Q64, K64, V64, in.P_l, in.P_w, in.bias, in.mask, l), "dtype is not fp32 or bf16");
+  EXPECT_EQ(why(in.Q, in.K.to(torch::kBFloat16), in.V, in.P_l, in.P_w, in.bias, in.mask, l),
+            "Q, K and V differ in dtype");
+  EXPECT_EQ(why(in.Q, in.K, in.V, {}, {}, in.bias, in.mask, l), "no head mixing (multi-head takes SDPA)");
+  EXPECT_EQ(why(in.Q, in.K, in.V, in.P_l.t(), in.P_w, in.bias, in.mask, l), "P_l is not [h_k,h]");
+  EXPECT_EQ(why(in.Q, in.K, in.V, in.P_l, in.P_w.t(), in.bias, in.mask, l), "P_w is not [h,h_v]");
+  EXPECT_EQ(why(in.Q, in.K, in.V, in.P_l, {}, in.bias, in.mask, l), "without P_w, h_v must equal h");
+  EXPECT_EQ(why(in.Q, in.K, in.V, in.P_l, in.P_w, torch::zeros({3, 7, 5}), in.mask, l),
+            "bias does not broadcast to [b,h,n,m]");
+  EXPECT_EQ(why(in.Q, in.K, in.V, in.P_l, in.P_w, in.bias, in.mask.to(torch::kFloat32), l),
+            "mask is not bool broadcastable to [b,h,n,m]");
+  EXPECT_EQ(why(in.Q, in.K, in.V, in.P_l, in.P_w, in.bias, in.mask, emulator(32, 64)),
+            "one row and one key do not fit the shared memory");
+}
+
+// The tiles: the largest pair from the list that fits; at T5-base's d_model 768 on an H100's
+// 227 KB, every head count has one.
+TEST(FusedThEmulated, TilesAreTheLargestThatFit) {
+  const ThTiles t = fused_th_tiles(3, 5, 2, 4, 6, 1 << 20);
+  EXPECT_EQ(t.R, 64);
+  EXPECT_EQ(t.C, 64);
+  for (int h : {12, 24, 48}) {
+    const ThTiles base = fused_th_tiles(h, h, h, 768 / h, 768 / h, 227 * 1024);
+    SCOPED_TRACE(h);
+    EXPECT_GE(base.R, 4);
+    EXPECT_LE(4 * cuda_th::backward_shared_floats(base.R, base.C, h, h, h, 768 / h, 768 / h), 227 * 1024);
+  }
+  EXPECT_EQ(fused_th_tiles(3, 5, 2, 4, 6, 16).R, 0);
+}
+
+// On a GPU (where thx was built with its CUDA kernels): the same kernels through CUDA's launcher,
+// against the paper's core in float64 on the CPU, with the tiles the launcher picks for the
+// device's shared memory and with small forced ones; and at T5-base's width (d_model 768,
+// 12 heads, 256 threads) over lengths no tile divides. Same bounds as above. compute-sanitizer
+// runs these (scripts/gpu_session.sh).
+Result on_cuda(const Result& r) {
+  auto cpu = [](const Tensor& t) { return t.defined() ? t.cpu() : t; };
+  return {cpu(r.O), cpu(r.dQ), cpu(r.dK), cpu(r.dV), cpu(r.dP_l), cpu(r.dP_w), cpu(r.dbias)};
+}
+Inputs to_cuda(const Inputs& in) {
+  auto dev = [](const Tensor& t) { return t.defined() ? t.to(torch::kCUDA) : t; };
+  return {dev(in.Q), dev(in.K), dev(in.V), dev(in.P_l), dev(in.P_w), dev(in.bias), dev(in.mask), dev(in.dO)};
+}
+
+TEST(FusedThOnCuda, EqualsThePapersCoreForEveryVariantMaskAndDtype) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  const cuda_th::Launcher* l = cuda_th_launcher();
+  if (!l) GTEST_SKIP() << "thx built without its CUDA kernels (THX_CUDA_KERNELS)";
+  for (const Case& c : kCases)
+    for (Extra e : {Extra::none, Extra::bias_padding, Extra::causal})
+      for (ThTiles tiles : {ThTiles{}, ThTiles{4, 2}})
+        for (auto dtype : {torch::kFloat32, torch::kBFloat16}) {
+          SCOPED_TRACE(trace(c, e, tiles, l->threads) + (dtype == torch::kFloat32 ? " fp32" : " bf16"));
+          torch::manual_seed(11);
+          const Inputs in = inputs(c, e, dtype);
+          const Result got = on_cuda(fused(to_cuda(in), dtype, *l, tiles));
+          expect_same(got, reference(in), dtype == torch::kFloat32 ? 2e-6 : 0,
+                      dtype == torch::kFloat32 ? 2e-5 : 1.0 / 256);
+        }
+}
+
+TEST(FusedThOnCuda, EqualsThePapersCoreAtT5BaseWidth) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  const cuda_th::Launcher* l = cuda_th_launcher();
+  if (!l) GTEST_SKIP() << "thx built without its CUDA kernels (THX_CUDA_KERNELS)";
+  for (int64_t h : {12, 48}) {
+    SCOPED_TRACE(h);
+    torch::manual_seed(3);
+    const int64_t b = 2, n = 77, m = 45, d = 768 / h;
+    Inputs in;
+    in.Q = torch::randn({b, n, h, d}) / std::sqrt(double(d)), in.K = torch::randn({b, m, h, d});
+    in.V = torch::randn({b, m, h, d}), in.dO = torch::randn({b, n, h, d});
+    in.P_l = torch::randn({h, h}) / std::sqrt(double(h)), in.P_w = torch::randn({h, h}) / std::sqrt(double(h));
+    in.bias = torch::randn({1, h, n, m});
+    in.mask = (torch::arange(m).view({1, m}) < torch::tensor({int64_t{30}, m}).view({b, 1})).view({b, 1, 1, m});
+    expect_same(on_cuda(fused(to_cuda(in), torch::kFloat32, *l, {})), reference(in), 2e-6, 2e-5);
+  }
+}
+
+// What the kernels do not take goes through attention_core's dispatch to the tiled path, with the
+// right result: float64, and heads too wide for one row and one key in shared memory.
+TEST(FusedThOnCuda, UncoveredProblemsTakeTheTiledPath) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  const cuda_th::Launcher* l = cuda_th_launcher();
+  if (!l) GTEST_SKIP() << "thx built without its CUDA kernels (THX_CUDA_KERNELS)";
+  torch::manual_seed(11);
+  Inputs wide;
+  wide.Q = torch::randn({1, 3, 2, 20000}) / 100, wide.K = torch::randn({1, 4, 2, 20000}) / 100;
+  wide.V = torch::randn({1, 4, 2, 8}), wide.dO = torch::randn({1, 3, 2, 8});
+  wide.P_l = torch::randn({2, 2}), wide.P_w = torch::randn({2, 2});
+  const Inputs f64 = inputs(kCases.front(), Extra::bias_padding, torch::kFloat32);
+  for (auto [in, type, name] : {std::tuple{f64, torch::kFloat64, "float64"}, {wide, torch::kFloat32, "wide heads"}}) {
+    SCOPED_TRACE(name);
+    const torch::Dtype dtype = type;  // a lambda cannot capture a structured binding in C++17
+    const Inputs dev = to_cuda(in);
+    auto cast = [&](const Tensor& t) { return t.defined() ? t.to(dtype) : t; };
+    EXPECT_NE(fused_th_unsupported(cast(dev.Q), cast(dev.K), cast(dev.V), cast(dev.P_l), cast(dev.P_w), cast(dev.bias),
+                                   dev.mask, *l),
+              "");
+    const Result got = on_cuda(differentiate(dev, dtype, [](auto&... a) { return attention_core(a...); }));
+    expect_same(got, reference(in), 2e-6, 2e-5);
+  }
+}
+
+}  // namespace THX_FILE_ID
+}  // namespace
+}  // namespace thx::test
