@@ -1,5 +1,6 @@
-// rms_norm_cuda.h: T5's RMS norm as thx's own CUDA kernels (rms_norm_cuda.cu, built with nvcc for
-// sm_90 where LibTorch has CUDA and nvcc is found: THX_CUDA_KERNELS). Declared in plain C++, so
+// rms_norm_cuda.h: T5's RMS norm as thx's own CUDA kernels (rms_norm_kernels.cuh, launched by
+// rms_norm_cuda.cu, built with nvcc for sm_90 where LibTorch has CUDA and nvcc is found:
+// THX_CUDA_KERNELS; tested on the CPU by tests/models/rms_norm_emu_test.cpp). Declared in plain C++, so
 // that the rest of thx compiles without CUDA's headers. The math is RMSNormFn's (t5.cpp):
 //   y = x * r * scale, r = rsqrt(mean(x^2) + 1e-6) per row of the last dim;
 //   dx = r * (dy*scale - x * r^2 * mean(dy*scale*x)),  dscale = sum over rows of dy * x * r.

@@ -1,5 +1,5 @@
 // The fused talking-heads CUDA kernels (src/attention/cuda/th_kernels.cuh), run on the CPU by the
-// emulator of compat.h (each CUDA thread an OS thread, __syncthreads() a barrier, shared memory
+// emulator of common/cuda_compat.h (each CUDA thread an OS thread, __syncthreads() a barrier, shared memory
 // filled with NaN bytes before each block so that a read of what was not written shows), through
 // the same host code a GPU runs (th_fused.cpp): O and the gradients of Q, K, V, P_l, P_w and the
 // bias against the paper's section 4 core (einsums, autograd) in float64.

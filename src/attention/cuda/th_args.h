@@ -3,10 +3,7 @@
 #pragma once
 #include <cstdint>
 
-// bf16 as its bits (c10::BFloat16 and __nv_bfloat16 have this layout).
-struct thx_bf16 {
-  uint16_t bits;
-};
+#include "common/bf16_bits.h"
 
 namespace thx::cuda_th {
 

@@ -1,7 +1,7 @@
 // th_fused.h: the fused talking-heads attention core (th_kernels.cuh: flash-style, nothing of
 // size [b,h,n,m] in memory, forward and backward), prepared and checked in plain C++. The
 // kernels run through a Launcher: CUDA's (th_fused.cu, where thx is built with nvcc:
-// THX_CUDA_KERNELS) or the CPU emulator the tests use (compat.h).
+// THX_CUDA_KERNELS) or the CPU emulator the tests use (common/cuda_compat.h).
 #pragma once
 #include <torch/torch.h>
 

@@ -1,5 +1,5 @@
 // th_kernels.cuh: the fused talking-heads attention core as CUDA kernels, written once for nvcc,
-// clang's PTX check and the CPU emulator (compat.h). The algorithm is
+// clang's PTX check and the CPU emulator (common/cuda_compat.h). The algorithm is
 // docs/fused_talking_heads.md's, the one reference/blocked_talking_heads.h proves:
 //  - one thread block per (example, block of R query rows), holding every head;
 //  - forward: two passes over key tiles of C keys: (1) J = Q·K per head, L = P_l-mixed J + bias
@@ -17,25 +17,8 @@
 // memory on the GPU, and the reference for a tensor-core version (docs/fused_talking_heads.md,
 // "On an H100").
 #pragma once
-#include "attention/cuda/compat.h"
+#include "common/cuda_compat.h"
 #include "attention/cuda/th_args.h"
-
-// bf16 <-> fp32, the same on every compiler: a float's top 16 bits, rounded to nearest even (as
-// c10::BFloat16 and __float2bfloat16_rn round; NaN stays NaN).
-THX_DEVICE float thx_to_float(float x) { return x; }
-THX_DEVICE float thx_to_float(thx_bf16 x) { return thx_bits_to_float(uint32_t(x.bits) << 16); }
-template <typename T>
-THX_DEVICE T thx_from_float(float x);
-template <>
-THX_DEVICE float thx_from_float<float>(float x) {
-  return x;
-}
-template <>
-THX_DEVICE thx_bf16 thx_from_float<thx_bf16>(float x) {
-  const uint32_t u = thx_float_to_bits(x);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return thx_bf16{uint16_t(0x7fc0)};
-  return thx_bf16{uint16_t((u + 0x7fffu + ((u >> 16) & 1u)) >> 16)};
-}
 
 namespace thx::cuda_th {
 

@@ -1,21 +1,29 @@
-// compat.h: the few CUDA names thx's portable kernels (th_kernels.cuh) use, for three compilers:
+// cuda_compat.h: the few CUDA names thx's portable kernels (attention/cuda/th_kernels.cuh,
+// models/rms_norm_kernels.cuh) use, for three compilers:
 //  - nvcc (__CUDACC__): CUDA itself; the kernels run on the GPU.
 //  - clang's CUDA mode without CUDA's headers (__CUDA__, -nocudainc): the device code compiles
-//    to PTX on a machine without CUDA (tests/attention/th_kernels_ptx_test.cpp), so that a syntax
+//    to PTX on a machine without CUDA (tests/common/cuda_kernels_ptx_test.cpp), so that a syntax
 //    or type error shows before a GPU session; the math there is approximate and never run.
 //  - a plain C++ compiler: an emulator, so the kernels' logic is tested on the CPU. A launch runs
 //    one thread block at a time, each CUDA thread as an OS thread, __syncthreads() a barrier
 //    among them, dynamic shared memory one buffer per block. Slow, exact: for tests at small
 //    sizes only.
-// The kernels use: threadIdx.x, blockIdx.{x,y}, blockDim.x, __syncthreads(), dynamic shared
-// memory (THX_SHARED), atomicAdd on float, and thx_exp / thx_log / thx_fmax / thx_inf.
+// The kernels use: threadIdx.x, blockIdx.{x,y}, blockDim.x, gridDim.x, __syncthreads(), dynamic
+// shared memory (THX_SHARED), fixed shared arrays (THX_STATIC_SHARED), a warp's butterfly
+// shuffle (thx_shfl_xor, every lane of the warp taking part), atomicAdd on float, the math
+// below, and bf16 as bits (bf16_bits.h) with its conversions.
 #pragma once
 #include <cstdint>
+
+#include "common/bf16_bits.h"
 
 #if defined(__CUDACC__)  // nvcc
 #define THX_DEVICE __device__ __forceinline__
 #define THX_SHARED(name) extern __shared__ __align__(16) unsigned char name[]
+#define THX_STATIC_SHARED __shared__
 THX_DEVICE float thx_exp(float x) { return expf(x); }
+THX_DEVICE float thx_rsqrt(float x) { return rsqrtf(x); }
+THX_DEVICE float thx_shfl_xor(float v, int lane_mask) { return __shfl_xor_sync(0xffffffffu, v, lane_mask); }
 THX_DEVICE float thx_log(float x) { return logf(x); }
 THX_DEVICE float thx_fmax(float a, float b) { return fmaxf(a, b); }
 THX_DEVICE float thx_inf() { return __int_as_float(0x7f800000); }
@@ -29,8 +37,13 @@ THX_DEVICE void thx_atomic_add(float* p, float v) { atomicAdd(p, v); }
 #define __device__ __attribute__((device))
 #define THX_DEVICE __attribute__((device)) inline
 #define THX_SHARED(name) extern __attribute__((shared)) __attribute__((aligned(16))) unsigned char name[]
+#define THX_STATIC_SHARED __attribute__((shared))
 extern "C" __device__ void __syncthreads() __asm__("llvm.nvvm.barrier0");
 THX_DEVICE float thx_exp(float x) { return __nvvm_ex2_approx_f(x * 1.44269504f); }
+THX_DEVICE float thx_rsqrt(float x) { return __nvvm_rsqrt_approx_f(x); }
+THX_DEVICE float thx_shfl_xor(float v, int lane_mask) {
+  return __nvvm_shfl_sync_bfly_f32(0xffffffffu, v, lane_mask, 0x1f);
+}
 THX_DEVICE float thx_log(float x) { return __nvvm_lg2_approx_f(x) * 0.693147181f; }
 THX_DEVICE float thx_fmax(float a, float b) { return __nvvm_fmax_f(a, b); }
 THX_DEVICE float thx_inf() { return __builtin_huge_valf(); }
@@ -44,6 +57,7 @@ THX_DEVICE void thx_atomic_add(float* p, float v) { __nvvm_atom_add_gen_f(p, v);
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -51,6 +65,8 @@ THX_DEVICE void thx_atomic_add(float* p, float v) { __nvvm_atom_add_gen_f(p, v);
 #define __global__
 #define THX_DEVICE inline
 #define THX_SHARED(name) unsigned char* name = ::thx::emu::shared_memory()
+// One copy for the block running now (blocks run one at a time): a function's static.
+#define THX_STATIC_SHARED static
 
 namespace thx::emu {
 
@@ -80,10 +96,18 @@ class Barrier {
   long generation_ = 0;
 };
 
+// A warp's lanes exchanging values: each writes its slot, all wait, each reads its partner's.
+struct Warp {
+  explicit Warp(int lanes) : barrier(lanes) {}
+  float slots[32];
+  Barrier barrier;
+};
+
 struct Block {
   Barrier* barrier = nullptr;
   std::vector<unsigned char>* shared = nullptr;
   std::mutex* atomics = nullptr;
+  std::vector<std::unique_ptr<Warp>>* warps = nullptr;
 };
 inline thread_local Block t_block;
 inline unsigned char* shared_memory() { return t_block.shared->data(); }
@@ -95,6 +119,16 @@ inline thread_local thx::emu::Dim3 blockDim, gridDim;
 inline void __syncthreads() { thx::emu::t_block.barrier->wait(); }
 
 THX_DEVICE float thx_exp(float x) { return std::exp(x); }
+THX_DEVICE float thx_rsqrt(float x) { return 1.f / std::sqrt(x); }
+THX_DEVICE float thx_shfl_xor(float v, int lane_mask) {
+  thx::emu::Warp& w = *(*thx::emu::t_block.warps)[threadIdx.x / 32];
+  const unsigned lane = threadIdx.x % 32;
+  w.slots[lane] = v;
+  w.barrier.wait();
+  const float r = w.slots[lane ^ unsigned(lane_mask)];
+  w.barrier.wait();  // before any lane writes its slot again
+  return r;
+}
 THX_DEVICE float thx_log(float x) { return std::log(x); }
 THX_DEVICE float thx_fmax(float a, float b) { return std::fmax(a, b); }
 THX_DEVICE float thx_inf() { return std::numeric_limits<float>::infinity(); }
@@ -126,11 +160,13 @@ inline void launch(Dim3 grid, int threads, size_t shared_bytes, const std::funct
       for (unsigned x = 0; x < grid.x; ++x) {
         std::fill(shared.begin(), shared.end(), static_cast<unsigned char>(0xff));
         Barrier barrier(threads);
+        std::vector<std::unique_ptr<Warp>> warps;
+        for (int w = 0; w < threads; w += 32) warps.push_back(std::make_unique<Warp>(std::min(32, threads - w)));
         std::vector<std::thread> pool;
         pool.reserve(threads);
         for (int t = 0; t < threads; ++t)
           pool.emplace_back([&, t] {
-            t_block = Block{&barrier, &shared, &atomics};
+            t_block = Block{&barrier, &shared, &atomics, &warps};
             threadIdx = Dim3{unsigned(t), 0, 0};
             blockIdx = Dim3{x, y, z};
             blockDim = Dim3{unsigned(threads), 1, 1};
@@ -143,3 +179,20 @@ inline void launch(Dim3 grid, int threads, size_t shared_bytes, const std::funct
 
 }  // namespace thx::emu
 #endif
+
+// bf16 <-> fp32, the same on every compiler: a float's top 16 bits, rounded to nearest even (as
+// c10::BFloat16 and __float2bfloat16_rn round; NaN stays NaN).
+THX_DEVICE float thx_to_float(float x) { return x; }
+THX_DEVICE float thx_to_float(thx_bf16 x) { return thx_bits_to_float(uint32_t(x.bits) << 16); }
+template <typename T>
+THX_DEVICE T thx_from_float(float x);
+template <>
+THX_DEVICE float thx_from_float<float>(float x) {
+  return x;
+}
+template <>
+THX_DEVICE thx_bf16 thx_from_float<thx_bf16>(float x) {
+  const uint32_t u = thx_float_to_bits(x);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return thx_bf16{uint16_t(0x7fc0)};
+  return thx_bf16{uint16_t((u + 0x7fffu + ((u >> 16) & 1u)) >> 16)};
+}
