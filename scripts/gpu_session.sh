@@ -11,18 +11,20 @@
 #                                    phase that still fits before the deadline (GPU_DEADLINE_S,
 #                                    default 560 s): the CUDA tests (each suite in its own process,
 #                                    so that a crash names its suite), compute-sanitizer on thx's
-#                                    kernels, the real TensorBoard reading
-#                                    a run's tb/, the kernel SDPA picks (sdpa_backend.py), the
-#                                    whole-step benchmark at base size in bf16 with
-#                                    the compiled PyTorch peer, a crashed suite again under
-#                                    cuda-gdb, the mini T5 on the GPU (fp32, bf16) beside the CPU,
-#                                    the attention benchmark, and the rest of the unit suite.
+#                                    kernels, the attention benchmark (talking-heads fused, tiled,
+#                                    batched), the mini T5 on the GPU (fp32, bf16) beside the CPU,
+#                                    the whole-step benchmark at base size in bf16 with the
+#                                    compiled PyTorch peer (and its talking-heads rows again on the
+#                                    tiled path), a crashed suite again under cuda-gdb, and the
+#                                    rest of the unit suite. Two phases that passed in the second
+#                                    session run only when named: the real TensorBoard reading a
+#                                    run's tb/, and the kernel SDPA picks (sdpa_backend.py).
 #
 # The order is what a short session needs most first. The peer compiles each model (40-70 s),
 # so the default whole-step rows are T5-base at h = 12 and 48 with the peer at h = 12 only
 # (GPU_BENCH_TRAIN_ARGS replaces them: "--base" alone is every row, about 6 minutes). A second
 # call on the same warm machine finds the build done:
-#   GPU_PHASES="build unit-suite" scripts/gpu_session.sh run
+#   GPU_PHASES="build unit-suite tensorboard sdpa" scripts/gpu_session.sh run
 #
 # Every log, table and the summary go to $OUT (the device tool brings that folder back), at the
 # end as $OUT/summary.md (each phase, its exit code and seconds, or why it was skipped) and
@@ -59,7 +61,7 @@ run() {
   # later call on the same (warm) machine finds the build done and can run the rest
   # (GPU_PHASES="bench-train unit-suite", say).
   local deadline=$((SECONDS + ${GPU_DEADLINE_S:-560}))
-  local phases=${GPU_PHASES:-build cuda-tests sanitize tensorboard sdpa bench-train cuda-debug mini-t5 bench-attention unit-suite}
+  local phases=${GPU_PHASES:-build cuda-tests sanitize bench-attention mini-t5 bench-train bench-train-tiled cuda-debug unit-suite}
   printf '| phase | exit | seconds | last line of its log |\n|---|---:|---:|---|\n' > "$summary"
   {
     date -u; uname -a; head -3 /etc/os-release 2>/dev/null; nproc; free -g | head -2
@@ -126,31 +128,14 @@ run() {
         rc=${PIPESTATUS[0]}; echo "== $tool: exit $rc"; [ "$rc" -ne 0 ] && failed=1
       done
       exit $failed'
-    phase tensorboard 40 bash -c "
-      $thx --device cuda --log-level warn pretrain --config configs/t5/mini.yaml --set data.prepared=$prep \
-        --set train.steps=20 --set train.log_every=5 --set eval.every=10 --run-dir $OUT/tb-run &&
-      python3 tests/scripts/tb_tensorboard_check.py $OUT/tb-run"
-    # Which kernel scaled_dot_product_attention picks for thx's multi-head call, and the
-    # relative bias's gradient through it against float64.
-    phase sdpa 20 python3 scripts/sdpa_backend.py
-    # T5-base in bf16, multi-head and talking-heads at h = 12 and 48, the compiled peer beside
-    # h = 12 (each of its models compiles for a minute; GPU_BENCH_TRAIN_ARGS adds or replaces).
-    phase bench-train 200 env THX_PEER_PYTHON=python3 "$thx" --device cuda bench train --config configs/t5/mini.yaml \
-      --precision bf16 ${GPU_BENCH_TRAIN_ARGS:---base --base-only --base-heads 12,48 --peer-heads 12} \
-      --peer "$CARRY/peer_t5.py" --out "$OUT/train.md"
-    # A crashed CUDA test suite, again under cuda-gdb (the machine's only debugger): where it
-    # stopped, and whether one OpenMP thread changes it.
-    if [ -s "$OUT/cuda-crashed.txt" ]; then
-      phase cuda-debug 60 bash -c '
-        set -f
-        ldd build-gpu/thx_tests | grep -E "gomp|stdc|torch_cpu|c10.so|hdf5_serial.so"
-        for t in $(head -2 '"$OUT"'/cuda-crashed.txt); do
-          echo "== $t, OMP_NUM_THREADS=1"; OMP_NUM_THREADS=1 timeout 20 build-gpu/thx_tests --gtest_filter="$t" >/dev/null 2>&1; echo "exit $?"
-          echo "== $t under cuda-gdb"
-          timeout 40 cuda-gdb -q -batch -ex "set pagination off" -ex run -ex "bt 25" -ex "x/3i \$pc" \
-            -ex "info threads" --args build-gpu/thx_tests --gtest_filter="$t" 2>&1 | grep -vE "^\[(New|Thread .* exited)" | tail -60
-        done'
-    fi
+    # One layer in bf16: talking-heads on thx's fused kernels (the default where built), on the
+    # tiled ATen path, then on the batched composition.
+    phase bench-attention 60 bash -c "
+      for path in fused tiled batched; do
+        flag=--\$path; [ \$path = fused ] && flag=
+        $thx --device cuda bench attention --precision bf16 --heads 12,24,48 --n 2048 --batch 8 \$flag \
+          --out $OUT/attention-\$path.md || exit 1
+      done"
     # The mini T5, multi-head and talking-heads, for 300 steps on the GPU in fp32 and bf16 and
     # on this machine's CPU in fp32: each GPU curve against the CPU's, within the bounds
     # compare_curves.py states (checkpoints removed so that the folders come back).
@@ -168,14 +153,34 @@ run() {
         python3 scripts/compare_curves.py $OUT/mini-\$v-cpu-fp32 $OUT/mini-\$v-cuda-bf16 --bound 0.015
       done
       cd $OUT && tar czf mini-t5.tgz mini-*/metrics.jsonl mini-*/train.log && rm -rf mini-*/"
-    # One layer in bf16: talking-heads on thx's fused kernels (the default where built), on the
-    # tiled ATen path, then on the batched composition.
-    phase bench-attention 60 bash -c "
-      for path in fused tiled batched; do
-        flag=--\$path; [ \$path = fused ] && flag=
-        $thx --device cuda bench attention --precision bf16 --heads 12,24,48 --n 2048 --batch 8 \$flag \
-          --out $OUT/attention-\$path.md || exit 1
-      done"
+    phase tensorboard 40 bash -c "
+      $thx --device cuda --log-level warn pretrain --config configs/t5/mini.yaml --set data.prepared=$prep \
+        --set train.steps=20 --set train.log_every=5 --set eval.every=10 --run-dir $OUT/tb-run &&
+      python3 tests/scripts/tb_tensorboard_check.py $OUT/tb-run"
+    # Which kernel scaled_dot_product_attention picks for thx's multi-head call, and the
+    # relative bias's gradient through it against float64.
+    phase sdpa 20 python3 scripts/sdpa_backend.py
+    # T5-base in bf16, multi-head and talking-heads at h = 12 and 48, the compiled peer beside
+    # h = 12 (each of its models compiles for a minute; GPU_BENCH_TRAIN_ARGS adds or replaces).
+    phase bench-train 200 env THX_PEER_PYTHON=python3 "$thx" --device cuda bench train --config configs/t5/mini.yaml \
+      --precision bf16 ${GPU_BENCH_TRAIN_ARGS:---base --base-only --base-heads 12,48 --peer-heads 12} \
+      --peer "$CARRY/peer_t5.py" --out "$OUT/train.md"
+    # The same talking-heads rows on the tiled ATen path, for the fused kernels' ratio.
+    phase bench-train-tiled 60 "$thx" --device cuda bench train --config configs/t5/mini.yaml --precision bf16 \
+      --base --base-only --base-heads 12,48 --tiled --out "$OUT/train-tiled.md"
+    # A crashed CUDA test suite, again under cuda-gdb (the machine's only debugger): where it
+    # stopped, and whether one OpenMP thread changes it.
+    if [ -s "$OUT/cuda-crashed.txt" ]; then
+      phase cuda-debug 60 bash -c '
+        set -f
+        ldd build-gpu/thx_tests | grep -E "gomp|stdc|torch_cpu|c10.so|hdf5_serial.so"
+        for t in $(head -2 '"$OUT"'/cuda-crashed.txt); do
+          echo "== $t, OMP_NUM_THREADS=1"; OMP_NUM_THREADS=1 timeout 20 build-gpu/thx_tests --gtest_filter="$t" >/dev/null 2>&1; echo "exit $?"
+          echo "== $t under cuda-gdb"
+          timeout 40 cuda-gdb -q -batch -ex "set pagination off" -ex run -ex "bt 25" -ex "x/3i \$pc" \
+            -ex "info threads" --args build-gpu/thx_tests --gtest_filter="$t" 2>&1 | grep -vE "^\[(New|Thread .* exited)" | tail -60
+        done'
+    fi
     phase unit-suite 200 ctest --test-dir build-gpu -j 16 -L unit -E '^Cuda[.]' --output-on-failure
   fi
   echo "total: $((SECONDS - deadline + ${GPU_DEADLINE_S:-560})) s" >> "$summary"

@@ -43,6 +43,8 @@ struct BenchTrainCommand : Command {
         ->delimiter(',')->check(CLI::PositiveNumber)->capture_default_str();
     app->add_flag("--base-only", topt.base_only, "with --base: only the base rows, not the configured model's")
         ->needs(base);
+    app->add_flag("--tiled", topt.tiled, "on a GPU, talking-heads through the tiled ATen path, not thx's fused "
+                                         "CUDA kernels");
   }
 
   int run() override {

@@ -8,6 +8,8 @@
 #include <set>
 
 #include "attention/costs.h"
+#include "attention/cuda/th_args.h"
+#include "attention/fused.h"
 
 #include <functional>
 #include "common/log.h"
@@ -325,7 +327,11 @@ void t5_base_rows(TrainBench& bench, const PretrainConfig& c, int64_t batch, boo
 }  // namespace
 
 std::string bench_train(const BenchTrainOptions& o) {
+  set_th_kernels(!o.tiled);
   TrainBench bench(o);
+  if (bench.gpu())
+    thx::log("bench")->info("talking-heads on the GPU: {}", o.tiled || !cuda_th_launcher() ? "the tiled ATen path"
+                                                                                          : "thx's fused CUDA kernels");
   const PretrainConfig& c = o.config;
   const int64_t vocab = c.model.vocab_size > 0 ? c.model.vocab_size : c.model.encoder_only() ? 30000 : 8100;
   // The configured model, as multi-head and as talking-heads of the same h.
