@@ -38,6 +38,11 @@ def num(x, decimals, signed=False):
     return s.replace("-", MINUS)
 
 
+def mean_pm(m, sd, decimals):
+    """mean ± σ; one seed has no σ: its value alone."""
+    return num(m, decimals) if math.isnan(sd) else f"{num(m, decimals)} ± {num(sd, decimals)}"
+
+
 def mean_sd(xs):
     m = sum(xs) / len(xs)
     sd = math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1)) if len(xs) > 1 else float("nan")
@@ -114,7 +119,7 @@ for h in heads:
         sigma = math.sqrt(sb ** 2 + sv ** 2)
         better = -diff if lower else diff
         in_sigma = num(better / sigma, 1) if sigma > 0 else "—"
-        print(f"| {label} | {num(mb, dec)} ± {num(sb, dec)} | {num(mv, dec)} ± {num(sv, dec)} | "
+        print(f"| {label} | {mean_pm(mb, sb, dec)} | {mean_pm(mv, sv, dec)} | "
               f"{num(diff, dec, signed=True)} | {in_sigma} |")
         for var in (args.base, args.vs):
             by_seed = {r["_seed"]: num(x, dec) for r, x in zip(group[var], values[var])}

@@ -104,6 +104,18 @@ TEST(SeedTable, MeanSigmaAndTheDifferenceInSigmaPerHeadCount) {
   EXPECT_EQ(running.out.find("sst2"), std::string::npos) << running.out;
 }
 
+// A cell with one seed so far (a sweep still running) shows its value with no σ, and no size in σ.
+TEST(SeedTable, OneSeedHasNoSigma) {
+  TempDir dir;
+  const fs::path sweep = dir.path / "sweep";
+  write_seeded_sweep(sweep, {{"multi_head", 48, 1, 6.0, 21, 70}, {"multi_head", 48, 2, 6.2, 23, 80},
+                             {"talking_heads", 48, 1, 5.9, 22, 60}});
+  const RunResult r = seed_table(sweep.string());
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(r.out.find("nan"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("| 6.100 ± 0.141 | 5.900 | −0.200 | — |"), std::string::npos) << r.out;
+}
+
 TEST(SeedTable, BadInputIsOneLineAndExitTwo) {
   TempDir dir;
   const fs::path good = dir.path / "good", bad = dir.path / "bad", lonely = dir.path / "lonely";
