@@ -6,8 +6,8 @@
 //
 // Covered: talking-heads with h_k != h != h_v and both hybrids; no bias, T5's [1,h,n,m] bias and
 // biases broadcast along other dims; padding and causal masks; n != m; tiles that divide n and m,
-// do not, exceed them and are 1x1; thread counts that do and do not divide the tiles; a row
-// with no key.
+// do not, exceed them and are 1x1, and each kernel's own choice under a small shared memory;
+// thread counts that do and do not divide the tiles; a row with no key.
 // Tolerances: fp32 inputs, 2e-6 + 2e-5 x max|reference| (fp32 sums of a few dozen O(1)
 // products, as the other attention tests). bf16 inputs (P and bias fp32): the kernel sums in
 // fp32 and rounds each output once to bf16, which moves it by at most 2^-9 of itself; the bound
@@ -97,12 +97,14 @@ std::string trace(const Case& c, Extra e, ThTiles t, int threads) {
 TEST(FusedThEmulated, Fp32EqualsThePapersCoreForEveryVariantMaskAndTiling) {
   for (const Case& c : kCases)
     for (Extra e : {Extra::none, Extra::bias, Extra::padding, Extra::causal, Extra::bias_padding})
-      for (auto [tiles, threads] : {std::pair{ThTiles{4, 2}, 32}, {ThTiles{3, 2}, 7}, {ThTiles{8, 8}, 64},
-                                    {ThTiles{1, 1}, 5}}) {
+      // The last: each kernel's own tiles within 7000 bytes (forward 8x8, backward 8x4 here).
+      for (auto [tiles, threads, limit] : {std::tuple{ThTiles{4, 2}, 32, 1 << 20}, {ThTiles{3, 2}, 7, 1 << 20},
+                                           {ThTiles{8, 8}, 64, 1 << 20}, {ThTiles{1, 1}, 5, 1 << 20},
+                                           {ThTiles{}, 32, 7000}}) {
         SCOPED_TRACE(trace(c, e, tiles, threads));
         torch::manual_seed(11);
         const Inputs in = inputs(c, e, torch::kFloat32);
-        expect_same(fused(in, torch::kFloat32, emulator(threads), tiles), reference(in), 2e-6, 2e-5);
+        expect_same(fused(in, torch::kFloat32, emulator(threads, limit), tiles), reference(in), 2e-6, 2e-5);
       }
 }
 
@@ -183,19 +185,25 @@ TEST(FusedThEmulated, UncoveredProblemsAreNamed) {
             "one row and one key do not fit the shared memory");
 }
 
-// The tiles: the largest pair from the list that fits; at T5-base's d_model 768 on an H100's
-// 227 KB, every head count has one.
+// The tiles: the largest pair from the list that fits, for each kernel; at T5-base's d_model 768
+// on an H100's 227 KB every head count has one for both, the forward's no smaller.
 TEST(FusedThEmulated, TilesAreTheLargestThatFit) {
-  const ThTiles t = fused_th_tiles(3, 5, 2, 4, 6, 1 << 20);
-  EXPECT_EQ(t.R, 64);
-  EXPECT_EQ(t.C, 64);
-  for (int h : {12, 24, 48}) {
-    const ThTiles base = fused_th_tiles(h, h, h, 768 / h, 768 / h, 227 * 1024);
-    SCOPED_TRACE(h);
-    EXPECT_GE(base.R, 4);
-    EXPECT_LE(4 * cuda_th::backward_shared_floats(base.R, base.C, h, h, h, 768 / h, 768 / h), 227 * 1024);
+  for (bool backward : {false, true}) {
+    const ThTiles t = fused_th_tiles(3, 5, 2, 4, 6, 1 << 20, backward);
+    EXPECT_EQ(t.R, 64);
+    EXPECT_EQ(t.C, 64);
+    EXPECT_EQ(fused_th_tiles(3, 5, 2, 4, 6, 16, backward).R, 0);
   }
-  EXPECT_EQ(fused_th_tiles(3, 5, 2, 4, 6, 16).R, 0);
+  for (int h : {6, 12, 24, 48}) {
+    SCOPED_TRACE(h);
+    const int d = 768 / h;
+    const ThTiles fwd = fused_th_tiles(h, h, h, d, d, 227 * 1024, false);
+    const ThTiles bwd = fused_th_tiles(h, h, h, d, d, 227 * 1024, true);
+    EXPECT_GE(bwd.R, 4);
+    EXPECT_GE(fwd.R * fwd.C, bwd.R * bwd.C);
+    EXPECT_LE(4 * cuda_th::forward_shared_floats(fwd.R, fwd.C, h, h, h, d, d), 227 * 1024);
+    EXPECT_LE(4 * cuda_th::backward_shared_floats(bwd.R, bwd.C, h, h, h, d, d), 227 * 1024);
+  }
 }
 
 // On a GPU (where thx was built with its CUDA kernels): the same kernels through CUDA's launcher,

@@ -57,7 +57,7 @@ struct Prepared {
   ThTiles tiles;
 };
 Prepared prepare(const Tensor& Q, const Tensor& K, const Tensor& V, const Tensor& P_l, const Tensor& P_w,
-                 const Tensor& bias, const Tensor& mask, const Launcher& l, ThTiles tiles) {
+                 const Tensor& bias, const Tensor& mask, const Launcher& l, ThTiles tiles, bool backward) {
   Prepared p{Q.contiguous(), K.contiguous(), V.contiguous(),
              P_l.defined() ? P_l.to(torch::kFloat32).contiguous() : Tensor(),
              P_w.defined() ? P_w.to(torch::kFloat32).contiguous() : Tensor(),
@@ -65,7 +65,8 @@ Prepared prepare(const Tensor& Q, const Tensor& K, const Tensor& V, const Tensor
              mask.defined() ? four(mask.to(torch::kBool)) : Tensor(),
              dims(Q, K, V, P_l, P_w), tiles};
   if (p.tiles.R <= 0 || p.tiles.C <= 0)
-    p.tiles = fused_th_tiles(int(p.d.h_k), int(p.d.h), int(p.d.h_v), int(p.d.d_k), int(p.d.d_v), l.shared_limit_bytes);
+    p.tiles = fused_th_tiles(int(p.d.h_k), int(p.d.h), int(p.d.h_v), int(p.d.d_k), int(p.d.d_v), l.shared_limit_bytes,
+                             backward);
   TORCH_CHECK(p.tiles.R > 0 && p.tiles.C > 0, "fused talking-heads: no tile fits the shared memory");
   return p;
 }
@@ -85,7 +86,7 @@ struct FusedThFn : torch::autograd::Function<FusedThFn> {
                         int64_t R, int64_t C) {
     const Launcher& l = *reinterpret_cast<const Launcher*>(launcher);
     const Prepared p = prepare(Q, K, V, present(P_l_in), present(P_w_in), present(bias_in), present(mask_in), l,
-                               {int(R), int(C)});
+                               {int(R), int(C)}, false);
     const Dims& d = p.d;
     Tensor O = torch::empty({d.b, d.n, d.h_v, d.d_v}, p.V.options());
     Tensor lse = torch::empty({d.b, d.h, d.n}, p.Q.options().dtype(torch::kFloat32));
@@ -100,8 +101,8 @@ struct FusedThFn : torch::autograd::Function<FusedThFn> {
     else run(float{}, l.forward_f32);
     ctx->save_for_backward({Q, K, V, P_l_in, P_w_in, bias_in, mask_in, lse});
     ctx->saved_data["launcher"] = launcher;
-    ctx->saved_data["R"] = int64_t(p.tiles.R);
-    ctx->saved_data["C"] = int64_t(p.tiles.C);
+    ctx->saved_data["R"] = R;  // as asked: 0 lets the backward choose its own (it needs more memory)
+    ctx->saved_data["C"] = C;
     return O;
   }
 
@@ -110,7 +111,7 @@ struct FusedThFn : torch::autograd::Function<FusedThFn> {
     const Launcher& l = *reinterpret_cast<const Launcher*>(ctx->saved_data["launcher"].toInt());
     const Tensor bias = present(s[5]);
     const Prepared p = prepare(s[0], s[1], s[2], present(s[3]), present(s[4]), bias, present(s[6]), l,
-                               {int(ctx->saved_data["R"].toInt()), int(ctx->saved_data["C"].toInt())});
+                               {int(ctx->saved_data["R"].toInt()), int(ctx->saved_data["C"].toInt())}, true);
     const Dims& d = p.d;
     const auto wide = s[7].options();
     const Tensor dO = grads[0].to(p.V.scalar_type()).contiguous();
@@ -155,12 +156,12 @@ bool broadcastable(const Tensor& t, const Dims& d) {
 
 }  // namespace
 
-ThTiles fused_th_tiles(int h_k, int h, int h_v, int d_k, int d_v, int64_t shared_limit_bytes) {
+ThTiles fused_th_tiles(int h_k, int h, int h_v, int d_k, int d_v, int64_t shared_limit_bytes, bool backward) {
   static const std::pair<int, int> kTiles[] = {{64, 64}, {64, 32}, {32, 32}, {32, 16}, {16, 16}, {16, 8}, {8, 8},
                                                {8, 4},   {4, 4},   {4, 2},   {2, 2},   {2, 1},   {1, 1}};
   for (const auto& [R, C] : kTiles) {
-    const int64_t need = 4 * std::max(cuda_th::forward_shared_floats(R, C, h_k, h, h_v, d_k, d_v),
-                                      cuda_th::backward_shared_floats(R, C, h_k, h, h_v, d_k, d_v));
+    const int64_t need = 4 * (backward ? cuda_th::backward_shared_floats(R, C, h_k, h, h_v, d_k, d_v)
+                                       : cuda_th::forward_shared_floats(R, C, h_k, h, h_v, d_k, d_v));
     if (need <= shared_limit_bytes) return {R, C};
   }
   return {};
@@ -186,7 +187,8 @@ std::string fused_th_unsupported(const Tensor& Q, const Tensor& K, const Tensor&
   for (const Tensor* x : {&Q, &K, &V, &P_l, &P_w, &bias, &mask})
     if (x->defined() && x->device() != Q.device()) return "tensors on different devices";
   if (d.b > 65535) return "batch above 65,535 (grid y)";
-  if (fused_th_tiles(int(d.h_k), int(d.h), int(d.h_v), int(d.d_k), int(d.d_v), l.shared_limit_bytes).R == 0)
+  if (fused_th_tiles(int(d.h_k), int(d.h), int(d.h_v), int(d.d_k), int(d.d_v), l.shared_limit_bytes, false).R == 0 ||
+      fused_th_tiles(int(d.h_k), int(d.h), int(d.h_v), int(d.d_k), int(d.d_v), l.shared_limit_bytes, true).R == 0)
     return "one row and one key do not fit the shared memory";
   return "";
 }

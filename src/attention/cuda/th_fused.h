@@ -20,15 +20,16 @@ std::string fused_th_unsupported(const torch::Tensor& Q, const torch::Tensor& K,
                                  const torch::Tensor& mask, const cuda_th::Launcher& launcher);
 
 // The tiles: R query rows per block, C keys per tile, the largest pair from a fixed list
-// (64x64 down to 1x1, R >= C) whose forward and backward fit `shared_limit_bytes`; {0, 0} if none.
+// (64x64 down to 1x1, R >= C) with which the forward (or the backward, which keeps more) fits
+// `shared_limit_bytes`; {0, 0} if none. Each kernel takes its own.
 struct ThTiles {
   int R = 0, C = 0;
 };
-ThTiles fused_th_tiles(int h_k, int h, int h_v, int d_k, int d_v, int64_t shared_limit_bytes);
+ThTiles fused_th_tiles(int h_k, int h, int h_v, int d_k, int d_v, int64_t shared_limit_bytes, bool backward);
 
 // The core, as tiled_attention_core (tiled.h): O [b,n,h_v,d_v] in V's dtype, differentiable in Q,
 // K, V, P_l, P_w and bias; a row with no key gets O = 0 and no gradient. The problem must be
-// supported (above). tiles {0, 0}: fused_th_tiles's choice.
+// supported (above). tiles {0, 0}: fused_th_tiles's choice for each kernel; else both use these.
 torch::Tensor fused_th_attention_core(const torch::Tensor& Q, const torch::Tensor& K, const torch::Tensor& V,
                                       const torch::Tensor& P_l, const torch::Tensor& P_w, const torch::Tensor& bias,
                                       const torch::Tensor& mask, const cuda_th::Launcher& launcher,
