@@ -192,6 +192,19 @@ run() {
             -ex "info threads" --args build-gpu/thx_tests --gtest_filter="$t" 2>&1 | grep -vE "^\[(New|Thread .* exited)" | tail -60
         done'
     fi
+    # Issue 34's optional pair, only when named (GPU_PHASES="build base-pair"): T5-base in bf16,
+    # multi-head and talking-heads at 12 and 48 heads, batch 32, GPU_BASE_PAIR_STEPS steps each
+    # (default 300) on the carried corpus, their metrics.jsonl back for plot_curves.py.
+    phase base-pair 300 bash -c "
+      set -e
+      for run in multi_head:12 talking_heads:12 multi_head:48 talking_heads:48; do
+        d=$OUT/base-\${run%:*}-h\${run#*:}
+        $thx --device cuda --log-level warn pretrain --config configs/t5/base.yaml --set data.prepared=$prep \
+          --set attention.variant=\${run%:*} --set attention.h=\${run#*:} --set train.precision=bf16 \
+          --set train.batch_size=32 --set train.steps=${GPU_BASE_PAIR_STEPS:-300} --set train.log_every=10 \
+          --set eval.every=100 --set eval.examples=256 --set checkpoint.every=1000000 --run-dir \$d
+        rm -rf \$d/checkpoints \$d/tb
+      done"
     phase unit-suite 200 ctest --test-dir build-gpu -j 16 -L unit -E '^Cuda[.]' --output-on-failure
   fi
   echo "total: $((SECONDS - deadline + ${GPU_DEADLINE_S:-560})) s" >> "$summary"
