@@ -13,7 +13,8 @@
 #                                an rpath: some have no CMake config), going on past
 #                                errors so that one log shows all of them. THX_DISTRIBUTED=OFF
 #                                builds thx without c10d (one process), THX_CUDA_KERNELS=OFF
-#                                without thx's own CUDA kernels (src/models/*.cu, nvcc).
+#                                without thx's own CUDA kernels (src/models/*.cu and
+#                                src/attention/cuda/*.cu, nvcc).
 #
 # Status: `fetch` is tested on Debian 12; `build` has run on an H200 and an H100 (PyTorch 2.11,
 # CUDA 13); the CUDA kernels (nvcc) have not been compiled there yet.
