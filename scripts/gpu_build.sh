@@ -14,10 +14,12 @@
 #                                errors so that one log shows all of them. THX_DISTRIBUTED=OFF
 #                                builds thx without c10d (one process), THX_CUDA_KERNELS=OFF
 #                                without thx's own CUDA kernels (src/models/*.cu and
-#                                src/attention/cuda/*.cu, nvcc).
+#                                src/attention/cuda/*.cu, nvcc), THX_NCCL=OFF without NCCL
+#                                (on where the wheel's nccl.h is found).
 #
 # Status: `fetch` is tested on Debian 12; `build` has run on an H200 and an H100 (PyTorch 2.11,
-# CUDA 13); the CUDA kernels (nvcc) have not been compiled there yet.
+# CUDA 13); the CUDA kernels compile with nvcc on the CPU machines (CudaKernels.*) but have not
+# been built there yet; NCCL (THX_NCCL) neither.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DEPS=gpu-carry/debs
@@ -50,13 +52,32 @@ case "${1:-}" in
     # that holds only these makes every translation unit use Debian's.
     mkdir -p "$root/first"
     for dir in fmt spdlog google; do ln -sfn "../usr/include/$dir" "$root/first/$dir"; done
+    # NCCL's header, for data parallel on GPUs (THX_NCCL): the wheel keeps it in its nvidia
+    # packages (nvidia/nccl/include, or nvidia/cu13/include), else CUDA's own include folder.
+    nccl_inc=$(python3 - <<'PY' 2>/dev/null || true
+import glob, os
+roots = []
+try:
+    import nvidia
+    roots += list(nvidia.__path__)
+except ImportError:
+    pass
+roots += ["/usr/local/cuda/include", "/usr/include"]
+hits = [h for r in roots for h in glob.glob(os.path.join(r, "**", "nccl.h"), recursive=True)]
+print(os.path.dirname(hits[0]) if hits else "")
+PY
+)
+    local_nccl=OFF
+    [ -n "$nccl_inc" ] && local_nccl=ON
+    echo "nccl.h: ${nccl_inc:-not found}"
     generator=$(command -v ninja >/dev/null && echo Ninja || echo 'Unix Makefiles')
     # The machine's own C++ compiler (GCC by default), the one the wheel's LibTorch was built
     # for; the CPU build's clang 14 is Debian's and need not be there.
     cmake -S . -B build-gpu -G "$generator" -DCMAKE_BUILD_TYPE=Release \
       -DCMAKE_CXX_COMPILER="${CXX:-c++}" -DCMAKE_C_COMPILER="${CC:-cc}" \
       -DCMAKE_PREFIX_PATH="$torch_cmake;$root/usr" -DTHX_DISTRIBUTED="${THX_DISTRIBUTED:-ON}" \
-      -DTHX_CUDA_KERNELS="${THX_CUDA_KERNELS:-ON}" \
+      -DTHX_CUDA_KERNELS="${THX_CUDA_KERNELS:-ON}" -DTHX_NCCL="${THX_NCCL:-$local_nccl}" \
+      -DTHX_NCCL_INCLUDE_DIR="$nccl_inc" \
       -DHDF5_ROOT="$lib/hdf5/serial" -DHDF5_C_INCLUDE_DIR="$root/usr/include/hdf5/serial" \
       -DICU_ROOT="$root/usr" -DProtobuf_PROTOC_EXECUTABLE="$root/usr/bin/protoc" \
       -DCMAKE_CXX_FLAGS="-I$root/first -isystem $root/usr/include" \

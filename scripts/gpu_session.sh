@@ -92,11 +92,13 @@ run() {
 
   if ! phase build 240 scripts/gpu_build.sh build; then
     # Again without the part that failed: thx's CUDA kernels (nvcc's errors name a .cu or .cuh
-    # file, or cuda_compat.h; each kernel then takes its ATen path), c10d (its headers or
-    # torch_compat.h), or, when the log names neither, the kernels (nothing else is new there).
+    # file, or cuda_compat.h; each kernel then takes its ATen path), NCCL (nccl.cpp), c10d (its
+    # headers or torch_compat.h), or, when the log names none, the kernels.
     local fallback=()
     grep -qE "(\.cuh?|cuda_compat\.h)[(:][0-9].*error" "$OUT/build.log" && fallback+=(THX_CUDA_KERNELS=OFF)
-    grep -qE "(src/distributed/|torch_compat.h).*error" "$OUT/build.log" && fallback+=(THX_DISTRIBUTED=OFF)
+    grep -qE "src/distributed/nccl.*error" "$OUT/build.log" && fallback+=(THX_NCCL=OFF)
+    grep -vE "src/distributed/nccl" "$OUT/build.log" | grep -qE "(src/distributed/|torch_compat.h).*error" &&
+      fallback+=(THX_DISTRIBUTED=OFF)
     [ ${#fallback[@]} -gt 0 ] || fallback=(THX_CUDA_KERNELS=OFF)
     phases="$phases build-fallback"
     phase build-fallback 200 env "${fallback[@]}" scripts/gpu_build.sh build

@@ -17,6 +17,9 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "common/torch_compat.h"
+#if THX_NCCL
+#include "distributed/nccl.h"
+#endif
 
 // Shapes: byte strings travel as [n] uint8 tensors, their lengths as [1] int64.
 namespace thx::dist {
@@ -112,8 +115,11 @@ void init(const LaunchEnv& env, double timeout_s) {
   set_log_rank(env.rank);
   try {
     group->store = make_store(env, timeout_s, !env.agent_store && env.rank == 0, true);
-    group->pg = compat::make_gloo_group(group->store, env.rank, env.world_size,
-                                        std::chrono::milliseconds(int64_t(timeout_s * 1000)), make_device(env));
+    const std::chrono::milliseconds timeout(int64_t(timeout_s * 1000));
+    group->pg = compat::make_gloo_group(group->store, env.rank, env.world_size, timeout, make_device(env));
+#if THX_NCCL
+    if (torch::cuda::is_available()) add_nccl_backend(group->pg, group->store, env.rank, env.world_size, timeout);
+#endif
     group->beat_store = make_store(env, timeout_s, false, false);
   } catch (const std::exception& e) {
     throw RunError(fmt::format("joining the group of {} at {}:{} failed within {} s "
@@ -132,8 +138,9 @@ void init(const LaunchEnv& env, double timeout_s) {
   });
   g = std::move(group);
   std::atexit([] { shutdown(); });
-  thx::log("dist")->info("rank {} of {} (local {} of {}), Gloo over {}:{}, collective timeout {} s", env.rank,
-                         env.world_size, env.local_rank, env.local_world_size, env.master_addr,
+  thx::log("dist")->info("rank {} of {} (local {} of {}), Gloo{} over {}:{}, collective timeout {} s", env.rank,
+                         env.world_size, env.local_rank, env.local_world_size,
+                         nccl_built() && torch::cuda::is_available() ? " and NCCL" : "", env.master_addr,
                          env.master_port, timeout_s);
 }
 

@@ -1,6 +1,7 @@
 // dist.h: the processes of a data-parallel run, on LibTorch's c10d, launched by torchrun.
 //
-// Engine: c10d::ProcessGroupGloo (CPU) over a c10d::TCPStore rendezvous, the same classes
+// Engine: c10d::ProcessGroupGloo (CPU; and ProcessGroupNCCL for CUDA tensors where built: nccl.h)
+// over a c10d::TCPStore rendezvous, the same classes
 // torch.distributed uses; thx writes no transport of its own. The store is found as
 // torch.distributed's env:// rendezvous finds it: under torchrun's static rendezvous
 // (TORCHELASTIC_USE_AGENT_STORE=True) every rank is a client of the agent's store at
@@ -71,9 +72,17 @@ void check_same(const std::string& what, const std::string& value);
 // rethrown as it was.
 void guard(const char* doing, const std::function<void()>& f);
 
-// Data parallel runs on the CPU (Gloo): a group of more than one rank asked to train on a
-// GPU is InputError naming `where` (NCCL, which GPUs need, is not wired in yet).
+// Data parallel runs on the CPU (Gloo), and on GPUs where thx was built with NCCL (nccl.h): a
+// group of more than one rank asked to train on a GPU without it is InputError naming `where`.
 void check_device(const torch::Device& device, const std::string& where);
+
+// Whether this build has NCCL as the group's backend for CUDA tensors (THX_NCCL).
+bool nccl_built();
+// One rank on GPU 0, without torchrun: a group of Gloo and NCCL over an in-process store, a
+// CUDA and a CPU all-reduce, and DDP's Reducer over a CUDA parameter. "" if all worked, else
+// one line saying what failed (or that the build has no NCCL). A lent GPU machine has one GPU,
+// so this is what can be tested there.
+std::string nccl_one_rank_check();
 
 // A stable 64-bit hash (FNV-1a over 8-byte words) of bytes: config hashes and parameter checksums.
 uint64_t fnv1a(const void* data, size_t size, uint64_t h = 1469598103934665603ull);

@@ -52,10 +52,10 @@ LaunchEnv read_launch_env(const std::function<const char*(const char*)>& get_in)
 }
 
 void check_device(const torch::Device& device, const std::string& where) {
-  if (world_size() > 1 && !device.is_cpu())
-    throw InputError(fmt::format("{} {}: data parallel with {} ranks runs on the CPU only (c10d's Gloo; NCCL for GPUs "
-                                 "is not wired in yet): train on the GPU in one process, or on the CPU with --device cpu",
-                                 where, device.str(), world_size()));
+  if (world_size() > 1 && !device.is_cpu() && !(device.is_cuda() && nccl_built()))
+    throw InputError(fmt::format("{} {}: data parallel with {} ranks runs on the CPU only in this build (c10d's Gloo; "
+                                 "thx was built without NCCL, THX_NCCL): train on the GPU in one process, or on the "
+                                 "CPU with --device cpu", where, device.str(), world_size()));
 }
 
 uint64_t fnv1a(const void* data, size_t size, uint64_t h) {
