@@ -190,10 +190,11 @@ std::string bench_attention(const BenchAttentionOptions& opt) {
             opt.d_model, opt.n, opt.batch, torch::get_num_threads(), opt.reps);
   const std::vector<std::string> precisions = bench_precisions(opt.precision, "--precision", opt.device);
   const bool gpu = opt.device.is_cuda();
-  if (gpu)
-    log->info("talking-heads on the GPU: {}", opt.batched ? "the batched ATen composition"
-                                              : opt.tiled || !cuda_th_launcher() ? "the tiled ATen path"
-                                                                                 : "thx's fused CUDA kernels");
+  const std::string th_path = !gpu           ? "the CPU cores"
+                              : opt.batched ? "the batched ATen composition"
+                              : opt.tiled || !cuda_th_launcher() ? "the tiled ATen path"
+                                                                 : "thx's fused CUDA kernels";
+  log->info("talking-heads on {}", th_path);
   const int64_t peak_size = gpu ? 8192 : 2048;
   std::map<std::string, double> peaks;
   for (const auto& p : precisions) {
@@ -219,9 +220,9 @@ std::string bench_attention(const BenchAttentionOptions& opt) {
       "row's own precision.\n"
       "One attention layer, forward + backward (dX and every parameter gradient), d_model {}, "
       "n = m = {}, batch {}; median of {} runs, multi-head and talking-heads interleaved; "
-      "TH/MH time is the median of the per-pair ratios.\n"
+      "TH/MH time is the median of the per-pair ratios. Talking-heads ran on {}.\n"
       "GFLOP/s counts 6 x the layer's multiplies (all of them, section 5 extended).\n\n",
-      device_description(opt.device), peak_size, peak_text, opt.d_model, opt.n, opt.batch, opt.reps);
+      device_description(opt.device), peak_size, peak_text, opt.d_model, opt.n, opt.batch, opt.reps, th_path);
   report += render(tables.runs, TableFormat::markdown) + "\n" + render(tables.ratios, TableFormat::markdown);
   report += fmt::format("\nTargets: TH/MH time ratio within 1.15x of the multiplies ratio at every "
                         "h: {}.", tables.all_ratios_ok ? "met" : "MISSED");
