@@ -10,9 +10,9 @@
 //
 // Where nvcc is found (this project's machines have CUDA 13 at /usr/local/cuda, without a GPU),
 // every .cu file of src/ is compiled as the GPU build compiles it (C++17, sm_90), host code and
-// all, against this machine's LibTorch headers: ptxas must report every kernel, none spilling
-// registers. Debian's CPU LibTorch lacks one generated header of c10's CUDA half
-// (cuda_cmake_macros.h); the test writes it.
+// all, against the headers of the LibTorch this build used: ptxas must report every kernel, none
+// spilling registers. Debian's CPU LibTorch lacks one generated header of c10's CUDA half
+// (cuda_cmake_macros.h); the test writes one, found only where the LibTorch has none.
 #include <gtest/gtest.h>
 
 #include <sstream>
@@ -60,6 +60,18 @@ TEST(CudaKernels, CompileToPtxWithClang) {
   EXPECT_EQ(entries, 4 + 8) << text.substr(0, 2000);
 }
 
+// -I of the LibTorch this build used, where its headers are not in a system folder (a PyTorch
+// wheel's: <prefix>/share/cmake/Torch -> <prefix>/include); Debian's are in /usr/include.
+std::string torch_include() {
+  std::ifstream cache(std::string(THX_BUILD_DIR) + "/CMakeCache.txt");
+  for (std::string line; std::getline(cache, line);)
+    if (line.rfind("Torch_DIR:", 0) == 0) {
+      const fs::path inc = fs::path(line.substr(line.find('=') + 1)) / "../../../include";
+      if (fs::exists(inc / "ATen/ATen.h")) return " -I" + fs::canonical(inc).string();
+    }
+  return "";
+}
+
 std::string nvcc() {
   if (run_command("nvcc --version > /dev/null 2>&1").code == 0) return "nvcc";
   if (fs::exists("/usr/local/cuda/bin/nvcc")) return "/usr/local/cuda/bin/nvcc";
@@ -76,11 +88,14 @@ TEST(CudaKernels, NvccCompilesEveryCuFileForSm90) {
   for (const auto& e : fs::recursive_directory_iterator(std::string(THX_SOURCE_DIR) + "/src"))
     if (e.path().extension() == ".cu") sources.push_back(e.path());
   ASSERT_GE(sources.size(), 2u);
+  const std::string flags = " -std=c++17 -arch=sm_90 -Xptxas -v -I" + std::string(THX_SOURCE_DIR) + "/src" +
+                            torch_include() + " -I" + dir.path.string();
   std::string jobs;  // the files side by side: nvcc spends most of its time in LibTorch's headers
-  for (size_t i = 0; i < sources.size(); ++i)
-    jobs += compiler + " -std=c++17 -arch=sm_90 -c " + sources[i].string() + " -I" + std::string(THX_SOURCE_DIR) +
-            "/src -I" + dir.path.string() + " -o " + (dir.path / (std::to_string(i) + ".o")).string() +
-            " -Xptxas -v > " + (dir.path / (std::to_string(i) + ".log")).string() + " 2>&1 & pids=\"$pids $!\"; ";
+  for (size_t i = 0; i < sources.size(); ++i) {
+    const std::string out = (dir.path / std::to_string(i)).string();
+    jobs += compiler + flags + " -c " + sources[i].string() + " -o " + out + ".o > " + out + ".log 2>&1 & ";
+    jobs += "pids=\"$pids $!\"; ";
+  }
   const RunResult r = run_command(jobs + "rc=0; for p in $pids; do wait $p || rc=1; done; exit $rc");
   ASSERT_EQ(r.code, 0) << r.out;
   int kernels = 0;
