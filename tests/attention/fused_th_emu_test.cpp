@@ -183,6 +183,8 @@ TEST(FusedThEmulated, UncoveredProblemsAreNamed) {
             "mask is not bool broadcastable to [b,h,n,m]");
   EXPECT_EQ(why(in.Q, in.K, in.V, in.P_l, in.P_w, in.bias, in.mask, emulator(32, 64)),
             "one row and one key do not fit the shared memory");
+  EXPECT_EQ(why(in.Q.narrow(1, 0, 0), in.K, in.V, in.P_l, in.P_w, {}, {}, l),
+            "no example or no query row (an empty grid)");
 }
 
 // The tiles: the largest pair from the list that fits, for each kernel; at T5-base's d_model 768

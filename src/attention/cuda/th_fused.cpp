@@ -187,6 +187,7 @@ std::string fused_th_unsupported(const Tensor& Q, const Tensor& K, const Tensor&
   for (const Tensor* x : {&Q, &K, &V, &P_l, &P_w, &bias, &mask})
     if (x->defined() && x->device() != Q.device()) return "tensors on different devices";
   if (d.b > 65535) return "batch above 65,535 (grid y)";
+  if (d.b == 0 || d.n == 0) return "no example or no query row (an empty grid)";
   if (fused_th_tiles(int(d.h_k), int(d.h), int(d.h_v), int(d.d_k), int(d.d_v), l.shared_limit_bytes, false).R == 0 ||
       fused_th_tiles(int(d.h_k), int(d.h), int(d.h_v), int(d.d_k), int(d.d_v), l.shared_limit_bytes, true).R == 0)
     return "one row and one key do not fit the shared memory";
