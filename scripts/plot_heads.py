@@ -27,8 +27,9 @@ METRICS = {"ln_ppl": "held-out ln(PPL)", "mlm": "held-out MLM accuracy (%)", "so
 
 def read_rows(sweep, metric):
     path = sweep if sweep.endswith(".jsonl") else os.path.join(sweep, "results.jsonl")
-    if not os.path.exists(path):
-        fail(f"{path}: not found" + ("" if path == sweep else f" (is {sweep} the --out of `thx sweep`?)"))
+    if not os.path.isfile(path):
+        fail(f"{path}: not found" + ("" if path == sweep else f" (is {sweep} the --out of `thx sweep`?)") +
+             (" (a directory, not a results file)" if os.path.isdir(path) else ""))
     rows = []
     with open(path) as f:
         for n, line in enumerate(f, 1):

@@ -194,6 +194,9 @@ TEST(PlotHeads, BadInputIsOneLineAndExitTwo) {
   expect_refused((dir.path / "missing").string() + out, "missing: not a directory");
   expect_refused(dir.path.string() + out, "results.jsonl: not found (is ");
   expect_refused((dir.path / "gone.jsonl").string() + out, "gone.jsonl: not found");
+  fs::create_directories(dir.path / "dir.jsonl");  // named like a results file, but a directory
+  expect_refused((dir.path / "dir.jsonl").string() + out,
+                 "dir.jsonl: not found (a directory, not a results file)");
   expect_refused(bad.string() + out, "results.jsonl:1: not a results row");
   expect_refused(t5.string() + out, "results.jsonl:1: ln_ppl is '5.1', not a number");
   expect_refused(good.string() + " --metric nll" + out, "--metric nll: unknown; allowed: ln_ppl, mlm, sop");
