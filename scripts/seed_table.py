@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """seed_table.py: two attention variants of a seeded sweep, head count by head count, in seed σ.
 
-    /usr/bin/python3 scripts/seed_table.py SWEEP_DIR [--base multi_head] [--vs talking_heads]
+    /usr/bin/python3 scripts/seed_table.py SWEEP_DIR [--base multi_head] [--vs talking_heads] [--by-step]
 
 SWEEP_DIR is the --out of `thx sweep` (say runs/table5-mini-relative-seeds). Its results.jsonl
 gives each run's held-out MLM ln(PPL), MLM accuracy and SOP accuracy; each run's
@@ -12,8 +12,11 @@ For every head count that has runs of both variants it prints, in Markdown:
      measures margins), signed so that positive means `vs` is better (ln(PPL) lower, scores
      higher);
   2. every seed's value.
-A metric is left out for a head count unless every run there has it. Bad input is one line on
-stderr and exit 2.
+A metric is left out for a head count unless every run there has it. With --by-step it prints
+instead how the held-out ln(PPL) gap grew during training: from each run's metrics.jsonl (its
+evaluations, every eval.every steps), the difference and its size in σ at every step that all
+runs of a head count evaluated, one column per head count. Bad input is one line on stderr and
+exit 2.
 """
 import glob
 import json
@@ -49,10 +52,56 @@ def mean_sd(xs):
     return m, sd
 
 
+def eval_curve(sweep, run):
+    """{step: held-out ln(PPL)} from a run's metrics.jsonl: its evaluation lines."""
+    path = os.path.join(sweep, run["name"], "metrics.jsonl")
+    if not os.path.isfile(path):
+        fail(f"{path}: not found (--by-step reads each run's evaluations)")
+    curve = {}
+    for n, line in enumerate(open(path), 1):
+        try:
+            row = json.loads(line) if line.strip() else {}
+        except ValueError as e:
+            fail(f"{path}:{n}: not JSON ({e})")
+        if isinstance(row, dict) and isinstance(row.get("ln_ppl"), (int, float)) and "step" in row:
+            curve[row["step"]] = row["ln_ppl"]
+    return curve
+
+
+def print_by_step(sweep, runs, heads, base, vs):
+    """One row per evaluated step, one column per head count: vs − base and its size in σ."""
+    columns = []
+    for h in heads:
+        group = {var: [eval_curve(sweep, r) for r in runs if r["_h"] == h and r["_variant"] == var]
+                 for var in (base, vs)}
+        steps = set.intersection(*(set(c) for cs in group.values() for c in cs))
+        d_k = next(r["_d_k"] for r in runs if r["_h"] == h)
+        columns.append((f"{h} heads (d_k {d_k})", group, steps))
+    steps = sorted(set.union(*(s for _, _, s in columns)))
+    if not steps:
+        fail(f"{sweep}: no step was evaluated by every run of a head count")
+    print(f"#### Held-out ln(PPL), {SHORT[vs]} {MINUS} {SHORT[base]} by step (in σ; {SHORT[vs]} better > 0)\n")
+    print("| step | " + " | ".join(name for name, _, _ in columns) + " |")
+    print("|---:|" + "---:|" * len(columns))
+    for step in steps:
+        cells = []
+        for _, group, have in columns:
+            if step not in have:
+                cells.append("")
+                continue
+            (mb, sb), (mv, sv) = (mean_sd([c[step] for c in group[var]]) for var in (base, vs))
+            sigma = math.sqrt(sb ** 2 + sv ** 2)
+            size = num((mb - mv) / sigma, 1) + "σ" if sigma > 0 else "—"
+            cells.append(f"{num(mv - mb, 3, signed=True)} ({size})")
+        print(f"| {step} | " + " | ".join(cells) + " |")
+
+
 parser = Parser(description="two variants of a seeded sweep, in seed sigma")
 parser.add_argument("sweep", help="the --out directory of `thx sweep`")
 parser.add_argument("--base", default="multi_head", help="the variant compared against (default multi_head)")
 parser.add_argument("--vs", default="talking_heads", help="the variant compared (default talking_heads)")
+parser.add_argument("--by-step", action="store_true",
+                    help="the held-out ln(PPL) difference at every evaluated step, head count by head count")
 args = parser.parse_args()
 for v in (args.base, args.vs):
     if v not in NAMES:
@@ -97,6 +146,9 @@ metrics = METRICS + [(f"{t} dev {name}", (lambda t: lambda r: r["_tasks"].get(t)
 heads = sorted({r["_h"] for r in runs if r["_variant"] == args.base} & {r["_h"] for r in runs if r["_variant"] == args.vs})
 if not heads:
     fail(f"{path}: no head count has runs of both {args.base} and {args.vs}")
+if args.by_step:
+    print_by_step(args.sweep, runs, heads, args.base, args.vs)
+    sys.exit(0)
 vs, base = SHORT[args.vs], SHORT[args.base]
 for h in heads:
     group = {var: sorted((r for r in runs if r["_h"] == h and r["_variant"] == var), key=lambda r: r["_seed"])

@@ -116,6 +116,44 @@ TEST(SeedTable, OneSeedHasNoSigma) {
   EXPECT_NE(r.out.find("| 6.100 ± 0.141 | 5.900 | −0.200 | — |"), std::string::npos) << r.out;
 }
 
+// --by-step: the ln(PPL) gap at every step all runs of a head count evaluated, from their
+// metrics.jsonl (training lines, which have no ln_ppl, are skipped); a head count whose runs
+// stopped earlier leaves its later cells empty.
+TEST(SeedTable, ByStepGivesTheGapAtEveryCommonEvaluation) {
+  TempDir dir;
+  const fs::path sweep = dir.path / "sweep";
+  write_seeded_sweep(sweep, {{"multi_head", 12, 1, 6.0, 21, 70}, {"multi_head", 12, 2, 6.2, 23, 80},
+                             {"talking_heads", 12, 1, 5.9, 22, 60}, {"talking_heads", 12, 2, 5.9, 24, 62},
+                             {"multi_head", 48, 1, 6.0, 21, 70}, {"talking_heads", 48, 1, 6.1, 21, 70}});
+  auto curve = [&](const std::string& name, const std::vector<std::pair<int, double>>& evals) {
+    fs::create_directories(sweep / name);
+    std::ofstream m(sweep / name / "metrics.jsonl");
+    for (const auto& [step, ln_ppl] : evals)
+      m << "{\"loss\":7.5,\"step\":" << step - 50 << "}\n{\"ln_ppl\":" << ln_ppl << ",\"step\":" << step << "}\n";
+  };
+  curve("h12-multi_head-s1", {{500, 7.0}, {1000, 6.0}});
+  curve("h12-multi_head-s2", {{500, 7.2}, {1000, 6.2}});
+  curve("h12-talking_heads-s1", {{500, 7.3}, {1000, 5.9}});
+  curve("h12-talking_heads-s2", {{500, 7.3}, {1000, 5.9}, {1500, 5.5}});  // only this one reached 1500
+  curve("h48-multi_head-s1", {{500, 7.0}, {1000, 6.0}, {1500, 5.6}});
+  curve("h48-talking_heads-s1", {{500, 7.1}, {1000, 6.1}, {1500, 5.5}});
+  const RunResult r = seed_table(sweep.string() + " --by-step");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("| step | 12 heads (d_k 16) | 48 heads (d_k 4) |"), std::string::npos) << r.out;
+  // 12 heads at 500: 7.3 against 7.1 ± 0.141 (+0.2, −1.4σ); at 1000 −0.2, 1.4σ; 48 heads: one seed, no σ.
+  EXPECT_NE(r.out.find("| 500 | +0.200 (−1.4σ) | +0.100 (—) |"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("| 1000 | −0.200 (1.4σ) | +0.100 (—) |"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("| 1500 |  | −0.100 (—) |"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("ln(PPL) |"), std::string::npos) << r.out;  // not the final-value table
+
+  fs::remove(sweep / "h48-talking_heads-s1" / "metrics.jsonl");
+  EXPECT_TRUE(refused(seed_table(sweep.string() + " --by-step"), "seed_table.py: ",
+                      "h48-talking_heads-s1/metrics.jsonl: not found (--by-step reads"));
+  std::ofstream(sweep / "h48-talking_heads-s1" / "metrics.jsonl") << "{\"step\": 500}\n{oops\n";
+  EXPECT_TRUE(refused(seed_table(sweep.string() + " --by-step"), "seed_table.py: ",
+                      "h48-talking_heads-s1/metrics.jsonl:2: not JSON"));
+}
+
 TEST(SeedTable, BadInputIsOneLineAndExitTwo) {
   TempDir dir;
   const fs::path good = dir.path / "good", bad = dir.path / "bad", lonely = dir.path / "lonely";
