@@ -135,15 +135,16 @@ run() {
       done
       exit $failed'
     # One layer in bf16 at h = 12, 24, 48 (issue 31's grid): talking-heads on thx's fused kernels
-    # (the default where built), on the tiled ATen path and on the batched composition, at
-    # n = 512 and 2048 (batch 8); at n = 8192 (batch 1) the fused and tiled paths only, without the
-    # einsum reference (both would keep [b,h,n,m] tensors of 13 GB each at 48 heads).
+    # (the default where built: bf16 products on tensor cores), on the tiled ATen path, on the
+    # batched composition, and (last: the slowest) on the fused kernels with version 1's FMAs
+    # (--fma), at n = 512 and 2048 (batch 8); at n = 8192 (batch 1) the fused and tiled paths only,
+    # without the einsum reference (both would keep [b,h,n,m] tensors of 13 GB each at 48 heads).
     phase bench-attention 90 bash -c "
       bench() { $thx --device cuda bench attention --precision bf16 --heads 12,24,48 \"\$@\"; }
-      for path in fused tiled batched; do
+      for path in fused tiled batched fma; do
         flag=--\$path; [ \$path = fused ] && flag=
         for n in 512 2048; do bench --n \$n --batch 8 \$flag --out $OUT/attention-\$path-n\$n.md || exit 1; done
-        [ \$path = batched ] || bench --n 8192 --batch 1 --no-reference \$flag --out $OUT/attention-\$path-n8192.md || exit 1
+        case \$path in fused|tiled) bench --n 8192 --batch 1 --no-reference \$flag --out $OUT/attention-\$path-n8192.md || exit 1 ;; esac
       done"
     # What bounds the fused kernels: Nsight Compute on one forward and one backward launch at
     # h = 48, n = 2048, batch 8 (speed of light, memory and compute workload, occupancy).

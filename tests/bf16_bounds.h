@@ -44,6 +44,17 @@ inline Bounded product(const std::string& eq, const Bounded& a, const Bounded& b
   return {x, e};
 }
 
+// The softmax's backward dL = W (dW - D) in fp32, D [.., 1] = sum over the row of W dW, zero
+// where `keep` is false (masked logits).
+inline Bounded softmax_backward(const Bounded& W, const Bounded& dW, const Bounded& D, const torch::Tensor& keep) {
+  Bounded dL;
+  dL.x = (W.x * (dW.x - D.x)).masked_fill(keep.logical_not(), 0.0);
+  dL.e = (W.e * (dW.x.abs() + D.x.abs() + dW.e + D.e) + W.x.abs() * (dW.e + D.e) +
+          gamma32(3) * W.x.abs() * (dW.x.abs() + D.x.abs()))
+             .masked_fill(keep.logical_not(), 0.0);
+  return dL;
+}
+
 // |computed - x| <= e everywhere (plus a float64 hair), with the worst element's ratio.
 inline ::testing::AssertionResult within(const torch::Tensor& computed, const Bounded& b) {
   const torch::Tensor err = (computed.to(torch::kFloat64) - b.x).abs();

@@ -28,8 +28,10 @@ struct BenchAttentionCommand : Command {
     app->add_option("--out", opt.markdown_out, "also write the Markdown report here");
     CLI::Option* batched = app->add_flag("--batched", opt.batched, "on a GPU, talking-heads through the batched ATen "
                                                                  "composition (every [b,h,n,m] tensor kept)");
-    app->add_flag("--tiled", opt.tiled, "on a GPU, talking-heads through the tiled ATen path, not thx's fused "
-                                        "CUDA kernels")->excludes(batched);
+    CLI::Option* tiled = app->add_flag("--tiled", opt.tiled, "on a GPU, talking-heads through the tiled ATen path, "
+                                                             "not thx's fused CUDA kernels")->excludes(batched);
+    app->add_flag("--fma", opt.fma, "on a GPU, the fused kernels' bf16 products as fp32 FMAs (their version 1), "
+                                    "not on tensor cores")->excludes(batched)->excludes(tiled);
   }
 
   int run() override {

@@ -100,6 +100,7 @@ class Barrier {
 struct Warp {
   explicit Warp(int lanes) : barrier(lanes) {}
   float slots[32];
+  uint32_t words[32][6];  // a tensor-core product's operand words (common/cuda_mma.h)
   Barrier barrier;
 };
 

@@ -10,6 +10,7 @@
 
 #include "attention/costs.h"
 #include "attention/cuda/th_args.h"
+#include "attention/cuda/th_fused.h"
 #include "attention/factory.h"
 #include "attention/fused.h"
 #include "common/error.h"
@@ -185,6 +186,7 @@ std::string bench_attention(const BenchAttentionOptions& opt) {
   auto log = thx::log("bench");
   set_tiled_attention(!opt.batched);
   set_th_kernels(!opt.batched && !opt.tiled);
+  set_th_tensor_cores(!opt.fma);
   torch::manual_seed(0);
   log->info("attention fwd+bwd: d_model {}, n = m = {}, batch {}, {} threads, median of {}",
             opt.d_model, opt.n, opt.batch, torch::get_num_threads(), opt.reps);
@@ -193,7 +195,8 @@ std::string bench_attention(const BenchAttentionOptions& opt) {
   const std::string th_path = !gpu           ? "the CPU cores"
                               : opt.batched ? "the batched ATen composition"
                               : opt.tiled || !cuda_th_launcher() ? "the tiled ATen path"
-                                                                 : "thx's fused CUDA kernels";
+                              : opt.fma ? "thx's fused CUDA kernels, bf16 products as fp32 FMAs (version 1)"
+                                        : "thx's fused CUDA kernels (bf16 products on tensor cores, sm_80+)";
   log->info("talking-heads on {}", th_path);
   const int64_t peak_size = gpu ? 8192 : 2048;
   std::map<std::string, double> peaks;

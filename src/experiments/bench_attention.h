@@ -19,8 +19,9 @@ struct BenchAttentionOptions {
   int64_t reps = 5, warmup = 2;
   bool reference = true;
   // On a GPU, talking-heads runs thx's fused CUDA kernels where built (cuda/th_fused.h), else the
-  // tiled ATen path; `tiled` forces that path, `batched` the batched composition.
-  bool batched = false, tiled = false;
+  // tiled ATen path; `tiled` forces that path, `batched` the batched composition; `fma` keeps the
+  // fused kernels' bf16 products off the tensor cores (version 1's fp32 FMAs).
+  bool batched = false, tiled = false, fma = false;
   std::string precision = "fp32";  // fp32 | bf16 | both (each with its own matmul peak)
   std::string markdown_out;  // also write the report here
   torch::Device device{torch::kCPU};  // --device (on CUDA the matmul peak is 8192^3); peak memory

@@ -136,12 +136,7 @@ CoreBounds bounds_of(const Bf16Case& c, const CoreInputs& in) {
   const Bounded dW = c.P_w ? product("bvnm,hv->bhnm", dU, exact(in.Pw), c.hv) : dU;
   if (c.P_w) r.dPw = product("bhnm,bvnm->hv", Wb, dU, double(c.b * c.n * c.m));
   const Bounded s = product("bhnm,bhnm->bhn", Wb, dW, c.m);  // sum_m W dW
-  const Tensor sx = s.x.unsqueeze(-1), se = s.e.unsqueeze(-1);
-  Bounded dL;
-  dL.x = (Wb.x * (dW.x - sx)).masked_fill(keep.logical_not(), 0.0);
-  dL.e = (Wb.e * (dW.x.abs() + sx.abs() + dW.e + se) + Wb.x.abs() * (dW.e + se) +
-          gamma32(3) * Wb.x.abs() * (dW.x.abs() + sx.abs()))
-             .masked_fill(keep.logical_not(), 0.0);
+  const Bounded dL = softmax_backward(Wb, dW, {s.x.unsqueeze(-1), s.e.unsqueeze(-1)}, keep);
   if (c.bias) r.dbias = {dL.x.sum(0, true), dL.e.sum(0, true) + gamma32(double(c.b)) * dL.x.abs().sum(0, true)};
   if (c.P_l) r.dPl = product("bknm,bhnm->kh", J, dL, double(c.b * c.n * c.m));
   const Bounded dJ = c.P_l ? round_bf16(product("bhnm,kh->bknm", dL, exact(in.Pl), c.h)) : round_bf16(dL);

@@ -20,6 +20,7 @@
 #include "attention/cuda/th_fused.h"
 #include "attention/cuda/th_kernels.cuh"
 #include "attention/fused.h"
+#include "bf16_bounds.h"
 #include "core_problems.h"
 #include "test_util.h"
 
@@ -38,9 +39,10 @@ void emulate(const Args<T>& a, unsigned gx, unsigned gy, int threads, int64_t by
   });
 }
 
-cuda_th::Launcher emulator(int threads, int64_t shared_limit = 1 << 20) {
-  return {shared_limit, threads, emulate<float, false>, emulate<thx_bf16, false>, emulate<float, true>,
-          emulate<thx_bf16, true>};
+// tensor_cores: bf16 problems take version 2's products (common/cuda_mma.h), emulated.
+cuda_th::Launcher emulator(int threads, int64_t shared_limit = 1 << 20, bool tensor_cores = false) {
+  return {shared_limit,          threads, tensor_cores, emulate<float, false>, emulate<thx_bf16, false>,
+          emulate<float, true>, emulate<thx_bf16, true>};
 }
 
 using core::Case;
@@ -208,11 +210,107 @@ TEST(FusedThEmulated, TilesAreTheLargestThatFit) {
   }
 }
 
+// ---- version 2: bf16 products on tensor cores ----------------------------------------------
+// The kernels' bf16 algorithm with its error bound (bf16_bounds.h), step by step as
+// th_kernels.cuh computes: every product's operands rounded to bf16 (J, W, U, dU, dL, dJ and
+// P_l, P_w: mma's operands), its sum in fp32 over the reduction (bounded by gamma(2k): tensor
+// cores may truncate rather than round their fp32 sums, doubling the unit roundoff), the
+// softmax, D and dL in fp32 from unrounded values, and Q, K, V, dO exact bf16. The bias is
+// [1,h,n,m] (its gradient sums over b), as inputs() draws it.
+struct TcBounds {
+  Bounded O, dQ, dK, dV, dP_l, dP_w, dbias;
+};
+TcBounds tensor_core_bounds(const Inputs& in) {
+  auto rb = [](const Bounded& v) { return round_bf16(v); };
+  auto mma = [](const std::string& eq, const Bounded& a, const Bounded& b, int64_t k) {
+    return product(eq, a, b, 2.0 * double(k));
+  };
+  const int64_t b = in.Q.size(0), n = in.Q.size(1), m = in.K.size(1), hk = in.Q.size(2), dk = in.Q.size(3);
+  const int64_t hv = in.V.size(2), dv = in.V.size(3), h = in.P_l.defined() ? in.P_l.size(1) : hk;
+  const Bounded Q = exact(in.Q), K = exact(in.K), V = exact(in.V), G = exact(in.dO);
+  const Bounded J = mma("bnkd,bmkd->bknm", Q, K, dk);
+  Bounded L = in.P_l.defined() ? mma("bknm,ks->bsnm", rb(J), rb(exact(in.P_l)), hk) : J;
+  if (in.bias.defined()) {
+    const Tensor bias = in.bias.to(torch::kFloat64);
+    L.e = L.e + kFp32U * (L.x.abs() + bias.abs() + L.e);
+    L.x = L.x + bias;
+  }
+  const Tensor keep = in.mask.defined() ? in.mask.expand_as(L.x) : torch::ones_like(L.x, torch::kBool);
+  L.x = L.x.masked_fill(keep.logical_not(), -1e9), L.e = L.e.masked_fill(keep.logical_not(), 0.0);
+  Bounded W;  // the softmax's exact perturbation bound, plus fp32's own
+  W.x = torch::softmax(L.x, -1);
+  W.e = W.x * (torch::exp(L.e + std::get<0>(L.e.max(-1, true))) - 1) + gamma32(double(m) + 16) * W.x;
+  const Bounded U = in.P_w.defined() ? rb(mma("bsnm,st->btnm", rb(W), rb(exact(in.P_w)), h)) : rb(W);
+  TcBounds r;
+  r.O = rb(mma("btnm,bmte->bnte", U, V, m));
+  const Bounded dU = mma("bnte,bmte->btnm", G, V, dv);
+  const Bounded dW = in.P_w.defined() ? mma("btnm,st->bsnm", rb(dU), rb(exact(in.P_w)), hv) : dU;
+  r.dV = rb(mma("btnm,bnte->bmte", U, G, n));
+  if (in.P_w.defined()) r.dP_w = mma("bsnm,btnm->st", rb(W), rb(dU), b * n * m);
+  const Bounded D = product("bsnm,bsnm->bsn", W, dW, double(m));  // fp32 FMAs
+  const Bounded dL = softmax_backward(W, dW, {D.x.unsqueeze(-1), D.e.unsqueeze(-1)}, keep);
+  if (in.bias.defined())
+    r.dbias = {dL.x.sum(0, true), dL.e.sum(0, true) + gamma32(double(b)) * dL.x.abs().sum(0, true)};
+  if (in.P_l.defined()) r.dP_l = mma("bknm,bsnm->ks", rb(J), rb(dL), b * n * m);
+  const Bounded dJ = in.P_l.defined() ? rb(mma("bsnm,ks->bknm", rb(dL), rb(exact(in.P_l)), h)) : rb(dL);
+  r.dQ = rb(mma("bknm,bmkd->bnkd", dJ, K, m));
+  r.dK = rb(mma("bknm,bnkd->bmkd", dJ, Q, n));
+  return r;
+}
+
+// Every result within its bound (the first that is not, named).
+::testing::AssertionResult within_tc_bounds(const Result& got, const TcBounds& B) {
+  for (auto [g, want, name] : {std::tuple{got.O, &B.O, "O"}, {got.dQ, &B.dQ, "dQ"}, {got.dK, &B.dK, "dK"},
+                               {got.dV, &B.dV, "dV"}, {got.dP_l, &B.dP_l, "dP_l"}, {got.dP_w, &B.dP_w, "dP_w"},
+                               {got.dbias, &B.dbias, "dbias"}}) {
+    if (g.defined() != want->x.defined()) return ::testing::AssertionFailure() << name << ": defined differs";
+    if (!g.defined()) continue;
+    const ::testing::AssertionResult r = within(g.cpu(), *want);
+    if (!r) return ::testing::AssertionFailure() << name << ": " << r.message();
+  }
+  return ::testing::AssertionSuccess();
+}
+
+TEST(FusedThEmulated, Bf16OnTensorCoresWithinTheDerivedBound) {
+  for (const Case& c : kCases)
+    for (Extra e : {Extra::bias_padding, Extra::causal})
+      for (auto [tiles, threads] : {std::pair{ThTiles{4, 2}, 32}, {ThTiles{}, 64}}) {
+        SCOPED_TRACE(trace(c, e, tiles, threads));
+        torch::manual_seed(11);
+        const Inputs in = inputs(c, e, torch::kBFloat16);
+        const Result got = fused(in, torch::kBFloat16, emulator(threads, 1 << 20, true), tiles);
+        EXPECT_EQ(got.O.scalar_type(), torch::kBFloat16);
+        EXPECT_TRUE(within_tc_bounds(got, tensor_core_bounds(in)));
+      }
+}
+
+// The controls: the same bound rejects the result of P_w moved by 0.01 (its entries are about
+// 0.45); the tensor-core path ran (its roundings differ from version 1's FMAs, and switching it
+// off gives version 1's numbers); threads that are not whole warps take the FMAs.
+TEST(FusedThEmulated, Bf16OnTensorCoresControls) {
+  torch::manual_seed(11);
+  const Inputs in = inputs(kCases.front(), Extra::bias, torch::kBFloat16);
+  Inputs moved = in;
+  moved.P_w = in.P_w + 0.01;
+  const TcBounds B = tensor_core_bounds(in);
+  const Result tc = fused(in, torch::kBFloat16, emulator(32, 1 << 20, true), {4, 2});
+  EXPECT_TRUE(within_tc_bounds(tc, B));
+  EXPECT_FALSE(within_tc_bounds(fused(moved, torch::kBFloat16, emulator(32, 1 << 20, true), {4, 2}), B));
+  const Result v1 = fused(in, torch::kBFloat16, emulator(32), {4, 2});
+  EXPECT_FALSE(torch::equal(tc.O, v1.O));
+  set_th_tensor_cores(false);
+  EXPECT_TRUE(torch::equal(fused(in, torch::kBFloat16, emulator(32, 1 << 20, true), {4, 2}).O, v1.O));
+  set_th_tensor_cores(true);
+  EXPECT_TRUE(torch::equal(fused(in, torch::kBFloat16, emulator(48, 1 << 20, true), {4, 2}).O,
+                           fused(in, torch::kBFloat16, emulator(48), {4, 2}).O));
+}
+
 // On a GPU (where thx was built with its CUDA kernels): the same kernels through CUDA's launcher,
 // against the paper's core in float64 on the CPU, with the tiles the launcher picks for the
 // device's shared memory and with small forced ones; and at T5-base's width (d_model 768,
-// 12 heads, 256 threads) over lengths no tile divides. Same bounds as above. compute-sanitizer
-// runs these (scripts/gpu_session.sh).
+// 12 and 48 heads, 256 threads) over lengths no tile divides. Same bounds as above: bf16 on
+// tensor cores (sm_80+) within the derived bound, and with them switched off (version 1) within
+// one rounding. compute-sanitizer runs these (scripts/gpu_session.sh).
 Result on_cuda(const Result& r) {
   auto cpu = [](const Tensor& t) { return t.defined() ? t.cpu() : t; };
   return {cpu(r.O), cpu(r.dQ), cpu(r.dK), cpu(r.dV), cpu(r.dP_l), cpu(r.dP_w), cpu(r.dbias)};
@@ -234,8 +332,15 @@ TEST(FusedThOnCuda, EqualsThePapersCoreForEveryVariantMaskAndDtype) {
           torch::manual_seed(11);
           const Inputs in = inputs(c, e, dtype);
           const Result got = on_cuda(fused(to_cuda(in), dtype, *l, tiles));
-          expect_same(got, reference(in), dtype == torch::kFloat32 ? 2e-6 : 0,
-                      dtype == torch::kFloat32 ? 2e-5 : 1.0 / 256);
+          if (dtype == torch::kFloat32) {
+            expect_same(got, reference(in), 2e-6, 2e-5);
+            continue;
+          }
+          if (l->tensor_cores) EXPECT_TRUE(within_tc_bounds(got, tensor_core_bounds(in)));
+          else expect_same(got, reference(in), 0, 1.0 / 256);
+          set_th_tensor_cores(false);
+          expect_same(on_cuda(fused(to_cuda(in), dtype, *l, tiles)), reference(in), 0, 1.0 / 256);
+          set_th_tensor_cores(true);
         }
 }
 
@@ -254,6 +359,11 @@ TEST(FusedThOnCuda, EqualsThePapersCoreAtT5BaseWidth) {
     in.bias = torch::randn({1, h, n, m});
     in.mask = (torch::arange(m).view({1, m}) < torch::tensor({int64_t{30}, m}).view({b, 1})).view({b, 1, 1, m});
     expect_same(on_cuda(fused(to_cuda(in), torch::kFloat32, *l, {})), reference(in), 2e-6, 2e-5);
+    // bf16 on tensor cores: the same problem's bf16 values, against their derived bound.
+    Inputs bf = in;
+    for (Tensor* t : {&bf.Q, &bf.K, &bf.V, &bf.dO}) *t = t->to(torch::kBFloat16);
+    if (l->tensor_cores) EXPECT_TRUE(within_tc_bounds(on_cuda(fused(to_cuda(bf), torch::kBFloat16, *l, {})),
+                                                      tensor_core_bounds(bf)));
   }
 }
 

@@ -25,6 +25,7 @@ struct Args {
   float *grad_p_l, *grad_p_w;  // [blocks, h_k, h], [blocks, h, h_v]: one partial per block
   int b, n, m, h_k, h, h_v, d_k, d_v;
   int R, C;                  // query rows per block, keys per tile
+  bool tensor_cores;         // products on tensor cores (bf16 operands; blockDim a multiple of 32)
 };
 
 // Shared memory, in floats, of each kernel for tiles of R rows and C keys.
@@ -43,6 +44,7 @@ inline int64_t backward_shared_floats(int R, int C, int h_k, int h, int h_v, int
 struct Launcher {
   int64_t shared_limit_bytes;  // per block, what the device allows when asked (opt-in)
   int threads;                 // per block
+  bool tensor_cores;           // bf16 products on tensor cores (with whole warps; th_kernels.cuh)
   void (*forward_f32)(const Args<float>&, unsigned grid_x, unsigned grid_y, int threads, int64_t shared_bytes);
   void (*forward_bf16)(const Args<thx_bf16>&, unsigned grid_x, unsigned grid_y, int threads, int64_t shared_bytes);
   void (*backward_f32)(const Args<float>&, unsigned grid_x, unsigned grid_y, int threads, int64_t shared_bytes);

@@ -1,5 +1,7 @@
 #include "attention/cuda/th_fused.h"
 
+#include <atomic>
+#include <type_traits>
 #include <utility>
 
 namespace thx {
@@ -32,10 +34,13 @@ void broadcast_strides(const Tensor& t4, const Dims& d, int64_t* out) {
   for (int i = 0; i < 4; ++i) out[i] = e.stride(i);
 }
 
-// Everything but the typed pointers, which the caller sets for its dtype.
+std::atomic<bool> g_tensor_cores{true};
+
+// Everything but the typed pointers, which the caller sets for its dtype. tensor_cores: the
+// launcher's (its device has them, its blocks are whole warps).
 template <typename T>
 Args<T> args(const Dims& d, ThTiles tiles, const Tensor& P_l, const Tensor& P_w, const Tensor& bias4,
-             const Tensor& mask4) {
+             const Tensor& mask4, bool tensor_cores) {
   Args<T> a{};
   a.p_l = P_l.defined() ? P_l.data_ptr<float>() : nullptr;
   a.p_w = P_w.defined() ? P_w.data_ptr<float>() : nullptr;
@@ -43,6 +48,7 @@ Args<T> args(const Dims& d, ThTiles tiles, const Tensor& P_l, const Tensor& P_w,
   if (mask4.defined()) a.mask = mask4.data_ptr<bool>(), broadcast_strides(mask4, d, a.mask_stride);
   a.b = int(d.b), a.n = int(d.n), a.m = int(d.m), a.h_k = int(d.h_k), a.h = int(d.h), a.h_v = int(d.h_v);
   a.d_k = int(d.d_k), a.d_v = int(d.d_v), a.R = tiles.R, a.C = tiles.C;
+  a.tensor_cores = std::is_same_v<T, thx_bf16> && tensor_cores && g_tensor_cores;
   return a;
 }
 
@@ -93,7 +99,7 @@ struct FusedThFn : torch::autograd::Function<FusedThFn> {
     const unsigned gx = unsigned((d.n + p.tiles.R - 1) / p.tiles.R), gy = unsigned(d.b);
     auto run = [&](auto tag, auto fn) {
       using T = decltype(tag);
-      Args<T> a = args<T>(d, p.tiles, p.P_l, p.P_w, p.bias4, p.mask4);
+      Args<T> a = args<T>(d, p.tiles, p.P_l, p.P_w, p.bias4, p.mask4, l.tensor_cores && l.threads % 32 == 0);
       a.q = ptr<T>(p.Q), a.k = ptr<T>(p.K), a.v = ptr<T>(p.V), a.o = ptr<T>(O), a.lse = lse.data_ptr<float>();
       fn(a, gx, gy, l.threads, bytes_forward(p));
     };
@@ -123,7 +129,7 @@ struct FusedThFn : torch::autograd::Function<FusedThFn> {
     Tensor dbias4 = p.bias4.defined() ? torch::zeros(p.bias4.sizes(), wide) : Tensor();
     auto run = [&](auto tag, auto fn) {
       using T = decltype(tag);
-      Args<T> a = args<T>(d, p.tiles, p.P_l, p.P_w, p.bias4, p.mask4);
+      Args<T> a = args<T>(d, p.tiles, p.P_l, p.P_w, p.bias4, p.mask4, l.tensor_cores && l.threads % 32 == 0);
       a.q = ptr<T>(p.Q), a.k = ptr<T>(p.K), a.v = ptr<T>(p.V), a.lse = s[7].data_ptr<float>();
       a.grad_o = ptr<T>(dO), a.grad_q = ptr<T>(dQ), a.grad_k = dK.data_ptr<float>(), a.grad_v = dV.data_ptr<float>();
       if (dbias4.defined()) a.grad_bias = dbias4.data_ptr<float>(), broadcast_strides(dbias4, d, a.grad_bias_stride);
@@ -199,6 +205,8 @@ Tensor fused_th_attention_core(const Tensor& Q, const Tensor& K, const Tensor& V
   return FusedThFn::apply(Q, K, V, placeholder(P_l), placeholder(P_w), placeholder(bias), placeholder(mask),
                           reinterpret_cast<int64_t>(&launcher), int64_t(tiles.R), int64_t(tiles.C));
 }
+
+void set_th_tensor_cores(bool enabled) { g_tensor_cores = enabled; }
 
 #if !THX_CUDA_KERNELS
 const cuda_th::Launcher* cuda_th_launcher() { return nullptr; }

@@ -21,10 +21,12 @@ void launch(const Args<T>& a, unsigned gx, unsigned gy, int threads, int64_t byt
 }
 
 cuda_th::Launcher make_launcher() {
-  int device = 0, optin = 0;
+  int device = 0, optin = 0, major = 0;
   C10_CUDA_CHECK(cudaGetDevice(&device));
   C10_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  return {optin, 256, launch<float, false>, launch<thx_bf16, false>, launch<float, true>, launch<thx_bf16, true>};
+  C10_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  return {optin,           256, major >= 8,  // bf16 mma.sync: sm_80 and later
+          launch<float, false>, launch<thx_bf16, false>, launch<float, true>, launch<thx_bf16, true>};
 }
 
 }  // namespace

@@ -35,4 +35,8 @@ torch::Tensor fused_th_attention_core(const torch::Tensor& Q, const torch::Tenso
                                       const torch::Tensor& mask, const cuda_th::Launcher& launcher,
                                       ThTiles tiles = {});
 
+// bf16 problems' products on tensor cores where the launcher has them (version 2, default true),
+// or as fp32 FMAs, as fp32 problems always run (version 1; false: benchmarks compare the two).
+void set_th_tensor_cores(bool enabled);
+
 }  // namespace thx

@@ -8,19 +8,23 @@
 //  - backward: two passes again: (A) D = sum_j W dW per (softmax head, row); (B) dL = W (dW - D)
 //    and every gradient from it.
 // Nothing of size [h, n, m] leaves a block: the tiles live in shared memory; LSE [b,h,n] is kept.
-// Numerics: every product accumulates in fp32 from operands read as T (fp32 or bf16); J, L,
-// W, U, the statistics and every gradient sum are fp32. Gradients that several blocks share go
-// to fp32 buffers: dK, dV and dbias by atomicAdd, dP_l and dP_w as one partial per block (no
-// contended atomic), summed by the launcher.
-//
-// Version 1 computes with plain fp32 FMAs (no tensor cores): its purpose is the algorithm and the
-// memory on the GPU, and the reference for a tensor-core version (docs/fused_talking_heads.md,
-// "On an H100").
+// Numerics: every product accumulates in fp32; J, L, W, U, the statistics and every gradient sum
+// are kept in fp32 (shared memory). The products (common/cuda_mma.h's block_gemm):
+//  - Args::tensor_cores (version 2; bf16 inputs, whole warps): on tensor cores, each operand
+//    rounded to bf16 as a fragment is read (J, W, U, dU, dL, dJ and P_l, P_w among them), as a
+//    bf16 batched-matmul path rounds its stored intermediates;
+//  - otherwise (version 1; fp32 inputs always): plain fp32 FMAs.
+// Gradients that several blocks share go to fp32 buffers: dK, dV and dbias by atomicAdd, dP_l
+// and dP_w as one partial per block (no contended atomic), summed by the launcher.
 #pragma once
 #include "common/cuda_compat.h"
+#include "common/cuda_mma.h"
 #include "attention/cuda/th_args.h"
 
 namespace thx::cuda_th {
+
+using cuda_mma::block_gemm;
+using cuda_mma::Operand;
 
 // Rows [first_row, first_row + R) of a [.., width] tensor into S [R, width] as fp32, zero past
 // the last (rows_left): the block's rows of Q or dO, a tile's keys of K or V.
@@ -37,32 +41,24 @@ THX_DEVICE void load_rows(const T* src, float* S, int64_t first_row, int rows_le
 template <typename T>
 THX_DEVICE void tile_logits(const Args<T>& a, const float* Qs, const float* Ks, float* Js, float* Ls, int i0, int j0) {
   const int R = a.R, C = a.C, qd = a.h_k * a.d_k, rc = R * C;
-  for (int x = threadIdx.x; x < a.h_k * rc; x += blockDim.x) {
-    const int k = x / rc, r = (x / C) % R, c = x % C;
-    const float* q = Qs + r * qd + k * a.d_k;
-    const float* kk = Ks + c * qd + k * a.d_k;
-    float acc = 0.f;
-    for (int d = 0; d < a.d_k; ++d) acc += q[d] * kk[d];
-    Js[x] = acc;
-  }
+  // J_k (r, c) = sum_d Q[r, k, d] K[c, k, d]
+  block_gemm(a.tensor_cores, a.h_k, {Qs, a.d_k, qd, 1}, {Ks, a.d_k, 1, qd}, R, C, a.d_k,
+             [&](int k, int r, int c, float v) { Js[k * rc + r * C + c] = v; });
   __syncthreads();
   const int64_t b = blockIdx.y;
-  for (int x = threadIdx.x; x < a.h * rc; x += blockDim.x) {
-    const int s = x / rc, r = (x / C) % R, c = x % C, i = i0 + r, j = j0 + c;
-    float l = -thx_inf();
-    if (i < a.n && j < a.m) {
-      if (a.p_l) {
-        l = 0.f;
-        for (int k = 0; k < a.h_k; ++k) l += a.p_l[k * a.h + s] * Js[k * rc + r * C + c];
-      } else {
-        l = Js[x];
-      }
-      if (a.bias)
-        l += a.bias[b * a.bias_stride[0] + s * a.bias_stride[1] + i * a.bias_stride[2] + j * a.bias_stride[3]];
-      if (a.mask && !a.mask[b * a.mask_stride[0] + s * a.mask_stride[1] + i * a.mask_stride[2] + j * a.mask_stride[3]])
-        l = -thx_inf();
-    }
-    Ls[x] = l;
+  auto logit = [&](int s, int y, float l) {  // plane s, position y = r * C + c
+    const int i = i0 + y / C, j = j0 + y % C;
+    if (i >= a.n || j >= a.m) return -thx_inf();
+    if (a.bias) l += a.bias[b * a.bias_stride[0] + s * a.bias_stride[1] + i * a.bias_stride[2] + j * a.bias_stride[3]];
+    if (a.mask && !a.mask[b * a.mask_stride[0] + s * a.mask_stride[1] + i * a.mask_stride[2] + j * a.mask_stride[3]])
+      l = -thx_inf();
+    return l;
+  };
+  if (a.p_l) {  // L (s, y) = sum_k P_l[k, s] J[k, y]
+    block_gemm(a.tensor_cores, 1, {a.p_l, 0, 1, a.h}, {Js, 0, rc, 1}, a.h, rc, a.h_k,
+               [&](int, int s, int y, float v) { Ls[s * rc + y] = logit(s, y, v); });
+  } else {
+    for (int x = threadIdx.x; x < a.h * rc; x += blockDim.x) Ls[x] = logit(x / rc, x % rc, Js[x]);
   }
   __syncthreads();
 }
@@ -78,51 +74,32 @@ THX_DEVICE void tile_weights(const Args<T>& a, float* Ls, const float* lse_s) {
 }
 
 // Out [g2,R,C] = sum_g P[g, g2] In[g,R,C]: a mixing across heads (P_w, or P_l^T with transpose).
-THX_DEVICE void mix(const float* P, const float* In, float* Out, int g, int g2, int rc, bool transpose) {
-  for (int x = threadIdx.x; x < g2 * rc; x += blockDim.x) {
-    const int t = x / rc, y = x % rc;
-    float acc = 0.f;
-    for (int s = 0; s < g; ++s) acc += (transpose ? P[t * g + s] : P[s * g2 + t]) * In[s * rc + y];
-    Out[x] = acc;
-  }
+THX_DEVICE void mix(bool tc, const float* P, const float* In, float* Out, int g, int g2, int rc, bool transpose) {
+  const Operand p = transpose ? Operand{P, 0, g, 1} : Operand{P, 0, 1, g2};  // (t, s): P[s, t] or P[t, s]
+  block_gemm(tc, 1, p, {In, 0, rc, 1}, g2, rc, g, [&](int, int t, int y, float v) { Out[t * rc + y] = v; });
 }
 
 // A mixing's gradient, this block's share: P[g,g2] += sum over the tile of A[g] B[g2], over A
 // [g,R,C] and B [g2,R,C].
-THX_DEVICE void projection_grad(const float* A, const float* B, float* P, int g, int g2, int rc) {
-  for (int x = threadIdx.x; x < g * g2; x += blockDim.x) {
-    const float* a = A + (x / g2) * rc;
-    const float* b = B + (x % g2) * rc;
-    float acc = 0.f;
-    for (int y = 0; y < rc; ++y) acc += a[y] * b[y];
-    P[x] += acc;
-  }
+THX_DEVICE void projection_grad(bool tc, const float* A, const float* B, float* P, int g, int g2, int rc) {
+  block_gemm(tc, 1, {A, 0, rc, 1}, {B, 0, 1, rc}, g, g2, rc, [&](int, int x, int y, float v) { P[x * g2 + y] += v; });
 }
 
 // The tile's keys' share of a gradient: G[c,g,e] += sum_r P[g,r,c] X[r,g,e] for c < keys_left,
 // by atomics (the other blocks of the example add theirs). dV: P = U, X = dO; dK: P = dJ, X = Q.
-THX_DEVICE void key_grad(const float* P, const float* X, float* G, int R, int C, int heads, int dim, int keys_left) {
-  const int width = heads * dim, rc = R * C;
-  for (int x = threadIdx.x; x < C * width; x += blockDim.x) {
-    const int c = x / width, g = (x % width) / dim, e = x % dim;
-    if (c >= keys_left) continue;
-    float acc = 0.f;
-    for (int r = 0; r < R; ++r) acc += P[g * rc + r * C + c] * X[r * width + g * dim + e];
-    thx_atomic_add(G + x, acc);
-  }
+THX_DEVICE void key_grad(bool tc, const float* P, const float* X, float* G, int R, int C, int heads, int dim,
+                         int keys_left) {
+  const int width = heads * dim;
+  block_gemm(tc, heads, {P, R * C, 1, C}, {X, dim, width, 1}, C, dim, R, [&](int g, int c, int e, float v) {
+    if (c < keys_left) thx_atomic_add(G + c * width + g * dim + e, v);
+  });
 }
 
 // dU [h_v,R,C] = sum_e dO[r,t,e] V[c,t,e].
-THX_DEVICE void tile_dU(const float* dOs, const float* Vs, float* dU, int R, int C, int h_v, int d_v) {
-  const int vd = h_v * d_v, rc = R * C;
-  for (int x = threadIdx.x; x < h_v * rc; x += blockDim.x) {
-    const int t = x / rc, r = (x / C) % R, c = x % C;
-    const float* g = dOs + r * vd + t * d_v;
-    const float* v = Vs + c * vd + t * d_v;
-    float acc = 0.f;
-    for (int e = 0; e < d_v; ++e) acc += g[e] * v[e];
-    dU[x] = acc;
-  }
+THX_DEVICE void tile_dU(bool tc, const float* dOs, const float* Vs, float* dU, int R, int C, int h_v, int d_v) {
+  const int vd = h_v * d_v;
+  block_gemm(tc, h_v, {dOs, d_v, vd, 1}, {Vs, d_v, 1, vd}, R, C, d_v,
+             [&](int t, int r, int c, float v) { dU[(t * R + r) * C + c] = v; });
 }
 
 template <typename T>
@@ -176,16 +153,13 @@ __global__ void forward_kernel(Args<T> a) {
     __syncthreads();
     const float* U = Ls;
     if (a.p_w) {
-      mix(a.p_w, Ls, Us, a.h, a.h_v, rc, false);
+      mix(a.tensor_cores, a.p_w, Ls, Us, a.h, a.h_v, rc, false);
       __syncthreads();
       U = Us;
     }
-    for (int x = threadIdx.x; x < R * vd; x += blockDim.x) {
-      const int r = x / vd, t = (x % vd) / a.d_v, e = x % a.d_v;
-      float acc = 0.f;
-      for (int c = 0; c < C; ++c) acc += U[t * rc + r * C + c] * Vs[c * vd + t * a.d_v + e];
-      Os[x] += acc;
-    }
+    // O[r, t, e] += sum_c U[t, r, c] V[c, t, e]
+    block_gemm(a.tensor_cores, a.h_v, {U, rc, C, 1}, {Vs, a.d_v, vd, 1}, R, a.d_v, C,
+               [&](int t, int r, int e, float v) { Os[r * vd + t * a.d_v + e] += v; });
     __syncthreads();
   }
   for (int x = threadIdx.x; x < R * vd; x += blockDim.x)
@@ -219,12 +193,12 @@ template <typename T>
 THX_DEVICE float* tile_weights_and_grads(const Args<T>& a, const BackwardTiles& t, int i0, int j0) {
   tile_logits(a, t.Qs, t.Ks, t.Js, t.Ls, i0, j0);
   tile_weights(a, t.Ls, t.lse);
-  tile_dU(t.dOs, t.Vs, t.dUs, a.R, a.C, a.h_v, a.d_v);
+  tile_dU(a.tensor_cores, t.dOs, t.Vs, t.dUs, a.R, a.C, a.h_v, a.d_v);
   __syncthreads();
   if (!a.p_w) return t.dUs;
   const int rc = a.R * a.C;
-  mix(a.p_w, t.dUs, t.dWs, a.h_v, a.h, rc, true);  // dW[s] = sum_t P_w[s,t] dU[t]
-  mix(a.p_w, t.Ls, t.Us, a.h, a.h_v, rc, false);   // U[t] = sum_s P_w[s,t] W[s]
+  mix(a.tensor_cores, a.p_w, t.dUs, t.dWs, a.h_v, a.h, rc, true);  // dW[s] = sum_t P_w[s,t] dU[t]
+  mix(a.tensor_cores, a.p_w, t.Ls, t.Us, a.h, a.h_v, rc, false);   // U[t] = sum_s P_w[s,t] W[s]
   __syncthreads();
   return t.dWs;
 }
@@ -236,8 +210,8 @@ THX_DEVICE void tile_gradients(const Args<T>& a, const BackwardTiles& t, int i0,
   const int64_t b = blockIdx.y;
   float* dL = tile_weights_and_grads(a, t, i0, j0);  // dW for now
   const float* U = a.p_w ? t.Us : t.Ls;
-  key_grad(U, t.dOs, a.grad_v + (b * a.m + j0) * vd, R, C, a.h_v, a.d_v, a.m - j0);  // dV
-  if (a.p_w) projection_grad(t.Ls, t.dUs, t.dPw, a.h, a.h_v, rc);  // dP_w[s,t] += sum W[s] dU[t]
+  key_grad(a.tensor_cores, U, t.dOs, a.grad_v + (b * a.m + j0) * vd, R, C, a.h_v, a.d_v, a.m - j0);  // dV
+  if (a.p_w) projection_grad(a.tensor_cores, t.Ls, t.dUs, t.dPw, a.h, a.h_v, rc);  // dP_w[s,t] += sum W[s] dU[t]
   // dL in place of dW: nothing above reads dW (with P_w, dP_w reads dU; without, dV reads W).
   for (int x = threadIdx.x; x < a.h * rc; x += blockDim.x) dL[x] = t.Ls[x] * (dL[x] - t.Ds[x / C]);
   __syncthreads();
@@ -249,18 +223,15 @@ THX_DEVICE void tile_gradients(const Args<T>& a, const BackwardTiles& t, int i0,
     }
   const float* dJ = dL;
   if (a.p_l) {
-    projection_grad(t.Js, dL, t.dPl, a.h_k, a.h, rc);  // dP_l[k,s] += sum J[k] dL[s]
-    mix(a.p_l, dL, t.dJs, a.h, a.h_k, rc, true);  // dJ[k] = sum_s P_l[k,s] dL[s]
+    projection_grad(a.tensor_cores, t.Js, dL, t.dPl, a.h_k, a.h, rc);  // dP_l[k,s] += sum J[k] dL[s]
+    mix(a.tensor_cores, a.p_l, dL, t.dJs, a.h, a.h_k, rc, true);  // dJ[k] = sum_s P_l[k,s] dL[s]
     dJ = t.dJs;
   }
   __syncthreads();
-  for (int x = threadIdx.x; x < R * qd; x += blockDim.x) {  // dQ[r,k,d] += sum_c dJ[k,r,c] K[c,k,d]
-    const int r = x / qd, k = (x % qd) / a.d_k, d = x % a.d_k;
-    float acc = 0.f;
-    for (int c = 0; c < C; ++c) acc += dJ[k * rc + r * C + c] * t.Ks[c * qd + k * a.d_k + d];
-    t.dQs[x] += acc;
-  }
-  key_grad(dJ, t.Qs, a.grad_k + (b * a.m + j0) * qd, R, C, a.h_k, a.d_k, a.m - j0);  // dK
+  // dQ[r,k,d] += sum_c dJ[k,r,c] K[c,k,d]
+  block_gemm(a.tensor_cores, a.h_k, {dJ, rc, C, 1}, {t.Ks, a.d_k, qd, 1}, R, a.d_k, C,
+             [&](int k, int r, int d, float v) { t.dQs[r * qd + k * a.d_k + d] += v; });
+  key_grad(a.tensor_cores, dJ, t.Qs, a.grad_k + (b * a.m + j0) * qd, R, C, a.h_k, a.d_k, a.m - j0);  // dK
   __syncthreads();
 }
 

@@ -1,0 +1,90 @@
+// common/cuda_mma.h's block_gemm, run by the emulator of common/cuda_compat.h: both paths against
+// the product they promise, exactly.
+//  - Tensor cores: each output equals the fp32 sum, in k order, of the bf16-rounded operands'
+//    products (what the emulated mma.sync computes), over shapes that are not multiples of the
+//    16x8x16 tile, with strided and batched operands and 1, 2 and 3 warps. This proves the
+//    operand packing and the lane layout agree with each other; whether they agree with the
+//    GPU's is for FusedThOnCuda.* on a GPU.
+//  - FMAs: each output the fp32 sum in k order of the unrounded products.
+//  - Every output is written exactly once (a count per element).
+#include <gtest/gtest.h>
+
+#include <random>
+#include <vector>
+
+#include "common/cuda_mma.h"
+
+namespace thx::test {
+namespace {
+namespace THX_FILE_ID {
+
+using cuda_mma::Operand;
+
+float bf16_round(float x) { return thx_to_float(thx_from_float<thx_bf16>(x)); }
+
+struct Problem {
+  int batch, M, N, K;
+};
+
+void check(const Problem& p, bool tensor_cores, int threads) {
+  SCOPED_TRACE(testing::Message() << p.batch << "x" << p.M << "x" << p.N << "x" << p.K << " tensor cores "
+                                  << tensor_cores << " threads " << threads);
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal;
+  // A_g (m, k) at a[g * M * K * 2 + k * M * 2 + m * 2] (column-major, every other element); B_g (k, n)
+  // at b[g * (K * N + 3) + k * N + n] (row-major, batches 3 apart).
+  std::vector<float> a(size_t(p.batch) * p.M * p.K * 2), b(size_t(p.batch) * (p.K * p.N + 3));
+  for (float& x : a) x = normal(rng);
+  for (float& x : b) x = normal(rng);
+  const Operand A{a.data(), int64_t(p.M) * p.K * 2, 2, int64_t(p.M) * 2};
+  const Operand B{b.data(), int64_t(p.K) * p.N + 3, p.N, 1};
+  std::vector<float> out(size_t(p.batch) * p.M * p.N, -1.f);
+  std::vector<int> writes(out.size(), 0);
+  emu::launch({1, 1, 1}, threads, 0, [&] {
+    cuda_mma::block_gemm(tensor_cores, p.batch, A, B, p.M, p.N, p.K, [&](int g, int m, int n, float v) {
+      const size_t at = (size_t(g) * p.M + m) * p.N + n;
+      out[at] = v, ++writes[at];  // one thread per element: no race unless the test fails
+    });
+  });
+  int wrong = 0;
+  for (int g = 0; g < p.batch; ++g)
+    for (int m = 0; m < p.M; ++m)
+      for (int n = 0; n < p.N; ++n) {
+        float want = 0.f;
+        for (int k = 0; k < p.K; ++k) {
+          const float x = A.p[g * A.gs + m * A.rs + k * A.cs], y = B.p[g * B.gs + k * B.rs + n * B.cs];
+          want += tensor_cores ? bf16_round(x) * bf16_round(y) : x * y;
+        }
+        const size_t at = (size_t(g) * p.M + m) * p.N + n;
+        if (writes[at] != 1 || out[at] != want) ++wrong;
+        if (wrong == 1 && (writes[at] != 1 || out[at] != want))
+          ADD_FAILURE() << "(" << g << ", " << m << ", " << n << "): " << out[at] << " written " << writes[at]
+                        << " times, want " << want;
+      }
+  EXPECT_EQ(wrong, 0);
+}
+
+TEST(CudaMma, TensorCoreProductsAreTheRoundedOperandsSumsInKOrder) {
+  for (const Problem& p : {Problem{1, 16, 8, 16}, {2, 37, 21, 35}, {3, 5, 3, 2}, {1, 16, 64, 48}})
+    for (int threads : {32, 64, 96}) check(p, true, threads);
+}
+
+TEST(CudaMma, FmaProductsAreTheFp32SumsInKOrder) {
+  for (const Problem& p : {Problem{2, 37, 21, 35}, {3, 5, 3, 2}})
+    for (int threads : {7, 64}) check(p, false, threads);
+}
+
+// The control: rounding is what the tensor-core path does; the unrounded sums differ.
+TEST(CudaMma, TensorCoresRoundTheirOperands) {
+  std::vector<float> a(16 * 16, 1.f + 1.f / 512), b(16 * 8, 1.f);  // 1 + 2^-9 rounds to 1 in bf16
+  std::vector<float> out(16 * 8);
+  emu::launch({1, 1, 1}, 32, 0, [&] {
+    cuda_mma::block_gemm(true, 1, {a.data(), 0, 16, 1}, {b.data(), 0, 8, 1}, 16, 8, 16,
+                         [&](int, int m, int n, float v) { out[m * 8 + n] = v; });
+  });
+  for (float v : out) EXPECT_EQ(v, 16.f);
+}
+
+}  // namespace THX_FILE_ID
+}  // namespace
+}  // namespace thx::test
