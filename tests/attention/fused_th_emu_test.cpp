@@ -286,7 +286,8 @@ TEST(FusedThEmulated, Bf16OnTensorCoresWithinTheDerivedBound) {
 
 // The controls: the same bound rejects the result of P_w moved by 0.01 (its entries are about
 // 0.45); the tensor-core path ran (its roundings differ from version 1's FMAs, and switching it
-// off gives version 1's numbers); threads that are not whole warps take the FMAs.
+// off gives version 1's numbers, and a backward keeps its forward's choice); threads that are not
+// whole warps take the FMAs.
 TEST(FusedThEmulated, Bf16OnTensorCoresControls) {
   torch::manual_seed(11);
   const Inputs in = inputs(kCases.front(), Extra::bias, torch::kBFloat16);
@@ -301,6 +302,16 @@ TEST(FusedThEmulated, Bf16OnTensorCoresControls) {
   set_th_tensor_cores(false);
   EXPECT_TRUE(torch::equal(fused(in, torch::kBFloat16, emulator(32, 1 << 20, true), {4, 2}).O, v1.O));
   set_th_tensor_cores(true);
+  // The backward rounds as its forward did, even when the switch changed in between.
+  const cuda_th::Launcher l = emulator(32, 1 << 20, true);
+  const Result switched = differentiate(in, torch::kBFloat16, [&](auto&... a) {
+    const Tensor O = fused_th_attention_core(a..., l, {4, 2});
+    set_th_tensor_cores(false);
+    return O;
+  });
+  set_th_tensor_cores(true);
+  EXPECT_TRUE(torch::equal(switched.dQ, tc.dQ));
+  EXPECT_TRUE(torch::equal(switched.dP_l, tc.dP_l));
   EXPECT_TRUE(torch::equal(fused(in, torch::kBFloat16, emulator(48, 1 << 20, true), {4, 2}).O,
                            fused(in, torch::kBFloat16, emulator(48), {4, 2}).O));
 }

@@ -37,7 +37,7 @@ void broadcast_strides(const Tensor& t4, const Dims& d, int64_t* out) {
 std::atomic<bool> g_tensor_cores{true};
 
 // Everything but the typed pointers, which the caller sets for its dtype. tensor_cores: the
-// launcher's (its device has them, its blocks are whole warps).
+// forward's choice (tensor_cores_for), which its backward keeps.
 template <typename T>
 Args<T> args(const Dims& d, ThTiles tiles, const Tensor& P_l, const Tensor& P_w, const Tensor& bias4,
              const Tensor& mask4, bool tensor_cores) {
@@ -48,9 +48,13 @@ Args<T> args(const Dims& d, ThTiles tiles, const Tensor& P_l, const Tensor& P_w,
   if (mask4.defined()) a.mask = mask4.data_ptr<bool>(), broadcast_strides(mask4, d, a.mask_stride);
   a.b = int(d.b), a.n = int(d.n), a.m = int(d.m), a.h_k = int(d.h_k), a.h = int(d.h), a.h_v = int(d.h_v);
   a.d_k = int(d.d_k), a.d_v = int(d.d_v), a.R = tiles.R, a.C = tiles.C;
-  a.tensor_cores = std::is_same_v<T, thx_bf16> && tensor_cores && g_tensor_cores;
+  a.tensor_cores = std::is_same_v<T, thx_bf16> && tensor_cores;
   return a;
 }
+
+// bf16 products on tensor cores: the launcher's device has them, its blocks are whole warps and
+// set_th_tensor_cores has not switched them off.
+bool tensor_cores_for(const Launcher& l) { return l.tensor_cores && l.threads % 32 == 0 && g_tensor_cores; }
 
 template <typename T>
 T* ptr(const Tensor& t) {
@@ -94,12 +98,13 @@ struct FusedThFn : torch::autograd::Function<FusedThFn> {
     const Prepared p = prepare(Q, K, V, present(P_l_in), present(P_w_in), present(bias_in), present(mask_in), l,
                                {int(R), int(C)}, false);
     const Dims& d = p.d;
+    const bool tensor_cores = tensor_cores_for(l);
     Tensor O = torch::empty({d.b, d.n, d.h_v, d.d_v}, p.V.options());
     Tensor lse = torch::empty({d.b, d.h, d.n}, p.Q.options().dtype(torch::kFloat32));
     const unsigned gx = unsigned((d.n + p.tiles.R - 1) / p.tiles.R), gy = unsigned(d.b);
     auto run = [&](auto tag, auto fn) {
       using T = decltype(tag);
-      Args<T> a = args<T>(d, p.tiles, p.P_l, p.P_w, p.bias4, p.mask4, l.tensor_cores && l.threads % 32 == 0);
+      Args<T> a = args<T>(d, p.tiles, p.P_l, p.P_w, p.bias4, p.mask4, tensor_cores);
       a.q = ptr<T>(p.Q), a.k = ptr<T>(p.K), a.v = ptr<T>(p.V), a.o = ptr<T>(O), a.lse = lse.data_ptr<float>();
       fn(a, gx, gy, l.threads, bytes_forward(p));
     };
@@ -107,6 +112,7 @@ struct FusedThFn : torch::autograd::Function<FusedThFn> {
     else run(float{}, l.forward_f32);
     ctx->save_for_backward({Q, K, V, P_l_in, P_w_in, bias_in, mask_in, lse});
     ctx->saved_data["launcher"] = launcher;
+    ctx->saved_data["tensor_cores"] = tensor_cores;  // the backward rounds as the forward did
     ctx->saved_data["R"] = R;  // as asked: 0 lets the backward choose its own (it needs more memory)
     ctx->saved_data["C"] = C;
     return O;
@@ -129,7 +135,7 @@ struct FusedThFn : torch::autograd::Function<FusedThFn> {
     Tensor dbias4 = p.bias4.defined() ? torch::zeros(p.bias4.sizes(), wide) : Tensor();
     auto run = [&](auto tag, auto fn) {
       using T = decltype(tag);
-      Args<T> a = args<T>(d, p.tiles, p.P_l, p.P_w, p.bias4, p.mask4, l.tensor_cores && l.threads % 32 == 0);
+      Args<T> a = args<T>(d, p.tiles, p.P_l, p.P_w, p.bias4, p.mask4, ctx->saved_data["tensor_cores"].toBool());
       a.q = ptr<T>(p.Q), a.k = ptr<T>(p.K), a.v = ptr<T>(p.V), a.lse = s[7].data_ptr<float>();
       a.grad_o = ptr<T>(dO), a.grad_q = ptr<T>(dQ), a.grad_k = dK.data_ptr<float>(), a.grad_v = dV.data_ptr<float>();
       if (dbias4.defined()) a.grad_bias = dbias4.data_ptr<float>(), broadcast_strides(dbias4, d, a.grad_bias_stride);
