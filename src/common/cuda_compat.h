@@ -10,8 +10,8 @@
 //    sizes only.
 // The kernels use: threadIdx.x, blockIdx.{x,y}, blockDim.x, gridDim.x, __syncthreads(), dynamic
 // shared memory (THX_SHARED), fixed shared arrays (THX_STATIC_SHARED), a warp's butterfly
-// shuffle (thx_shfl_xor, every lane of the warp taking part), atomicAdd on float, the math
-// below, and bf16 as bits (bf16_bits.h) with its conversions.
+// shuffle (thx_shfl_xor, every lane of the warp taking part), atomicAdd on float, an aligned
+// 4-byte load (thx_load_word), the math below, and bf16 as bits (bf16_bits.h) with its conversions.
 #pragma once
 #include <cstdint>
 
@@ -30,6 +30,7 @@ THX_DEVICE float thx_inf() { return __int_as_float(0x7f800000); }
 THX_DEVICE float thx_bits_to_float(uint32_t u) { return __uint_as_float(u); }
 THX_DEVICE uint32_t thx_float_to_bits(float f) { return __float_as_uint(f); }
 THX_DEVICE void thx_atomic_add(float* p, float v) { atomicAdd(p, v); }
+THX_DEVICE uint32_t thx_load_word(const void* p) { return *static_cast<const uint32_t*>(p); }
 
 #elif defined(__CUDA__)  // clang -x cuda -nocudainc: the PTX compile check
 #include <__clang_cuda_builtin_vars.h>
@@ -50,10 +51,13 @@ THX_DEVICE float thx_inf() { return __builtin_huge_valf(); }
 THX_DEVICE float thx_bits_to_float(uint32_t u) { return __builtin_bit_cast(float, u); }
 THX_DEVICE uint32_t thx_float_to_bits(float f) { return __builtin_bit_cast(uint32_t, f); }
 THX_DEVICE void thx_atomic_add(float* p, float v) { __nvvm_atom_add_gen_f(p, v); }
+THX_DEVICE uint32_t thx_load_word(const void* p) { return *static_cast<const uint32_t*>(p); }
 
 #else  // the host emulator
 #include <cmath>
 #include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <limits>
@@ -146,6 +150,16 @@ THX_DEVICE uint32_t thx_float_to_bits(float f) {
 THX_DEVICE void thx_atomic_add(float* p, float v) {
   std::lock_guard<std::mutex> lock(*thx::emu::t_block.atomics);
   *p += v;
+}
+// A 4-byte load, which a GPU faults on unless the address is a multiple of 4: so does this.
+THX_DEVICE uint32_t thx_load_word(const void* p) {
+  if (reinterpret_cast<uintptr_t>(p) % 4 != 0) {
+    std::fprintf(stderr, "thx_load_word: misaligned address %p (a GPU faults here)\n", p);
+    std::abort();
+  }
+  uint32_t u;
+  std::memcpy(&u, p, 4);
+  return u;
 }
 
 namespace thx::emu {

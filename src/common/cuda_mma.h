@@ -46,10 +46,33 @@ THX_DEVICE void thx_mma_bf16_16816(float* d, const uint32_t* a, const uint32_t* 
 
 namespace thx::cuda_mma {
 
-// A matrix operand in memory: element (i, j) of batch entry g at p[g * gs + i * rs + j * cs].
+// A matrix operand in memory, fp32 or bf16: element (i, j) of batch entry g at p[g * gs + i * rs + j * cs].
 struct Operand {
-  const float* p;
+  const void* p;
   int64_t gs, rs, cs;
+  bool bf16;
+  THX_DEVICE Operand(const float* x, int64_t g, int64_t r, int64_t c) : p(x), gs(g), rs(r), cs(c), bf16(false) {}
+  THX_DEVICE Operand(const thx_bf16* x, int64_t g, int64_t r, int64_t c) : p(x), gs(g), rs(r), cs(c), bf16(true) {}
+  THX_DEVICE Operand(const void* x, bool is_bf16, int64_t g, int64_t r, int64_t c)
+      : p(x), gs(g), rs(r), cs(c), bf16(is_bf16) {}
+  THX_DEVICE float at(int64_t i) const {
+    return bf16 ? thx_to_float(static_cast<const thx_bf16*>(p)[i]) : static_cast<const float*>(p)[i];
+  }
+};
+
+// A plane of shared memory in fp32, or in bf16 where its values are only ever tensor-core
+// operands (they are rounded to bf16 as they are read, so keeping them rounded changes nothing).
+struct Plane {
+  void* p;
+  bool bf16;
+  THX_DEVICE float get(int64_t i) const {
+    return bf16 ? thx_to_float(static_cast<const thx_bf16*>(p)[i]) : static_cast<const float*>(p)[i];
+  }
+  THX_DEVICE void set(int64_t i, float v) const {
+    if (bf16) static_cast<thx_bf16*>(p)[i] = thx_from_float<thx_bf16>(v);
+    else static_cast<float*>(p)[i] = v;
+  }
+  THX_DEVICE Operand operand(int64_t gs, int64_t rs, int64_t cs) const { return {p, bf16, gs, rs, cs}; }
 };
 
 // Two values as a word of two bf16 (round to nearest even), the first in the low half.
@@ -57,10 +80,26 @@ THX_DEVICE uint32_t pack_bf16x2(float lo, float hi) {
   return uint32_t(thx_from_float<thx_bf16>(lo).bits) | uint32_t(thx_from_float<thx_bf16>(hi).bits) << 16;
 }
 
+// Whether X's neighbours along k (its stride ks) can be read as aligned words of two bf16: X is bf16
+// with k contiguous, every other offset even, and K even (a pair never straddles the end).
+THX_DEVICE bool word_pairs(const Operand& X, int64_t ks, int64_t other, int K) {
+  return X.bf16 && ks == 1 && K % 2 == 0 && X.gs % 2 == 0 && other % 2 == 0 &&
+         reinterpret_cast<uintptr_t>(X.p) % 4 == 0;
+}
+
+// Elements at and at + ks of X, k and k + 1 along the reduction, as one word; zero past K or
+// outside the output (`inside` false). `words`: word_pairs said one load does.
+THX_DEVICE uint32_t k_pair(const Operand& X, bool words, bool inside, int64_t at, int64_t ks, int k, int K) {
+  if (!inside || k >= K) return 0u;
+  if (words) return thx_load_word(static_cast<const thx_bf16*>(X.p) + at);
+  return pack_bf16x2(X.at(at), k + 1 < K ? X.at(at + ks) : 0.f);
+}
+
 // out(g, m, n, sum_k A_g(m, k) B_g(k, n)) for every g < batch, m < M, n < N, each (g, m, n) by
 // exactly one thread (so that `out` may add into memory it alone owns). The sums are fp32:
 //  - tensor_cores: each warp takes 16x8 output tiles in turn; the operands are rounded to bf16
-//    as they are read (nothing outside M, N or K is read: zeros stand in). Needs whole warps.
+//    as they are read (nothing outside M, N or K is read: zeros stand in). bf16 operands with k
+//    contiguous are read as words of two. Needs whole warps.
 //  - otherwise plain FMAs, each thread an output, summed in k order (as th_kernels.cuh's
 //    version 1 did).
 // No barrier: the caller syncs before reading what `out` wrote.
@@ -69,32 +108,28 @@ THX_DEVICE void block_gemm(bool tensor_cores, int batch, Operand A, Operand B, i
   if (!tensor_cores) {
     for (int x = threadIdx.x; x < batch * M * N; x += blockDim.x) {
       const int g = x / (M * N), m = (x / N) % M, n = x % N;
-      const float* a = A.p + g * A.gs + m * A.rs;
-      const float* b = B.p + g * B.gs + n * B.cs;
+      const int64_t a = g * A.gs + m * A.rs, b = g * B.gs + n * B.cs;
       float acc = 0.f;
-      for (int k = 0; k < K; ++k) acc += a[k * A.cs] * b[k * B.rs];
+      for (int k = 0; k < K; ++k) acc += A.at(a + k * A.cs) * B.at(b + k * B.rs);
       out(g, m, n, acc);
     }
     return;
   }
   const int tiles_m = (M + 15) / 16, tiles_n = (N + 7) / 8, tiles = batch * tiles_m * tiles_n;
   const int lane = threadIdx.x % 32, g4 = lane / 4, t4 = lane % 4;
+  const bool a_words = word_pairs(A, A.cs, A.rs, K), b_words = word_pairs(B, B.rs, B.cs, K);
   for (int x = threadIdx.x / 32; x < tiles; x += blockDim.x / 32) {  // the same x across a warp
     const int g = x / (tiles_m * tiles_n), m0 = (x / tiles_n) % tiles_m * 16, n0 = x % tiles_n * 8;
-    const float* a = A.p + g * A.gs;
-    const float* b = B.p + g * B.gs;
-    auto at = [&](int m, int k) { return m < M && k < K ? a[m * A.rs + k * A.cs] : 0.f; };
-    auto bt = [&](int k, int n) { return k < K && n < N ? b[k * B.rs + n * B.cs] : 0.f; };
     float d[4] = {0.f, 0.f, 0.f, 0.f};
     for (int k0 = 0; k0 < K; k0 += 16) {
       uint32_t aw[4], bw[2];
       for (int w = 0; w < 4; ++w) {
         const int m = m0 + g4 + 8 * (w % 2), k = k0 + 2 * t4 + 8 * (w / 2);
-        aw[w] = pack_bf16x2(at(m, k), at(m, k + 1));
+        aw[w] = k_pair(A, a_words, m < M, g * A.gs + m * A.rs + k * A.cs, A.cs, k, K);
       }
       for (int w = 0; w < 2; ++w) {
-        const int k = k0 + 2 * t4 + 8 * w;
-        bw[w] = pack_bf16x2(bt(k, n0 + g4), bt(k + 1, n0 + g4));
+        const int k = k0 + 2 * t4 + 8 * w, n = n0 + g4;
+        bw[w] = k_pair(B, b_words, n < N, g * B.gs + k * B.rs + n * B.cs, B.rs, k, K);
       }
       thx_mma_bf16_16816(d, aw, bw);
     }

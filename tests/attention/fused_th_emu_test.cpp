@@ -205,9 +205,27 @@ TEST(FusedThEmulated, TilesAreTheLargestThatFit) {
     const ThTiles bwd = fused_th_tiles(h, h, h, d, d, 227 * 1024, true);
     EXPECT_GE(bwd.R, 4);
     EXPECT_GE(fwd.R * fwd.C, bwd.R * bwd.C);
-    EXPECT_LE(4 * cuda_th::forward_shared_floats(fwd.R, fwd.C, h, h, h, d, d), 227 * 1024);
-    EXPECT_LE(4 * cuda_th::backward_shared_floats(bwd.R, bwd.C, h, h, h, d, d), 227 * 1024);
+    EXPECT_LE(cuda_th::kernel_layout({fwd.R, fwd.C, h, h, h, d, d}, {}, false).bytes, 227 * 1024);
+    EXPECT_LE(cuda_th::kernel_layout({bwd.R, bwd.C, h, h, h, d, d}, {}, true).bytes, 227 * 1024);
+    // bf16 on tensor cores, Q, K, V, dO and the operand-only planes kept in bf16: each kernel's
+    // block holds 16 rows or more (a whole MMA tile's height), the forward 16 x 16 keys.
+    const cuda_th::Widths tc{2, 2, 2};
+    const ThTiles fwd16 = fused_th_tiles(h, h, h, d, d, 227 * 1024, false, tc);
+    const ThTiles bwd16 = fused_th_tiles(h, h, h, d, d, 227 * 1024, true, tc);
+    EXPECT_GE(fwd16.R, 16);
+    EXPECT_GE(fwd16.C, 16);
+    EXPECT_GE(bwd16.R, 16);
+    EXPECT_GE(bwd16.R * bwd16.C, 2 * bwd.R * bwd.C);
   }
+  // The layout: every piece 16-byte aligned (word loads), bf16 pieces half the fp32 ones.
+  const cuda_th::Layout f32 = cuda_th::kernel_layout({16, 8, 12, 12, 12, 64, 64}, {}, true);
+  const cuda_th::Layout b16 = cuda_th::kernel_layout({16, 8, 12, 12, 12, 64, 64}, {2, 2, 2}, true);
+  for (int64_t at : {b16.q, b16.dq, b16.dout, b16.k, b16.v, b16.j, b16.dj, b16.l, b16.dw, b16.u, b16.du, b16.m,
+                     b16.s, b16.bytes})
+    EXPECT_EQ(at % 16, 0);
+  EXPECT_EQ(b16.dq - b16.q, (f32.dq - f32.q) / 2);  // Q
+  EXPECT_EQ(b16.l - b16.dj, (f32.l - f32.dj) / 2);  // dJ
+  EXPECT_EQ(b16.dw - b16.l, f32.dw - f32.l);        // L, W: fp32 always
 }
 
 // ---- version 2: bf16 products on tensor cores ----------------------------------------------

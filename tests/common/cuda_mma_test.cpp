@@ -7,6 +7,7 @@
 //    GPU's is for FusedThOnCuda.* on a GPU.
 //  - FMAs: each output the fp32 sum in k order of the unrounded products.
 //  - Every output is written exactly once (a count per element).
+//  - bf16 operands, read as words of two where k is contiguous, give their fp32 values' products.
 #include <gtest/gtest.h>
 
 #include <random>
@@ -52,7 +53,7 @@ void check(const Problem& p, bool tensor_cores, int threads) {
       for (int n = 0; n < p.N; ++n) {
         float want = 0.f;
         for (int k = 0; k < p.K; ++k) {
-          const float x = A.p[g * A.gs + m * A.rs + k * A.cs], y = B.p[g * B.gs + k * B.rs + n * B.cs];
+          const float x = A.at(g * A.gs + m * A.rs + k * A.cs), y = B.at(g * B.gs + k * B.rs + n * B.cs);
           want += tensor_cores ? bf16_round(x) * bf16_round(y) : x * y;
         }
         const size_t at = (size_t(g) * p.M + m) * p.N + n;
@@ -72,6 +73,43 @@ TEST(CudaMma, TensorCoreProductsAreTheRoundedOperandsSumsInKOrder) {
 TEST(CudaMma, FmaProductsAreTheFp32SumsInKOrder) {
   for (const Problem& p : {Problem{2, 37, 21, 35}, {3, 5, 3, 2}})
     for (int threads : {7, 64}) check(p, false, threads);
+}
+
+// bf16 operands (as the kernels keep Q, K, V, dO and the operand-only planes): where k is
+// contiguous they are read as aligned words of two, else one by one; either way the products
+// equal those of the same values given as fp32, bit for bit. Covered: both read as words (K and
+// strides even), K odd, a row stride odd, and a base address not 4-byte aligned (the last three
+// one element at a time; a word load there would fault on a GPU and aborts in the emulator).
+TEST(CudaMma, Bf16OperandsEqualTheirFp32Values) {
+  struct Layout {
+    int M, N, K, a_rs, b_cs;
+    size_t a_offset;
+  };
+  for (const Layout& l : {Layout{37, 21, 34, 34, 34, 0}, {37, 21, 35, 35, 36, 0}, {20, 9, 16, 17, 16, 0},
+                          {20, 9, 16, 16, 16, 1}}) {
+    SCOPED_TRACE(testing::Message() << l.M << "x" << l.N << "x" << l.K << " rs " << l.a_rs << " offset "
+                                    << l.a_offset);
+    std::mt19937 rng(3);
+    std::normal_distribution<float> normal;
+    // A (m, k) at a[offset + m * a_rs + k], B (k, n) at b[n * b_cs + k]: k contiguous in both.
+    std::vector<thx_bf16> a16(l.a_offset + size_t(l.M) * l.a_rs), b16(size_t(l.N) * l.b_cs);
+    std::vector<float> a32(a16.size()), b32(b16.size());
+    auto draw = [&](std::vector<thx_bf16>& x16, std::vector<float>& x32) {
+      for (size_t i = 0; i < x16.size(); ++i)
+        x16[i] = thx_from_float<thx_bf16>(normal(rng)), x32[i] = thx_to_float(x16[i]);
+    };
+    draw(a16, a32), draw(b16, b32);
+    auto run = [&](Operand A, Operand B) {
+      std::vector<float> out(size_t(l.M) * l.N);
+      emu::launch({1, 1, 1}, 64, 0, [&] {
+        cuda_mma::block_gemm(true, 1, A, B, l.M, l.N, l.K, [&](int, int m, int n, float v) { out[m * l.N + n] = v; });
+      });
+      return out;
+    };
+    const std::vector<float> words = run({a16.data() + l.a_offset, 0, l.a_rs, 1}, {b16.data(), 0, 1, l.b_cs});
+    const std::vector<float> floats = run({a32.data() + l.a_offset, 0, l.a_rs, 1}, {b32.data(), 0, 1, l.b_cs});
+    EXPECT_EQ(words, floats);
+  }
 }
 
 // The control: rounding is what the tensor-core path does; the unrounded sums differ.

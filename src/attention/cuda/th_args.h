@@ -7,6 +7,50 @@
 
 namespace thx::cuda_th {
 
+// Bytes per element of what the kernels keep in shared memory and may keep narrower than fp32:
+//  - in: the block's rows and the tile's keys (Q, dO; K, V), in the inputs' dtype;
+//  - j: the planes J and dJ, and u: U and dU; 2 (bf16) where a plane's values are only ever
+//    tensor-core operands, which round them to bf16 when they are read: with P_l (J, dJ) and
+//    with P_w (U, dU) on tensor cores. Storing them rounded changes no number, and halves them.
+// Everything else (L and W, dW and dL, the output and dQ sums, the statistics) is fp32.
+struct Widths {
+  int in = 4, j = 4, u = 4;
+};
+
+// Where a kernel's tiles sit in shared memory: byte offsets from its start, each a multiple of 16
+// (the alignment of an aligned word load; th_kernels.cuh), and the total. Forward: q, k, v, j, l,
+// u, o, m, s. Backward: q, dq, dout, k, v, j, dj, l, dw, u, du, m (LSE), s (D).
+struct Layout {
+  int64_t q = 0, dq = 0, dout = 0, k = 0, v = 0, j = 0, dj = 0, l = 0, dw = 0, u = 0, du = 0, o = 0, m = 0, s = 0;
+  int64_t bytes = 0;
+};
+
+struct LayoutShape {
+  int R, C, h_k, h, h_v, d_k, d_v;
+};
+
+inline Layout kernel_layout(const LayoutShape& x, const Widths& w, bool backward) {
+  const int64_t qd = int64_t(x.h_k) * x.d_k, vd = int64_t(x.h_v) * x.d_v, rc = int64_t(x.R) * x.C;
+  Layout l;
+  auto take = [&l](int64_t bytes) {
+    const int64_t at = l.bytes;
+    l.bytes += (bytes + 15) / 16 * 16;
+    return at;
+  };
+  l.q = take(x.R * qd * w.in);
+  if (backward) l.dq = take(4 * x.R * qd), l.dout = take(x.R * vd * w.in);
+  l.k = take(x.C * qd * w.in), l.v = take(x.C * vd * w.in);
+  l.j = take(x.h_k * rc * w.j);
+  if (backward) l.dj = take(x.h_k * rc * w.j);
+  l.l = take(4 * x.h * rc);
+  if (backward) l.dw = take(4 * x.h * rc);
+  l.u = take(x.h_v * rc * w.u);
+  if (backward) l.du = take(x.h_v * rc * w.u);
+  else l.o = take(4 * x.R * vd);
+  l.m = take(4 * int64_t(x.h) * x.R), l.s = take(4 * int64_t(x.h) * x.R);
+  return l;
+}
+
 template <typename T>
 struct Args {
   const T *q, *k, *v;        // [b,n,h_k,d_k], [b,m,h_k,d_k], [b,m,h_v,d_v], contiguous
@@ -22,22 +66,13 @@ struct Args {
   float *grad_k, *grad_v;    // [b,m,h_k,d_k], [b,m,h_v,d_v], zeroed, summed over blocks
   float* grad_bias;          // zeroed, written at grad_bias_stride over [b,h,n,m]; or null
   int64_t grad_bias_stride[4];
-  float *grad_p_l, *grad_p_w;  // [blocks, h_k, h], [blocks, h, h_v]: one partial per block
+  float *grad_p_l, *grad_p_w;  // [blocks, h_k, h], [blocks, h, h_v], zeroed: one partial per block
   int b, n, m, h_k, h, h_v, d_k, d_v;
   int R, C;                  // query rows per block, keys per tile
   bool tensor_cores;         // products on tensor cores (bf16 operands; blockDim a multiple of 32)
+  Widths widths;             // of the tiles in shared memory (above), and where they are:
+  Layout layout;             // kernel_layout for this kernel (forward or backward)
 };
-
-// Shared memory, in floats, of each kernel for tiles of R rows and C keys.
-inline int64_t forward_shared_floats(int R, int C, int h_k, int h, int h_v, int d_k, int d_v) {
-  const int64_t qd = int64_t(h_k) * d_k, vd = int64_t(h_v) * d_v, rc = int64_t(R) * C;
-  return R * qd + C * (qd + vd) + rc * (h_k + h + h_v) + R * vd + 2 * int64_t(h) * R;
-}
-inline int64_t backward_shared_floats(int R, int C, int h_k, int h, int h_v, int d_k, int d_v) {
-  const int64_t qd = int64_t(h_k) * d_k, vd = int64_t(h_v) * d_v, rc = int64_t(R) * C;
-  return R * (2 * qd + vd) + C * (qd + vd) + rc * (2 * h_k + 2 * h + 2 * h_v) + 2 * int64_t(h) * R +
-         int64_t(h_k) * h + int64_t(h) * h_v;
-}
 
 // How a backend runs the kernels: CUDA (th_fused.cu) or the CPU emulator (the tests). Grid: x the
 // blocks of R query rows, y the examples.

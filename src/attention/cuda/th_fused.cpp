@@ -36,11 +36,22 @@ void broadcast_strides(const Tensor& t4, const Dims& d, int64_t* out) {
 
 std::atomic<bool> g_tensor_cores{true};
 
+cuda_th::Widths widths_for(bool bf16, bool tensor_cores, bool p_l, bool p_w) {
+  cuda_th::Widths w;
+  w.in = bf16 ? 2 : 4;
+  w.j = bf16 && tensor_cores && p_l ? 2 : 4;
+  w.u = bf16 && tensor_cores && p_w ? 2 : 4;
+  return w;
+}
+cuda_th::Layout layout(const Dims& d, ThTiles t, const cuda_th::Widths& w, bool backward) {
+  return cuda_th::kernel_layout({t.R, t.C, int(d.h_k), int(d.h), int(d.h_v), int(d.d_k), int(d.d_v)}, w, backward);
+}
+
 // Everything but the typed pointers, which the caller sets for its dtype. tensor_cores: the
 // forward's choice (tensor_cores_for), which its backward keeps.
 template <typename T>
 Args<T> args(const Dims& d, ThTiles tiles, const Tensor& P_l, const Tensor& P_w, const Tensor& bias4,
-             const Tensor& mask4, bool tensor_cores) {
+             const Tensor& mask4, bool tensor_cores, bool backward) {
   Args<T> a{};
   a.p_l = P_l.defined() ? P_l.data_ptr<float>() : nullptr;
   a.p_w = P_w.defined() ? P_w.data_ptr<float>() : nullptr;
@@ -49,6 +60,8 @@ Args<T> args(const Dims& d, ThTiles tiles, const Tensor& P_l, const Tensor& P_w,
   a.b = int(d.b), a.n = int(d.n), a.m = int(d.m), a.h_k = int(d.h_k), a.h = int(d.h), a.h_v = int(d.h_v);
   a.d_k = int(d.d_k), a.d_v = int(d.d_v), a.R = tiles.R, a.C = tiles.C;
   a.tensor_cores = std::is_same_v<T, thx_bf16> && tensor_cores;
+  a.widths = widths_for(sizeof(T) == 2, a.tensor_cores, P_l.defined(), P_w.defined());
+  a.layout = layout(d, tiles, a.widths, backward);
   return a;
 }
 
@@ -66,47 +79,42 @@ struct Prepared {
   Dims d;
   ThTiles tiles;
 };
+// tensor_cores: the forward's choice (tensor_cores_for), which sets what shared memory holds.
 Prepared prepare(const Tensor& Q, const Tensor& K, const Tensor& V, const Tensor& P_l, const Tensor& P_w,
-                 const Tensor& bias, const Tensor& mask, const Launcher& l, ThTiles tiles, bool backward) {
+                 const Tensor& bias, const Tensor& mask, const Launcher& l, ThTiles tiles, bool backward,
+                 bool tensor_cores) {
   Prepared p{Q.contiguous(), K.contiguous(), V.contiguous(),
              P_l.defined() ? P_l.to(torch::kFloat32).contiguous() : Tensor(),
              P_w.defined() ? P_w.to(torch::kFloat32).contiguous() : Tensor(),
              bias.defined() ? four(bias.to(torch::kFloat32)) : Tensor(),
              mask.defined() ? four(mask.to(torch::kBool)) : Tensor(),
              dims(Q, K, V, P_l, P_w), tiles};
+  const bool bf16 = Q.scalar_type() == torch::kBFloat16;
   if (p.tiles.R <= 0 || p.tiles.C <= 0)
     p.tiles = fused_th_tiles(int(p.d.h_k), int(p.d.h), int(p.d.h_v), int(p.d.d_k), int(p.d.d_v), l.shared_limit_bytes,
-                             backward);
+                             backward, widths_for(bf16, tensor_cores, P_l.defined(), P_w.defined()));
   TORCH_CHECK(p.tiles.R > 0 && p.tiles.C > 0, "fused talking-heads: no tile fits the shared memory");
   return p;
 }
 
-int64_t bytes_forward(const Prepared& p) {
-  return 4 * cuda_th::forward_shared_floats(p.tiles.R, p.tiles.C, int(p.d.h_k), int(p.d.h), int(p.d.h_v),
-                                            int(p.d.d_k), int(p.d.d_v));
-}
-int64_t bytes_backward(const Prepared& p) {
-  return 4 * cuda_th::backward_shared_floats(p.tiles.R, p.tiles.C, int(p.d.h_k), int(p.d.h), int(p.d.h_v),
-                                             int(p.d.d_k), int(p.d.d_v));
-}
 
 struct FusedThFn : torch::autograd::Function<FusedThFn> {
   static Tensor forward(AutogradContext* ctx, const Tensor& Q, const Tensor& K, const Tensor& V, const Tensor& P_l_in,
                         const Tensor& P_w_in, const Tensor& bias_in, const Tensor& mask_in, int64_t launcher,
                         int64_t R, int64_t C) {
     const Launcher& l = *reinterpret_cast<const Launcher*>(launcher);
-    const Prepared p = prepare(Q, K, V, present(P_l_in), present(P_w_in), present(bias_in), present(mask_in), l,
-                               {int(R), int(C)}, false);
-    const Dims& d = p.d;
     const bool tensor_cores = tensor_cores_for(l);
+    const Prepared p = prepare(Q, K, V, present(P_l_in), present(P_w_in), present(bias_in), present(mask_in), l,
+                               {int(R), int(C)}, false, tensor_cores);
+    const Dims& d = p.d;
     Tensor O = torch::empty({d.b, d.n, d.h_v, d.d_v}, p.V.options());
     Tensor lse = torch::empty({d.b, d.h, d.n}, p.Q.options().dtype(torch::kFloat32));
     const unsigned gx = unsigned((d.n + p.tiles.R - 1) / p.tiles.R), gy = unsigned(d.b);
     auto run = [&](auto tag, auto fn) {
       using T = decltype(tag);
-      Args<T> a = args<T>(d, p.tiles, p.P_l, p.P_w, p.bias4, p.mask4, tensor_cores);
+      Args<T> a = args<T>(d, p.tiles, p.P_l, p.P_w, p.bias4, p.mask4, tensor_cores, false);
       a.q = ptr<T>(p.Q), a.k = ptr<T>(p.K), a.v = ptr<T>(p.V), a.o = ptr<T>(O), a.lse = lse.data_ptr<float>();
-      fn(a, gx, gy, l.threads, bytes_forward(p));
+      fn(a, gx, gy, l.threads, a.layout.bytes);
     };
     if (Q.scalar_type() == torch::kBFloat16) run(thx_bf16{}, l.forward_bf16);
     else run(float{}, l.forward_f32);
@@ -122,8 +130,10 @@ struct FusedThFn : torch::autograd::Function<FusedThFn> {
     const auto s = ctx->get_saved_variables();
     const Launcher& l = *reinterpret_cast<const Launcher*>(ctx->saved_data["launcher"].toInt());
     const Tensor bias = present(s[5]);
+    const bool tensor_cores = ctx->saved_data["tensor_cores"].toBool();
     const Prepared p = prepare(s[0], s[1], s[2], present(s[3]), present(s[4]), bias, present(s[6]), l,
-                               {int(ctx->saved_data["R"].toInt()), int(ctx->saved_data["C"].toInt())}, true);
+                               {int(ctx->saved_data["R"].toInt()), int(ctx->saved_data["C"].toInt())}, true,
+                               tensor_cores);
     const Dims& d = p.d;
     const auto wide = s[7].options();
     const Tensor dO = grads[0].to(p.V.scalar_type()).contiguous();
@@ -135,13 +145,13 @@ struct FusedThFn : torch::autograd::Function<FusedThFn> {
     Tensor dbias4 = p.bias4.defined() ? torch::zeros(p.bias4.sizes(), wide) : Tensor();
     auto run = [&](auto tag, auto fn) {
       using T = decltype(tag);
-      Args<T> a = args<T>(d, p.tiles, p.P_l, p.P_w, p.bias4, p.mask4, ctx->saved_data["tensor_cores"].toBool());
+      Args<T> a = args<T>(d, p.tiles, p.P_l, p.P_w, p.bias4, p.mask4, tensor_cores, true);
       a.q = ptr<T>(p.Q), a.k = ptr<T>(p.K), a.v = ptr<T>(p.V), a.lse = s[7].data_ptr<float>();
       a.grad_o = ptr<T>(dO), a.grad_q = ptr<T>(dQ), a.grad_k = dK.data_ptr<float>(), a.grad_v = dV.data_ptr<float>();
       if (dbias4.defined()) a.grad_bias = dbias4.data_ptr<float>(), broadcast_strides(dbias4, d, a.grad_bias_stride);
       a.grad_p_l = dP_l.defined() ? dP_l.data_ptr<float>() : nullptr;
       a.grad_p_w = dP_w.defined() ? dP_w.data_ptr<float>() : nullptr;
-      fn(a, gx, gy, l.threads, bytes_backward(p));
+      fn(a, gx, gy, l.threads, a.layout.bytes);
     };
     if (p.Q.scalar_type() == torch::kBFloat16) run(thx_bf16{}, l.backward_bf16);
     else run(float{}, l.backward_f32);
@@ -168,14 +178,13 @@ bool broadcastable(const Tensor& t, const Dims& d) {
 
 }  // namespace
 
-ThTiles fused_th_tiles(int h_k, int h, int h_v, int d_k, int d_v, int64_t shared_limit_bytes, bool backward) {
+ThTiles fused_th_tiles(int h_k, int h, int h_v, int d_k, int d_v, int64_t shared_limit_bytes, bool backward,
+                       const cuda_th::Widths& widths) {
   static const std::pair<int, int> kTiles[] = {{64, 64}, {64, 32}, {32, 32}, {32, 16}, {16, 16}, {16, 8}, {8, 8},
                                                {8, 4},   {4, 4},   {4, 2},   {2, 2},   {2, 1},   {1, 1}};
-  for (const auto& [R, C] : kTiles) {
-    const int64_t need = 4 * (backward ? cuda_th::backward_shared_floats(R, C, h_k, h, h_v, d_k, d_v)
-                                       : cuda_th::forward_shared_floats(R, C, h_k, h, h_v, d_k, d_v));
-    if (need <= shared_limit_bytes) return {R, C};
-  }
+  for (const auto& [R, C] : kTiles)
+    if (cuda_th::kernel_layout({R, C, h_k, h, h_v, d_k, d_v}, widths, backward).bytes <= shared_limit_bytes)
+      return {R, C};
   return {};
 }
 
@@ -200,9 +209,12 @@ std::string fused_th_unsupported(const Tensor& Q, const Tensor& K, const Tensor&
     if (x->defined() && x->device() != Q.device()) return "tensors on different devices";
   if (d.b > 65535) return "batch above 65,535 (grid y)";
   if (d.b == 0 || d.n == 0) return "no example or no query row (an empty grid)";
-  if (fused_th_tiles(int(d.h_k), int(d.h), int(d.h_v), int(d.d_k), int(d.d_v), l.shared_limit_bytes, false).R == 0 ||
-      fused_th_tiles(int(d.h_k), int(d.h), int(d.h_v), int(d.d_k), int(d.d_v), l.shared_limit_bytes, true).R == 0)
-    return "one row and one key do not fit the shared memory";
+  // With fp32 planes, the most any run of this problem keeps (tensor cores may be switched off).
+  const cuda_th::Widths widest = widths_for(t == torch::kBFloat16, false, false, false);
+  for (bool backward : {false, true})
+    if (fused_th_tiles(int(d.h_k), int(d.h), int(d.h_v), int(d.d_k), int(d.d_v), l.shared_limit_bytes, backward,
+                       widest).R == 0)
+      return "one row and one key do not fit the shared memory";
   return "";
 }
 

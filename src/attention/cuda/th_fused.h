@@ -21,11 +21,13 @@ std::string fused_th_unsupported(const torch::Tensor& Q, const torch::Tensor& K,
 
 // The tiles: R query rows per block, C keys per tile, the largest pair from a fixed list
 // (64x64 down to 1x1, R >= C) with which the forward (or the backward, which keeps more) fits
-// `shared_limit_bytes`; {0, 0} if none. Each kernel takes its own.
+// `shared_limit_bytes`, its tiles as wide as `widths` (th_args.h; the default: all fp32); {0, 0}
+// if none. Each kernel takes its own.
 struct ThTiles {
   int R = 0, C = 0;
 };
-ThTiles fused_th_tiles(int h_k, int h, int h_v, int d_k, int d_v, int64_t shared_limit_bytes, bool backward);
+ThTiles fused_th_tiles(int h_k, int h, int h_v, int d_k, int d_v, int64_t shared_limit_bytes, bool backward,
+                       const cuda_th::Widths& widths = {});
 
 // The core, as tiled_attention_core (tiled.h): O [b,n,h_v,d_v] in V's dtype, differentiable in Q,
 // K, V, P_l, P_w and bias; a row with no key gets O = 0 and no gradient. The problem must be

@@ -8,8 +8,9 @@
 //  - backward: two passes again: (A) D = sum_j W dW per (softmax head, row); (B) dL = W (dW - D)
 //    and every gradient from it.
 // Nothing of size [h, n, m] leaves a block: the tiles live in shared memory; LSE [b,h,n] is kept.
-// Numerics: every product accumulates in fp32; J, L, W, U, the statistics and every gradient sum
-// are kept in fp32 (shared memory). The products (common/cuda_mma.h's block_gemm):
+// Numerics: every product accumulates in fp32; L, W, the statistics and every gradient sum are
+// kept in fp32 (shared memory), and so are J, U, dU and dJ unless they are bf16 tensor-core
+// operands only (th_args.h's Widths). The products (common/cuda_mma.h's block_gemm):
 //  - Args::tensor_cores (version 2; bf16 inputs, whole warps): on tensor cores, each operand
 //    rounded to bf16 as a fragment is read (J, W, U, dU, dL, dJ and P_l, P_w among them), as a
 //    bf16 batched-matmul path rounds its stored intermediates;
@@ -25,25 +26,33 @@ namespace thx::cuda_th {
 
 using cuda_mma::block_gemm;
 using cuda_mma::Operand;
+using cuda_mma::Plane;
 
-// Rows [first_row, first_row + R) of a [.., width] tensor into S [R, width] as fp32, zero past
-// the last (rows_left): the block's rows of Q or dO, a tile's keys of K or V.
+// Rows [first_row, first_row + R) of a [.., width] tensor into S [R, width] in its dtype, zero
+// past the last (rows_left): the block's rows of Q or dO, a tile's keys of K or V.
 template <typename T>
-THX_DEVICE void load_rows(const T* src, float* S, int64_t first_row, int rows_left, int R, int width) {
+THX_DEVICE void load_rows(const T* src, T* S, int64_t first_row, int rows_left, int R, int width) {
   for (int x = threadIdx.x; x < R * width; x += blockDim.x) {
     const int r = x / width;
-    S[x] = r < rows_left ? thx_to_float(src[(first_row + r) * width + x % width]) : 0.f;
+    S[x] = r < rows_left ? src[(first_row + r) * width + x % width] : thx_from_float<T>(0.f);
   }
 }
+
+// The piece of shared memory at byte offset `at`, as T.
+template <typename T>
+THX_DEVICE T* at_offset(unsigned char* shared, int64_t at) {
+  return reinterpret_cast<T*>(shared + at);
+}
+THX_DEVICE Plane f32(float* p) { return {p, false}; }
 
 // The tile's logits: Js [h_k,R,C] = Q·K per head, Ls [h,R,C] = P_l-mixed Js + bias, -inf where
 // masked, past m or past n. Ks holds the tile's keys [C, h_k*d_k]. Ends with a barrier.
 template <typename T>
-THX_DEVICE void tile_logits(const Args<T>& a, const float* Qs, const float* Ks, float* Js, float* Ls, int i0, int j0) {
+THX_DEVICE void tile_logits(const Args<T>& a, const T* Qs, const T* Ks, const Plane& Js, float* Ls, int i0, int j0) {
   const int R = a.R, C = a.C, qd = a.h_k * a.d_k, rc = R * C;
   // J_k (r, c) = sum_d Q[r, k, d] K[c, k, d]
   block_gemm(a.tensor_cores, a.h_k, {Qs, a.d_k, qd, 1}, {Ks, a.d_k, 1, qd}, R, C, a.d_k,
-             [&](int k, int r, int c, float v) { Js[k * rc + r * C + c] = v; });
+             [&](int k, int r, int c, float v) { Js.set(k * rc + r * C + c, v); });
   __syncthreads();
   const int64_t b = blockIdx.y;
   auto logit = [&](int s, int y, float l) {  // plane s, position y = r * C + c
@@ -55,10 +64,10 @@ THX_DEVICE void tile_logits(const Args<T>& a, const float* Qs, const float* Ks, 
     return l;
   };
   if (a.p_l) {  // L (s, y) = sum_k P_l[k, s] J[k, y]
-    block_gemm(a.tensor_cores, 1, {a.p_l, 0, 1, a.h}, {Js, 0, rc, 1}, a.h, rc, a.h_k,
+    block_gemm(a.tensor_cores, 1, {a.p_l, 0, 1, a.h}, Js.operand(0, rc, 1), a.h, rc, a.h_k,
                [&](int, int s, int y, float v) { Ls[s * rc + y] = logit(s, y, v); });
   } else {
-    for (int x = threadIdx.x; x < a.h * rc; x += blockDim.x) Ls[x] = logit(x / rc, x % rc, Js[x]);
+    for (int x = threadIdx.x; x < a.h * rc; x += blockDim.x) Ls[x] = logit(x / rc, x % rc, Js.get(x));
   }
   __syncthreads();
 }
@@ -74,50 +83,53 @@ THX_DEVICE void tile_weights(const Args<T>& a, float* Ls, const float* lse_s) {
 }
 
 // Out [g2,R,C] = sum_g P[g, g2] In[g,R,C]: a mixing across heads (P_w, or P_l^T with transpose).
-THX_DEVICE void mix(bool tc, const float* P, const float* In, float* Out, int g, int g2, int rc, bool transpose) {
+THX_DEVICE void mix(bool tc, const float* P, const Plane& In, const Plane& Out, int g, int g2, int rc, bool transpose) {
   const Operand p = transpose ? Operand{P, 0, g, 1} : Operand{P, 0, 1, g2};  // (t, s): P[s, t] or P[t, s]
-  block_gemm(tc, 1, p, {In, 0, rc, 1}, g2, rc, g, [&](int, int t, int y, float v) { Out[t * rc + y] = v; });
+  block_gemm(tc, 1, p, In.operand(0, rc, 1), g2, rc, g, [&](int, int t, int y, float v) { Out.set(t * rc + y, v); });
 }
 
 // A mixing's gradient, this block's share: P[g,g2] += sum over the tile of A[g] B[g2], over A
 // [g,R,C] and B [g2,R,C].
-THX_DEVICE void projection_grad(bool tc, const float* A, const float* B, float* P, int g, int g2, int rc) {
-  block_gemm(tc, 1, {A, 0, rc, 1}, {B, 0, 1, rc}, g, g2, rc, [&](int, int x, int y, float v) { P[x * g2 + y] += v; });
+THX_DEVICE void projection_grad(bool tc, const Plane& A, const Plane& B, float* P, int g, int g2, int rc) {
+  block_gemm(tc, 1, A.operand(0, rc, 1), B.operand(0, 1, rc), g, g2, rc,
+             [&](int, int x, int y, float v) { P[x * g2 + y] += v; });
 }
 
 // The tile's keys' share of a gradient: G[c,g,e] += sum_r P[g,r,c] X[r,g,e] for c < keys_left,
 // by atomics (the other blocks of the example add theirs). dV: P = U, X = dO; dK: P = dJ, X = Q.
-THX_DEVICE void key_grad(bool tc, const float* P, const float* X, float* G, int R, int C, int heads, int dim,
+template <typename T>
+THX_DEVICE void key_grad(bool tc, const Plane& P, const T* X, float* G, int R, int C, int heads, int dim,
                          int keys_left) {
   const int width = heads * dim;
-  block_gemm(tc, heads, {P, R * C, 1, C}, {X, dim, width, 1}, C, dim, R, [&](int g, int c, int e, float v) {
+  block_gemm(tc, heads, P.operand(R * C, 1, C), {X, dim, width, 1}, C, dim, R, [&](int g, int c, int e, float v) {
     if (c < keys_left) thx_atomic_add(G + c * width + g * dim + e, v);
   });
 }
 
 // dU [h_v,R,C] = sum_e dO[r,t,e] V[c,t,e].
-THX_DEVICE void tile_dU(bool tc, const float* dOs, const float* Vs, float* dU, int R, int C, int h_v, int d_v) {
+template <typename T>
+THX_DEVICE void tile_dU(bool tc, const T* dOs, const T* Vs, const Plane& dU, int R, int C, int h_v, int d_v) {
   const int vd = h_v * d_v;
   block_gemm(tc, h_v, {dOs, d_v, vd, 1}, {Vs, d_v, 1, vd}, R, C, d_v,
-             [&](int t, int r, int c, float v) { dU[(t * R + r) * C + c] = v; });
+             [&](int t, int r, int c, float v) { dU.set((t * R + r) * C + c, v); });
 }
 
 template <typename T>
 __global__ void forward_kernel(Args<T> a) {
   THX_SHARED(shared_bytes);
-  float* sm = reinterpret_cast<float*>(shared_bytes);
   const int R = a.R, C = a.C, qd = a.h_k * a.d_k, vd = a.h_v * a.d_v, rc = R * C;
   const int i0 = blockIdx.x * R;
   const int64_t b = blockIdx.y;
-  float* Qs = sm;
-  float* Ks = Qs + R * qd;
-  float* Vs = Ks + C * qd;
-  float* Js = Vs + C * vd;
-  float* Ls = Js + a.h_k * rc;
-  float* Us = Ls + a.h * rc;
-  float* Os = Us + a.h_v * rc;
-  float* Ms = Os + R * vd;  // [h,R]: the running max, then LSE
-  float* Ss = Ms + a.h * R;  // [h,R]: the running sum
+  const Layout& at = a.layout;
+  T* Qs = at_offset<T>(shared_bytes, at.q);
+  T* Ks = at_offset<T>(shared_bytes, at.k);
+  T* Vs = at_offset<T>(shared_bytes, at.v);
+  const Plane Js{shared_bytes + at.j, a.widths.j == 2};
+  float* Ls = at_offset<float>(shared_bytes, at.l);
+  const Plane Us{shared_bytes + at.u, a.widths.u == 2};
+  float* Os = at_offset<float>(shared_bytes, at.o);
+  float* Ms = at_offset<float>(shared_bytes, at.m);  // [h,R]: the running max, then LSE
+  float* Ss = at_offset<float>(shared_bytes, at.s);  // [h,R]: the running sum
   load_rows(a.q, Qs, b * a.n + i0, a.n - i0, R, qd);
   for (int x = threadIdx.x; x < a.h * R; x += blockDim.x) Ms[x] = -thx_inf(), Ss[x] = 0.f;
   for (int x = threadIdx.x; x < R * vd; x += blockDim.x) Os[x] = 0.f;
@@ -151,14 +163,14 @@ __global__ void forward_kernel(Args<T> a) {
     tile_logits(a, Qs, Ks, Js, Ls, i0, j0);
     tile_weights(a, Ls, Ms);
     __syncthreads();
-    const float* U = Ls;
+    Plane U = f32(Ls);
     if (a.p_w) {
-      mix(a.tensor_cores, a.p_w, Ls, Us, a.h, a.h_v, rc, false);
+      mix(a.tensor_cores, a.p_w, U, Us, a.h, a.h_v, rc, false);
       __syncthreads();
       U = Us;
     }
     // O[r, t, e] += sum_c U[t, r, c] V[c, t, e]
-    block_gemm(a.tensor_cores, a.h_v, {U, rc, C, 1}, {Vs, a.d_v, vd, 1}, R, a.d_v, C,
+    block_gemm(a.tensor_cores, a.h_v, U.operand(rc, C, 1), {Vs, a.d_v, vd, 1}, R, a.d_v, C,
                [&](int t, int r, int e, float v) { Os[r * vd + t * a.d_v + e] += v; });
     __syncthreads();
   }
@@ -166,52 +178,60 @@ __global__ void forward_kernel(Args<T> a) {
     if (i0 + x / vd < a.n) a.o[(b * a.n + i0) * vd + x] = thx_from_float<T>(Os[x]);
 }
 
-// Backward's shared memory: the block's rows (Q, dQ, dO), the tile's keys (K, V), the tile's
-// [heads,R,C] planes, and per (softmax head, row) LSE and D; this block's dP_l and dP_w.
+// Backward's shared memory (th_args.h's kernel_layout): the block's rows (Q, dQ, dO), the tile's keys
+// (K, V), the tile's [heads,R,C] planes, and per (softmax head, row) LSE and D. This block's dP_l and
+// dP_w partials are summed in place in global memory, which only this block touches.
+template <typename T>
 struct BackwardTiles {
-  float *Qs, *dQs, *dOs, *Ks, *Vs;
-  float *Js, *dJs;  // [h_k,R,C]
+  T *Qs, *dOs, *Ks, *Vs;  // the block's rows, the tile's keys
+  float* dQs;
+  Plane Js, dJs;  // [h_k,R,C]
   float *Ls, *dWs;  // [h,R,C]: L then W; dW then dL
-  float *Us, *dUs;  // [h_v,R,C]
+  Plane Us, dUs;  // [h_v,R,C]
   float *lse, *Ds;  // [h,R]
-  float *dPl, *dPw;  // [h_k,h], [h,h_v]
+  float *dPl, *dPw;  // [h_k,h], [h,h_v]: this block's partials, in global memory (zeroed)
 };
 template <typename T>
-THX_DEVICE BackwardTiles backward_tiles(const Args<T>& a, float* sm) {
-  const int qd = a.h_k * a.d_k, vd = a.h_v * a.d_v, rc = a.R * a.C;
-  BackwardTiles t;
-  t.Qs = sm, t.dQs = t.Qs + a.R * qd, t.dOs = t.dQs + a.R * qd, t.Ks = t.dOs + a.R * vd, t.Vs = t.Ks + a.C * qd;
-  t.Js = t.Vs + a.C * vd, t.dJs = t.Js + a.h_k * rc, t.Ls = t.dJs + a.h_k * rc, t.dWs = t.Ls + a.h * rc;
-  t.Us = t.dWs + a.h * rc, t.dUs = t.Us + a.h_v * rc, t.lse = t.dUs + a.h_v * rc, t.Ds = t.lse + a.h * a.R;
-  t.dPl = t.Ds + a.h * a.R, t.dPw = t.dPl + a.h_k * a.h;
+THX_DEVICE BackwardTiles<T> backward_tiles(const Args<T>& a, unsigned char* sm) {
+  const Layout& at = a.layout;
+  const bool j16 = a.widths.j == 2, u16 = a.widths.u == 2;
+  BackwardTiles<T> t;
+  t.Qs = at_offset<T>(sm, at.q), t.dOs = at_offset<T>(sm, at.dout), t.Ks = at_offset<T>(sm, at.k);
+  t.Vs = at_offset<T>(sm, at.v), t.dQs = at_offset<float>(sm, at.dq);
+  t.Js = {sm + at.j, j16}, t.dJs = {sm + at.dj, j16}, t.Us = {sm + at.u, u16}, t.dUs = {sm + at.du, u16};
+  t.Ls = at_offset<float>(sm, at.l), t.dWs = at_offset<float>(sm, at.dw);
+  t.lse = at_offset<float>(sm, at.m), t.Ds = at_offset<float>(sm, at.s);
+  const int64_t block = int64_t(blockIdx.y) * gridDim.x + blockIdx.x;
+  t.dPl = a.grad_p_l ? a.grad_p_l + block * a.h_k * a.h : nullptr;
+  t.dPw = a.grad_p_w ? a.grad_p_w + block * a.h * a.h_v : nullptr;
   return t;
 }
 
 // A tile (K, V loaded) recomputed: W in Ls, dU in dUs, and with P_w dW in dWs and U in Us.
-// Returns dW (dUs without P_w). Ends with a barrier.
+// Returns dW (dUs, fp32 then, without P_w). Ends with a barrier.
 template <typename T>
-THX_DEVICE float* tile_weights_and_grads(const Args<T>& a, const BackwardTiles& t, int i0, int j0) {
+THX_DEVICE float* tile_weights_and_grads(const Args<T>& a, const BackwardTiles<T>& t, int i0, int j0) {
   tile_logits(a, t.Qs, t.Ks, t.Js, t.Ls, i0, j0);
   tile_weights(a, t.Ls, t.lse);
   tile_dU(a.tensor_cores, t.dOs, t.Vs, t.dUs, a.R, a.C, a.h_v, a.d_v);
   __syncthreads();
-  if (!a.p_w) return t.dUs;
+  if (!a.p_w) return static_cast<float*>(t.dUs.p);
   const int rc = a.R * a.C;
-  mix(a.tensor_cores, a.p_w, t.dUs, t.dWs, a.h_v, a.h, rc, true);  // dW[s] = sum_t P_w[s,t] dU[t]
-  mix(a.tensor_cores, a.p_w, t.Ls, t.Us, a.h, a.h_v, rc, false);   // U[t] = sum_s P_w[s,t] W[s]
+  mix(a.tensor_cores, a.p_w, t.dUs, f32(t.dWs), a.h_v, a.h, rc, true);  // dW[s] = sum_t P_w[s,t] dU[t]
+  mix(a.tensor_cores, a.p_w, f32(t.Ls), t.Us, a.h, a.h_v, rc, false);   // U[t] = sum_s P_w[s,t] W[s]
   __syncthreads();
   return t.dWs;
 }
 
 // Pass B's sums for one tile: dV, dP_w, dL (in place of dW), dbias, dP_l, dJ, then dQ and dK.
 template <typename T>
-THX_DEVICE void tile_gradients(const Args<T>& a, const BackwardTiles& t, int i0, int j0) {
+THX_DEVICE void tile_gradients(const Args<T>& a, const BackwardTiles<T>& t, int i0, int j0) {
   const int R = a.R, C = a.C, qd = a.h_k * a.d_k, vd = a.h_v * a.d_v, rc = R * C;
   const int64_t b = blockIdx.y;
   float* dL = tile_weights_and_grads(a, t, i0, j0);  // dW for now
-  const float* U = a.p_w ? t.Us : t.Ls;
+  const Plane U = a.p_w ? t.Us : f32(t.Ls);
   key_grad(a.tensor_cores, U, t.dOs, a.grad_v + (b * a.m + j0) * vd, R, C, a.h_v, a.d_v, a.m - j0);  // dV
-  if (a.p_w) projection_grad(a.tensor_cores, t.Ls, t.dUs, t.dPw, a.h, a.h_v, rc);  // dP_w[s,t] += sum W[s] dU[t]
+  if (a.p_w) projection_grad(a.tensor_cores, f32(t.Ls), t.dUs, t.dPw, a.h, a.h_v, rc);  // dP_w[s,t] += sum W[s] dU[t]
   // dL in place of dW: nothing above reads dW (with P_w, dP_w reads dU; without, dV reads W).
   for (int x = threadIdx.x; x < a.h * rc; x += blockDim.x) dL[x] = t.Ls[x] * (dL[x] - t.Ds[x / C]);
   __syncthreads();
@@ -221,15 +241,15 @@ THX_DEVICE void tile_gradients(const Args<T>& a, const BackwardTiles& t, int i0,
       const int s = x / rc, i = i0 + (x / C) % R, j = j0 + x % C;
       if (i < a.n && j < a.m) thx_atomic_add(a.grad_bias + b * bs[0] + s * bs[1] + i * bs[2] + j * bs[3], dL[x]);
     }
-  const float* dJ = dL;
+  Plane dJ = f32(dL);
   if (a.p_l) {
-    projection_grad(a.tensor_cores, t.Js, dL, t.dPl, a.h_k, a.h, rc);  // dP_l[k,s] += sum J[k] dL[s]
-    mix(a.tensor_cores, a.p_l, dL, t.dJs, a.h, a.h_k, rc, true);  // dJ[k] = sum_s P_l[k,s] dL[s]
+    projection_grad(a.tensor_cores, t.Js, dJ, t.dPl, a.h_k, a.h, rc);  // dP_l[k,s] += sum J[k] dL[s]
+    mix(a.tensor_cores, a.p_l, dJ, t.dJs, a.h, a.h_k, rc, true);  // dJ[k] = sum_s P_l[k,s] dL[s]
     dJ = t.dJs;
   }
   __syncthreads();
   // dQ[r,k,d] += sum_c dJ[k,r,c] K[c,k,d]
-  block_gemm(a.tensor_cores, a.h_k, {dJ, rc, C, 1}, {t.Ks, a.d_k, qd, 1}, R, a.d_k, C,
+  block_gemm(a.tensor_cores, a.h_k, dJ.operand(rc, C, 1), {t.Ks, a.d_k, qd, 1}, R, a.d_k, C,
              [&](int k, int r, int d, float v) { t.dQs[r * qd + k * a.d_k + d] += v; });
   key_grad(a.tensor_cores, dJ, t.Qs, a.grad_k + (b * a.m + j0) * qd, R, C, a.h_k, a.d_k, a.m - j0);  // dK
   __syncthreads();
@@ -238,10 +258,10 @@ THX_DEVICE void tile_gradients(const Args<T>& a, const BackwardTiles& t, int i0,
 template <typename T>
 __global__ void backward_kernel(Args<T> a) {
   THX_SHARED(shared_bytes);
-  const BackwardTiles t = backward_tiles(a, reinterpret_cast<float*>(shared_bytes));
+  const BackwardTiles<T> t = backward_tiles(a, shared_bytes);
   const int R = a.R, C = a.C, qd = a.h_k * a.d_k, vd = a.h_v * a.d_v;
   const int i0 = blockIdx.x * R;
-  const int64_t b = blockIdx.y, block = int64_t(blockIdx.y) * gridDim.x + blockIdx.x;
+  const int64_t b = blockIdx.y;
   load_rows(a.q, t.Qs, b * a.n + i0, a.n - i0, R, qd);
   load_rows(a.grad_o, t.dOs, b * a.n + i0, a.n - i0, R, vd);
   for (int x = threadIdx.x; x < R * qd; x += blockDim.x) t.dQs[x] = 0.f;
@@ -250,8 +270,6 @@ __global__ void backward_kernel(Args<T> a) {
     t.lse[x] = i < a.n ? a.lse[(b * a.h + s) * a.n + i] : -thx_inf();
     t.Ds[x] = 0.f;
   }
-  for (int x = threadIdx.x; x < a.h_k * a.h; x += blockDim.x) t.dPl[x] = 0.f;
-  for (int x = threadIdx.x; x < a.h * a.h_v; x += blockDim.x) t.dPw[x] = 0.f;
   __syncthreads();
   for (int j0 = 0; j0 < a.m; j0 += C) {  // pass A: D = sum_j W dW per (softmax head, row)
     load_rows(a.k, t.Ks, b * a.m + j0, a.m - j0, C, qd);
@@ -273,10 +291,6 @@ __global__ void backward_kernel(Args<T> a) {
   }
   for (int x = threadIdx.x; x < R * qd; x += blockDim.x)
     if (i0 + x / qd < a.n) a.grad_q[(b * a.n + i0) * qd + x] = thx_from_float<T>(t.dQs[x]);
-  if (a.p_l)
-    for (int x = threadIdx.x; x < a.h_k * a.h; x += blockDim.x) a.grad_p_l[block * a.h_k * a.h + x] = t.dPl[x];
-  if (a.p_w)
-    for (int x = threadIdx.x; x < a.h * a.h_v; x += blockDim.x) a.grad_p_w[block * a.h * a.h_v + x] = t.dPw[x];
 }
 
 }  // namespace thx::cuda_th
