@@ -12,7 +12,8 @@
 #                                    default 560 s): the CUDA tests (each suite in its own process,
 #                                    so that a crash names its suite), compute-sanitizer on thx's
 #                                    kernels, the attention benchmark (talking-heads fused, tiled,
-#                                    batched), Nsight Compute on the fused kernels, the mini T5
+#                                    batched), the fused kernels' launch tuned (tiles, threads),
+#                                    Nsight Compute on the fused kernels, the mini T5
 #                                    on the GPU (fp32, bf16) beside the CPU,
 #                                    the whole-step benchmark at base size in bf16 with the
 #                                    compiled PyTorch peer (and its talking-heads rows again on the
@@ -62,7 +63,7 @@ run() {
   # later call on the same (warm) machine finds the build done and can run the rest
   # (GPU_PHASES="bench-train unit-suite", say).
   local deadline=$((SECONDS + ${GPU_DEADLINE_S:-560}))
-  local phases=${GPU_PHASES:-build cuda-tests sanitize bench-attention mini-t5 bench-train bench-train-tiled ncu cuda-debug unit-suite}
+  local phases=${GPU_PHASES:-build cuda-tests sanitize bench-attention tune mini-t5 bench-train bench-train-tiled ncu cuda-debug unit-suite}
   printf '| phase | exit | seconds | last line of its log |\n|---|---:|---:|---|\n' > "$summary"
   {
     date -u; uname -a; head -3 /etc/os-release 2>/dev/null; nproc; free -g | head -2
@@ -145,6 +146,16 @@ run() {
         flag=--\$path; [ \$path = fused ] && flag=
         for n in 512 2048; do bench --n \$n --batch 8 \$flag --out $OUT/attention-\$path-n\$n.md || exit 1; done
         case \$path in fused|tiled) bench --n 8192 --batch 1 --no-reference \$flag --out $OUT/attention-\$path-n8192.md || exit 1 ;; esac
+      done"
+    # The fused kernels' launch, tuned: the same layer (bf16, n = 2048, batch 8, h = 12 and 48)
+    # with its own choice, then each forced launch (thx bench attention --th-tiles, --th-threads):
+    # fewer and more threads, and smaller tiles (two blocks to a multiprocessor where they fit). A
+    # launch that does not fit is refused in one line and the next runs.
+    phase tune 60 bash -c "
+      for launch in '' '--th-threads 128' '--th-threads 512' '--th-tiles 16x8' '--th-tiles 16x8,8x8' '--th-tiles 8x8'; do
+        name=\$(echo \"default \$launch\" | tr -c 'a-z0-9\n' _)
+        $thx --device cuda bench attention --precision bf16 --heads 12,48 --n 2048 --batch 8 --no-reference \$launch \
+          --out $OUT/tune-\$name.md 2>&1 | tail -3
       done"
     # What bounds the fused kernels: Nsight Compute on one forward and one backward launch at
     # h = 48, n = 2048, batch 8 (speed of light, memory and compute workload, occupancy).

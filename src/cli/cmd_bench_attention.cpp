@@ -1,4 +1,6 @@
 // thx bench attention: one attention layer timed (experiments/bench_attention.h).
+#include <cstdio>
+
 #include "cli/command.h"
 #include "common/runtime.h"
 #include "experiments/bench_attention.h"
@@ -6,9 +8,30 @@
 namespace thx {
 namespace {
 
+// --th-tiles: "RxC" (both kernels) or "RxC,RxC" (forward, backward).
+ThLaunch parse_th_tiles(const std::string& text) {
+  ThLaunch l;
+  const std::string bad = fmt::format("--th-tiles {}: allowed: RxC or RxC,RxC (the forward's and the backward's "
+                                      "query rows and keys per block, each 1 to 256; e.g. 16x16,16x8)", text);
+  auto tile = [&](const std::string& t) {
+    ThTiles out;
+    char x = 0, extra = 0;
+    if (std::sscanf(t.c_str(), "%d%c%d%c", &out.R, &x, &out.C, &extra) != 3 || x != 'x' || out.R < 1 || out.C < 1 ||
+        out.R > 256 || out.C > 256)
+      throw InputError(bad);
+    return out;
+  };
+  const size_t comma = text.find(',');
+  l.forward = tile(text.substr(0, comma));
+  l.backward = comma == std::string::npos ? l.forward : tile(text.substr(comma + 1));
+  return l;
+}
+
 struct BenchAttentionCommand : Command {
   BenchAttentionOptions opt;
   bool no_reference = false;
+  std::string th_tiles;
+  int th_threads = 0;
 
   explicit BenchAttentionCommand(CLI::App& parent) {
     app = parent.add_subcommand(
@@ -32,6 +55,11 @@ struct BenchAttentionCommand : Command {
                                                              "not thx's fused CUDA kernels")->excludes(batched);
     app->add_flag("--fma", opt.fma, "on a GPU, the fused kernels' bf16 products as fp32 FMAs (their version 1), "
                                     "not on tensor cores")->excludes(batched)->excludes(tiled);
+    app->add_option("--th-tiles", th_tiles, "on a GPU, the fused kernels' tiles instead of their own choice: RxC "
+                                            "(both) or RxC,RxC (forward, backward), query rows x keys per block")
+        ->excludes(batched)->excludes(tiled);
+    app->add_option("--th-threads", th_threads, "on a GPU, the fused kernels' threads per block (a multiple of 32 "
+                                                "up to 1024; default 256)")->excludes(batched)->excludes(tiled);
   }
 
   int run() override {
@@ -39,6 +67,10 @@ struct BenchAttentionCommand : Command {
       if (h < 1 || opt.d_model % h != 0)
         throw InputError(fmt::format("--heads: {} does not divide --d-model {}", h, opt.d_model));
     opt.reference = !no_reference;
+    if (!th_tiles.empty()) opt.th_launch = parse_th_tiles(th_tiles);
+    if (th_threads != 0 && (th_threads < 32 || th_threads > 1024 || th_threads % 32 != 0))
+      throw InputError(fmt::format("--th-threads {}: allowed: a multiple of 32 from 32 to 1024", th_threads));
+    opt.th_launch.threads = th_threads;
     opt.device = resolve_device(device_request(), "--device");
     bench_attention(opt);
     return 0;

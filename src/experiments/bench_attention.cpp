@@ -128,7 +128,23 @@ struct AttentionTables {
   TextTable runs, ratios;
   bool all_ratios_ok = true;
   double speedup24 = 0;  // production over the einsum reference at h = 24 (the slower variant's)
+  bool fused = false;    // talking-heads ran on the fused kernels (a GPU's)
 };
+
+std::string launch_text(const ThLaunch& l) {
+  return fmt::format("{}x{} / {}x{}, {}", l.forward.R, l.forward.C, l.backward.R, l.backward.C, l.threads);
+}
+
+// The forced tiles fit every cell's shared memory, or an InputError says which does not.
+void check_forced_launch(const BenchAttentionOptions& opt, const std::vector<std::string>& precisions) {
+  const cuda_th::Launcher* l = cuda_th_launcher();
+  if (!l || (opt.th_launch.forward.R <= 0 && opt.th_launch.backward.R <= 0)) return;
+  for (const int64_t h : opt.heads)
+    for (const std::string& p : precisions) {
+      const std::string why = fused_th_launch_unfit(opt.th_launch, int(h), int(opt.d_model / h), p == "bf16", *l);
+      if (!why.empty()) throw InputError("--th-tiles: " + why);
+    }
+}
 
 // Multi-head and talking-heads of h heads in one precision, interleaved: MH, TH, MH, TH, ... so
 // that drift in the machine's speed hits both alike; the ratio is the median of the per-pair
@@ -178,6 +194,7 @@ void measure_cell(const BenchAttentionOptions& opt, int64_t h, const std::string
   out.ratios.rows.push_back({std::to_string(h), precision, fmt::format("{:.3f}", time_ratio),
                              fmt::format("{:.3f}", mult_ratio), fmt::format("{:.3f}", time_ratio / mult_ratio),
                              ok ? "met" : "MISSED"});
+  if (gpu) out.ratios.rows.back().push_back(out.fused ? launch_text(fused_th_last_launch()) : "-");
 }
 
 }  // namespace
@@ -187,6 +204,7 @@ std::string bench_attention(const BenchAttentionOptions& opt) {
   set_tiled_attention(!opt.batched);
   set_th_kernels(!opt.batched && !opt.tiled);
   set_th_tensor_cores(!opt.fma);
+  set_th_launch(opt.th_launch);
   torch::manual_seed(0);
   log->info("attention fwd+bwd: d_model {}, n = m = {}, batch {}, {} threads, median of {}",
             opt.d_model, opt.n, opt.batch, torch::get_num_threads(), opt.reps);
@@ -198,6 +216,8 @@ std::string bench_attention(const BenchAttentionOptions& opt) {
                               : opt.fma ? "thx's fused CUDA kernels, bf16 products as fp32 FMAs (version 1)"
                                         : "thx's fused CUDA kernels (bf16 products on tensor cores, sm_80+)";
   log->info("talking-heads on {}", th_path);
+  const bool fused = gpu && !opt.batched && !opt.tiled && cuda_th_launcher();
+  if (fused) check_forced_launch(opt, precisions);
   const int64_t peak_size = gpu ? 8192 : 2048;
   std::map<std::string, double> peaks;
   for (const auto& p : precisions) {
@@ -213,6 +233,8 @@ std::string bench_attention(const BenchAttentionOptions& opt) {
   tables.ratios.header = {"h", "precision", "TH/MH time", "TH/MH multiplies", "time ratio / multiplies ratio",
                           "target <= 1.15"};
   tables.ratios.align = "rlrrrl";
+  tables.fused = fused;
+  if (gpu) tables.ratios.header.push_back("fused tiles fwd / bwd, threads"), tables.ratios.align += "l";
   for (const int64_t h : opt.heads)
     for (const std::string& p : precisions) measure_cell(opt, h, p, peaks.at(p), tables);
 

@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "attention/cuda/th_fused.h"
+
 namespace thx {
 
 struct BenchAttentionOptions {
@@ -22,6 +24,8 @@ struct BenchAttentionOptions {
   // tiled ATen path; `tiled` forces that path, `batched` the batched composition; `fma` keeps the
   // fused kernels' bf16 products off the tensor cores (version 1's fp32 FMAs).
   bool batched = false, tiled = false, fma = false;
+  // The fused kernels' forced tiles and threads (--th-tiles, --th-threads; zeros: their own choice).
+  ThLaunch th_launch;
   std::string precision = "fp32";  // fp32 | bf16 | both (each with its own matmul peak)
   std::string markdown_out;  // also write the report here
   torch::Device device{torch::kCPU};  // --device (on CUDA the matmul peak is 8192^3); peak memory

@@ -228,6 +228,39 @@ TEST(FusedThEmulated, TilesAreTheLargestThatFit) {
   EXPECT_EQ(b16.dw - b16.l, f32.dw - f32.l);        // L, W: fp32 always
 }
 
+// A forced launch (set_th_launch: `thx bench attention --th-tiles, --th-threads`): each kernel
+// takes its own forced tiles and the threads, the results stay right, the last launch reports
+// them, a tile passed to the core comes first, and forced tiles that do not fit are an error
+// naming them (as fused_th_launch_unfit names them before a benchmark runs).
+TEST(FusedThEmulated, AForcedLaunchIsUsedReportedAndChecked) {
+  torch::manual_seed(11);
+  const Inputs in = inputs(kCases.front(), Extra::bias_padding, torch::kFloat32);
+  const Result want = reference(in);
+  const cuda_th::Launcher l = emulator(32, 7000);
+  ThLaunch forced;
+  forced.forward = {4, 2}, forced.backward = {2, 3}, forced.threads = 40;
+  set_th_launch(forced);
+  expect_same(fused(in, torch::kFloat32, l, {}), want, 2e-6, 2e-5);
+  ThLaunch last = fused_th_last_launch();
+  EXPECT_EQ(last.forward.R * 10 + last.forward.C, 42);
+  EXPECT_EQ(last.backward.R * 10 + last.backward.C, 23);
+  EXPECT_EQ(last.threads, 40);
+  expect_same(fused(in, torch::kFloat32, l, {1, 1}), want, 2e-6, 2e-5);
+  last = fused_th_last_launch();
+  EXPECT_EQ(last.forward.R + last.backward.C, 2);
+  forced.backward = {64, 64};
+  set_th_launch(forced);
+  EXPECT_NE(fused_th_launch_unfit(forced, 4, 4, false, l).find("backward tiles 64x64 need"), std::string::npos);
+  EXPECT_EQ(fused_th_launch_unfit(forced, 4, 4, false, emulator(32)), "");
+  try {
+    fused(in, torch::kFloat32, l, {});
+    ADD_FAILURE() << "tiles that do not fit ran";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("the forced backward tiles 64x64 need"), std::string::npos) << e.what();
+  }
+  set_th_launch({});
+}
+
 // ---- version 2: bf16 products on tensor cores ----------------------------------------------
 // The kernels' bf16 algorithm with its error bound (bf16_bounds.h), step by step as
 // th_kernels.cuh computes: every product's operands rounded to bf16 (J, W, U, dU, dL, dJ and

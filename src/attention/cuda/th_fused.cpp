@@ -1,6 +1,7 @@
 #include "attention/cuda/th_fused.h"
 
 #include <atomic>
+#include <mutex>
 #include <type_traits>
 #include <utility>
 
@@ -35,6 +36,18 @@ void broadcast_strides(const Tensor& t4, const Dims& d, int64_t* out) {
 }
 
 std::atomic<bool> g_tensor_cores{true};
+std::mutex g_launch_mu;
+ThLaunch g_launch, g_last;  // set_th_launch's, and what the last launches used
+
+ThLaunch launch_settings() {
+  std::lock_guard<std::mutex> lock(g_launch_mu);
+  return g_launch;
+}
+void record(bool backward, ThTiles tiles, int threads) {
+  std::lock_guard<std::mutex> lock(g_launch_mu);
+  (backward ? g_last.backward : g_last.forward) = tiles;
+  g_last.threads = threads;
+}
 
 cuda_th::Widths widths_for(bool bf16, bool tensor_cores, bool p_l, bool p_w) {
   cuda_th::Widths w;
@@ -65,9 +78,9 @@ Args<T> args(const Dims& d, ThTiles tiles, const Tensor& P_l, const Tensor& P_w,
   return a;
 }
 
-// bf16 products on tensor cores: the launcher's device has them, its blocks are whole warps and
-// set_th_tensor_cores has not switched them off.
-bool tensor_cores_for(const Launcher& l) { return l.tensor_cores && l.threads % 32 == 0 && g_tensor_cores; }
+// bf16 products on tensor cores: the launcher's device has them, its blocks (of `threads`) are
+// whole warps and set_th_tensor_cores has not switched them off.
+bool tensor_cores_for(const Launcher& l, int threads) { return l.tensor_cores && threads % 32 == 0 && g_tensor_cores; }
 
 template <typename T>
 T* ptr(const Tensor& t) {
@@ -90,20 +103,30 @@ Prepared prepare(const Tensor& Q, const Tensor& K, const Tensor& V, const Tensor
              mask.defined() ? four(mask.to(torch::kBool)) : Tensor(),
              dims(Q, K, V, P_l, P_w), tiles};
   const bool bf16 = Q.scalar_type() == torch::kBFloat16;
+  const cuda_th::Widths w = widths_for(bf16, tensor_cores, P_l.defined(), P_w.defined());
+  const Dims& d = p.d;
+  if (p.tiles.R <= 0 || p.tiles.C <= 0) {
+    const ThLaunch forced = launch_settings();
+    p.tiles = backward ? forced.backward : forced.forward;
+    const int64_t need = layout(d, p.tiles, w, backward).bytes;
+    TORCH_CHECK(p.tiles.R <= 0 || need <= l.shared_limit_bytes, "fused talking-heads: the forced ",
+                backward ? "backward" : "forward", " tiles ", p.tiles.R, "x", p.tiles.C, " need ", need,
+                " bytes of shared memory; the device allows ", l.shared_limit_bytes);
+  }
   if (p.tiles.R <= 0 || p.tiles.C <= 0)
-    p.tiles = fused_th_tiles(int(p.d.h_k), int(p.d.h), int(p.d.h_v), int(p.d.d_k), int(p.d.d_v), l.shared_limit_bytes,
-                             backward, widths_for(bf16, tensor_cores, P_l.defined(), P_w.defined()));
+    p.tiles = fused_th_tiles(int(d.h_k), int(d.h), int(d.h_v), int(d.d_k), int(d.d_v), l.shared_limit_bytes,
+                             backward, w);
   TORCH_CHECK(p.tiles.R > 0 && p.tiles.C > 0, "fused talking-heads: no tile fits the shared memory");
   return p;
 }
-
 
 struct FusedThFn : torch::autograd::Function<FusedThFn> {
   static Tensor forward(AutogradContext* ctx, const Tensor& Q, const Tensor& K, const Tensor& V, const Tensor& P_l_in,
                         const Tensor& P_w_in, const Tensor& bias_in, const Tensor& mask_in, int64_t launcher,
                         int64_t R, int64_t C) {
     const Launcher& l = *reinterpret_cast<const Launcher*>(launcher);
-    const bool tensor_cores = tensor_cores_for(l);
+    const int forced_threads = launch_settings().threads, threads = forced_threads > 0 ? forced_threads : l.threads;
+    const bool tensor_cores = tensor_cores_for(l, threads);
     const Prepared p = prepare(Q, K, V, present(P_l_in), present(P_w_in), present(bias_in), present(mask_in), l,
                                {int(R), int(C)}, false, tensor_cores);
     const Dims& d = p.d;
@@ -114,13 +137,15 @@ struct FusedThFn : torch::autograd::Function<FusedThFn> {
       using T = decltype(tag);
       Args<T> a = args<T>(d, p.tiles, p.P_l, p.P_w, p.bias4, p.mask4, tensor_cores, false);
       a.q = ptr<T>(p.Q), a.k = ptr<T>(p.K), a.v = ptr<T>(p.V), a.o = ptr<T>(O), a.lse = lse.data_ptr<float>();
-      fn(a, gx, gy, l.threads, a.layout.bytes);
+      fn(a, gx, gy, threads, a.layout.bytes);
     };
     if (Q.scalar_type() == torch::kBFloat16) run(thx_bf16{}, l.forward_bf16);
     else run(float{}, l.forward_f32);
+    record(false, p.tiles, threads);
     ctx->save_for_backward({Q, K, V, P_l_in, P_w_in, bias_in, mask_in, lse});
     ctx->saved_data["launcher"] = launcher;
     ctx->saved_data["tensor_cores"] = tensor_cores;  // the backward rounds as the forward did
+    ctx->saved_data["threads"] = int64_t(threads);
     ctx->saved_data["R"] = R;  // as asked: 0 lets the backward choose its own (it needs more memory)
     ctx->saved_data["C"] = C;
     return O;
@@ -131,6 +156,7 @@ struct FusedThFn : torch::autograd::Function<FusedThFn> {
     const Launcher& l = *reinterpret_cast<const Launcher*>(ctx->saved_data["launcher"].toInt());
     const Tensor bias = present(s[5]);
     const bool tensor_cores = ctx->saved_data["tensor_cores"].toBool();
+    const int threads = int(ctx->saved_data["threads"].toInt());
     const Prepared p = prepare(s[0], s[1], s[2], present(s[3]), present(s[4]), bias, present(s[6]), l,
                                {int(ctx->saved_data["R"].toInt()), int(ctx->saved_data["C"].toInt())}, true,
                                tensor_cores);
@@ -151,10 +177,11 @@ struct FusedThFn : torch::autograd::Function<FusedThFn> {
       if (dbias4.defined()) a.grad_bias = dbias4.data_ptr<float>(), broadcast_strides(dbias4, d, a.grad_bias_stride);
       a.grad_p_l = dP_l.defined() ? dP_l.data_ptr<float>() : nullptr;
       a.grad_p_w = dP_w.defined() ? dP_w.data_ptr<float>() : nullptr;
-      fn(a, gx, gy, l.threads, a.layout.bytes);
+      fn(a, gx, gy, threads, a.layout.bytes);
     };
     if (p.Q.scalar_type() == torch::kBFloat16) run(thx_bf16{}, l.backward_bf16);
     else run(float{}, l.backward_f32);
+    record(true, p.tiles, threads);
     auto back = [](const Tensor& g, const Tensor& like) { return g.defined() ? g.to(like.scalar_type()) : Tensor(); };
     return {dQ,
             dK.to(p.K.scalar_type()),
@@ -225,6 +252,33 @@ Tensor fused_th_attention_core(const Tensor& Q, const Tensor& K, const Tensor& V
 }
 
 void set_th_tensor_cores(bool enabled) { g_tensor_cores = enabled; }
+
+void set_th_launch(const ThLaunch& launch) {
+  TORCH_CHECK(launch.threads >= 0 && launch.threads <= 1024, "set_th_launch: threads ", launch.threads);
+  std::lock_guard<std::mutex> lock(g_launch_mu);
+  g_launch = launch;
+}
+
+ThLaunch fused_th_last_launch() {
+  std::lock_guard<std::mutex> lock(g_launch_mu);
+  return g_last;
+}
+
+std::string fused_th_launch_unfit(const ThLaunch& launch, int h, int d, bool bf16, const Launcher& l) {
+  const bool tensor_cores = tensor_cores_for(l, launch.threads > 0 ? launch.threads : l.threads);
+  const cuda_th::Widths w = widths_for(bf16, tensor_cores, true, true);
+  for (bool backward : {false, true}) {
+    const ThTiles t = backward ? launch.backward : launch.forward;
+    if (t.R <= 0) continue;
+    const int64_t need = cuda_th::kernel_layout({t.R, t.C, h, h, h, d, d}, w, backward).bytes;
+    if (need > l.shared_limit_bytes)
+      return std::string(backward ? "backward" : "forward") + " tiles " + std::to_string(t.R) + "x" +
+             std::to_string(t.C) + " need " + std::to_string(need / 1024) + " KB of shared memory at h = " +
+             std::to_string(h) + " (" + (bf16 ? "bf16" : "fp32") + "); the GPU allows " +
+             std::to_string(l.shared_limit_bytes / 1024) + " KB";
+  }
+  return "";
+}
 
 #if !THX_CUDA_KERNELS
 const cuda_th::Launcher* cuda_th_launcher() { return nullptr; }

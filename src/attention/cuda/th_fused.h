@@ -41,4 +41,20 @@ torch::Tensor fused_th_attention_core(const torch::Tensor& Q, const torch::Tenso
 // or as fp32 FMAs, as fp32 problems always run (version 1; false: benchmarks compare the two).
 void set_th_tensor_cores(bool enabled);
 
+// How the kernels are launched, for tuning them on a GPU (`thx bench attention --th-tiles,
+// --th-threads`): each kernel's tiles ({0, 0}: fused_th_tiles's choice) and the threads per
+// block (0: the launcher's). A tile passed to fused_th_attention_core comes first; a forced tile
+// that does not fit the shared memory is an error. The backward keeps its forward's threads.
+struct ThLaunch {
+  ThTiles forward, backward;
+  int threads = 0;
+};
+void set_th_launch(const ThLaunch& launch);
+// What the last forward and backward launches used (tiles and threads), for reports.
+ThLaunch fused_th_last_launch();
+// Why `launch`'s forced tiles cannot run talking-heads (P_l and P_w, h heads of width d, in bf16
+// or fp32) on `launcher`: one line naming the kernel, the tiles and the shared memory they need
+// and have; "" where they can.
+std::string fused_th_launch_unfit(const ThLaunch& launch, int h, int d, bool bf16, const cuda_th::Launcher& launcher);
+
 }  // namespace thx
