@@ -92,6 +92,10 @@ THX_DEVICE bool word_pairs(const Operand& X, int64_t ks, int64_t other, int K) {
 THX_DEVICE uint32_t k_pair(const Operand& X, bool words, bool inside, int64_t at, int64_t ks, int k, int K) {
   if (!inside || k >= K) return 0u;
   if (words) return thx_load_word(static_cast<const thx_bf16*>(X.p) + at);
+  if (X.bf16) {  // already bf16: the two halves as they are (rounding them again would change nothing)
+    const thx_bf16* x = static_cast<const thx_bf16*>(X.p);
+    return uint32_t(x[at].bits) | (k + 1 < K ? uint32_t(x[at + ks].bits) << 16 : 0u);
+  }
   return pack_bf16x2(X.at(at), k + 1 < K ? X.at(at + ks) : 0.f);
 }
 
