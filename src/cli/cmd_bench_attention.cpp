@@ -59,7 +59,7 @@ struct BenchAttentionCommand : Command {
                                             "(both) or RxC,RxC (forward, backward), query rows x keys per block")
         ->excludes(batched)->excludes(tiled);
     app->add_option("--th-threads", th_threads, "on a GPU, the fused kernels' threads per block (a multiple of 32 "
-                                                "up to 1024; default 256)")->excludes(batched)->excludes(tiled);
+                                                "up to 512; default 256)")->excludes(batched)->excludes(tiled);
   }
 
   int run() override {
@@ -68,8 +68,9 @@ struct BenchAttentionCommand : Command {
         throw InputError(fmt::format("--heads: {} does not divide --d-model {}", h, opt.d_model));
     opt.reference = !no_reference;
     if (!th_tiles.empty()) opt.th_launch = parse_th_tiles(th_tiles);
-    if (th_threads != 0 && (th_threads < 32 || th_threads > 1024 || th_threads % 32 != 0))
-      throw InputError(fmt::format("--th-threads {}: allowed: a multiple of 32 from 32 to 1024", th_threads));
+    if (th_threads != 0 && (th_threads < 32 || th_threads > cuda_th::kMaxThreads || th_threads % 32 != 0))
+      throw InputError(fmt::format("--th-threads {}: allowed: a multiple of 32 from 32 to {}", th_threads,
+                                   cuda_th::kMaxThreads));
     opt.th_launch.threads = th_threads;
     opt.device = resolve_device(device_request(), "--device");
     bench_attention(opt);

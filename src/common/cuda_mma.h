@@ -99,6 +99,52 @@ THX_DEVICE uint32_t k_pair(const Operand& X, bool words, bool inside, int64_t at
   return pack_bf16x2(X.at(at), k + 1 < K ? X.at(at + ks) : 0.f);
 }
 
+// A product's 16x8 output tiles on tensor cores, in the order warps take them: tile x is batch
+// entry x / (tiles_m * tiles_n), rows 16 * (x / tiles_n % tiles_m), columns 8 * (x % tiles_n).
+struct TileGrid {
+  int M, N, K, tiles_m, tiles_n, tiles;
+  bool a_words, b_words;  // word_pairs of A and B
+  THX_DEVICE TileGrid(int batch, int m, int n, int k = 0)
+      : M(m), N(n), K(k), tiles_m((m + 15) / 16), tiles_n((n + 7) / 8), tiles(batch * tiles_m * tiles_n),
+        a_words(false), b_words(false) {}
+  THX_DEVICE TileGrid(int batch, const Operand& A, const Operand& B, int m, int n, int k) : TileGrid(batch, m, n, k) {
+    a_words = word_pairs(A, A.cs, A.rs, k), b_words = word_pairs(B, B.rs, B.cs, k);
+  }
+  THX_DEVICE int g(int x) const { return x / (tiles_m * tiles_n); }
+  THX_DEVICE int m0(int x) const { return (x / tiles_n) % tiles_m * 16; }
+  THX_DEVICE int n0(int x) const { return x % tiles_n * 8; }
+};
+
+// d[0..3] = this lane's share of tile x (mma's accumulator layout: rows g4 and g4 + 8, columns
+// 2 t4 and 2 t4 + 1), summed over k in steps of 16. Every lane of the warp takes part.
+THX_DEVICE void warp_tile(const TileGrid& t, const Operand& A, const Operand& B, int x, float* d) {
+  const int lane = threadIdx.x % 32, g4 = lane / 4, t4 = lane % 4;
+  const int g = t.g(x), m0 = t.m0(x), n0 = t.n0(x), M = t.M, N = t.N, K = t.K;
+  d[0] = d[1] = d[2] = d[3] = 0.f;
+  for (int k0 = 0; k0 < K; k0 += 16) {
+    uint32_t aw[4], bw[2];
+    for (int w = 0; w < 4; ++w) {
+      const int m = m0 + g4 + 8 * (w % 2), k = k0 + 2 * t4 + 8 * (w / 2);
+      aw[w] = k_pair(A, t.a_words, m < M, g * A.gs + m * A.rs + k * A.cs, A.cs, k, K);
+    }
+    for (int w = 0; w < 2; ++w) {
+      const int k = k0 + 2 * t4 + 8 * w, n = n0 + g4;
+      bw[w] = k_pair(B, t.b_words, n < N, g * B.gs + k * B.rs + n * B.cs, B.rs, k, K);
+    }
+    thx_mma_bf16_16816(d, aw, bw);
+  }
+}
+
+// out(g, m, n, d[w]) for this lane's outputs of tile x inside M and N.
+template <class Out>
+THX_DEVICE void tile_outputs(const TileGrid& t, int x, const float* d, Out& out) {
+  const int lane = threadIdx.x % 32, g4 = lane / 4, t4 = lane % 4;
+  for (int w = 0; w < 4; ++w) {
+    const int m = t.m0(x) + g4 + 8 * (w / 2), n = t.n0(x) + 2 * t4 + w % 2;
+    if (m < t.M && n < t.N) out(t.g(x), m, n, d[w]);
+  }
+}
+
 // out(g, m, n, sum_k A_g(m, k) B_g(k, n)) for every g < batch, m < M, n < N, each (g, m, n) by
 // exactly one thread (so that `out` may add into memory it alone owns). The sums are fp32:
 //  - tensor_cores: each warp takes 16x8 output tiles in turn; the operands are rounded to bf16
@@ -119,28 +165,42 @@ THX_DEVICE void block_gemm(bool tensor_cores, int batch, Operand A, Operand B, i
     }
     return;
   }
-  const int tiles_m = (M + 15) / 16, tiles_n = (N + 7) / 8, tiles = batch * tiles_m * tiles_n;
-  const int lane = threadIdx.x % 32, g4 = lane / 4, t4 = lane % 4;
-  const bool a_words = word_pairs(A, A.cs, A.rs, K), b_words = word_pairs(B, B.rs, B.cs, K);
-  for (int x = threadIdx.x / 32; x < tiles; x += blockDim.x / 32) {  // the same x across a warp
-    const int g = x / (tiles_m * tiles_n), m0 = (x / tiles_n) % tiles_m * 16, n0 = x % tiles_n * 8;
-    float d[4] = {0.f, 0.f, 0.f, 0.f};
-    for (int k0 = 0; k0 < K; k0 += 16) {
-      uint32_t aw[4], bw[2];
-      for (int w = 0; w < 4; ++w) {
-        const int m = m0 + g4 + 8 * (w % 2), k = k0 + 2 * t4 + 8 * (w / 2);
-        aw[w] = k_pair(A, a_words, m < M, g * A.gs + m * A.rs + k * A.cs, A.cs, k, K);
-      }
-      for (int w = 0; w < 2; ++w) {
-        const int k = k0 + 2 * t4 + 8 * w, n = n0 + g4;
-        bw[w] = k_pair(B, b_words, n < N, g * B.gs + k * B.rs + n * B.cs, B.rs, k, K);
-      }
-      thx_mma_bf16_16816(d, aw, bw);
-    }
-    for (int w = 0; w < 4; ++w) {
-      const int m = m0 + g4 + 8 * (w / 2), n = n0 + 2 * t4 + w % 2;
-      if (m < M && n < N) out(g, m, n, d[w]);
-    }
+  const TileGrid t(batch, A, B, M, N, K);
+  for (int x = threadIdx.x / 32; x < t.tiles; x += blockDim.x / 32) {  // the same x across a warp
+    float d[4];
+    warp_tile(t, A, B, x, d);
+    tile_outputs(t, x, d, out);
+  }
+}
+
+// The tensor-core product of block_gemm added into registers instead of written out: acc[i] +=
+// this lane's share of tile warp + i * warps, for every tile of the calling warp, which must have
+// at most Max (tiles_per_warp). Repeated calls sum in the same order as block_gemm's `out`
+// adding into memory, so a sum kept here across calls equals one kept in shared memory.
+template <int Max>
+THX_DEVICE void block_gemm_accumulate(int batch, Operand A, Operand B, int M, int N, int K, float (&acc)[Max][4]) {
+  const TileGrid t(batch, A, B, M, N, K);
+  const int warps = blockDim.x / 32, warp = threadIdx.x / 32;
+#pragma unroll
+  for (int i = 0; i < Max; ++i) {
+    const int x = warp + i * warps;
+    if (x >= t.tiles) break;
+    float d[4];
+    warp_tile(t, A, B, x, d);
+    for (int w = 0; w < 4; ++w) acc[i][w] += d[w];
+  }
+}
+
+// out(g, m, n, value) for each output that block_gemm_accumulate keeps in this thread's acc.
+template <int Max, class Out>
+THX_DEVICE void accumulated_outputs(int batch, int M, int N, const float (&acc)[Max][4], Out out) {
+  const TileGrid t(batch, M, N);
+  const int warps = blockDim.x / 32, warp = threadIdx.x / 32;
+#pragma unroll
+  for (int i = 0; i < Max; ++i) {
+    const int x = warp + i * warps;
+    if (x >= t.tiles) break;
+    tile_outputs(t, x, acc[i], out);
   }
 }
 

@@ -209,7 +209,7 @@ TEST(FusedThEmulated, TilesAreTheLargestThatFit) {
     EXPECT_LE(cuda_th::kernel_layout({bwd.R, bwd.C, h, h, h, d, d}, {}, true).bytes, 227 * 1024);
     // bf16 on tensor cores, Q, K, V, dO and the operand-only planes kept in bf16: each kernel's
     // block holds 16 rows or more (a whole MMA tile's height), the forward 16 x 16 keys.
-    const cuda_th::Widths tc{2, 2, 2};
+    const cuda_th::Widths tc{2, 2, 2, 256};
     const ThTiles fwd16 = fused_th_tiles(h, h, h, d, d, 227 * 1024, false, tc);
     const ThTiles bwd16 = fused_th_tiles(h, h, h, d, d, 227 * 1024, true, tc);
     EXPECT_GE(fwd16.R, 16);
@@ -217,6 +217,9 @@ TEST(FusedThEmulated, TilesAreTheLargestThatFit) {
     EXPECT_GE(bwd16.R, 16);
     EXPECT_GE(bwd16.R * bwd16.C, 2 * bwd.R * bwd.C);
   }
+  // At 12 heads the forward's 16 x 16 block, its output sums in registers, takes under half of
+  // an H100 multiprocessor's 228 KB (each block also reserves 1 KB): two blocks share one.
+  EXPECT_LE(cuda_th::kernel_layout({16, 16, 12, 12, 12, 64, 64}, {2, 2, 2, 256}, false).bytes, 113 * 1024);
   // The layout: every piece 16-byte aligned (word loads), bf16 pieces half the fp32 ones.
   const cuda_th::Layout f32 = cuda_th::kernel_layout({16, 8, 12, 12, 12, 64, 64}, {}, true);
   const cuda_th::Layout b16 = cuda_th::kernel_layout({16, 8, 12, 12, 12, 64, 64}, {2, 2, 2}, true);
@@ -365,6 +368,24 @@ TEST(FusedThEmulated, Bf16OnTensorCoresControls) {
   EXPECT_TRUE(torch::equal(switched.dP_l, tc.dP_l));
   EXPECT_TRUE(torch::equal(fused(in, torch::kBFloat16, emulator(48, 1 << 20, true), {4, 2}).O,
                            fused(in, torch::kBFloat16, emulator(48), {4, 2}).O));
+}
+
+// The forward's output sums in the warps' registers equal those kept in shared memory, bit for
+// bit: project_logits (h_v 5, d_v 6) at 64-row tiles has 20 output tiles, 20 a warp with 32
+// threads (shared memory) and 10 with 64 (registers); which warp sums a tile changes nothing else.
+TEST(FusedThEmulated, OutputSumsInRegistersEqualThoseInSharedMemory) {
+  ASSERT_FALSE(cuda_th::output_in_registers(32, 64, 5, 6));
+  ASSERT_TRUE(cuda_th::output_in_registers(64, 64, 5, 6));
+  torch::manual_seed(11);
+  const Inputs in = inputs(kCases[1], Extra::bias_padding, torch::kBFloat16);
+  const Result shared = fused(in, torch::kBFloat16, emulator(32, 1 << 20, true), {64, 64});
+  const Result registers = fused(in, torch::kBFloat16, emulator(64, 1 << 20, true), {64, 64});
+  EXPECT_TRUE(torch::equal(shared.O, registers.O));
+  EXPECT_TRUE(within_tc_bounds(registers, tensor_core_bounds(in)));
+  // And the layout leaves the output out only where the registers hold it.
+  const cuda_th::Layout in_shared = cuda_th::kernel_layout({64, 64, 3, 5, 5, 4, 6}, {2, 2, 4, 32}, false);
+  const cuda_th::Layout in_regs = cuda_th::kernel_layout({64, 64, 3, 5, 5, 4, 6}, {2, 2, 4, 64}, false);
+  EXPECT_EQ(in_shared.bytes - in_regs.bytes, 4 * 64 * 5 * 6);
 }
 
 // On a GPU (where thx was built with its CUDA kernels): the same kernels through CUDA's launcher,

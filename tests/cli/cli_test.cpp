@@ -70,7 +70,7 @@ TEST(Cli, BadBenchFlagsExitTwo) {
     EXPECT_TRUE(refused(r, "thx: error: --th-tiles", "allowed: RxC or RxC,RxC")) << bad;
   }
   EXPECT_TRUE(refused(run_thx("bench attention --th-threads 100"), "thx: error: --th-threads 100",
-                      "a multiple of 32 from 32 to 1024"));
+                      "a multiple of 32 from 32 to 512"));
   EXPECT_TRUE(
       refused(run_thx("bench attention --th-tiles 16x8 --tiled"), "thx: error: --tiled excludes --th-tiles", ""));
   // bench train's base rows: an h that does not divide 768, a peer row that is not a base row,

@@ -49,11 +49,12 @@ void record(bool backward, ThTiles tiles, int threads) {
   g_last.threads = threads;
 }
 
-cuda_th::Widths widths_for(bool bf16, bool tensor_cores, bool p_l, bool p_w) {
+cuda_th::Widths widths_for(bool bf16, bool tensor_cores, bool p_l, bool p_w, int threads) {
   cuda_th::Widths w;
   w.in = bf16 ? 2 : 4;
   w.j = bf16 && tensor_cores && p_l ? 2 : 4;
   w.u = bf16 && tensor_cores && p_w ? 2 : 4;
+  w.threads = bf16 && tensor_cores ? threads : 0;
   return w;
 }
 cuda_th::Layout layout(const Dims& d, ThTiles t, const cuda_th::Widths& w, bool backward) {
@@ -64,7 +65,7 @@ cuda_th::Layout layout(const Dims& d, ThTiles t, const cuda_th::Widths& w, bool 
 // forward's choice (tensor_cores_for), which its backward keeps.
 template <typename T>
 Args<T> args(const Dims& d, ThTiles tiles, const Tensor& P_l, const Tensor& P_w, const Tensor& bias4,
-             const Tensor& mask4, bool tensor_cores, bool backward) {
+             const Tensor& mask4, bool tensor_cores, int threads, bool backward) {
   Args<T> a{};
   a.p_l = P_l.defined() ? P_l.data_ptr<float>() : nullptr;
   a.p_w = P_w.defined() ? P_w.data_ptr<float>() : nullptr;
@@ -73,8 +74,9 @@ Args<T> args(const Dims& d, ThTiles tiles, const Tensor& P_l, const Tensor& P_w,
   a.b = int(d.b), a.n = int(d.n), a.m = int(d.m), a.h_k = int(d.h_k), a.h = int(d.h), a.h_v = int(d.h_v);
   a.d_k = int(d.d_k), a.d_v = int(d.d_v), a.R = tiles.R, a.C = tiles.C;
   a.tensor_cores = std::is_same_v<T, thx_bf16> && tensor_cores;
-  a.widths = widths_for(sizeof(T) == 2, a.tensor_cores, P_l.defined(), P_w.defined());
+  a.widths = widths_for(sizeof(T) == 2, a.tensor_cores, P_l.defined(), P_w.defined(), threads);
   a.layout = layout(d, tiles, a.widths, backward);
+  a.output_in_registers = !backward && cuda_th::output_in_registers(a.widths.threads, tiles.R, a.h_v, a.d_v);
   return a;
 }
 
@@ -92,10 +94,11 @@ struct Prepared {
   Dims d;
   ThTiles tiles;
 };
-// tensor_cores: the forward's choice (tensor_cores_for), which sets what shared memory holds.
+// tensor_cores: the forward's choice (tensor_cores_for), which with the threads per block sets
+// what shared memory holds.
 Prepared prepare(const Tensor& Q, const Tensor& K, const Tensor& V, const Tensor& P_l, const Tensor& P_w,
                  const Tensor& bias, const Tensor& mask, const Launcher& l, ThTiles tiles, bool backward,
-                 bool tensor_cores) {
+                 bool tensor_cores, int threads) {
   Prepared p{Q.contiguous(), K.contiguous(), V.contiguous(),
              P_l.defined() ? P_l.to(torch::kFloat32).contiguous() : Tensor(),
              P_w.defined() ? P_w.to(torch::kFloat32).contiguous() : Tensor(),
@@ -103,7 +106,7 @@ Prepared prepare(const Tensor& Q, const Tensor& K, const Tensor& V, const Tensor
              mask.defined() ? four(mask.to(torch::kBool)) : Tensor(),
              dims(Q, K, V, P_l, P_w), tiles};
   const bool bf16 = Q.scalar_type() == torch::kBFloat16;
-  const cuda_th::Widths w = widths_for(bf16, tensor_cores, P_l.defined(), P_w.defined());
+  const cuda_th::Widths w = widths_for(bf16, tensor_cores, P_l.defined(), P_w.defined(), threads);
   const Dims& d = p.d;
   if (p.tiles.R <= 0 || p.tiles.C <= 0) {
     const ThLaunch forced = launch_settings();
@@ -128,14 +131,14 @@ struct FusedThFn : torch::autograd::Function<FusedThFn> {
     const int forced_threads = launch_settings().threads, threads = forced_threads > 0 ? forced_threads : l.threads;
     const bool tensor_cores = tensor_cores_for(l, threads);
     const Prepared p = prepare(Q, K, V, present(P_l_in), present(P_w_in), present(bias_in), present(mask_in), l,
-                               {int(R), int(C)}, false, tensor_cores);
+                               {int(R), int(C)}, false, tensor_cores, threads);
     const Dims& d = p.d;
     Tensor O = torch::empty({d.b, d.n, d.h_v, d.d_v}, p.V.options());
     Tensor lse = torch::empty({d.b, d.h, d.n}, p.Q.options().dtype(torch::kFloat32));
     const unsigned gx = unsigned((d.n + p.tiles.R - 1) / p.tiles.R), gy = unsigned(d.b);
     auto run = [&](auto tag, auto fn) {
       using T = decltype(tag);
-      Args<T> a = args<T>(d, p.tiles, p.P_l, p.P_w, p.bias4, p.mask4, tensor_cores, false);
+      Args<T> a = args<T>(d, p.tiles, p.P_l, p.P_w, p.bias4, p.mask4, tensor_cores, threads, false);
       a.q = ptr<T>(p.Q), a.k = ptr<T>(p.K), a.v = ptr<T>(p.V), a.o = ptr<T>(O), a.lse = lse.data_ptr<float>();
       fn(a, gx, gy, threads, a.layout.bytes);
     };
@@ -159,7 +162,7 @@ struct FusedThFn : torch::autograd::Function<FusedThFn> {
     const int threads = int(ctx->saved_data["threads"].toInt());
     const Prepared p = prepare(s[0], s[1], s[2], present(s[3]), present(s[4]), bias, present(s[6]), l,
                                {int(ctx->saved_data["R"].toInt()), int(ctx->saved_data["C"].toInt())}, true,
-                               tensor_cores);
+                               tensor_cores, threads);
     const Dims& d = p.d;
     const auto wide = s[7].options();
     const Tensor dO = grads[0].to(p.V.scalar_type()).contiguous();
@@ -171,7 +174,7 @@ struct FusedThFn : torch::autograd::Function<FusedThFn> {
     Tensor dbias4 = p.bias4.defined() ? torch::zeros(p.bias4.sizes(), wide) : Tensor();
     auto run = [&](auto tag, auto fn) {
       using T = decltype(tag);
-      Args<T> a = args<T>(d, p.tiles, p.P_l, p.P_w, p.bias4, p.mask4, tensor_cores, true);
+      Args<T> a = args<T>(d, p.tiles, p.P_l, p.P_w, p.bias4, p.mask4, tensor_cores, threads, true);
       a.q = ptr<T>(p.Q), a.k = ptr<T>(p.K), a.v = ptr<T>(p.V), a.lse = s[7].data_ptr<float>();
       a.grad_o = ptr<T>(dO), a.grad_q = ptr<T>(dQ), a.grad_k = dK.data_ptr<float>(), a.grad_v = dV.data_ptr<float>();
       if (dbias4.defined()) a.grad_bias = dbias4.data_ptr<float>(), broadcast_strides(dbias4, d, a.grad_bias_stride);
@@ -237,7 +240,7 @@ std::string fused_th_unsupported(const Tensor& Q, const Tensor& K, const Tensor&
   if (d.b > 65535) return "batch above 65,535 (grid y)";
   if (d.b == 0 || d.n == 0) return "no example or no query row (an empty grid)";
   // With fp32 planes, the most any run of this problem keeps (tensor cores may be switched off).
-  const cuda_th::Widths widest = widths_for(t == torch::kBFloat16, false, false, false);
+  const cuda_th::Widths widest = widths_for(t == torch::kBFloat16, false, false, false, 0);
   for (bool backward : {false, true})
     if (fused_th_tiles(int(d.h_k), int(d.h), int(d.h_v), int(d.d_k), int(d.d_v), l.shared_limit_bytes, backward,
                        widest).R == 0)
@@ -254,7 +257,7 @@ Tensor fused_th_attention_core(const Tensor& Q, const Tensor& K, const Tensor& V
 void set_th_tensor_cores(bool enabled) { g_tensor_cores = enabled; }
 
 void set_th_launch(const ThLaunch& launch) {
-  TORCH_CHECK(launch.threads >= 0 && launch.threads <= 1024, "set_th_launch: threads ", launch.threads);
+  TORCH_CHECK(launch.threads >= 0 && launch.threads <= cuda_th::kMaxThreads, "set_th_launch: threads ", launch.threads);
   std::lock_guard<std::mutex> lock(g_launch_mu);
   g_launch = launch;
 }
@@ -265,8 +268,8 @@ ThLaunch fused_th_last_launch() {
 }
 
 std::string fused_th_launch_unfit(const ThLaunch& launch, int h, int d, bool bf16, const Launcher& l) {
-  const bool tensor_cores = tensor_cores_for(l, launch.threads > 0 ? launch.threads : l.threads);
-  const cuda_th::Widths w = widths_for(bf16, tensor_cores, true, true);
+  const int threads = launch.threads > 0 ? launch.threads : l.threads;
+  const cuda_th::Widths w = widths_for(bf16, tensor_cores_for(l, threads), true, true, threads);
   for (bool backward : {false, true}) {
     const ThTiles t = backward ? launch.backward : launch.forward;
     if (t.R <= 0) continue;

@@ -115,7 +115,7 @@ THX_DEVICE void tile_dU(bool tc, const T* dOs, const T* Vs, const Plane& dU, int
 }
 
 template <typename T>
-__global__ void forward_kernel(Args<T> a) {
+__global__ void THX_LAUNCH_BOUNDS(kMaxThreads) forward_kernel(Args<T> a) {
   THX_SHARED(shared_bytes);
   const int R = a.R, C = a.C, qd = a.h_k * a.d_k, vd = a.h_v * a.d_v, rc = R * C;
   const int i0 = blockIdx.x * R;
@@ -127,12 +127,18 @@ __global__ void forward_kernel(Args<T> a) {
   const Plane Js{shared_bytes + at.j, a.widths.j == 2};
   float* Ls = at_offset<float>(shared_bytes, at.l);
   const Plane Us{shared_bytes + at.u, a.widths.u == 2};
+  // The output sums O [R, h_v*d_v]: in shared memory, or (bf16 on tensor cores, where each warp's
+  // share fits) in `acc`, each warp's 16x8 tiles of it (cuda_mma.h's block_gemm_accumulate).
+  constexpr bool kBf16 = sizeof(T) == 2;
+  const bool in_registers = kBf16 && a.output_in_registers;
+  float acc[kOutputTilesPerWarp][4] = {};
   float* Os = at_offset<float>(shared_bytes, at.o);
   float* Ms = at_offset<float>(shared_bytes, at.m);  // [h,R]: the running max, then LSE
   float* Ss = at_offset<float>(shared_bytes, at.s);  // [h,R]: the running sum
   load_rows(a.q, Qs, b * a.n + i0, a.n - i0, R, qd);
   for (int x = threadIdx.x; x < a.h * R; x += blockDim.x) Ms[x] = -thx_inf(), Ss[x] = 0.f;
-  for (int x = threadIdx.x; x < R * vd; x += blockDim.x) Os[x] = 0.f;
+  if (!in_registers)
+    for (int x = threadIdx.x; x < R * vd; x += blockDim.x) Os[x] = 0.f;
   __syncthreads();
   for (int j0 = 0; j0 < a.m; j0 += C) {  // pass 1: the softmax statistics
     load_rows(a.k, Ks, b * a.m + j0, a.m - j0, C, qd);
@@ -170,12 +176,21 @@ __global__ void forward_kernel(Args<T> a) {
       U = Us;
     }
     // O[r, t, e] += sum_c U[t, r, c] V[c, t, e]
-    block_gemm(a.tensor_cores, a.h_v, U.operand(rc, C, 1), {Vs, a.d_v, vd, 1}, R, a.d_v, C,
-               [&](int t, int r, int e, float v) { Os[r * vd + t * a.d_v + e] += v; });
+    if (in_registers)
+      cuda_mma::block_gemm_accumulate(a.h_v, U.operand(rc, C, 1), {Vs, a.d_v, vd, 1}, R, a.d_v, C, acc);
+    else
+      block_gemm(a.tensor_cores, a.h_v, U.operand(rc, C, 1), {Vs, a.d_v, vd, 1}, R, a.d_v, C,
+                 [&](int t, int r, int e, float v) { Os[r * vd + t * a.d_v + e] += v; });
     __syncthreads();
   }
-  for (int x = threadIdx.x; x < R * vd; x += blockDim.x)
-    if (i0 + x / vd < a.n) a.o[(b * a.n + i0) * vd + x] = thx_from_float<T>(Os[x]);
+  T* o = a.o + (b * a.n + i0) * vd;
+  if (in_registers)
+    cuda_mma::accumulated_outputs(a.h_v, R, a.d_v, acc, [&](int t, int r, int e, float v) {
+      if (i0 + r < a.n) o[r * vd + t * a.d_v + e] = thx_from_float<T>(v);
+    });
+  else
+    for (int x = threadIdx.x; x < R * vd; x += blockDim.x)
+      if (i0 + x / vd < a.n) o[x] = thx_from_float<T>(Os[x]);
 }
 
 // Backward's shared memory (th_args.h's kernel_layout): the block's rows (Q, dQ, dO), the tile's keys
@@ -256,7 +271,7 @@ THX_DEVICE void tile_gradients(const Args<T>& a, const BackwardTiles<T>& t, int 
 }
 
 template <typename T>
-__global__ void backward_kernel(Args<T> a) {
+__global__ void THX_LAUNCH_BOUNDS(kMaxThreads) backward_kernel(Args<T> a) {
   THX_SHARED(shared_bytes);
   const BackwardTiles<T> t = backward_tiles(a, shared_bytes);
   const int R = a.R, C = a.C, qd = a.h_k * a.d_k, vd = a.h_v * a.d_v;
