@@ -216,6 +216,7 @@ TEST(FusedThEmulated, TilesAreTheLargestThatFit) {
     EXPECT_GE(fwd16.C, 16);
     EXPECT_GE(bwd16.R, 16);
     EXPECT_GE(bwd16.R * bwd16.C, 2 * bwd.R * bwd.C);
+    if (h <= 24) EXPECT_EQ(bwd16.C, 16);  // with dQ's sums in registers
   }
   // At 12 heads the forward's 16 x 16 block, its output sums in registers, takes under half of
   // an H100 multiprocessor's 228 KB (each block also reserves 1 KB): two blocks share one.
@@ -370,22 +371,31 @@ TEST(FusedThEmulated, Bf16OnTensorCoresControls) {
                            fused(in, torch::kBFloat16, emulator(48), {4, 2}).O));
 }
 
-// The forward's output sums in the warps' registers equal those kept in shared memory, bit for
-// bit: project_logits (h_v 5, d_v 6) at 64-row tiles has 20 output tiles, 20 a warp with 32
-// threads (shared memory) and 10 with 64 (registers); which warp sums a tile changes nothing else.
-TEST(FusedThEmulated, OutputSumsInRegistersEqualThoseInSharedMemory) {
-  ASSERT_FALSE(cuda_th::output_in_registers(32, 64, 5, 6));
-  ASSERT_TRUE(cuda_th::output_in_registers(64, 64, 5, 6));
-  torch::manual_seed(11);
-  const Inputs in = inputs(kCases[1], Extra::bias_padding, torch::kBFloat16);
-  const Result shared = fused(in, torch::kBFloat16, emulator(32, 1 << 20, true), {64, 64});
-  const Result registers = fused(in, torch::kBFloat16, emulator(64, 1 << 20, true), {64, 64});
-  EXPECT_TRUE(torch::equal(shared.O, registers.O));
-  EXPECT_TRUE(within_tc_bounds(registers, tensor_core_bounds(in)));
-  // And the layout leaves the output out only where the registers hold it.
-  const cuda_th::Layout in_shared = cuda_th::kernel_layout({64, 64, 3, 5, 5, 4, 6}, {2, 2, 4, 32}, false);
-  const cuda_th::Layout in_regs = cuda_th::kernel_layout({64, 64, 3, 5, 5, 4, 6}, {2, 2, 4, 64}, false);
-  EXPECT_EQ(in_shared.bytes - in_regs.bytes, 4 * 64 * 5 * 6);
+// The row sums kept in the warps' registers (the forward's O, the backward's dQ) equal those
+// kept in shared memory, bit for bit. At 64-row tiles, 32 threads hold 20 tiles a warp (shared
+// memory) and 64 hold 10 (registers): project_logits's O (h_v 5, d_v 6) and project_weights's dQ
+// (h_k 5, d_k 4). Which warp sums a tile changes nothing else, so every result must be equal.
+TEST(FusedThEmulated, SumsInRegistersEqualThoseInSharedMemory) {
+  ASSERT_FALSE(cuda_th::sums_in_registers(32, 64, 5, 6));
+  ASSERT_TRUE(cuda_th::sums_in_registers(64, 64, 5, 6));
+  for (const Case& c : {kCases[1], kCases[2]}) {
+    SCOPED_TRACE(c.name);
+    torch::manual_seed(11);
+    const Inputs in = inputs(c, Extra::bias_padding, torch::kBFloat16);
+    const Result shared = fused(in, torch::kBFloat16, emulator(32, 1 << 20, true), {64, 64});
+    const Result registers = fused(in, torch::kBFloat16, emulator(64, 1 << 20, true), {64, 64});
+    for (auto [x, y, name] : {std::tuple{shared.O, registers.O, "O"}, {shared.dQ, registers.dQ, "dQ"},
+                              {shared.dK, registers.dK, "dK"}, {shared.dV, registers.dV, "dV"}})
+      EXPECT_TRUE(torch::equal(x, y)) << name;
+    EXPECT_TRUE(within_tc_bounds(registers, tensor_core_bounds(in)));
+  }
+  // And the layouts leave O and dQ out only where the registers hold them.
+  const cuda_th::LayoutShape shape{64, 64, 5, 5, 5, 4, 6};
+  for (bool backward : {false, true}) {
+    const int64_t saved = cuda_th::kernel_layout(shape, {2, 2, 4, 32}, backward).bytes -
+                          cuda_th::kernel_layout(shape, {2, 2, 4, 64}, backward).bytes;
+    EXPECT_EQ(saved, backward ? 4 * 64 * 5 * 4 : 4 * 64 * 5 * 6) << backward;
+  }
 }
 
 // On a GPU (where thx was built with its CUDA kernels): the same kernels through CUDA's launcher,

@@ -15,25 +15,26 @@ namespace thx::cuda_th {
 // Everything else (L and W, dW and dL, the output and dQ sums, the statistics) is fp32.
 struct Widths {
   int in = 4, j = 4, u = 4;
-  int threads = 0;  // on tensor cores, the threads per block (else 0): see output_in_registers
+  int threads = 0;  // on tensor cores, the threads per block (else 0): see sums_in_registers
 };
 
-// Whether the forward keeps its output sums [h_v, R, d_v] in the warps' registers (th_kernels.cuh)
-// instead of shared memory: on tensor cores (threads > 0), where each warp's share of their
-// 16x8 tiles is at most kOutputTilesPerWarp (64 registers a thread).
+// Whether a kernel keeps its block's row sums [R, heads * dim] (the forward's O: h_v, d_v; the
+// backward's dQ: h_k, d_k) in the warps' registers (th_kernels.cuh) instead of shared memory: on
+// tensor cores (threads > 0), where each warp's share of their 16x8 tiles is at most
+// kOutputTilesPerWarp (64 registers a thread).
 constexpr int kOutputTilesPerWarp = 16;
 // The most threads a block of the kernels is launched with (they are compiled to fit it).
 constexpr int kMaxThreads = 512;
-inline bool output_in_registers(int threads, int R, int h_v, int d_v) {
+inline bool sums_in_registers(int threads, int R, int heads, int dim) {
   if (threads < 32) return false;
-  const int tiles = h_v * ((R + 15) / 16) * ((d_v + 7) / 8), warps = threads / 32;
+  const int tiles = heads * ((R + 15) / 16) * ((dim + 7) / 8), warps = threads / 32;
   return (tiles + warps - 1) / warps <= kOutputTilesPerWarp;
 }
 
 // Where a kernel's tiles sit in shared memory: byte offsets from its start, each a multiple of 16
 // (the alignment of an aligned word load; th_kernels.cuh), and the total. Forward: q, k, v, j, l,
-// u, o (none where the output sums are in registers), m, s. Backward: q, dq, dout, k, v, j, dj,
-// l, dw, u, du, m (LSE), s (D).
+// u, o, m, s. Backward: q, dq, dout, k, v, j, dj, l, dw, u, du, m (LSE), s (D). No o or dq where
+// those sums are in registers.
 struct Layout {
   int64_t q = 0, dq = 0, dout = 0, k = 0, v = 0, j = 0, dj = 0, l = 0, dw = 0, u = 0, du = 0, o = 0, m = 0, s = 0;
   int64_t bytes = 0;
@@ -52,7 +53,8 @@ inline Layout kernel_layout(const LayoutShape& x, const Widths& w, bool backward
     return at;
   };
   l.q = take(x.R * qd * w.in);
-  if (backward) l.dq = take(4 * x.R * qd), l.dout = take(x.R * vd * w.in);
+  if (backward && !sums_in_registers(w.threads, x.R, x.h_k, x.d_k)) l.dq = take(4 * x.R * qd);
+  if (backward) l.dout = take(x.R * vd * w.in);
   l.k = take(x.C * qd * w.in), l.v = take(x.C * vd * w.in);
   l.j = take(x.h_k * rc * w.j);
   if (backward) l.dj = take(x.h_k * rc * w.j);
@@ -60,7 +62,7 @@ inline Layout kernel_layout(const LayoutShape& x, const Widths& w, bool backward
   if (backward) l.dw = take(4 * x.h * rc);
   l.u = take(x.h_v * rc * w.u);
   if (backward) l.du = take(x.h_v * rc * w.u);
-  else if (!output_in_registers(w.threads, x.R, x.h_v, x.d_v)) l.o = take(4 * x.R * vd);
+  else if (!sums_in_registers(w.threads, x.R, x.h_v, x.d_v)) l.o = take(4 * x.R * vd);
   l.m = take(4 * int64_t(x.h) * x.R), l.s = take(4 * int64_t(x.h) * x.R);
   return l;
 }
@@ -86,7 +88,7 @@ struct Args {
   bool tensor_cores;         // products on tensor cores (bf16 operands; blockDim a multiple of 32)
   Widths widths;             // of the tiles in shared memory (above), and where they are:
   Layout layout;             // kernel_layout for this kernel (forward or backward)
-  bool output_in_registers;  // the forward's output sums (output_in_registers)
+  bool sums_in_registers;    // the forward's O or the backward's dQ (sums_in_registers)
 };
 
 // How a backend runs the kernels: CUDA (th_fused.cu) or the CPU emulator (the tests). Grid: x the

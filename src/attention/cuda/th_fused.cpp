@@ -76,7 +76,8 @@ Args<T> args(const Dims& d, ThTiles tiles, const Tensor& P_l, const Tensor& P_w,
   a.tensor_cores = std::is_same_v<T, thx_bf16> && tensor_cores;
   a.widths = widths_for(sizeof(T) == 2, a.tensor_cores, P_l.defined(), P_w.defined(), threads);
   a.layout = layout(d, tiles, a.widths, backward);
-  a.output_in_registers = !backward && cuda_th::output_in_registers(a.widths.threads, tiles.R, a.h_v, a.d_v);
+  a.sums_in_registers = backward ? cuda_th::sums_in_registers(a.widths.threads, tiles.R, a.h_k, a.d_k)
+                                 : cuda_th::sums_in_registers(a.widths.threads, tiles.R, a.h_v, a.d_v);
   return a;
 }
 

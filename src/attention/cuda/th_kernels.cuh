@@ -130,7 +130,7 @@ __global__ void THX_LAUNCH_BOUNDS(kMaxThreads) forward_kernel(Args<T> a) {
   // The output sums O [R, h_v*d_v]: in shared memory, or (bf16 on tensor cores, where each warp's
   // share fits) in `acc`, each warp's 16x8 tiles of it (cuda_mma.h's block_gemm_accumulate).
   constexpr bool kBf16 = sizeof(T) == 2;
-  const bool in_registers = kBf16 && a.output_in_registers;
+  const bool in_registers = kBf16 && a.sums_in_registers;
   float acc[kOutputTilesPerWarp][4] = {};
   float* Os = at_offset<float>(shared_bytes, at.o);
   float* Ms = at_offset<float>(shared_bytes, at.m);  // [h,R]: the running max, then LSE
@@ -193,13 +193,15 @@ __global__ void THX_LAUNCH_BOUNDS(kMaxThreads) forward_kernel(Args<T> a) {
       if (i0 + x / vd < a.n) o[x] = thx_from_float<T>(Os[x]);
 }
 
-// Backward's shared memory (th_args.h's kernel_layout): the block's rows (Q, dQ, dO), the tile's keys
-// (K, V), the tile's [heads,R,C] planes, and per (softmax head, row) LSE and D. This block's dP_l and
-// dP_w partials are summed in place in global memory, which only this block touches.
+// Backward's shared memory (th_args.h's kernel_layout): the block's rows (Q, dO, and the dQ sums
+// unless they are in registers), the tile's keys (K, V), the tile's [heads,R,C] planes, and per
+// (softmax head, row) LSE and D. This block's dP_l and dP_w partials are summed in place in
+// global memory, which only this block touches.
 template <typename T>
 struct BackwardTiles {
   T *Qs, *dOs, *Ks, *Vs;  // the block's rows, the tile's keys
-  float* dQs;
+  float* dQs;  // or, where a.sums_in_registers (bf16 on tensor cores), in dQ_acc
+  float dQ_acc[kOutputTilesPerWarp][4];
   Plane Js, dJs;  // [h_k,R,C]
   float *Ls, *dWs;  // [h,R,C]: L then W; dW then dL
   Plane Us, dUs;  // [h_v,R,C]
@@ -210,7 +212,7 @@ template <typename T>
 THX_DEVICE BackwardTiles<T> backward_tiles(const Args<T>& a, unsigned char* sm) {
   const Layout& at = a.layout;
   const bool j16 = a.widths.j == 2, u16 = a.widths.u == 2;
-  BackwardTiles<T> t;
+  BackwardTiles<T> t{};
   t.Qs = at_offset<T>(sm, at.q), t.dOs = at_offset<T>(sm, at.dout), t.Ks = at_offset<T>(sm, at.k);
   t.Vs = at_offset<T>(sm, at.v), t.dQs = at_offset<float>(sm, at.dq);
   t.Js = {sm + at.j, j16}, t.dJs = {sm + at.dj, j16}, t.Us = {sm + at.u, u16}, t.dUs = {sm + at.du, u16};
@@ -240,7 +242,7 @@ THX_DEVICE float* tile_weights_and_grads(const Args<T>& a, const BackwardTiles<T
 
 // Pass B's sums for one tile: dV, dP_w, dL (in place of dW), dbias, dP_l, dJ, then dQ and dK.
 template <typename T>
-THX_DEVICE void tile_gradients(const Args<T>& a, const BackwardTiles<T>& t, int i0, int j0) {
+THX_DEVICE void tile_gradients(const Args<T>& a, BackwardTiles<T>& t, int i0, int j0) {
   const int R = a.R, C = a.C, qd = a.h_k * a.d_k, vd = a.h_v * a.d_v, rc = R * C;
   const int64_t b = blockIdx.y;
   float* dL = tile_weights_and_grads(a, t, i0, j0);  // dW for now
@@ -264,8 +266,11 @@ THX_DEVICE void tile_gradients(const Args<T>& a, const BackwardTiles<T>& t, int 
   }
   __syncthreads();
   // dQ[r,k,d] += sum_c dJ[k,r,c] K[c,k,d]
-  block_gemm(a.tensor_cores, a.h_k, dJ.operand(rc, C, 1), {t.Ks, a.d_k, qd, 1}, R, a.d_k, C,
-             [&](int k, int r, int d, float v) { t.dQs[r * qd + k * a.d_k + d] += v; });
+  if (sizeof(T) == 2 && a.sums_in_registers)
+    cuda_mma::block_gemm_accumulate(a.h_k, dJ.operand(rc, C, 1), {t.Ks, a.d_k, qd, 1}, R, a.d_k, C, t.dQ_acc);
+  else
+    block_gemm(a.tensor_cores, a.h_k, dJ.operand(rc, C, 1), {t.Ks, a.d_k, qd, 1}, R, a.d_k, C,
+               [&](int k, int r, int d, float v) { t.dQs[r * qd + k * a.d_k + d] += v; });
   key_grad(a.tensor_cores, dJ, t.Qs, a.grad_k + (b * a.m + j0) * qd, R, C, a.h_k, a.d_k, a.m - j0);  // dK
   __syncthreads();
 }
@@ -273,13 +278,15 @@ THX_DEVICE void tile_gradients(const Args<T>& a, const BackwardTiles<T>& t, int 
 template <typename T>
 __global__ void THX_LAUNCH_BOUNDS(kMaxThreads) backward_kernel(Args<T> a) {
   THX_SHARED(shared_bytes);
-  const BackwardTiles<T> t = backward_tiles(a, shared_bytes);
+  BackwardTiles<T> t = backward_tiles(a, shared_bytes);
+  const bool in_registers = sizeof(T) == 2 && a.sums_in_registers;
   const int R = a.R, C = a.C, qd = a.h_k * a.d_k, vd = a.h_v * a.d_v;
   const int i0 = blockIdx.x * R;
   const int64_t b = blockIdx.y;
   load_rows(a.q, t.Qs, b * a.n + i0, a.n - i0, R, qd);
   load_rows(a.grad_o, t.dOs, b * a.n + i0, a.n - i0, R, vd);
-  for (int x = threadIdx.x; x < R * qd; x += blockDim.x) t.dQs[x] = 0.f;
+  if (!in_registers)
+    for (int x = threadIdx.x; x < R * qd; x += blockDim.x) t.dQs[x] = 0.f;
   for (int x = threadIdx.x; x < a.h * R; x += blockDim.x) {
     const int s = x / R, i = i0 + x % R;
     t.lse[x] = i < a.n ? a.lse[(b * a.h + s) * a.n + i] : -thx_inf();
@@ -304,8 +311,14 @@ __global__ void THX_LAUNCH_BOUNDS(kMaxThreads) backward_kernel(Args<T> a) {
     __syncthreads();
     tile_gradients(a, t, i0, j0);
   }
-  for (int x = threadIdx.x; x < R * qd; x += blockDim.x)
-    if (i0 + x / qd < a.n) a.grad_q[(b * a.n + i0) * qd + x] = thx_from_float<T>(t.dQs[x]);
+  T* dq = a.grad_q + (b * a.n + i0) * qd;
+  if (in_registers)
+    cuda_mma::accumulated_outputs(a.h_k, R, a.d_k, t.dQ_acc, [&](int k, int r, int d, float v) {
+      if (i0 + r < a.n) dq[r * qd + k * a.d_k + d] = thx_from_float<T>(v);
+    });
+  else
+    for (int x = threadIdx.x; x < R * qd; x += blockDim.x)
+      if (i0 + x / qd < a.n) dq[x] = thx_from_float<T>(t.dQs[x]);
 }
 
 }  // namespace thx::cuda_th
