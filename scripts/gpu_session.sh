@@ -151,7 +151,7 @@ run() {
     # with its own choice, then each forced launch (thx bench attention --th-tiles, --th-threads):
     # fewer and more threads, and smaller tiles (two blocks to a multiprocessor where they fit). A
     # launch that does not fit is refused in one line and the next runs.
-    phase tune 60 bash -c "
+    phase tune 90 bash -c "
       for launch in '' '--th-threads 128' '--th-threads 512' '--th-tiles 16x8' '--th-tiles 16x8,8x8' '--th-tiles 8x8'; do
         name=\$(echo \"default \$launch\" | tr -c 'a-z0-9\n' _)
         $thx --device cuda bench attention --precision bf16 --heads 12,48 --n 2048 --batch 8 --no-reference \$launch \

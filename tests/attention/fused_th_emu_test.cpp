@@ -460,6 +460,33 @@ TEST(FusedThOnCuda, EqualsThePapersCoreAtT5BaseWidth) {
   }
 }
 
+// On the GPU too, the row sums in registers (256 threads: 12 of O's and dQ's tiles a warp) equal
+// those in shared memory (64 threads: 48 a warp), bit for bit, at T5-base width with the same
+// 16 x 16 tiles: O and dQ (dK and dV are summed across blocks by atomics, in no fixed order).
+TEST(FusedThOnCuda, SumsInRegistersEqualThoseInSharedMemory) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  const cuda_th::Launcher* l = cuda_th_launcher();
+  if (!l) GTEST_SKIP() << "thx built without its CUDA kernels (THX_CUDA_KERNELS)";
+  if (!l->tensor_cores) GTEST_SKIP() << "no bf16 tensor cores (sm_80+)";
+  ASSERT_TRUE(cuda_th::sums_in_registers(l->threads, 16, 12, 64));
+  ASSERT_FALSE(cuda_th::sums_in_registers(64, 16, 12, 64));
+  torch::manual_seed(5);
+  const int64_t b = 2, n = 77, m = 45, h = 12, d = 64;
+  Inputs in;
+  in.Q = (torch::randn({b, n, h, d}) / 8).to(torch::kBFloat16), in.K = torch::randn({b, m, h, d}).to(torch::kBFloat16);
+  in.V = torch::randn({b, m, h, d}).to(torch::kBFloat16), in.dO = torch::randn({b, n, h, d}).to(torch::kBFloat16);
+  in.P_l = torch::randn({h, h}) / std::sqrt(double(h)), in.P_w = torch::randn({h, h}) / std::sqrt(double(h));
+  const Result registers = on_cuda(fused(to_cuda(in), torch::kBFloat16, *l, {16, 16}));
+  ThLaunch narrow;
+  narrow.threads = 64;
+  set_th_launch(narrow);
+  const Result shared = on_cuda(fused(to_cuda(in), torch::kBFloat16, *l, {16, 16}));
+  set_th_launch({});
+  EXPECT_TRUE(torch::equal(registers.O, shared.O));
+  EXPECT_TRUE(torch::equal(registers.dQ, shared.dQ));
+  EXPECT_TRUE(within_tc_bounds(shared, tensor_core_bounds(in)));
+}
+
 // What the kernels do not take goes through attention_core's dispatch to the tiled path, with the
 // right result: float64, and heads too wide for one row and one key in shared memory.
 TEST(FusedThOnCuda, UncoveredProblemsTakeTheTiledPath) {
