@@ -109,6 +109,7 @@ struct Warp {
   explicit Warp(int lanes) : barrier(lanes) {}
   float slots[32];
   uint32_t words[32][6];  // a tensor-core product's operand words (common/cuda_mma.h)
+  const void* rows[32];   // ldmatrix's row addresses (common/cuda_mma.h)
   Barrier barrier;
 };
 

@@ -10,7 +10,11 @@
 // k): a0 (row g, k 2t..2t+1), a1 (g+8, 2t..), a2 (g, 2t+8..), a3 (g+8, 2t+8..). B (16x8) in two:
 // b0 (k 2t..2t+1, column g), b1 (k 2t+8.., g). The fp32 accumulator: c0, c1 (row g, columns 2t,
 // 2t+1), c2, c3 (row g+8, the same columns). A mistake in this layout gives the same (right)
-// results in the emulator and wrong ones on a GPU: MmaOnCuda.* checks it there.
+// results in the emulator and wrong ones on a GPU: FusedThOnCuda.* checks it there.
+// Operands whose k is strided are loaded by ldmatrix's .trans form (PTX ISA, "Warp-level matrix
+// load instruction: ldmatrix"): lane 8 j + r gives the address of row r of 8x8 matrix j (8
+// consecutive bf16, 16-byte aligned), and lane l receives from each matrix the elements (row
+// 2 (l % 4), column l / 4) and (row 2 (l % 4) + 1, column l / 4), the first in the low half.
 #pragma once
 #include "common/cuda_compat.h"
 
@@ -23,7 +27,37 @@ THX_DEVICE void thx_mma_bf16_16816(float* d, const uint32_t* a, const uint32_t* 
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
+// r[j] = this lane's word of matrix j < N, transposed (above); `row` is this lane's row address.
+template <int N>
+THX_DEVICE void thx_ldmatrix_trans(uint32_t* r, const void* row) {
+  uint32_t a;
+  asm volatile("{ .reg .u64 s; cvta.to.shared.u64 s, %1; cvt.u32.u64 %0, s; }" : "=r"(a) : "l"(row));
+  if (N == 2)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];" : "=r"(r[0]), "=r"(r[1]) : "r"(a));
+  else
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+}
 #else
+template <int N>
+THX_DEVICE void thx_ldmatrix_trans(uint32_t* r, const void* row) {
+  thx::emu::Warp& w = *(*thx::emu::t_block.warps)[threadIdx.x / 32];
+  const unsigned lane = threadIdx.x % 32;
+  if (lane < 8 * N && reinterpret_cast<uintptr_t>(row) % 16 != 0) {
+    std::fprintf(stderr, "ldmatrix: row address %p is not 16-byte aligned (a GPU faults here)\n", row);
+    std::abort();
+  }
+  w.rows[lane] = row;
+  w.barrier.wait();
+  for (int j = 0; j < N; ++j) {
+    const int c = int(lane) / 4, r0 = 2 * (int(lane) % 4);
+    const uint16_t lo = static_cast<const uint16_t*>(w.rows[8 * j + r0])[c];
+    const uint16_t hi = static_cast<const uint16_t*>(w.rows[8 * j + r0 + 1])[c];
+    r[j] = uint32_t(lo) | uint32_t(hi) << 16;
+  }
+  w.barrier.wait();  // before any lane writes its row again
+}
 THX_DEVICE void thx_mma_bf16_16816(float* d, const uint32_t* a, const uint32_t* b) {
   thx::emu::Warp& w = *(*thx::emu::t_block.warps)[threadIdx.x / 32];
   const unsigned lane = threadIdx.x % 32;
@@ -87,6 +121,12 @@ THX_DEVICE bool word_pairs(const Operand& X, int64_t ks, int64_t other, int K) {
          reinterpret_cast<uintptr_t>(X.p) % 4 == 0;
 }
 
+// Whether X, whose k is strided (ks) and other index contiguous, can be read by ldmatrix .trans:
+// bf16, and every row of 8 along the contiguous index 16-byte aligned.
+THX_DEVICE bool matrix_rows(const Operand& X, int64_t ks, int64_t other) {
+  return X.bf16 && other == 1 && ks % 8 == 0 && X.gs % 8 == 0 && reinterpret_cast<uintptr_t>(X.p) % 16 == 0;
+}
+
 // Elements at and at + ks of X, k and k + 1 along the reduction, as one word; zero past K or
 // outside the output (`inside` false). `words`: word_pairs said one load does.
 THX_DEVICE uint32_t k_pair(const Operand& X, bool words, bool inside, int64_t at, int64_t ks, int k, int K) {
@@ -104,11 +144,13 @@ THX_DEVICE uint32_t k_pair(const Operand& X, bool words, bool inside, int64_t at
 struct TileGrid {
   int M, N, K, tiles_m, tiles_n, tiles;
   bool a_words, b_words;  // word_pairs of A and B
+  bool a_rows, b_rows;    // matrix_rows of A and B
   THX_DEVICE TileGrid(int batch, int m, int n, int k = 0)
       : M(m), N(n), K(k), tiles_m((m + 15) / 16), tiles_n((n + 7) / 8), tiles(batch * tiles_m * tiles_n),
-        a_words(false), b_words(false) {}
+        a_words(false), b_words(false), a_rows(false), b_rows(false) {}
   THX_DEVICE TileGrid(int batch, const Operand& A, const Operand& B, int m, int n, int k) : TileGrid(batch, m, n, k) {
     a_words = word_pairs(A, A.cs, A.rs, k), b_words = word_pairs(B, B.rs, B.cs, k);
+    a_rows = matrix_rows(A, A.cs, A.rs), b_rows = matrix_rows(B, B.rs, B.cs);
   }
   THX_DEVICE int g(int x) const { return x / (tiles_m * tiles_n); }
   THX_DEVICE int m0(int x) const { return (x / tiles_n) % tiles_m * 16; }
@@ -116,20 +158,33 @@ struct TileGrid {
 };
 
 // d[0..3] = this lane's share of tile x (mma's accumulator layout: rows g4 and g4 + 8, columns
-// 2 t4 and 2 t4 + 1), summed over k in steps of 16. Every lane of the warp takes part.
+// 2 t4 and 2 t4 + 1), summed over k in steps of 16. Every lane of the warp takes part. Whole
+// 16x16 (A) and 16x8 (B) blocks of operands whose k is strided come by ldmatrix; the rest by
+// pairs (k_pair).
 THX_DEVICE void warp_tile(const TileGrid& t, const Operand& A, const Operand& B, int x, float* d) {
   const int lane = threadIdx.x % 32, g4 = lane / 4, t4 = lane % 4;
   const int g = t.g(x), m0 = t.m0(x), n0 = t.n0(x), M = t.M, N = t.N, K = t.K;
+  const thx_bf16* a16 = static_cast<const thx_bf16*>(A.p) + g * A.gs;
+  const thx_bf16* b16 = static_cast<const thx_bf16*>(B.p) + g * B.gs;
   d[0] = d[1] = d[2] = d[3] = 0.f;
   for (int k0 = 0; k0 < K; k0 += 16) {
     uint32_t aw[4], bw[2];
-    for (int w = 0; w < 4; ++w) {
-      const int m = m0 + g4 + 8 * (w % 2), k = k0 + 2 * t4 + 8 * (w / 2);
-      aw[w] = k_pair(A, t.a_words, m < M, g * A.gs + m * A.rs + k * A.cs, A.cs, k, K);
+    if (t.a_rows && m0 + 16 <= M && k0 + 16 <= K) {  // matrix j = lane / 8: k half j / 2, m half j % 2
+      const int j = lane / 8;
+      thx_ldmatrix_trans<4>(aw, a16 + (k0 + lane % 8 + 8 * (j / 2)) * A.cs + m0 + 8 * (j % 2));
+    } else {
+      for (int w = 0; w < 4; ++w) {
+        const int m = m0 + g4 + 8 * (w % 2), k = k0 + 2 * t4 + 8 * (w / 2);
+        aw[w] = k_pair(A, t.a_words, m < M, g * A.gs + m * A.rs + k * A.cs, A.cs, k, K);
+      }
     }
-    for (int w = 0; w < 2; ++w) {
-      const int k = k0 + 2 * t4 + 8 * w, n = n0 + g4;
-      bw[w] = k_pair(B, t.b_words, n < N, g * B.gs + k * B.rs + n * B.cs, B.rs, k, K);
+    if (t.b_rows && n0 + 8 <= N && k0 + 16 <= K) {  // matrix j = lane / 8 (lanes 0-15): k half j
+      thx_ldmatrix_trans<2>(bw, b16 + (k0 + lane % 16) * B.rs + n0);
+    } else {
+      for (int w = 0; w < 2; ++w) {
+        const int k = k0 + 2 * t4 + 8 * w, n = n0 + g4;
+        bw[w] = k_pair(B, t.b_words, n < N, g * B.gs + k * B.rs + n * B.cs, B.rs, k, K);
+      }
     }
     thx_mma_bf16_16816(d, aw, bw);
   }

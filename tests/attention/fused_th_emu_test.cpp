@@ -339,6 +339,23 @@ TEST(FusedThEmulated, Bf16OnTensorCoresWithinTheDerivedBound) {
       }
 }
 
+// Where the widths let ldmatrix read whole 16-row blocks of the operands whose k is strided (V, K,
+// dO and Q, the U and dJ planes in the key gradients, and at 16 heads the J and dU planes in the
+// mixings: d 8, tiles 16 x 16), the results hold the same derived bound; n = m = 20 leaves
+// partial blocks at the ends, read pair by pair.
+TEST(FusedThEmulated, Bf16OnTensorCoresWithLdmatrixWithinTheDerivedBound) {
+  torch::manual_seed(13);
+  const int64_t b = 1, n = 20, m = 20, h = 16, d = 8;
+  Inputs in;
+  in.Q = (torch::randn({b, n, h, d}) / std::sqrt(double(d))).to(torch::kBFloat16);
+  in.K = torch::randn({b, m, h, d}).to(torch::kBFloat16), in.V = torch::randn({b, m, h, d}).to(torch::kBFloat16);
+  in.dO = torch::randn({b, n, h, d}).to(torch::kBFloat16);
+  in.P_l = torch::randn({h, h}) / std::sqrt(double(h)), in.P_w = torch::randn({h, h}) / std::sqrt(double(h));
+  in.bias = torch::randn({1, h, n, m});
+  const Result got = fused(in, torch::kBFloat16, emulator(64, 1 << 20, true), {16, 16});
+  EXPECT_TRUE(within_tc_bounds(got, tensor_core_bounds(in)));
+}
+
 // The controls: the same bound rejects the result of P_w moved by 0.01 (its entries are about
 // 0.45); the tensor-core path ran (its roundings differ from version 1's FMAs, and switching it
 // off gives version 1's numbers, and a backward keeps its forward's choice); threads that are not

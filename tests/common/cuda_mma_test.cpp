@@ -7,7 +7,8 @@
 //    GPU's is for FusedThOnCuda.* on a GPU.
 //  - FMAs: each output the fp32 sum in k order of the unrounded products.
 //  - Every output is written exactly once (a count per element).
-//  - bf16 operands, read as words of two where k is contiguous, give their fp32 values' products.
+//  - bf16 operands, read as words of two where k is contiguous and by ldmatrix where it is
+//    strided, give their fp32 values' products.
 #include <gtest/gtest.h>
 
 #include <random>
@@ -75,6 +76,12 @@ TEST(CudaMma, FmaProductsAreTheFp32SumsInKOrder) {
     for (int threads : {7, 64}) check(p, false, threads);
 }
 
+// Normal draws as bf16 (x16) and the same values as fp32 (x32).
+void draw(std::mt19937& rng, std::vector<thx_bf16>& x16, std::vector<float>& x32) {
+  std::normal_distribution<float> normal;
+  for (size_t i = 0; i < x16.size(); ++i) x16[i] = thx_from_float<thx_bf16>(normal(rng)), x32[i] = thx_to_float(x16[i]);
+}
+
 // bf16 operands (as the kernels keep Q, K, V, dO and the operand-only planes): where k is
 // contiguous they are read as aligned words of two, else one by one; either way the products
 // equal those of the same values given as fp32, bit for bit. Covered: both read as words (K and
@@ -90,15 +97,10 @@ TEST(CudaMma, Bf16OperandsEqualTheirFp32Values) {
     SCOPED_TRACE(testing::Message() << l.M << "x" << l.N << "x" << l.K << " rs " << l.a_rs << " offset "
                                     << l.a_offset);
     std::mt19937 rng(3);
-    std::normal_distribution<float> normal;
     // A (m, k) at a[offset + m * a_rs + k], B (k, n) at b[n * b_cs + k]: k contiguous in both.
     std::vector<thx_bf16> a16(l.a_offset + size_t(l.M) * l.a_rs), b16(size_t(l.N) * l.b_cs);
     std::vector<float> a32(a16.size()), b32(b16.size());
-    auto draw = [&](std::vector<thx_bf16>& x16, std::vector<float>& x32) {
-      for (size_t i = 0; i < x16.size(); ++i)
-        x16[i] = thx_from_float<thx_bf16>(normal(rng)), x32[i] = thx_to_float(x16[i]);
-    };
-    draw(a16, a32), draw(b16, b32);
+    draw(rng, a16, a32), draw(rng, b16, b32);
     auto run = [&](Operand A, Operand B) {
       std::vector<float> out(size_t(l.M) * l.N);
       emu::launch({1, 1, 1}, 64, 0, [&] {
@@ -109,6 +111,42 @@ TEST(CudaMma, Bf16OperandsEqualTheirFp32Values) {
     const std::vector<float> words = run({a16.data() + l.a_offset, 0, l.a_rs, 1}, {b16.data(), 0, 1, l.b_cs});
     const std::vector<float> floats = run({a32.data() + l.a_offset, 0, l.a_rs, 1}, {b32.data(), 0, 1, l.b_cs});
     EXPECT_EQ(words, floats);
+  }
+}
+
+// bf16 operands whose k is strided (A with m contiguous, B with n contiguous, as V, K, dO, Q and
+// the transposed planes are read): whole 16x16 and 16x8 blocks come by ldmatrix .trans where
+// every row of 8 is 16-byte aligned, the rest pair by pair; the products equal those of the same
+// values given as fp32, bit for bit. Covered: M, N, K with partial blocks at their ends, batches,
+// strides that allow ldmatrix and strides and a base that do not.
+TEST(CudaMma, StridedBf16OperandsEqualTheirFp32Values) {
+  struct Layout {
+    int batch, M, N, K, a_cs, b_rs;
+    size_t offset;
+  };
+  for (const Layout& l : {Layout{2, 37, 21, 40, 40, 24, 0}, {1, 32, 16, 32, 32, 16, 0}, {1, 32, 16, 32, 36, 20, 0},
+                          {1, 32, 16, 32, 32, 16, 4}}) {
+    SCOPED_TRACE(testing::Message() << l.batch << "x" << l.M << "x" << l.N << "x" << l.K << " strides " << l.a_cs
+                                    << ", " << l.b_rs << " offset " << l.offset);
+    std::mt19937 rng(5);
+    // A_g (m, k) at a[offset + g * K * a_cs + k * a_cs + m], B_g (k, n) at b[offset + g * K * b_rs + k * b_rs + n].
+    const int64_t a_gs = int64_t(l.K) * l.a_cs, b_gs = int64_t(l.K) * l.b_rs;
+    std::vector<thx_bf16> a16(l.offset + l.batch * a_gs), b16(l.offset + l.batch * b_gs);
+    std::vector<float> a32(a16.size()), b32(b16.size());
+    draw(rng, a16, a32), draw(rng, b16, b32);
+    auto run = [&](Operand A, Operand B) {
+      std::vector<float> out(size_t(l.batch) * l.M * l.N);
+      emu::launch({1, 1, 1}, 96, 0, [&] {
+        cuda_mma::block_gemm(true, l.batch, A, B, l.M, l.N, l.K,
+                             [&](int g, int m, int n, float v) { out[(size_t(g) * l.M + m) * l.N + n] = v; });
+      });
+      return out;
+    };
+    const std::vector<float> rows =
+        run({a16.data() + l.offset, a_gs, 1, l.a_cs}, {b16.data() + l.offset, b_gs, l.b_rs, 1});
+    const std::vector<float> floats =
+        run({a32.data() + l.offset, a_gs, 1, l.a_cs}, {b32.data() + l.offset, b_gs, l.b_rs, 1});
+    EXPECT_EQ(rows, floats);
   }
 }
 
