@@ -18,6 +18,7 @@
 #include "distributed/dist.h"
 #include "distributed/grad_sync.h"
 #include "distributed/launch.h"
+#include "training/signals.h"
 #include "training/tensorboard.h"
 
 // Shapes: micro-batches are data/stream.h's Batch (b examples); losses are scalars.
@@ -26,42 +27,11 @@ namespace fs = std::filesystem;
 using json = nlohmann::json;
 using torch::Tensor;
 
-namespace {
-
-volatile std::sig_atomic_t g_stop = 0;
-// The first SIGINT/SIGTERM asks for a checkpoint and a clean stop after the current step; a
-// second one, while that is pending, ends the process at once (signal and raise are both
-// async-signal-safe).
-void on_signal(int sig) {
-  if (g_stop) {
-    std::signal(sig, SIG_DFL);
-    std::raise(sig);
-  }
-  g_stop = sig;
-}
-
-}  // namespace
-
 void check_stop() {
-  if (g_stop && dist::world_size() == 1) throw EvaluationStopped(signal_name(int(g_stop)));
+  if (stop_signal() && dist::world_size() == 1) throw EvaluationStopped(signal_name(stop_signal()));
 }
 
 namespace {
-
-// Installs SIGINT/SIGTERM handlers for the duration of a loop.
-struct SignalScope {
-  using Handler = void (*)(int);
-  Handler old_int, old_term;
-  SignalScope() {
-    g_stop = 0;
-    old_int = std::signal(SIGINT, on_signal);
-    old_term = std::signal(SIGTERM, on_signal);
-  }
-  ~SignalScope() {
-    std::signal(SIGINT, old_int);
-    std::signal(SIGTERM, old_term);
-  }
-};
 
 double seconds(std::chrono::steady_clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
@@ -473,7 +443,7 @@ StepLoss one_step(Run& r, const std::vector<Batch>& micro, dist::GradSync* sync,
   }
   *stop = false;
   if (r.world > 1) {
-    Tensor sums = torch::tensor({l.loss, l.nll, double(l.tokens), double(g_stop)}, torch::kFloat64);  // [4]
+    Tensor sums = torch::tensor({l.loss, l.nll, double(l.tokens), double(stop_signal())}, torch::kFloat64);  // [4]
     dist::all_reduce_sum(sums);
     l.loss = sums[0].item<double>(), l.nll = sums[1].item<double>(), l.tokens = int64_t(sums[2].item<double>());
     *stop = sums[3].item<double>() > 0;
@@ -538,9 +508,9 @@ LoopResult train(Trainee& t, const LoopOptions& o) {
     if (step % o.eval_every == 0 || last) result.last_eval = out.evaluate(step);
     const bool saved = step % o.checkpoint_every == 0 || last;
     if (saved) checkpoints.save(step);
-    if (r.world > 1 ? stop : bool(g_stop)) {
+    if (r.world > 1 ? stop : stop_signal() != 0) {
       if (!saved) checkpoints.save(step);
-      result.interrupted = true, result.signal = g_stop ? int(g_stop) : SIGTERM;
+      result.interrupted = true, result.signal = stop_signal() ? stop_signal() : SIGTERM;
       thx::log("train")->warn("{}stopped by {} at step {}; resume with --resume", r.prefix,
                               signal_name(result.signal), step);
       break;
