@@ -121,6 +121,11 @@ struct Block {
 };
 inline thread_local Block t_block;
 inline unsigned char* shared_memory() { return t_block.shared->data(); }
+// Whether [p, p + bytes) lies in the running block's shared memory.
+inline bool in_shared_memory(const void* p, size_t bytes) {
+  const auto* c = static_cast<const unsigned char*>(p);
+  return c >= t_block.shared->data() && c + bytes <= t_block.shared->data() + t_block.shared->size();
+}
 
 }  // namespace thx::emu
 

@@ -44,8 +44,8 @@ template <int N>
 THX_DEVICE void thx_ldmatrix_trans(uint32_t* r, const void* row) {
   thx::emu::Warp& w = *(*thx::emu::t_block.warps)[threadIdx.x / 32];
   const unsigned lane = threadIdx.x % 32;
-  if (lane < 8 * N && reinterpret_cast<uintptr_t>(row) % 16 != 0) {
-    std::fprintf(stderr, "ldmatrix: row address %p is not 16-byte aligned (a GPU faults here)\n", row);
+  if (lane < 8 * N && (reinterpret_cast<uintptr_t>(row) % 16 != 0 || !thx::emu::in_shared_memory(row, 16))) {
+    std::fprintf(stderr, "ldmatrix: row address %p is not 16-byte aligned in shared memory (a GPU faults here)\n", row);
     std::abort();
   }
   w.rows[lane] = row;
@@ -122,7 +122,8 @@ THX_DEVICE bool word_pairs(const Operand& X, int64_t ks, int64_t other, int K) {
 }
 
 // Whether X, whose k is strided (ks) and other index contiguous, can be read by ldmatrix .trans:
-// bf16, and every row of 8 along the contiguous index 16-byte aligned.
+// bf16, and every row of 8 along the contiguous index 16-byte aligned. Such an X must be in
+// shared memory, the only place ldmatrix reads (the emulator aborts otherwise).
 THX_DEVICE bool matrix_rows(const Operand& X, int64_t ks, int64_t other) {
   return X.bf16 && other == 1 && ks % 8 == 0 && X.gs % 8 == 0 && reinterpret_cast<uintptr_t>(X.p) % 16 == 0;
 }
@@ -204,13 +205,16 @@ THX_DEVICE void tile_outputs(const TileGrid& t, int x, const float* d, Out& out)
 // exactly one thread (so that `out` may add into memory it alone owns). The sums are fp32:
 //  - tensor_cores: each warp takes 16x8 output tiles in turn; the operands are rounded to bf16
 //    as they are read (nothing outside M, N or K is read: zeros stand in). bf16 operands with k
-//    contiguous are read as words of two. Needs whole warps.
+//    contiguous are read as words of two; with k strided, by ldmatrix, so those must be in
+//    shared memory. Needs whole warps.
 //  - otherwise plain FMAs, each thread an output, summed in k order (as th_kernels.cuh's
 //    version 1 did).
 // No barrier: the caller syncs before reading what `out` wrote.
 template <class Out>
 THX_DEVICE void block_gemm(bool tensor_cores, int batch, Operand A, Operand B, int M, int N, int K, Out out) {
   if (!tensor_cores) {
+    // Operand::at tests the dtype per element, the same way every time (a loop per pair of
+    // dtypes was tried: ptxas then spilled in the bf16 backward at its 128 registers).
     for (int x = threadIdx.x; x < batch * M * N; x += blockDim.x) {
       const int g = x / (M * N), m = (x / N) % M, n = x % N;
       const int64_t a = g * A.gs + m * A.rs, b = g * B.gs + n * B.cs;

@@ -11,7 +11,9 @@
 //    strided, give their fp32 values' products.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <random>
+#include <type_traits>
 #include <vector>
 
 #include "common/cuda_mma.h"
@@ -134,19 +136,25 @@ TEST(CudaMma, StridedBf16OperandsEqualTheirFp32Values) {
     std::vector<thx_bf16> a16(l.offset + l.batch * a_gs), b16(l.offset + l.batch * b_gs);
     std::vector<float> a32(a16.size()), b32(b16.size());
     draw(rng, a16, a32), draw(rng, b16, b32);
-    auto run = [&](Operand A, Operand B) {
+    // Each operand copied into the block's shared memory first, where ldmatrix reads.
+    auto run = [&](const auto& a, const auto& b) {
+      const size_t a_bytes = a.size() * sizeof(a[0]), b_at = (a_bytes + 15) / 16 * 16;
       std::vector<float> out(size_t(l.batch) * l.M * l.N);
-      emu::launch({1, 1, 1}, 96, 0, [&] {
+      emu::launch({1, 1, 1}, 96, b_at + b.size() * sizeof(b[0]), [&] {
+        unsigned char* shared = emu::shared_memory();
+        if (threadIdx.x == 0)
+          std::memcpy(shared, a.data(), a_bytes), std::memcpy(shared + b_at, b.data(), b.size() * sizeof(b[0]));
+        __syncthreads();
+        using EA = std::decay_t<decltype(a[0])>;
+        using EB = std::decay_t<decltype(b[0])>;
+        const Operand A{reinterpret_cast<const EA*>(shared) + l.offset, a_gs, 1, l.a_cs};
+        const Operand B{reinterpret_cast<const EB*>(shared + b_at) + l.offset, b_gs, l.b_rs, 1};
         cuda_mma::block_gemm(true, l.batch, A, B, l.M, l.N, l.K,
                              [&](int g, int m, int n, float v) { out[(size_t(g) * l.M + m) * l.N + n] = v; });
       });
       return out;
     };
-    const std::vector<float> rows =
-        run({a16.data() + l.offset, a_gs, 1, l.a_cs}, {b16.data() + l.offset, b_gs, l.b_rs, 1});
-    const std::vector<float> floats =
-        run({a32.data() + l.offset, a_gs, 1, l.a_cs}, {b32.data() + l.offset, b_gs, l.b_rs, 1});
-    EXPECT_EQ(rows, floats);
+    EXPECT_EQ(run(a16, b16), run(a32, b32));
   }
 }
 
