@@ -61,6 +61,17 @@ cuda_th::Layout layout(const Dims& d, ThTiles t, const cuda_th::Widths& w, bool 
   return cuda_th::kernel_layout({t.R, t.C, int(d.h_k), int(d.h), int(d.h_v), int(d.d_k), int(d.d_v)}, w, backward);
 }
 
+// "" where forced tiles t fit the launcher's shared memory, else why: the kernel, the tiles, and
+// the KB they need (for `problem`) and have.
+std::string tiles_unfit(const Dims& d, ThTiles t, const cuda_th::Widths& w, bool backward, int64_t limit,
+                        const std::string& problem) {
+  const int64_t need = layout(d, t, w, backward).bytes;
+  if (need <= limit) return "";
+  return std::string(backward ? "backward" : "forward") + " tiles " + std::to_string(t.R) + "x" + std::to_string(t.C) +
+         " need " + std::to_string((need + 1023) / 1024) + " KB of shared memory" + problem + "; the GPU allows " +
+         std::to_string(limit / 1024) + " KB";
+}
+
 // Everything but the typed pointers, which the caller sets for its dtype. tensor_cores: the
 // forward's choice (tensor_cores_for), which its backward keeps.
 template <typename T>
@@ -112,10 +123,10 @@ Prepared prepare(const Tensor& Q, const Tensor& K, const Tensor& V, const Tensor
   if (p.tiles.R <= 0 || p.tiles.C <= 0) {
     const ThLaunch forced = launch_settings();
     p.tiles = backward ? forced.backward : forced.forward;
-    const int64_t need = layout(d, p.tiles, w, backward).bytes;
-    TORCH_CHECK(p.tiles.R <= 0 || need <= l.shared_limit_bytes, "fused talking-heads: the forced ",
-                backward ? "backward" : "forward", " tiles ", p.tiles.R, "x", p.tiles.C, " need ", need,
-                " bytes of shared memory; the device allows ", l.shared_limit_bytes);
+    if (p.tiles.R > 0) {
+      const std::string why = tiles_unfit(d, p.tiles, w, backward, l.shared_limit_bytes, "");
+      TORCH_CHECK(why.empty(), "fused talking-heads: the forced ", why);
+    }
   }
   if (p.tiles.R <= 0 || p.tiles.C <= 0)
     p.tiles = fused_th_tiles(int(d.h_k), int(d.h), int(d.h_v), int(d.d_k), int(d.d_v), l.shared_limit_bytes,
@@ -271,15 +282,12 @@ ThLaunch fused_th_last_launch() {
 std::string fused_th_launch_unfit(const ThLaunch& launch, int h, int d, bool bf16, const Launcher& l) {
   const int threads = launch.threads > 0 ? launch.threads : l.threads;
   const cuda_th::Widths w = widths_for(bf16, tensor_cores_for(l, threads), true, true, threads);
+  const Dims dims{1, 1, 1, h, h, h, d, d};
+  const std::string problem = " at h = " + std::to_string(h) + (bf16 ? " (bf16)" : " (fp32)");
   for (bool backward : {false, true}) {
     const ThTiles t = backward ? launch.backward : launch.forward;
-    if (t.R <= 0) continue;
-    const int64_t need = cuda_th::kernel_layout({t.R, t.C, h, h, h, d, d}, w, backward).bytes;
-    if (need > l.shared_limit_bytes)
-      return std::string(backward ? "backward" : "forward") + " tiles " + std::to_string(t.R) + "x" +
-             std::to_string(t.C) + " need " + std::to_string(need / 1024) + " KB of shared memory at h = " +
-             std::to_string(h) + " (" + (bf16 ? "bf16" : "fp32") + "); the GPU allows " +
-             std::to_string(l.shared_limit_bytes / 1024) + " KB";
+    const std::string why = t.R > 0 ? tiles_unfit(dims, t, w, backward, l.shared_limit_bytes, problem) : "";
+    if (!why.empty()) return why;
   }
   return "";
 }
