@@ -148,22 +148,26 @@ run() {
         case \$path in fused|tiled) bench --n 8192 --batch 1 --no-reference \$flag --out $OUT/attention-\$path-n8192.md || exit 1 ;; esac
       done"
     # The fused kernels' launch, tuned: the same layer (bf16, n = 2048, batch 8, h = 12 and 48)
-    # with its own choice, then each forced launch (thx bench attention --th-tiles, --th-threads):
-    # fewer and more threads, and smaller tiles (two blocks to a multiprocessor where they fit). A
-    # launch that does not fit is refused in one line and the next runs.
+    # with its own choice, then each forced launch (thx bench attention --th-atomics, --th-tiles,
+    # --th-threads): the backward's shared sums as version 2.1 added them (in order, scalar) and
+    # staggered but scalar; fewer and more threads; smaller tiles (two blocks to a multiprocessor
+    # where they fit). A launch that does not fit is refused in one line and the next runs.
     phase tune 90 bash -c "
-      for launch in '' '--th-threads 128' '--th-threads 512' '--th-tiles 16x8' '--th-tiles 16x8,8x8' '--th-tiles 8x8'; do
+      for launch in '' '--th-atomics in-order' '--th-atomics staggered' '--th-threads 128' '--th-threads 512' \
+          '--th-tiles 16x8' '--th-tiles 16x8,8x8' '--th-tiles 8x8'; do
         name=\$(echo \"default \$launch\" | tr -c 'a-z0-9\n' _)
         $thx --device cuda bench attention --precision bf16 --heads 12,48 --n 2048 --batch 8 --no-reference \$launch \
           --out $OUT/tune-\$name.md 2>&1 | tail -3
       done"
     # What bounds the fused kernels: Nsight Compute on one forward and one backward launch at
-    # h = 48, n = 2048, batch 8 (speed of light, memory and compute workload, occupancy).
+    # h = 12 and 48, n = 2048, batch 8 (speed of light, memory and compute workload, occupancy,
+    # warp stalls: the backward's atomics show there as lg_throttle).
     phase ncu 90 bash -c "
       ncu=\$(command -v ncu || echo /usr/local/cuda/bin/ncu)
-      timeout 85 \$ncu --kernel-name regex:'forward_kernel|backward_kernel' --launch-count 2 \
+      timeout 85 \$ncu --kernel-name regex:'forward_kernel|backward_kernel' --launch-count 4 \
         --section SpeedOfLight --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis --section Occupancy \
-        $thx --device cuda bench attention --precision bf16 --heads 48 --n 2048 --batch 8 --reps 1 --no-reference"
+        --section WarpStateStats \
+        $thx --device cuda bench attention --precision bf16 --heads 12,48 --n 2048 --batch 8 --reps 1 --no-reference"
     # The mini T5, multi-head and talking-heads, for 300 steps on the GPU in fp32 and bf16 and
     # on this machine's CPU in fp32: each GPU curve against the CPU's, within the bounds
     # compare_curves.py states (checkpoints removed so that the folders come back).

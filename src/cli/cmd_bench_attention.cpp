@@ -27,10 +27,18 @@ ThLaunch parse_th_tiles(const std::string& text) {
   return l;
 }
 
+// --th-atomics: how the backward adds dK, dV and dbias (th_args.h's KeySums).
+cuda_th::KeySums parse_th_atomics(const std::string& text) {
+  if (text == "in-order") return cuda_th::KeySums::kInOrder;
+  if (text == "staggered") return cuda_th::KeySums::kStaggered;
+  if (text == "vector") return cuda_th::KeySums::kVector;
+  throw InputError(fmt::format("--th-atomics {}: allowed: in-order, staggered, vector", text));
+}
+
 struct BenchAttentionCommand : Command {
   BenchAttentionOptions opt;
   bool no_reference = false;
-  std::string th_tiles;
+  std::string th_tiles, th_atomics = "vector";
   int th_threads = 0;
 
   explicit BenchAttentionCommand(CLI::App& parent) {
@@ -60,6 +68,10 @@ struct BenchAttentionCommand : Command {
         ->excludes(batched)->excludes(tiled);
     app->add_option("--th-threads", th_threads, "on a GPU, the fused kernels' threads per block (a multiple of 32 "
                                                 "up to 512; default 256)")->excludes(batched)->excludes(tiled);
+    app->add_option("--th-atomics", th_atomics, "on a GPU, how the fused backward adds dK, dV and dbias: in-order "
+                                                "(every block the keys in order), staggered (each block from its "
+                                                "own key tile) or vector (staggered, four sums a reduction)")
+        ->capture_default_str()->excludes(batched)->excludes(tiled);
   }
 
   int run() override {
@@ -72,6 +84,7 @@ struct BenchAttentionCommand : Command {
       throw InputError(fmt::format("--th-threads {}: allowed: a multiple of 32 from 32 to {}", th_threads,
                                    cuda_th::kMaxThreads));
     opt.th_launch.threads = th_threads;
+    opt.th_launch.key_sums = parse_th_atomics(th_atomics);
     opt.device = resolve_device(device_request(), "--device");
     bench_attention(opt);
     return 0;

@@ -11,7 +11,8 @@
 // The kernels use: threadIdx.x, blockIdx.{x,y}, blockDim.x, gridDim.x, __syncthreads(), dynamic
 // shared memory (THX_SHARED), fixed shared arrays (THX_STATIC_SHARED), the most threads a block
 // is launched with (THX_LAUNCH_BOUNDS: registers are allocated to fit them), a warp's butterfly
-// shuffle (thx_shfl_xor, every lane of the warp taking part), atomicAdd on float, an aligned
+// shuffle (thx_shfl_xor, every lane of the warp taking part), atomicAdd on float and on four
+// adjacent floats (thx_atomic_add4: one vector reduction on sm_90, 16-byte aligned), an aligned
 // 4-byte load (thx_load_word), the math below, and bf16 as bits (bf16_bits.h) with its conversions.
 #pragma once
 #include <cstdint>
@@ -32,6 +33,16 @@ THX_DEVICE float thx_inf() { return __int_as_float(0x7f800000); }
 THX_DEVICE float thx_bits_to_float(uint32_t u) { return __uint_as_float(u); }
 THX_DEVICE uint32_t thx_float_to_bits(float f) { return __float_as_uint(f); }
 THX_DEVICE void thx_atomic_add(float* p, float v) { atomicAdd(p, v); }
+// p[0..3] += v0..v3 for p in global memory, 16-byte aligned: on sm_90 one vector reduction (PTX
+// ISA 8.1, red.global.add.v4.f32), which L2 takes as one transaction; elsewhere four atomics.
+THX_DEVICE void thx_atomic_add4(float* p, float v0, float v1, float v2, float v3) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(p), "f"(v0), "f"(v1), "f"(v2), "f"(v3)
+               : "memory");
+#else
+  atomicAdd(p, v0), atomicAdd(p + 1, v1), atomicAdd(p + 2, v2), atomicAdd(p + 3, v3);
+#endif
+}
 THX_DEVICE uint32_t thx_load_word(const void* p) { return *static_cast<const uint32_t*>(p); }
 
 #elif defined(__CUDA__)  // clang -x cuda -nocudainc: the PTX compile check
@@ -54,9 +65,14 @@ THX_DEVICE float thx_inf() { return __builtin_huge_valf(); }
 THX_DEVICE float thx_bits_to_float(uint32_t u) { return __builtin_bit_cast(float, u); }
 THX_DEVICE uint32_t thx_float_to_bits(float f) { return __builtin_bit_cast(uint32_t, f); }
 THX_DEVICE void thx_atomic_add(float* p, float v) { __nvvm_atom_add_gen_f(p, v); }
+THX_DEVICE void thx_atomic_add4(float* p, float v0, float v1, float v2, float v3) {  // sm_80 here: four
+  __nvvm_atom_add_gen_f(p, v0), __nvvm_atom_add_gen_f(p + 1, v1);
+  __nvvm_atom_add_gen_f(p + 2, v2), __nvvm_atom_add_gen_f(p + 3, v3);
+}
 THX_DEVICE uint32_t thx_load_word(const void* p) { return *static_cast<const uint32_t*>(p); }
 
 #else  // the host emulator
+#include <atomic>
 #include <cmath>
 #include <condition_variable>
 #include <cstdio>
@@ -113,6 +129,10 @@ struct Warp {
   Barrier barrier;
 };
 
+// How many vector reductions (thx_atomic_add4) the emulator has run: the tests' way to see that a
+// kernel took them.
+inline std::atomic<int64_t> vector_reductions{0};
+
 struct Block {
   Barrier* barrier = nullptr;
   std::vector<unsigned char>* shared = nullptr;
@@ -160,6 +180,16 @@ THX_DEVICE uint32_t thx_float_to_bits(float f) {
 THX_DEVICE void thx_atomic_add(float* p, float v) {
   std::lock_guard<std::mutex> lock(*thx::emu::t_block.atomics);
   *p += v;
+}
+// A vector reduction, which a GPU faults on unless p is a multiple of 16: so does this.
+THX_DEVICE void thx_atomic_add4(float* p, float v0, float v1, float v2, float v3) {
+  if (reinterpret_cast<uintptr_t>(p) % 16 != 0) {
+    std::fprintf(stderr, "thx_atomic_add4: misaligned address %p (a GPU faults here)\n", static_cast<void*>(p));
+    std::abort();
+  }
+  ++thx::emu::vector_reductions;
+  std::lock_guard<std::mutex> lock(*thx::emu::t_block.atomics);
+  p[0] += v0, p[1] += v1, p[2] += v2, p[3] += v3;
 }
 // A 4-byte load, which a GPU faults on unless the address is a multiple of 4: so does this.
 THX_DEVICE uint32_t thx_load_word(const void* p) {

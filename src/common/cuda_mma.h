@@ -232,6 +232,31 @@ THX_DEVICE void block_gemm(bool tensor_cores, int batch, Operand A, Operand B, i
   }
 }
 
+// block_gemm's product delivered up to four adjacent columns at a time: out4(g, m, n, v, count)
+// with v[0..count) the outputs (g, m, n .. n + count - 1), each output by exactly one thread. On
+// tensor cores, n is a multiple of 4 and count is 4 but at N's edge: lanes 2 u and 2 u + 1 of a
+// quad (tile_outputs's t4) hold columns 4 u .. 4 u + 3 of rows g4 and g4 + 8 between them and
+// swap halves (thx_shfl_xor), the even lane then holding row g4's four, the odd one row g4 + 8's.
+// Otherwise one output at a time (count 1). For sums added to memory four at a time.
+template <class Out4>
+THX_DEVICE void block_gemm_quads(bool tensor_cores, int batch, Operand A, Operand B, int M, int N, int K, Out4 out4) {
+  if (!tensor_cores) {
+    block_gemm(false, batch, A, B, M, N, K, [&](int g, int m, int n, float v) { out4(g, m, n, &v, 1); });
+    return;
+  }
+  const TileGrid t(batch, A, B, M, N, K);
+  const int lane = threadIdx.x % 32, g4 = lane / 4, t4 = lane % 4;
+  const bool odd = t4 % 2 != 0;
+  for (int x = threadIdx.x / 32; x < t.tiles; x += blockDim.x / 32) {  // the same x across a warp
+    float d[4];
+    warp_tile(t, A, B, x, d);
+    const float s0 = thx_shfl_xor(odd ? d[0] : d[2], 1), s1 = thx_shfl_xor(odd ? d[1] : d[3], 1);
+    const float q[4] = {odd ? s0 : d[0], odd ? s1 : d[1], odd ? d[2] : s0, odd ? d[3] : s1};
+    const int m = t.m0(x) + g4 + (odd ? 8 : 0), n = t.n0(x) + 4 * (t4 / 2);
+    if (m < t.M && n < t.N) out4(t.g(x), m, n, q, t.N - n < 4 ? t.N - n : 4);
+  }
+}
+
 // The tensor-core product of block_gemm added into registers instead of written out: acc[i] +=
 // this lane's share of tile warp + i * warps, for every tile of the calling warp, which must have
 // at most Max (tiles_per_warp). Repeated calls sum in the same order as block_gemm's `out`

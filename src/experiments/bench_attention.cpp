@@ -132,7 +132,9 @@ struct AttentionTables {
 };
 
 std::string launch_text(const ThLaunch& l) {
-  return fmt::format("{}x{} / {}x{}, {}", l.forward.R, l.forward.C, l.backward.R, l.backward.C, l.threads);
+  static const char* const kSums[] = {"in-order", "staggered", "vector"};
+  return fmt::format("{}x{} / {}x{}, {}, {}", l.forward.R, l.forward.C, l.backward.R, l.backward.C, l.threads,
+                     kSums[static_cast<int>(l.key_sums)]);
 }
 
 // The forced tiles fit every cell's shared memory, or an InputError says which does not.
@@ -234,7 +236,7 @@ std::string bench_attention(const BenchAttentionOptions& opt) {
                           "target <= 1.15"};
   tables.ratios.align = "rlrrrl";
   tables.fused = fused;
-  if (gpu) tables.ratios.header.push_back("fused tiles fwd / bwd, threads"), tables.ratios.align += "l";
+  if (gpu) tables.ratios.header.push_back("fused tiles fwd / bwd, threads, atomics"), tables.ratios.align += "l";
   for (const int64_t h : opt.heads)
     for (const std::string& p : precisions) measure_cell(opt, h, p, peaks.at(p), tables);
 

@@ -265,6 +265,48 @@ TEST(FusedThEmulated, AForcedLaunchIsUsedReportedAndChecked) {
   set_th_launch({});
 }
 
+// The backward's shared sums (th_args.h's KeySums, `thx bench attention --th-atomics`). Each
+// element of dK, dV and dbias gets one addition from each block in every mode, and the emulator
+// runs the blocks in turn: those are bit-equal across in-order, staggered and vector. Staggering
+// changes the order in which a block sums dQ (and its dP_l, dP_w) over its key tiles: with four
+// tiles in fp32, dQ's bits move (the control that the mode reaches the kernel) within fp32's
+// bound. Vector delivers the same sums four at a time: bit-equal to staggered, and counted. On
+// T5's [1,h,n,m] bias, 16 rows and keys of width 8 in tiles of 4x4 (4 blocks, 4 key tiles).
+TEST(FusedThEmulated, BackwardSumsAgreeInEveryOrder) {
+  const Case& c = kCases.front();
+  torch::manual_seed(13);
+  Inputs in;
+  in.Q = torch::randn({2, 16, c.hk, 8}), in.K = torch::randn({2, 16, c.hk, 8});
+  in.V = torch::randn({2, 16, c.hv, 8}), in.dO = torch::randn({2, 16, c.hv, 8});
+  in.P_l = torch::randn({c.hk, c.h}) / 2, in.P_w = torch::randn({c.h, c.hv}) / 2;
+  in.bias = torch::randn({1, c.h, 16, 16});
+  using cuda_th::KeySums;
+  for (bool bf16 : {false, true}) {
+    SCOPED_TRACE(bf16 ? "bf16 on tensor cores" : "fp32");
+    std::vector<Result> r;
+    for (KeySums sums : {KeySums::kInOrder, KeySums::kStaggered, KeySums::kVector}) {
+      ThLaunch launch;
+      launch.key_sums = sums;
+      set_th_launch(launch);
+      const int64_t before = emu::vector_reductions;
+      r.push_back(fused(in, bf16 ? torch::kBFloat16 : torch::kFloat32, emulator(64, 1 << 20, bf16), {4, 4}));
+      EXPECT_EQ(fused_th_last_launch().key_sums, sums);
+      EXPECT_EQ(emu::vector_reductions > before, sums == KeySums::kVector) << int(sums);
+    }
+    set_th_launch({});
+    for (const Result& x : {r[0], r[1]})
+      for (auto [a, b, name] : {std::tuple{x.dK, r[2].dK, "dK"}, {x.dV, r[2].dV, "dV"}, {x.dbias, r[2].dbias, "dbias"}})
+        EXPECT_TRUE(torch::equal(a, b)) << name;
+    for (auto [a, b, name] : {std::tuple{r[1].O, r[2].O, "O"}, {r[1].dQ, r[2].dQ, "dQ"},
+                              {r[1].dP_l, r[2].dP_l, "dP_l"}, {r[1].dP_w, r[2].dP_w, "dP_w"}})
+      EXPECT_TRUE(torch::equal(a, b)) << name;
+    if (bf16) continue;
+    EXPECT_FALSE(torch::equal(r[0].dQ, r[1].dQ));
+    expect_same(r[0], reference(in), 2e-6, 2e-5);
+    expect_same(r[2], reference(in), 2e-6, 2e-5);
+  }
+}
+
 // ---- version 2: bf16 products on tensor cores ----------------------------------------------
 // The kernels' bf16 algorithm with its error bound (bf16_bounds.h), step by step as
 // th_kernels.cuh computes: every product's operands rounded to bf16 (J, W, U, dU, dL, dJ and

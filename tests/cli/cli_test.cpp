@@ -64,7 +64,8 @@ TEST(Cli, BadBenchFlagsExitTwo) {
   r = run_thx("bench attention --tiled --batched");  // one talking-heads path at a time
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_EQ(r.out, "thx: error: --batched excludes --tiled (thx --help lists the options)\n");
-  // The fused kernels' forced launch: tiles RxC[,RxC], threads a multiple of 32, not with another path.
+  // The fused kernels' forced launch: tiles RxC[,RxC], threads a multiple of 32, atomics by name,
+  // not with another path.
   for (const char* bad : {"--th-tiles 16x", "--th-tiles 16x8,8", "--th-tiles 0x8", "--th-tiles 16x8,8x8x"}) {
     r = run_thx(std::string("bench attention ") + bad);
     EXPECT_TRUE(refused(r, "thx: error: --th-tiles", "allowed: RxC or RxC,RxC")) << bad;
@@ -73,6 +74,8 @@ TEST(Cli, BadBenchFlagsExitTwo) {
                       "a multiple of 32 from 32 to 512"));
   EXPECT_TRUE(
       refused(run_thx("bench attention --th-tiles 16x8 --tiled"), "thx: error: --tiled excludes --th-tiles", ""));
+  EXPECT_TRUE(refused(run_thx("bench attention --th-atomics sorted"), "thx: error: --th-atomics sorted",
+                      "allowed: in-order, staggered, vector"));
   // bench train's base rows: an h that does not divide 768, a peer row that is not a base row,
   // --base-only without --base; one line each, before any model is built.
   r = run_thx("bench train --base --base-heads 7");

@@ -6,11 +6,14 @@
 //    operand packing and the lane layout agree with each other; whether they agree with the
 //    GPU's is for FusedThOnCuda.* on a GPU.
 //  - FMAs: each output the fp32 sum in k order of the unrounded products.
-//  - Every output is written exactly once (a count per element).
+//  - Every output is written exactly once (a count per element), also where block_gemm_quads
+//    delivers them four adjacent columns at a time.
 //  - bf16 operands, read as words of two where k is contiguous and by ldmatrix where it is
 //    strided, give their fp32 values' products.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <random>
 #include <type_traits>
@@ -30,9 +33,11 @@ struct Problem {
   int batch, M, N, K;
 };
 
-void check(const Problem& p, bool tensor_cores, int threads) {
+// quads: through block_gemm_quads, which must deliver the same outputs, on tensor cores four
+// adjacent columns at a time (n a multiple of 4, count 4 but at N's edge), else one at a time.
+void check(const Problem& p, bool tensor_cores, int threads, bool quads = false) {
   SCOPED_TRACE(testing::Message() << p.batch << "x" << p.M << "x" << p.N << "x" << p.K << " tensor cores "
-                                  << tensor_cores << " threads " << threads);
+                                  << tensor_cores << " threads " << threads << " quads " << quads);
   std::mt19937 rng(7);
   std::normal_distribution<float> normal;
   // A_g (m, k) at a[g * M * K * 2 + k * M * 2 + m * 2] (column-major, every other element); B_g (k, n)
@@ -44,12 +49,21 @@ void check(const Problem& p, bool tensor_cores, int threads) {
   const Operand B{b.data(), int64_t(p.K) * p.N + 3, p.N, 1};
   std::vector<float> out(size_t(p.batch) * p.M * p.N, -1.f);
   std::vector<int> writes(out.size(), 0);
+  std::atomic<int> bad_quads{0};
   emu::launch({1, 1, 1}, threads, 0, [&] {
-    cuda_mma::block_gemm(tensor_cores, p.batch, A, B, p.M, p.N, p.K, [&](int g, int m, int n, float v) {
+    auto one = [&](int g, int m, int n, float v) {
       const size_t at = (size_t(g) * p.M + m) * p.N + n;
       out[at] = v, ++writes[at];  // one thread per element: no race unless the test fails
-    });
+    };
+    if (!quads) return cuda_mma::block_gemm(tensor_cores, p.batch, A, B, p.M, p.N, p.K, one);
+    cuda_mma::block_gemm_quads(tensor_cores, p.batch, A, B, p.M, p.N, p.K,
+                               [&](int g, int m, int n, const float* v, int count) {
+                                 const int want = tensor_cores ? std::min(4, p.N - n) : 1;
+                                 if (count != want || (tensor_cores && n % 4 != 0)) ++bad_quads;
+                                 for (int i = 0; i < count; ++i) one(g, m, n + i, v[i]);
+                               });
   });
+  EXPECT_EQ(bad_quads, 0);
   int wrong = 0;
   for (int g = 0; g < p.batch; ++g)
     for (int m = 0; m < p.M; ++m)
@@ -76,6 +90,14 @@ TEST(CudaMma, TensorCoreProductsAreTheRoundedOperandsSumsInKOrder) {
 TEST(CudaMma, FmaProductsAreTheFp32SumsInKOrder) {
   for (const Problem& p : {Problem{2, 37, 21, 35}, {3, 5, 3, 2}})
     for (int threads : {7, 64}) check(p, false, threads);
+}
+
+// block_gemm_quads: the same outputs, each once, four columns at a time on tensor cores (its
+// lanes swap halves of their tiles; a wrong swap puts a value in another row or column).
+TEST(CudaMma, QuadsDeliverEveryOutputOnceFourColumnsAtATime) {
+  for (const Problem& p : {Problem{1, 16, 8, 16}, {2, 37, 21, 35}, {3, 5, 3, 2}, {1, 16, 64, 48}})
+    for (int threads : {32, 96}) check(p, true, threads, true);
+  check({2, 37, 21, 35}, false, 64, true);
 }
 
 // Normal draws as bf16 (x16) and the same values as fp32 (x32).

@@ -40,6 +40,20 @@ struct Layout {
   int64_t bytes = 0;
 };
 
+// How the backward adds the sums that several blocks share: dK and dV (every block of query rows
+// of an example adds to every key) and dbias where it broadcasts over examples. On a GPU these
+// are fp32 atomics resolved in L2, where one address taken by many blocks at once serialises
+// them (docs/fused_talking_heads.md, "Version 2.2"):
+//  - kInOrder: every block takes pass B's key tiles in order, so the blocks running at once add to
+//    the same keys; one scalar atomic an element (version 2.1);
+//  - kStaggered: block (x, y) starts pass B at key tile (x + y) mod tiles, so that they do not;
+//  - kVector: staggered, and four adjacent sums as one vector reduction (sm_90's
+//    red.global.add.v4.f32, common/cuda_compat.h's thx_atomic_add4) where 16-byte aligned.
+// Each element still gets one addition from each block, so only their order differs: on the CPU
+// emulator, which runs the blocks one at a time, dK, dV and dbias are bit-equal across the three;
+// dQ is summed over pass B's tiles in the order they come, so staggering changes its rounding.
+enum class KeySums : int { kInOrder = 0, kStaggered = 1, kVector = 2 };
+
 struct LayoutShape {
   int R, C, h_k, h, h_v, d_k, d_v;
 };
@@ -89,6 +103,7 @@ struct Args {
   Widths widths;             // of the tiles in shared memory (above), and where they are:
   Layout layout;             // kernel_layout for this kernel (forward or backward)
   bool sums_in_registers;    // the forward's O or the backward's dQ (sums_in_registers)
+  KeySums key_sums;          // backward: how the shared sums are added (above)
 };
 
 // How a backend runs the kernels: CUDA (th_fused.cu) or the CPU emulator (the tests). Grid: x the

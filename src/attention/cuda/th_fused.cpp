@@ -43,10 +43,11 @@ ThLaunch launch_settings() {
   std::lock_guard<std::mutex> lock(g_launch_mu);
   return g_launch;
 }
-void record(bool backward, ThTiles tiles, int threads) {
+void record(bool backward, ThTiles tiles, int threads, cuda_th::KeySums key_sums) {
   std::lock_guard<std::mutex> lock(g_launch_mu);
   (backward ? g_last.backward : g_last.forward) = tiles;
   g_last.threads = threads;
+  g_last.key_sums = key_sums;  // the backward's, as set when each kernel ran
 }
 
 cuda_th::Widths widths_for(bool bf16, bool tensor_cores, bool p_l, bool p_w, int threads) {
@@ -87,6 +88,7 @@ Args<T> args(const Dims& d, ThTiles tiles, const Tensor& P_l, const Tensor& P_w,
   a.tensor_cores = std::is_same_v<T, thx_bf16> && tensor_cores;
   a.widths = widths_for(sizeof(T) == 2, a.tensor_cores, P_l.defined(), P_w.defined(), threads);
   a.layout = layout(d, tiles, a.widths, backward);
+  a.key_sums = cuda_th::KeySums::kVector;
   a.sums_in_registers = backward ? cuda_th::sums_in_registers(a.widths.threads, tiles.R, a.h_k, a.d_k)
                                  : cuda_th::sums_in_registers(a.widths.threads, tiles.R, a.h_v, a.d_v);
   return a;
@@ -156,7 +158,7 @@ struct FusedThFn : torch::autograd::Function<FusedThFn> {
     };
     if (Q.scalar_type() == torch::kBFloat16) run(thx_bf16{}, l.forward_bf16);
     else run(float{}, l.forward_f32);
-    record(false, p.tiles, threads);
+    record(false, p.tiles, threads, launch_settings().key_sums);
     ctx->save_for_backward({Q, K, V, P_l_in, P_w_in, bias_in, mask_in, lse});
     ctx->saved_data["launcher"] = launcher;
     ctx->saved_data["tensor_cores"] = tensor_cores;  // the backward rounds as the forward did
@@ -172,6 +174,7 @@ struct FusedThFn : torch::autograd::Function<FusedThFn> {
     const Tensor bias = present(s[5]);
     const bool tensor_cores = ctx->saved_data["tensor_cores"].toBool();
     const int threads = int(ctx->saved_data["threads"].toInt());
+    const cuda_th::KeySums key_sums = launch_settings().key_sums;
     const Prepared p = prepare(s[0], s[1], s[2], present(s[3]), present(s[4]), bias, present(s[6]), l,
                                {int(ctx->saved_data["R"].toInt()), int(ctx->saved_data["C"].toInt())}, true,
                                tensor_cores, threads);
@@ -192,11 +195,12 @@ struct FusedThFn : torch::autograd::Function<FusedThFn> {
       if (dbias4.defined()) a.grad_bias = dbias4.data_ptr<float>(), broadcast_strides(dbias4, d, a.grad_bias_stride);
       a.grad_p_l = dP_l.defined() ? dP_l.data_ptr<float>() : nullptr;
       a.grad_p_w = dP_w.defined() ? dP_w.data_ptr<float>() : nullptr;
+      a.key_sums = key_sums;
       fn(a, gx, gy, threads, a.layout.bytes);
     };
     if (p.Q.scalar_type() == torch::kBFloat16) run(thx_bf16{}, l.backward_bf16);
     else run(float{}, l.backward_f32);
-    record(true, p.tiles, threads);
+    record(true, p.tiles, threads, key_sums);
     auto back = [](const Tensor& g, const Tensor& like) { return g.defined() ? g.to(like.scalar_type()) : Tensor(); };
     return {dQ,
             dK.to(p.K.scalar_type()),

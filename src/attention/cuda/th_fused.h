@@ -42,12 +42,14 @@ torch::Tensor fused_th_attention_core(const torch::Tensor& Q, const torch::Tenso
 void set_th_tensor_cores(bool enabled);
 
 // How the kernels are launched, for tuning them on a GPU (`thx bench attention --th-tiles,
-// --th-threads`): each kernel's tiles ({0, 0}: fused_th_tiles's choice) and the threads per
-// block (0: the launcher's). A tile passed to fused_th_attention_core comes first; a forced tile
-// that does not fit the shared memory is an error. The backward keeps its forward's threads.
+// --th-threads, --th-atomics`): each kernel's tiles ({0, 0}: fused_th_tiles's choice), the
+// threads per block (0: the launcher's) and how the backward adds dK, dV and dbias. A tile passed
+// to fused_th_attention_core comes first; a forced tile that does not fit the shared memory is an
+// error. The backward keeps its forward's threads.
 struct ThLaunch {
   ThTiles forward, backward;
   int threads = 0;
+  cuda_th::KeySums key_sums = cuda_th::KeySums::kVector;  // the backward's dK, dV, dbias sums
 };
 void set_th_launch(const ThLaunch& launch);
 // What the last forward and backward launches used (tiles and threads), for reports.

@@ -15,8 +15,9 @@
 //    rounded to bf16 as a fragment is read (J, W, U, dU, dL, dJ and P_l, P_w among them), as a
 //    bf16 batched-matmul path rounds its stored intermediates;
 //  - otherwise (version 1; fp32 inputs always): plain fp32 FMAs.
-// Gradients that several blocks share go to fp32 buffers: dK, dV and dbias by atomicAdd, dP_l
-// and dP_w as one partial per block (no contended atomic), summed by the launcher.
+// Gradients that several blocks share go to fp32 buffers: dK, dV and dbias by atomics, staggered
+// and four at a time as th_args.h's KeySums says; dP_l and dP_w as one partial per block (no
+// contended atomic), summed by the launcher.
 #pragma once
 #include "common/cuda_compat.h"
 #include "common/cuda_mma.h"
@@ -95,15 +96,41 @@ THX_DEVICE void projection_grad(bool tc, const Plane& A, const Plane& B, float* 
              [&](int, int x, int y, float v) { P[x * g2 + y] += v; });
 }
 
+// p[0..count) += v[0..count) (p's elements `stride` apart) by atomics: one vector reduction where
+// `vector` allows it (th_args.h's KeySums), the four adjacent and 16-byte aligned.
+THX_DEVICE void add_shared_sums(float* p, int64_t stride, const float* v, int count, bool vector) {
+  if (vector && count == 4 && stride == 1 && reinterpret_cast<uintptr_t>(p) % 16 == 0)
+    thx_atomic_add4(p, v[0], v[1], v[2], v[3]);
+  else
+    for (int i = 0; i < count; ++i) thx_atomic_add(p + i * stride, v[i]);
+}
+
 // The tile's keys' share of a gradient: G[c,g,e] += sum_r P[g,r,c] X[r,g,e] for c < keys_left,
 // by atomics (the other blocks of the example add theirs). dV: P = U, X = dO; dK: P = dJ, X = Q.
 template <typename T>
 THX_DEVICE void key_grad(bool tc, const Plane& P, const T* X, float* G, int R, int C, int heads, int dim,
-                         int keys_left) {
+                         int keys_left, bool vector) {
   const int width = heads * dim;
-  block_gemm(tc, heads, P.operand(R * C, 1, C), {X, dim, width, 1}, C, dim, R, [&](int g, int c, int e, float v) {
-    if (c < keys_left) thx_atomic_add(G + c * width + g * dim + e, v);
-  });
+  block_gemm_quads(tc, heads, P.operand(R * C, 1, C), {X, dim, width, 1}, C, dim, R,
+                   [&](int g, int c, int e, const float* v, int count) {
+                     if (c < keys_left) add_shared_sums(G + c * width + g * dim + e, 1, v, count, vector);
+                   });
+}
+
+// dbias[b,s,i,j] += dL[s,r,c] over the tile (i = i0 + r < n, j = j0 + c < m), by atomics (where
+// the bias broadcasts over examples, their blocks add to the same), four adjacent keys a thread.
+template <typename T>
+THX_DEVICE void bias_grad(const Args<T>& a, const float* dL, int i0, int j0) {
+  const int R = a.R, C = a.C, quads = (C + 3) / 4;
+  const int64_t* bs = a.grad_bias_stride;
+  const int64_t b = blockIdx.y;
+  for (int x = threadIdx.x; x < a.h * R * quads; x += blockDim.x) {
+    const int s = x / (R * quads), r = x / quads % R, c = 4 * (x % quads), i = i0 + r;
+    const int left = (C - c < a.m - j0 - c ? C - c : a.m - j0 - c), count = left < 4 ? left : 4;
+    if (i >= a.n || count <= 0) continue;
+    add_shared_sums(a.grad_bias + b * bs[0] + s * bs[1] + i * bs[2] + (j0 + c) * bs[3], bs[3],
+                    dL + (s * R + r) * C + c, count, a.key_sums == KeySums::kVector);
+  }
 }
 
 // dU [h_v,R,C] = sum_e dO[r,t,e] V[c,t,e].
@@ -247,17 +274,14 @@ THX_DEVICE void tile_gradients(const Args<T>& a, BackwardTiles<T>& t, int i0, in
   const int64_t b = blockIdx.y;
   float* dL = tile_weights_and_grads(a, t, i0, j0);  // dW for now
   const Plane U = a.p_w ? t.Us : f32(t.Ls);
-  key_grad(a.tensor_cores, U, t.dOs, a.grad_v + (b * a.m + j0) * vd, R, C, a.h_v, a.d_v, a.m - j0);  // dV
+  const bool vector = a.key_sums == KeySums::kVector;
+  float* dV = a.grad_v + (b * a.m + j0) * vd;
+  key_grad(a.tensor_cores, U, t.dOs, dV, R, C, a.h_v, a.d_v, a.m - j0, vector);
   if (a.p_w) projection_grad(a.tensor_cores, f32(t.Ls), t.dUs, t.dPw, a.h, a.h_v, rc);  // dP_w[s,t] += sum W[s] dU[t]
   // dL in place of dW: nothing above reads dW (with P_w, dP_w reads dU; without, dV reads W).
   for (int x = threadIdx.x; x < a.h * rc; x += blockDim.x) dL[x] = t.Ls[x] * (dL[x] - t.Ds[x / C]);
   __syncthreads();
-  const int64_t* bs = a.grad_bias_stride;
-  if (a.grad_bias)
-    for (int x = threadIdx.x; x < a.h * rc; x += blockDim.x) {
-      const int s = x / rc, i = i0 + (x / C) % R, j = j0 + x % C;
-      if (i < a.n && j < a.m) thx_atomic_add(a.grad_bias + b * bs[0] + s * bs[1] + i * bs[2] + j * bs[3], dL[x]);
-    }
+  if (a.grad_bias) bias_grad(a, dL, i0, j0);
   Plane dJ = f32(dL);
   if (a.p_l) {
     projection_grad(a.tensor_cores, t.Js, dJ, t.dPl, a.h_k, a.h, rc);  // dP_l[k,s] += sum J[k] dL[s]
@@ -271,7 +295,8 @@ THX_DEVICE void tile_gradients(const Args<T>& a, BackwardTiles<T>& t, int i0, in
   else
     block_gemm(a.tensor_cores, a.h_k, dJ.operand(rc, C, 1), {t.Ks, a.d_k, qd, 1}, R, a.d_k, C,
                [&](int k, int r, int d, float v) { t.dQs[r * qd + k * a.d_k + d] += v; });
-  key_grad(a.tensor_cores, dJ, t.Qs, a.grad_k + (b * a.m + j0) * qd, R, C, a.h_k, a.d_k, a.m - j0);  // dK
+  float* dK = a.grad_k + (b * a.m + j0) * qd;
+  key_grad(a.tensor_cores, dJ, t.Qs, dK, R, C, a.h_k, a.d_k, a.m - j0, vector);
   __syncthreads();
 }
 
@@ -305,7 +330,11 @@ __global__ void THX_LAUNCH_BOUNDS(kMaxThreads) backward_kernel(Args<T> a) {
     }
     __syncthreads();
   }
-  for (int j0 = 0; j0 < a.m; j0 += C) {  // pass B: every gradient
+  // Pass B: every gradient, from key tile `first` on where the shared sums are staggered (KeySums).
+  const int tiles = (a.m + C - 1) / C;
+  const int first = a.key_sums == KeySums::kInOrder || tiles == 0 ? 0 : int((blockIdx.x + blockIdx.y) % tiles);
+  for (int step = 0; step < tiles; ++step) {
+    const int j0 = (first + step) % tiles * C;
     load_rows(a.k, t.Ks, b * a.m + j0, a.m - j0, C, qd);
     load_rows(a.v, t.Vs, b * a.m + j0, a.m - j0, C, vd);
     __syncthreads();
