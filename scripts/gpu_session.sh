@@ -150,10 +150,10 @@ run() {
     # The fused kernels' launch, tuned: the same layer (bf16, n = 2048, batch 8, h = 12 and 48)
     # with its own choice, then each forced launch (thx bench attention --th-atomics, --th-tiles,
     # --th-threads): the backward's shared sums as version 2.1 added them (in order, scalar) and
-    # staggered but scalar; fewer and more threads; smaller tiles (two blocks to a multiprocessor
-    # where they fit). A launch that does not fit is refused in one line and the next runs.
+    # staggered but scalar; fewer threads (256, the most, is the default); smaller tiles (two
+    # blocks to a multiprocessor where they fit). A launch that does not fit is refused in one line and the next runs.
     phase tune 90 bash -c "
-      for launch in '' '--th-atomics in-order' '--th-atomics staggered' '--th-threads 128' '--th-threads 512' \
+      for launch in '' '--th-atomics in-order' '--th-atomics staggered' '--th-threads 128' '--th-threads 64' \
           '--th-tiles 16x8' '--th-tiles 16x8,8x8' '--th-tiles 8x8'; do
         name=\$(echo \"default \$launch\" | tr -c 'a-z0-9\n' _)
         $thx --device cuda bench attention --precision bf16 --heads 12,48 --n 2048 --batch 8 --no-reference \$launch \

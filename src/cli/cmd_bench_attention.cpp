@@ -67,7 +67,7 @@ struct BenchAttentionCommand : Command {
                                             "(both) or RxC,RxC (forward, backward), query rows x keys per block")
         ->excludes(batched)->excludes(tiled);
     app->add_option("--th-threads", th_threads, "on a GPU, the fused kernels' threads per block (a multiple of 32 "
-                                                "up to 512; default 256)")->excludes(batched)->excludes(tiled);
+                                                "up to 256, the default)")->excludes(batched)->excludes(tiled);
     app->add_option("--th-atomics", th_atomics, "on a GPU, how the fused backward adds dK, dV and dbias: in-order "
                                                 "(every block the keys in order), staggered (each block from its "
                                                 "own key tile) or vector (staggered, four sums a reduction)")

@@ -10,7 +10,8 @@
 //    sizes only.
 // The kernels use: threadIdx.x, blockIdx.{x,y}, blockDim.x, gridDim.x, __syncthreads(), dynamic
 // shared memory (THX_SHARED), fixed shared arrays (THX_STATIC_SHARED), the most threads a block
-// is launched with (THX_LAUNCH_BOUNDS: registers are allocated to fit them), a warp's butterfly
+// is launched with and the fewest blocks a multiprocessor must hold at once (THX_LAUNCH_BOUNDS:
+// registers are allocated to fit them), a warp's butterfly
 // shuffle (thx_shfl_xor, every lane of the warp taking part), atomicAdd on float and on four
 // adjacent floats (thx_atomic_add4: one vector reduction on sm_90, 16-byte aligned), an aligned
 // 4-byte load (thx_load_word), the math below, and bf16 as bits (bf16_bits.h) with its conversions.
@@ -23,7 +24,7 @@
 #define THX_DEVICE __device__ __forceinline__
 #define THX_SHARED(name) extern __shared__ __align__(16) unsigned char name[]
 #define THX_STATIC_SHARED __shared__
-#define THX_LAUNCH_BOUNDS(threads) __launch_bounds__(threads, 1)
+#define THX_LAUNCH_BOUNDS(threads, blocks) __launch_bounds__(threads, blocks)
 THX_DEVICE float thx_exp(float x) { return expf(x); }
 THX_DEVICE float thx_rsqrt(float x) { return rsqrtf(x); }
 THX_DEVICE float thx_shfl_xor(float v, int lane_mask) { return __shfl_xor_sync(0xffffffffu, v, lane_mask); }
@@ -52,7 +53,7 @@ THX_DEVICE uint32_t thx_load_word(const void* p) { return *static_cast<const uin
 #define THX_DEVICE __attribute__((device)) inline
 #define THX_SHARED(name) extern __attribute__((shared)) __attribute__((aligned(16))) unsigned char name[]
 #define THX_STATIC_SHARED __attribute__((shared))
-#define THX_LAUNCH_BOUNDS(threads) __attribute__((launch_bounds(threads)))
+#define THX_LAUNCH_BOUNDS(threads, blocks) __attribute__((launch_bounds(threads, blocks)))
 extern "C" __device__ void __syncthreads() __asm__("llvm.nvvm.barrier0");
 THX_DEVICE float thx_exp(float x) { return __nvvm_ex2_approx_f(x * 1.44269504f); }
 THX_DEVICE float thx_rsqrt(float x) { return __nvvm_rsqrt_approx_f(x); }
@@ -90,7 +91,7 @@ THX_DEVICE uint32_t thx_load_word(const void* p) { return *static_cast<const uin
 #define THX_SHARED(name) unsigned char* name = ::thx::emu::shared_memory()
 // One copy for the block running now (blocks run one at a time): a function's static.
 #define THX_STATIC_SHARED static
-#define THX_LAUNCH_BOUNDS(threads)
+#define THX_LAUNCH_BOUNDS(threads, blocks)
 
 namespace thx::emu {
 

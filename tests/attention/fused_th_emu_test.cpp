@@ -33,10 +33,7 @@ using cuda_th::Args;
 
 template <typename T, bool Backward>
 void emulate(const Args<T>& a, unsigned gx, unsigned gy, int threads, int64_t bytes) {
-  emu::launch({gx, gy, 1}, threads, size_t(bytes), [&a] {
-    if (Backward) cuda_th::backward_kernel<T>(a);
-    else cuda_th::forward_kernel<T>(a);
-  });
+  emu::launch({gx, gy, 1}, threads, size_t(bytes), [&a] { cuda_th::kernel_for<T, Backward>(a.tensor_cores)(a); });
 }
 
 // tensor_cores: bf16 problems take version 2's products (common/cuda_mma.h), emulated.

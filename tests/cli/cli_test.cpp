@@ -71,7 +71,7 @@ TEST(Cli, BadBenchFlagsExitTwo) {
     EXPECT_TRUE(refused(r, "thx: error: --th-tiles", "allowed: RxC or RxC,RxC")) << bad;
   }
   EXPECT_TRUE(refused(run_thx("bench attention --th-threads 100"), "thx: error: --th-threads 100",
-                      "a multiple of 32 from 32 to 512"));
+                      "a multiple of 32 from 32 to 256"));
   EXPECT_TRUE(
       refused(run_thx("bench attention --th-tiles 16x8 --tiled"), "thx: error: --tiled excludes --th-tiles", ""));
   EXPECT_TRUE(refused(run_thx("bench attention --th-atomics sorted"), "thx: error: --th-atomics sorted",

@@ -1,11 +1,12 @@
 // thx's CUDA kernels compile as device code on a machine without CUDA: clang's CUDA mode
 // (-nocudainc, cuda_compat.h's second branch) compiles th_kernels.cuh and rms_norm_kernels.cuh for
 // sm_80 to PTX with -Wall -Wextra -Werror, and the PTX has every instantiation nvcc builds: the
-// fused talking-heads forward and backward in fp32 and bf16, and the RMS norm's for each pair
-// of x and y dtypes. PTX 7.0 (CUDA 11's) is asked for: the warp shuffles need PTX 6.0 or later,
+// fused talking-heads forward and backward in fp32, bf16 and bf16 on tensor cores, and the RMS
+// norm's for each pair of x and y dtypes. PTX 7.0 (CUDA 11's) is asked for: the warp shuffles need PTX 6.0 or later,
 // and clang cannot tell the version from a CUDA it does not have.
 // This catches a syntax or type error in device code before a GPU session's nvcc does. clang 14
-// knows sm_80, not the H100's sm_90; the kernels use nothing that differs. Skips, saying so,
+// knows sm_80, not the H100's sm_90; the kernels use nothing that differs but the vector
+// reduction, which sm_80 takes as four atomics (cuda_compat.h). Skips, saying so,
 // where clang++ or its NVPTX back end is missing.
 //
 // Where nvcc is found (this project's machines have CUDA 13 at /usr/local/cuda, without a GPU),
@@ -37,8 +38,10 @@ TEST(CudaKernels, CompileToPtxWithClang) {
                        "namespace thx::cuda_th {\n"
                        "template __global__ void forward_kernel<float>(Args<float>);\n"
                        "template __global__ void forward_kernel<thx_bf16>(Args<thx_bf16>);\n"
+                       "template __global__ void forward_kernel<thx_bf16, true>(Args<thx_bf16>);\n"
                        "template __global__ void backward_kernel<float>(Args<float>);\n"
                        "template __global__ void backward_kernel<thx_bf16>(Args<thx_bf16>);\n"
+                       "template __global__ void backward_kernel<thx_bf16, true>(Args<thx_bf16>);\n"
                        "}\n"
                        "namespace thx::cuda {\n"
                        "#define RMS(X, Y) \\\n"
@@ -57,7 +60,7 @@ TEST(CudaKernels, CompileToPtxWithClang) {
   const std::string text = read_file(ptx);
   int entries = 0;
   for (size_t at = text.find(".entry"); at != std::string::npos; at = text.find(".entry", at + 1)) ++entries;
-  EXPECT_EQ(entries, 4 + 8) << text.substr(0, 2000);
+  EXPECT_EQ(entries, 6 + 8) << text.substr(0, 2000);
 }
 
 // -I of the LibTorch this build used, where its headers are not in a system folder (a PyTorch
@@ -112,7 +115,7 @@ TEST(CudaKernels, NvccCompilesEveryCuFileForSm90) {
       if (line.find("spill stores") != std::string::npos)
         EXPECT_NE(line.find(" 0 bytes spill stores"), std::string::npos) << line;
   }
-  EXPECT_EQ(kernels, 4 + 8);  // fused talking-heads fwd/bwd x fp32/bf16; RMS norm fwd/bwd x 4 dtype pairs
+  EXPECT_EQ(kernels, 6 + 8);  // fused talking-heads fwd/bwd x fp32/bf16/bf16 on tensor cores; RMS norm 2 x 4
 }
 
 }  // namespace THX_FILE_ID

@@ -23,8 +23,10 @@ struct Widths {
 // tensor cores (threads > 0), where each warp's share of their 16x8 tiles is at most
 // kOutputTilesPerWarp (64 registers a thread).
 constexpr int kOutputTilesPerWarp = 16;
-// The most threads a block of the kernels is launched with (they are compiled to fit it).
-constexpr int kMaxThreads = 512;
+// The most threads a block of the kernels is launched with (they are compiled to fit it:
+// th_kernels.cuh's launch bounds, which give the backward up to 255 registers a thread and the
+// forward 128, two blocks to a multiprocessor where shared memory allows).
+constexpr int kMaxThreads = 256;
 inline bool sums_in_registers(int threads, int R, int heads, int dim) {
   if (threads < 32) return false;
   const int tiles = heads * ((R + 15) / 16) * ((dim + 7) / 8), warps = threads / 32;
@@ -34,9 +36,12 @@ inline bool sums_in_registers(int threads, int R, int heads, int dim) {
 // Where a kernel's tiles sit in shared memory: byte offsets from its start, each a multiple of 16
 // (the alignment of an aligned word load; th_kernels.cuh), and the total. Forward: q, k, v, j, l,
 // u, o, m, s. Backward: q, dq, dout, k, v, j, dj, l, dw, u, du, m (LSE), s (D). No o or dq where
-// those sums are in registers.
+// those sums are in registers. Both: pl, plt and pw, pwt, bf16 copies of P_l and P_w and of their
+// transposes, where the planes J and U are bf16 (j, u == 2: the mixings are tensor-core operands
+// only; th_kernels.cuh's mixing).
 struct Layout {
   int64_t q = 0, dq = 0, dout = 0, k = 0, v = 0, j = 0, dj = 0, l = 0, dw = 0, u = 0, du = 0, o = 0, m = 0, s = 0;
+  int64_t pl = 0, plt = 0, pw = 0, pwt = 0;
   int64_t bytes = 0;
 };
 
@@ -78,6 +83,8 @@ inline Layout kernel_layout(const LayoutShape& x, const Widths& w, bool backward
   if (backward) l.du = take(x.h_v * rc * w.u);
   else if (!sums_in_registers(w.threads, x.R, x.h_v, x.d_v)) l.o = take(4 * x.R * vd);
   l.m = take(4 * int64_t(x.h) * x.R), l.s = take(4 * int64_t(x.h) * x.R);
+  if (w.j == 2) l.pl = take(2 * int64_t(x.h_k) * x.h), l.plt = take(2 * int64_t(x.h_k) * x.h);
+  if (w.u == 2) l.pw = take(2 * int64_t(x.h) * x.h_v), l.pwt = take(2 * int64_t(x.h) * x.h_v);
   return l;
 }
 

@@ -14,7 +14,7 @@ using cuda_th::Args;
 
 template <typename T, bool Backward>
 void launch(const Args<T>& a, unsigned gx, unsigned gy, int threads, int64_t bytes) {
-  auto kernel = Backward ? cuda_th::backward_kernel<T> : cuda_th::forward_kernel<T>;
+  auto kernel = cuda_th::kernel_for<T, Backward>(a.tensor_cores);
   C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
   kernel<<<dim3(gx, gy), threads, size_t(bytes), at::cuda::getCurrentCUDAStream()>>>(a);
   C10_CUDA_KERNEL_LAUNCH_CHECK();

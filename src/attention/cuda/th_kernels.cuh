@@ -46,13 +46,54 @@ THX_DEVICE T* at_offset(unsigned char* shared, int64_t at) {
 }
 THX_DEVICE Plane f32(float* p) { return {p, false}; }
 
+// A mixing's matrix as a product's A (output head, input head), summed over the input heads:
+// P_l or P_w (left: P_l), read as it mixes forward (P_l: J -> L; P_w: W -> U) or, with
+// `transpose`, backward (P_l: dL -> dJ; P_w: dU -> dW). On tensor cores in bf16 (TC) from bf16
+// copies in shared memory (load_mixings), one for each direction so that the input heads are
+// contiguous and pairs of them one aligned word: the products round P to bf16 as they read it,
+// so the copies change no number, and they replace fp32 loads from global memory and their
+// conversions. Otherwise P in fp32 from global memory. Made anew at each use from the
+// arguments, so that it holds no register across the kernel (the bf16 backward has none to spare).
+template <bool TC, typename T>
+THX_DEVICE Operand mixing(const Args<T>& a, bool left, bool transpose) {
+  const int rows = left ? a.h_k : a.h, cols = left ? a.h : a.h_v;  // P [rows, cols]
+  if constexpr (TC && sizeof(T) == 2) {
+    THX_SHARED(shared);  // [cols, rows] forward (P^T), [rows, cols] backward (P)
+    const int64_t at = left ? (transpose ? a.layout.pl : a.layout.plt) : (transpose ? a.layout.pw : a.layout.pwt);
+    return {reinterpret_cast<const thx_bf16*>(shared + at), 0, transpose ? cols : rows, 1};
+  }
+  const float* P = left ? a.p_l : a.p_w;
+  return transpose ? Operand{P, 0, cols, 1} : Operand{P, 0, 1, cols};
+}
+// The bf16 copies of P_l and P_w (where TC and P are there: th_args.h's kernel_layout keeps them
+// exactly where the planes J, U are bf16), made at a kernel's start. No barrier: the caller syncs
+// before the first product reads them.
+template <bool TC, typename T>
+THX_DEVICE void load_mixings(const Args<T>& a) {
+  if constexpr (TC && sizeof(T) == 2) {
+    THX_SHARED(shared);
+    for (int i = 0; i < 2; ++i) {  // (no std::initializer_list in clang's PTX check)
+      const bool left = i == 0;
+      const float* P = left ? a.p_l : a.p_w;
+      if (!P) continue;
+      const int rows = left ? a.h_k : a.h, cols = left ? a.h : a.h_v;
+      thx_bf16* S = at_offset<thx_bf16>(shared, left ? a.layout.pl : a.layout.pw);
+      thx_bf16* St = at_offset<thx_bf16>(shared, left ? a.layout.plt : a.layout.pwt);
+      for (int x = threadIdx.x; x < rows * cols; x += blockDim.x) {
+        const thx_bf16 v = thx_from_float<thx_bf16>(P[x]);
+        S[x] = v, St[x % cols * rows + x / cols] = v;
+      }
+    }
+  }
+}
+
 // The tile's logits: Js [h_k,R,C] = Q·K per head, Ls [h,R,C] = P_l-mixed Js + bias, -inf where
 // masked, past m or past n. Ks holds the tile's keys [C, h_k*d_k]. Ends with a barrier.
-template <typename T>
+template <bool TC, typename T>
 THX_DEVICE void tile_logits(const Args<T>& a, const T* Qs, const T* Ks, const Plane& Js, float* Ls, int i0, int j0) {
   const int R = a.R, C = a.C, qd = a.h_k * a.d_k, rc = R * C;
   // J_k (r, c) = sum_d Q[r, k, d] K[c, k, d]
-  block_gemm(a.tensor_cores, a.h_k, {Qs, a.d_k, qd, 1}, {Ks, a.d_k, 1, qd}, R, C, a.d_k,
+  block_gemm(TC, a.h_k, {Qs, a.d_k, qd, 1}, {Ks, a.d_k, 1, qd}, R, C, a.d_k,
              [&](int k, int r, int c, float v) { Js.set(k * rc + r * C + c, v); });
   __syncthreads();
   const int64_t b = blockIdx.y;
@@ -65,7 +106,7 @@ THX_DEVICE void tile_logits(const Args<T>& a, const T* Qs, const T* Ks, const Pl
     return l;
   };
   if (a.p_l) {  // L (s, y) = sum_k P_l[k, s] J[k, y]
-    block_gemm(a.tensor_cores, 1, {a.p_l, 0, 1, a.h}, Js.operand(0, rc, 1), a.h, rc, a.h_k,
+    block_gemm(TC, 1, mixing<TC>(a, true, false), Js.operand(0, rc, 1), a.h, rc, a.h_k,
                [&](int, int s, int y, float v) { Ls[s * rc + y] = logit(s, y, v); });
   } else {
     for (int x = threadIdx.x; x < a.h * rc; x += blockDim.x) Ls[x] = logit(x / rc, x % rc, Js.get(x));
@@ -83,9 +124,8 @@ THX_DEVICE void tile_weights(const Args<T>& a, float* Ls, const float* lse_s) {
   }
 }
 
-// Out [g2,R,C] = sum_g P[g, g2] In[g,R,C]: a mixing across heads (P_w, or P_l^T with transpose).
-THX_DEVICE void mix(bool tc, const float* P, const Plane& In, const Plane& Out, int g, int g2, int rc, bool transpose) {
-  const Operand p = transpose ? Operand{P, 0, g, 1} : Operand{P, 0, 1, g2};  // (t, s): P[s, t] or P[t, s]
+// Out [g2,R,C] = sum_g P(t, g) In[g,R,C] for t < g2: a mixing across heads, P as mixing() gives it.
+THX_DEVICE void mix(bool tc, const Operand& p, const Plane& In, const Plane& Out, int g, int g2, int rc) {
   block_gemm(tc, 1, p, In.operand(0, rc, 1), g2, rc, g, [&](int, int t, int y, float v) { Out.set(t * rc + y, v); });
 }
 
@@ -141,8 +181,10 @@ THX_DEVICE void tile_dU(bool tc, const T* dOs, const T* Vs, const Plane& dU, int
              [&](int t, int r, int c, float v) { dU.set((t * R + r) * C + c, v); });
 }
 
-template <typename T>
-__global__ void THX_LAUNCH_BOUNDS(kMaxThreads) forward_kernel(Args<T> a) {
+// Compiled for two blocks to a multiprocessor (128 registers a thread at 256 threads): where its
+// shared memory allows (12 heads at d_model 768, bf16 on tensor cores), two run side by side.
+template <typename T, bool TC = false>
+__global__ void THX_LAUNCH_BOUNDS(kMaxThreads, 2) forward_kernel(Args<T> a) {
   THX_SHARED(shared_bytes);
   const int R = a.R, C = a.C, qd = a.h_k * a.d_k, vd = a.h_v * a.d_v, rc = R * C;
   const int i0 = blockIdx.x * R;
@@ -156,13 +198,13 @@ __global__ void THX_LAUNCH_BOUNDS(kMaxThreads) forward_kernel(Args<T> a) {
   const Plane Us{shared_bytes + at.u, a.widths.u == 2};
   // The output sums O [R, h_v*d_v]: in shared memory, or (bf16 on tensor cores, where each warp's
   // share fits) in `acc`, each warp's 16x8 tiles of it (cuda_mma.h's block_gemm_accumulate).
-  constexpr bool kBf16 = sizeof(T) == 2;
-  const bool in_registers = kBf16 && a.sums_in_registers;
+  const bool in_registers = TC && a.sums_in_registers;
   float acc[kOutputTilesPerWarp][4] = {};
   float* Os = at_offset<float>(shared_bytes, at.o);
   float* Ms = at_offset<float>(shared_bytes, at.m);  // [h,R]: the running max, then LSE
   float* Ss = at_offset<float>(shared_bytes, at.s);  // [h,R]: the running sum
   load_rows(a.q, Qs, b * a.n + i0, a.n - i0, R, qd);
+  load_mixings<TC>(a);
   for (int x = threadIdx.x; x < a.h * R; x += blockDim.x) Ms[x] = -thx_inf(), Ss[x] = 0.f;
   if (!in_registers)
     for (int x = threadIdx.x; x < R * vd; x += blockDim.x) Os[x] = 0.f;
@@ -170,7 +212,7 @@ __global__ void THX_LAUNCH_BOUNDS(kMaxThreads) forward_kernel(Args<T> a) {
   for (int j0 = 0; j0 < a.m; j0 += C) {  // pass 1: the softmax statistics
     load_rows(a.k, Ks, b * a.m + j0, a.m - j0, C, qd);
     __syncthreads();
-    tile_logits(a, Qs, Ks, Js, Ls, i0, j0);
+    tile_logits<TC>(a, Qs, Ks, Js, Ls, i0, j0);
     for (int x = threadIdx.x; x < a.h * R; x += blockDim.x) {
       const float* l = Ls + x * C;
       float mx = -thx_inf();
@@ -193,12 +235,12 @@ __global__ void THX_LAUNCH_BOUNDS(kMaxThreads) forward_kernel(Args<T> a) {
     load_rows(a.k, Ks, b * a.m + j0, a.m - j0, C, qd);
     load_rows(a.v, Vs, b * a.m + j0, a.m - j0, C, vd);
     __syncthreads();
-    tile_logits(a, Qs, Ks, Js, Ls, i0, j0);
+    tile_logits<TC>(a, Qs, Ks, Js, Ls, i0, j0);
     tile_weights(a, Ls, Ms);
     __syncthreads();
     Plane U = f32(Ls);
     if (a.p_w) {
-      mix(a.tensor_cores, a.p_w, U, Us, a.h, a.h_v, rc, false);
+      mix(TC, mixing<TC>(a, false, false), U, Us, a.h, a.h_v, rc);
       __syncthreads();
       U = Us;
     }
@@ -206,7 +248,7 @@ __global__ void THX_LAUNCH_BOUNDS(kMaxThreads) forward_kernel(Args<T> a) {
     if (in_registers)
       cuda_mma::block_gemm_accumulate(a.h_v, U.operand(rc, C, 1), {Vs, a.d_v, vd, 1}, R, a.d_v, C, acc);
     else
-      block_gemm(a.tensor_cores, a.h_v, U.operand(rc, C, 1), {Vs, a.d_v, vd, 1}, R, a.d_v, C,
+      block_gemm(TC, a.h_v, U.operand(rc, C, 1), {Vs, a.d_v, vd, 1}, R, a.d_v, C,
                  [&](int t, int r, int e, float v) { Os[r * vd + t * a.d_v + e] += v; });
     __syncthreads();
   }
@@ -253,63 +295,66 @@ THX_DEVICE BackwardTiles<T> backward_tiles(const Args<T>& a, unsigned char* sm) 
 
 // A tile (K, V loaded) recomputed: W in Ls, dU in dUs, and with P_w dW in dWs and U in Us.
 // Returns dW (dUs, fp32 then, without P_w). Ends with a barrier.
-template <typename T>
+template <bool TC, typename T>
 THX_DEVICE float* tile_weights_and_grads(const Args<T>& a, const BackwardTiles<T>& t, int i0, int j0) {
-  tile_logits(a, t.Qs, t.Ks, t.Js, t.Ls, i0, j0);
+  tile_logits<TC>(a, t.Qs, t.Ks, t.Js, t.Ls, i0, j0);
   tile_weights(a, t.Ls, t.lse);
-  tile_dU(a.tensor_cores, t.dOs, t.Vs, t.dUs, a.R, a.C, a.h_v, a.d_v);
+  tile_dU(TC, t.dOs, t.Vs, t.dUs, a.R, a.C, a.h_v, a.d_v);
   __syncthreads();
   if (!a.p_w) return static_cast<float*>(t.dUs.p);
   const int rc = a.R * a.C;
-  mix(a.tensor_cores, a.p_w, t.dUs, f32(t.dWs), a.h_v, a.h, rc, true);  // dW[s] = sum_t P_w[s,t] dU[t]
-  mix(a.tensor_cores, a.p_w, f32(t.Ls), t.Us, a.h, a.h_v, rc, false);   // U[t] = sum_s P_w[s,t] W[s]
+  mix(TC, mixing<TC>(a, false, true), t.dUs, f32(t.dWs), a.h_v, a.h, rc);  // dW[s] = sum_t P_w[s,t] dU[t]
+  mix(TC, mixing<TC>(a, false, false), f32(t.Ls), t.Us, a.h, a.h_v, rc);   // U[t] = sum_s P_w[s,t] W[s]
   __syncthreads();
   return t.dWs;
 }
 
 // Pass B's sums for one tile: dV, dP_w, dL (in place of dW), dbias, dP_l, dJ, then dQ and dK.
-template <typename T>
+template <bool TC, typename T>
 THX_DEVICE void tile_gradients(const Args<T>& a, BackwardTiles<T>& t, int i0, int j0) {
   const int R = a.R, C = a.C, qd = a.h_k * a.d_k, vd = a.h_v * a.d_v, rc = R * C;
   const int64_t b = blockIdx.y;
-  float* dL = tile_weights_and_grads(a, t, i0, j0);  // dW for now
+  float* dL = tile_weights_and_grads<TC>(a, t, i0, j0);  // dW for now
   const Plane U = a.p_w ? t.Us : f32(t.Ls);
   const bool vector = a.key_sums == KeySums::kVector;
   float* dV = a.grad_v + (b * a.m + j0) * vd;
-  key_grad(a.tensor_cores, U, t.dOs, dV, R, C, a.h_v, a.d_v, a.m - j0, vector);
-  if (a.p_w) projection_grad(a.tensor_cores, f32(t.Ls), t.dUs, t.dPw, a.h, a.h_v, rc);  // dP_w[s,t] += sum W[s] dU[t]
+  key_grad(TC, U, t.dOs, dV, R, C, a.h_v, a.d_v, a.m - j0, vector);
+  if (a.p_w) projection_grad(TC, f32(t.Ls), t.dUs, t.dPw, a.h, a.h_v, rc);  // dP_w[s,t] += sum W[s] dU[t]
   // dL in place of dW: nothing above reads dW (with P_w, dP_w reads dU; without, dV reads W).
   for (int x = threadIdx.x; x < a.h * rc; x += blockDim.x) dL[x] = t.Ls[x] * (dL[x] - t.Ds[x / C]);
   __syncthreads();
   if (a.grad_bias) bias_grad(a, dL, i0, j0);
   Plane dJ = f32(dL);
   if (a.p_l) {
-    projection_grad(a.tensor_cores, t.Js, dJ, t.dPl, a.h_k, a.h, rc);  // dP_l[k,s] += sum J[k] dL[s]
-    mix(a.tensor_cores, a.p_l, dJ, t.dJs, a.h, a.h_k, rc, true);  // dJ[k] = sum_s P_l[k,s] dL[s]
+    projection_grad(TC, t.Js, dJ, t.dPl, a.h_k, a.h, rc);  // dP_l[k,s] += sum J[k] dL[s]
+    mix(TC, mixing<TC>(a, true, true), dJ, t.dJs, a.h, a.h_k, rc);  // dJ[k] = sum_s P_l[k,s] dL[s]
     dJ = t.dJs;
   }
   __syncthreads();
   // dQ[r,k,d] += sum_c dJ[k,r,c] K[c,k,d]
-  if (sizeof(T) == 2 && a.sums_in_registers)
+  if (TC && a.sums_in_registers)
     cuda_mma::block_gemm_accumulate(a.h_k, dJ.operand(rc, C, 1), {t.Ks, a.d_k, qd, 1}, R, a.d_k, C, t.dQ_acc);
   else
-    block_gemm(a.tensor_cores, a.h_k, dJ.operand(rc, C, 1), {t.Ks, a.d_k, qd, 1}, R, a.d_k, C,
+    block_gemm(TC, a.h_k, dJ.operand(rc, C, 1), {t.Ks, a.d_k, qd, 1}, R, a.d_k, C,
                [&](int k, int r, int d, float v) { t.dQs[r * qd + k * a.d_k + d] += v; });
   float* dK = a.grad_k + (b * a.m + j0) * qd;
-  key_grad(a.tensor_cores, dJ, t.Qs, dK, R, C, a.h_k, a.d_k, a.m - j0, vector);
+  key_grad(TC, dJ, t.Qs, dK, R, C, a.h_k, a.d_k, a.m - j0, vector);
   __syncthreads();
 }
 
-template <typename T>
-__global__ void THX_LAUNCH_BOUNDS(kMaxThreads) backward_kernel(Args<T> a) {
+// Compiled for one block to a multiprocessor, as its shared memory leaves it at every T5 width:
+// up to 255 registers a thread (the bf16 one on tensor cores takes about 150).
+template <typename T, bool TC = false>
+__global__ void THX_LAUNCH_BOUNDS(kMaxThreads, 1) backward_kernel(Args<T> a) {
   THX_SHARED(shared_bytes);
   BackwardTiles<T> t = backward_tiles(a, shared_bytes);
-  const bool in_registers = sizeof(T) == 2 && a.sums_in_registers;
+  const bool in_registers = TC && a.sums_in_registers;
   const int R = a.R, C = a.C, qd = a.h_k * a.d_k, vd = a.h_v * a.d_v;
   const int i0 = blockIdx.x * R;
   const int64_t b = blockIdx.y;
   load_rows(a.q, t.Qs, b * a.n + i0, a.n - i0, R, qd);
   load_rows(a.grad_o, t.dOs, b * a.n + i0, a.n - i0, R, vd);
+  load_mixings<TC>(a);
   if (!in_registers)
     for (int x = threadIdx.x; x < R * qd; x += blockDim.x) t.dQs[x] = 0.f;
   for (int x = threadIdx.x; x < a.h * R; x += blockDim.x) {
@@ -322,7 +367,7 @@ __global__ void THX_LAUNCH_BOUNDS(kMaxThreads) backward_kernel(Args<T> a) {
     load_rows(a.k, t.Ks, b * a.m + j0, a.m - j0, C, qd);
     load_rows(a.v, t.Vs, b * a.m + j0, a.m - j0, C, vd);
     __syncthreads();
-    const float* dW = tile_weights_and_grads(a, t, i0, j0);
+    const float* dW = tile_weights_and_grads<TC>(a, t, i0, j0);
     for (int x = threadIdx.x; x < a.h * R; x += blockDim.x) {
       float acc = 0.f;
       for (int c = 0; c < C; ++c) acc += t.Ls[x * C + c] * dW[x * C + c];
@@ -338,7 +383,7 @@ __global__ void THX_LAUNCH_BOUNDS(kMaxThreads) backward_kernel(Args<T> a) {
     load_rows(a.k, t.Ks, b * a.m + j0, a.m - j0, C, qd);
     load_rows(a.v, t.Vs, b * a.m + j0, a.m - j0, C, vd);
     __syncthreads();
-    tile_gradients(a, t, i0, j0);
+    tile_gradients<TC>(a, t, i0, j0);
   }
   T* dq = a.grad_q + (b * a.n + i0) * qd;
   if (in_registers)
@@ -348,6 +393,15 @@ __global__ void THX_LAUNCH_BOUNDS(kMaxThreads) backward_kernel(Args<T> a) {
   else
     for (int x = threadIdx.x; x < R * qd; x += blockDim.x)
       if (i0 + x / qd < a.n) dq[x] = thx_from_float<T>(t.dQs[x]);
+}
+
+// The kernel a launch runs: bf16 products on tensor cores (Args::tensor_cores) are their own
+// instantiation (TC), so that neither carries the other's code and registers.
+template <typename T, bool Backward>
+inline void (*kernel_for(bool tensor_cores))(Args<T>) {
+  if constexpr (sizeof(T) == 2)
+    if (tensor_cores) return Backward ? backward_kernel<T, true> : forward_kernel<T, true>;
+  return Backward ? backward_kernel<T, false> : forward_kernel<T, false>;
 }
 
 }  // namespace thx::cuda_th
