@@ -122,6 +122,15 @@ run() {
       done
       exit $failed'
 
+    # Where the fused talking-heads kernels fail their tests on this GPU (or crash them), the
+    # training phases after take the tiled path (thx --th-path tiled), so that the session still
+    # measures the rest; the summary says so.
+    th_path=fused
+    if grep -qE "FAILED +\] FusedThOnCuda|== \*OnCuda\*: exit [1-9]" "$OUT/cuda-tests.log" 2>/dev/null; then
+      th_path=tiled
+      printf '| (fused kernels failed) | - | - | mini-t5 and bench-train take --th-path tiled |\n' >> "$summary"
+    fi
+
     # thx's own kernels under compute-sanitizer (memcheck: out-of-bounds and uninitialized
     # reads; racecheck: shared-memory races between a block's threads), on the fused
     # talking-heads tests' small shapes.
@@ -176,7 +185,8 @@ run() {
       for v in multi_head talking_heads; do
         for run in cpu:fp32 cuda:fp32 cuda:bf16; do
           d=$OUT/mini-\$v-\${run%:*}-\${run#*:}
-          $thx --device \${run%:*} --log-level warn pretrain --config configs/t5/mini.yaml --set data.prepared=$prep \
+          $thx --th-path $th_path --device \${run%:*} --log-level warn pretrain --config configs/t5/mini.yaml \
+            --set data.prepared=$prep \
             --set attention.variant=\$v --set train.steps=300 --set train.log_every=10 \
             --set train.precision=\${run#*:} --run-dir \$d
           rm -rf \$d/checkpoints \$d/tb
@@ -194,7 +204,8 @@ run() {
     phase sdpa 20 python3 scripts/sdpa_backend.py
     # T5-base in bf16, multi-head and talking-heads at h = 12 and 48, the compiled peer beside
     # h = 12 (each of its models compiles for a minute; GPU_BENCH_TRAIN_ARGS adds or replaces).
-    phase bench-train 200 env THX_PEER_PYTHON=python3 "$thx" --device cuda bench train --config configs/t5/mini.yaml \
+    phase bench-train 200 env THX_PEER_PYTHON=python3 "$thx" --th-path "$th_path" --device cuda bench train \
+      --config configs/t5/mini.yaml \
       --precision bf16 ${GPU_BENCH_TRAIN_ARGS:---base --base-only --base-heads 12,48 --peer-heads 12} \
       --peer "$CARRY/peer_t5.py" --out "$OUT/train.md"
     # The same talking-heads rows on the tiled ATen path, for the fused kernels' ratio.

@@ -509,6 +509,17 @@ void set_sdpa_attention(bool enabled) { g_sdpa = enabled; }
 void set_tiled_attention(bool enabled) { g_tiled = enabled; }
 void set_th_kernels(bool enabled) { g_th_kernels = enabled; }
 
+namespace {
+std::string g_th_path = "fused";  // set once, before any command runs
+}  // namespace
+void set_th_path(const std::string& path) {
+  TORCH_CHECK(path == "fused" || path == "tiled" || path == "batched", "set_th_path: ", path);
+  g_th_path = path;
+  set_tiled_attention(path != "batched");
+  set_th_kernels(path == "fused");
+}
+const std::string& th_path() { return g_th_path; }
+
 // The products in their operands' dtype; the logits, softmax and mixings in fp32 (what a
 // CUDA tensor runs, and the bf16 core's reference).
 Tensor heads_softmax_reference(const Tensor& J, const Tensor& P_l, const Tensor& P_w,

@@ -30,6 +30,8 @@
 #pragma once
 #include <torch/torch.h>
 
+#include <string>
+
 namespace thx {
 
 torch::Tensor attention_core(const torch::Tensor& Q, const torch::Tensor& K,
@@ -67,5 +69,9 @@ void set_tiled_attention(bool enabled);
 // Within that: thx's fused CUDA kernels (attention/cuda/th_fused.h) where thx was built with them
 // and they take the problem (default true), or the tiled ATen path always (false; benchmarks).
 void set_th_kernels(bool enabled);
+// What a user asked for (`thx --th-path`): "fused" (the default: thx's CUDA kernels where built
+// and the problem is theirs, else tiled), "tiled" or "batched"; sets the two switches above.
+void set_th_path(const std::string& path);
+const std::string& th_path();
 
 }  // namespace thx

@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "attention/fused.h"
 #include "cli/command.h"
 #include "common/log.h"
 #include "common/provenance.h"
@@ -55,7 +56,7 @@ void name_global_options(CLI::App& app) {
     const std::string footer = sub->get_footer();
     sub->footer(footer + (footer.empty() ? "" : "\n") +
                 "Global options, before or after the subcommand: --threads N, --log-level LEVEL, --device DEVICE, "
-                "--version "
+                "--th-path PATH, --version "
                 "(thx --help)");
     name_global_options(*sub);
   }
@@ -159,6 +160,12 @@ int main(int argc, char** argv) {
   app.add_option("--device", device, "cpu | cuda | auto (CUDA when present); a config's train.device overrides it")
       ->check(CLI::IsMember({"cpu", "cuda", "auto"}))
       ->capture_default_str();
+  std::string th_path = "fused";
+  app.add_option("--th-path", th_path, "on a GPU, the talking-heads family's path: fused (thx's CUDA kernels where "
+                                       "built, else tiled) | tiled (ATen, blocks of query rows) | batched (ATen, "
+                                       "every [b,h,n,m] tensor kept)")
+      ->check(CLI::IsMember({"fused", "tiled", "batched"}))
+      ->capture_default_str();
   // The global options above are also taken after the subcommand (unknown to it, they fall
   // through to thx's own), and each subcommand's help names them.
   app.fallthrough();
@@ -178,5 +185,6 @@ int main(int argc, char** argv) {
   thx::set_log_level(level);
   thx::configure_runtime(threads);
   thx::set_device_request(device);
+  thx::set_th_path(th_path);
   return run_parsed(commands);
 }

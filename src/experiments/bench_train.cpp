@@ -326,12 +326,16 @@ void t5_base_rows(TrainBench& bench, const PretrainConfig& c, int64_t batch, boo
 
 }  // namespace
 
-std::string bench_train(const BenchTrainOptions& o) {
+std::string bench_train(const BenchTrainOptions& options) {
+  BenchTrainOptions o = options;
+  o.tiled = o.tiled || th_path() != "fused";  // `thx --th-path tiled|batched`: not the fused kernels
   set_th_kernels(!o.tiled);
   TrainBench bench(o);
   if (bench.gpu())
-    thx::log("bench")->info("talking-heads on the GPU: {}", o.tiled || !cuda_th_launcher() ? "the tiled ATen path"
-                                                                                          : "thx's fused CUDA kernels");
+    thx::log("bench")->info("talking-heads on the GPU: {}",
+                            th_path() == "batched"            ? "the batched ATen composition"
+                            : o.tiled || !cuda_th_launcher() ? "the tiled ATen path"
+                                                             : "thx's fused CUDA kernels");
   const PretrainConfig& c = o.config;
   const int64_t vocab = c.model.vocab_size > 0 ? c.model.vocab_size : c.model.encoder_only() ? 30000 : 8100;
   // The configured model, as multi-head and as talking-heads of the same h.

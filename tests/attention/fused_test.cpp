@@ -7,12 +7,15 @@
 //   gradient, on shapes that span several row blocks with a ragged last one, for every bias
 //   layout whose gradient is accumulated differently: tolerance 2e-6 + 2e-5 * max|ref|, as in
 //   reference_test.cpp.
+// - `thx --th-path` sends talking-heads off the CPU to the path it names (on a GPU).
 #include <gtest/gtest.h>
 
 #include <random>
 
+#include "attention/cuda/th_fused.h"
 #include "attention/fused.h"
 #include "attention/kernels.h"
+#include "attention/tiled.h"
 #include "test_util.h"
 
 namespace thx::test {
@@ -189,6 +192,34 @@ TEST(FusedCore, ThreadCountChangesOnlyRounding) {
   torch::Tensor many = attention_core(Q, K, V, Pl, Pw, {}, {});
   torch::set_num_threads(threads);
   EXPECT_TRUE(close(many, one, 1e-6, 1e-6));
+}
+
+// `thx --th-path`: the talking-heads family's path off the CPU. Only named paths are taken; on a
+// GPU each sends attention_core where it says: O equal bit for bit to that path's own (the fused
+// kernels', the tiled path's, the batched composition's; their sums run in different orders).
+// The CPU takes its own cores whatever the path.
+TEST(FusedCore, ThPathChoosesTheTalkingHeadsPath) {
+  EXPECT_EQ(th_path(), "fused");
+  EXPECT_THROW(set_th_path("flash"), c10::Error);
+  torch::manual_seed(29);
+  torch::Tensor Q = torch::randn({2, 40, 4, 8}), K = torch::randn({2, 30, 4, 8});
+  torch::Tensor V = torch::randn({2, 30, 4, 8}), Pl = torch::randn({4, 4}), Pw = torch::randn({4, 4});
+  const torch::Tensor cpu = attention_core(Q, K, V, Pl, Pw, {}, {});
+  set_th_path("batched");
+  EXPECT_TRUE(torch::equal(attention_core(Q, K, V, Pl, Pw, {}, {}), cpu));
+  if (torch::cuda::is_available()) {
+    for (torch::Tensor* t : {&Q, &K, &V, &Pl, &Pw}) *t = t->cuda();
+    const cuda_th::Launcher* l = cuda_th_launcher();
+    const torch::Tensor fused = l ? fused_th_attention_core(Q, K, V, Pl, Pw, {}, {}, *l) : torch::Tensor();
+    const torch::Tensor batched = attention_core_reference(Q, K, V, Pl, Pw, {}, {});
+    EXPECT_TRUE(torch::equal(attention_core(Q, K, V, Pl, Pw, {}, {}), batched));
+    set_th_path("tiled");
+    EXPECT_TRUE(torch::equal(attention_core(Q, K, V, Pl, Pw, {}, {}), tiled_attention_core(Q, K, V, Pl, Pw, {}, {})));
+    set_th_path("fused");
+    if (l) EXPECT_TRUE(torch::equal(attention_core(Q, K, V, Pl, Pw, {}, {}), fused));
+  }
+  set_th_path("fused");
+  EXPECT_EQ(th_path(), "fused");
 }
 
 }  // namespace THX_FILE_ID

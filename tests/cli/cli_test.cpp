@@ -76,6 +76,7 @@ TEST(Cli, BadBenchFlagsExitTwo) {
       refused(run_thx("bench attention --th-tiles 16x8 --tiled"), "thx: error: --tiled excludes --th-tiles", ""));
   EXPECT_TRUE(refused(run_thx("bench attention --th-atomics sorted"), "thx: error: --th-atomics sorted",
                       "allowed: in-order, staggered, vector"));
+  EXPECT_TRUE(refused(run_thx("--th-path flash bench attention"), "thx: error: --th-path", "fused"));
   // bench train's base rows: an h that does not divide 768, a peer row that is not a base row,
   // --base-only without --base; one line each, before any model is built.
   r = run_thx("bench train --base --base-heads 7");
