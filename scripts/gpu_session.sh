@@ -12,8 +12,8 @@
 #                                    default 560 s): the CUDA tests (each suite in its own process,
 #                                    so that a crash names its suite), compute-sanitizer on thx's
 #                                    kernels, the attention benchmark (talking-heads fused, tiled,
-#                                    batched), the fused kernels' launch tuned (tiles, threads),
-#                                    Nsight Compute on the fused kernels, the mini T5
+#                                    batched), Nsight Compute on the fused kernels, their launch
+#                                    tuned (atomics, tiles, threads), the mini T5
 #                                    on the GPU (fp32, bf16) beside the CPU,
 #                                    the whole-step benchmark at base size in bf16 with the
 #                                    compiled PyTorch peer (and its talking-heads rows again on the
@@ -63,7 +63,7 @@ run() {
   # later call on the same (warm) machine finds the build done and can run the rest
   # (GPU_PHASES="bench-train unit-suite", say).
   local deadline=$((SECONDS + ${GPU_DEADLINE_S:-560}))
-  local phases=${GPU_PHASES:-build cuda-tests sanitize bench-attention tune mini-t5 bench-train bench-train-tiled ncu cuda-debug unit-suite}
+  local phases=${GPU_PHASES:-build cuda-tests sanitize bench-attention ncu tune mini-t5 bench-train bench-train-tiled cuda-debug unit-suite}
   printf '| phase | exit | seconds | last line of its log |\n|---|---:|---:|---|\n' > "$summary"
   {
     date -u; uname -a; head -3 /etc/os-release 2>/dev/null; nproc; free -g | head -2
@@ -145,17 +145,27 @@ run() {
       done
       exit $failed'
     # One layer in bf16 at h = 12, 24, 48 (issue 31's grid): talking-heads on thx's fused kernels
-    # (the default where built: bf16 products on tensor cores), on the tiled ATen path, on the
-    # batched composition, and (last: the slowest) on the fused kernels with version 1's FMAs
-    # (--fma), at n = 512 and 2048 (batch 8); at n = 8192 (batch 1) the fused and tiled paths only,
-    # without the einsum reference (both would keep [b,h,n,m] tensors of 13 GB each at 48 heads).
+    # (the default where built: bf16 products on tensor cores), on the tiled ATen path and on the
+    # batched composition (GPU_ATTENTION_PATHS adds fma: the fused kernels with version 1's FMAs,
+    # the slowest), at n = 512 and 2048 (batch 8); at n = 8192 (batch 1) the fused and tiled paths
+    # only, without the einsum reference (both would keep [b,h,n,m] tensors of 13 GB each at 48
+    # heads).
     phase bench-attention 90 bash -c "
       bench() { $thx --device cuda bench attention --precision bf16 --heads 12,24,48 \"\$@\"; }
-      for path in fused tiled batched fma; do
+      for path in ${GPU_ATTENTION_PATHS:-fused tiled batched}; do
         flag=--\$path; [ \$path = fused ] && flag=
         for n in 512 2048; do bench --n \$n --batch 8 \$flag --out $OUT/attention-\$path-n\$n.md || exit 1; done
         case \$path in fused|tiled) bench --n 8192 --batch 1 --no-reference \$flag --out $OUT/attention-\$path-n8192.md || exit 1 ;; esac
       done"
+    # What bounds the fused kernels: Nsight Compute on one forward and one backward launch at
+    # h = 12 and 48, n = 2048, batch 8 (speed of light, memory and compute workload, occupancy,
+    # warp stalls: the backward's atomics show there as lg_throttle).
+    phase ncu 90 bash -c "
+      ncu=\$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+      timeout 85 \$ncu --kernel-name regex:'forward_kernel|backward_kernel' --launch-count 4 \
+        --section SpeedOfLight --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis --section Occupancy \
+        --section WarpStateStats \
+        $thx --device cuda bench attention --precision bf16 --heads 12,48 --n 2048 --batch 8 --reps 1 --no-reference"
     # The fused kernels' launch, tuned: the same layer (bf16, n = 2048, batch 8, h = 12 and 48)
     # with its own choice, then each forced launch (thx bench attention --th-atomics, --th-tiles,
     # --th-threads): the backward's shared sums as version 2.1 added them (in order, scalar) and
@@ -168,15 +178,6 @@ run() {
         $thx --device cuda bench attention --precision bf16 --heads 12,48 --n 2048 --batch 8 --no-reference \$launch \
           --out $OUT/tune-\$name.md 2>&1 | tail -3
       done"
-    # What bounds the fused kernels: Nsight Compute on one forward and one backward launch at
-    # h = 12 and 48, n = 2048, batch 8 (speed of light, memory and compute workload, occupancy,
-    # warp stalls: the backward's atomics show there as lg_throttle).
-    phase ncu 90 bash -c "
-      ncu=\$(command -v ncu || echo /usr/local/cuda/bin/ncu)
-      timeout 85 \$ncu --kernel-name regex:'forward_kernel|backward_kernel' --launch-count 4 \
-        --section SpeedOfLight --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis --section Occupancy \
-        --section WarpStateStats \
-        $thx --device cuda bench attention --precision bf16 --heads 12,48 --n 2048 --batch 8 --reps 1 --no-reference"
     # The mini T5, multi-head and talking-heads, for 300 steps on the GPU in fp32 and bf16 and
     # on this machine's CPU in fp32: each GPU curve against the CPU's, within the bounds
     # compare_curves.py states (checkpoints removed so that the folders come back).
