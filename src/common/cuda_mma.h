@@ -140,15 +140,18 @@ THX_DEVICE uint32_t k_pair(const Operand& X, bool words, bool inside, int64_t at
   return pack_bf16x2(X.at(at), k + 1 < K ? X.at(at + ks) : 0.f);
 }
 
-// A product's 16x8 output tiles on tensor cores, in the order warps take them: tile x is batch
-// entry x / (tiles_m * tiles_n), rows 16 * (x / tiles_n % tiles_m), columns 8 * (x % tiles_n).
+// A product's 16x8 output tiles on tensor cores: tile x is batch entry x / (tiles_m * tiles_n),
+// rows 16 * (x / tiles_n % tiles_m), columns 8 * (x % tiles_n). Warps take them in pairs, two
+// neighbours along a row of tiles (the second absent at an odd row's end), so that A's fragments
+// are loaded once for both (warp_tile_pair): pair p is tiles first(p) and first(p) + 1.
 struct TileGrid {
-  int M, N, K, tiles_m, tiles_n, tiles;
+  int M, N, K, tiles_m, tiles_n, tiles, pairs_n, pairs;
   bool a_words, b_words;  // word_pairs of A and B
   bool a_rows, b_rows;    // matrix_rows of A and B
   THX_DEVICE TileGrid(int batch, int m, int n, int k = 0)
       : M(m), N(n), K(k), tiles_m((m + 15) / 16), tiles_n((n + 7) / 8), tiles(batch * tiles_m * tiles_n),
-        a_words(false), b_words(false), a_rows(false), b_rows(false) {}
+        pairs_n((tiles_n + 1) / 2), pairs(batch * tiles_m * pairs_n), a_words(false), b_words(false),
+        a_rows(false), b_rows(false) {}
   THX_DEVICE TileGrid(int batch, const Operand& A, const Operand& B, int m, int n, int k) : TileGrid(batch, m, n, k) {
     a_words = word_pairs(A, A.cs, A.rs, k), b_words = word_pairs(B, B.rs, B.cs, k);
     a_rows = matrix_rows(A, A.cs, A.rs), b_rows = matrix_rows(B, B.rs, B.cs);
@@ -156,20 +159,24 @@ struct TileGrid {
   THX_DEVICE int g(int x) const { return x / (tiles_m * tiles_n); }
   THX_DEVICE int m0(int x) const { return (x / tiles_n) % tiles_m * 16; }
   THX_DEVICE int n0(int x) const { return x % tiles_n * 8; }
+  THX_DEVICE int first(int p) const { return p / pairs_n * tiles_n + 2 * (p % pairs_n); }
+  THX_DEVICE bool second(int p) const { return 2 * (p % pairs_n) + 1 < tiles_n; }
 };
 
-// d[0..3] = this lane's share of tile x (mma's accumulator layout: rows g4 and g4 + 8, columns
-// 2 t4 and 2 t4 + 1), summed over k in steps of 16. Every lane of the warp takes part. Whole
-// 16x16 (A) and 16x8 (B) blocks of operands whose k is strided come by ldmatrix; the rest by
-// pairs (k_pair).
-THX_DEVICE void warp_tile(const TileGrid& t, const Operand& A, const Operand& B, int x, float* d) {
+// d0[0..3] = this lane's share of tile x (mma's accumulator layout: rows g4 and g4 + 8, columns
+// 2 t4 and 2 t4 + 1), and with `second` d1 that of tile x + 1 (the same rows, the next 8
+// columns), summed over k in steps of 16; A's fragments loaded once for both. Every lane of the
+// warp takes part. Whole 16x16 (A) and 16x8 (B) blocks of operands whose k is strided come by
+// ldmatrix; the rest by pairs (k_pair).
+THX_DEVICE void warp_tile_pair(const TileGrid& t, const Operand& A, const Operand& B, int x, bool second, float* d0,
+                               float* d1) {
   const int lane = threadIdx.x % 32, g4 = lane / 4, t4 = lane % 4;
-  const int g = t.g(x), m0 = t.m0(x), n0 = t.n0(x), M = t.M, N = t.N, K = t.K;
+  const int g = t.g(x), m0 = t.m0(x), M = t.M, N = t.N, K = t.K;
   const thx_bf16* a16 = static_cast<const thx_bf16*>(A.p) + g * A.gs;
   const thx_bf16* b16 = static_cast<const thx_bf16*>(B.p) + g * B.gs;
-  d[0] = d[1] = d[2] = d[3] = 0.f;
+  for (int w = 0; w < 4; ++w) d0[w] = d1[w] = 0.f;
   for (int k0 = 0; k0 < K; k0 += 16) {
-    uint32_t aw[4], bw[2];
+    uint32_t aw[4];
     if (t.a_rows && m0 + 16 <= M && k0 + 16 <= K) {  // matrix j = lane / 8: k half j / 2, m half j % 2
       const int j = lane / 8;
       thx_ldmatrix_trans<4>(aw, a16 + (k0 + lane % 8 + 8 * (j / 2)) * A.cs + m0 + 8 * (j % 2));
@@ -179,15 +186,20 @@ THX_DEVICE void warp_tile(const TileGrid& t, const Operand& A, const Operand& B,
         aw[w] = k_pair(A, t.a_words, m < M, g * A.gs + m * A.rs + k * A.cs, A.cs, k, K);
       }
     }
-    if (t.b_rows && n0 + 8 <= N && k0 + 16 <= K) {  // matrix j = lane / 8 (lanes 0-15): k half j
-      thx_ldmatrix_trans<2>(bw, b16 + (k0 + lane % 16) * B.rs + n0);
-    } else {
-      for (int w = 0; w < 2; ++w) {
-        const int k = k0 + 2 * t4 + 8 * w, n = n0 + g4;
-        bw[w] = k_pair(B, t.b_words, n < N, g * B.gs + k * B.rs + n * B.cs, B.rs, k, K);
+    auto b_times_a = [&](int n0, float* d) {
+      uint32_t bw[2];
+      if (t.b_rows && n0 + 8 <= N && k0 + 16 <= K) {  // matrix j = lane / 8 (lanes 0-15): k half j
+        thx_ldmatrix_trans<2>(bw, b16 + (k0 + lane % 16) * B.rs + n0);
+      } else {
+        for (int w = 0; w < 2; ++w) {
+          const int k = k0 + 2 * t4 + 8 * w, n = n0 + g4;
+          bw[w] = k_pair(B, t.b_words, n < N, g * B.gs + k * B.rs + n * B.cs, B.rs, k, K);
+        }
       }
-    }
-    thx_mma_bf16_16816(d, aw, bw);
+      thx_mma_bf16_16816(d, aw, bw);
+    };
+    b_times_a(t.n0(x), d0);
+    if (second) b_times_a(t.n0(x) + 8, d1);
   }
 }
 
@@ -225,10 +237,12 @@ THX_DEVICE void block_gemm(bool tensor_cores, int batch, Operand A, Operand B, i
     return;
   }
   const TileGrid t(batch, A, B, M, N, K);
-  for (int x = threadIdx.x / 32; x < t.tiles; x += blockDim.x / 32) {  // the same x across a warp
-    float d[4];
-    warp_tile(t, A, B, x, d);
-    tile_outputs(t, x, d, out);
+  for (int p = threadIdx.x / 32; p < t.pairs; p += blockDim.x / 32) {  // the same p across a warp
+    float d[2][4];
+    const int x = t.first(p);
+    warp_tile_pair(t, A, B, x, t.second(p), d[0], d[1]);
+    tile_outputs(t, x, d[0], out);
+    if (t.second(p)) tile_outputs(t, x + 1, d[1], out);
   }
 }
 
@@ -247,31 +261,38 @@ THX_DEVICE void block_gemm_quads(bool tensor_cores, int batch, Operand A, Operan
   const TileGrid t(batch, A, B, M, N, K);
   const int lane = threadIdx.x % 32, g4 = lane / 4, t4 = lane % 4;
   const bool odd = t4 % 2 != 0;
-  for (int x = threadIdx.x / 32; x < t.tiles; x += blockDim.x / 32) {  // the same x across a warp
-    float d[4];
-    warp_tile(t, A, B, x, d);
-    const float s0 = thx_shfl_xor(odd ? d[0] : d[2], 1), s1 = thx_shfl_xor(odd ? d[1] : d[3], 1);
-    const float q[4] = {odd ? s0 : d[0], odd ? s1 : d[1], odd ? d[2] : s0, odd ? d[3] : s1};
-    const int m = t.m0(x) + g4 + (odd ? 8 : 0), n = t.n0(x) + 4 * (t4 / 2);
-    if (m < t.M && n < t.N) out4(t.g(x), m, n, q, t.N - n < 4 ? t.N - n : 4);
+  for (int p = threadIdx.x / 32; p < t.pairs; p += blockDim.x / 32) {  // the same p across a warp
+    float dd[2][4];
+    const int x0 = t.first(p);
+    warp_tile_pair(t, A, B, x0, t.second(p), dd[0], dd[1]);
+    auto deliver = [&](const float* d, int x) {
+      const float s0 = thx_shfl_xor(odd ? d[0] : d[2], 1), s1 = thx_shfl_xor(odd ? d[1] : d[3], 1);
+      const float q[4] = {odd ? s0 : d[0], odd ? s1 : d[1], odd ? d[2] : s0, odd ? d[3] : s1};
+      const int m = t.m0(x) + g4 + (odd ? 8 : 0), n = t.n0(x) + 4 * (t4 / 2);
+      if (m < t.M && n < t.N) out4(t.g(x), m, n, q, t.N - n < 4 ? t.N - n : 4);
+    };
+    deliver(dd[0], x0);
+    if (t.second(p)) deliver(dd[1], x0 + 1);
   }
 }
 
-// The tensor-core product of block_gemm added into registers instead of written out: acc[i] +=
-// this lane's share of tile warp + i * warps, for every tile of the calling warp, which must have
-// at most Max (tiles_per_warp). Repeated calls sum in the same order as block_gemm's `out`
-// adding into memory, so a sum kept here across calls equals one kept in shared memory.
+// The tensor-core product of block_gemm added into registers instead of written out: acc[2 i]
+// and acc[2 i + 1] += this lane's share of the tiles of pair warp + i * warps, for every pair of
+// the calling warp, which must have at most Max / 2 (Max even). Repeated calls sum in the same
+// order as block_gemm's `out` adding into memory, so a sum kept here across calls equals one
+// kept in shared memory.
 template <int Max>
 THX_DEVICE void block_gemm_accumulate(int batch, Operand A, Operand B, int M, int N, int K, float (&acc)[Max][4]) {
+  static_assert(Max % 2 == 0, "tiles come in pairs");
   const TileGrid t(batch, A, B, M, N, K);
   const int warps = blockDim.x / 32, warp = threadIdx.x / 32;
 #pragma unroll
-  for (int i = 0; i < Max; ++i) {
-    const int x = warp + i * warps;
-    if (x >= t.tiles) break;
-    float d[4];
-    warp_tile(t, A, B, x, d);
-    for (int w = 0; w < 4; ++w) acc[i][w] += d[w];
+  for (int i = 0; i < Max / 2; ++i) {
+    const int p = warp + i * warps;
+    if (p >= t.pairs) break;
+    float d[2][4];
+    warp_tile_pair(t, A, B, t.first(p), t.second(p), d[0], d[1]);
+    for (int w = 0; w < 4; ++w) acc[2 * i][w] += d[0][w], acc[2 * i + 1][w] += d[1][w];
   }
 }
 
@@ -281,10 +302,11 @@ THX_DEVICE void accumulated_outputs(int batch, int M, int N, const float (&acc)[
   const TileGrid t(batch, M, N);
   const int warps = blockDim.x / 32, warp = threadIdx.x / 32;
 #pragma unroll
-  for (int i = 0; i < Max; ++i) {
-    const int x = warp + i * warps;
-    if (x >= t.tiles) break;
-    tile_outputs(t, x, acc[i], out);
+  for (int i = 0; i < Max / 2; ++i) {
+    const int p = warp + i * warps;
+    if (p >= t.pairs) break;
+    tile_outputs(t, t.first(p), acc[2 * i], out);
+    if (t.second(p)) tile_outputs(t, t.first(p) + 1, acc[2 * i + 1], out);
   }
 }
 

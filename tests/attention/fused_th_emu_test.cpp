@@ -428,18 +428,21 @@ TEST(FusedThEmulated, Bf16OnTensorCoresControls) {
 }
 
 // The row sums kept in the warps' registers (the forward's O, the backward's dQ) equal those
-// kept in shared memory, bit for bit. At 64-row tiles, 32 threads hold 20 tiles a warp (shared
-// memory) and 64 hold 10 (registers): project_logits's O (h_v 5, d_v 6) and project_weights's dQ
-// (h_k 5, d_k 4). Which warp sums a tile changes nothing else, so every result must be equal.
+// kept in shared memory, bit for bit. At 64-row tiles, 32 threads take 20 pairs of tiles a warp
+// (shared memory) and 128 take 5 (registers): project_logits's O (h_v 5, d_v 6) and
+// project_weights's dQ (h_k 5, d_k 4). Which warp sums a tile changes nothing else, so every
+// result must be equal.
 TEST(FusedThEmulated, SumsInRegistersEqualThoseInSharedMemory) {
-  ASSERT_FALSE(cuda_th::sums_in_registers(32, 64, 5, 6));
-  ASSERT_TRUE(cuda_th::sums_in_registers(64, 64, 5, 6));
+  for (bool backward : {false, true}) {
+    ASSERT_FALSE(cuda_th::sums_in_registers(32, 64, 5, 6, backward));
+    ASSERT_TRUE(cuda_th::sums_in_registers(128, 64, 5, 6, backward));
+  }
   for (const Case& c : {kCases[1], kCases[2]}) {
     SCOPED_TRACE(c.name);
     torch::manual_seed(11);
     const Inputs in = inputs(c, Extra::bias_padding, torch::kBFloat16);
     const Result shared = fused(in, torch::kBFloat16, emulator(32, 1 << 20, true), {64, 64});
-    const Result registers = fused(in, torch::kBFloat16, emulator(64, 1 << 20, true), {64, 64});
+    const Result registers = fused(in, torch::kBFloat16, emulator(128, 1 << 20, true), {64, 64});
     for (auto [x, y, name] : {std::tuple{shared.O, registers.O, "O"}, {shared.dQ, registers.dQ, "dQ"},
                               {shared.dK, registers.dK, "dK"}, {shared.dV, registers.dV, "dV"}})
       EXPECT_TRUE(torch::equal(x, y)) << name;
@@ -449,7 +452,7 @@ TEST(FusedThEmulated, SumsInRegistersEqualThoseInSharedMemory) {
   const cuda_th::LayoutShape shape{64, 64, 5, 5, 5, 4, 6};
   for (bool backward : {false, true}) {
     const int64_t saved = cuda_th::kernel_layout(shape, {2, 2, 4, 32}, backward).bytes -
-                          cuda_th::kernel_layout(shape, {2, 2, 4, 64}, backward).bytes;
+                          cuda_th::kernel_layout(shape, {2, 2, 4, 128}, backward).bytes;
     EXPECT_EQ(saved, backward ? 4 * 64 * 5 * 4 : 4 * 64 * 5 * 6) << backward;
   }
 }
@@ -524,8 +527,10 @@ TEST(FusedThOnCuda, SumsInRegistersEqualThoseInSharedMemory) {
   const cuda_th::Launcher* l = cuda_th_launcher();
   if (!l) GTEST_SKIP() << "thx built without its CUDA kernels (THX_CUDA_KERNELS)";
   if (!l->tensor_cores) GTEST_SKIP() << "no bf16 tensor cores (sm_80+)";
-  ASSERT_TRUE(cuda_th::sums_in_registers(l->threads, 16, 12, 64));
-  ASSERT_FALSE(cuda_th::sums_in_registers(64, 16, 12, 64));
+  for (bool backward : {false, true}) {
+    ASSERT_TRUE(cuda_th::sums_in_registers(l->threads, 16, 12, 64, backward));
+    ASSERT_FALSE(cuda_th::sums_in_registers(64, 16, 12, 64, backward));
+  }
   torch::manual_seed(5);
   const int64_t b = 2, n = 77, m = 45, h = 12, d = 64;
   Inputs in;

@@ -20,17 +20,19 @@ struct Widths {
 
 // Whether a kernel keeps its block's row sums [R, heads * dim] (the forward's O: h_v, d_v; the
 // backward's dQ: h_k, d_k) in the warps' registers (th_kernels.cuh) instead of shared memory: on
-// tensor cores (threads > 0), where each warp's share of their 16x8 tiles is at most
-// kOutputTilesPerWarp (64 registers a thread).
-constexpr int kOutputTilesPerWarp = 16;
+// tensor cores (threads > 0), where each warp's share of their 16x8 tiles, which warps take in
+// pairs along a row (cuda_mma.h's TileGrid), is at most the kernel's limit: 12 tiles (48
+// registers a thread) in the forward, compiled for 128 registers, and 16 (64) in the backward.
+// At d_model 768 and 256 threads both hold 12.
+constexpr int kForwardOutputTiles = 12, kBackwardOutputTiles = 16;
 // The most threads a block of the kernels is launched with (they are compiled to fit it:
 // th_kernels.cuh's launch bounds, which give the backward up to 255 registers a thread and the
 // forward 128, two blocks to a multiprocessor where shared memory allows).
 constexpr int kMaxThreads = 256;
-inline bool sums_in_registers(int threads, int R, int heads, int dim) {
+inline bool sums_in_registers(int threads, int R, int heads, int dim, bool backward) {
   if (threads < 32) return false;
-  const int tiles = heads * ((R + 15) / 16) * ((dim + 7) / 8), warps = threads / 32;
-  return (tiles + warps - 1) / warps <= kOutputTilesPerWarp;
+  const int pairs = heads * ((R + 15) / 16) * (((dim + 7) / 8 + 1) / 2), warps = threads / 32;
+  return 2 * ((pairs + warps - 1) / warps) <= (backward ? kBackwardOutputTiles : kForwardOutputTiles);
 }
 
 // Where a kernel's tiles sit in shared memory: byte offsets from its start, each a multiple of 16
@@ -72,7 +74,7 @@ inline Layout kernel_layout(const LayoutShape& x, const Widths& w, bool backward
     return at;
   };
   l.q = take(x.R * qd * w.in);
-  if (backward && !sums_in_registers(w.threads, x.R, x.h_k, x.d_k)) l.dq = take(4 * x.R * qd);
+  if (backward && !sums_in_registers(w.threads, x.R, x.h_k, x.d_k, true)) l.dq = take(4 * x.R * qd);
   if (backward) l.dout = take(x.R * vd * w.in);
   l.k = take(x.C * qd * w.in), l.v = take(x.C * vd * w.in);
   l.j = take(x.h_k * rc * w.j);
@@ -81,7 +83,7 @@ inline Layout kernel_layout(const LayoutShape& x, const Widths& w, bool backward
   if (backward) l.dw = take(4 * x.h * rc);
   l.u = take(x.h_v * rc * w.u);
   if (backward) l.du = take(x.h_v * rc * w.u);
-  else if (!sums_in_registers(w.threads, x.R, x.h_v, x.d_v)) l.o = take(4 * x.R * vd);
+  else if (!sums_in_registers(w.threads, x.R, x.h_v, x.d_v, false)) l.o = take(4 * x.R * vd);
   l.m = take(4 * int64_t(x.h) * x.R), l.s = take(4 * int64_t(x.h) * x.R);
   if (w.j == 2) l.pl = take(2 * int64_t(x.h_k) * x.h), l.plt = take(2 * int64_t(x.h_k) * x.h);
   if (w.u == 2) l.pw = take(2 * int64_t(x.h) * x.h_v), l.pwt = take(2 * int64_t(x.h) * x.h_v);

@@ -89,8 +89,8 @@ Args<T> args(const Dims& d, ThTiles tiles, const Tensor& P_l, const Tensor& P_w,
   a.widths = widths_for(sizeof(T) == 2, a.tensor_cores, P_l.defined(), P_w.defined(), threads);
   a.layout = layout(d, tiles, a.widths, backward);
   a.key_sums = cuda_th::KeySums::kVector;
-  a.sums_in_registers = backward ? cuda_th::sums_in_registers(a.widths.threads, tiles.R, a.h_k, a.d_k)
-                                 : cuda_th::sums_in_registers(a.widths.threads, tiles.R, a.h_v, a.d_v);
+  a.sums_in_registers = backward ? cuda_th::sums_in_registers(a.widths.threads, tiles.R, a.h_k, a.d_k, true)
+                                 : cuda_th::sums_in_registers(a.widths.threads, tiles.R, a.h_v, a.d_v, false);
   return a;
 }
 

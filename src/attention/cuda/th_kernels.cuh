@@ -199,7 +199,7 @@ __global__ void THX_LAUNCH_BOUNDS(kMaxThreads, 2) forward_kernel(Args<T> a) {
   // The output sums O [R, h_v*d_v]: in shared memory, or (bf16 on tensor cores, where each warp's
   // share fits) in `acc`, each warp's 16x8 tiles of it (cuda_mma.h's block_gemm_accumulate).
   const bool in_registers = TC && a.sums_in_registers;
-  float acc[kOutputTilesPerWarp][4] = {};
+  float acc[kForwardOutputTiles][4] = {};
   float* Os = at_offset<float>(shared_bytes, at.o);
   float* Ms = at_offset<float>(shared_bytes, at.m);  // [h,R]: the running max, then LSE
   float* Ss = at_offset<float>(shared_bytes, at.s);  // [h,R]: the running sum
@@ -270,7 +270,7 @@ template <typename T>
 struct BackwardTiles {
   T *Qs, *dOs, *Ks, *Vs;  // the block's rows, the tile's keys
   float* dQs;  // or, where a.sums_in_registers (bf16 on tensor cores), in dQ_acc
-  float dQ_acc[kOutputTilesPerWarp][4];
+  float dQ_acc[kBackwardOutputTiles][4];
   Plane Js, dJs;  // [h_k,R,C]
   float *Ls, *dWs;  // [h,R,C]: L then W; dW then dL
   Plane Us, dUs;  // [h_v,R,C]
