@@ -1,6 +1,9 @@
 // thx bench attention: one attention layer timed (experiments/bench_attention.h).
 #include <cstdio>
+#include <utility>
+#include <vector>
 
+#include "attention/fused.h"
 #include "cli/command.h"
 #include "common/runtime.h"
 #include "experiments/bench_attention.h"
@@ -40,6 +43,7 @@ struct BenchAttentionCommand : Command {
   bool no_reference = false;
   std::string th_tiles, th_atomics = "vector";
   int th_threads = 0;
+  std::vector<std::pair<CLI::Option*, const char*>> fused_only;  // the fused kernels' own options
 
   explicit BenchAttentionCommand(CLI::App& parent) {
     app = parent.add_subcommand(
@@ -61,17 +65,35 @@ struct BenchAttentionCommand : Command {
                                                                  "composition (every [b,h,n,m] tensor kept)");
     CLI::Option* tiled = app->add_flag("--tiled", opt.tiled, "on a GPU, talking-heads through the tiled ATen path, "
                                                              "not thx's fused CUDA kernels")->excludes(batched);
-    app->add_flag("--fma", opt.fma, "on a GPU, the fused kernels' bf16 products as fp32 FMAs (their version 1), "
-                                    "not on tensor cores")->excludes(batched)->excludes(tiled);
-    app->add_option("--th-tiles", th_tiles, "on a GPU, the fused kernels' tiles instead of their own choice: RxC "
-                                            "(both) or RxC,RxC (forward, backward), query rows x keys per block")
-        ->excludes(batched)->excludes(tiled);
-    app->add_option("--th-threads", th_threads, "on a GPU, the fused kernels' threads per block (a multiple of 32 "
-                                                "up to 256, the default)")->excludes(batched)->excludes(tiled);
-    app->add_option("--th-atomics", th_atomics, "on a GPU, how the fused backward adds dK, dV and dbias: in-order "
-                                                "(every block the keys in order), staggered (each block from its "
-                                                "own key tile) or vector (staggered, four sums a reduction)")
-        ->capture_default_str()->excludes(batched)->excludes(tiled);
+    CLI::Option* fma = app->add_flag("--fma", opt.fma, "on a GPU, the fused kernels' bf16 products as fp32 FMAs "
+                                                       "(their version 1), not on tensor cores")
+                           ->excludes(batched)->excludes(tiled);
+    CLI::Option* tiles = app->add_option("--th-tiles", th_tiles, "on a GPU, the fused kernels' tiles instead of "
+                                                                 "their own choice: RxC (both) or RxC,RxC (forward, "
+                                                                 "backward), query rows x keys per block")
+                             ->excludes(batched)->excludes(tiled);
+    CLI::Option* threads = app->add_option("--th-threads", th_threads, "on a GPU, the fused kernels' threads per "
+                                                                       "block (a multiple of 32 up to 256, the "
+                                                                       "default)")
+                               ->excludes(batched)->excludes(tiled);
+    CLI::Option* atomics =
+        app->add_option("--th-atomics", th_atomics, "on a GPU, how the fused backward adds dK, dV and dbias: in-order "
+                                                    "(every block the keys in order), staggered (each block from its "
+                                                    "own key tile) or vector (staggered, four sums a reduction)")
+            ->capture_default_str()->excludes(batched)->excludes(tiled);
+    fused_only = {{fma, "--fma"}, {tiles, "--th-tiles"}, {threads, "--th-threads"}, {atomics, "--th-atomics"}};
+  }
+
+  // `thx --th-path tiled|batched` is the choice --tiled and --batched make: a contradiction, or an
+  // option of the fused kernels under another path, is refused rather than ignored.
+  void check_th_path() const {
+    const std::string& path = th_path();
+    if (path == "fused") return;
+    for (const auto& [option, name] : fused_only)
+      if (option->count() > 0)
+        throw InputError(fmt::format("{} is an option of the fused kernels, which --th-path {} leaves", name, path));
+    if ((path == "tiled" && opt.batched) || (path == "batched" && opt.tiled))
+      throw InputError(fmt::format("--th-path {} excludes --{}", path, opt.batched ? "batched" : "tiled"));
   }
 
   int run() override {
@@ -79,6 +101,7 @@ struct BenchAttentionCommand : Command {
       if (h < 1 || opt.d_model % h != 0)
         throw InputError(fmt::format("--heads: {} does not divide --d-model {}", h, opt.d_model));
     opt.reference = !no_reference;
+    check_th_path();
     if (!th_tiles.empty()) opt.th_launch = parse_th_tiles(th_tiles);
     if (th_threads != 0 && (th_threads < 32 || th_threads > cuda_th::kMaxThreads || th_threads % 32 != 0))
       throw InputError(fmt::format("--th-threads {}: allowed: a multiple of 32 from 32 to {}", th_threads,

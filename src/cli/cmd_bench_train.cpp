@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "attention/fused.h"
 #include "cli/command.h"
 #include "common/runtime.h"
 #include "experiments/bench_train.h"
@@ -48,6 +49,7 @@ struct BenchTrainCommand : Command {
   }
 
   int run() override {
+    if (topt.tiled && th_path() == "batched") throw InputError("--th-path batched excludes --tiled");
     // The base rows are 768 wide: each h must divide it; the peer runs only beside a base row.
     for (int64_t h : topt.base_heads)
       if (768 % h != 0) throw InputError(fmt::format("--base-heads: {} does not divide the base d_model 768", h));

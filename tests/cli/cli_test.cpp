@@ -77,6 +77,14 @@ TEST(Cli, BadBenchFlagsExitTwo) {
   EXPECT_TRUE(refused(run_thx("bench attention --th-atomics sorted"), "thx: error: --th-atomics sorted",
                       "allowed: in-order, staggered, vector"));
   EXPECT_TRUE(refused(run_thx("--th-path flash bench attention"), "thx: error: --th-path", "fused"));
+  // --th-path is the choice --tiled and --batched make: no contradiction, no fused-only option under another path.
+  EXPECT_TRUE(refused(run_thx("--th-path tiled bench attention --th-atomics in-order"), "thx: error: --th-atomics",
+                      "which --th-path tiled leaves"));
+  EXPECT_TRUE(refused(run_thx("bench attention --fma --th-path batched"), "thx: error: --fma", "--th-path batched"));
+  EXPECT_TRUE(refused(run_thx("--th-path batched bench attention --tiled"), "thx: error: --th-path batched excludes "
+                                                                            "--tiled", ""));
+  EXPECT_TRUE(refused(run_thx("--th-path batched bench train --tiled"), "thx: error: --th-path batched excludes "
+                                                                        "--tiled", ""));
   // bench train's base rows: an h that does not divide 768, a peer row that is not a base row,
   // --base-only without --base; one line each, before any model is built.
   r = run_thx("bench train --base --base-heads 7");
