@@ -213,12 +213,25 @@ THX_DEVICE void tile_outputs(const TileGrid& t, int x, const float* d, Out& out)
   }
 }
 
+// tile(x, d) for each 16x8 output tile x of the product on tensor cores, d this lane's share
+// (tile_outputs's layout), the calling warp taking its pairs warp, warp + warps, ...
+template <class Tile>
+THX_DEVICE void each_tile(const TileGrid& t, const Operand& A, const Operand& B, Tile tile) {
+  for (int p = threadIdx.x / 32; p < t.pairs; p += blockDim.x / 32) {  // the same p across a warp
+    float d[2][4];
+    const int x = t.first(p);
+    warp_tile_pair(t, A, B, x, t.second(p), d[0], d[1]);
+    tile(x, d[0]);
+    if (t.second(p)) tile(x + 1, d[1]);
+  }
+}
+
 // out(g, m, n, sum_k A_g(m, k) B_g(k, n)) for every g < batch, m < M, n < N, each (g, m, n) by
 // exactly one thread (so that `out` may add into memory it alone owns). The sums are fp32:
-//  - tensor_cores: each warp takes 16x8 output tiles in turn; the operands are rounded to bf16
-//    as they are read (nothing outside M, N or K is read: zeros stand in). bf16 operands with k
-//    contiguous are read as words of two; with k strided, by ldmatrix, so those must be in
-//    shared memory. Needs whole warps.
+//  - tensor_cores: each warp takes pairs of 16x8 output tiles in turn (each_tile); the operands
+//    are rounded to bf16 as they are read (nothing outside M, N or K is read: zeros stand in).
+//    bf16 operands with k contiguous are read as words of two; with k strided, by ldmatrix, so
+//    those must be in shared memory. Needs whole warps.
 //  - otherwise plain FMAs, each thread an output, summed in k order (as th_kernels.cuh's
 //    version 1 did).
 // No barrier: the caller syncs before reading what `out` wrote.
@@ -237,13 +250,7 @@ THX_DEVICE void block_gemm(bool tensor_cores, int batch, Operand A, Operand B, i
     return;
   }
   const TileGrid t(batch, A, B, M, N, K);
-  for (int p = threadIdx.x / 32; p < t.pairs; p += blockDim.x / 32) {  // the same p across a warp
-    float d[2][4];
-    const int x = t.first(p);
-    warp_tile_pair(t, A, B, x, t.second(p), d[0], d[1]);
-    tile_outputs(t, x, d[0], out);
-    if (t.second(p)) tile_outputs(t, x + 1, d[1], out);
-  }
+  each_tile(t, A, B, [&](int x, const float* d) { tile_outputs(t, x, d, out); });
 }
 
 // block_gemm's product delivered up to four adjacent columns at a time: out4(g, m, n, v, count)
@@ -261,19 +268,12 @@ THX_DEVICE void block_gemm_quads(bool tensor_cores, int batch, Operand A, Operan
   const TileGrid t(batch, A, B, M, N, K);
   const int lane = threadIdx.x % 32, g4 = lane / 4, t4 = lane % 4;
   const bool odd = t4 % 2 != 0;
-  for (int p = threadIdx.x / 32; p < t.pairs; p += blockDim.x / 32) {  // the same p across a warp
-    float dd[2][4];
-    const int x0 = t.first(p);
-    warp_tile_pair(t, A, B, x0, t.second(p), dd[0], dd[1]);
-    auto deliver = [&](const float* d, int x) {
-      const float s0 = thx_shfl_xor(odd ? d[0] : d[2], 1), s1 = thx_shfl_xor(odd ? d[1] : d[3], 1);
-      const float q[4] = {odd ? s0 : d[0], odd ? s1 : d[1], odd ? d[2] : s0, odd ? d[3] : s1};
-      const int m = t.m0(x) + g4 + (odd ? 8 : 0), n = t.n0(x) + 4 * (t4 / 2);
-      if (m < t.M && n < t.N) out4(t.g(x), m, n, q, t.N - n < 4 ? t.N - n : 4);
-    };
-    deliver(dd[0], x0);
-    if (t.second(p)) deliver(dd[1], x0 + 1);
-  }
+  each_tile(t, A, B, [&](int x, const float* d) {  // the whole warp: the shuffles need every lane
+    const float s0 = thx_shfl_xor(odd ? d[0] : d[2], 1), s1 = thx_shfl_xor(odd ? d[1] : d[3], 1);
+    const float q[4] = {odd ? s0 : d[0], odd ? s1 : d[1], odd ? d[2] : s0, odd ? d[3] : s1};
+    const int m = t.m0(x) + g4 + (odd ? 8 : 0), n = t.n0(x) + 4 * (t4 / 2);
+    if (m < t.M && n < t.N) out4(t.g(x), m, n, q, t.N - n < 4 ? t.N - n : 4);
+  });
 }
 
 // The tensor-core product of block_gemm added into registers instead of written out: acc[2 i]
