@@ -52,7 +52,7 @@ struct ThLaunch {
   cuda_th::KeySums key_sums = cuda_th::KeySums::kVector;  // the backward's dK, dV, dbias sums
 };
 void set_th_launch(const ThLaunch& launch);
-// What the last forward and backward launches used (tiles and threads), for reports.
+// What the last forward and backward launches used (tiles, threads, the backward's atomics), for reports.
 ThLaunch fused_th_last_launch();
 // Why `launch`'s forced tiles cannot run talking-heads (P_l and P_w, h heads of width d, in bf16
 // or fp32) on `launcher`: one line naming the kernel, the tiles and the shared memory they need
