@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "common/error.h"
+#include "common/fs.h"
 #include "common/runtime.h"
 
 namespace thx::test {
@@ -104,7 +105,7 @@ struct TempDir {
     char tmpl[] = "/tmp/thx-test-XXXXXX";
     path = mkdtemp(tmpl);
   }
-  ~TempDir() { std::filesystem::remove_all(path); }
+  ~TempDir() { remove_tree(path.string()); }  // (not std::filesystem::remove_all: common/fs.h)
   std::string file(const std::string& name) const { return (path / name).string(); }
   std::string write(const std::string& name, const std::string& text) const {
     std::ofstream(file(name)) << text;

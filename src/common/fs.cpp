@@ -1,6 +1,7 @@
 #include "common/fs.h"
 
 #include <fcntl.h>
+#include <ftw.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -59,6 +60,34 @@ std::string file_stamp(const std::string& path) {
   struct stat st;
   if (::stat(path.c_str(), &st) != 0) throw InputError(fmt::format("{}: no such file", path));
   return fmt::format("{}:{}", st.st_size, int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec);
+}
+
+namespace {
+thread_local std::string* t_remove_error;  // remove_tree's first failure, for its callback
+int remove_entry(const char* path, const struct stat*, int type, struct FTW*) {
+  // FTW_DP: a directory, its contents already gone (FTW_DEPTH); FTW_DNR: one nftw could not read.
+  const bool dir = type == FTW_DP || type == FTW_DNR;
+  if ((dir ? ::rmdir(path) : ::unlink(path)) == 0 || errno == ENOENT) return 0;
+  if (t_remove_error && t_remove_error->empty()) *t_remove_error = fmt::format("{}: {}", path, std::strerror(errno));
+  return 0;  // go on: remove what can be removed
+}
+}  // namespace
+
+bool remove_tree(const std::string& path, std::string* error) {
+  struct stat st;
+  std::string first;
+  if (::lstat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT) return true;
+    first = fmt::format("{}: {}", path, std::strerror(errno));
+    if (error) *error = first;
+    return false;
+  }
+  t_remove_error = &first;
+  const int rc = ::nftw(path.c_str(), remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+  t_remove_error = nullptr;
+  if (rc != 0 && first.empty()) first = fmt::format("{}: {}", path, std::strerror(errno));
+  if (error) *error = first;
+  return first.empty();
 }
 
 void check_output_dir(const std::string& path, const std::string& flag) {

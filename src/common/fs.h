@@ -24,6 +24,15 @@ inline uint64_t fnv1a(const std::string& s, uint64_t seed = 0xcbf29ce484222325UL
 // exists as anything but a directory: checked before an output directory is created.
 void check_output_dir(const std::string& path, const std::string& flag);
 
+// Removes `path` and, if it is a directory, everything under it, without following symbolic
+// links (a link is removed, not what it points to); a missing path is no error. Returns false
+// and sets `error` (naming the entry) if something could not be removed. Use this, not
+// std::filesystem::remove_all: a PyTorch 2 wheel's libtorch exports its own, statically linked
+// copy of std::filesystem, and the dynamic linker may bind a program's remove_all to it, which
+// on the GPU machines called through a null pointer (pytorch/pytorch#133437; docs/benchmarks.md).
+// This walks the tree with POSIX nftw and unlink/rmdir, outside the C++ library.
+bool remove_tree(const std::string& path, std::string* error = nullptr);
+
 // "size:mtime_ns" of a file, for detecting changed inputs; InputError if it does not exist.
 std::string file_stamp(const std::string& path);
 

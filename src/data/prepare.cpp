@@ -210,8 +210,7 @@ struct RemoveIfFailed {
   std::string dir;
   int exceptions = std::uncaught_exceptions();
   ~RemoveIfFailed() {
-    std::error_code ec;
-    if (!dir.empty() && std::uncaught_exceptions() > exceptions) fs::remove_all(dir, ec);
+    if (!dir.empty() && std::uncaught_exceptions() > exceptions) remove_tree(dir);
   }
 };
 

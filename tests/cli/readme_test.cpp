@@ -13,6 +13,7 @@
 #include "attention/factory.h"
 #include "training/spec.h"
 #include "common/config_tree.h"
+#include "common/fs.h"
 #include "experiments/sweep.h"
 
 namespace thx {
@@ -51,7 +52,7 @@ TEST(Readme, EveryYamlSnippetIsAValidConfigFile) {
     const Sweep sw = load_sweep((dir / "sweep.yaml").string());
     EXPECT_EQ(sw.runs.size(), 16u);
     EXPECT_EQ(sw.runs.back().name, "talking_heads-h48-short-s2");
-    std::filesystem::remove_all(dir);
+    remove_tree(dir.string());
     it = snippets.erase(it);
   }
   ASSERT_EQ(snippets.size(), 6u);

@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "common/log.h"
+#include "common/fs.h"
 
 namespace thx::fuzz {
 namespace fs = std::filesystem;
@@ -18,8 +19,7 @@ const std::string& scratch() {
     auto* d = new std::string(base + "/thx-fuzz-" + std::to_string(::getpid()));
     fs::create_directories(*d);
     std::atexit([] {
-      std::error_code ec;
-      fs::remove_all(scratch(), ec);
+      remove_tree(scratch());
     });
     return d;
   }();
