@@ -17,7 +17,7 @@
 #                                    on the GPU (fp32, bf16) beside the CPU,
 #                                    the whole-step benchmark at base size in bf16 with the
 #                                    compiled PyTorch peer (and its talking-heads rows again on the
-#                                    tiled path), a crashed suite again under cuda-gdb, and the
+#                                    fused kernels), a crashed suite again under cuda-gdb, and the
 #                                    rest of the unit suite. Two phases that passed in the second
 #                                    session run only when named: the real TensorBoard reading a
 #                                    run's tb/, and the kernel SDPA picks (sdpa_backend.py).
@@ -63,7 +63,7 @@ run() {
   # later call on the same (warm) machine finds the build done and can run the rest
   # (GPU_PHASES="bench-train unit-suite", say).
   local deadline=$((SECONDS + ${GPU_DEADLINE_S:-560}))
-  local phases=${GPU_PHASES:-build cuda-tests sanitize bench-attention ncu tune mini-t5 bench-train bench-train-tiled cuda-debug unit-suite}
+  local phases=${GPU_PHASES:-build cuda-tests sanitize bench-attention ncu tune mini-t5 bench-train bench-train-fused cuda-debug unit-suite}
   printf '| phase | exit | seconds | last line of its log |\n|---|---:|---:|---|\n' > "$summary"
   {
     date -u; uname -a; head -3 /etc/os-release 2>/dev/null; nproc; free -g | head -2
@@ -112,7 +112,7 @@ run() {
     export THX_TEST_PYTHON=python3  # the machine's PyTorch, for the float64 references
     phase cuda-tests 150 bash -c '
       set -f; failed=0
-      for f in Cuda.* DevicePath.* OutOfMemory.* Device.* CrashReport.* Linking.* *OnCuda*; do
+      for f in Cuda.* DevicePath.* OutOfMemory.* Device.* CrashReport.* Linking.* FusedThOnCuda.* *OnCuda*-FusedThOnCuda.*; do
         echo "== $f"
         timeout 140 build-gpu/thx_tests --gtest_filter="$f" --gtest_brief=1 2>&1 | tail -40
         rc=${PIPESTATUS[0]}
@@ -122,13 +122,14 @@ run() {
       done
       exit $failed'
 
-    # Where the fused talking-heads kernels fail their tests on this GPU (or crash them), the
-    # training phases after take the tiled path (thx --th-path tiled), so that the session still
+    # The mini T5 trains talking-heads on the fused kernels, and bench-train-fused times them,
+    # where their tests passed on this GPU; where they failed (or crashed), the mini T5 takes the
+    # tiled path (the default) and bench-train-fused is left out, so that the session still
     # measures the rest; the summary says so.
     th_path=fused
-    if grep -qE "FAILED +\] FusedThOnCuda|== \*OnCuda\*: exit [1-9]" "$OUT/cuda-tests.log" 2>/dev/null; then
+    if grep -qE "== FusedThOnCuda[.][*]: exit [1-9]" "$OUT/cuda-tests.log" 2>/dev/null; then
       th_path=tiled
-      printf '| (fused kernels failed) | - | - | mini-t5 and bench-train take --th-path tiled |\n' >> "$summary"
+      printf '| (fused kernels failed) | - | - | mini-t5 takes --th-path tiled; no bench-train-fused |\n' >> "$summary"
     fi
 
     # thx's own kernels under compute-sanitizer (memcheck: out-of-bounds and uninitialized
@@ -153,7 +154,7 @@ run() {
     phase bench-attention 90 bash -c "
       bench() { $thx --device cuda bench attention --precision bf16 --heads 12,24,48 \"\$@\"; }
       for path in ${GPU_ATTENTION_PATHS:-fused tiled batched}; do
-        flag=--\$path; [ \$path = fused ] && flag=
+        flag=\"--th-path \$path\"; [ \$path = fma ] && flag=\"--th-path fused --fma\"
         for n in 512 2048; do bench --n \$n --batch 8 \$flag --out $OUT/attention-\$path-n\$n.md || exit 1; done
         case \$path in fused|tiled) bench --n 8192 --batch 1 --no-reference \$flag --out $OUT/attention-\$path-n8192.md || exit 1 ;; esac
       done"
@@ -164,8 +165,8 @@ run() {
       ncu=\$(command -v ncu || echo /usr/local/cuda/bin/ncu)
       timeout 85 \$ncu --kernel-name regex:'forward_kernel|backward_kernel' --launch-count 4 \
         --section SpeedOfLight --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis --section Occupancy \
-        --section WarpStateStats \
-        $thx --device cuda bench attention --precision bf16 --heads 12,48 --n 2048 --batch 8 --reps 1 --no-reference"
+        --section WarpStateStats --section InstructionStats --section SourceCounters \
+        $thx --device cuda --th-path fused bench attention --precision bf16 --heads 12,48 --n 2048 --batch 8 --reps 1 --no-reference"
     # The fused kernels' launch, tuned: the same layer (bf16, n = 2048, batch 8, h = 12 and 48)
     # with its own choice, then each forced launch (thx bench attention --th-atomics, --th-tiles,
     # --th-threads): the backward's shared sums as version 2.1 added them (in order, scalar) and
@@ -175,7 +176,7 @@ run() {
       for launch in '' '--th-atomics in-order' '--th-atomics staggered' '--th-threads 128' '--th-threads 64' \
           '--th-tiles 16x8' '--th-tiles 16x8,8x8' '--th-tiles 8x8'; do
         name=\$(echo \"default \$launch\" | tr -c 'a-z0-9\n' _)
-        $thx --device cuda bench attention --precision bf16 --heads 12,48 --n 2048 --batch 8 --no-reference \$launch \
+        $thx --device cuda --th-path fused bench attention --precision bf16 --heads 12,48 --n 2048 --batch 8 --no-reference \$launch \
           --out $OUT/tune-\$name.md 2>&1 | tail -3
       done"
     # The mini T5, multi-head and talking-heads, for 300 steps on the GPU in fp32 and bf16 and
@@ -205,19 +206,19 @@ run() {
     phase sdpa 20 python3 scripts/sdpa_backend.py
     # T5-base in bf16, multi-head and talking-heads at h = 12 and 48, the compiled peer beside
     # h = 12 (each of its models compiles for a minute; GPU_BENCH_TRAIN_ARGS adds or replaces).
-    phase bench-train 200 env THX_PEER_PYTHON=python3 "$thx" --th-path "$th_path" --device cuda bench train \
+    phase bench-train 200 env THX_PEER_PYTHON=python3 "$thx" --device cuda bench train \
       --config configs/t5/mini.yaml \
       --precision bf16 ${GPU_BENCH_TRAIN_ARGS:---base --base-only --base-heads 12,48 --peer-heads 12} \
       --peer "$CARRY/peer_t5.py" --out "$OUT/train.md"
-    # The same talking-heads rows on the tiled ATen path, for the fused kernels' ratio.
-    phase bench-train-tiled 60 "$thx" --device cuda bench train --config configs/t5/mini.yaml --precision bf16 \
-      --base --base-only --base-heads 12,48 --tiled --out "$OUT/train-tiled.md"
+    # The same rows on the fused kernels (where their tests passed), for their ratio to the default.
+    [ "$th_path" = fused ] && phase bench-train-fused 60 "$thx" --device cuda --th-path fused bench train \
+      --config configs/t5/mini.yaml --precision bf16 --base --base-only --base-heads 12,48 --out "$OUT/train-fused.md"
     # A crashed CUDA test suite, again under cuda-gdb (the machine's only debugger): where it
     # stopped, and whether one OpenMP thread changes it.
     if [ -s "$OUT/cuda-crashed.txt" ]; then
       phase cuda-debug 60 bash -c '
         set -f
-        ldd build-gpu/thx_tests | grep -E "gomp|stdc|torch_cpu|c10.so|hdf5_serial.so"
+        ldd build-gpu/thx_tests | grep -E "gomp|stdc|torch|c10.so|hdf5_serial.so"
         for t in $(head -2 '"$OUT"'/cuda-crashed.txt); do
           echo "== $t, OMP_NUM_THREADS=1"; OMP_NUM_THREADS=1 timeout 20 build-gpu/thx_tests --gtest_filter="$t" >/dev/null 2>&1; echo "exit $?"
           echo "== $t under cuda-gdb"

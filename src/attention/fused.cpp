@@ -503,22 +503,24 @@ void set_fused_attention(bool enabled) { g_fused = enabled; }
 bool fused_attention_enabled() { return g_fused; }
 
 namespace {
-std::atomic<bool> g_sdpa{true}, g_tiled{true}, g_th_kernels{true};
+std::atomic<bool> g_sdpa{true}, g_tiled{true}, g_th_kernels{false};  // (th_path's default: tiled)
 }  // namespace
 void set_sdpa_attention(bool enabled) { g_sdpa = enabled; }
 void set_tiled_attention(bool enabled) { g_tiled = enabled; }
 void set_th_kernels(bool enabled) { g_th_kernels = enabled; }
 
 namespace {
-std::string g_th_path = "fused";  // set once, before any command runs
+std::string g_th_path = "tiled";  // set once, before any command runs
+bool g_th_path_chosen = false;
 }  // namespace
-void set_th_path(const std::string& path) {
+void set_th_path(const std::string& path, bool chosen) {
   TORCH_CHECK(path == "fused" || path == "tiled" || path == "batched", "set_th_path: ", path);
-  g_th_path = path;
+  g_th_path = path, g_th_path_chosen = chosen;
   set_tiled_attention(path != "batched");
   set_th_kernels(path == "fused");
 }
 const std::string& th_path() { return g_th_path; }
+bool th_path_chosen() { return g_th_path_chosen; }
 
 // The products in their operands' dtype; the logits, softmax and mixings in fp32 (what a
 // CUDA tensor runs, and the bf16 core's reference).

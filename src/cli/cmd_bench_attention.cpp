@@ -63,8 +63,9 @@ struct BenchAttentionCommand : Command {
     app->add_option("--out", opt.markdown_out, "also write the Markdown report here");
     CLI::Option* batched = app->add_flag("--batched", opt.batched, "on a GPU, talking-heads through the batched ATen "
                                                                  "composition (every [b,h,n,m] tensor kept)");
-    CLI::Option* tiled = app->add_flag("--tiled", opt.tiled, "on a GPU, talking-heads through the tiled ATen path, "
-                                                             "not thx's fused CUDA kernels")->excludes(batched);
+    CLI::Option* tiled = app->add_flag("--tiled", opt.tiled, "on a GPU, talking-heads through the tiled ATen path "
+                                                             "(the default unless thx --th-path names another)")
+                             ->excludes(batched);
     CLI::Option* fma = app->add_flag("--fma", opt.fma, "on a GPU, the fused kernels' bf16 products as fp32 FMAs "
                                                        "(their version 1), not on tensor cores")
                            ->excludes(batched)->excludes(tiled);
@@ -84,15 +85,17 @@ struct BenchAttentionCommand : Command {
     fused_only = {{fma, "--fma"}, {tiles, "--th-tiles"}, {threads, "--th-threads"}, {atomics, "--th-atomics"}};
   }
 
-  // `thx --th-path tiled|batched` is the choice --tiled and --batched make: a contradiction, or an
-  // option of the fused kernels under another path, is refused rather than ignored.
-  void check_th_path() const {
+  // The fused kernels' own options choose them. A `thx --th-path` the user named is the choice
+  // --tiled, --batched and those options make: a contradiction is refused rather than ignored.
+  void choose_path() {
+    for (const auto& [option, name] : fused_only) opt.fused = opt.fused || option->count() > 0;
+    if (!th_path_chosen()) return;
     const std::string& path = th_path();
-    if (path == "fused") return;
-    for (const auto& [option, name] : fused_only)
-      if (option->count() > 0)
-        throw InputError(fmt::format("{} is an option of the fused kernels, which --th-path {} leaves", name, path));
-    if ((path == "tiled" && opt.batched) || (path == "batched" && opt.tiled))
+    if (path != "fused")
+      for (const auto& [option, name] : fused_only)
+        if (option->count() > 0)
+          throw InputError(fmt::format("{} is an option of the fused kernels, which --th-path {} leaves", name, path));
+    if ((path != "tiled" && opt.tiled) || (path != "batched" && opt.batched))
       throw InputError(fmt::format("--th-path {} excludes --{}", path, opt.batched ? "batched" : "tiled"));
   }
 
@@ -101,7 +104,7 @@ struct BenchAttentionCommand : Command {
       if (h < 1 || opt.d_model % h != 0)
         throw InputError(fmt::format("--heads: {} does not divide --d-model {}", h, opt.d_model));
     opt.reference = !no_reference;
-    check_th_path();
+    choose_path();
     if (!th_tiles.empty()) opt.th_launch = parse_th_tiles(th_tiles);
     if (th_threads != 0 && (th_threads < 32 || th_threads > cuda_th::kMaxThreads || th_threads % 32 != 0))
       throw InputError(fmt::format("--th-threads {}: allowed: a multiple of 32 from 32 to {}", th_threads,

@@ -44,12 +44,13 @@ struct BenchTrainCommand : Command {
         ->delimiter(',')->check(CLI::PositiveNumber)->capture_default_str();
     app->add_flag("--base-only", topt.base_only, "with --base: only the base rows, not the configured model's")
         ->needs(base);
-    app->add_flag("--tiled", topt.tiled, "on a GPU, talking-heads through the tiled ATen path, not thx's fused "
-                                         "CUDA kernels");
+    app->add_flag("--tiled", topt.tiled, "on a GPU, talking-heads through the tiled ATen path (the default "
+                                         "unless thx --th-path names another)");
   }
 
   int run() override {
-    if (topt.tiled && th_path() == "batched") throw InputError("--th-path batched excludes --tiled");
+    if (topt.tiled && th_path_chosen() && th_path() != "tiled")
+      throw InputError(fmt::format("--th-path {} excludes --tiled", th_path()));
     // The base rows are 768 wide: each h must divide it; the peer runs only beside a base row.
     for (int64_t h : topt.base_heads)
       if (768 % h != 0) throw InputError(fmt::format("--base-heads: {} does not divide the base d_model 768", h));

@@ -160,10 +160,11 @@ int main(int argc, char** argv) {
   app.add_option("--device", device, "cpu | cuda | auto (CUDA when present); a config's train.device overrides it")
       ->check(CLI::IsMember({"cpu", "cuda", "auto"}))
       ->capture_default_str();
-  std::string th_path = "fused";
-  app.add_option("--th-path", th_path, "on a GPU, the talking-heads family's path: fused (thx's CUDA kernels where "
-                                       "built, else tiled) | tiled (ATen, blocks of query rows) | batched (ATen, "
-                                       "every [b,h,n,m] tensor kept)")
+  std::string th_path = "tiled";
+  CLI::Option* th_path_option =
+      app.add_option("--th-path", th_path, "on a GPU, the talking-heads family's path: tiled (ATen, blocks of query "
+                                           "rows: the default) | fused (thx's CUDA kernels where built, else "
+                                           "tiled) | batched (ATen, every [b,h,n,m] tensor kept)")
       ->check(CLI::IsMember({"fused", "tiled", "batched"}))
       ->capture_default_str();
   // The global options above are also taken after the subcommand (unknown to it, they fall
@@ -185,6 +186,6 @@ int main(int argc, char** argv) {
   thx::set_log_level(level);
   thx::configure_runtime(threads);
   thx::set_device_request(device);
-  thx::set_th_path(th_path);
+  thx::set_th_path(th_path, th_path_option->count() > 0);
   return run_parsed(commands);
 }

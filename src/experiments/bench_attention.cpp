@@ -203,9 +203,9 @@ void measure_cell(const BenchAttentionOptions& opt, int64_t h, const std::string
 
 std::string bench_attention(const BenchAttentionOptions& options) {
   auto log = thx::log("bench");
-  BenchAttentionOptions opt = options;  // `thx --th-path` as the flags of the same name
-  opt.batched = opt.batched || th_path() == "batched";
-  opt.tiled = !opt.batched && (opt.tiled || th_path() == "tiled");
+  BenchAttentionOptions opt = options;  // its own path, else `thx --th-path`'s
+  const std::string path = opt.batched ? "batched" : opt.tiled ? "tiled" : opt.fused ? "fused" : th_path();
+  opt.batched = path == "batched", opt.tiled = path == "tiled";
   set_tiled_attention(!opt.batched);
   set_th_kernels(!opt.batched && !opt.tiled);
   set_th_tensor_cores(!opt.fma);

@@ -20,10 +20,11 @@ struct BenchAttentionOptions {
   std::vector<int64_t> heads = {6, 12, 24, 48};
   int64_t reps = 5, warmup = 2;
   bool reference = true;
-  // On a GPU, talking-heads runs thx's fused CUDA kernels where built (cuda/th_fused.h), else the
-  // tiled ATen path; `tiled` forces that path, `batched` the batched composition; `fma` keeps the
-  // fused kernels' bf16 products off the tensor cores (version 1's fp32 FMAs).
-  bool batched = false, tiled = false, fma = false;
+  // On a GPU, talking-heads takes `thx --th-path`'s path (attention/fused.h; tiled by default)
+  // unless one of these names another: `tiled` the tiled ATen path, `batched` the batched
+  // composition, `fused` thx's fused CUDA kernels where built (cuda/th_fused.h; set by their own
+  // options); `fma` keeps the fused kernels' bf16 products off the tensor cores (version 1's FMAs).
+  bool batched = false, tiled = false, fused = false, fma = false;
   // The fused kernels' forced tiles and threads (--th-tiles, --th-threads; zeros: their own choice).
   ThLaunch th_launch;
   std::string precision = "fp32";  // fp32 | bf16 | both (each with its own matmul peak)

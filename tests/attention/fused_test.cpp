@@ -199,7 +199,8 @@ TEST(FusedCore, ThreadCountChangesOnlyRounding) {
 // kernels', the tiled path's, the batched composition's; their sums run in different orders).
 // The CPU takes its own cores whatever the path.
 TEST(FusedCore, ThPathChoosesTheTalkingHeadsPath) {
-  EXPECT_EQ(th_path(), "fused");
+  EXPECT_EQ(th_path(), "tiled");  // the default, not chosen
+  EXPECT_FALSE(th_path_chosen());
   EXPECT_THROW(set_th_path("flash"), c10::Error);
   torch::manual_seed(29);
   torch::Tensor Q = torch::randn({2, 40, 4, 8}), K = torch::randn({2, 30, 4, 8});
@@ -218,8 +219,9 @@ TEST(FusedCore, ThPathChoosesTheTalkingHeadsPath) {
     set_th_path("fused");
     if (l) EXPECT_TRUE(torch::equal(attention_core(Q, K, V, Pl, Pw, {}, {}), fused));
   }
-  set_th_path("fused");
-  EXPECT_EQ(th_path(), "fused");
+  EXPECT_TRUE(th_path_chosen());
+  set_th_path("tiled", false);  // the default again, for the tests after
+  EXPECT_EQ(th_path(), "tiled");
 }
 
 }  // namespace THX_FILE_ID

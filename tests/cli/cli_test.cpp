@@ -77,7 +77,8 @@ TEST(Cli, BadBenchFlagsExitTwo) {
   EXPECT_TRUE(refused(run_thx("bench attention --th-atomics sorted"), "thx: error: --th-atomics sorted",
                       "allowed: in-order, staggered, vector"));
   EXPECT_TRUE(refused(run_thx("--th-path flash bench attention"), "thx: error: --th-path", "fused"));
-  // --th-path is the choice --tiled and --batched make: no contradiction, no fused-only option under another path.
+  // A --th-path the user names is the choice --tiled and --batched make: no contradiction, no fused-only option under
+  // another path. Without it (tiled by default) --batched and the fused kernels' options choose their own path.
   EXPECT_TRUE(refused(run_thx("--th-path tiled bench attention --th-atomics in-order"), "thx: error: --th-atomics",
                       "which --th-path tiled leaves"));
   EXPECT_TRUE(refused(run_thx("bench attention --fma --th-path batched"), "thx: error: --fma", "--th-path batched"));
@@ -85,6 +86,13 @@ TEST(Cli, BadBenchFlagsExitTwo) {
                                                                             "--tiled", ""));
   EXPECT_TRUE(refused(run_thx("--th-path batched bench train --tiled"), "thx: error: --th-path batched excludes "
                                                                         "--tiled", ""));
+  EXPECT_TRUE(refused(run_thx("--th-path fused bench attention --tiled"), "thx: error: --th-path fused excludes "
+                                                                          "--tiled", ""));
+  EXPECT_TRUE(refused(run_thx("--th-path fused bench train --tiled"), "thx: error: --th-path fused excludes --tiled",
+                      ""));
+  for (const char* own : {"--batched", "--th-atomics in-order"})  // past the path check: refused for the device
+    EXPECT_TRUE(refused(run_thx(std::string("--device cuda bench attention ") + own), "thx: error: --device cuda", ""))
+        << own;
   // bench train's base rows: an h that does not divide 768, a peer row that is not a base row,
   // --base-only without --base; one line each, before any model is built.
   r = run_thx("bench train --base --base-heads 7");
