@@ -14,11 +14,17 @@
 // registers are allocated to fit them), a warp's butterfly
 // shuffle (thx_shfl_xor, every lane of the warp taking part), atomicAdd on float and on four
 // adjacent floats (thx_atomic_add4: one vector reduction on sm_90, 16-byte aligned), an aligned
-// 4-byte load (thx_load_word), the math below, and bf16 as bits (bf16_bits.h) with its conversions.
+// 4-byte load (thx_load_word), aligned 16-byte copies and zeros (thx_copy16, thx_zero16), the
+// high word of a 32-bit product (thx_umulhi), the math below, and bf16 as bits (bf16_bits.h) with its conversions.
 #pragma once
 #include <cstdint>
 
 #include "common/bf16_bits.h"
+
+// Sixteen bytes, aligned as a vector load or store needs them (nvcc: ld/st .v4.u32).
+struct alignas(16) ThxBytes16 {
+  uint32_t w[4];
+};
 
 #if defined(__CUDACC__)  // nvcc
 #define THX_DEVICE __device__ __forceinline__
@@ -45,6 +51,11 @@ THX_DEVICE void thx_atomic_add4(float* p, float v0, float v1, float v2, float v3
 #endif
 }
 THX_DEVICE uint32_t thx_load_word(const void* p) { return *static_cast<const uint32_t*>(p); }
+THX_DEVICE void thx_copy16(void* to, const void* from) {
+  *static_cast<ThxBytes16*>(to) = *static_cast<const ThxBytes16*>(from);
+}
+THX_DEVICE void thx_zero16(void* to) { *static_cast<ThxBytes16*>(to) = ThxBytes16{{0u, 0u, 0u, 0u}}; }
+THX_DEVICE uint32_t thx_umulhi(uint32_t a, uint32_t b) { return __umulhi(a, b); }
 
 #elif defined(__CUDA__)  // clang -x cuda -nocudainc: the PTX compile check
 #include <__clang_cuda_builtin_vars.h>
@@ -71,6 +82,11 @@ THX_DEVICE void thx_atomic_add4(float* p, float v0, float v1, float v2, float v3
   __nvvm_atom_add_gen_f(p + 2, v2), __nvvm_atom_add_gen_f(p + 3, v3);
 }
 THX_DEVICE uint32_t thx_load_word(const void* p) { return *static_cast<const uint32_t*>(p); }
+THX_DEVICE void thx_copy16(void* to, const void* from) {
+  *static_cast<ThxBytes16*>(to) = *static_cast<const ThxBytes16*>(from);
+}
+THX_DEVICE void thx_zero16(void* to) { *static_cast<ThxBytes16*>(to) = ThxBytes16{{0u, 0u, 0u, 0u}}; }
+THX_DEVICE uint32_t thx_umulhi(uint32_t a, uint32_t b) { return __nvvm_mulhi_ui(a, b); }
 
 #else  // the host emulator
 #include <atomic>
@@ -130,9 +146,9 @@ struct Warp {
   Barrier barrier;
 };
 
-// How many vector reductions (thx_atomic_add4) the emulator has run: the tests' way to see that a
-// kernel took them.
-inline std::atomic<int64_t> vector_reductions{0};
+// How many vector reductions (thx_atomic_add4) and 16-byte copies (thx_copy16) the emulator has
+// run: the tests' way to see that a kernel took them.
+inline std::atomic<int64_t> vector_reductions{0}, vector_copies{0};
 
 struct Block {
   Barrier* barrier = nullptr;
@@ -202,6 +218,23 @@ THX_DEVICE uint32_t thx_load_word(const void* p) {
   std::memcpy(&u, p, 4);
   return u;
 }
+// 16-byte copies and zeros, which a GPU faults on unless both addresses are multiples of 16.
+THX_DEVICE void thx_check16(const void* p, const char* what) {
+  if (reinterpret_cast<uintptr_t>(p) % 16 != 0) {
+    std::fprintf(stderr, "%s: misaligned address %p (a GPU faults here)\n", what, p);
+    std::abort();
+  }
+}
+THX_DEVICE void thx_copy16(void* to, const void* from) {
+  thx_check16(to, "thx_copy16"), thx_check16(from, "thx_copy16");
+  ++thx::emu::vector_copies;
+  std::memcpy(to, from, 16);
+}
+THX_DEVICE void thx_zero16(void* to) {
+  thx_check16(to, "thx_zero16");
+  std::memset(to, 0, 16);
+}
+THX_DEVICE uint32_t thx_umulhi(uint32_t a, uint32_t b) { return uint32_t(uint64_t(a) * b >> 32); }
 
 namespace thx::emu {
 

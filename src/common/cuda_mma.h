@@ -140,10 +140,18 @@ THX_DEVICE uint32_t k_pair(const Operand& X, bool words, bool inside, int64_t at
   return pack_bf16x2(X.at(at), k + 1 < K ? X.at(at + ks) : 0.f);
 }
 
+// Where a 16x8 output tile is: batch entry g, rows m0.., columns n0...
+struct TilePos {
+  int g, m0, n0;
+};
+
 // A product's 16x8 output tiles on tensor cores: tile x is batch entry x / (tiles_m * tiles_n),
 // rows 16 * (x / tiles_n % tiles_m), columns 8 * (x % tiles_n). Warps take them in pairs, two
 // neighbours along a row of tiles (the second absent at an odd row's end), so that A's fragments
-// are loaded once for both (warp_tile_pair): pair p is tiles first(p) and first(p) + 1.
+// are loaded once for both (warp_tile_pair): pair p's first tile is at pair_pos(p), and its
+// second, if any (second), 8 columns on. Each pair's position costs two divisions, made
+// once for its loads and its outputs (in version 2.2 every output made its own: on the H100 the
+// kernels issued about 360 instructions for each product instruction).
 struct TileGrid {
   int M, N, K, tiles_m, tiles_n, tiles, pairs_n, pairs;
   bool a_words, b_words;  // word_pairs of A and B
@@ -156,22 +164,22 @@ struct TileGrid {
     a_words = word_pairs(A, A.cs, A.rs, k), b_words = word_pairs(B, B.rs, B.cs, k);
     a_rows = matrix_rows(A, A.cs, A.rs), b_rows = matrix_rows(B, B.rs, B.cs);
   }
-  THX_DEVICE int g(int x) const { return x / (tiles_m * tiles_n); }
-  THX_DEVICE int m0(int x) const { return (x / tiles_n) % tiles_m * 16; }
-  THX_DEVICE int n0(int x) const { return x % tiles_n * 8; }
-  THX_DEVICE int first(int p) const { return p / pairs_n * tiles_n + 2 * (p % pairs_n); }
-  THX_DEVICE bool second(int p) const { return 2 * (p % pairs_n) + 1 < tiles_n; }
+  THX_DEVICE TilePos pair_pos(int p) const {
+    const int row = p / pairs_n, g = row / tiles_m;  // row: the pair's row of tiles over the batch
+    return {g, (row - g * tiles_m) * 16, (p - row * pairs_n) * 16};
+  }
+  THX_DEVICE bool second(const TilePos& first) const { return first.n0 + 8 < tiles_n * 8; }  // (at an odd row's end)
 };
 
-// d0[0..3] = this lane's share of tile x (mma's accumulator layout: rows g4 and g4 + 8, columns
-// 2 t4 and 2 t4 + 1), and with `second` d1 that of tile x + 1 (the same rows, the next 8
-// columns), summed over k in steps of 16; A's fragments loaded once for both. Every lane of the
-// warp takes part. Whole 16x16 (A) and 16x8 (B) blocks of operands whose k is strided come by
-// ldmatrix; the rest by pairs (k_pair).
-THX_DEVICE void warp_tile_pair(const TileGrid& t, const Operand& A, const Operand& B, int x, bool second, float* d0,
-                               float* d1) {
+// d0[0..3] = this lane's share of the tile at `at` (mma's accumulator layout: rows g4 and
+// g4 + 8, columns 2 t4 and 2 t4 + 1), and with `second` d1 that of the next tile (the same rows,
+// the next 8 columns), summed over k in steps of 16; A's fragments loaded once for both. Every
+// lane of the warp takes part. Whole 16x16 (A) and 16x8 (B) blocks of operands whose k is
+// strided come by ldmatrix; the rest by pairs (k_pair).
+THX_DEVICE void warp_tile_pair(const TileGrid& t, const Operand& A, const Operand& B, TilePos at, bool second,
+                               float* d0, float* d1) {
   const int lane = threadIdx.x % 32, g4 = lane / 4, t4 = lane % 4;
-  const int g = t.g(x), m0 = t.m0(x), M = t.M, N = t.N, K = t.K;
+  const int g = at.g, m0 = at.m0, M = t.M, N = t.N, K = t.K;
   const thx_bf16* a16 = static_cast<const thx_bf16*>(A.p) + g * A.gs;
   const thx_bf16* b16 = static_cast<const thx_bf16*>(B.p) + g * B.gs;
   for (int w = 0; w < 4; ++w) d0[w] = d1[w] = 0.f;
@@ -198,31 +206,33 @@ THX_DEVICE void warp_tile_pair(const TileGrid& t, const Operand& A, const Operan
       }
       thx_mma_bf16_16816(d, aw, bw);
     };
-    b_times_a(t.n0(x), d0);
-    if (second) b_times_a(t.n0(x) + 8, d1);
+    b_times_a(at.n0, d0);
+    if (second) b_times_a(at.n0 + 8, d1);
   }
 }
 
-// out(g, m, n, d[w]) for this lane's outputs of tile x inside M and N.
+// out(g, m, n, d[w]) for this lane's outputs of the tile at `at` inside M and N.
 template <class Out>
-THX_DEVICE void tile_outputs(const TileGrid& t, int x, const float* d, Out& out) {
+THX_DEVICE void tile_outputs(const TileGrid& t, TilePos at, const float* d, Out& out) {
   const int lane = threadIdx.x % 32, g4 = lane / 4, t4 = lane % 4;
   for (int w = 0; w < 4; ++w) {
-    const int m = t.m0(x) + g4 + 8 * (w / 2), n = t.n0(x) + 2 * t4 + w % 2;
-    if (m < t.M && n < t.N) out(t.g(x), m, n, d[w]);
+    const int m = at.m0 + g4 + 8 * (w / 2), n = at.n0 + 2 * t4 + w % 2;
+    if (m < t.M && n < t.N) out(at.g, m, n, d[w]);
   }
 }
 
-// tile(x, d) for each 16x8 output tile x of the product on tensor cores, d this lane's share
-// (tile_outputs's layout), the calling warp taking its pairs warp, warp + warps, ...
+// tile(at, d) for each 16x8 output tile of the product on tensor cores, at its position and d
+// this lane's share (tile_outputs's layout), the calling warp taking its pairs warp, warp +
+// warps, ...
 template <class Tile>
 THX_DEVICE void each_tile(const TileGrid& t, const Operand& A, const Operand& B, Tile tile) {
   for (int p = threadIdx.x / 32; p < t.pairs; p += blockDim.x / 32) {  // the same p across a warp
     float d[2][4];
-    const int x = t.first(p);
-    warp_tile_pair(t, A, B, x, t.second(p), d[0], d[1]);
-    tile(x, d[0]);
-    if (t.second(p)) tile(x + 1, d[1]);
+    const TilePos at = t.pair_pos(p);
+    const bool second = t.second(at);
+    warp_tile_pair(t, A, B, at, second, d[0], d[1]);
+    tile(at, d[0]);
+    if (second) tile(TilePos{at.g, at.m0, at.n0 + 8}, d[1]);
   }
 }
 
@@ -250,7 +260,7 @@ THX_DEVICE void block_gemm(bool tensor_cores, int batch, Operand A, Operand B, i
     return;
   }
   const TileGrid t(batch, A, B, M, N, K);
-  each_tile(t, A, B, [&](int x, const float* d) { tile_outputs(t, x, d, out); });
+  each_tile(t, A, B, [&](TilePos at, const float* d) { tile_outputs(t, at, d, out); });
 }
 
 // block_gemm's product delivered up to four adjacent columns at a time: out4(g, m, n, v, count)
@@ -268,11 +278,11 @@ THX_DEVICE void block_gemm_quads(bool tensor_cores, int batch, Operand A, Operan
   const TileGrid t(batch, A, B, M, N, K);
   const int lane = threadIdx.x % 32, g4 = lane / 4, t4 = lane % 4;
   const bool odd = t4 % 2 != 0;
-  each_tile(t, A, B, [&](int x, const float* d) {  // the whole warp: the shuffles need every lane
+  each_tile(t, A, B, [&](TilePos at, const float* d) {  // the whole warp: the shuffles need every lane
     const float s0 = thx_shfl_xor(odd ? d[0] : d[2], 1), s1 = thx_shfl_xor(odd ? d[1] : d[3], 1);
     const float q[4] = {odd ? s0 : d[0], odd ? s1 : d[1], odd ? d[2] : s0, odd ? d[3] : s1};
-    const int m = t.m0(x) + g4 + (odd ? 8 : 0), n = t.n0(x) + 4 * (t4 / 2);
-    if (m < t.M && n < t.N) out4(t.g(x), m, n, q, t.N - n < 4 ? t.N - n : 4);
+    const int m = at.m0 + g4 + (odd ? 8 : 0), n = at.n0 + 4 * (t4 / 2);
+    if (m < t.M && n < t.N) out4(at.g, m, n, q, t.N - n < 4 ? t.N - n : 4);
   });
 }
 
@@ -291,7 +301,8 @@ THX_DEVICE void block_gemm_accumulate(int batch, Operand A, Operand B, int M, in
     const int p = warp + i * warps;
     if (p >= t.pairs) break;
     float d[2][4];
-    warp_tile_pair(t, A, B, t.first(p), t.second(p), d[0], d[1]);
+    const TilePos at = t.pair_pos(p);
+    warp_tile_pair(t, A, B, at, t.second(at), d[0], d[1]);
     for (int w = 0; w < 4; ++w) acc[2 * i][w] += d[0][w], acc[2 * i + 1][w] += d[1][w];
   }
 }
@@ -305,8 +316,9 @@ THX_DEVICE void accumulated_outputs(int batch, int M, int N, const float (&acc)[
   for (int i = 0; i < Max / 2; ++i) {
     const int p = warp + i * warps;
     if (p >= t.pairs) break;
-    tile_outputs(t, t.first(p), acc[2 * i], out);
-    if (t.second(p)) tile_outputs(t, t.first(p) + 1, acc[2 * i + 1], out);
+    const TilePos at = t.pair_pos(p);
+    tile_outputs(t, at, acc[2 * i], out);
+    if (t.second(at)) tile_outputs(t, TilePos{at.g, at.m0, at.n0 + 8}, acc[2 * i + 1], out);
   }
 }
 

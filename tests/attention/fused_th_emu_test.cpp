@@ -285,10 +285,11 @@ TEST(FusedThEmulated, BackwardSumsAgreeInEveryOrder) {
       ThLaunch launch;
       launch.key_sums = sums;
       set_th_launch(launch);
-      const int64_t before = emu::vector_reductions;
+      const int64_t before = emu::vector_reductions, copies = emu::vector_copies;
       r.push_back(fused(in, bf16 ? torch::kBFloat16 : torch::kFloat32, emulator(64, 1 << 20, bf16), {4, 4}));
       EXPECT_EQ(fused_th_last_launch().key_sums, sums);
       EXPECT_EQ(emu::vector_reductions > before, sums == KeySums::kVector) << int(sums);
+      EXPECT_GT(emu::vector_copies, copies) << "rows of width 24 load 16 bytes at a time (load_rows)";
     }
     set_th_launch({});
     for (const Result& x : {r[0], r[1]})

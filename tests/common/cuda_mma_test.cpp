@@ -19,6 +19,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "attention/cuda/th_kernels.cuh"
 #include "common/cuda_mma.h"
 
 namespace thx::test {
@@ -189,6 +190,22 @@ TEST(CudaMma, TensorCoresRoundTheirOperands) {
                          [&](int, int m, int n, float v) { out[m * 8 + n] = v; });
   });
   for (float v : out) EXPECT_EQ(v, 16.f);
+}
+
+// th_args.h's Divider (x / d by a multiply-high, an add and a shift), against integer division:
+// every divisor to 300 over the first 70,000 numerators and at the top of the range, and the
+// powers of two to 2^30. A wrong multiplier or shift (one off) fails at the first of these.
+TEST(CudaMma, DividerEqualsIntegerDivision) {
+  std::vector<int> divisors;
+  for (int d = 1; d <= 300; ++d) divisors.push_back(d);
+  for (int s = 9; s <= 30; ++s) divisors.push_back(1 << s), divisors.push_back((1 << s) - 1);
+  for (const int d : divisors) {
+    const cuda_th::Divider v = cuda_th::make_divider(d);
+    int wrong = 0;
+    for (int x = 0; x < 70000; ++x) wrong += cuda_th::divide(v, x) != x / d;
+    for (int x = 0x7fffffff; x > 0x7fffffff - 70000; --x) wrong += cuda_th::divide(v, x) != x / d;
+    ASSERT_EQ(wrong, 0) << "divisor " << d;
+  }
 }
 
 }  // namespace THX_FILE_ID

@@ -61,6 +61,22 @@ struct Layout {
 // dQ is summed over pass B's tiles in the order they come, so staggering changes its rounding.
 enum class KeySums : int { kInOrder = 0, kStaggered = 1, kVector = 2 };
 
+// x / d for 0 <= x < 2^31 as (umulhi(x, m) + x) >> s, with s = ceil(log2 d) and m = 2^32 (2^s -
+// d) / d + 1 (Granlund and Montgomery, "Division by invariant integers using multiplication",
+// 1994; the form of PyTorch's IntDivider): three instructions on a GPU, where dividing by a
+// number known only at run time takes about twenty. Made on the host (make_divider); used by
+// th_kernels.cuh's divide for the tile's keys per row, C, in the loops over a tile's elements.
+struct Divider {
+  uint32_t d = 1, m = 1, s = 0;
+};
+inline Divider make_divider(int d) {
+  Divider v;
+  v.d = uint32_t(d);
+  while ((uint64_t(1) << v.s) < v.d) ++v.s;
+  v.m = uint32_t(((uint64_t(1) << 32) * ((uint64_t(1) << v.s) - v.d)) / v.d + 1);
+  return v;
+}
+
 struct LayoutShape {
   int R, C, h_k, h, h_v, d_k, d_v;
 };
@@ -108,6 +124,7 @@ struct Args {
   float *grad_p_l, *grad_p_w;  // [blocks, h_k, h], [blocks, h, h_v], zeroed: one partial per block
   int b, n, m, h_k, h, h_v, d_k, d_v;
   int R, C;                  // query rows per block, keys per tile
+  Divider by_c;              // make_divider(C)
   bool tensor_cores;         // products on tensor cores (bf16 operands; blockDim a multiple of 32)
   Widths widths;             // of the tiles in shared memory (above), and where they are:
   Layout layout;             // kernel_layout for this kernel (forward or backward)

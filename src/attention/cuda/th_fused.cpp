@@ -85,6 +85,7 @@ Args<T> args(const Dims& d, ThTiles tiles, const Tensor& P_l, const Tensor& P_w,
   if (mask4.defined()) a.mask = mask4.data_ptr<bool>(), broadcast_strides(mask4, d, a.mask_stride);
   a.b = int(d.b), a.n = int(d.n), a.m = int(d.m), a.h_k = int(d.h_k), a.h = int(d.h), a.h_v = int(d.h_v);
   a.d_k = int(d.d_k), a.d_v = int(d.d_v), a.R = tiles.R, a.C = tiles.C;
+  a.by_c = cuda_th::make_divider(tiles.C);
   a.tensor_cores = std::is_same_v<T, thx_bf16> && tensor_cores;
   a.widths = widths_for(sizeof(T) == 2, a.tensor_cores, P_l.defined(), P_w.defined(), threads);
   a.layout = layout(d, tiles, a.widths, backward);

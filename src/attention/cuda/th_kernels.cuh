@@ -30,14 +30,27 @@ using cuda_mma::Operand;
 using cuda_mma::Plane;
 
 // Rows [first_row, first_row + R) of a [.., width] tensor into S [R, width] in its dtype, zero
-// past the last (rows_left): the block's rows of Q or dO, a tile's keys of K or V.
+// past the last (rows_left): the block's rows of Q or dO, a tile's keys of K or V. The rows are
+// one contiguous run, copied 16 bytes a thread at a time where their start and width allow (S
+// sits at a multiple of 16: th_args.h's Layout); version 2.2 divided by the width per element,
+// which on the H100 made this copy a large share of the kernels' instructions.
 template <typename T>
 THX_DEVICE void load_rows(const T* src, T* S, int64_t first_row, int rows_left, int R, int width) {
-  for (int x = threadIdx.x; x < R * width; x += blockDim.x) {
-    const int r = x / width;
-    S[x] = r < rows_left ? src[(first_row + r) * width + x % width] : thx_from_float<T>(0.f);
+  const T* from = src + first_row * width;
+  const int have = (rows_left < R ? (rows_left > 0 ? rows_left : 0) : R) * width, all = R * width;
+  constexpr int per = 16 / int(sizeof(T));
+  if (width % per == 0 && reinterpret_cast<uintptr_t>(from) % 16 == 0) {
+    for (int x = int(threadIdx.x) * per; x < all; x += int(blockDim.x) * per) {
+      if (x < have) thx_copy16(S + x, from + x);
+      else thx_zero16(S + x);
+    }
+    return;
   }
+  for (int x = threadIdx.x; x < all; x += blockDim.x) S[x] = x < have ? from[x] : thx_from_float<T>(0.f);
 }
+
+// x / v.d for 0 <= x < 2^31 (th_args.h's Divider).
+THX_DEVICE int divide(const Divider& v, int x) { return int((thx_umulhi(uint32_t(x), v.m) + uint32_t(x)) >> v.s); }
 
 // The piece of shared memory at byte offset `at`, as T.
 template <typename T>
@@ -97,8 +110,10 @@ THX_DEVICE void tile_logits(const Args<T>& a, const T* Qs, const T* Ks, const Pl
              [&](int k, int r, int c, float v) { Js.set(k * rc + r * C + c, v); });
   __syncthreads();
   const int64_t b = blockIdx.y;
+  const bool plain = i0 + R <= a.n && j0 + C <= a.m && !a.bias && !a.mask;  // every position a real one, as it is
   auto logit = [&](int s, int y, float l) {  // plane s, position y = r * C + c
-    const int i = i0 + y / C, j = j0 + y % C;
+    if (plain) return l;
+    const int r = divide(a.by_c, y), i = i0 + r, j = j0 + y - r * C;
     if (i >= a.n || j >= a.m) return -thx_inf();
     if (a.bias) l += a.bias[b * a.bias_stride[0] + s * a.bias_stride[1] + i * a.bias_stride[2] + j * a.bias_stride[3]];
     if (a.mask && !a.mask[b * a.mask_stride[0] + s * a.mask_stride[1] + i * a.mask_stride[2] + j * a.mask_stride[3]])
@@ -119,7 +134,7 @@ template <typename T>
 THX_DEVICE void tile_weights(const Args<T>& a, float* Ls, const float* lse_s) {
   const int rc = a.R * a.C;
   for (int x = threadIdx.x; x < a.h * rc; x += blockDim.x) {
-    const float l = lse_s[x / a.C];  // [h,R]: (s, r) = x / C
+    const float l = lse_s[divide(a.by_c, x)];  // [h,R]: (s, r) = x / C
     Ls[x] = l == -thx_inf() ? 0.f : thx_exp(Ls[x] - l);
   }
 }
@@ -321,7 +336,7 @@ THX_DEVICE void tile_gradients(const Args<T>& a, BackwardTiles<T>& t, int i0, in
   key_grad(TC, U, t.dOs, dV, R, C, a.h_v, a.d_v, a.m - j0, vector);
   if (a.p_w) projection_grad(TC, f32(t.Ls), t.dUs, t.dPw, a.h, a.h_v, rc);  // dP_w[s,t] += sum W[s] dU[t]
   // dL in place of dW: nothing above reads dW (with P_w, dP_w reads dU; without, dV reads W).
-  for (int x = threadIdx.x; x < a.h * rc; x += blockDim.x) dL[x] = t.Ls[x] * (dL[x] - t.Ds[x / C]);
+  for (int x = threadIdx.x; x < a.h * rc; x += blockDim.x) dL[x] = t.Ls[x] * (dL[x] - t.Ds[divide(a.by_c, x)]);
   __syncthreads();
   if (a.grad_bias) bias_grad(a, dL, i0, j0);
   Plane dJ = f32(dL);
