@@ -160,13 +160,17 @@ run() {
       done"
     # What bounds the fused kernels: Nsight Compute on one forward and one backward launch at
     # h = 12 and 48, n = 2048, batch 8 (speed of light, memory and compute workload, occupancy,
-    # warp stalls: the backward's atomics show there as lg_throttle).
+    # warp stalls, the instructions executed by kind, and the source lines behind them: nvcc
+    # builds with -lineinfo). The third session found them instruction-bound, not atomics-bound.
     phase ncu 90 bash -c "
       ncu=\$(command -v ncu || echo /usr/local/cuda/bin/ncu)
-      timeout 85 \$ncu --kernel-name regex:'forward_kernel|backward_kernel' --launch-count 4 \
-        --section SpeedOfLight --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis --section Occupancy \
-        --section WarpStateStats --section InstructionStats --section SourceCounters \
-        $thx --device cuda --th-path fused bench attention --precision bf16 --heads 12,48 --n 2048 --batch 8 --reps 1 --no-reference"
+      for h in 12 48; do  # (one launch of each kernel per h: --launch-count counts across the process)
+        timeout 42 \$ncu --kernel-name regex:'forward_kernel|backward_kernel' --launch-count 2 \
+          --section SpeedOfLight --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis --section Occupancy \
+          --section WarpStateStats --section InstructionStats --section SourceCounters \
+          $thx --device cuda --th-path fused bench attention --precision bf16 --heads \$h --n 2048 --batch 8 --reps 1 \
+          --no-reference
+      done"
     # The fused kernels' launch, tuned: the same layer (bf16, n = 2048, batch 8, h = 12 and 48)
     # with its own choice, then each forced launch (thx bench attention --th-atomics, --th-tiles,
     # --th-threads): the backward's shared sums as version 2.1 added them (in order, scalar) and
