@@ -146,9 +146,10 @@ struct Warp {
   Barrier barrier;
 };
 
-// How many vector reductions (thx_atomic_add4) and 16-byte copies (thx_copy16) the emulator has
-// run: the tests' way to see that a kernel took them.
-inline std::atomic<int64_t> vector_reductions{0}, vector_copies{0};
+// How many vector reductions (thx_atomic_add4), 16-byte copies (thx_copy16) and ldmatrix loads
+// (cuda_mma.h; plain and .trans) the emulator has run: the tests' way to see that a kernel or a
+// product took them.
+inline std::atomic<int64_t> vector_reductions{0}, vector_copies{0}, matrix_loads{0}, matrix_loads_trans{0};
 
 struct Block {
   Barrier* barrier = nullptr;

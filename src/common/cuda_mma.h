@@ -11,10 +11,12 @@
 // b0 (k 2t..2t+1, column g), b1 (k 2t+8.., g). The fp32 accumulator: c0, c1 (row g, columns 2t,
 // 2t+1), c2, c3 (row g+8, the same columns). A mistake in this layout gives the same (right)
 // results in the emulator and wrong ones on a GPU: FusedThOnCuda.* checks it there.
-// Operands whose k is strided are loaded by ldmatrix's .trans form (PTX ISA, "Warp-level matrix
-// load instruction: ldmatrix"): lane 8 j + r gives the address of row r of 8x8 matrix j (8
-// consecutive bf16, 16-byte aligned), and lane l receives from each matrix the elements (row
-// 2 (l % 4), column l / 4) and (row 2 (l % 4) + 1, column l / 4), the first in the low half.
+// Whole blocks of bf16 operands in shared memory are loaded by ldmatrix (PTX ISA, "Warp-level
+// matrix load instruction: ldmatrix"): lane 8 j + r gives the address of row r of 8x8 matrix j
+// (8 consecutive bf16, 16-byte aligned). Plain, for operands whose k is contiguous (the rows run
+// along k), lane l receives from each matrix the elements (row l / 4, columns 2 (l % 4) and
+// 2 (l % 4) + 1); with .trans, for operands whose k is strided, the elements (row 2 (l % 4),
+// column l / 4) and (row 2 (l % 4) + 1, column l / 4). The first is in the low half.
 #pragma once
 #include "common/cuda_compat.h"
 
@@ -27,34 +29,44 @@ THX_DEVICE void thx_mma_bf16_16816(float* d, const uint32_t* a, const uint32_t* 
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
-// r[j] = this lane's word of matrix j < N, transposed (above); `row` is this lane's row address.
-template <int N>
-THX_DEVICE void thx_ldmatrix_trans(uint32_t* r, const void* row) {
+// r[j] = this lane's word of matrix j < N, plain or transposed (Trans; above); `row` is this
+// lane's row address.
+template <int N, bool Trans>
+THX_DEVICE void thx_ldmatrix(uint32_t* r, const void* row) {
   uint32_t a;
   asm volatile("{ .reg .u64 s; cvta.to.shared.u64 s, %1; cvt.u32.u64 %0, s; }" : "=r"(a) : "l"(row));
-  if (N == 2)
+  if (N == 2 && Trans)
     asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];" : "=r"(r[0]), "=r"(r[1]) : "r"(a));
-  else
+  else if (N == 2)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];" : "=r"(r[0]), "=r"(r[1]) : "r"(a));
+  else if (Trans)
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+  else
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                  : "r"(a));
 }
 #else
-template <int N>
-THX_DEVICE void thx_ldmatrix_trans(uint32_t* r, const void* row) {
+template <int N, bool Trans>
+THX_DEVICE void thx_ldmatrix(uint32_t* r, const void* row) {
   thx::emu::Warp& w = *(*thx::emu::t_block.warps)[threadIdx.x / 32];
   const unsigned lane = threadIdx.x % 32;
   if (lane < 8 * N && (reinterpret_cast<uintptr_t>(row) % 16 != 0 || !thx::emu::in_shared_memory(row, 16))) {
     std::fprintf(stderr, "ldmatrix: row address %p is not 16-byte aligned in shared memory (a GPU faults here)\n", row);
     std::abort();
   }
+  if (lane == 0) ++(Trans ? thx::emu::matrix_loads_trans : thx::emu::matrix_loads);
   w.rows[lane] = row;
   w.barrier.wait();
   for (int j = 0; j < N; ++j) {
-    const int c = int(lane) / 4, r0 = 2 * (int(lane) % 4);
-    const uint16_t lo = static_cast<const uint16_t*>(w.rows[8 * j + r0])[c];
-    const uint16_t hi = static_cast<const uint16_t*>(w.rows[8 * j + r0 + 1])[c];
-    r[j] = uint32_t(lo) | uint32_t(hi) << 16;
+    const int l = int(lane);
+    auto at = [&](int row_in_matrix, int column) {
+      return uint32_t(static_cast<const uint16_t*>(w.rows[8 * j + row_in_matrix])[column]);
+    };
+    r[j] = Trans ? at(2 * (l % 4), l / 4) | at(2 * (l % 4) + 1, l / 4) << 16
+                 : at(l / 4, 2 * (l % 4)) | at(l / 4, 2 * (l % 4) + 1) << 16;
   }
   w.barrier.wait();  // before any lane writes its row again
 }
@@ -121,11 +133,14 @@ THX_DEVICE bool word_pairs(const Operand& X, int64_t ks, int64_t other, int K) {
          reinterpret_cast<uintptr_t>(X.p) % 4 == 0;
 }
 
-// Whether X, whose k is strided (ks) and other index contiguous, can be read by ldmatrix .trans:
-// bf16, and every row of 8 along the contiguous index 16-byte aligned. Such an X must be in
-// shared memory, the only place ldmatrix reads (the emulator aborts otherwise).
-THX_DEVICE bool matrix_rows(const Operand& X, int64_t ks, int64_t other) {
-  return X.bf16 && other == 1 && ks % 8 == 0 && X.gs % 8 == 0 && reinterpret_cast<uintptr_t>(X.p) % 16 == 0;
+// Whether X can be read by ldmatrix, whose k stride is ks and other index's stride `other`: bf16,
+// one of the two contiguous, and every row of 8 along it 16-byte aligned. With k strided (other
+// contiguous) by .trans; with k contiguous, plainly (`along_k`). Such an X must be in shared
+// memory, the only place ldmatrix reads (the emulator aborts otherwise): every bf16 operand of
+// th_kernels.cuh's products on tensor cores is.
+THX_DEVICE bool matrix_rows(const Operand& X, int64_t ks, int64_t other, bool along_k = false) {
+  const int64_t contiguous = along_k ? ks : other, step = along_k ? other : ks;
+  return X.bf16 && contiguous == 1 && step % 8 == 0 && X.gs % 8 == 0 && reinterpret_cast<uintptr_t>(X.p) % 16 == 0;
 }
 
 // Elements at and at + ks of X, k and k + 1 along the reduction, as one word; zero past K or
@@ -155,14 +170,16 @@ struct TilePos {
 struct TileGrid {
   int M, N, K, tiles_m, tiles_n, tiles, pairs_n, pairs;
   bool a_words, b_words;  // word_pairs of A and B
-  bool a_rows, b_rows;    // matrix_rows of A and B
+  bool a_rows, b_rows;    // matrix_rows of A and B: k strided (ldmatrix .trans)
+  bool a_krows, b_krows;  // matrix_rows along k: k contiguous (plain ldmatrix)
   THX_DEVICE TileGrid(int batch, int m, int n, int k = 0)
       : M(m), N(n), K(k), tiles_m((m + 15) / 16), tiles_n((n + 7) / 8), tiles(batch * tiles_m * tiles_n),
         pairs_n((tiles_n + 1) / 2), pairs(batch * tiles_m * pairs_n), a_words(false), b_words(false),
-        a_rows(false), b_rows(false) {}
+        a_rows(false), b_rows(false), a_krows(false), b_krows(false) {}
   THX_DEVICE TileGrid(int batch, const Operand& A, const Operand& B, int m, int n, int k) : TileGrid(batch, m, n, k) {
     a_words = word_pairs(A, A.cs, A.rs, k), b_words = word_pairs(B, B.rs, B.cs, k);
     a_rows = matrix_rows(A, A.cs, A.rs), b_rows = matrix_rows(B, B.rs, B.cs);
+    a_krows = matrix_rows(A, A.cs, A.rs, true), b_krows = matrix_rows(B, B.rs, B.cs, true);
   }
   THX_DEVICE TilePos pair_pos(int p) const {
     const int row = p / pairs_n, g = row / tiles_m;  // row: the pair's row of tiles over the batch
@@ -185,9 +202,12 @@ THX_DEVICE void warp_tile_pair(const TileGrid& t, const Operand& A, const Operan
   for (int w = 0; w < 4; ++w) d0[w] = d1[w] = 0.f;
   for (int k0 = 0; k0 < K; k0 += 16) {
     uint32_t aw[4];
-    if (t.a_rows && m0 + 16 <= M && k0 + 16 <= K) {  // matrix j = lane / 8: k half j / 2, m half j % 2
-      const int j = lane / 8;
-      thx_ldmatrix_trans<4>(aw, a16 + (k0 + lane % 8 + 8 * (j / 2)) * A.cs + m0 + 8 * (j % 2));
+    const bool a_whole = m0 + 16 <= M && k0 + 16 <= K;
+    const int j = lane / 8;  // ldmatrix's matrix j: k half j / 2, m half j % 2
+    if (t.a_rows && a_whole) {
+      thx_ldmatrix<4, true>(aw, a16 + (k0 + lane % 8 + 8 * (j / 2)) * A.cs + m0 + 8 * (j % 2));
+    } else if (t.a_krows && a_whole) {
+      thx_ldmatrix<4, false>(aw, a16 + (m0 + lane % 8 + 8 * (j % 2)) * A.rs + k0 + 8 * (j / 2));
     } else {
       for (int w = 0; w < 4; ++w) {
         const int m = m0 + g4 + 8 * (w % 2), k = k0 + 2 * t4 + 8 * (w / 2);
@@ -196,8 +216,11 @@ THX_DEVICE void warp_tile_pair(const TileGrid& t, const Operand& A, const Operan
     }
     auto b_times_a = [&](int n0, float* d) {
       uint32_t bw[2];
-      if (t.b_rows && n0 + 8 <= N && k0 + 16 <= K) {  // matrix j = lane / 8 (lanes 0-15): k half j
-        thx_ldmatrix_trans<2>(bw, b16 + (k0 + lane % 16) * B.rs + n0);
+      const bool b_whole = n0 + 8 <= N && k0 + 16 <= K;  // matrix j = lane / 8 (lanes 0-15): k half j
+      if (t.b_rows && b_whole) {
+        thx_ldmatrix<2, true>(bw, b16 + (k0 + lane % 16) * B.rs + n0);
+      } else if (t.b_krows && b_whole) {
+        thx_ldmatrix<2, false>(bw, b16 + (n0 + lane % 8) * B.cs + k0 + 8 * (lane / 8 % 2));
       } else {
         for (int w = 0; w < 2; ++w) {
           const int k = k0 + 2 * t4 + 8 * w, n = n0 + g4;

@@ -379,10 +379,11 @@ TEST(FusedThEmulated, Bf16OnTensorCoresWithinTheDerivedBound) {
       }
 }
 
-// Where the widths let ldmatrix read whole 16-row blocks of the operands whose k is strided (V, K,
-// dO and Q, the U and dJ planes in the key gradients, and at 16 heads the J and dU planes in the
-// mixings: d 8, tiles 16 x 16), the results hold the same derived bound; n = m = 20 leaves
-// partial blocks at the ends, read pair by pair.
+// Where the widths let ldmatrix read whole 16-row blocks of the operands, .trans where k is strided
+// (V, K, dO and Q, the U and dJ planes in the key gradients, and at 16 heads the J and dU planes in
+// the mixings: d 8, tiles 16 x 16) and plain where it is contiguous (the U and dJ planes in U·V and
+// dJ·K, the planes in the mixings' gradients), the results hold the same derived bound (both
+// kinds counted); n = m = 20 leaves partial blocks at the ends, read pair by pair.
 TEST(FusedThEmulated, Bf16OnTensorCoresWithLdmatrixWithinTheDerivedBound) {
   torch::manual_seed(13);
   const int64_t b = 1, n = 20, m = 20, h = 16, d = 8;
@@ -392,8 +393,11 @@ TEST(FusedThEmulated, Bf16OnTensorCoresWithLdmatrixWithinTheDerivedBound) {
   in.dO = torch::randn({b, n, h, d}).to(torch::kBFloat16);
   in.P_l = torch::randn({h, h}) / std::sqrt(double(h)), in.P_w = torch::randn({h, h}) / std::sqrt(double(h));
   in.bias = torch::randn({1, h, n, m});
+  const int64_t plain = emu::matrix_loads, trans = emu::matrix_loads_trans;
   const Result got = fused(in, torch::kBFloat16, emulator(64, 1 << 20, true), {16, 16});
   EXPECT_TRUE(within_tc_bounds(got, tensor_core_bounds(in)));
+  EXPECT_GT(emu::matrix_loads, plain);
+  EXPECT_GT(emu::matrix_loads_trans, trans);
 }
 
 // The controls: the same bound rejects the result of P_w moved by 0.01 (its entries are about

@@ -8,8 +8,8 @@
 //  - FMAs: each output the fp32 sum in k order of the unrounded products.
 //  - Every output is written exactly once (a count per element), also where block_gemm_quads
 //    delivers them four adjacent columns at a time.
-//  - bf16 operands, read as words of two where k is contiguous and by ldmatrix where it is
-//    strided, give their fp32 values' products.
+//  - bf16 operands, read by ldmatrix (plain where k is contiguous, .trans where it is strided)
+//    or as words of two, give their fp32 values' products.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -107,35 +107,49 @@ void draw(std::mt19937& rng, std::vector<thx_bf16>& x16, std::vector<float>& x32
   for (size_t i = 0; i < x16.size(); ++i) x16[i] = thx_from_float<thx_bf16>(normal(rng)), x32[i] = thx_to_float(x16[i]);
 }
 
-// bf16 operands (as the kernels keep Q, K, V, dO and the operand-only planes): where k is
-// contiguous they are read as aligned words of two, else one by one; either way the products
-// equal those of the same values given as fp32, bit for bit. Covered: both read as words (K and
-// strides even), K odd, a row stride odd, and a base address not 4-byte aligned (the last three
-// one element at a time; a word load there would fault on a GPU and aborts in the emulator).
+// bf16 operands whose k is contiguous (as Q and K are read in Q·K, U in U·V, dO and V in dU):
+// whole 16x16 and 16x8 blocks come by plain ldmatrix where every row of 8 is 16-byte aligned,
+// the rest as aligned words of two, else one by one; either way the products equal those of the
+// same values given as fp32, bit for bit. Covered: K, M and N with partial blocks at their ends
+// and strides that allow ldmatrix; K and strides even but not multiples of 8 (words); K odd, a
+// row stride odd, and a base address not 4-byte aligned (one element at a time: a word load
+// there would fault on a GPU and aborts in the emulator). The emulator counts the ldmatrix loads.
 TEST(CudaMma, Bf16OperandsEqualTheirFp32Values) {
   struct Layout {
     int M, N, K, a_rs, b_cs;
     size_t a_offset;
+    bool ldmatrix;  // some block of A or B qualifies
   };
-  for (const Layout& l : {Layout{37, 21, 34, 34, 34, 0}, {37, 21, 35, 35, 36, 0}, {20, 9, 16, 17, 16, 0},
-                          {20, 9, 16, 16, 16, 1}}) {
-    SCOPED_TRACE(testing::Message() << l.M << "x" << l.N << "x" << l.K << " rs " << l.a_rs << " offset "
-                                    << l.a_offset);
+  for (const Layout& l : {Layout{37, 21, 40, 40, 48, 0, true}, {37, 21, 34, 34, 34, 0, false},
+                          {37, 21, 35, 35, 36, 0, false}, {20, 9, 16, 17, 16, 0, true}, {20, 9, 16, 16, 16, 1, true},
+                          {20, 9, 16, 18, 18, 0, false}}) {
+    SCOPED_TRACE(testing::Message() << l.M << "x" << l.N << "x" << l.K << " rs " << l.a_rs << " cs " << l.b_cs
+                                    << " offset " << l.a_offset);
     std::mt19937 rng(3);
     // A (m, k) at a[offset + m * a_rs + k], B (k, n) at b[n * b_cs + k]: k contiguous in both.
     std::vector<thx_bf16> a16(l.a_offset + size_t(l.M) * l.a_rs), b16(size_t(l.N) * l.b_cs);
     std::vector<float> a32(a16.size()), b32(b16.size());
     draw(rng, a16, a32), draw(rng, b16, b32);
-    auto run = [&](Operand A, Operand B) {
+    auto run = [&](const auto& a, const auto& b) {  // each operand in shared memory, where ldmatrix reads
+      const size_t a_bytes = a.size() * sizeof(a[0]), b_at = (a_bytes + 15) / 16 * 16;
       std::vector<float> out(size_t(l.M) * l.N);
-      emu::launch({1, 1, 1}, 64, 0, [&] {
+      emu::launch({1, 1, 1}, 64, b_at + b.size() * sizeof(b[0]), [&] {
+        unsigned char* shared = emu::shared_memory();
+        if (threadIdx.x == 0)
+          std::memcpy(shared, a.data(), a_bytes), std::memcpy(shared + b_at, b.data(), b.size() * sizeof(b[0]));
+        __syncthreads();
+        using EA = std::decay_t<decltype(a[0])>;
+        using EB = std::decay_t<decltype(b[0])>;
+        const Operand A{reinterpret_cast<const EA*>(shared) + l.a_offset, 0, l.a_rs, 1};
+        const Operand B{reinterpret_cast<const EB*>(shared + b_at), 0, 1, l.b_cs};
         cuda_mma::block_gemm(true, 1, A, B, l.M, l.N, l.K, [&](int, int m, int n, float v) { out[m * l.N + n] = v; });
       });
       return out;
     };
-    const std::vector<float> words = run({a16.data() + l.a_offset, 0, l.a_rs, 1}, {b16.data(), 0, 1, l.b_cs});
-    const std::vector<float> floats = run({a32.data() + l.a_offset, 0, l.a_rs, 1}, {b32.data(), 0, 1, l.b_cs});
-    EXPECT_EQ(words, floats);
+    const int64_t before = emu::matrix_loads;
+    const std::vector<float> words = run(a16, b16);
+    EXPECT_EQ(emu::matrix_loads > before, l.ldmatrix);
+    EXPECT_EQ(words, run(a32, b32));
   }
 }
 
@@ -177,7 +191,10 @@ TEST(CudaMma, StridedBf16OperandsEqualTheirFp32Values) {
       });
       return out;
     };
-    EXPECT_EQ(run(a16, b16), run(a32, b32));
+    const int64_t before = emu::matrix_loads_trans;
+    const std::vector<float> matrices = run(a16, b16);
+    EXPECT_EQ(emu::matrix_loads_trans > before, l.a_cs % 8 == 0 && l.offset % 8 == 0);  // (b_rs alike here)
+    EXPECT_EQ(matrices, run(a32, b32));
   }
 }
 
