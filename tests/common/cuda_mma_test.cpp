@@ -107,6 +107,20 @@ void draw(std::mt19937& rng, std::vector<thx_bf16>& x16, std::vector<float>& x32
   for (size_t i = 0; i < x16.size(); ++i) x16[i] = thx_from_float<thx_bf16>(normal(rng)), x32[i] = thx_to_float(x16[i]);
 }
 
+// product(a's copy, b's copy) in one block of `threads`, the two operands copied first into its
+// shared memory (where ldmatrix reads), b's at the next multiple of 16 bytes.
+template <class EA, class EB, class Product>
+void with_shared_operands(const std::vector<EA>& a, const std::vector<EB>& b, int threads, Product product) {
+  const size_t a_bytes = a.size() * sizeof(EA), b_at = (a_bytes + 15) / 16 * 16;
+  emu::launch({1, 1, 1}, threads, b_at + b.size() * sizeof(EB), [&] {
+    unsigned char* shared = emu::shared_memory();
+    if (threadIdx.x == 0)
+      std::memcpy(shared, a.data(), a_bytes), std::memcpy(shared + b_at, b.data(), b.size() * sizeof(EB));
+    __syncthreads();
+    product(reinterpret_cast<const EA*>(shared), reinterpret_cast<const EB*>(shared + b_at));
+  });
+}
+
 // bf16 operands whose k is contiguous (as Q and K are read in Q·K, U in U·V, dO and V in dU):
 // whole 16x16 and 16x8 blocks come by plain ldmatrix where every row of 8 is 16-byte aligned,
 // the rest as aligned words of two, else one by one; either way the products equal those of the
@@ -130,18 +144,10 @@ TEST(CudaMma, Bf16OperandsEqualTheirFp32Values) {
     std::vector<thx_bf16> a16(l.a_offset + size_t(l.M) * l.a_rs), b16(size_t(l.N) * l.b_cs);
     std::vector<float> a32(a16.size()), b32(b16.size());
     draw(rng, a16, a32), draw(rng, b16, b32);
-    auto run = [&](const auto& a, const auto& b) {  // each operand in shared memory, where ldmatrix reads
-      const size_t a_bytes = a.size() * sizeof(a[0]), b_at = (a_bytes + 15) / 16 * 16;
+    auto run = [&](const auto& a, const auto& b) {
       std::vector<float> out(size_t(l.M) * l.N);
-      emu::launch({1, 1, 1}, 64, b_at + b.size() * sizeof(b[0]), [&] {
-        unsigned char* shared = emu::shared_memory();
-        if (threadIdx.x == 0)
-          std::memcpy(shared, a.data(), a_bytes), std::memcpy(shared + b_at, b.data(), b.size() * sizeof(b[0]));
-        __syncthreads();
-        using EA = std::decay_t<decltype(a[0])>;
-        using EB = std::decay_t<decltype(b[0])>;
-        const Operand A{reinterpret_cast<const EA*>(shared) + l.a_offset, 0, l.a_rs, 1};
-        const Operand B{reinterpret_cast<const EB*>(shared + b_at), 0, 1, l.b_cs};
+      with_shared_operands(a, b, 64, [&](const auto* sa, const auto* sb) {
+        const Operand A{sa + l.a_offset, 0, l.a_rs, 1}, B{sb, 0, 1, l.b_cs};
         cuda_mma::block_gemm(true, 1, A, B, l.M, l.N, l.K, [&](int, int m, int n, float v) { out[m * l.N + n] = v; });
       });
       return out;
@@ -173,19 +179,10 @@ TEST(CudaMma, StridedBf16OperandsEqualTheirFp32Values) {
     std::vector<thx_bf16> a16(l.offset + l.batch * a_gs), b16(l.offset + l.batch * b_gs);
     std::vector<float> a32(a16.size()), b32(b16.size());
     draw(rng, a16, a32), draw(rng, b16, b32);
-    // Each operand copied into the block's shared memory first, where ldmatrix reads.
     auto run = [&](const auto& a, const auto& b) {
-      const size_t a_bytes = a.size() * sizeof(a[0]), b_at = (a_bytes + 15) / 16 * 16;
       std::vector<float> out(size_t(l.batch) * l.M * l.N);
-      emu::launch({1, 1, 1}, 96, b_at + b.size() * sizeof(b[0]), [&] {
-        unsigned char* shared = emu::shared_memory();
-        if (threadIdx.x == 0)
-          std::memcpy(shared, a.data(), a_bytes), std::memcpy(shared + b_at, b.data(), b.size() * sizeof(b[0]));
-        __syncthreads();
-        using EA = std::decay_t<decltype(a[0])>;
-        using EB = std::decay_t<decltype(b[0])>;
-        const Operand A{reinterpret_cast<const EA*>(shared) + l.offset, a_gs, 1, l.a_cs};
-        const Operand B{reinterpret_cast<const EB*>(shared + b_at) + l.offset, b_gs, l.b_rs, 1};
+      with_shared_operands(a, b, 96, [&](const auto* sa, const auto* sb) {
+        const Operand A{sa + l.offset, a_gs, 1, l.a_cs}, B{sb + l.offset, b_gs, l.b_rs, 1};
         cuda_mma::block_gemm(true, l.batch, A, B, l.M, l.N, l.K,
                              [&](int g, int m, int n, float v) { out[(size_t(g) * l.M + m) * l.N + n] = v; });
       });
