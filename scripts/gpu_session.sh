@@ -12,15 +12,16 @@
 #                                    default 560 s): the CUDA tests (each suite in its own process,
 #                                    so that a crash names its suite), compute-sanitizer on thx's
 #                                    kernels, the attention benchmark (talking-heads fused, tiled,
-#                                    batched), Nsight Compute on the fused kernels, their launch
-#                                    tuned (atomics, tiles, threads), the mini T5
+#                                    batched), Nsight Compute on the fused kernels, the mini T5
 #                                    on the GPU (fp32, bf16) beside the CPU,
 #                                    the whole-step benchmark at base size in bf16 with the
 #                                    compiled PyTorch peer (and its talking-heads rows again on the
 #                                    fused kernels), a crashed suite again under cuda-gdb, and the
-#                                    rest of the unit suite. Two phases that passed in the second
-#                                    session run only when named: the real TensorBoard reading a
-#                                    run's tb/, and the kernel SDPA picks (sdpa_backend.py).
+#                                    rest of the unit suite. Three phases run only when named: the
+#                                    real TensorBoard reading a run's tb/ and the kernel SDPA picks
+#                                    (sdpa_backend.py), which passed in the second session, and the
+#                                    fused kernels' launch tuned (atomics, tiles, threads), which in
+#                                    the third found atomics within 2% and fewer threads slower.
 #
 # The order is what a short session needs most first. The peer compiles each model (40-70 s),
 # so the default whole-step rows are T5-base at h = 12 and 48 with the peer at h = 12 only
@@ -63,7 +64,7 @@ run() {
   # later call on the same (warm) machine finds the build done and can run the rest
   # (GPU_PHASES="bench-train unit-suite", say).
   local deadline=$((SECONDS + ${GPU_DEADLINE_S:-560}))
-  local phases=${GPU_PHASES:-build cuda-tests sanitize bench-attention ncu tune mini-t5 bench-train bench-train-fused cuda-debug unit-suite}
+  local phases=${GPU_PHASES:-build cuda-tests sanitize bench-attention ncu mini-t5 bench-train bench-train-fused cuda-debug unit-suite}
   printf '| phase | exit | seconds | last line of its log |\n|---|---:|---:|---|\n' > "$summary"
   {
     date -u; uname -a; head -3 /etc/os-release 2>/dev/null; nproc; free -g | head -2
