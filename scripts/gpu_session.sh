@@ -13,21 +13,21 @@
 #                                    so that a crash names its suite), compute-sanitizer on thx's
 #                                    kernels, the attention benchmark (talking-heads fused, tiled,
 #                                    batched), Nsight Compute on the fused kernels, the mini T5
-#                                    on the GPU (fp32, bf16) beside the CPU,
-#                                    the whole-step benchmark at base size in bf16 with the
+#                                    on the GPU (fp32, bf16) beside the CPU, the rest of the unit
+#                                    suite, the whole-step benchmark at base size in bf16 with the
 #                                    compiled PyTorch peer (and its talking-heads rows again on the
-#                                    fused kernels), a crashed suite again under cuda-gdb, and the
-#                                    rest of the unit suite. Three phases run only when named: the
-#                                    real TensorBoard reading a run's tb/ and the kernel SDPA picks
-#                                    (sdpa_backend.py), which passed in the second session, and the
-#                                    fused kernels' launch tuned (atomics, tiles, threads), which in
-#                                    the third found atomics within 2% and fewer threads slower.
+#                                    fused kernels), and a crashed suite again under cuda-gdb. Three
+#                                    phases run only when named: the real TensorBoard reading a
+#                                    run's tb/ and the kernel SDPA picks (sdpa_backend.py), which
+#                                    passed in the second session, and the fused kernels' launch
+#                                    tuned (atomics, tiles, threads), which in the third found
+#                                    atomics within 2% and fewer threads slower.
 #
 # The order is what a short session needs most first. The peer compiles each model (40-70 s),
 # so the default whole-step rows are T5-base at h = 12 and 48 with the peer at h = 12 only
 # (GPU_BENCH_TRAIN_ARGS replaces them: "--base" alone is every row, about 6 minutes). A second
 # call on the same warm machine finds the build done:
-#   GPU_PHASES="build unit-suite tensorboard sdpa" scripts/gpu_session.sh run
+#   GPU_PHASES="build bench-train bench-train-fused" scripts/gpu_session.sh run
 #
 # Every log, table and the summary go to $OUT (the device tool brings that folder back), at the
 # end as $OUT/summary.md (each phase, its exit code and seconds, or why it was skipped) and
@@ -64,7 +64,7 @@ run() {
   # later call on the same (warm) machine finds the build done and can run the rest
   # (GPU_PHASES="bench-train unit-suite", say).
   local deadline=$((SECONDS + ${GPU_DEADLINE_S:-560}))
-  local phases=${GPU_PHASES:-build cuda-tests sanitize bench-attention ncu mini-t5 bench-train bench-train-fused cuda-debug unit-suite}
+  local phases=${GPU_PHASES:-build cuda-tests sanitize bench-attention ncu mini-t5 unit-suite bench-train bench-train-fused cuda-debug}
   printf '| phase | exit | seconds | last line of its log |\n|---|---:|---:|---|\n' > "$summary"
   {
     date -u; uname -a; head -3 /etc/os-release 2>/dev/null; nproc; free -g | head -2
@@ -184,12 +184,13 @@ run() {
         $thx --device cuda --th-path fused bench attention --precision bf16 --heads 12,48 --n 2048 --batch 8 --no-reference \$launch \
           --out $OUT/tune-\$name.md 2>&1 | tail -3
       done"
-    # The mini T5, multi-head and talking-heads, for 300 steps on the GPU in fp32 and bf16 and
-    # on this machine's CPU in fp32: each GPU curve against the CPU's, within the bounds
-    # compare_curves.py states (checkpoints removed so that the folders come back).
-    phase mini-t5 90 bash -c "
+    # The mini T5, talking-heads (GPU_MINI_VARIANTS adds multi_head, whose curves agreed in the
+    # second and third sessions), for 300 steps on the GPU in fp32 and bf16 and on this machine's
+    # CPU in fp32: each GPU curve against the CPU's, within the bounds compare_curves.py states
+    # (checkpoints removed so that the folders come back).
+    phase mini-t5 50 bash -c "
       set -e
-      for v in multi_head talking_heads; do
+      for v in ${GPU_MINI_VARIANTS:-talking_heads}; do
         for run in cpu:fp32 cuda:fp32 cuda:bf16; do
           d=$OUT/mini-\$v-\${run%:*}-\${run#*:}
           $thx --th-path $th_path --device \${run%:*} --log-level warn pretrain --config configs/t5/mini.yaml \
@@ -202,6 +203,10 @@ run() {
         python3 scripts/compare_curves.py $OUT/mini-\$v-cpu-fp32 $OUT/mini-\$v-cuda-bf16 --bound 0.015
       done
       cd $OUT && tar czf mini-t5.tgz mini-*/metrics.jsonl mini-*/train.log && rm -rf mini-*/"
+    # The rest of the unit suite on the CUDA build (issue 30 asks for all of it to pass there; in
+    # the third session 62 of its groups crashed in remove_all, since fixed): before the
+    # whole-step rows, which the second and third sessions measured.
+    phase unit-suite 300 ctest --test-dir build-gpu -j 16 -L unit -E '^Cuda[.]' --output-on-failure
     phase tensorboard 40 bash -c "
       $thx --device cuda --log-level warn pretrain --config configs/t5/mini.yaml --set data.prepared=$prep \
         --set train.steps=20 --set train.log_every=5 --set eval.every=10 --run-dir $OUT/tb-run &&
@@ -244,7 +249,6 @@ run() {
           --set eval.every=100 --set eval.examples=256 --set checkpoint.every=1000000 --run-dir \$d
         rm -rf \$d/checkpoints \$d/tb
       done"
-    phase unit-suite 200 ctest --test-dir build-gpu -j 16 -L unit -E '^Cuda[.]' --output-on-failure
   fi
   echo "total: $((SECONDS - deadline + ${GPU_DEADLINE_S:-560})) s" >> "$summary"
   # The device tool brings back only a few files: everything but the summary in one archive.
