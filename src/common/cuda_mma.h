@@ -246,10 +246,23 @@ THX_DEVICE void tile_outputs(const TileGrid& t, TilePos at, const float* d, Out&
 
 // tile(at, d) for each 16x8 output tile of the product on tensor cores, at its position and d
 // this lane's share (tile_outputs's layout), the calling warp taking its pairs warp, warp +
-// warps, ...
+// warps, ... Where there are fewer pairs than warps (the backward's mixing gradients at 12
+// heads: one pair, summed over a tile's 256 positions, while seven warps waited), each warp takes
+// one tile instead, so that twice as many work; a tile's sum is the same either way.
 template <class Tile>
 THX_DEVICE void each_tile(const TileGrid& t, const Operand& A, const Operand& B, Tile tile) {
-  for (int p = threadIdx.x / 32; p < t.pairs; p += blockDim.x / 32) {  // the same p across a warp
+  const int warp = threadIdx.x / 32, warps = blockDim.x / 32;  // the same across a warp
+  if (t.pairs < warps && t.tiles > t.pairs) {
+    for (int x = warp; x < t.tiles; x += warps) {
+      float d[2][4];
+      const int row = x / t.tiles_n, g = row / t.tiles_m;  // row: the tile's row of tiles over the batch
+      const TilePos at{g, (row - g * t.tiles_m) * 16, (x - row * t.tiles_n) * 8};
+      warp_tile_pair(t, A, B, at, false, d[0], d[1]);
+      tile(at, d[0]);
+    }
+    return;
+  }
+  for (int p = warp; p < t.pairs; p += warps) {
     float d[2][4];
     const TilePos at = t.pair_pos(p);
     const bool second = t.second(at);

@@ -83,8 +83,10 @@ void check(const Problem& p, bool tensor_cores, int threads, bool quads = false)
   EXPECT_EQ(wrong, 0);
 }
 
+// {1, 12, 12, 256} is a mixing gradient's shape at 12 heads: one pair of tiles, which with two
+// or more warps are taken one tile a warp (each_tile).
 TEST(CudaMma, TensorCoreProductsAreTheRoundedOperandsSumsInKOrder) {
-  for (const Problem& p : {Problem{1, 16, 8, 16}, {2, 37, 21, 35}, {3, 5, 3, 2}, {1, 16, 64, 48}})
+  for (const Problem& p : {Problem{1, 16, 8, 16}, {2, 37, 21, 35}, {3, 5, 3, 2}, {1, 16, 64, 48}, {1, 12, 12, 256}})
     for (int threads : {32, 64, 96}) check(p, true, threads);
 }
 
@@ -96,7 +98,7 @@ TEST(CudaMma, FmaProductsAreTheFp32SumsInKOrder) {
 // block_gemm_quads: the same outputs, each once, four columns at a time on tensor cores (its
 // lanes swap halves of their tiles; a wrong swap puts a value in another row or column).
 TEST(CudaMma, QuadsDeliverEveryOutputOnceFourColumnsAtATime) {
-  for (const Problem& p : {Problem{1, 16, 8, 16}, {2, 37, 21, 35}, {3, 5, 3, 2}, {1, 16, 64, 48}})
+  for (const Problem& p : {Problem{1, 16, 8, 16}, {2, 37, 21, 35}, {3, 5, 3, 2}, {1, 16, 64, 48}, {1, 12, 12, 256}})
     for (int threads : {32, 96}) check(p, true, threads, true);
   check({2, 37, 21, 35}, false, 64, true);
 }
