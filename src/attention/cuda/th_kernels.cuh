@@ -129,13 +129,16 @@ THX_DEVICE void tile_logits(const Args<T>& a, const T* Qs, const T* Ks, const Pl
   __syncthreads();
 }
 
-// W = exp(L - LSE) in place over Ls [h,R,C]; a row with no key (LSE -inf) gets 0.
+// W = exp(L - LSE) over Ls [h,R,C]: in place, or (W16) rounded to bf16 into W16 [h,R,C]; a row
+// with no key (LSE -inf) gets 0.
 template <typename T>
-THX_DEVICE void tile_weights(const Args<T>& a, float* Ls, const float* lse_s) {
+THX_DEVICE void tile_weights(const Args<T>& a, float* Ls, const float* lse_s, thx_bf16* W16 = nullptr) {
   const int rc = a.R * a.C;
   for (int x = threadIdx.x; x < a.h * rc; x += blockDim.x) {
     const float l = lse_s[divide(a.by_c, x)];  // [h,R]: (s, r) = x / C
-    Ls[x] = l == -thx_inf() ? 0.f : thx_exp(Ls[x] - l);
+    const float w = l == -thx_inf() ? 0.f : thx_exp(Ls[x] - l);
+    if (W16) W16[x] = thx_from_float<thx_bf16>(w);
+    else Ls[x] = w;
   }
 }
 
@@ -251,9 +254,13 @@ __global__ void THX_LAUNCH_BOUNDS(kMaxThreads, 2) forward_kernel(Args<T> a) {
     load_rows(a.v, Vs, b * a.m + j0, a.m - j0, C, vd);
     __syncthreads();
     tile_logits<TC>(a, Qs, Ks, Js, Ls, i0, j0);
-    tile_weights(a, Ls, Ms);
+    // W in bf16, in J's plane where J is bf16 and holds h heads (pass 2 reads J no more): its only
+    // readers here are products on tensor cores, which round W to bf16 as they read it, so the
+    // copy changes no number and spares them fp32 reads and roundings (and lets ldmatrix read it).
+    const bool w16 = TC && Js.bf16 && a.h <= a.h_k;
+    tile_weights(a, Ls, Ms, w16 ? static_cast<thx_bf16*>(Js.p) : nullptr);
     __syncthreads();
-    Plane U = f32(Ls);
+    Plane U = w16 ? Js : f32(Ls);
     if (a.p_w) {
       mix(TC, mixing<TC>(a, false, false), U, Us, a.h, a.h_v, rc);
       __syncthreads();
