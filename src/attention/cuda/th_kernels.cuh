@@ -130,7 +130,10 @@ THX_DEVICE void tile_logits(const Args<T>& a, const T* Qs, const T* Ks, const Pl
 }
 
 // W = exp(L - LSE) over Ls [h,R,C]: in place, or (W16) rounded to bf16 into W16 [h,R,C]; a row
-// with no key (LSE -inf) gets 0.
+// with no key (LSE -inf) gets 0. The forward's second pass takes W16, in J's plane (which it
+// reads no more) where J is bf16 and holds h heads: W's only readers there are products on
+// tensor cores, which round it to bf16 as they read it, so the copy changes no number and spares
+// them fp32 reads and roundings (and lets ldmatrix read it).
 template <typename T>
 THX_DEVICE void tile_weights(const Args<T>& a, float* Ls, const float* lse_s, thx_bf16* W16 = nullptr) {
   const int rc = a.R * a.C;
@@ -254,9 +257,7 @@ __global__ void THX_LAUNCH_BOUNDS(kMaxThreads, 2) forward_kernel(Args<T> a) {
     load_rows(a.v, Vs, b * a.m + j0, a.m - j0, C, vd);
     __syncthreads();
     tile_logits<TC>(a, Qs, Ks, Js, Ls, i0, j0);
-    // W in bf16, in J's plane where J is bf16 and holds h heads (pass 2 reads J no more): its only
-    // readers here are products on tensor cores, which round W to bf16 as they read it, so the
-    // copy changes no number and spares them fp32 reads and roundings (and lets ldmatrix read it).
+    // W in bf16 into J's plane (dead now) where it fits: its readers round it so (no number moves).
     const bool w16 = TC && Js.bf16 && a.h <= a.h_k;
     tile_weights(a, Ls, Ms, w16 ? static_cast<thx_bf16*>(Js.p) : nullptr);
     __syncthreads();
