@@ -181,6 +181,12 @@ struct TileGrid {
     a_rows = matrix_rows(A, A.cs, A.rs), b_rows = matrix_rows(B, B.rs, B.cs);
     a_krows = matrix_rows(A, A.cs, A.rs, true), b_krows = matrix_rows(B, B.rs, B.cs, true);
   }
+  // How many turns each_tile gives out among `warps`: one a tile where there are fewer pairs than warps.
+  THX_DEVICE int turns(int warps) const { return pairs < warps && tiles > pairs ? tiles : pairs; }
+  THX_DEVICE TilePos tile_pos(int x) const {  // tile x alone (each_tile's one tile a warp)
+    const int row = x / tiles_n, g = row / tiles_m;  // row: the tile's row of tiles over the batch
+    return {g, (row - g * tiles_m) * 16, (x - row * tiles_n) * 8};
+  }
   THX_DEVICE TilePos pair_pos(int p) const {
     const int row = p / pairs_n, g = row / tiles_m;  // row: the pair's row of tiles over the batch
     return {g, (row - g * tiles_m) * 16, (p - row * pairs_n) * 16};
@@ -246,17 +252,19 @@ THX_DEVICE void tile_outputs(const TileGrid& t, TilePos at, const float* d, Out&
 
 // tile(at, d) for each 16x8 output tile of the product on tensor cores, at its position and d
 // this lane's share (tile_outputs's layout), the calling warp taking its pairs warp, warp +
-// warps, ... Where there are fewer pairs than warps (the backward's mixing gradients at 12
-// heads: one pair, summed over a tile's 256 positions, while seven warps waited), each warp takes
-// one tile instead, so that twice as many work; a tile's sum is the same either way.
+// warps, ... counted from warp `first` (so that two small products in a row, with no barrier
+// between, run on different warps). Where there are fewer pairs than warps (the backward's
+// mixing gradients at 12 heads: one pair, summed over a tile's 256 positions, while seven warps
+// waited), each warp takes one tile instead, so that twice as many work; a tile's sum is the same
+// whichever warp makes it.
 template <class Tile>
-THX_DEVICE void each_tile(const TileGrid& t, const Operand& A, const Operand& B, Tile tile) {
-  const int warp = threadIdx.x / 32, warps = blockDim.x / 32;  // the same across a warp
-  if (t.pairs < warps && t.tiles > t.pairs) {
+THX_DEVICE void each_tile(const TileGrid& t, const Operand& A, const Operand& B, Tile tile, int first = 0) {
+  const int warps = blockDim.x / 32, w = int(threadIdx.x) / 32;  // the same across a warp
+  const int warp = first ? (w + warps - first % warps) % warps : w;
+  if (t.turns(warps) > t.pairs) {
     for (int x = warp; x < t.tiles; x += warps) {
       float d[2][4];
-      const int row = x / t.tiles_n, g = row / t.tiles_m;  // row: the tile's row of tiles over the batch
-      const TilePos at{g, (row - g * t.tiles_m) * 16, (x - row * t.tiles_n) * 8};
+      const TilePos at = t.tile_pos(x);
       warp_tile_pair(t, A, B, at, false, d[0], d[1]);
       tile(at, d[0]);
     }
@@ -280,9 +288,11 @@ THX_DEVICE void each_tile(const TileGrid& t, const Operand& A, const Operand& B,
 //    those must be in shared memory. Needs whole warps.
 //  - otherwise plain FMAs, each thread an output, summed in k order (as th_kernels.cuh's
 //    version 1 did).
-// No barrier: the caller syncs before reading what `out` wrote.
+// No barrier: the caller syncs before reading what `out` wrote. On tensor cores, warp
+// `first_warp` takes the first tiles (each_tile).
 template <class Out>
-THX_DEVICE void block_gemm(bool tensor_cores, int batch, Operand A, Operand B, int M, int N, int K, Out out) {
+THX_DEVICE void block_gemm(bool tensor_cores, int batch, Operand A, Operand B, int M, int N, int K, Out out,
+                           int first_warp = 0) {
   if (!tensor_cores) {
     // Operand::at tests the dtype per element, the same way every time (a loop per pair of
     // dtypes was tried: ptxas then spilled in the bf16 backward at its 128 registers).
@@ -296,7 +306,7 @@ THX_DEVICE void block_gemm(bool tensor_cores, int batch, Operand A, Operand B, i
     return;
   }
   const TileGrid t(batch, A, B, M, N, K);
-  each_tile(t, A, B, [&](TilePos at, const float* d) { tile_outputs(t, at, d, out); });
+  each_tile(t, A, B, [&](TilePos at, const float* d) { tile_outputs(t, at, d, out); }, first_warp);
 }
 
 // block_gemm's product delivered up to four adjacent columns at a time: out4(g, m, n, v, count)

@@ -36,9 +36,11 @@ struct Problem {
 
 // quads: through block_gemm_quads, which must deliver the same outputs, on tensor cores four
 // adjacent columns at a time (n a multiple of 4, count 4 but at N's edge), else one at a time.
-void check(const Problem& p, bool tensor_cores, int threads, bool quads = false) {
+// first_warp: block_gemm's; on tensor cores the first tile (output (0, 0, 0)) must be that warp's.
+void check(const Problem& p, bool tensor_cores, int threads, bool quads = false, int first_warp = 0) {
   SCOPED_TRACE(testing::Message() << p.batch << "x" << p.M << "x" << p.N << "x" << p.K << " tensor cores "
-                                  << tensor_cores << " threads " << threads << " quads " << quads);
+                                  << tensor_cores << " threads " << threads << " quads " << quads << " first warp "
+                                  << first_warp);
   std::mt19937 rng(7);
   std::normal_distribution<float> normal;
   // A_g (m, k) at a[g * M * K * 2 + k * M * 2 + m * 2] (column-major, every other element); B_g (k, n)
@@ -49,14 +51,14 @@ void check(const Problem& p, bool tensor_cores, int threads, bool quads = false)
   const Operand A{a.data(), int64_t(p.M) * p.K * 2, 2, int64_t(p.M) * 2};
   const Operand B{b.data(), int64_t(p.K) * p.N + 3, p.N, 1};
   std::vector<float> out(size_t(p.batch) * p.M * p.N, -1.f);
-  std::vector<int> writes(out.size(), 0);
+  std::vector<int> writes(out.size(), 0), writer(out.size(), -1);
   std::atomic<int> bad_quads{0};
   emu::launch({1, 1, 1}, threads, 0, [&] {
     auto one = [&](int g, int m, int n, float v) {
       const size_t at = (size_t(g) * p.M + m) * p.N + n;
-      out[at] = v, ++writes[at];  // one thread per element: no race unless the test fails
+      out[at] = v, ++writes[at], writer[at] = int(threadIdx.x) / 32;  // one thread per element: no race unless it fails
     };
-    if (!quads) return cuda_mma::block_gemm(tensor_cores, p.batch, A, B, p.M, p.N, p.K, one);
+    if (!quads) return cuda_mma::block_gemm(tensor_cores, p.batch, A, B, p.M, p.N, p.K, one, first_warp);
     cuda_mma::block_gemm_quads(tensor_cores, p.batch, A, B, p.M, p.N, p.K,
                                [&](int g, int m, int n, const float* v, int count) {
                                  const int want = tensor_cores ? std::min(4, p.N - n) : 1;
@@ -65,6 +67,7 @@ void check(const Problem& p, bool tensor_cores, int threads, bool quads = false)
                                });
   });
   EXPECT_EQ(bad_quads, 0);
+  if (tensor_cores && !quads) EXPECT_EQ(writer[0], first_warp % (threads / 32));
   int wrong = 0;
   for (int g = 0; g < p.batch; ++g)
     for (int m = 0; m < p.M; ++m)
@@ -88,6 +91,13 @@ void check(const Problem& p, bool tensor_cores, int threads, bool quads = false)
 TEST(CudaMma, TensorCoreProductsAreTheRoundedOperandsSumsInKOrder) {
   for (const Problem& p : {Problem{1, 16, 8, 16}, {2, 37, 21, 35}, {3, 5, 3, 2}, {1, 16, 64, 48}, {1, 12, 12, 256}})
     for (int threads : {32, 64, 96}) check(p, true, threads);
+}
+
+// A product may start at another warp than 0 (th_kernels.cuh: dP_l's tiles after dP_w's), with
+// the same numbers, each output once, in pairs and one tile a warp.
+TEST(CudaMma, AProductMayStartAtAnyWarp) {
+  for (const Problem& p : {Problem{1, 12, 12, 256}, {2, 37, 21, 35}, {1, 16, 64, 48}})
+    for (int first : {1, 2, 5}) check(p, true, 96, false, first);
 }
 
 TEST(CudaMma, FmaProductsAreTheFp32SumsInKOrder) {

@@ -28,6 +28,7 @@ namespace thx::cuda_th {
 using cuda_mma::block_gemm;
 using cuda_mma::Operand;
 using cuda_mma::Plane;
+using cuda_mma::TileGrid;
 
 // Rows [first_row, first_row + R) of a [.., width] tensor into S [R, width] in its dtype, zero
 // past the last (rows_left): the block's rows of Q or dO, a tile's keys of K or V. The rows are
@@ -101,9 +102,16 @@ THX_DEVICE void load_mixings(const Args<T>& a) {
 }
 
 // The tile's logits: Js [h_k,R,C] = Q·K per head, Ls [h,R,C] = P_l-mixed Js + bias, -inf where
-// masked, past m or past n. Ks holds the tile's keys [C, h_k*d_k]. Ends with a barrier.
-template <bool TC, typename T>
-THX_DEVICE void tile_logits(const Args<T>& a, const T* Qs, const T* Ks, const Plane& Js, float* Ls, int i0, int j0) {
+// masked, past m or past n. Ks holds the tile's keys [C, h_k*d_k]. Or (kWeights, given `lse`
+// [h,R]) the weights instead, as each logit is made: W = exp(L - LSE) in Ls (tile_weights's
+// numbers), which the backward takes (version 2.3 made them in a second loop, after a barrier).
+// The forward keeps tile_weights: at its 128 registers (two blocks a multiprocessor) with the
+// output sums in registers, ptxas spills 48 bytes where the weights are made in the product's
+// epilogue, and writing them there as bf16 into L's own plane spilled the same. Ends with a barrier.
+enum TileOut { kLogits, kWeights };
+template <bool TC, TileOut Out = kLogits, typename T>
+THX_DEVICE void tile_logits(const Args<T>& a, const T* Qs, const T* Ks, const Plane& Js, float* Ls, int i0, int j0,
+                            const float* lse = nullptr) {
   const int R = a.R, C = a.C, qd = a.h_k * a.d_k, rc = R * C;
   // J_k (r, c) = sum_d Q[r, k, d] K[c, k, d]
   block_gemm(TC, a.h_k, {Qs, a.d_k, qd, 1}, {Ks, a.d_k, 1, qd}, R, C, a.d_k,
@@ -120,11 +128,19 @@ THX_DEVICE void tile_logits(const Args<T>& a, const T* Qs, const T* Ks, const Pl
       l = -thx_inf();
     return l;
   };
+  auto store = [&](int x, float l) {  // x = s * rc + y
+    if constexpr (Out == kLogits) {
+      Ls[x] = l;
+    } else {
+      const float m = lse[divide(a.by_c, x)];  // [h,R]: (s, r) = x / C
+      Ls[x] = m == -thx_inf() ? 0.f : thx_exp(l - m);
+    }
+  };
   if (a.p_l) {  // L (s, y) = sum_k P_l[k, s] J[k, y]
     block_gemm(TC, 1, mixing<TC>(a, true, false), Js.operand(0, rc, 1), a.h, rc, a.h_k,
-               [&](int, int s, int y, float v) { Ls[s * rc + y] = logit(s, y, v); });
+               [&](int, int s, int y, float v) { store(s * rc + y, logit(s, y, v)); });
   } else {
-    for (int x = threadIdx.x; x < a.h * rc; x += blockDim.x) Ls[x] = logit(x / rc, x % rc, Js.get(x));
+    for (int x = threadIdx.x; x < a.h * rc; x += blockDim.x) store(x, logit(x / rc, x % rc, Js.get(x)));
   }
   __syncthreads();
 }
@@ -151,10 +167,13 @@ THX_DEVICE void mix(bool tc, const Operand& p, const Plane& In, const Plane& Out
 }
 
 // A mixing's gradient, this block's share: P[g,g2] += sum over the tile of A[g] B[g2], over A
-// [g,R,C] and B [g2,R,C].
-THX_DEVICE void projection_grad(bool tc, const Plane& A, const Plane& B, float* P, int g, int g2, int rc) {
+// [g,R,C] and B [g2,R,C]. At 12 heads such a product is two tiles, each a warp's 16 k-steps
+// over the tile's positions: `first_warp` sends dP_l's to other warps than dP_w's, which run
+// just before it with no barrier between (in version 2.3 both fell to warps 0 and 1).
+THX_DEVICE void projection_grad(bool tc, const Plane& A, const Plane& B, float* P, int g, int g2, int rc,
+                                int first_warp = 0) {
   block_gemm(tc, 1, A.operand(0, rc, 1), B.operand(0, 1, rc), g, g2, rc,
-             [&](int, int x, int y, float v) { P[x * g2 + y] += v; });
+             [&](int, int x, int y, float v) { P[x * g2 + y] += v; }, first_warp);
 }
 
 // p[0..count) += v[0..count) (p's elements `stride` apart) by atomics: one vector reduction where
@@ -192,14 +211,6 @@ THX_DEVICE void bias_grad(const Args<T>& a, const float* dL, int i0, int j0) {
     add_shared_sums(a.grad_bias + b * bs[0] + s * bs[1] + i * bs[2] + (j0 + c) * bs[3], bs[3],
                     dL + (s * R + r) * C + c, count, a.key_sums == KeySums::kVector);
   }
-}
-
-// dU [h_v,R,C] = sum_e dO[r,t,e] V[c,t,e].
-template <typename T>
-THX_DEVICE void tile_dU(bool tc, const T* dOs, const T* Vs, const Plane& dU, int R, int C, int h_v, int d_v) {
-  const int vd = h_v * d_v;
-  block_gemm(tc, h_v, {dOs, d_v, vd, 1}, {Vs, d_v, 1, vd}, R, C, d_v,
-             [&](int t, int r, int c, float v) { dU.set((t * R + r) * C + c, v); });
 }
 
 // Compiled for two blocks to a multiprocessor (128 registers a thread at 256 threads): where its
@@ -316,20 +327,31 @@ THX_DEVICE BackwardTiles<T> backward_tiles(const Args<T>& a, unsigned char* sm) 
   return t;
 }
 
-// A tile (K, V loaded) recomputed: W in Ls, dU in dUs, and with P_w dW in dWs and U in Us.
-// Returns dW (dUs, fp32 then, without P_w). Ends with a barrier.
+// A tile (K, V loaded) recomputed: W in Ls, dU in dUs, and with P_w U in Us. Returns dW (pass
+// A) or, given D (pass B), dL = W (dW - D) in its place, made as each dW is: in dWs with P_w,
+// in dUs (fp32 then) without. Ends with a barrier.
 template <bool TC, typename T>
-THX_DEVICE float* tile_weights_and_grads(const Args<T>& a, const BackwardTiles<T>& t, int i0, int j0) {
-  tile_logits<TC>(a, t.Qs, t.Ks, t.Js, t.Ls, i0, j0);
-  tile_weights(a, t.Ls, t.lse);
-  tile_dU(TC, t.dOs, t.Vs, t.dUs, a.R, a.C, a.h_v, a.d_v);
+THX_DEVICE float* tile_weights_and_grads(const Args<T>& a, const BackwardTiles<T>& t, int i0, int j0,
+                                         const float* D = nullptr) {
+  const int R = a.R, C = a.C, rc = R * C, vd = a.h_v * a.d_v;
+  tile_logits<TC, kWeights>(a, t.Qs, t.Ks, t.Js, t.Ls, i0, j0, t.lse);  // W; ends with a barrier
+  auto grad = [&](float* dW, int x, float v) {  // dW[x] = v, or dL
+    dW[x] = D ? t.Ls[x] * (v - D[divide(a.by_c, x)]) : v;
+  };
+  float* dW = a.p_w ? t.dWs : static_cast<float*>(t.dUs.p);
+  // dU [h_v,R,C] = sum_e dO[r,t,e] V[c,t,e]: dW itself without P_w
+  block_gemm(TC, a.h_v, {t.dOs, a.d_v, vd, 1}, {t.Vs, a.d_v, 1, vd}, R, C, a.d_v, [&](int u, int r, int c, float v) {
+    if (a.p_w) t.dUs.set((u * R + r) * C + c, v);
+    else grad(dW, (u * R + r) * C + c, v);
+  });
   __syncthreads();
-  if (!a.p_w) return static_cast<float*>(t.dUs.p);
-  const int rc = a.R * a.C;
-  mix(TC, mixing<TC>(a, false, true), t.dUs, f32(t.dWs), a.h_v, a.h, rc);  // dW[s] = sum_t P_w[s,t] dU[t]
-  mix(TC, mixing<TC>(a, false, false), f32(t.Ls), t.Us, a.h, a.h_v, rc);   // U[t] = sum_s P_w[s,t] W[s]
+  if (!a.p_w) return dW;
+  // dW[s] = sum_t P_w[s,t] dU[t]
+  block_gemm(TC, 1, mixing<TC>(a, false, true), t.dUs.operand(0, rc, 1), a.h, rc, a.h_v,
+             [&](int, int s, int y, float v) { grad(dW, s * rc + y, v); });
+  mix(TC, mixing<TC>(a, false, false), f32(t.Ls), t.Us, a.h, a.h_v, rc);  // U[t] = sum_s P_w[s,t] W[s]
   __syncthreads();
-  return t.dWs;
+  return dW;
 }
 
 // Pass B's sums for one tile: dV, dP_w, dL (in place of dW), dbias, dP_l, dJ, then dQ and dK.
@@ -337,19 +359,18 @@ template <bool TC, typename T>
 THX_DEVICE void tile_gradients(const Args<T>& a, BackwardTiles<T>& t, int i0, int j0) {
   const int R = a.R, C = a.C, qd = a.h_k * a.d_k, vd = a.h_v * a.d_v, rc = R * C;
   const int64_t b = blockIdx.y;
-  float* dL = tile_weights_and_grads<TC>(a, t, i0, j0);  // dW for now
+  float* dL = tile_weights_and_grads<TC>(a, t, i0, j0, t.Ds);
   const Plane U = a.p_w ? t.Us : f32(t.Ls);
   const bool vector = a.key_sums == KeySums::kVector;
   float* dV = a.grad_v + (b * a.m + j0) * vd;
   key_grad(TC, U, t.dOs, dV, R, C, a.h_v, a.d_v, a.m - j0, vector);
   if (a.p_w) projection_grad(TC, f32(t.Ls), t.dUs, t.dPw, a.h, a.h_v, rc);  // dP_w[s,t] += sum W[s] dU[t]
-  // dL in place of dW: nothing above reads dW (with P_w, dP_w reads dU; without, dV reads W).
-  for (int x = threadIdx.x; x < a.h * rc; x += blockDim.x) dL[x] = t.Ls[x] * (dL[x] - t.Ds[divide(a.by_c, x)]);
-  __syncthreads();
+  // (Version 2.3 made dL here in a loop of its own, then a barrier: nothing above writes what follows reads.)
   if (a.grad_bias) bias_grad(a, dL, i0, j0);
   Plane dJ = f32(dL);
   if (a.p_l) {
-    projection_grad(TC, t.Js, dJ, t.dPl, a.h_k, a.h, rc);  // dP_l[k,s] += sum J[k] dL[s]
+    const int after_dPw = a.p_w ? TileGrid(1, a.h, a.h_v).turns(blockDim.x / 32) : 0;  // the warps dP_w took
+    projection_grad(TC, t.Js, dJ, t.dPl, a.h_k, a.h, rc, after_dPw);  // dP_l[k,s] += sum J[k] dL[s]
     mix(TC, mixing<TC>(a, true, true), dJ, t.dJs, a.h, a.h_k, rc);  // dJ[k] = sum_s P_l[k,s] dL[s]
     dJ = t.dJs;
   }
