@@ -158,7 +158,10 @@ run() {
         flag=\"--th-path \$path\"; [ \$path = fma ] && flag=\"--th-path fused --fma\"
         for n in 512 2048; do bench --n \$n --batch 8 \$flag --out $OUT/attention-\$path-n\$n.md || exit 1; done
         case \$path in fused|tiled) bench --n 8192 --batch 1 --no-reference \$flag --out $OUT/attention-\$path-n8192.md || exit 1 ;; esac
-      done"
+      done
+      # version 2.4's padded heads against none (the same numbers): fused at n = 2048
+      case \" ${GPU_ATTENTION_PATHS:-fused} \" in *' fused '*)
+        bench --n 2048 --batch 8 --no-reference --th-path fused --th-unpadded --out $OUT/attention-fused-unpadded-n2048.md ;; esac"
     # What bounds the fused kernels: Nsight Compute on one forward and one backward launch at
     # h = 12 and 48, n = 2048, batch 8 (speed of light, memory and compute workload, occupancy,
     # warp stalls, the instructions executed by kind, and the source lines behind them: nvcc

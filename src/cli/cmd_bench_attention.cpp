@@ -82,7 +82,12 @@ struct BenchAttentionCommand : Command {
                                                     "(every block the keys in order), staggered (each block from its "
                                                     "own key tile) or vector (staggered, four sums a reduction)")
             ->capture_default_str()->excludes(batched)->excludes(tiled);
-    fused_only = {{fma, "--fma"}, {tiles, "--th-tiles"}, {threads, "--th-threads"}, {atomics, "--th-atomics"}};
+    CLI::Option* unpadded = app->add_flag("--th-unpadded", opt.unpadded, "on a GPU, the fused kernels' bf16 planes "
+                                                                        "with their heads as they are, not padded to "
+                                                                        "a multiple of 16 (the same numbers)")
+                                ->excludes(batched)->excludes(tiled);
+    fused_only = {{fma, "--fma"},           {tiles, "--th-tiles"},         {threads, "--th-threads"},
+                  {atomics, "--th-atomics"}, {unpadded, "--th-unpadded"}};
   }
 
   // The fused kernels' own options choose them. A `thx --th-path` the user named is the choice

@@ -93,16 +93,26 @@ THX_DEVICE void thx_mma_bf16_16816(float* d, const uint32_t* a, const uint32_t* 
 namespace thx::cuda_mma {
 
 // A matrix operand in memory, fp32 or bf16: element (i, j) of batch entry g at p[g * gs + i * rs + j * cs].
+// Padded (padded()): zeros stand in memory past the product's K up to a multiple of 16 (pad_k),
+// and past its M (A) up to a multiple of 16 or its N (B) up to one of 8 (pad_mn), so that the
+// last blocks along them are whole and ldmatrix may read them (warp_tile_pair); the zeros are
+// what the pair loads would give there, so the sums are the same.
 struct Operand {
   const void* p;
   int64_t gs, rs, cs;
   bool bf16;
+  bool pad_k = false, pad_mn = false;
   THX_DEVICE Operand(const float* x, int64_t g, int64_t r, int64_t c) : p(x), gs(g), rs(r), cs(c), bf16(false) {}
   THX_DEVICE Operand(const thx_bf16* x, int64_t g, int64_t r, int64_t c) : p(x), gs(g), rs(r), cs(c), bf16(true) {}
   THX_DEVICE Operand(const void* x, bool is_bf16, int64_t g, int64_t r, int64_t c)
       : p(x), gs(g), rs(r), cs(c), bf16(is_bf16) {}
   THX_DEVICE float at(int64_t i) const {
     return bf16 ? thx_to_float(static_cast<const thx_bf16*>(p)[i]) : static_cast<const float*>(p)[i];
+  }
+  THX_DEVICE Operand padded(bool k, bool mn) const {
+    Operand o = *this;
+    o.pad_k = k, o.pad_mn = mn;
+    return o;
   }
 };
 
@@ -197,8 +207,9 @@ struct TileGrid {
 // d0[0..3] = this lane's share of the tile at `at` (mma's accumulator layout: rows g4 and
 // g4 + 8, columns 2 t4 and 2 t4 + 1), and with `second` d1 that of the next tile (the same rows,
 // the next 8 columns), summed over k in steps of 16; A's fragments loaded once for both. Every
-// lane of the warp takes part. Whole 16x16 (A) and 16x8 (B) blocks of operands whose k is
-// strided come by ldmatrix; the rest by pairs (k_pair).
+// lane of the warp takes part. Whole 16x16 (A) and 16x8 (B) blocks of bf16 operands in shared
+// memory (whole also where the operand is padded past the edge: Operand::padded) come by
+// ldmatrix, .trans where k is strided, plain where it is contiguous; the rest by pairs (k_pair).
 THX_DEVICE void warp_tile_pair(const TileGrid& t, const Operand& A, const Operand& B, TilePos at, bool second,
                                float* d0, float* d1) {
   const int lane = threadIdx.x % 32, g4 = lane / 4, t4 = lane % 4;
@@ -208,7 +219,7 @@ THX_DEVICE void warp_tile_pair(const TileGrid& t, const Operand& A, const Operan
   for (int w = 0; w < 4; ++w) d0[w] = d1[w] = 0.f;
   for (int k0 = 0; k0 < K; k0 += 16) {
     uint32_t aw[4];
-    const bool a_whole = m0 + 16 <= M && k0 + 16 <= K;
+    const bool k_whole = k0 + 16 <= K, a_whole = (m0 + 16 <= M || A.pad_mn) && (k_whole || A.pad_k);
     const int j = lane / 8;  // ldmatrix's matrix j: k half j / 2, m half j % 2
     if (t.a_rows && a_whole) {
       thx_ldmatrix<4, true>(aw, a16 + (k0 + lane % 8 + 8 * (j / 2)) * A.cs + m0 + 8 * (j % 2));
@@ -222,7 +233,8 @@ THX_DEVICE void warp_tile_pair(const TileGrid& t, const Operand& A, const Operan
     }
     auto b_times_a = [&](int n0, float* d) {
       uint32_t bw[2];
-      const bool b_whole = n0 + 8 <= N && k0 + 16 <= K;  // matrix j = lane / 8 (lanes 0-15): k half j
+      // matrix j = lane / 8 (lanes 0-15): k half j
+      const bool b_whole = (n0 + 8 <= N || B.pad_mn) && (k_whole || B.pad_k);
       if (t.b_rows && b_whole) {
         thx_ldmatrix<2, true>(bw, b16 + (k0 + lane % 16) * B.rs + n0);
       } else if (t.b_krows && b_whole) {

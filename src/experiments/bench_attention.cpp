@@ -133,8 +133,12 @@ struct AttentionTables {
 
 std::string launch_text(const ThLaunch& l) {
   static const char* const kSums[] = {"in-order", "staggered", "vector"};
-  return fmt::format("{}x{} / {}x{}, {}, {}", l.forward.R, l.forward.C, l.backward.R, l.backward.C, l.threads,
-                     kSums[static_cast<int>(l.key_sums)]);
+  const char* pads = l.forward_padded && l.backward_padded ? ", heads padded"
+                     : l.forward_padded                      ? ", forward's heads padded"
+                     : l.backward_padded                     ? ", backward's heads padded"
+                                                             : "";
+  return fmt::format("{}x{} / {}x{}, {}, {}{}", l.forward.R, l.forward.C, l.backward.R, l.backward.C, l.threads,
+                     kSums[static_cast<int>(l.key_sums)], pads);
 }
 
 // The forced tiles fit every cell's shared memory, or an InputError says which does not.
@@ -209,6 +213,7 @@ std::string bench_attention(const BenchAttentionOptions& options) {
   set_tiled_attention(!opt.batched);
   set_th_kernels(!opt.batched && !opt.tiled);
   set_th_tensor_cores(!opt.fma);
+  set_th_padded_heads(!opt.unpadded);
   set_th_launch(opt.th_launch);
   torch::manual_seed(0);
   log->info("attention fwd+bwd: d_model {}, n = m = {}, batch {}, {} threads, median of {}",

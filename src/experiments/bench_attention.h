@@ -23,8 +23,9 @@ struct BenchAttentionOptions {
   // On a GPU, talking-heads takes `thx --th-path`'s path (attention/fused.h; tiled by default)
   // unless one of these names another: `tiled` the tiled ATen path, `batched` the batched
   // composition, `fused` thx's fused CUDA kernels where built (cuda/th_fused.h; set by their own
-  // options); `fma` keeps the fused kernels' bf16 products off the tensor cores (version 1's FMAs).
-  bool batched = false, tiled = false, fused = false, fma = false;
+  // options); `fma` keeps the fused kernels' bf16 products off the tensor cores (version 1's FMAs);
+  // `unpadded` keeps their bf16 planes' heads unpadded (set_th_padded_heads: the same numbers).
+  bool batched = false, tiled = false, fused = false, fma = false, unpadded = false;
   // The fused kernels' forced tiles and threads (--th-tiles, --th-threads; zeros: their own choice).
   ThLaunch th_launch;
   std::string precision = "fp32";  // fp32 | bf16 | both (each with its own matmul peak)

@@ -18,11 +18,11 @@
 #include <tuple>
 
 #include "attention/cuda/th_fused.h"
-#include "attention/cuda/th_kernels.cuh"
 #include "attention/fused.h"
 #include "bf16_bounds.h"
 #include "core_problems.h"
 #include "test_util.h"
+#include "th_emulator.h"
 
 namespace thx::test {
 namespace {
@@ -30,17 +30,7 @@ namespace THX_FILE_ID {
 
 using torch::Tensor;
 using cuda_th::Args;
-
-template <typename T, bool Backward>
-void emulate(const Args<T>& a, unsigned gx, unsigned gy, int threads, int64_t bytes) {
-  emu::launch({gx, gy, 1}, threads, size_t(bytes), [&a] { cuda_th::kernel_for<T, Backward>(a.tensor_cores)(a); });
-}
-
-// tensor_cores: bf16 problems take version 2's products (common/cuda_mma.h), emulated.
-cuda_th::Launcher emulator(int threads, int64_t shared_limit = 1 << 20, bool tensor_cores = false) {
-  return {shared_limit,          threads, tensor_cores, emulate<float, false>, emulate<thx_bf16, false>,
-          emulate<float, true>, emulate<thx_bf16, true>};
-}
+using th_emu::emulator;
 
 using core::Case;
 using core::Extra;

@@ -82,6 +82,8 @@ TEST(Cli, BadBenchFlagsExitTwo) {
   EXPECT_TRUE(refused(run_thx("--th-path tiled bench attention --th-atomics in-order"), "thx: error: --th-atomics",
                       "which --th-path tiled leaves"));
   EXPECT_TRUE(refused(run_thx("bench attention --fma --th-path batched"), "thx: error: --fma", "--th-path batched"));
+  EXPECT_TRUE(refused(run_thx("bench attention --th-unpadded --th-path tiled"), "thx: error: --th-unpadded",
+                      "--th-path tiled"));
   EXPECT_TRUE(refused(run_thx("--th-path batched bench attention --tiled"), "thx: error: --th-path batched excludes "
                                                                             "--tiled", ""));
   EXPECT_TRUE(refused(run_thx("--th-path batched bench train --tiled"), "thx: error: --th-path batched excludes "
@@ -90,7 +92,7 @@ TEST(Cli, BadBenchFlagsExitTwo) {
                                                                           "--tiled", ""));
   EXPECT_TRUE(refused(run_thx("--th-path fused bench train --tiled"), "thx: error: --th-path fused excludes --tiled",
                       ""));
-  for (const char* own : {"--batched", "--th-atomics in-order"})  // past the path check: refused for the device
+  for (const char* own : {"--batched", "--th-atomics in-order", "--th-unpadded"})  // past the path check: refused for the device
     EXPECT_TRUE(refused(run_thx(std::string("--device cuda bench attention ") + own), "thx: error: --device cuda", ""))
         << own;
   // bench train's base rows: an h that does not divide 768, a peer row that is not a base row,

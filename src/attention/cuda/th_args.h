@@ -13,10 +13,25 @@ namespace thx::cuda_th {
 //    tensor-core operands, which round them to bf16 when they are read: with P_l (J, dJ) and
 //    with P_w (U, dU) on tensor cores. Storing them rounded changes no number, and halves them.
 // Everything else (L and W, dW and dL, the output and dQ sums, the statistics) is fp32.
+// pad (version 2.4): the bf16 planes J and dU, and the bf16 copies of P_l and P_w, hold their
+// heads up to a multiple of 16, the extra ones zero, so that the mixings' products (whose k, and
+// for the mixings' gradients m or n, is a number of heads) read whole 16x16 blocks of them by
+// ldmatrix instead of pairs at 12 or 24 heads; the zeros stand where the products' pair loads put
+// zeros, so no number changes. Only where it costs no tile size and no block a multiprocessor
+// (th_fused.cpp's args).
 struct Widths {
   int in = 4, j = 4, u = 4;
   int threads = 0;  // on tensor cores, the threads per block (else 0): see sums_in_registers
+  bool pad = false;
 };
+// Heads as a padded plane or copy holds them: up to a multiple of 16 where `pad` (on the host for
+// the layout, on the device for the kernels).
+#if defined(__CUDACC__)  // nvcc
+__host__ __device__
+#elif defined(__CUDA__)  // clang's PTX check (common/cuda_compat.h)
+__attribute__((host)) __attribute__((device))
+#endif
+inline int padded_heads(int heads, bool pad) { return pad ? (heads + 15) / 16 * 16 : heads; }
 
 // Whether a kernel keeps its block's row sums [R, heads * dim] (the forward's O: h_v, d_v; the
 // backward's dQ: h_k, d_k) in the warps' registers (th_kernels.cuh) instead of shared memory: on
@@ -29,6 +44,9 @@ constexpr int kForwardOutputTiles = 12, kBackwardOutputTiles = 16;
 // th_kernels.cuh's launch bounds, which give the backward up to 255 registers a thread and the
 // forward 128, two blocks to a multiprocessor where shared memory allows).
 constexpr int kMaxThreads = 256;
+// The blocks a multiprocessor the kernels are compiled for at kMaxThreads (their launch bounds):
+// two forwards (128 registers a thread), one backward (up to 255).
+constexpr int kForwardBlocksPerSM = 2, kBackwardBlocksPerSM = 1;
 inline bool sums_in_registers(int threads, int R, int heads, int dim, bool backward) {
   if (threads < 32) return false;
   const int pairs = heads * ((R + 15) / 16) * (((dim + 7) / 8 + 1) / 2), warps = threads / 32;
@@ -93,16 +111,17 @@ inline Layout kernel_layout(const LayoutShape& x, const Widths& w, bool backward
   if (backward && !sums_in_registers(w.threads, x.R, x.h_k, x.d_k, true)) l.dq = take(4 * x.R * qd);
   if (backward) l.dout = take(x.R * vd * w.in);
   l.k = take(x.C * qd * w.in), l.v = take(x.C * vd * w.in);
-  l.j = take(x.h_k * rc * w.j);
+  const int64_t h_k16 = padded_heads(x.h_k, w.pad), h16 = padded_heads(x.h, w.pad), h_v16 = padded_heads(x.h_v, w.pad);
+  l.j = take((w.j == 2 ? h_k16 : x.h_k) * rc * w.j);
   if (backward) l.dj = take(x.h_k * rc * w.j);
   l.l = take(4 * x.h * rc);
   if (backward) l.dw = take(4 * x.h * rc);
   l.u = take(x.h_v * rc * w.u);
-  if (backward) l.du = take(x.h_v * rc * w.u);
+  if (backward) l.du = take((w.u == 2 ? h_v16 : x.h_v) * rc * w.u);
   else if (!sums_in_registers(w.threads, x.R, x.h_v, x.d_v, false)) l.o = take(4 * x.R * vd);
   l.m = take(4 * int64_t(x.h) * x.R), l.s = take(4 * int64_t(x.h) * x.R);
-  if (w.j == 2) l.pl = take(2 * int64_t(x.h_k) * x.h), l.plt = take(2 * int64_t(x.h_k) * x.h);
-  if (w.u == 2) l.pw = take(2 * int64_t(x.h) * x.h_v), l.pwt = take(2 * int64_t(x.h) * x.h_v);
+  if (w.j == 2) l.pl = take(2 * h_k16 * h16), l.plt = take(2 * h_k16 * h16);
+  if (w.u == 2) l.pw = take(2 * h16 * h_v16), l.pwt = take(2 * h16 * h_v16);
   return l;
 }
 

@@ -1,5 +1,6 @@
 #include "attention/cuda/th_fused.h"
 
+#include <algorithm>
 #include <atomic>
 #include <mutex>
 #include <type_traits>
@@ -35,7 +36,7 @@ void broadcast_strides(const Tensor& t4, const Dims& d, int64_t* out) {
   for (int i = 0; i < 4; ++i) out[i] = e.stride(i);
 }
 
-std::atomic<bool> g_tensor_cores{true};
+std::atomic<bool> g_tensor_cores{true}, g_padded_heads{true};
 std::mutex g_launch_mu;
 ThLaunch g_launch, g_last;  // set_th_launch's, and what the last launches used
 
@@ -43,9 +44,10 @@ ThLaunch launch_settings() {
   std::lock_guard<std::mutex> lock(g_launch_mu);
   return g_launch;
 }
-void record(bool backward, ThTiles tiles, int threads, cuda_th::KeySums key_sums) {
+void record(bool backward, ThTiles tiles, int threads, cuda_th::KeySums key_sums, bool padded) {
   std::lock_guard<std::mutex> lock(g_launch_mu);
   (backward ? g_last.backward : g_last.forward) = tiles;
+  (backward ? g_last.backward_padded : g_last.forward_padded) = padded;
   g_last.threads = threads;
   g_last.key_sums = key_sums;  // the backward's, as set when each kernel ran
 }
@@ -77,7 +79,7 @@ std::string tiles_unfit(const Dims& d, ThTiles t, const cuda_th::Widths& w, bool
 // forward's choice (tensor_cores_for), which its backward keeps.
 template <typename T>
 Args<T> args(const Dims& d, ThTiles tiles, const Tensor& P_l, const Tensor& P_w, const Tensor& bias4,
-             const Tensor& mask4, bool tensor_cores, int threads, bool backward) {
+             const Tensor& mask4, bool tensor_cores, int threads, bool backward, int64_t limit) {
   Args<T> a{};
   a.p_l = P_l.defined() ? P_l.data_ptr<float>() : nullptr;
   a.p_w = P_w.defined() ? P_w.data_ptr<float>() : nullptr;
@@ -88,6 +90,8 @@ Args<T> args(const Dims& d, ThTiles tiles, const Tensor& P_l, const Tensor& P_w,
   a.by_c = cuda_th::make_divider(tiles.C);
   a.tensor_cores = std::is_same_v<T, thx_bf16> && tensor_cores;
   a.widths = widths_for(sizeof(T) == 2, a.tensor_cores, P_l.defined(), P_w.defined(), threads);
+  a.widths.pad = g_padded_heads && fused_th_pad_heads({tiles.R, tiles.C, a.h_k, a.h, a.h_v, a.d_k, a.d_v}, a.widths,
+                                                       backward, limit);
   a.layout = layout(d, tiles, a.widths, backward);
   a.key_sums = cuda_th::KeySums::kVector;
   a.sums_in_registers = backward ? cuda_th::sums_in_registers(a.widths.threads, tiles.R, a.h_k, a.d_k, true)
@@ -151,15 +155,18 @@ struct FusedThFn : torch::autograd::Function<FusedThFn> {
     Tensor O = torch::empty({d.b, d.n, d.h_v, d.d_v}, p.V.options());
     Tensor lse = torch::empty({d.b, d.h, d.n}, p.Q.options().dtype(torch::kFloat32));
     const unsigned gx = unsigned((d.n + p.tiles.R - 1) / p.tiles.R), gy = unsigned(d.b);
+    bool padded = false;
     auto run = [&](auto tag, auto fn) {
       using T = decltype(tag);
-      Args<T> a = args<T>(d, p.tiles, p.P_l, p.P_w, p.bias4, p.mask4, tensor_cores, threads, false);
+      Args<T> a =
+          args<T>(d, p.tiles, p.P_l, p.P_w, p.bias4, p.mask4, tensor_cores, threads, false, l.shared_limit_bytes);
+      padded = a.widths.pad;
       a.q = ptr<T>(p.Q), a.k = ptr<T>(p.K), a.v = ptr<T>(p.V), a.o = ptr<T>(O), a.lse = lse.data_ptr<float>();
       fn(a, gx, gy, threads, a.layout.bytes);
     };
     if (Q.scalar_type() == torch::kBFloat16) run(thx_bf16{}, l.forward_bf16);
     else run(float{}, l.forward_f32);
-    record(false, p.tiles, threads, launch_settings().key_sums);
+    record(false, p.tiles, threads, launch_settings().key_sums, padded);
     ctx->save_for_backward({Q, K, V, P_l_in, P_w_in, bias_in, mask_in, lse});
     ctx->saved_data["launcher"] = launcher;
     ctx->saved_data["tensor_cores"] = tensor_cores;  // the backward rounds as the forward did
@@ -188,9 +195,12 @@ struct FusedThFn : torch::autograd::Function<FusedThFn> {
     Tensor dP_l = p.P_l.defined() ? torch::zeros({blocks, d.h_k, d.h}, wide) : Tensor();
     Tensor dP_w = p.P_w.defined() ? torch::zeros({blocks, d.h, d.h_v}, wide) : Tensor();
     Tensor dbias4 = p.bias4.defined() ? torch::zeros(p.bias4.sizes(), wide) : Tensor();
+    bool padded = false;
     auto run = [&](auto tag, auto fn) {
       using T = decltype(tag);
-      Args<T> a = args<T>(d, p.tiles, p.P_l, p.P_w, p.bias4, p.mask4, tensor_cores, threads, true);
+      Args<T> a =
+          args<T>(d, p.tiles, p.P_l, p.P_w, p.bias4, p.mask4, tensor_cores, threads, true, l.shared_limit_bytes);
+      padded = a.widths.pad;
       a.q = ptr<T>(p.Q), a.k = ptr<T>(p.K), a.v = ptr<T>(p.V), a.lse = s[7].data_ptr<float>();
       a.grad_o = ptr<T>(dO), a.grad_q = ptr<T>(dQ), a.grad_k = dK.data_ptr<float>(), a.grad_v = dV.data_ptr<float>();
       if (dbias4.defined()) a.grad_bias = dbias4.data_ptr<float>(), broadcast_strides(dbias4, d, a.grad_bias_stride);
@@ -201,7 +211,7 @@ struct FusedThFn : torch::autograd::Function<FusedThFn> {
     };
     if (p.Q.scalar_type() == torch::kBFloat16) run(thx_bf16{}, l.backward_bf16);
     else run(float{}, l.backward_f32);
-    record(true, p.tiles, threads, key_sums);
+    record(true, p.tiles, threads, key_sums, padded);
     auto back = [](const Tensor& g, const Tensor& like) { return g.defined() ? g.to(like.scalar_type()) : Tensor(); };
     return {dQ,
             dK.to(p.K.scalar_type()),
@@ -272,6 +282,18 @@ Tensor fused_th_attention_core(const Tensor& Q, const Tensor& K, const Tensor& V
 }
 
 void set_th_tensor_cores(bool enabled) { g_tensor_cores = enabled; }
+void set_th_padded_heads(bool enabled) { g_padded_heads = enabled; }
+
+bool fused_th_pad_heads(const cuda_th::LayoutShape& x, cuda_th::Widths w, bool backward, int64_t limit) {
+  if ((w.j != 2 && w.u != 2) || (x.h_k % 16 == 0 && x.h % 16 == 0 && x.h_v % 16 == 0)) return false;
+  w.pad = false;
+  const int64_t plain = cuda_th::kernel_layout(x, w, backward).bytes;
+  w.pad = true;
+  const int64_t padded = cuda_th::kernel_layout(x, w, backward).bytes;
+  const int64_t most = backward ? cuda_th::kBackwardBlocksPerSM : cuda_th::kForwardBlocksPerSM;
+  auto blocks = [&](int64_t bytes) { return std::min(most, (limit + 1024) / (bytes + 1024)); };
+  return padded <= limit && blocks(padded) == blocks(plain);
+}
 
 void set_th_launch(const ThLaunch& launch) {
   TORCH_CHECK(launch.threads >= 0 && launch.threads <= cuda_th::kMaxThreads, "set_th_launch: threads ", launch.threads);

@@ -40,6 +40,16 @@ torch::Tensor fused_th_attention_core(const torch::Tensor& Q, const torch::Tenso
 // bf16 problems' products on tensor cores where the launcher has them (version 2, default true),
 // or as fp32 FMAs, as fp32 problems always run (version 1; false: benchmarks compare the two).
 void set_th_tensor_cores(bool enabled);
+// The bf16 planes' heads padded to a multiple of 16 where that costs nothing (cuda_th::Widths::pad,
+// version 2.4; default true), or not: the same numbers either way, for tests and measurements.
+void set_th_padded_heads(bool enabled);
+// Whether the kernel (backward or forward) with tiles and heads `x` and widths `w` pads its heads
+// where set_th_padded_heads allows: where some plane is bf16 (w.j or w.u 2), some heads are not a
+// multiple of 16, and padding costs nothing: the padded tiles fit `limit` (the bytes of shared
+// memory a block may have) and as many blocks a multiprocessor as the unpadded ones, up to the
+// kernel's launch bounds (th_args.h: two forwards, one backward), counting the limit plus the 1 KB
+// each block reserves (as on sm_90) for a multiprocessor. Tiles are chosen unpadded (fused_th_tiles).
+bool fused_th_pad_heads(const cuda_th::LayoutShape& x, cuda_th::Widths w, bool backward, int64_t limit);
 
 // How the kernels are launched, for tuning them on a GPU (`thx bench attention --th-tiles,
 // --th-threads, --th-atomics`): each kernel's tiles ({0, 0}: fused_th_tiles's choice), the
@@ -50,6 +60,7 @@ struct ThLaunch {
   ThTiles forward, backward;
   int threads = 0;
   cuda_th::KeySums key_sums = cuda_th::KeySums::kVector;  // the backward's dK, dV, dbias sums
+  bool forward_padded = false, backward_padded = false;  // reported only: heads padded (set_th_padded_heads)
 };
 void set_th_launch(const ThLaunch& launch);
 // What the last forward and backward launches used (tiles, threads, the backward's atomics), for reports.

@@ -66,15 +66,18 @@ THX_DEVICE Plane f32(float* p) { return {p, false}; }
 // copies in shared memory (load_mixings), one for each direction so that the input heads are
 // contiguous and pairs of them one aligned word: the products round P to bf16 as they read it,
 // so the copies change no number, and they replace fp32 loads from global memory and their
-// conversions. Otherwise P in fp32 from global memory. Made anew at each use from the
-// arguments, so that it holds no register across the kernel (the bf16 backward has none to spare).
+// conversions; their heads are padded with zeros to a multiple of 16 where Widths::pad says.
+// Otherwise P in fp32 from global memory. Made anew at each use from the arguments, so that it
+// holds no register across the kernel (the bf16 backward has none to spare).
 template <bool TC, typename T>
 THX_DEVICE Operand mixing(const Args<T>& a, bool left, bool transpose) {
   const int rows = left ? a.h_k : a.h, cols = left ? a.h : a.h_v;  // P [rows, cols]
   if constexpr (TC && sizeof(T) == 2) {
-    THX_SHARED(shared);  // [cols, rows] forward (P^T), [rows, cols] backward (P)
+    THX_SHARED(shared);  // [cols, rows] forward (P^T), [rows, cols] backward (P), heads padded
     const int64_t at = left ? (transpose ? a.layout.pl : a.layout.plt) : (transpose ? a.layout.pw : a.layout.pwt);
-    return {reinterpret_cast<const thx_bf16*>(shared + at), 0, transpose ? cols : rows, 1};
+    const bool pad = a.widths.pad;
+    return Operand{reinterpret_cast<const thx_bf16*>(shared + at), 0, padded_heads(transpose ? cols : rows, pad), 1}
+        .padded(pad, pad);
   }
   const float* P = left ? a.p_l : a.p_w;
   return transpose ? Operand{P, 0, cols, 1} : Operand{P, 0, 1, cols};
@@ -91,14 +94,26 @@ THX_DEVICE void load_mixings(const Args<T>& a) {
       const float* P = left ? a.p_l : a.p_w;
       if (!P) continue;
       const int rows = left ? a.h_k : a.h, cols = left ? a.h : a.h_v;
+      const int rows16 = padded_heads(rows, a.widths.pad), cols16 = padded_heads(cols, a.widths.pad);
       thx_bf16* S = at_offset<thx_bf16>(shared, left ? a.layout.pl : a.layout.pw);
       thx_bf16* St = at_offset<thx_bf16>(shared, left ? a.layout.plt : a.layout.pwt);
-      for (int x = threadIdx.x; x < rows * cols; x += blockDim.x) {
-        const thx_bf16 v = thx_from_float<thx_bf16>(P[x]);
-        S[x] = v, St[x % cols * rows + x / cols] = v;
+      for (int x = threadIdx.x; x < rows16 * cols16; x += blockDim.x) {
+        const int r = x / cols16, c = x - r * cols16;
+        const thx_bf16 v = thx_from_float<thx_bf16>(r < rows && c < cols ? P[r * cols + c] : 0.f);
+        S[x] = v, St[c * rows16 + r] = v;
       }
     }
   }
+}
+
+// The extra heads of a bf16 plane padded to a multiple of 16 (Widths::pad: J, and the backward's
+// dU): zeros, made at a kernel's start, which no product writes over (they write the real heads
+// only). No barrier, as load_mixings.
+THX_DEVICE void zero_padding(const Plane& P, int heads, bool pad, int rc) {
+  if (!pad || !P.bf16) return;
+  thx_bf16* p = static_cast<thx_bf16*>(P.p);
+  for (int x = heads * rc + int(threadIdx.x); x < padded_heads(heads, true) * rc; x += int(blockDim.x))
+    p[x] = thx_from_float<thx_bf16>(0.f);
 }
 
 // The tile's logits: Js [h_k,R,C] = Q·K per head, Ls [h,R,C] = P_l-mixed Js + bias, -inf where
@@ -137,7 +152,8 @@ THX_DEVICE void tile_logits(const Args<T>& a, const T* Qs, const T* Ks, const Pl
     }
   };
   if (a.p_l) {  // L (s, y) = sum_k P_l[k, s] J[k, y]
-    block_gemm(TC, 1, mixing<TC>(a, true, false), Js.operand(0, rc, 1), a.h, rc, a.h_k,
+    block_gemm(TC, 1, mixing<TC>(a, true, false), Js.operand(0, rc, 1).padded(a.widths.pad && Js.bf16, false), a.h, rc,
+               a.h_k,
                [&](int, int s, int y, float v) { store(s * rc + y, logit(s, y, v)); });
   } else {
     for (int x = threadIdx.x; x < a.h * rc; x += blockDim.x) store(x, logit(x / rc, x % rc, Js.get(x)));
@@ -161,18 +177,23 @@ THX_DEVICE void tile_weights(const Args<T>& a, float* Ls, const float* lse_s, th
   }
 }
 
-// Out [g2,R,C] = sum_g P(t, g) In[g,R,C] for t < g2: a mixing across heads, P as mixing() gives it.
-THX_DEVICE void mix(bool tc, const Operand& p, const Plane& In, const Plane& Out, int g, int g2, int rc) {
-  block_gemm(tc, 1, p, In.operand(0, rc, 1), g2, rc, g, [&](int, int t, int y, float v) { Out.set(t * rc + y, v); });
+// Out [g2,R,C] = sum_g P(t, g) In[g,R,C] for t < g2: a mixing across heads, P as mixing() gives it;
+// In_padded: In's heads are padded with zeros to a multiple of 16 (Widths::pad; so is W where the
+// forward writes it into J's padded plane and fills its heads, h = h_k).
+THX_DEVICE void mix(bool tc, const Operand& p, const Plane& In, const Plane& Out, int g, int g2, int rc,
+                    bool in_padded = false) {
+  block_gemm(tc, 1, p, In.operand(0, rc, 1).padded(in_padded, false), g2, rc, g,
+             [&](int, int t, int y, float v) { Out.set(t * rc + y, v); });
 }
 
 // A mixing's gradient, this block's share: P[g,g2] += sum over the tile of A[g] B[g2], over A
 // [g,R,C] and B [g2,R,C]. At 12 heads such a product is two tiles, each a warp's 16 k-steps
 // over the tile's positions: `first_warp` sends dP_l's to other warps than dP_w's, which run
 // just before it with no barrier between (in version 2.3 both fell to warps 0 and 1).
+// a_padded, b_padded: A's or B's heads are padded with zeros to a multiple of 16 (Widths::pad).
 THX_DEVICE void projection_grad(bool tc, const Plane& A, const Plane& B, float* P, int g, int g2, int rc,
-                                int first_warp = 0) {
-  block_gemm(tc, 1, A.operand(0, rc, 1), B.operand(0, 1, rc), g, g2, rc,
+                                int first_warp = 0, bool a_padded = false, bool b_padded = false) {
+  block_gemm(tc, 1, A.operand(0, rc, 1).padded(false, a_padded), B.operand(0, 1, rc).padded(false, b_padded), g, g2, rc,
              [&](int, int x, int y, float v) { P[x * g2 + y] += v; }, first_warp);
 }
 
@@ -216,7 +237,7 @@ THX_DEVICE void bias_grad(const Args<T>& a, const float* dL, int i0, int j0) {
 // Compiled for two blocks to a multiprocessor (128 registers a thread at 256 threads): where its
 // shared memory allows (12 heads at d_model 768, bf16 on tensor cores), two run side by side.
 template <typename T, bool TC = false>
-__global__ void THX_LAUNCH_BOUNDS(kMaxThreads, 2) forward_kernel(Args<T> a) {
+__global__ void THX_LAUNCH_BOUNDS(kMaxThreads, kForwardBlocksPerSM) forward_kernel(Args<T> a) {
   THX_SHARED(shared_bytes);
   const int R = a.R, C = a.C, qd = a.h_k * a.d_k, vd = a.h_v * a.d_v, rc = R * C;
   const int i0 = blockIdx.x * R;
@@ -237,6 +258,7 @@ __global__ void THX_LAUNCH_BOUNDS(kMaxThreads, 2) forward_kernel(Args<T> a) {
   float* Ss = at_offset<float>(shared_bytes, at.s);  // [h,R]: the running sum
   load_rows(a.q, Qs, b * a.n + i0, a.n - i0, R, qd);
   load_mixings<TC>(a);
+  zero_padding(Js, a.h_k, a.widths.pad, rc);
   for (int x = threadIdx.x; x < a.h * R; x += blockDim.x) Ms[x] = -thx_inf(), Ss[x] = 0.f;
   if (!in_registers)
     for (int x = threadIdx.x; x < R * vd; x += blockDim.x) Os[x] = 0.f;
@@ -274,7 +296,7 @@ __global__ void THX_LAUNCH_BOUNDS(kMaxThreads, 2) forward_kernel(Args<T> a) {
     __syncthreads();
     Plane U = w16 ? Js : f32(Ls);
     if (a.p_w) {
-      mix(TC, mixing<TC>(a, false, false), U, Us, a.h, a.h_v, rc);
+      mix(TC, mixing<TC>(a, false, false), U, Us, a.h, a.h_v, rc, w16 && a.widths.pad && a.h == a.h_k);
       __syncthreads();
       U = Us;
     }
@@ -347,7 +369,8 @@ THX_DEVICE float* tile_weights_and_grads(const Args<T>& a, const BackwardTiles<T
   __syncthreads();
   if (!a.p_w) return dW;
   // dW[s] = sum_t P_w[s,t] dU[t]
-  block_gemm(TC, 1, mixing<TC>(a, false, true), t.dUs.operand(0, rc, 1), a.h, rc, a.h_v,
+  block_gemm(TC, 1, mixing<TC>(a, false, true), t.dUs.operand(0, rc, 1).padded(a.widths.pad && t.dUs.bf16, false),
+             a.h, rc, a.h_v,
              [&](int, int s, int y, float v) { grad(dW, s * rc + y, v); });
   mix(TC, mixing<TC>(a, false, false), f32(t.Ls), t.Us, a.h, a.h_v, rc);  // U[t] = sum_s P_w[s,t] W[s]
   __syncthreads();
@@ -364,13 +387,15 @@ THX_DEVICE void tile_gradients(const Args<T>& a, BackwardTiles<T>& t, int i0, in
   const bool vector = a.key_sums == KeySums::kVector;
   float* dV = a.grad_v + (b * a.m + j0) * vd;
   key_grad(TC, U, t.dOs, dV, R, C, a.h_v, a.d_v, a.m - j0, vector);
-  if (a.p_w) projection_grad(TC, f32(t.Ls), t.dUs, t.dPw, a.h, a.h_v, rc);  // dP_w[s,t] += sum W[s] dU[t]
+  if (a.p_w)  // dP_w[s,t] += sum W[s] dU[t]
+    projection_grad(TC, f32(t.Ls), t.dUs, t.dPw, a.h, a.h_v, rc, 0, false, a.widths.pad && t.dUs.bf16);
   // (Version 2.3 made dL here in a loop of its own, then a barrier: nothing above writes what follows reads.)
   if (a.grad_bias) bias_grad(a, dL, i0, j0);
   Plane dJ = f32(dL);
   if (a.p_l) {
     const int after_dPw = a.p_w ? TileGrid(1, a.h, a.h_v).turns(blockDim.x / 32) : 0;  // the warps dP_w took
-    projection_grad(TC, t.Js, dJ, t.dPl, a.h_k, a.h, rc, after_dPw);  // dP_l[k,s] += sum J[k] dL[s]
+    // dP_l[k,s] += sum J[k] dL[s]
+    projection_grad(TC, t.Js, dJ, t.dPl, a.h_k, a.h, rc, after_dPw, a.widths.pad && t.Js.bf16);
     mix(TC, mixing<TC>(a, true, true), dJ, t.dJs, a.h, a.h_k, rc);  // dJ[k] = sum_s P_l[k,s] dL[s]
     dJ = t.dJs;
   }
@@ -389,7 +414,7 @@ THX_DEVICE void tile_gradients(const Args<T>& a, BackwardTiles<T>& t, int i0, in
 // Compiled for one block to a multiprocessor, as its shared memory leaves it at every T5 width:
 // up to 255 registers a thread (the bf16 one on tensor cores takes about 150).
 template <typename T, bool TC = false>
-__global__ void THX_LAUNCH_BOUNDS(kMaxThreads, 1) backward_kernel(Args<T> a) {
+__global__ void THX_LAUNCH_BOUNDS(kMaxThreads, kBackwardBlocksPerSM) backward_kernel(Args<T> a) {
   THX_SHARED(shared_bytes);
   BackwardTiles<T> t = backward_tiles(a, shared_bytes);
   const bool in_registers = TC && a.sums_in_registers;
@@ -399,6 +424,8 @@ __global__ void THX_LAUNCH_BOUNDS(kMaxThreads, 1) backward_kernel(Args<T> a) {
   load_rows(a.q, t.Qs, b * a.n + i0, a.n - i0, R, qd);
   load_rows(a.grad_o, t.dOs, b * a.n + i0, a.n - i0, R, vd);
   load_mixings<TC>(a);
+  zero_padding(t.Js, a.h_k, a.widths.pad, R * a.C);
+  zero_padding(t.dUs, a.h_v, a.widths.pad, R * a.C);
   if (!in_registers)
     for (int x = threadIdx.x; x < R * qd; x += blockDim.x) t.dQs[x] = 0.f;
   for (int x = threadIdx.x; x < a.h * R; x += blockDim.x) {
