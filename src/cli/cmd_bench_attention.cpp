@@ -44,6 +44,7 @@ struct BenchAttentionCommand : Command {
   std::string th_tiles, th_atomics = "vector";
   int th_threads = 0;
   std::vector<std::pair<CLI::Option*, const char*>> fused_only;  // the fused kernels' own options
+  std::vector<std::pair<CLI::Option*, const char*>> gpu_only;    // those and the other paths'
 
   explicit BenchAttentionCommand(CLI::App& parent) {
     app = parent.add_subcommand(
@@ -88,6 +89,8 @@ struct BenchAttentionCommand : Command {
                                 ->excludes(batched)->excludes(tiled);
     fused_only = {{fma, "--fma"},           {tiles, "--th-tiles"},         {threads, "--th-threads"},
                   {atomics, "--th-atomics"}, {unpadded, "--th-unpadded"}};
+    gpu_only = fused_only;
+    gpu_only.insert(gpu_only.end(), {{batched, "--batched"}, {tiled, "--tiled"}});
   }
 
   // The fused kernels' own options choose them. A `thx --th-path` the user named is the choice
@@ -117,6 +120,11 @@ struct BenchAttentionCommand : Command {
     opt.th_launch.threads = th_threads;
     opt.th_launch.key_sums = parse_th_atomics(th_atomics);
     opt.device = resolve_device(device_request(), "--device");
+    // On the CPU talking-heads runs on thx's CPU cores: a GPU path's option would change nothing.
+    for (const auto& [option, name] : gpu_only)
+      if (!opt.device.is_cuda() && option->count() > 0)
+        throw InputError(fmt::format("{} chooses or tunes a GPU path of talking-heads; on the CPU it runs on thx's "
+                                     "CPU cores (thx --device cuda)", name));
     bench_attention(opt);
     return 0;
   }
