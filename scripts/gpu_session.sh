@@ -46,7 +46,7 @@ prepare() {
   local docs
   docs=$(ls -d /usr/share/doc/linux-doc-*/html/_sources | head -n 1)
   local THX=${THX:-build/thx}
-  rm -rf "$CARRY/prepared"
+  rm -rf "$CARRY/prepared" "$CARRY/spm.model" "$CARRY/spm.vocab"  # (made anew: a second prepare is the first)
   "$THX" spm-train --input "$docs/admin-guide" --input "$docs/networking" --format text_files --pieces 8000 \
     --out "$CARRY/spm"
   "$THX" prepare --input "$docs/admin-guide" --input "$docs/networking" --format text_files \
