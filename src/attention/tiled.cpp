@@ -42,10 +42,14 @@ struct Problem {
     if (mask.defined()) L.masked_fill_(rows(mask, i0, ni).logical_not(), -std::numeric_limits<double>::infinity());
     return L;
   }
-  // exp(L - lse) in place; a row with every key masked (lse -inf) gets 0.
-  static Tensor weights(Tensor L, const Tensor& lse) {
-    const Tensor safe = torch::where(torch::isinf(lse), torch::zeros_like(lse), lse);
-    return L.sub_(safe.unsqueeze(-1)).exp_();
+  // The weights W = softmax(L) of rows [i0, i0+ni) over the keys, by ATen's softmax, one kernel
+  // (logsumexp, then exp(L - LSE) in place, made about ten passes over [b,h,I,m]); the backward
+  // recomputes them the same way, so nothing is kept. A row with every key masked gets 0 (softmax:
+  // NaN).
+  Tensor weights(const Tensor& L, int64_t i0, int64_t ni) const {
+    Tensor W = at::_softmax(L, -1, false);
+    if (mask.defined()) W.masked_fill_(rows(mask, i0, ni).any(-1, true).logical_not(), 0.);
+    return W;
   }
 };
 
@@ -72,32 +76,27 @@ struct TiledFn : torch::autograd::Function<TiledFn> {
                         const Tensor& P_w_in, const Tensor& bias_in, const Tensor& mask_in, int64_t block_rows) {
     const Tensor P_l = present(P_l_in), P_w = present(P_w_in), bias = present(bias_in), mask = present(mask_in);
     const Problem p = problem(Q, K, V, P_l, P_w, bias, mask, block_rows);
-    const int64_t b = Q.size(0), n = Q.size(1), h = P_l.defined() ? P_l.size(1) : Q.size(2);
+    const int64_t b = Q.size(0), n = Q.size(1);
     Tensor O = torch::empty({b, V.size(2), n, V.size(3)}, V.options());  // [b,h_v,n,d_v]
-    Tensor lse = torch::empty({b, h, n}, Q.options().dtype(p.Qh.scalar_type() == torch::kFloat64
-                                                               ? torch::kFloat64 : torch::kFloat32));
     for (int64_t i0 = 0; i0 < n; i0 += p.block) {
       const int64_t ni = std::min(p.block, n - i0);
-      Tensor L = p.logits(i0, ni, nullptr);
-      const Tensor l = torch::logsumexp(L, -1);  // [b,h,I]
-      lse.narrow(2, i0, ni).copy_(l);
-      const Tensor W = Problem::weights(L, l);
+      const Tensor W = p.weights(p.logits(i0, ni, nullptr), i0, ni);  // [b,h,I,m]
       const Tensor U = P_w.defined() ? mix_heads(W, P_w) : W;
       O.narrow(2, i0, ni).copy_(torch::matmul(U.to(V.scalar_type()), p.Vh));
     }
-    ctx->save_for_backward({Q, K, V, P_l_in, P_w_in, bias_in, mask_in, lse});
+    ctx->save_for_backward({Q, K, V, P_l_in, P_w_in, bias_in, mask_in});
     ctx->saved_data["block"] = p.block;
     return O.transpose(1, 2);  // [b,n,h_v,d_v]
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const auto s = ctx->get_saved_variables();
-    const Tensor &Q = s[0], &K = s[1], &V = s[2], &lse = s[7];
+    const Tensor &Q = s[0], &K = s[1], &V = s[2];
     const Tensor P_l = present(s[3]), P_w = present(s[4]), bias = present(s[5]), mask = present(s[6]);
     const Problem p = problem(Q, K, V, P_l, P_w, bias, mask, ctx->saved_data["block"].toInt());
     const Tensor dOh = grads[0].transpose(1, 2).contiguous();  // [b,h_v,n,d_v]
     const int64_t n = Q.size(1);
-    const auto wide = lse.options();
+    const auto wide = Q.options().dtype(p.Qh.scalar_type() == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32);
     Tensor dQh = torch::empty_like(p.Qh, at::MemoryFormat::Contiguous);
     Tensor dKh = torch::zeros(p.Kh.sizes(), wide), dVh = torch::zeros(p.Vh.sizes(), wide);
     Tensor dP_l = P_l.defined() ? torch::zeros_like(p.P_l) : Tensor(), dP_w = P_w.defined() ? torch::zeros_like(p.P_w) : Tensor();
@@ -105,7 +104,7 @@ struct TiledFn : torch::autograd::Function<TiledFn> {
     for (int64_t i0 = 0; i0 < n; i0 += p.block) {
       const int64_t ni = std::min(p.block, n - i0);
       Tensor J;
-      const Tensor W = Problem::weights(p.logits(i0, ni, &J), lse.narrow(2, i0, ni));  // [b,h,I,m]
+      const Tensor W = p.weights(p.logits(i0, ni, &J), i0, ni);  // [b,h,I,m]
       const Tensor U = P_w.defined() ? mix_heads(W, P_w) : W;                                 // [b,h_v,I,m]
       const Tensor dOi = dOh.narrow(2, i0, ni);
       dVh.add_(torch::matmul(U.to(V.scalar_type()).transpose(2, 3), dOi));

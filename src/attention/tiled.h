@@ -1,8 +1,9 @@
 // tiled.h: the talking-heads family's attention core off the CPU until a fused kernel exists:
 // the algorithm of reference/blocked_talking_heads.h (docs/fused_talking_heads.md) in ATen,
 // over blocks of query rows with every key at once, so each block's softmax is whole and needs
-// no online rescaling. Forward keeps only LSE [b,h,n] for backward, which recomputes each
-// block's logits and weights; nothing of size [b,h,n,m] outlives one block. The batched ATen
+// no online rescaling. Forward keeps nothing for backward but its inputs: backward recomputes
+// each block's logits and weights (ATen's softmax, one kernel); nothing of size [b,h,n,m]
+// outlives one block. The batched ATen
 // composition (attention_core_reference) keeps fp32 J and W of every layer for backward: on an
 // H100 a bf16 T5-base step at 48 heads did not fit 80 GB at batch 32.
 //

@@ -183,6 +183,22 @@ TEST(TiledTalkingHeads, Float64EqualsThePapersCoreForEveryVariantMaskAndBlocking
   }
 }
 
+// The tiled path's weights come from ATen's softmax, which gives NaN for a row with no key: it
+// must give O = 0 there and no gradient through it, as the blocked algorithm does (without its
+// zeroing of such rows this fails: every output and gradient is NaN).
+TEST(TiledTalkingHeads, ARowWithEveryKeyMaskedIsZeroNotNaN) {
+  torch::manual_seed(11);
+  Inputs in = inputs(cases().front(), Extra::padding, torch::kFloat64);
+  in.mask = in.mask.clone();
+  in.mask[0].fill_(false);  // example 0 sees no key at all
+  const Reference got = tiled(in, 3), r = reference(in);
+  EXPECT_TRUE(torch::all(got.O[0] == 0).item<bool>());
+  EXPECT_TRUE(torch::all(got.dQ[0] == 0).item<bool>());
+  for (const Tensor& t : {got.dQ, got.dK, got.dV, got.dP_l, got.dP_w})
+    EXPECT_TRUE(torch::all(torch::isfinite(t)).item<bool>());
+  EXPECT_TRUE(close(got.O[1], r.O[1], 1e-12, 1e-10));  // example 1 is untouched
+}
+
 // In bf16 (Q, K, V, dO bf16; P_l, P_w and the bias fp32), against the batched composition a GPU
 // ran before (attention_core_reference: the same products in bf16, the rest in fp32). They
 // differ in the order of fp32 sums, which can move a product's bf16 rounding by one unit
