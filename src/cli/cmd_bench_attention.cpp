@@ -120,17 +120,20 @@ struct BenchAttentionCommand : Command {
     opt.th_launch.threads = th_threads;
     opt.th_launch.key_sums = parse_th_atomics(th_atomics);
     opt.device = resolve_device(device_request(), "--device");
-    // On the CPU talking-heads runs on thx's CPU cores: a GPU path's option would change nothing.
     for (const auto& [option, name] : gpu_only)
-      if (!opt.device.is_cuda() && option->count() > 0)
-        throw InputError(fmt::format("{} chooses or tunes a GPU path of talking-heads; on the CPU it runs on thx's "
-                                     "CPU cores (thx --device cuda)", name));
+      if (option->count() > 0) refuse_gpu_only_option(name, opt.device.is_cuda());
     bench_attention(opt);
     return 0;
   }
 };
 
 }  // namespace
+
+void refuse_gpu_only_option(const std::string& name, bool on_gpu) {
+  if (!on_gpu)
+    throw InputError(fmt::format("{} chooses or tunes a GPU path of talking-heads; on the CPU it runs on thx's CPU "
+                                 "cores (thx --device cuda)", name));
+}
 
 std::unique_ptr<Command> make_bench_attention_command(CLI::App& bench) {
   return std::make_unique<BenchAttentionCommand>(bench);

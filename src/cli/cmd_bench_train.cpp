@@ -62,6 +62,7 @@ struct BenchTrainCommand : Command {
     topt.config = load_model_config(tree);
     if (config.dump) return dump_config(topt.config.yaml);
     topt.device = resolve_device(device_request(), "--device");
+    if (topt.tiled) refuse_gpu_only_option("--tiled", topt.device.is_cuda());
     bench_train(topt);
     return 0;
   }

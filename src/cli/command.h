@@ -51,4 +51,9 @@ struct ConfigOptions {
 // --dump-config: print the resolved YAML; the command's exit code (0).
 int dump_config(const std::string& yaml);
 
+// The bench commands' options that choose or tune a GPU path of talking-heads (--tiled,
+// --batched, --fma, --th-*): `name`, given, is refused in one line (InputError) where the device
+// is the CPU, which runs talking-heads on thx's CPU cores and would ignore it.
+void refuse_gpu_only_option(const std::string& name, bool on_gpu);
+
 }  // namespace thx

@@ -92,8 +92,9 @@ TEST(Cli, BadBenchFlagsExitTwo) {
                                                                           "--tiled", ""));
   EXPECT_TRUE(refused(run_thx("--th-path fused bench train --tiled"), "thx: error: --th-path fused excludes --tiled",
                       ""));
-  for (const char* own : {"--batched", "--tiled", "--fma", "--th-atomics in-order", "--th-unpadded"})  // on the CPU
-    EXPECT_TRUE(refused(run_thx(std::string("bench attention ") + own), "thx: error: --",
+  for (const char* own : {"attention --batched", "attention --tiled", "attention --fma",
+                          "attention --th-atomics in-order", "attention --th-unpadded", "train --tiled"})  // on the CPU
+    EXPECT_TRUE(refused(run_thx(std::string("bench ") + own), "thx: error: --",
                         "chooses or tunes a GPU path of talking-heads; on the CPU it runs on thx's CPU cores"))
         << own;
   for (const char* own : {"--batched", "--th-atomics in-order", "--th-unpadded"})  // past the path check: refused for the device
