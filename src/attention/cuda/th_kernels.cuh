@@ -116,6 +116,14 @@ THX_DEVICE void zero_padding(const Plane& P, int heads, bool pad, int rc) {
     p[x] = thx_from_float<thx_bf16>(0.f);
 }
 
+// The weight exp(l - LSE) of element x = (s R + r) C + c of a tile's [h,R,C] plane, its logit l,
+// LSE [h,R] (lse); 0 in a row with no key (LSE -inf). For tile_logits's kWeights and tile_weights.
+template <typename T>
+THX_DEVICE float weight(const Args<T>& a, const float* lse, int x, float l) {
+  const float m = lse[divide(a.by_c, x)];  // (s, r) = x / C
+  return m == -thx_inf() ? 0.f : thx_exp(l - m);
+}
+
 // The tile's logits: Js [h_k,R,C] = Q·K per head, Ls [h,R,C] = P_l-mixed Js + bias, -inf where
 // masked, past m or past n. Ks holds the tile's keys [C, h_k*d_k]. Or (kWeights, given `lse`
 // [h,R]) the weights instead, as each logit is made: W = exp(L - LSE) in Ls (tile_weights's
@@ -144,12 +152,8 @@ THX_DEVICE void tile_logits(const Args<T>& a, const T* Qs, const T* Ks, const Pl
     return l;
   };
   auto store = [&](int x, float l) {  // x = s * rc + y
-    if constexpr (Out == kLogits) {
-      Ls[x] = l;
-    } else {
-      const float m = lse[divide(a.by_c, x)];  // [h,R]: (s, r) = x / C
-      Ls[x] = m == -thx_inf() ? 0.f : thx_exp(l - m);
-    }
+    if constexpr (Out == kLogits) Ls[x] = l;
+    else Ls[x] = weight(a, lse, x, l);
   };
   if (a.p_l) {  // L (s, y) = sum_k P_l[k, s] J[k, y]
     block_gemm(TC, 1, mixing<TC>(a, true, false), Js.operand(0, rc, 1).padded(a.widths.pad && Js.bf16, false), a.h, rc,
@@ -170,8 +174,7 @@ template <typename T>
 THX_DEVICE void tile_weights(const Args<T>& a, float* Ls, const float* lse_s, thx_bf16* W16 = nullptr) {
   const int rc = a.R * a.C;
   for (int x = threadIdx.x; x < a.h * rc; x += blockDim.x) {
-    const float l = lse_s[divide(a.by_c, x)];  // [h,R]: (s, r) = x / C
-    const float w = l == -thx_inf() ? 0.f : thx_exp(Ls[x] - l);
+    const float w = weight(a, lse_s, x, Ls[x]);
     if (W16) W16[x] = thx_from_float<thx_bf16>(w);
     else Ls[x] = w;
   }
