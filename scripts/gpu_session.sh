@@ -11,12 +11,14 @@
 #                                    phase that still fits before the deadline (GPU_DEADLINE_S,
 #                                    default 560 s): the CUDA tests (each suite in its own process,
 #                                    so that a crash names its suite), compute-sanitizer on thx's
-#                                    kernels, the attention benchmark (talking-heads fused, tiled,
-#                                    batched), Nsight Compute on the fused kernels, the mini T5
-#                                    on the GPU (fp32, bf16) beside the CPU, the rest of the unit
-#                                    suite, the whole-step benchmark at base size in bf16 with the
-#                                    compiled PyTorch peer (and its talking-heads rows again on the
-#                                    fused kernels), and a crashed suite again under cuda-gdb. Three
+#                                    kernels, the attention benchmark (talking-heads tiled with
+#                                    thx's row kernels, tiled with ATen between the products, fused,
+#                                    batched), the whole-step benchmark at base size in bf16 with
+#                                    the compiled PyTorch peer (its talking-heads rows again with
+#                                    ATen between the products), Nsight Compute on the fused and the
+#                                    row kernels, the mini T5 on the GPU (fp32, bf16) beside the
+#                                    CPU, the rest of the unit suite, the talking-heads rows on the
+#                                    fused kernels, and a crashed suite again under cuda-gdb. Three
 #                                    phases run only when named: the real TensorBoard reading a
 #                                    run's tb/ and the kernel SDPA picks (sdpa_backend.py), which
 #                                    passed in the second session, and the fused kernels' launch
@@ -27,7 +29,7 @@
 # so the default whole-step rows are T5-base at h = 12 and 48 with the peer at h = 12 only
 # (GPU_BENCH_TRAIN_ARGS replaces them: "--base" alone is every row, about 6 minutes). A second
 # call on the same warm machine finds the build done:
-#   GPU_PHASES="build bench-train bench-train-fused" scripts/gpu_session.sh run
+#   GPU_PHASES="build mini-t5 ncu unit-suite bench-train-fused" scripts/gpu_session.sh run
 #
 # Every log, table and the summary go to $OUT (the device tool brings that folder back), at the
 # end as $OUT/summary.md (each phase, its exit code and seconds, or why it was skipped) and
@@ -64,7 +66,7 @@ run() {
   # later call on the same (warm) machine finds the build done and can run the rest
   # (GPU_PHASES="bench-train unit-suite", say).
   local deadline=$((SECONDS + ${GPU_DEADLINE_S:-560}))
-  local phases=${GPU_PHASES:-build cuda-tests sanitize bench-attention ncu mini-t5 unit-suite bench-train bench-train-fused cuda-debug}
+  local phases=${GPU_PHASES:-build cuda-tests sanitize bench-attention bench-train bench-train-aten mini-t5 ncu unit-suite bench-train-fused cuda-debug}
   printf '| phase | exit | seconds | last line of its log |\n|---|---:|---:|---|\n' > "$summary"
   {
     date -u; uname -a; head -3 /etc/os-release 2>/dev/null; nproc; free -g | head -2
@@ -113,7 +115,8 @@ run() {
     export THX_TEST_PYTHON=python3  # the machine's PyTorch, for the float64 references
     phase cuda-tests 150 bash -c '
       set -f; failed=0
-      for f in Cuda.* DevicePath.* OutOfMemory.* Device.* CrashReport.* Linking.* FusedThOnCuda.* *OnCuda*-FusedThOnCuda.*; do
+      for f in Cuda.* DevicePath.* OutOfMemory.* Device.* CrashReport.* Linking.* TiledRowKernelsOnCuda.* FusedThOnCuda.* \
+          *OnCuda*-FusedThOnCuda.*:TiledRowKernelsOnCuda.*; do
         echo "== $f"
         timeout 140 build-gpu/thx_tests --gtest_filter="$f" --gtest_brief=1 2>&1 | tail -40
         rc=${PIPESTATUS[0]}
@@ -123,14 +126,19 @@ run() {
       done
       exit $failed'
 
-    # The mini T5 trains talking-heads on the fused kernels, and bench-train-fused times them,
-    # where their tests passed on this GPU; where they failed (or crashed), the mini T5 takes the
-    # tiled path (the default) and bench-train-fused is left out, so that the session still
-    # measures the rest; the summary says so.
-    th_path=fused
+    # The default talking-heads path is tiled, with thx's row kernels between cuBLAS's products;
+    # where their tests failed (or crashed) on this GPU, the mini T5 and the whole-step rows take
+    # it with ATen between them instead (--th-path tiled-aten), so that the session still measures
+    # the rest. bench-train-fused times the fused kernels only where their tests passed. The
+    # summary says which.
+    th_path=tiled; fused_ok=1
+    if grep -qE "== TiledRowKernelsOnCuda[.][*]: exit [1-9]" "$OUT/cuda-tests.log" 2>/dev/null; then
+      th_path=tiled-aten
+      printf '| (row kernels failed) | - | - | mini-t5 and bench-train take --th-path tiled-aten |\n' >> "$summary"
+    fi
     if grep -qE "== FusedThOnCuda[.][*]: exit [1-9]" "$OUT/cuda-tests.log" 2>/dev/null; then
-      th_path=tiled
-      printf '| (fused kernels failed) | - | - | mini-t5 takes --th-path tiled; no bench-train-fused |\n' >> "$summary"
+      fused_ok=0
+      printf '| (fused kernels failed) | - | - | no bench-train-fused |\n' >> "$summary"
     fi
 
     # thx's own kernels under compute-sanitizer (memcheck: out-of-bounds and uninitialized
@@ -141,39 +149,56 @@ run() {
       for tool in memcheck racecheck; do
         echo "== $tool"
         timeout 50 "$cs" --tool $tool --error-exitcode 3 build-gpu/thx_tests \
-          --gtest_filter="FusedThOnCuda.EqualsThePapersCoreForEveryVariantMaskAndDtype:DevicePath.RmsNorm*" \
+          --gtest_filter="FusedThOnCuda.EqualsThePapersCoreForEveryVariantMaskAndDtype:TiledRowKernelsOnCuda.*:DevicePath.RmsNorm*" \
           --gtest_brief=1 2>&1 | tail -30
         rc=${PIPESTATUS[0]}; echo "== $tool: exit $rc"; [ "$rc" -ne 0 ] && failed=1
       done
       exit $failed'
-    # One layer in bf16 at h = 12, 24, 48 (issue 31's grid): talking-heads on thx's fused kernels
-    # (the default where built: bf16 products on tensor cores), on the tiled ATen path and on the
+    # One layer in bf16 at h = 12, 24, 48 (issue 31's grid): talking-heads on the tiled path with
+    # thx's row kernels (the default), with ATen between its products instead (tiled-aten, the
+    # default before them), on thx's fused kernels (bf16 products on tensor cores) and on the
     # batched composition (GPU_ATTENTION_PATHS adds fma: the fused kernels with version 1's FMAs,
-    # the slowest), at n = 512 and 2048 (batch 8); at n = 8192 (batch 1) the fused and tiled paths
-    # only, without the einsum reference (both would keep [b,h,n,m] tensors of 13 GB each at 48
-    # heads).
-    phase bench-attention 90 bash -c "
+    # the slowest), at n = 512 and 2048 (batch 8); at n = 8192 (batch 1) all but batched, without
+    # the einsum reference (both would keep [b,h,n,m] tensors of 13 GB each at 48 heads). A path
+    # that fails does not stop the others.
+    phase bench-attention 150 bash -c "
       bench() { $thx --device cuda bench attention --precision bf16 --heads 12,24,48 \"\$@\"; }
-      for path in ${GPU_ATTENTION_PATHS:-fused tiled batched}; do
+      failed=0
+      for path in ${GPU_ATTENTION_PATHS:-tiled tiled-aten fused batched}; do
         flag=\"--th-path \$path\"; [ \$path = fma ] && flag=\"--th-path fused --fma\"
-        for n in 512 2048; do bench --n \$n --batch 8 \$flag --out $OUT/attention-\$path-n\$n.md || exit 1; done
-        case \$path in fused|tiled) bench --n 8192 --batch 1 --no-reference \$flag --out $OUT/attention-\$path-n8192.md || exit 1 ;; esac
+        for n in 512 2048; do bench --n \$n --batch 8 \$flag --out $OUT/attention-\$path-n\$n.md || failed=1; done
+        case \$path in batched|fma) ;; *) bench --n 8192 --batch 1 --no-reference \$flag --out $OUT/attention-\$path-n8192.md || failed=1 ;; esac
       done
       # version 2.4's padded heads against none (the same numbers): fused at n = 2048
       case \" ${GPU_ATTENTION_PATHS:-fused} \" in *' fused '*)
-        bench --n 2048 --batch 8 --no-reference --th-path fused --th-unpadded --out $OUT/attention-fused-unpadded-n2048.md ;; esac"
+        bench --n 2048 --batch 8 --no-reference --th-path fused --th-unpadded --out $OUT/attention-fused-unpadded-n2048.md ;; esac
+      exit \$failed"
+    # T5-base in bf16 (the ratio issue 30 asks for), multi-head and talking-heads at h = 12 and
+    # 48 on the default path, the compiled peer beside
+    # h = 12 (each of its models compiles for a minute; GPU_BENCH_TRAIN_ARGS adds or replaces).
+    phase bench-train 200 env THX_PEER_PYTHON=python3 "$thx" --device cuda --th-path $th_path bench train \
+      --config configs/t5/mini.yaml \
+      --precision bf16 ${GPU_BENCH_TRAIN_ARGS:---base --base-only --base-heads 12,48 --peer-heads 12} \
+      --peer "$CARRY/peer_t5.py" --out "$OUT/train.md"
+    # The talking-heads rows with ATen between the tiled path's products (the default before the
+    # row kernels), for their ratio to the default on the same machine.
+    phase bench-train-aten 60 "$thx" --device cuda --th-path tiled-aten bench train \
+      --config configs/t5/mini.yaml --precision bf16 --base --base-only --base-heads 12,48 --out "$OUT/train-aten.md"
     # What bounds the fused kernels: Nsight Compute on one forward and one backward launch at
     # h = 12 and 48, n = 2048, batch 8 (speed of light, memory and compute workload, occupancy,
     # warp stalls, the instructions executed by kind, and the source lines behind them: nvcc
     # builds with -lineinfo). The third session found them instruction-bound, not atomics-bound.
-    phase ncu 90 bash -c "
+    # Then the same for the tiled path's row kernels (one forward and one backward launch).
+    phase ncu 130 bash -c "
       ncu=\$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+      sections='--section SpeedOfLight --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis
+        --section Occupancy --section WarpStateStats --section InstructionStats --section SourceCounters'
       for h in 12 48; do  # (one launch of each kernel per h: --launch-count counts across the process)
-        timeout 42 \$ncu --kernel-name regex:'forward_kernel|backward_kernel' --launch-count 2 \
-          --section SpeedOfLight --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis --section Occupancy \
-          --section WarpStateStats --section InstructionStats --section SourceCounters \
-          $thx --device cuda --th-path fused bench attention --precision bf16 --heads \$h --n 2048 --batch 8 --reps 1 \
-          --no-reference
+        for path in fused tiled; do
+          timeout 42 \$ncu --kernel-name regex:'^(rows_)?(forward|backward)_kernel' --launch-count 2 \$sections \
+            $thx --device cuda --th-path \$path bench attention --precision bf16 --heads \$h --n 2048 --batch 8 \
+            --reps 1 --no-reference
+        done
       done"
     # The fused kernels' launch, tuned: the same layer (bf16, n = 2048, batch 8, h = 12 and 48)
     # with its own choice, then each forced launch (thx bench attention --th-atomics, --th-tiles,
@@ -207,8 +232,7 @@ run() {
       done
       cd $OUT && tar czf mini-t5.tgz mini-*/metrics.jsonl mini-*/train.log && rm -rf mini-*/"
     # The rest of the unit suite on the CUDA build (issue 30 asks for all of it to pass there; in
-    # the third session 62 of its groups crashed in remove_all, since fixed): before the
-    # whole-step rows, which the second and third sessions measured.
+    # the third session 62 of its groups crashed in remove_all, since fixed).
     phase unit-suite 300 ctest --test-dir build-gpu -j 16 -L unit -E '^Cuda[.]' --output-on-failure
     phase tensorboard 40 bash -c "
       $thx --device cuda --log-level warn pretrain --config configs/t5/mini.yaml --set data.prepared=$prep \
@@ -217,14 +241,8 @@ run() {
     # Which kernel scaled_dot_product_attention picks for thx's multi-head call, and the
     # relative bias's gradient through it against float64.
     phase sdpa 20 python3 scripts/sdpa_backend.py
-    # T5-base in bf16, multi-head and talking-heads at h = 12 and 48, the compiled peer beside
-    # h = 12 (each of its models compiles for a minute; GPU_BENCH_TRAIN_ARGS adds or replaces).
-    phase bench-train 200 env THX_PEER_PYTHON=python3 "$thx" --device cuda bench train \
-      --config configs/t5/mini.yaml \
-      --precision bf16 ${GPU_BENCH_TRAIN_ARGS:---base --base-only --base-heads 12,48 --peer-heads 12} \
-      --peer "$CARRY/peer_t5.py" --out "$OUT/train.md"
     # The same rows on the fused kernels (where their tests passed), for their ratio to the default.
-    [ "$th_path" = fused ] && phase bench-train-fused 60 "$thx" --device cuda --th-path fused bench train \
+    [ "$fused_ok" = 1 ] && phase bench-train-fused 60 "$thx" --device cuda --th-path fused bench train \
       --config configs/t5/mini.yaml --precision bf16 --base --base-only --base-heads 12,48 --out "$OUT/train-fused.md"
     # A crashed CUDA test suite, again under cuda-gdb (the machine's only debugger): where it
     # stopped, and whether one OpenMP thread changes it.

@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "attention/cuda/th_fused.h"
+#include "attention/cuda/th_rows_args.h"
 #include "attention/attention.h"
 #include "attention/blas.h"
 #include "attention/kernels.h"
@@ -508,16 +509,23 @@ std::atomic<bool> g_sdpa{true}, g_tiled{true}, g_th_kernels{false};  // (th_path
 void set_sdpa_attention(bool enabled) { g_sdpa = enabled; }
 void set_tiled_attention(bool enabled) { g_tiled = enabled; }
 void set_th_kernels(bool enabled) { g_th_kernels = enabled; }
+std::atomic<bool> g_row_kernels{true};
+void set_tiled_row_kernels(bool enabled) { g_row_kernels = enabled; }
+std::string tiled_path_description() {
+  return !g_row_kernels || !cuda_th_rows_launcher() ? "the tiled path (cuBLAS products, ATen's composition between)"
+                                                    : "the tiled path (cuBLAS products, thx's row kernels between)";
+}
 
 namespace {
 std::string g_th_path = "tiled";  // set once, before any command runs
 bool g_th_path_chosen = false;
 }  // namespace
 void set_th_path(const std::string& path, bool chosen) {
-  TORCH_CHECK(path == "fused" || path == "tiled" || path == "batched", "set_th_path: ", path);
+  TORCH_CHECK(path == "fused" || tiled_path(path) || path == "batched", "set_th_path: ", path);
   g_th_path = path, g_th_path_chosen = chosen;
   set_tiled_attention(path != "batched");
   set_th_kernels(path == "fused");
+  set_tiled_row_kernels(path != "tiled-aten");
 }
 const std::string& th_path() { return g_th_path; }
 bool th_path_chosen() { return g_th_path_chosen; }
@@ -568,13 +576,14 @@ Tensor attention_core(const Tensor& Q, const Tensor& K, const Tensor& V, const T
   }
 #endif
   // The talking-heads family off the CPU: thx's fused CUDA kernels (cuda/th_fused.h) where built
-  // and the problem is one they take, else blocks of query rows in ATen (tiled.h); neither keeps
-  // anything of size [b,h,n,m].
+  // and the problem is one they take, else blocks of query rows (tiled.h: cuBLAS's products, thx's
+  // row kernels between them where built); neither keeps anything of size [b,h,n,m].
   if ((P_l.defined() || P_w.defined()) && !Q.device().is_cpu() && g_tiled) {
     const cuda_th::Launcher* kernels = Q.is_cuda() && g_th_kernels ? cuda_th_launcher() : nullptr;
     if (kernels && fused_th_unsupported(Q, K, V, P_l, P_w, bias, mask, *kernels).empty())
       return fused_th_attention_core(Q, K, V, P_l, P_w, bias, mask, *kernels);
-    return tiled_attention_core(Q, K, V, P_l, P_w, bias, mask);
+    return tiled_attention_core(Q, K, V, P_l, P_w, bias, mask, 0,
+                                Q.is_cuda() && g_row_kernels ? cuda_th_rows_launcher() : nullptr);
   }
   const int64_t h = P_l.defined() ? P_l.size(1) : Q.size(2);
   auto all = [&](torch::ScalarType t) { return is(Q, t) && is(K, t) && is(V, t); };

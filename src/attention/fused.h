@@ -67,10 +67,18 @@ void set_sdpa_attention(bool enabled);
 // attention_core_reference (false; benchmarks).
 void set_tiled_attention(bool enabled);
 // Within that: thx's fused CUDA kernels (attention/cuda/th_fused.h) where thx was built with them
-// and they take the problem (default true), or the tiled ATen path always (false; benchmarks).
+// and they take the problem (default true), or the tiled path always (false; benchmarks).
 void set_th_kernels(bool enabled);
-// What a user asked for (`thx --th-path`): "tiled" (the default), "fused" (thx's CUDA kernels
-// where built and the problem is theirs, else tiled) or "batched"; sets the two switches above.
+// On the tiled path: the work between its products by thx's row kernels (attention/cuda/
+// th_rows_args.h) where thx was built with them and they take the problem (default true), or by
+// ATen's composition (false: `thx --th-path tiled-aten`).
+void set_tiled_row_kernels(bool enabled);
+// The tiled path in a benchmark's words: its products, and what runs between them now.
+std::string tiled_path_description();
+// What a user asked for (`thx --th-path`): "tiled" (the default: thx's row kernels between
+// cuBLAS's products where built), "tiled-aten" (the same path with ATen's composition between
+// them: no thx kernel), "fused" (thx's fused CUDA kernels where built and the problem is theirs,
+// else tiled) or "batched"; sets the three switches above.
 // `chosen`: named by the user, not the default (a benchmark's own path flags may then not
 // contradict it). Tiled is the default because it measured faster than the fused kernels on an
 // H100 at 7 of 9 layer shapes (3-5x at n = 8192) and keeps no [b,h,n,m] tensor, unlike batched
@@ -78,5 +86,7 @@ void set_th_kernels(bool enabled);
 void set_th_path(const std::string& path, bool chosen = true);
 const std::string& th_path();
 bool th_path_chosen();
+// Whether `path` (a --th-path value) is one of the tiled path's two forms.
+inline bool tiled_path(const std::string& path) { return path == "tiled" || path == "tiled-aten"; }
 
 }  // namespace thx

@@ -1,7 +1,12 @@
 #include "attention/tiled.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <limits>
+#include <string>
+#include <type_traits>
+
+#include "attention/cuda/th_rows_args.h"
 
 namespace thx {
 namespace {
@@ -28,16 +33,26 @@ Tensor projection_grad(const Tensor& A, const Tensor& B) {
   return torch::matmul(A.reshape({b, A.size(1), im}), B.reshape({b, B.size(1), im}).transpose(1, 2)).sum(0);
 }
 
+// What a block of rows' element-wise work (between J = Q K^T and U V) leaves for the products and
+// the projections' gradients: U (in V's dtype); backward also dJ (in Q's dtype), W and dL (fp32,
+// where P_w's, and P_l's or the bias's, gradients need them), and the fp32 copies of J and dU
+// where that work made them.
+struct Rows {
+  Tensor U, dJ, W, dL, J32, dU32;
+};
+
 // The problem in heads-major views: Qh [b,h_k,n,d_k], Kh [b,h_k,m,d_k], Vh [b,h_v,m,d_v].
 struct Problem {
   Tensor Qh, Kh, Vh, P_l, P_w, bias, mask;  // P_l, P_w, bias fp32 (or fp64); bias and mask 4-d
   int64_t block;
+  const cuda_th::RowsLauncher* kernels;  // the row kernels (th_rows_args.h), or null: ATen
+  int64_t h;
 
-  // J (fp32, [b,h_k,I,m]) and the logits L [b,h,I,m] of rows [i0, i0+ni).
-  Tensor logits(int64_t i0, int64_t ni, Tensor* J_out) const {
-    Tensor J = as_fp32(torch::matmul(Qh.narrow(2, i0, ni), Kh.transpose(2, 3)));
+  // J = Q K^T of rows [i0, i0+ni), [b,h_k,I,m] in the operands' dtype.
+  Tensor products(int64_t i0, int64_t ni) const { return torch::matmul(Qh.narrow(2, i0, ni), Kh.transpose(2, 3)); }
+  // The logits L [b,h,I,m] of rows [i0, i0+ni) from J in fp32 (or fp64).
+  Tensor logits(const Tensor& J, int64_t i0, int64_t ni) const {
     Tensor L = P_l.defined() ? mix_heads(J, P_l) : J;
-    if (J_out) *J_out = J;
     if (bias.defined()) L = P_l.defined() ? L.add_(rows(bias, i0, ni)) : L + rows(bias, i0, ni);
     if (mask.defined()) L.masked_fill_(rows(mask, i0, ni).logical_not(), -std::numeric_limits<double>::infinity());
     return L;
@@ -51,19 +66,95 @@ struct Problem {
     if (mask.defined()) W.masked_fill_(rows(mask, i0, ni).any(-1, true).logical_not(), 0.);
     return W;
   }
+
+  // ATen's element-wise work; forward fills U only.
+  Rows aten_rows(const Tensor& J, const Tensor& dU, int64_t i0, int64_t ni) const {
+    Rows r;
+    r.J32 = as_fp32(J);
+    const Tensor W = weights(logits(r.J32, i0, ni), i0, ni);  // [b,h,I,m]
+    r.U = (P_w.defined() ? mix_heads(W, P_w) : W).to(Vh.scalar_type());
+    if (!dU.defined()) return r;
+    r.dU32 = as_fp32(dU);
+    const Tensor dW = P_w.defined() ? mix_heads(r.dU32, P_w.t()) : r.dU32;  // [b,h,I,m]
+    r.W = W;
+    r.dL = at::_softmax_backward_data(dW, W, -1, W.scalar_type());  // W * (dW - sum W dW)
+    r.dJ = (P_l.defined() ? mix_heads(r.dL, P_l.t()) : r.dL).to(Qh.scalar_type());
+    return r;
+  }
+
+  // The row kernels' element-wise work: forward writes the rows' LSE into lse [b,h,n], the
+  // backward reads it.
+  template <typename T>
+  Rows kernel_rows(const Tensor& J, const Tensor& dU, int64_t i0, int64_t ni, const Tensor& lse) const;
+  Rows element_wise(const Tensor& J, const Tensor& dU, int64_t i0, int64_t ni, const Tensor& lse) const {
+    if (!kernels) return aten_rows(J, dU, i0, ni);
+    return J.scalar_type() == torch::kBFloat16 ? kernel_rows<thx_bf16>(J, dU, i0, ni, lse)
+                                               : kernel_rows<float>(J, dU, i0, ni, lse);
+  }
 };
 
+// The strides of t (4-d, broadcastable to [b,h,n,m]) as the row kernels read it: 0 along a dim of size 1.
+void broadcast_strides(const Tensor& t, int64_t (&s)[4]) {
+  for (int d = 0; d < 4; ++d) s[d] = t.size(d) == 1 ? 0 : t.stride(d);
+}
+
+template <typename T>
+Rows Problem::kernel_rows(const Tensor& J, const Tensor& dU, int64_t i0, int64_t ni, const Tensor& lse) const {
+  const bool backward = dU.defined();
+  const int64_t b = J.size(0), h_k = J.size(1), m = J.size(3), h_v = Vh.size(1);
+  const auto planes = J.options();
+  Rows r;
+  r.U = torch::empty({b, h_v, ni, m}, planes);
+  cuda_th::RowsArgs<T> a;
+  a.J = static_cast<const T*>(J.data_ptr());
+  if (P_l.defined()) a.P_l = P_l.data_ptr<float>();
+  if (P_w.defined()) a.P_w = P_w.data_ptr<float>();
+  if (bias.defined()) a.bias = rows(bias, i0, ni).data_ptr<float>(), broadcast_strides(bias, a.bias_stride);
+  if (mask.defined()) {
+    a.mask = reinterpret_cast<const uint8_t*>(rows(mask, i0, ni).data_ptr<bool>());
+    broadcast_strides(mask, a.mask_stride);
+  }
+  a.lse = lse.data_ptr<float>(), a.lse_n = lse.size(2), a.lse_row0 = i0;
+  a.U = static_cast<T*>(r.U.data_ptr());
+  if (backward) {
+    r.dJ = torch::empty({b, h_k, ni, m}, planes);
+    if (P_w.defined()) r.W = torch::empty({b, h, ni, m}, planes.dtype(torch::kFloat32));
+    if (P_l.defined() || bias.defined()) r.dL = torch::empty({b, h, ni, m}, planes.dtype(torch::kFloat32));
+    a.dU = static_cast<const T*>(dU.data_ptr()), a.dJ = static_cast<T*>(r.dJ.data_ptr());
+    a.W = r.W.defined() ? r.W.data_ptr<float>() : nullptr, a.dL = r.dL.defined() ? r.dL.data_ptr<float>() : nullptr;
+  }
+  a.b = int(b), a.h_k = int(h_k), a.h = int(h), a.h_v = int(h_v), a.rows = int(ni), a.m = int(m);
+  a.rows_per_block = b * ni >= kernels->group_rows_from ? 4 : 1;
+  const int H = cuda_th::row_heads_bucket(int(std::max({h_k, h, h_v}))), threads = kernels->threads;
+  const int64_t bytes = cuda_th::rows_shared_bytes(H, int(h_k), int(h_v), a.P_l, a.P_w, threads, backward);
+  const unsigned gx = unsigned((ni + a.rows_per_block - 1) / a.rows_per_block), gy = unsigned(b);
+  if constexpr (std::is_same_v<T, float>)
+    (backward ? kernels->backward_f32 : kernels->forward_f32)(a, H, gx, gy, threads, bytes);
+  else
+    (backward ? kernels->backward_bf16 : kernels->forward_bf16)(a, H, gx, gy, threads, bytes);
+  return r;
+}
+
 Problem problem(const Tensor& Q, const Tensor& K, const Tensor& V, const Tensor& P_l, const Tensor& P_w,
-                const Tensor& bias, const Tensor& mask, int64_t block_rows) {
+                const Tensor& bias, const Tensor& mask, int64_t block_rows, const cuda_th::RowsLauncher* kernels) {
   TORCH_CHECK(Q.dim() == 4 && K.dim() == 4 && V.dim() == 4, "tiled attention: Q, K, V must be [b,n,heads,dim]");
+  if (kernels && !tiled_rows_unsupported(Q, K, V, P_l, mask).empty()) kernels = nullptr;
   // Heads-major copies, once: a batched product cannot take [b,n,h,d] transposed as one batch
-  // stride, and would copy it again for every block.
+  // stride, and would copy it again for every block. The row kernels read P_l, P_w and the bias in
+  // fp32 (contiguous matrices; the bias through its strides).
+  auto wide = [&](const Tensor& t) { return !t.defined() ? t : kernels ? t.to(torch::kFloat32) : as_fp32(t); };
+  auto matrix = [&](const Tensor& t) { return kernels && t.defined() ? wide(t).contiguous() : wide(t); };
   Problem p{Q.transpose(1, 2).contiguous(), K.transpose(1, 2).contiguous(), V.transpose(1, 2).contiguous(),
-            P_l.defined() ? as_fp32(P_l) : P_l,
-            P_w.defined() ? as_fp32(P_w) : P_w, bias.defined() ? four(as_fp32(bias)) : bias, four(mask), block_rows};
+            matrix(P_l),
+            matrix(P_w),
+            four(wide(bias)),
+            four(mask),
+            block_rows,
+            kernels,
+            P_l.defined() ? P_l.size(1) : Q.size(2)};
   const int64_t n = Q.size(1), m = K.size(1);
   if (p.block <= 0) {
-    const int64_t heads = std::max({Q.size(2), V.size(2), P_l.defined() ? P_l.size(1) : int64_t{1}});
+    const int64_t heads = std::max({Q.size(2), V.size(2), p.h});
     const int64_t per_row = std::max<int64_t>(1, Q.size(0) * heads * m * 4);
     p.block = std::max<int64_t>(16, (int64_t{512} << 20) / per_row);
   }
@@ -73,27 +164,34 @@ Problem problem(const Tensor& Q, const Tensor& K, const Tensor& V, const Tensor&
 
 struct TiledFn : torch::autograd::Function<TiledFn> {
   static Tensor forward(AutogradContext* ctx, const Tensor& Q, const Tensor& K, const Tensor& V, const Tensor& P_l_in,
-                        const Tensor& P_w_in, const Tensor& bias_in, const Tensor& mask_in, int64_t block_rows) {
+                        const Tensor& P_w_in, const Tensor& bias_in, const Tensor& mask_in, int64_t block_rows,
+                        int64_t kernels_in) {
     const Tensor P_l = present(P_l_in), P_w = present(P_w_in), bias = present(bias_in), mask = present(mask_in);
-    const Problem p = problem(Q, K, V, P_l, P_w, bias, mask, block_rows);
+    const auto* kernels = reinterpret_cast<const cuda_th::RowsLauncher*>(static_cast<intptr_t>(kernels_in));
+    const Problem p = problem(Q, K, V, P_l, P_w, bias, mask, block_rows, kernels);
     const int64_t b = Q.size(0), n = Q.size(1);
     Tensor O = torch::empty({b, V.size(2), n, V.size(3)}, V.options());  // [b,h_v,n,d_v]
+    // The rows' LSE where the row kernels run (they keep it for their backward), else nothing.
+    const Tensor lse = p.kernels ? torch::empty({b, p.h, n}, Q.options().dtype(torch::kFloat32)) : Tensor();
     for (int64_t i0 = 0; i0 < n; i0 += p.block) {
       const int64_t ni = std::min(p.block, n - i0);
-      const Tensor W = p.weights(p.logits(i0, ni, nullptr), i0, ni);  // [b,h,I,m]
-      const Tensor U = P_w.defined() ? mix_heads(W, P_w) : W;
-      O.narrow(2, i0, ni).copy_(torch::matmul(U.to(V.scalar_type()), p.Vh));
+      const Rows r = p.element_wise(p.products(i0, ni), Tensor(), i0, ni, lse);
+      O.narrow(2, i0, ni).copy_(torch::matmul(r.U, p.Vh));
     }
-    ctx->save_for_backward({Q, K, V, P_l_in, P_w_in, bias_in, mask_in});
+    ctx->save_for_backward({Q, K, V, P_l_in, P_w_in, bias_in, mask_in, placeholder(lse)});
     ctx->saved_data["block"] = p.block;
+    ctx->saved_data["kernels"] = p.kernels ? kernels_in : int64_t{0};
     return O.transpose(1, 2);  // [b,n,h_v,d_v]
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const auto s = ctx->get_saved_variables();
-    const Tensor &Q = s[0], &K = s[1], &V = s[2];
+    const Tensor &Q = s[0], &K = s[1], &V = s[2], lse = present(s[7]);
     const Tensor P_l = present(s[3]), P_w = present(s[4]), bias = present(s[5]), mask = present(s[6]);
-    const Problem p = problem(Q, K, V, P_l, P_w, bias, mask, ctx->saved_data["block"].toInt());
+    const auto* kernels =
+        reinterpret_cast<const cuda_th::RowsLauncher*>(static_cast<intptr_t>(ctx->saved_data["kernels"].toInt()));
+    const Problem p = problem(Q, K, V, P_l, P_w, bias, mask, ctx->saved_data["block"].toInt(), kernels);
+    TORCH_CHECK(!p.kernels == !lse.defined(), "tiled attention: the backward's path differs from its forward's");
     const Tensor dOh = grads[0].transpose(1, 2).contiguous();  // [b,h_v,n,d_v]
     const int64_t n = Q.size(1);
     const auto wide = Q.options().dtype(p.Qh.scalar_type() == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32);
@@ -103,31 +201,26 @@ struct TiledFn : torch::autograd::Function<TiledFn> {
     Tensor dbias = bias.defined() ? torch::zeros_like(p.bias) : Tensor();
     for (int64_t i0 = 0; i0 < n; i0 += p.block) {
       const int64_t ni = std::min(p.block, n - i0);
-      Tensor J;
-      const Tensor W = p.weights(p.logits(i0, ni, &J), i0, ni);  // [b,h,I,m]
-      const Tensor U = P_w.defined() ? mix_heads(W, P_w) : W;                                 // [b,h_v,I,m]
-      const Tensor dOi = dOh.narrow(2, i0, ni);
-      dVh.add_(torch::matmul(U.to(V.scalar_type()).transpose(2, 3), dOi));
-      const Tensor dU = as_fp32(torch::matmul(dOi, p.Vh.transpose(2, 3)));  // [b,h_v,I,m]
-      if (P_w.defined()) dP_w.add_(projection_grad(W, dU));
-      const Tensor dW = P_w.defined() ? mix_heads(dU, p.P_w.t()) : dU;                     // [b,h,I,m]
-      const Tensor dL = at::_softmax_backward_data(dW, W, -1, W.scalar_type());    // W * (dW - sum W dW)
+      const Tensor dOi = dOh.narrow(2, i0, ni), J = p.products(i0, ni);
+      const Tensor dU = torch::matmul(dOi, p.Vh.transpose(2, 3));  // [b,h_v,I,m] in the operands' dtype
+      const Rows r = p.element_wise(J, dU, i0, ni, lse);
+      dVh.add_(torch::matmul(r.U.transpose(2, 3), dOi));
+      if (P_w.defined()) dP_w.add_(projection_grad(r.W, r.dU32.defined() ? r.dU32 : as_fp32(dU)));
       if (bias.defined()) {
-        Tensor share = dL;  // summed over the dims the bias broadcasts along
+        Tensor share = r.dL;  // summed over the dims the bias broadcasts along
         for (int64_t d : {0, 1, 3})
           if (p.bias.size(d) == 1) share = share.sum(d, true);
         if (p.bias.size(2) == 1) dbias.add_(share.sum(2, true));
         else dbias.narrow(2, i0, ni).add_(share);
       }
-      if (P_l.defined()) dP_l.add_(projection_grad(J, dL));
-      const Tensor dJ = (P_l.defined() ? mix_heads(dL, p.P_l.t()) : dL).to(Q.scalar_type());  // [b,h_k,I,m]
-      dQh.narrow(2, i0, ni).copy_(torch::matmul(dJ, p.Kh));
-      dKh.add_(torch::matmul(dJ.transpose(2, 3), p.Qh.narrow(2, i0, ni)));
+      if (P_l.defined()) dP_l.add_(projection_grad(r.J32.defined() ? r.J32 : as_fp32(J), r.dL));
+      dQh.narrow(2, i0, ni).copy_(torch::matmul(r.dJ, p.Kh));
+      dKh.add_(torch::matmul(r.dJ.transpose(2, 3), p.Qh.narrow(2, i0, ni)));
     }
     if (dbias.defined()) dbias = dbias.sum_to_size(s[5].sizes()).to(s[5].scalar_type());
     return {dQh.transpose(1, 2), dKh.to(K.scalar_type()).transpose(1, 2), dVh.to(V.scalar_type()).transpose(1, 2),
             P_l.defined() ? dP_l.to(s[3].scalar_type()) : Tensor(), P_w.defined() ? dP_w.to(s[4].scalar_type()) : Tensor(),
-            dbias, Tensor(), Tensor()};
+            dbias, Tensor(), Tensor(), Tensor()};
   }
 };
 
@@ -138,9 +231,28 @@ Tensor mix_heads(const Tensor& T, const Tensor& P) {
   return torch::matmul(P.t(), T.reshape({b, g, i * m})).view({b, P.size(1), i, m});
 }
 
-Tensor tiled_attention_core(const Tensor& Q, const Tensor& K, const Tensor& V, const Tensor& P_l, const Tensor& P_w,
-                            const Tensor& bias, const Tensor& mask, int64_t block_rows) {
-  return TiledFn::apply(Q, K, V, placeholder(P_l), placeholder(P_w), placeholder(bias), placeholder(mask), block_rows);
+std::string tiled_rows_unsupported(const Tensor& Q, const Tensor& K, const Tensor& V, const Tensor& P_l,
+                                   const Tensor& mask) {
+  const auto t = Q.scalar_type();
+  if (t != torch::kFloat32 && t != torch::kBFloat16) return "Q is neither fp32 nor bf16";
+  if (K.scalar_type() != t || V.scalar_type() != t) return "Q, K and V differ in dtype";
+  const int64_t h = P_l.defined() ? P_l.size(1) : Q.size(2);
+  if (std::max({Q.size(2), h, V.size(2)}) > cuda_th::kRowHeadsMax)
+    return "more than " + std::to_string(cuda_th::kRowHeadsMax) + " heads";
+  if (std::max(Q.size(1), K.size(1)) > std::numeric_limits<int>::max() / 2) return "too many rows or keys";
+  if (mask.defined() && mask.scalar_type() != torch::kBool) return "the mask is not bool";
+  return "";
 }
+
+Tensor tiled_attention_core(const Tensor& Q, const Tensor& K, const Tensor& V, const Tensor& P_l, const Tensor& P_w,
+                            const Tensor& bias, const Tensor& mask, int64_t block_rows,
+                            const cuda_th::RowsLauncher* kernels) {
+  return TiledFn::apply(Q, K, V, placeholder(P_l), placeholder(P_w), placeholder(bias), placeholder(mask), block_rows,
+                        static_cast<int64_t>(reinterpret_cast<intptr_t>(kernels)));
+}
+
+#if !THX_CUDA_KERNELS
+const cuda_th::RowsLauncher* cuda_th_rows_launcher() { return nullptr; }
+#endif
 
 }  // namespace thx

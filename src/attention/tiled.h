@@ -1,9 +1,11 @@
-// tiled.h: the talking-heads family's attention core off the CPU until a fused kernel exists:
-// the algorithm of reference/blocked_talking_heads.h (docs/fused_talking_heads.md) in ATen,
-// over blocks of query rows with every key at once, so each block's softmax is whole and needs
-// no online rescaling. Forward keeps nothing for backward but its inputs: backward recomputes
-// each block's logits and weights (ATen's softmax, one kernel); nothing of size [b,h,n,m]
-// outlives one block. The batched ATen
+// tiled.h: the talking-heads family's attention core off the CPU (the GPU's default path): the
+// algorithm of reference/blocked_talking_heads.h (docs/fused_talking_heads.md) over blocks of
+// query rows with every key at once, so each block's softmax is whole and needs no online
+// rescaling. The products (Q K^T, U V and their gradients) are ATen's (cuBLAS); what lies between
+// them, per block of rows, is either ATen's composition (mixings as batched products, ATen's
+// softmax; nothing kept for backward but the inputs) or, where a RowsLauncher is given and takes
+// the problem, thx's row kernels (cuda/th_rows_args.h: one pass over J forward, two backward,
+// keeping the rows' LSE [b,h,n]). Nothing of size [b,h,n,m] outlives one block. The batched ATen
 // composition (attention_core_reference) keeps fp32 J and W of every layer for backward: on an
 // H100 a bf16 T5-base step at 48 heads did not fit 80 GB at batch 32.
 //
@@ -14,18 +16,31 @@
 #pragma once
 #include <torch/torch.h>
 
-namespace thx {
+#include <string>
 
-// Q [b,n,h_k,d_k], K [b,m,h_k,d_k], V [b,m,h_v,d_v], P_l [h_k,h], P_w [h,h_v] (either may be
-// undefined), bias broadcastable to [b,h,n,m], mask bool broadcastable to [b,h,n,m] -> O
-// [b,n,h_v,d_v], differentiable in Q, K, V, P_l, P_w and bias. block_rows 0: as many query rows
-// as keep one [b, heads, rows, m] fp32 tensor within 512 MiB.
+namespace thx {
+namespace cuda_th {
+struct RowsLauncher;
+}
+
 // [b,g,I,m] mixed across heads by P [g,g2] -> [b,g2,I,m]: P^T times T[b] seen as [g, I*m], one
 // batched product with the heads as its inner dim (no permuted copy of T; shared with fused.cpp).
 torch::Tensor mix_heads(const torch::Tensor& T, const torch::Tensor& P);
 
+// Q [b,n,h_k,d_k], K [b,m,h_k,d_k], V [b,m,h_v,d_v], P_l [h_k,h], P_w [h,h_v] (either may be
+// undefined), bias broadcastable to [b,h,n,m], mask bool broadcastable to [b,h,n,m] -> O
+// [b,n,h_v,d_v], differentiable in Q, K, V, P_l, P_w and bias. block_rows 0: as many query rows
+// as keep one [b, heads, rows, m] fp32 tensor within 512 MiB. kernels: the row kernels' launcher
+// (CUDA's, cuda_th_rows_launcher(), for CUDA tensors; the tests', the CPU emulator), used where
+// tiled_rows_unsupported says "", else ATen's composition.
 torch::Tensor tiled_attention_core(const torch::Tensor& Q, const torch::Tensor& K, const torch::Tensor& V,
                                    const torch::Tensor& P_l, const torch::Tensor& P_w, const torch::Tensor& bias,
-                                   const torch::Tensor& mask, int64_t block_rows = 0);
+                                   const torch::Tensor& mask, int64_t block_rows = 0,
+                                   const cuda_th::RowsLauncher* kernels = nullptr);
+
+// Why the row kernels do not take this problem, or "" where they do: Q, K, V of one dtype, fp32
+// or bf16; at most cuda_th::kRowHeadsMax heads of each kind; a bool mask.
+std::string tiled_rows_unsupported(const torch::Tensor& Q, const torch::Tensor& K, const torch::Tensor& V,
+                                   const torch::Tensor& P_l, const torch::Tensor& mask);
 
 }  // namespace thx

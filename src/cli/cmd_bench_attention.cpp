@@ -64,7 +64,7 @@ struct BenchAttentionCommand : Command {
     app->add_option("--out", opt.markdown_out, "also write the Markdown report here");
     CLI::Option* batched = app->add_flag("--batched", opt.batched, "on a GPU, talking-heads through the batched ATen "
                                                                  "composition (every [b,h,n,m] tensor kept)");
-    CLI::Option* tiled = app->add_flag("--tiled", opt.tiled, "on a GPU, talking-heads through the tiled ATen path "
+    CLI::Option* tiled = app->add_flag("--tiled", opt.tiled, "on a GPU, talking-heads through the tiled path "
                                                              "(the default unless thx --th-path names another)")
                              ->excludes(batched);
     CLI::Option* fma = app->add_flag("--fma", opt.fma, "on a GPU, the fused kernels' bf16 products as fp32 FMAs "
@@ -103,7 +103,7 @@ struct BenchAttentionCommand : Command {
       for (const auto& [option, name] : fused_only)
         if (option->count() > 0)
           throw InputError(fmt::format("{} is an option of the fused kernels, which --th-path {} leaves", name, path));
-    if ((path != "tiled" && opt.tiled) || (path != "batched" && opt.batched))
+    if ((!tiled_path(path) && opt.tiled) || (path != "batched" && opt.batched))
       throw InputError(fmt::format("--th-path {} excludes --{}", path, opt.batched ? "batched" : "tiled"));
   }
 

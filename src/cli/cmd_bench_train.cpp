@@ -44,12 +44,12 @@ struct BenchTrainCommand : Command {
         ->delimiter(',')->check(CLI::PositiveNumber)->capture_default_str();
     app->add_flag("--base-only", topt.base_only, "with --base: only the base rows, not the configured model's")
         ->needs(base);
-    app->add_flag("--tiled", topt.tiled, "on a GPU, talking-heads through the tiled ATen path (the default "
+    app->add_flag("--tiled", topt.tiled, "on a GPU, talking-heads through the tiled path (the default "
                                          "unless thx --th-path names another)");
   }
 
   int run() override {
-    if (topt.tiled && th_path_chosen() && th_path() != "tiled")
+    if (topt.tiled && th_path_chosen() && !tiled_path(th_path()))
       throw InputError(fmt::format("--th-path {} excludes --tiled", th_path()));
     // The base rows are 768 wide: each h must divide it; the peer runs only beside a base row.
     for (int64_t h : topt.base_heads)

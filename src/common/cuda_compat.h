@@ -239,32 +239,36 @@ THX_DEVICE uint32_t thx_umulhi(uint32_t a, uint32_t b) { return uint32_t(uint64_
 
 namespace thx::emu {
 
-// kernel<<<grid, threads, shared_bytes>>>(): the blocks in turn, each block's threads at once.
-// The shared buffer is filled with NaN bytes, so that a kernel reading what it did not write
-// shows in its results.
+// kernel<<<grid, threads, shared_bytes>>>(): the blocks in turn, each block's threads at once:
+// one OS thread per CUDA thread for the whole launch, the same threads taking block after block
+// with a barrier between (starting threads for every block made the emulator's tests slow). The
+// shared buffer is filled with NaN bytes before each block, so that a kernel reading what it did
+// not write shows in its results.
 inline void launch(Dim3 grid, int threads, size_t shared_bytes, const std::function<void()>& kernel) {
   std::vector<unsigned char> shared(shared_bytes);
   std::mutex atomics;
-  for (unsigned z = 0; z < grid.z; ++z)
-    for (unsigned y = 0; y < grid.y; ++y)
-      for (unsigned x = 0; x < grid.x; ++x) {
-        std::fill(shared.begin(), shared.end(), static_cast<unsigned char>(0xff));
-        Barrier barrier(threads);
-        std::vector<std::unique_ptr<Warp>> warps;
-        for (int w = 0; w < threads; w += 32) warps.push_back(std::make_unique<Warp>(std::min(32, threads - w)));
-        std::vector<std::thread> pool;
-        pool.reserve(threads);
-        for (int t = 0; t < threads; ++t)
-          pool.emplace_back([&, t] {
-            t_block = Block{&barrier, &shared, &atomics, &warps};
-            threadIdx = Dim3{unsigned(t), 0, 0};
+  Barrier barrier(threads);
+  std::vector<std::unique_ptr<Warp>> warps;
+  for (int w = 0; w < threads; w += 32) warps.push_back(std::make_unique<Warp>(std::min(32, threads - w)));
+  std::vector<std::thread> pool;
+  pool.reserve(threads);
+  for (int t = 0; t < threads; ++t)
+    pool.emplace_back([&, t] {
+      t_block = Block{&barrier, &shared, &atomics, &warps};
+      threadIdx = Dim3{unsigned(t), 0, 0};
+      blockDim = Dim3{unsigned(threads), 1, 1};
+      gridDim = grid;
+      for (unsigned z = 0; z < grid.z; ++z)
+        for (unsigned y = 0; y < grid.y; ++y)
+          for (unsigned x = 0; x < grid.x; ++x) {
+            if (t == 0) std::fill(shared.begin(), shared.end(), static_cast<unsigned char>(0xff));
+            barrier.wait();  // the buffer is new before the block starts
             blockIdx = Dim3{x, y, z};
-            blockDim = Dim3{unsigned(threads), 1, 1};
-            gridDim = grid;
             kernel();
-          });
-        for (std::thread& th : pool) th.join();
-      }
+            barrier.wait();  // every thread is done with the block before the next one's reset
+          }
+    });
+  for (std::thread& th : pool) th.join();
 }
 
 }  // namespace thx::emu

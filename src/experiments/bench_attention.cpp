@@ -208,8 +208,9 @@ void measure_cell(const BenchAttentionOptions& opt, int64_t h, const std::string
 std::string bench_attention(const BenchAttentionOptions& options) {
   auto log = thx::log("bench");
   BenchAttentionOptions opt = options;  // its own path, else `thx --th-path`'s
-  const std::string path = opt.batched ? "batched" : opt.tiled ? "tiled" : opt.fused ? "fused" : th_path();
-  opt.batched = path == "batched", opt.tiled = path == "tiled";
+  const std::string path =
+      opt.batched ? "batched" : opt.tiled && !tiled_path(th_path()) ? "tiled" : opt.fused ? "fused" : th_path();
+  opt.batched = path == "batched", opt.tiled = tiled_path(path);
   set_tiled_attention(!opt.batched);
   set_th_kernels(!opt.batched && !opt.tiled);
   set_th_tensor_cores(!opt.fma);
@@ -222,7 +223,7 @@ std::string bench_attention(const BenchAttentionOptions& options) {
   const bool gpu = opt.device.is_cuda();
   const std::string th_path = !gpu           ? "the CPU cores"
                               : opt.batched ? "the batched ATen composition"
-                              : opt.tiled || !cuda_th_launcher() ? "the tiled ATen path"
+                              : opt.tiled || !cuda_th_launcher() ? tiled_path_description()
                               : opt.fma ? "thx's fused CUDA kernels, bf16 products as fp32 FMAs (version 1)"
                                         : "thx's fused CUDA kernels (bf16 products on tensor cores, sm_80+)";
   log->info("talking-heads on {}", th_path);

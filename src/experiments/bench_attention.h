@@ -21,7 +21,7 @@ struct BenchAttentionOptions {
   int64_t reps = 5, warmup = 2;
   bool reference = true;
   // On a GPU, talking-heads takes `thx --th-path`'s path (attention/fused.h; tiled by default)
-  // unless one of these names another: `tiled` the tiled ATen path, `batched` the batched
+  // unless one of these names another: `tiled` the tiled path, `batched` the batched
   // composition, `fused` thx's fused CUDA kernels where built (cuda/th_fused.h; set by their own
   // options); `fma` keeps the fused kernels' bf16 products off the tensor cores (version 1's FMAs);
   // `unpadded` keeps their bf16 planes' heads unpadded (set_th_padded_heads: the same numbers).

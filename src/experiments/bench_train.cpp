@@ -334,7 +334,7 @@ std::string bench_train(const BenchTrainOptions& options) {
   if (bench.gpu())
     thx::log("bench")->info("talking-heads on the GPU: {}",
                             th_path() == "batched"            ? "the batched ATen composition"
-                            : o.tiled || !cuda_th_launcher() ? "the tiled ATen path"
+                            : o.tiled || !cuda_th_launcher() ? tiled_path_description()
                                                              : "thx's fused CUDA kernels");
   const PretrainConfig& c = o.config;
   const int64_t vocab = c.model.vocab_size > 0 ? c.model.vocab_size : c.model.encoder_only() ? 30000 : 8100;

@@ -27,7 +27,7 @@ struct BenchTrainOptions {
   std::vector<int64_t> base_heads;    // the base rows' h; empty: 12, 24, 48 (T5), 12, 48 (BERT, ALBERT)
   std::vector<int64_t> peer_heads{12, 48};  // the T5 base rows the peer runs beside (in bf16)
   bool base_only = false;             // --base without the configured model's rows
-  bool tiled = false;                 // on a GPU, talking-heads on the tiled ATen path (not the fused kernels)
+  bool tiled = false;                 // on a GPU, talking-heads on the tiled path (not the fused kernels)
 };
 
 std::string bench_train(const BenchTrainOptions& options);

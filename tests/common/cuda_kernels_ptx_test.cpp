@@ -1,8 +1,9 @@
 // thx's CUDA kernels compile as device code on a machine without CUDA: clang's CUDA mode
-// (-nocudainc, cuda_compat.h's second branch) compiles th_kernels.cuh and rms_norm_kernels.cuh for
-// sm_80 to PTX with -Wall -Wextra -Werror, and the PTX has every instantiation nvcc builds: the
-// fused talking-heads forward and backward in fp32, bf16 and bf16 on tensor cores, and the RMS
-// norm's for each pair of x and y dtypes. PTX 7.0 (CUDA 11's) is asked for: the warp shuffles need PTX 6.0 or later,
+// (-nocudainc, cuda_compat.h's second branch) compiles th_kernels.cuh, th_rows_kernels.cuh and
+// rms_norm_kernels.cuh for sm_80 to PTX with -Wall -Wextra -Werror, and the PTX has every
+// instantiation nvcc builds: the fused talking-heads forward and backward in fp32, bf16 and bf16
+// on tensor cores, the row kernels' for each dtype and bucket of heads, and the RMS norm's for
+// each pair of x and y dtypes. PTX 7.0 (CUDA 11's) is asked for: the warp shuffles need PTX 6.0 or later,
 // and clang cannot tell the version from a CUDA it does not have.
 // This catches a syntax or type error in device code before a GPU session's nvcc does. clang 14
 // knows sm_80, not the H100's sm_90; the kernels use nothing that differs but the vector
@@ -34,6 +35,7 @@ TEST(CudaKernels, CompileToPtxWithClang) {
   TempDir dir;
   const fs::path cu = dir.path / "th.cu", ptx = dir.path / "th.ptx";
   std::ofstream(cu) << "#include \"attention/cuda/th_kernels.cuh\"\n"
+                       "#include \"attention/cuda/th_rows_kernels.cuh\"\n"
                        "#include \"models/rms_norm_kernels.cuh\"\n"
                        "namespace thx::cuda_th {\n"
                        "template __global__ void forward_kernel<float>(Args<float>);\n"
@@ -50,6 +52,12 @@ TEST(CudaKernels, CompileToPtxWithClang) {
                        "  template __global__ void rms_backward_kernel<X, Y>(const X*, const float*, const float*, \\\n"
                        "                                                     const Y*, X*, float*, int64_t, int64_t);\n"
                        "RMS(float, float) RMS(float, thx_bf16) RMS(thx_bf16, float) RMS(thx_bf16, thx_bf16)\n"
+                       "}\n"
+                       "namespace thx::cuda_th::rows {\n"
+                       "#define ROWS(T, H) template __global__ void rows_forward_kernel<T, H>(RowsArgs<T>); \\\n"
+                       "  template __global__ void rows_backward_kernel<T, H>(RowsArgs<T>);\n"
+                       "ROWS(float, 16) ROWS(float, 32) ROWS(float, 48) ROWS(float, 64)\n"
+                       "ROWS(thx_bf16, 16) ROWS(thx_bf16, 32) ROWS(thx_bf16, 48) ROWS(thx_bf16, 64)\n"
                        "}\n";
   const RunResult r = run_command("clang++ -std=c++17 -x cuda --cuda-device-only -nocudainc -nocudalib "
                                   "--cuda-gpu-arch=sm_80 -Xclang -target-feature -Xclang +ptx70 "
@@ -60,7 +68,7 @@ TEST(CudaKernels, CompileToPtxWithClang) {
   const std::string text = read_file(ptx);
   int entries = 0;
   for (size_t at = text.find(".entry"); at != std::string::npos; at = text.find(".entry", at + 1)) ++entries;
-  EXPECT_EQ(entries, 6 + 8) << text.substr(0, 2000);
+  EXPECT_EQ(entries, 6 + 8 + 16) << text.substr(0, 2000);
 }
 
 // -I of the LibTorch this build used, where its headers are not in a system folder (a PyTorch
@@ -115,7 +123,9 @@ TEST(CudaKernels, NvccCompilesEveryCuFileForSm90) {
       if (line.find("spill stores") != std::string::npos)
         EXPECT_NE(line.find(" 0 bytes spill stores"), std::string::npos) << line;
   }
-  EXPECT_EQ(kernels, 6 + 8);  // fused talking-heads fwd/bwd x fp32/bf16/bf16 on tensor cores; RMS norm 2 x 4
+  // fused talking-heads fwd/bwd x fp32/bf16/bf16 on tensor cores; RMS norm 2 x 4; the tiled path's row
+  // kernels fwd/bwd x fp32/bf16 x 4 buckets of heads
+  EXPECT_EQ(kernels, 6 + 8 + 16);
 }
 
 }  // namespace THX_FILE_ID

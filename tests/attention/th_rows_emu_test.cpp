@@ -1,0 +1,242 @@
+// The tiled path's row kernels (src/attention/cuda/th_rows_kernels.cuh), run on the CPU by the
+// emulator of common/cuda_compat.h through tiled_attention_core as a GPU runs them: O and the
+// gradients of Q, K, V, P_l, P_w and the bias.
+//  - fp32, against the paper's section 4 core in float64 (core_problems.h) for talking-heads (h_k,
+//    h, h_v = 3, 5, 2), both hybrids and multi-head, with and without a bias, padding and causal
+//    masks, n != m, each in one of three launches (blocks of rows that divide n and do not; 32 and
+//    64 threads, more than the keys; one row a block and four): 2e-6 + 2e-5 x max|reference|,
+//    the fp32 bound of blocked_test.cpp (fp32 sums of a few dozen O(1) products in another order);
+//  - fp32, against ATen's composition of the same path (no kernels): 1e-6 + 1e-5 x max, the same
+//    sums in another order; at widths in each bucket of heads the kernels are built for (16, 32,
+//    48, 64), so that each instantiation's padding of its vectors past the heads is exercised;
+//  - bf16 (Q, K, V, dO), against ATen's composition in bf16: 3e-2 x max, as
+//    TiledTalkingHeads.Bf16EqualsTheBatchedComposition (an fp32 sum in another order can move a
+//    bf16 rounding by a unit, 2^-8, before values meet again);
+//  - a row with no key gives 0 and no NaN; problems the kernels do not take (fp64, mixed dtypes,
+//    65 heads) run ATen's composition, no kernel launched; a mask that is not bool is refused.
+#include <gtest/gtest.h>
+
+#include <atomic>
+
+#include "attention/cuda/th_rows_kernels.cuh"
+#include "attention/fused.h"
+#include "attention/tiled.h"
+#include "core_problems.h"
+#include "test_util.h"
+
+namespace thx::test {
+namespace {
+namespace THX_FILE_ID {
+
+using torch::Tensor;
+
+using core::Case;
+using core::Extra;
+using core::Inputs;
+using core::inputs;
+
+std::atomic<int> g_launches{0};
+
+template <typename T, bool Backward>
+void emulate(const cuda_th::RowsArgs<T>& a, int H, unsigned gx, unsigned gy, int threads, int64_t bytes) {
+  ++g_launches;
+  emu::launch({gx, gy, 1}, threads, size_t(bytes), [&a, H] { cuda_th::rows_kernel_for<T, Backward>(H)(a); });
+}
+
+cuda_th::RowsLauncher emulator(int threads, int64_t group_rows_from = 4096) {
+  return {threads, group_rows_from, emulate<float, false>, emulate<thx_bf16, false>, emulate<float, true>,
+          emulate<thx_bf16, true>};
+}
+
+// O, dQ, dK, dV, dP_l, dP_w, dbias (undefined where absent) of the tiled path under autograd.
+std::vector<Tensor> run(const Inputs& in, int64_t block, const cuda_th::RowsLauncher* kernels) {
+  auto leaf = [](const Tensor& t) { return t.defined() ? t.detach().clone().requires_grad_(true) : t; };
+  Tensor Q = leaf(in.Q), K = leaf(in.K), V = leaf(in.V), P_l = leaf(in.P_l), P_w = leaf(in.P_w), bias = leaf(in.bias);
+  const Tensor O = tiled_attention_core(Q, K, V, P_l, P_w, bias, in.mask, block, kernels);
+  (O.to(torch::kFloat64) * in.dO.to(torch::kFloat64)).sum().backward();
+  auto grad = [](const Tensor& t) { return t.defined() ? t.grad() : t; };
+  return {O.detach(), grad(Q), grad(K), grad(V), grad(P_l), grad(P_w), grad(bias)};
+}
+
+// The paper's core in float64 on the same inputs.
+std::vector<Tensor> reference(const Inputs& in) {
+  Inputs wide = in;
+  for (Tensor* t : {&wide.Q, &wide.K, &wide.V, &wide.P_l, &wide.P_w, &wide.bias, &wide.dO})
+    if (t->defined()) *t = t->to(torch::kFloat64);
+  auto leaf = [](const Tensor& t) { return t.defined() ? t.detach().clone().requires_grad_(true) : t; };
+  Tensor Q = leaf(wide.Q), K = leaf(wide.K), V = leaf(wide.V), P_l = leaf(wide.P_l), P_w = leaf(wide.P_w),
+         bias = leaf(wide.bias);
+  const Tensor O = core::paper_core(Q, K, V, P_l, P_w, bias, wide.mask).first;
+  (O * wide.dO).sum().backward();
+  auto grad = [](const Tensor& t) { return t.defined() ? t.grad() : t; };
+  return {O.detach(), grad(Q), grad(K), grad(V), grad(P_l), grad(P_w), grad(bias)};
+}
+
+void expect_close(const std::vector<Tensor>& got, const std::vector<Tensor>& want, double atol, double rtol) {
+  const char* names[] = {"O", "dQ", "dK", "dV", "dP_l", "dP_w", "dbias"};
+  for (size_t i = 0; i < want.size(); ++i) {
+    ASSERT_EQ(got[i].defined(), want[i].defined()) << names[i];
+    if (want[i].defined()) EXPECT_TRUE(close(got[i], want[i], atol, rtol)) << names[i];
+  }
+}
+
+const std::vector<Case>& cases() {
+  static const std::vector<Case> c = {{"talking_heads", 3, 5, 2, true, true},
+                                      {"project_logits", 3, 5, 5, true, false},
+                                      {"project_weights", 5, 5, 2, false, true},
+                                      {"multi_head", 4, 4, 4, false, false}};
+  return c;
+}
+
+TEST(TiledRowKernels, Fp32EqualsThePapersCoreForEveryVariantMaskAndBlocking) {
+  const std::tuple<int, int, int> launches[] = {{3, 32, 4096}, {0, 64, 1}, {2, 64, 4096}};
+  int turn = 0;
+  for (const Case& c : cases())
+    for (Extra e : {Extra::none, Extra::bias, Extra::padding, Extra::causal, Extra::bias_padding}) {
+      const auto [block, threads, group] = launches[turn++ % 3];  // each variant and extra in one of them
+      {
+        SCOPED_TRACE(c.name + " extra " + std::to_string(int(e)) + " block " + std::to_string(block) + " threads " +
+                     std::to_string(threads) + " group from " + std::to_string(group));
+        torch::manual_seed(11);
+        const Inputs in = inputs(c, e, torch::kFloat32);
+        const cuda_th::RowsLauncher kernels = emulator(threads, group);
+        const int before = g_launches;
+        const std::vector<Tensor> got = run(in, block, &kernels);
+        EXPECT_GT(g_launches - before, 1);  // forward and backward
+        expect_close(got, reference(in), 2e-6, 2e-5);
+        expect_close(got, run(in, block, nullptr), 1e-6, 1e-5);
+      }
+    }
+}
+
+// Heads in each bucket the kernels are built for, h_k, h and h_v all different.
+TEST(TiledRowKernels, Fp32EqualsAtensCompositionInEveryBucketOfHeads) {
+  const cuda_th::RowsLauncher kernels = emulator(32);
+  for (const Case& c : std::vector<Case>{{"16", 9, 16, 7, true, true},
+                                         {"32", 20, 24, 17, true, true},
+                                         {"48", 40, 48, 33, true, true},
+                                         {"64", 64, 61, 64, true, true},
+                                         {"48 weights only", 48, 48, 40, false, true}}) {
+    SCOPED_TRACE(c.name);
+    EXPECT_EQ(cuda_th::row_heads_bucket(int(std::max({c.hk, c.h, c.hv}))), std::stoi(c.name));
+    torch::manual_seed(3);
+    const Inputs in = inputs(c, Extra::bias_padding, torch::kFloat32);
+    const int before = g_launches;
+    const std::vector<Tensor> got = run(in, 4, &kernels);
+    EXPECT_EQ(g_launches - before, 4);  // two blocks of rows, forward and backward
+    expect_close(got, run(in, 4, nullptr), 1e-6, 1e-5);
+  }
+}
+
+TEST(TiledRowKernels, Bf16EqualsAtensComposition) {
+  const cuda_th::RowsLauncher kernels = emulator(32);
+  for (const Case& c : cases())
+    for (Extra e : {Extra::bias_padding, Extra::causal}) {
+      SCOPED_TRACE(c.name + " extra " + std::to_string(int(e)));
+      torch::manual_seed(11);
+      const Inputs in = inputs(c, e, torch::kBFloat16);
+      const std::vector<Tensor> got = run(in, 3, &kernels), want = run(in, 3, nullptr);
+      EXPECT_EQ(got[0].scalar_type(), torch::kBFloat16);
+      EXPECT_EQ(got[1].scalar_type(), torch::kBFloat16);
+      expect_close(got, want, 0, 3e-2);
+    }
+}
+
+// ATen's softmax gives NaN for a row with no key and the tiled path zeroes it; the kernels' LSE is
+// -inf there and their weights 0 (without that test in `weights`, exp(-inf + inf) is NaN).
+TEST(TiledRowKernels, ARowWithEveryKeyMaskedIsZeroNotNaN) {
+  const cuda_th::RowsLauncher kernels = emulator(32);
+  torch::manual_seed(11);
+  Inputs in = inputs(cases().front(), Extra::padding, torch::kFloat32);
+  in.mask = in.mask.clone();
+  in.mask[0].fill_(false);  // example 0 sees no key at all
+  const std::vector<Tensor> got = run(in, 3, &kernels);
+  EXPECT_TRUE(torch::all(got[0][0] == 0).item<bool>());
+  EXPECT_TRUE(torch::all(got[1][0] == 0).item<bool>());
+  for (const Tensor& t : got)
+    if (t.defined()) EXPECT_TRUE(torch::all(torch::isfinite(t)).item<bool>());
+  expect_close(got, run(in, 3, nullptr), 1e-6, 1e-5);
+}
+
+// What the kernels do not take goes to ATen's composition: the same result bit for bit as without
+// a launcher, and no launch.
+TEST(TiledRowKernels, WhatTheyDoNotTakeRunsAtensComposition) {
+  const cuda_th::RowsLauncher kernels = emulator(32);
+  torch::manual_seed(11);
+  const Inputs base = inputs(cases().front(), Extra::bias_padding, torch::kFloat32);
+  std::vector<std::pair<std::string, Inputs>> problems;
+  problems.emplace_back("fp64", inputs(cases().front(), Extra::bias_padding, torch::kFloat64));
+  Inputs mixed = base;
+  mixed.V = mixed.V.to(torch::kBFloat16);
+  problems.emplace_back("V bf16, Q fp32", mixed);
+  problems.emplace_back("65 heads", inputs(Case{"65", 3, 65, 2, true, true}, Extra::causal, torch::kFloat32));
+  for (const auto& [why, in] : problems) {
+    SCOPED_TRACE(why);
+    EXPECT_FALSE(tiled_rows_unsupported(in.Q, in.K, in.V, in.P_l, in.mask).empty());
+    const int before = g_launches;
+    const std::vector<Tensor> got = run(in, 3, &kernels), want = run(in, 3, nullptr);
+    EXPECT_EQ(g_launches, before);
+    for (size_t i = 0; i < want.size(); ++i)
+      if (want[i].defined()) EXPECT_TRUE(torch::equal(got[i], want[i])) << i;
+  }
+  EXPECT_EQ(tiled_rows_unsupported(base.Q, base.K, base.V, base.P_l, base.mask), "");
+  EXPECT_EQ(tiled_rows_unsupported(base.Q, base.K, base.V, base.P_l, base.mask.to(torch::kUInt8)),
+            "the mask is not bool");
+}
+
+// On a GPU (where thx was built with its CUDA kernels): the same kernels through CUDA's launcher.
+// fp32 against the paper's core in float64 on the CPU (the bound above); bf16 against ATen's
+// composition on the same GPU (3e-2 x max, as above); at T5-base's width (d_model 768, 12 and 48
+// heads) over 300 keys, which no block of threads divides, fp32 against ATen's composition there
+// (1e-6 + 1e-5 x max). attention_core (fused.cpp) takes them for talking-heads on CUDA: its output
+// equals theirs bit for bit. compute-sanitizer runs these (scripts/gpu_session.sh).
+Inputs to_cuda(const Inputs& in) {
+  auto dev = [](const Tensor& t) { return t.defined() ? t.to(torch::kCUDA) : t; };
+  return {dev(in.Q), dev(in.K), dev(in.V), dev(in.P_l), dev(in.P_w), dev(in.bias), dev(in.mask), dev(in.dO)};
+}
+std::vector<Tensor> on_cpu(std::vector<Tensor> r) {
+  for (Tensor& t : r)
+    if (t.defined()) t = t.cpu();
+  return r;
+}
+
+TEST(TiledRowKernelsOnCuda, EqualsThePapersCoreForEveryVariantMaskAndDtype) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  const cuda_th::RowsLauncher* kernels = cuda_th_rows_launcher();
+  if (!kernels) GTEST_SKIP() << "thx built without its CUDA kernels (THX_CUDA_KERNELS)";
+  for (const Case& c : cases())
+    for (Extra e : {Extra::none, Extra::bias_padding, Extra::causal})
+      for (auto dtype : {torch::kFloat32, torch::kBFloat16}) {
+        SCOPED_TRACE(c.name + " extra " + std::to_string(int(e)) + (dtype == torch::kFloat32 ? " fp32" : " bf16"));
+        torch::manual_seed(11);
+        const Inputs in = inputs(c, e, dtype);
+        const std::vector<Tensor> got = on_cpu(run(to_cuda(in), 3, kernels));
+        if (dtype == torch::kFloat32) expect_close(got, reference(in), 2e-6, 2e-5);
+        else expect_close(got, on_cpu(run(to_cuda(in), 3, nullptr)), 0, 3e-2);
+      }
+}
+
+TEST(TiledRowKernelsOnCuda, EqualAtensCompositionAtT5BaseWidth) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  const cuda_th::RowsLauncher* kernels = cuda_th_rows_launcher();
+  if (!kernels) GTEST_SKIP() << "thx built without its CUDA kernels (THX_CUDA_KERNELS)";
+  for (int64_t h : {12, 48}) {
+    SCOPED_TRACE(h);
+    torch::manual_seed(3);
+    const int64_t b = 2, n = 300, d = 768 / h;
+    const auto o = torch::TensorOptions().device(torch::kCUDA);
+    Inputs in;
+    in.Q = torch::randn({b, n, h, d}, o) / std::sqrt(double(d)), in.K = torch::randn({b, n, h, d}, o);
+    in.V = torch::randn({b, n, h, d}, o), in.dO = torch::randn({b, n, h, d}, o);
+    in.P_l = torch::randn({h, h}, o) / std::sqrt(double(h)), in.P_w = torch::randn({h, h}, o) / std::sqrt(double(h));
+    in.bias = torch::randn({1, h, n, n}, o);
+    in.mask = (torch::arange(n, o).view({1, n}) < torch::tensor({int64_t{200}, n}, o).view({b, 1})).view({b, 1, 1, n});
+    expect_close(on_cpu(run(in, 0, kernels)), on_cpu(run(in, 0, nullptr)), 1e-6, 1e-5);
+    const Tensor O = tiled_attention_core(in.Q, in.K, in.V, in.P_l, in.P_w, in.bias, in.mask, 0, kernels);
+    EXPECT_TRUE(torch::equal(attention_core(in.Q, in.K, in.V, in.P_l, in.P_w, in.bias, in.mask), O));
+  }
+}
+
+}  // namespace THX_FILE_ID
+}  // namespace
+}  // namespace thx::test
