@@ -32,13 +32,7 @@ using core::Inputs;
 using core::inputs;
 using core::paper_core;
 
-const std::vector<Case>& cases() {
-  static const std::vector<Case> c = {{"talking_heads", 3, 5, 2, true, true},
-                                      {"project_logits", 3, 5, 5, true, false},
-                                      {"project_weights", 5, 5, 2, false, true},
-                                      {"multi_head", 4, 4, 4, false, false}};
-  return c;
-}
+const std::vector<Case>& cases() { return core::variant_cases(); }
 
 struct Reference {
   Tensor O, lse, dQ, dK, dV, dP_l, dP_w, dbias;

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace thx::test::core {
 
@@ -22,6 +23,15 @@ enum class Extra { none, bias, padding, causal, bias_padding };
 struct Inputs {
   torch::Tensor Q, K, V, P_l, P_w, bias, mask, dO;
 };
+
+// Talking-heads with h_k, h and h_v all different, both hybrids, and multi-head.
+inline const std::vector<Case>& variant_cases() {
+  static const std::vector<Case> c = {{"talking_heads", 3, 5, 2, true, true},
+                                      {"project_logits", 3, 5, 5, true, false},
+                                      {"project_weights", 5, 5, 2, false, true},
+                                      {"multi_head", 4, 4, 4, false, false}};
+  return c;
+}
 
 // b 2, n 7, m 5 (7 causal), d_k 4, d_v 6. Q, K, V and dO in `dtype` (drawn in fp32 for bf16);
 // P_l, P_w and the bias in fp32 for bf16, else in `dtype`. Padding: example 0 sees 3 keys.
@@ -38,6 +48,12 @@ inline Inputs inputs(const Case& c, Extra e, torch::Dtype dtype) {
     in.mask = (torch::arange(m).view({1, m}) < torch::tensor({int64_t{3}, m}).view({b, 1})).view({b, 1, 1, m});
   if (e == Extra::causal) in.mask = torch::ones({n, m}, torch::kBool).tril().view({1, 1, n, m});
   return in;
+}
+
+// The inputs on `device` (a GPU test's copies of a problem drawn on the CPU).
+inline Inputs to_device(const Inputs& in, const torch::Device& device) {
+  auto dev = [&](const torch::Tensor& t) { return t.defined() ? t.to(device) : t; };
+  return {dev(in.Q), dev(in.K), dev(in.V), dev(in.P_l), dev(in.P_w), dev(in.bias), dev(in.mask), dev(in.dO)};
 }
 
 // Section 4's core with the paper's layout (heads last), each line one einsum; autograd

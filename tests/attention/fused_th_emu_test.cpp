@@ -462,10 +462,7 @@ Result on_cuda(const Result& r) {
   auto cpu = [](const Tensor& t) { return t.defined() ? t.cpu() : t; };
   return {cpu(r.O), cpu(r.dQ), cpu(r.dK), cpu(r.dV), cpu(r.dP_l), cpu(r.dP_w), cpu(r.dbias)};
 }
-Inputs to_cuda(const Inputs& in) {
-  auto dev = [](const Tensor& t) { return t.defined() ? t.to(torch::kCUDA) : t; };
-  return {dev(in.Q), dev(in.K), dev(in.V), dev(in.P_l), dev(in.P_w), dev(in.bias), dev(in.mask), dev(in.dO)};
-}
+Inputs to_cuda(const Inputs& in) { return core::to_device(in, torch::kCUDA); }
 
 TEST(FusedThOnCuda, EqualsThePapersCoreForEveryVariantMaskAndDtype) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";

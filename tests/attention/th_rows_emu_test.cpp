@@ -80,13 +80,7 @@ void expect_close(const std::vector<Tensor>& got, const std::vector<Tensor>& wan
   }
 }
 
-const std::vector<Case>& cases() {
-  static const std::vector<Case> c = {{"talking_heads", 3, 5, 2, true, true},
-                                      {"project_logits", 3, 5, 5, true, false},
-                                      {"project_weights", 5, 5, 2, false, true},
-                                      {"multi_head", 4, 4, 4, false, false}};
-  return c;
-}
+const std::vector<Case>& cases() { return core::variant_cases(); }
 
 TEST(TiledRowKernels, Fp32EqualsThePapersCoreForEveryVariantMaskAndBlocking) {
   const std::tuple<int, int, int> launches[] = {{3, 32, 4096}, {0, 64, 1}, {2, 64, 4096}};
@@ -190,10 +184,7 @@ TEST(TiledRowKernels, WhatTheyDoNotTakeRunsAtensComposition) {
 // heads) over 300 keys, which no block of threads divides, fp32 against ATen's composition there
 // (1e-6 + 1e-5 x max). attention_core (fused.cpp) takes them for talking-heads on CUDA: its output
 // equals theirs bit for bit. compute-sanitizer runs these (scripts/gpu_session.sh).
-Inputs to_cuda(const Inputs& in) {
-  auto dev = [](const Tensor& t) { return t.defined() ? t.to(torch::kCUDA) : t; };
-  return {dev(in.Q), dev(in.K), dev(in.V), dev(in.P_l), dev(in.P_w), dev(in.bias), dev(in.mask), dev(in.dO)};
-}
+Inputs to_cuda(const Inputs& in) { return core::to_device(in, torch::kCUDA); }
 std::vector<Tensor> on_cpu(std::vector<Tensor> r) {
   for (Tensor& t : r)
     if (t.defined()) t = t.cpu();

@@ -90,12 +90,59 @@ THX_DEVICE int64_t at_head(const Key& k, int bb, int heads, int o) {
   return (int64_t(bb) * heads + o) * k.stride + k.plane;
 }
 
-// c <- the logits L of the key's h heads (0 past h): J mixed by P_l, plus the bias, -inf where masked.
+// v <- the key's heads of `plane` ([b, heads_in, rows, m]) mixed by P's rows [heads_in][H] in
+// shared memory (as a matrix-vector product, the input heads streamed in); unless `mixed`, its
+// first h heads as they are. 0 past h. (A flag, not a null P: a pointer that may be null or
+// shared is generic to the compiler, whose loads through it cost registers and spilled.)
+template <typename T, int H>
+THX_DEVICE void mix_in(const T* plane, int heads_in, bool mixed, const float* P, int h, const Key& key, int bb,
+                       float (&v)[H]) {
+  if (mixed) {
+#pragma unroll
+    for (int o = 0; o < H; ++o) v[o] = 0.f;
+#pragma unroll 1  // (unrolled, the compiler fetched several rows of P ahead and spilled at 64 heads)
+    for (int k = 0; k < heads_in; ++k) {
+      const float x = thx_to_float(plane[at_head(key, bb, heads_in, k)]);
+      const float* p = P + k * H;
+#pragma unroll
+      for (int o = 0; o < H; ++o) v[o] += x * p[o];
+    }
+  } else {
+#pragma unroll
+    for (int o = 0; o < H; ++o) v[o] = o < h ? thx_to_float(plane[at_head(key, bb, h, o)]) : 0.f;
+  }
+}
+
+// The key's heads of `plane` ([b, heads_out, rows, m]) <- v mixed by P's rows [heads_out][H] in
+// shared memory (the output heads streamed out), in T; unless `mixed`, v's first h heads as they are.
+template <typename T, int H>
+THX_DEVICE void mix_out(T* plane, int heads_out, bool mixed, const float* P, int h, const Key& key, int bb,
+                        const float (&v)[H]) {
+  if (mixed) {
+#pragma unroll 1
+    for (int k = 0; k < heads_out; ++k) {
+      const float* p = P + k * H;
+      float x = 0.f;
+#pragma unroll
+      for (int o = 0; o < H; ++o) x += v[o] * p[o];
+      plane[at_head(key, bb, heads_out, k)] = thx_from_float<T>(x);
+    }
+  } else {
+#pragma unroll
+    for (int o = 0; o < H; ++o)
+      if (o < h) plane[at_head(key, bb, h, o)] = thx_from_float<T>(v[o]);
+  }
+}
+
+// c <- the logits L of the key's h heads (0 past h): J mixed by P_l, plus the bias, -inf where
+// masked. The mixing is mix_in's, written out: through mix_in, nvcc 13 spilled 504 bytes in the
+// forward at 64 heads (and none this way).
 template <typename T, int H>
 THX_DEVICE void logits(const RowsArgs<T>& a, const Shared& s, const Key& key, int bb, float (&c)[H]) {
   if (a.P_l) {
 #pragma unroll
     for (int o = 0; o < H; ++o) c[o] = 0.f;
+#pragma unroll 1
     for (int k = 0; k < a.h_k; ++k) {
       const float x = thx_to_float(a.J[at_head(key, bb, a.h_k, k)]);
       const float* p = s.pl + k * H;
@@ -124,55 +171,17 @@ THX_DEVICE void weights(int h, const float* lse, float (&c)[H]) {
 // The key's U = W mixed by P_w (or W itself), stored in T.
 template <typename T, int H>
 THX_DEVICE void store_u(const RowsArgs<T>& a, const Shared& s, const Key& key, int bb, const float (&c)[H]) {
-  if (a.P_w) {
-    for (int v = 0; v < a.h_v; ++v) {
-      const float* p = s.pwt + v * H;
-      float u = 0.f;
-#pragma unroll
-      for (int o = 0; o < H; ++o) u += c[o] * p[o];
-      a.U[at_head(key, bb, a.h_v, v)] = thx_from_float<T>(u);
-    }
-  } else {
-#pragma unroll
-    for (int o = 0; o < H; ++o)
-      if (o < a.h) a.U[at_head(key, bb, a.h, o)] = thx_from_float<T>(c[o]);
-  }
+  mix_out<T, H>(a.U, a.h_v, a.P_w, s.pwt, a.h, key, bb, c);
 }
-
 // e <- the key's dW = dU mixed by P_w^T (or dU itself), 0 past h.
 template <typename T, int H>
 THX_DEVICE void weight_grads(const RowsArgs<T>& a, const Shared& s, const Key& key, int bb, float (&e)[H]) {
-  if (a.P_w) {
-#pragma unroll
-    for (int o = 0; o < H; ++o) e[o] = 0.f;
-    for (int v = 0; v < a.h_v; ++v) {
-      const float x = thx_to_float(a.dU[at_head(key, bb, a.h_v, v)]);
-      const float* p = s.pwt + v * H;
-#pragma unroll
-      for (int o = 0; o < H; ++o) e[o] += x * p[o];
-    }
-  } else {
-#pragma unroll
-    for (int o = 0; o < H; ++o) e[o] = o < a.h ? thx_to_float(a.dU[at_head(key, bb, a.h, o)]) : 0.f;
-  }
+  mix_in<T, H>(a.dU, a.h_v, a.P_w, s.pwt, a.h, key, bb, e);
 }
-
 // The key's dJ = dL mixed by P_l^T (or dL itself), stored in T.
 template <typename T, int H>
 THX_DEVICE void store_dj(const RowsArgs<T>& a, const Shared& s, const Key& key, int bb, const float (&c)[H]) {
-  if (a.P_l) {
-    for (int k = 0; k < a.h_k; ++k) {
-      const float* p = s.pl + k * H;
-      float g = 0.f;
-#pragma unroll
-      for (int o = 0; o < H; ++o) g += c[o] * p[o];
-      a.dJ[at_head(key, bb, a.h_k, k)] = thx_from_float<T>(g);
-    }
-  } else {
-#pragma unroll
-    for (int o = 0; o < H; ++o)
-      if (o < a.h) a.dJ[at_head(key, bb, a.h, o)] = thx_from_float<T>(c[o]);
-  }
+  mix_out<T, H>(a.dJ, a.h_k, a.P_l, s.pl, a.h, key, bb, c);
 }
 
 // Every head's statistics across the block: lse[o] = max + log(sum) (-inf for a row with no key)
@@ -232,14 +241,22 @@ THX_DEVICE void row_statistics(const RowsArgs<T>& a, const Shared& s, int bb, in
   for (int o = t; o < a.h; o += n) a.lse[(int64_t(bb) * a.h + o) * a.lse_n + a.lse_row0 + i] = s.lse[o];
 }
 
+// f(i) for each query row i the block takes, in turn.
+template <typename T, typename F>
+THX_DEVICE void each_row(const RowsArgs<T>& a, F&& f) {
+  for (int r = 0; r < a.rows_per_block; ++r) {
+    const int i = int(blockIdx.x) * a.rows_per_block + r;
+    if (i >= a.rows) return;
+    f(i);
+  }
+}
+
 template <typename T, int H>
 __global__ void THX_LAUNCH_BOUNDS(kMaxThreads, min_blocks(H)) rows_forward_kernel(RowsArgs<T> a) {
   const Shared s = shared_layout<T, H>(a);
   load_mixings<T, H>(a, s);
   const int bb = blockIdx.y;
-  for (int r = 0; r < a.rows_per_block; ++r) {
-    const int i = int(blockIdx.x) * a.rows_per_block + r;
-    if (i >= a.rows) break;
+  each_row(a, [&](int i) {
     row_statistics<T, H>(a, s, bb, i);
     for (int j = threadIdx.x; j < a.m; j += blockDim.x) {
       const Key key = key_at(a, bb, i, j);
@@ -248,7 +265,7 @@ __global__ void THX_LAUNCH_BOUNDS(kMaxThreads, min_blocks(H)) rows_forward_kerne
       weights<H>(a.h, s.lse, c);
       store_u<T, H>(a, s, key, bb, c);
     }
-  }
+  });
 }
 
 // Backward pass 1 over one row: D = sum over keys of W dW per head (shared), from each thread's
@@ -277,9 +294,7 @@ __global__ void THX_LAUNCH_BOUNDS(kMaxThreads, min_blocks(H)) rows_backward_kern
   const Shared s = shared_layout<T, H>(a);
   load_mixings<T, H>(a, s);
   const int bb = blockIdx.y;
-  for (int r = 0; r < a.rows_per_block; ++r) {
-    const int i = int(blockIdx.x) * a.rows_per_block + r;
-    if (i >= a.rows) break;
+  each_row(a, [&](int i) {
     for (int o = threadIdx.x; o < H; o += blockDim.x)
       s.lse[o] = o < a.h ? a.lse[(int64_t(bb) * a.h + o) * a.lse_n + a.lse_row0 + i] : -thx_inf();
     __syncthreads();
@@ -301,7 +316,7 @@ __global__ void THX_LAUNCH_BOUNDS(kMaxThreads, min_blocks(H)) rows_backward_kern
       store_dj<T, H>(a, s, key, bb, c);
     }
     __syncthreads();  // the next row's LSE and D overwrite this one's
-  }
+  });
 }
 
 }  // namespace rows
