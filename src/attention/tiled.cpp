@@ -240,6 +240,7 @@ std::string tiled_rows_unsupported(const Tensor& Q, const Tensor& K, const Tenso
   if (std::max({Q.size(2), h, V.size(2)}) > cuda_th::kRowHeadsMax)
     return "more than " + std::to_string(cuda_th::kRowHeadsMax) + " heads";
   if (std::max(Q.size(1), K.size(1)) > std::numeric_limits<int>::max() / 2) return "too many rows or keys";
+  if (Q.size(0) > 65535) return "more than 65,535 examples (a CUDA grid's y)";
   if (mask.defined() && mask.scalar_type() != torch::kBool) return "the mask is not bool";
   return "";
 }
