@@ -34,11 +34,11 @@ Tensor projection_grad(const Tensor& A, const Tensor& B) {
 }
 
 // What a block of rows' element-wise work (between J = Q K^T and U V) leaves for the products and
-// the projections' gradients: U (in V's dtype); backward also dJ (in Q's dtype), W and dL (fp32,
-// where P_w's, and P_l's or the bias's, gradients need them), and the fp32 copies of J and dU
-// where that work made them.
+// the projections' gradients: U (in V's dtype); backward also dJ (in Q's dtype), and either the
+// block's gradients of P_l and P_w (the row kernels sum them) or what ATen sums them from: W and
+// dL (fp32) and the fp32 copies of J and dU; dL (fp32) where the bias needs it.
 struct Rows {
-  Tensor U, dJ, W, dL, J32, dU32;
+  Tensor U, dJ, W, dL, J32, dU32, dP_l, dP_w;
 };
 
 // The problem in heads-major views: Qh [b,h_k,n,d_k], Kh [b,h_k,m,d_k], Vh [b,h_v,m,d_v].
@@ -116,22 +116,34 @@ Rows Problem::kernel_rows(const Tensor& J, const Tensor& dU, int64_t i0, int64_t
   }
   a.lse = lse.data_ptr<float>(), a.lse_n = lse.size(2), a.lse_row0 = i0;
   a.U = static_cast<T*>(r.U.data_ptr());
-  if (backward) {
-    r.dJ = torch::empty({b, h_k, ni, m}, planes);
-    if (P_w.defined()) r.W = torch::empty({b, h, ni, m}, planes.dtype(torch::kFloat32));
-    if (P_l.defined() || bias.defined()) r.dL = torch::empty({b, h, ni, m}, planes.dtype(torch::kFloat32));
-    a.dU = static_cast<const T*>(dU.data_ptr()), a.dJ = static_cast<T*>(r.dJ.data_ptr());
-    a.W = r.W.defined() ? r.W.data_ptr<float>() : nullptr, a.dL = r.dL.defined() ? r.dL.data_ptr<float>() : nullptr;
-  }
   a.b = int(b), a.h_k = int(h_k), a.h = int(h), a.h_v = int(h_v), a.rows = int(ni), a.m = int(m);
   a.rows_per_block = b * ni >= kernels->group_rows_from ? 4 : 1;
-  const int H = cuda_th::row_heads_bucket(int(std::max({h_k, h, h_v}))), threads = kernels->threads;
-  const int64_t bytes = cuda_th::rows_shared_bytes(H, int(h_k), int(h_v), a.P_l, a.P_w, threads, backward);
   const unsigned gx = unsigned((ni + a.rows_per_block - 1) / a.rows_per_block), gy = unsigned(b);
+  const int H = cuda_th::row_heads_bucket(int(std::max({h_k, h, h_v}))), threads = kernels->threads;
+  const bool sum_here = cuda_th::rows_sum_projections(H);  // else ATen sums them from W and dL
+  const int64_t sums = cuda_th::rows_partial_sums(a.h_k, a.h, a.h_v, a.P_l, a.P_w);
+  Tensor partial;  // [blocks, sums]: each block's sums of the projections' gradients
+  if (backward) {
+    const auto fp32 = planes.dtype(torch::kFloat32);
+    r.dJ = torch::empty({b, h_k, ni, m}, planes);
+    if (!sum_here && P_w.defined()) r.W = torch::empty({b, h, ni, m}, fp32);
+    if (bias.defined() || (!sum_here && P_l.defined())) r.dL = torch::empty({b, h, ni, m}, fp32);
+    if (sum_here && sums > 0) partial = torch::empty({int64_t(gx) * gy, sums}, fp32);
+    a.dU = static_cast<const T*>(dU.data_ptr()), a.dJ = static_cast<T*>(r.dJ.data_ptr());
+    a.W = r.W.defined() ? r.W.data_ptr<float>() : nullptr, a.dL = r.dL.defined() ? r.dL.data_ptr<float>() : nullptr;
+    a.dP = partial.defined() ? partial.data_ptr<float>() : nullptr;
+  }
+  const int64_t bytes = cuda_th::rows_shared_bytes(H, a.h_k, a.h, a.h_v, a.P_l, a.P_w, threads, backward);
   if constexpr (std::is_same_v<T, float>)
     (backward ? kernels->backward_f32 : kernels->forward_f32)(a, H, gx, gy, threads, bytes);
   else
     (backward ? kernels->backward_bf16 : kernels->forward_bf16)(a, H, gx, gy, threads, bytes);
+  if (partial.defined()) {
+    const Tensor total = partial.sum(0);
+    const int64_t nl = P_l.defined() ? h_k * h : 0;
+    if (P_l.defined()) r.dP_l = total.narrow(0, 0, nl).view({h_k, h});
+    if (P_w.defined()) r.dP_w = total.narrow(0, nl, h * h_v).view({h, h_v});
+  }
   return r;
 }
 
@@ -205,7 +217,8 @@ struct TiledFn : torch::autograd::Function<TiledFn> {
       const Tensor dU = torch::matmul(dOi, p.Vh.transpose(2, 3));  // [b,h_v,I,m] in the operands' dtype
       const Rows r = p.element_wise(J, dU, i0, ni, lse);
       dVh.add_(torch::matmul(r.U.transpose(2, 3), dOi));
-      if (P_w.defined()) dP_w.add_(projection_grad(r.W, r.dU32.defined() ? r.dU32 : as_fp32(dU)));
+      if (P_w.defined())
+        dP_w.add_(r.dP_w.defined() ? r.dP_w : projection_grad(r.W, r.dU32.defined() ? r.dU32 : as_fp32(dU)));
       if (bias.defined()) {
         Tensor share = r.dL;  // summed over the dims the bias broadcasts along
         for (int64_t d : {0, 1, 3})
@@ -213,7 +226,8 @@ struct TiledFn : torch::autograd::Function<TiledFn> {
         if (p.bias.size(2) == 1) dbias.add_(share.sum(2, true));
         else dbias.narrow(2, i0, ni).add_(share);
       }
-      if (P_l.defined()) dP_l.add_(projection_grad(r.J32.defined() ? r.J32 : as_fp32(J), r.dL));
+      if (P_l.defined())
+        dP_l.add_(r.dP_l.defined() ? r.dP_l : projection_grad(r.J32.defined() ? r.J32 : as_fp32(J), r.dL));
       dQh.narrow(2, i0, ni).copy_(torch::matmul(r.dJ, p.Kh));
       dKh.add_(torch::matmul(r.dJ.transpose(2, 3), p.Qh.narrow(2, i0, ni)));
     }

@@ -12,6 +12,7 @@
 //  - bf16 (Q, K, V, dO), against ATen's composition in bf16: 3e-2 x max, as
 //    TiledTalkingHeads.Bf16EqualsTheBatchedComposition (an fp32 sum in another order can move a
 //    bf16 rounding by a unit, 2^-8, before values meet again);
+//  - more keys than threads (the backward's projection gradients summed over batches of keys);
 //  - a row with no key gives 0 and no NaN; problems the kernels do not take (fp64, mixed dtypes,
 //    65 heads) run ATen's composition, no kernel launched; a mask that is not bool is refused.
 #include <gtest/gtest.h>
@@ -120,6 +121,23 @@ TEST(TiledRowKernels, Fp32EqualsAtensCompositionInEveryBucketOfHeads) {
     EXPECT_EQ(g_launches - before, 4);  // two blocks of rows, forward and backward
     expect_close(got, run(in, 4, nullptr), 1e-6, 1e-5);
   }
+}
+
+// More keys than threads: the backward stages its keys a block's width at a time (32, 32, then 6
+// of 70, the rest of that last batch zeros) and sums the projections' gradients over them.
+TEST(TiledRowKernels, ProjectionGradientsSumEveryBatchOfKeys) {
+  const cuda_th::RowsLauncher kernels = emulator(32);
+  torch::manual_seed(5);
+  const int64_t b = 2, n = 3, m = 70;
+  Inputs in = inputs(cases().front(), Extra::none, torch::kFloat32);  // for P_l and P_w (3, 5, 2 heads)
+  in.Q = torch::randn({b, n, 3, 4}), in.K = torch::randn({b, m, 3, 4});
+  in.V = torch::randn({b, m, 2, 6}), in.dO = torch::randn({b, n, 2, 6});
+  in.bias = torch::randn({1, 5, n, m});
+  in.mask = (torch::arange(m).view({1, m}) < torch::tensor({int64_t{40}, m}).view({b, 1})).view({b, 1, 1, m});
+  const int before = g_launches;
+  const std::vector<Tensor> got = run(in, 0, &kernels);
+  EXPECT_EQ(g_launches - before, 2);
+  expect_close(got, reference(in), 2e-6, 2e-5);
 }
 
 TEST(TiledRowKernels, Bf16EqualsAtensComposition) {

@@ -6,10 +6,11 @@
 // and do everything between the two products in one pass over them: the logits' mixing by P_l,
 // bias and mask, the softmax over the keys (fp32), the weights' mixing by P_w, written once in the
 // products' dtype for U V; backward, the same recomputed from J and the forward's LSE, with dU =
-// dO V^T, to dJ (for dQ and dK), U (for dV) and, in fp32, W (for P_w's gradient) and dL (for P_l's
-// and the bias's). ATen's composition of the same steps makes about a dozen passes over fp32
-// [b,h,rows,m] tensors forward and three dozen backward, and mixes heads with cuBLAS products
-// whose inner dimension is the number of heads.
+// dO V^T, to dJ (for dQ and dK), U (for dV), and P_l's and P_w's gradients: up to 32 heads each
+// block's partial sums of them (rows_sum_projections), at more the fp32 W and dL that ATen sums
+// them from; dL in fp32 where the bias needs it. ATen's composition of the same steps makes
+// about a dozen passes over fp32 [b,h,rows,m] tensors forward and three dozen backward, and mixes
+// heads with cuBLAS products whose inner dimension is the number of heads.
 #pragma once
 #include <cstdint>
 
@@ -49,16 +50,47 @@ struct RowsArgs {
   T* dJ = nullptr;       // backward: [b, h_k, rows, m]
   float* W = nullptr;    // backward, optional: [b, h, rows, m] fp32
   float* dL = nullptr;   // backward, optional: [b, h, rows, m] fp32
+  // Backward, where P_l or P_w and rows_sum_projections: each block's sums over its rows' keys of
+  // J dL^T ([h_k][h], with P_l) then W dU^T ([h][h_v], with P_w), one row of rows_partial_sums
+  // floats a block (in the grid's order, x fastest).
+  float* dP = nullptr;
   int b = 0, h_k = 0, h = 0, h_v = 0, rows = 0, m = 0, rows_per_block = 1;
 };
 
+// Whether the backward with heads bucket H sums the projections' gradients itself. Up to 32 heads:
+// there the kernels are bound by memory, and the sums replace two fp32 planes and ATen's products
+// over them. Not at 48 and 64, where the staged keys would take 136 KB of shared memory or more
+// (one block a multiprocessor), the sums add about half again to kernels already bound by their
+// fp32 mixings, and at 64 the registers spilled. (A choice from counts, not yet from a GPU.)
+constexpr int kRowSumsMaxHeads = 32;  // (a constant, which device code may read; a host function it may not call)
+constexpr bool rows_sum_projections(int H) { return H <= kRowSumsMaxHeads; }
+
+// The floats of a block's partial sums of the projections' gradients: J dL^T [h_k][h] with P_l,
+// then W dU^T [h][h_v] with P_w (on the host for the launch, on the device for the kernel).
+#if defined(__CUDACC__)  // nvcc
+__host__ __device__
+#elif defined(__CUDA__)  // clang's PTX check (common/cuda_compat.h)
+__attribute__((host)) __attribute__((device))
+#endif
+inline int64_t rows_partial_sums(int h_k, int h, int h_v, bool P_l, bool P_w) {
+  return (P_l ? int64_t(h_k) * h : 0) + (P_w ? int64_t(h) * h_v : 0);
+}
+// The floats of the backward's staged keys: a row of threads + 1 floats (+ 1: a bank apart) per
+// head of J and dL (with P_l) and of W and dU (with P_w).
+inline int64_t rows_stage_floats(int h_k, int h, int h_v, bool P_l, bool P_w, int threads) {
+  return ((P_l ? h_k + h : 0) + (P_w ? h + h_v : 0)) * int64_t(threads + 1);
+}
 // Bytes of shared memory a row kernel needs with heads bucket H and `threads` per block: the
 // mixings' matrices (P_l as [h_k][H], P_w transposed as [h_v][H], zero past h), the row's LSE and
-// D [H], and each thread's own statistics: forward a running max and sum per head, backward a
-// partial D per head ([H][threads] each).
-inline int64_t rows_shared_bytes(int H, int h_k, int h_v, bool P_l, bool P_w, int threads, bool backward) {
+// D [H], and each thread's own statistics: forward a running max and sum per head ([H][threads]
+// each); backward a partial D per head ([H][threads]), sharing its place with the staged keys,
+// and the block's partial sums of the projections' gradients.
+inline int64_t rows_shared_bytes(int H, int h_k, int h, int h_v, bool P_l, bool P_w, int threads, bool backward) {
+  const bool sums = backward && rows_sum_projections(H);
+  const int64_t slots = int64_t(H) * threads, stage = sums ? rows_stage_floats(h_k, h, h_v, P_l, P_w, threads) : 0;
   const int64_t floats = (P_l ? int64_t(h_k) * H : 0) + (P_w ? int64_t(h_v) * H : 0) + 2 * H +
-                         (backward ? 1 : 2) * int64_t(H) * threads;
+                         (backward ? (slots > stage ? slots : stage) : 2 * slots) +
+                         (sums ? rows_partial_sums(h_k, h, h_v, P_l, P_w) : 0);
   return floats * 4;
 }
 

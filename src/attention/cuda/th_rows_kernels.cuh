@@ -15,8 +15,11 @@
 // LSE per head; pass 2, the logits again -> W = exp(L - LSE) -> U = W mixed by P_w, stored in T.
 // Backward, per row, with the forward's LSE: pass 1, W and dW = dU mixed by P_w^T -> D = sum over
 // keys of W dW per head; pass 2, W, U (stored, for dV), dW again -> dL = W (dW - D) -> dJ = dL
-// mixed by P_l^T (stored in T), and W and dL in fp32 where the caller wants them. A row with no
-// key (LSE -inf) has W = 0 and so U = 0, dL = 0.
+// mixed by P_l^T (stored in T), and W and dL in fp32 where the caller wants them. Up to 32 heads
+// (rows_sum_projections) pass 2 takes the keys a block's width at a time and stages each key's J,
+// dL, W and dU in shared memory, from which the block adds J dL^T and W dU^T (the projections'
+// gradients) into its own partial sums, each thread its own entries, over the keys in order; the
+// caller sums the blocks'. A row with no key (LSE -inf) has W = 0 and so U = 0, dL = 0.
 #pragma once
 #include "attention/cuda/th_rows_args.h"
 #include "common/cuda_compat.h"
@@ -29,6 +32,8 @@ namespace rows {
 // 255 at 64), so that small buckets, whose vectors are short, run more blocks.
 constexpr int kMaxThreads = 128;
 constexpr int min_blocks(int H) { return H <= 16 ? 6 : H <= 32 ? 4 : H <= 48 ? 3 : 2; }
+// The backward's, where it sums the projections' gradients (up to 32 heads): one block fewer.
+constexpr int min_blocks_backward(int H) { return H <= 16 ? 5 : H <= 32 ? 3 : min_blocks(H); }
 
 // (m, s) <- the statistics of both sets: max, and the sum of exp(x - max). Symmetric, so lanes
 // merging in either order agree bit for bit.
@@ -40,9 +45,11 @@ THX_DEVICE void merge(float& m, float& s, float m2, float s2) {
 }
 
 // Where the block's shared floats are: P_l [h_k][H], P_w^T [h_v][H], lse [H], d [H], then one or
-// two [H][threads] planes of per-thread statistics (rows_shared_bytes).
+// two [H][threads] planes of per-thread statistics (rows_shared_bytes); backward, the staged keys
+// (sj, sdl, sw, sdu, rows of threads + 1) where slot0 is, and the partial sums (acc).
 struct Shared {
   float *pl, *pwt, *lse, *d, *slot0, *slot1;
+  float *sj, *sdl, *sw, *sdu, *acc;
 };
 template <typename T, int H>
 THX_DEVICE Shared shared_layout(const RowsArgs<T>& a) {
@@ -54,6 +61,13 @@ THX_DEVICE Shared shared_layout(const RowsArgs<T>& a) {
   s.d = s.lse + H;
   s.slot0 = s.d + H;
   s.slot1 = s.slot0 + H * int(blockDim.x);
+  const int ld = blockDim.x + 1;
+  s.sj = s.slot0;
+  s.sdl = s.sj + (a.P_l ? a.h_k * ld : 0);
+  s.sw = s.sdl + (a.P_l ? a.h * ld : 0);
+  s.sdu = s.sw + (a.P_w ? a.h * ld : 0);
+  const int stage = int(s.sdu + (a.P_w ? a.h_v * ld : 0) - s.sj), slots = H * int(blockDim.x);
+  s.acc = s.slot0 + (slots > stage ? slots : stage);
   return s;
 }
 
@@ -289,9 +303,70 @@ THX_DEVICE void row_d(const RowsArgs<T>& a, const Shared& s, int bb, int i) {
   reduce_heads(a.h, s, true);
 }
 
+// Backward pass 2 for one key (j < m): U stored, dW, dL = W (dW - D), W and dL stored where asked,
+// dJ stored; where the block sums the projections' gradients (kSums and a.dP), the key's J, dL, W
+// and dU staged in column t of their rows (J and dU read again: the lines are in L1).
+template <typename T, int H, bool kSums>
+THX_DEVICE void key_grads(const RowsArgs<T>& a, const Shared& s, int bb, int i, int j) {
+  const int t = threadIdx.x, ld = blockDim.x + 1;
+  const Key key = key_at(a, bb, i, j);
+  float c[H], e[H];
+  logits<T, H>(a, s, key, bb, c);
+  weights<H>(a.h, s.lse, c);
+  store_u<T, H>(a, s, key, bb, c);
+  weight_grads<T, H>(a, s, key, bb, e);
+#pragma unroll
+  for (int o = 0; o < H; ++o)
+    if (o < a.h) {
+      if (a.W) a.W[at_head(key, bb, a.h, o)] = c[o];
+      if (kSums && a.dP && a.P_w) s.sw[o * ld + t] = c[o];
+      c[o] *= e[o] - s.d[o];  // dL
+      if (a.dL) a.dL[at_head(key, bb, a.h, o)] = c[o];
+      if (kSums && a.dP && a.P_l) s.sdl[o * ld + t] = c[o];
+    }
+  store_dj<T, H>(a, s, key, bb, c);
+  if (!kSums || !a.dP) return;
+  if (a.P_l)
+    for (int k = 0; k < a.h_k; ++k) s.sj[k * ld + t] = thx_to_float(a.J[at_head(key, bb, a.h_k, k)]);
+  if (a.P_w)
+    for (int v = 0; v < a.h_v; ++v) s.sdu[v * ld + t] = thx_to_float(a.dU[at_head(key, bb, a.h_v, v)]);
+}
+
+// Column t of the staged rows zeroed: a thread past the last key adds nothing.
+template <typename T>
+THX_DEVICE void stage_zeros(const RowsArgs<T>& a, const Shared& s) {
+  const int t = threadIdx.x, ld = blockDim.x + 1;
+  if (a.P_l) {
+    for (int k = 0; k < a.h_k; ++k) s.sj[k * ld + t] = 0.f;
+    for (int o = 0; o < a.h; ++o) s.sdl[o * ld + t] = 0.f;
+  }
+  if (a.P_w) {
+    for (int o = 0; o < a.h; ++o) s.sw[o * ld + t] = 0.f;
+    for (int v = 0; v < a.h_v; ++v) s.sdu[v * ld + t] = 0.f;
+  }
+}
+
+// The staged keys' J dL^T and W dU^T added into the block's partial sums, each thread its own
+// entries, each a sum over the keys in order.
+template <typename T>
+THX_DEVICE void add_projection_grads(const RowsArgs<T>& a, const Shared& s) {
+  const int n = blockDim.x, ld = n + 1, nl = a.P_l ? a.h_k * a.h : 0, nw = a.P_w ? a.h * a.h_v : 0;
+  for (int e = threadIdx.x; e < nl + nw; e += n) {
+    const float* x = e < nl ? s.sj + e / a.h * ld : s.sw + (e - nl) / a.h_v * ld;
+    const float* y = e < nl ? s.sdl + e % a.h * ld : s.sdu + (e - nl) % a.h_v * ld;
+    float sum = 0.f;
+    for (int u = 0; u < n; ++u) sum += x[u] * y[u];
+    s.acc[e] += sum;
+  }
+}
+
 template <typename T, int H>
-__global__ void THX_LAUNCH_BOUNDS(kMaxThreads, min_blocks(H)) rows_backward_kernel(RowsArgs<T> a) {
+__global__ void THX_LAUNCH_BOUNDS(kMaxThreads, min_blocks_backward(H)) rows_backward_kernel(RowsArgs<T> a) {
+  constexpr bool kSums = H <= kRowSumsMaxHeads;  // rows_sum_projections(H)
   const Shared s = shared_layout<T, H>(a);
+  const int sums = int(rows_partial_sums(a.h_k, a.h, a.h_v, a.P_l, a.P_w));
+  if (kSums && a.dP)
+    for (int e = threadIdx.x; e < sums; e += blockDim.x) s.acc[e] = 0.f;
   load_mixings<T, H>(a, s);
   const int bb = blockIdx.y;
   each_row(a, [&](int i) {
@@ -299,24 +374,25 @@ __global__ void THX_LAUNCH_BOUNDS(kMaxThreads, min_blocks(H)) rows_backward_kern
       s.lse[o] = o < a.h ? a.lse[(int64_t(bb) * a.h + o) * a.lse_n + a.lse_row0 + i] : -thx_inf();
     __syncthreads();
     row_d<T, H>(a, s, bb, i);
-    for (int j = threadIdx.x; j < a.m; j += blockDim.x) {
-      const Key key = key_at(a, bb, i, j);
-      float c[H], e[H];
-      logits<T, H>(a, s, key, bb, c);
-      weights<H>(a.h, s.lse, c);
-      store_u<T, H>(a, s, key, bb, c);
-      weight_grads<T, H>(a, s, key, bb, e);
-#pragma unroll
-      for (int o = 0; o < H; ++o)
-        if (o < a.h) {
-          if (a.W) a.W[at_head(key, bb, a.h, o)] = c[o];
-          c[o] *= e[o] - s.d[o];  // dL
-          if (a.dL) a.dL[at_head(key, bb, a.h, o)] = c[o];
+    if constexpr (kSums) {
+      for (int j0 = 0; j0 < a.m; j0 += blockDim.x) {
+        const int j = j0 + int(threadIdx.x);
+        if (j < a.m) key_grads<T, H, true>(a, s, bb, i, j);
+        else if (a.dP) stage_zeros(a, s);
+        if (a.dP) {
+          __syncthreads();
+          add_projection_grads(a, s);
+          __syncthreads();  // before the next keys are staged
         }
-      store_dj<T, H>(a, s, key, bb, c);
+      }
+    } else {  // (a loop of this form: in the form above, nvcc spilled at 48 and 64 heads)
+      for (int j = threadIdx.x; j < a.m; j += blockDim.x) key_grads<T, H, false>(a, s, bb, i, j);
     }
     __syncthreads();  // the next row's LSE and D overwrite this one's
   });
+  if (kSums && a.dP)
+    for (int e = threadIdx.x; e < sums; e += blockDim.x)
+      a.dP[(int64_t(blockIdx.y) * gridDim.x + blockIdx.x) * sums + e] = s.acc[e];
 }
 
 }  // namespace rows
