@@ -32,7 +32,8 @@ torch::Tensor mix_heads(const torch::Tensor& T, const torch::Tensor& P);
 // [b,n,h_v,d_v], differentiable in Q, K, V, P_l, P_w and bias. block_rows 0: as many query rows
 // as keep one [b, heads, rows, m] fp32 tensor within 512 MiB. kernels: the row kernels' launcher
 // (CUDA's, cuda_th_rows_launcher(), for CUDA tensors; the tests', the CPU emulator), used where
-// tiled_rows_unsupported says "", else ATen's composition.
+// tiled_rows_unsupported says "", else ATen's composition; the autograd node keeps its address for
+// the backward, so it must outlive that (CUDA's is static).
 torch::Tensor tiled_attention_core(const torch::Tensor& Q, const torch::Tensor& K, const torch::Tensor& V,
                                    const torch::Tensor& P_l, const torch::Tensor& P_w, const torch::Tensor& bias,
                                    const torch::Tensor& mask, int64_t block_rows = 0,

@@ -123,6 +123,20 @@ TEST(TiledRowKernels, Fp32EqualsAtensCompositionInEveryBucketOfHeads) {
   }
 }
 
+// A bias broadcast along other dims than T5's [1,h,n,m] (per example, without heads, one row for
+// every query): the kernels read it through its strides, 0 where it broadcasts; its gradient is
+// summed over those dims. Without the stride of the example dim, the first shape fails.
+TEST(TiledRowKernels, EveryBroadcastOfTheBias) {
+  const cuda_th::RowsLauncher kernels = emulator(32);
+  for (const std::vector<int64_t>& shape : std::vector<std::vector<int64_t>>{{2, 1, 7, 5}, {5, 7, 5}, {1, 1, 1, 5}}) {
+    SCOPED_TRACE(c10::str(c10::IntArrayRef(shape)));
+    torch::manual_seed(5);
+    Inputs in = inputs(cases().front(), Extra::padding, torch::kFloat32);
+    in.bias = torch::randn(shape);
+    expect_close(run(in, 3, &kernels), reference(in), 2e-6, 2e-5);
+  }
+}
+
 // More keys than threads: the backward stages its keys a block's width at a time (32, 32, then 6
 // of 70, the rest of that last batch zeros) and sums the projections' gradients over them.
 TEST(TiledRowKernels, ProjectionGradientsSumEveryBatchOfKeys) {
