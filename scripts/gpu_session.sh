@@ -12,9 +12,9 @@
 #                                    default 560 s): the CUDA tests (each suite in its own process,
 #                                    so that a crash names its suite), compute-sanitizer on thx's
 #                                    kernels, the attention benchmark (talking-heads tiled with
-#                                    thx's row kernels, tiled with ATen between the products, fused,
-#                                    batched), the whole-step benchmark at base size in bf16 with
-#                                    the compiled PyTorch peer (its talking-heads rows again with
+#                                    thx's row kernels, on tensor cores and as FMAs, tiled with ATen
+#                                    between the products, fused, batched), the whole-step
+#                                    benchmark at base size in bf16 with the compiled PyTorch peer (its talking-heads rows again with
 #                                    ATen between the products), Nsight Compute on the fused and the
 #                                    row kernels, the mini T5 on the GPU (fp32, bf16) beside the
 #                                    CPU, the rest of the unit suite, the talking-heads rows on the
@@ -155,8 +155,9 @@ run() {
       done
       exit $failed'
     # One layer in bf16 at h = 12, 24, 48 (issue 31's grid): talking-heads on the tiled path with
-    # thx's row kernels (the default), with ATen between its products instead (tiled-aten, the
-    # default before them), on thx's fused kernels (bf16 products on tensor cores) and on the
+    # thx's row kernels (the default: bf16 mixings on tensor cores), with the row kernels' fp32
+    # FMAs (tiled-fma), with ATen between its products instead (tiled-aten, the default before
+    # them), on thx's fused kernels (bf16 products on tensor cores) and on the
     # batched composition (GPU_ATTENTION_PATHS adds fma: the fused kernels with version 1's FMAs,
     # the slowest), at n = 512 and 2048 (batch 8); at n = 8192 (batch 1) all but batched, without
     # the einsum reference (both would keep [b,h,n,m] tensors of 13 GB each at 48 heads). A path
@@ -164,8 +165,9 @@ run() {
     phase bench-attention 150 bash -c "
       bench() { $thx --device cuda bench attention --precision bf16 --heads 12,24,48 \"\$@\"; }
       failed=0
-      for path in ${GPU_ATTENTION_PATHS:-tiled tiled-aten fused batched}; do
+      for path in ${GPU_ATTENTION_PATHS:-tiled tiled-fma tiled-aten fused batched}; do
         flag=\"--th-path \$path\"; [ \$path = fma ] && flag=\"--th-path fused --fma\"
+        [ \$path = tiled-fma ] && flag=\"--th-path tiled --fma\"
         for n in 512 2048; do bench --n \$n --batch 8 \$flag --out $OUT/attention-\$path-n\$n.md || failed=1; done
         case \$path in batched|fma) ;; *) bench --n 8192 --batch 1 --no-reference \$flag --out $OUT/attention-\$path-n8192.md || failed=1 ;; esac
       done
@@ -195,7 +197,7 @@ run() {
         --section Occupancy --section WarpStateStats --section InstructionStats --section SourceCounters'
       for h in 12 48; do  # (one launch of each kernel per h: --launch-count counts across the process)
         for path in fused tiled; do
-          timeout 42 \$ncu --kernel-name regex:'^(rows_)?(forward|backward)_kernel' --launch-count 2 \$sections \
+          timeout 42 \$ncu --kernel-name regex:'^(rows_(tc_)?)?(forward|backward)_kernel' --launch-count 2 \$sections \
             $thx --device cuda --th-path \$path bench attention --precision bf16 --heads \$h --n 2048 --batch 8 \
             --reps 1 --no-reference
         done

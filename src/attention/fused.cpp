@@ -512,8 +512,9 @@ void set_th_kernels(bool enabled) { g_th_kernels = enabled; }
 std::atomic<bool> g_row_kernels{true};
 void set_tiled_row_kernels(bool enabled) { g_row_kernels = enabled; }
 std::string tiled_path_description() {
-  return !g_row_kernels || !cuda_th_rows_launcher() ? "the tiled path (cuBLAS products, ATen's composition between)"
-                                                    : "the tiled path (cuBLAS products, thx's row kernels between)";
+  if (!g_row_kernels || !cuda_th_rows_launcher()) return "the tiled path (cuBLAS products, ATen's composition between)";
+  return th_tensor_cores() ? "the tiled path (cuBLAS products, thx's row kernels between; bf16 mixings on tensor cores)"
+                           : "the tiled path (cuBLAS products, thx's row kernels between; bf16 mixings as fp32 FMAs)";
 }
 
 namespace {
@@ -583,7 +584,7 @@ Tensor attention_core(const Tensor& Q, const Tensor& K, const Tensor& V, const T
     if (kernels && fused_th_unsupported(Q, K, V, P_l, P_w, bias, mask, *kernels).empty())
       return fused_th_attention_core(Q, K, V, P_l, P_w, bias, mask, *kernels);
     return tiled_attention_core(Q, K, V, P_l, P_w, bias, mask, 0,
-                                Q.is_cuda() && g_row_kernels ? cuda_th_rows_launcher() : nullptr);
+                                Q.is_cuda() && g_row_kernels ? cuda_th_rows_launcher(th_tensor_cores()) : nullptr);
   }
   const int64_t h = P_l.defined() ? P_l.size(1) : Q.size(2);
   auto all = [&](torch::ScalarType t) { return is(Q, t) && is(K, t) && is(V, t); };

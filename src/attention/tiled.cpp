@@ -120,7 +120,13 @@ Rows Problem::kernel_rows(const Tensor& J, const Tensor& dU, int64_t i0, int64_t
   a.rows_per_block = b * ni >= kernels->group_rows_from ? 4 : 1;
   const unsigned gx = unsigned((ni + a.rows_per_block - 1) / a.rows_per_block), gy = unsigned(b);
   const int H = cuda_th::row_heads_bucket(int(std::max({h_k, h, h_v}))), threads = kernels->threads;
-  const bool sum_here = cuda_th::rows_sum_projections(H);  // else ATen sums them from W and dL
+  // bf16 on tensor cores where the launcher has them, up to 48 heads and where their 32-bit offsets
+  // hold (the same in the forward and the backward of a block): they sum the projections' gradients
+  // at every such H.
+  const bool tc = std::is_same_v<T, thx_bf16> && kernels->forward_bf16_tc && kernels->backward_bf16_tc &&
+                  H <= cuda_th::kRowTcHeadsMax &&
+                  cuda_th::rows_tc_offsets_fit(std::max({h_k, h, h_v}), ni, m, h, a.bias_stride, a.mask_stride);
+  const bool sum_here = tc || cuda_th::rows_sum_projections(H);  // else ATen sums them from W and dL
   const int64_t sums = cuda_th::rows_partial_sums(a.h_k, a.h, a.h_v, a.P_l, a.P_w);
   Tensor partial;  // [blocks, sums]: each block's sums of the projections' gradients
   if (backward) {
@@ -133,9 +139,13 @@ Rows Problem::kernel_rows(const Tensor& J, const Tensor& dU, int64_t i0, int64_t
     a.W = r.W.defined() ? r.W.data_ptr<float>() : nullptr, a.dL = r.dL.defined() ? r.dL.data_ptr<float>() : nullptr;
     a.dP = partial.defined() ? partial.data_ptr<float>() : nullptr;
   }
-  const int64_t bytes = cuda_th::rows_shared_bytes(H, a.h_k, a.h, a.h_v, a.P_l, a.P_w, threads, backward);
+  const int64_t bytes =
+      tc ? cuda_th::rows_tc_layout(H, threads / 32, a.P_l, a.P_w, backward, a.dP).bytes
+         : cuda_th::rows_shared_bytes(H, a.h_k, a.h, a.h_v, a.P_l, a.P_w, threads, backward);
   if constexpr (std::is_same_v<T, float>)
     (backward ? kernels->backward_f32 : kernels->forward_f32)(a, H, gx, gy, threads, bytes);
+  else if (tc)
+    (backward ? kernels->backward_bf16_tc : kernels->forward_bf16_tc)(a, H, gx, gy, threads, bytes);
   else
     (backward ? kernels->backward_bf16 : kernels->forward_bf16)(a, H, gx, gy, threads, bytes);
   if (partial.defined()) {
@@ -267,7 +277,7 @@ Tensor tiled_attention_core(const Tensor& Q, const Tensor& K, const Tensor& V, c
 }
 
 #if !THX_CUDA_KERNELS
-const cuda_th::RowsLauncher* cuda_th_rows_launcher() { return nullptr; }
+const cuda_th::RowsLauncher* cuda_th_rows_launcher(bool) { return nullptr; }
 #endif
 
 }  // namespace thx

@@ -45,6 +45,7 @@ struct BenchAttentionCommand : Command {
   int th_threads = 0;
   std::vector<std::pair<CLI::Option*, const char*>> fused_only;  // the fused kernels' own options
   std::vector<std::pair<CLI::Option*, const char*>> gpu_only;    // those and the other paths'
+  CLI::Option* fma_ = nullptr;  // thx's kernels', fused or the row kernels
 
   explicit BenchAttentionCommand(CLI::App& parent) {
     app = parent.add_subcommand(
@@ -67,9 +68,10 @@ struct BenchAttentionCommand : Command {
     CLI::Option* tiled = app->add_flag("--tiled", opt.tiled, "on a GPU, talking-heads through the tiled path "
                                                              "(the default unless thx --th-path names another)")
                              ->excludes(batched);
-    CLI::Option* fma = app->add_flag("--fma", opt.fma, "on a GPU, the fused kernels' bf16 products as fp32 FMAs "
-                                                       "(their version 1), not on tensor cores")
-                           ->excludes(batched)->excludes(tiled);
+    CLI::Option* fma = app->add_flag("--fma", opt.fma, "on a GPU, thx's kernels' bf16 products as fp32 FMAs, not "
+                                                       "on tensor cores (the fused kernels' version 1; the tiled "
+                                                       "path's row kernels)")
+                           ->excludes(batched);
     CLI::Option* tiles = app->add_option("--th-tiles", th_tiles, "on a GPU, the fused kernels' tiles instead of "
                                                                  "their own choice: RxC (both) or RxC,RxC (forward, "
                                                                  "backward), query rows x keys per block")
@@ -87,10 +89,11 @@ struct BenchAttentionCommand : Command {
                                                                         "with their heads as they are, not padded to "
                                                                         "a multiple of 16 (the same numbers)")
                                 ->excludes(batched)->excludes(tiled);
-    fused_only = {{fma, "--fma"},           {tiles, "--th-tiles"},         {threads, "--th-threads"},
-                  {atomics, "--th-atomics"}, {unpadded, "--th-unpadded"}};
+    fused_only = {{tiles, "--th-tiles"}, {threads, "--th-threads"}, {atomics, "--th-atomics"},
+                  {unpadded, "--th-unpadded"}};
+    fma_ = fma;
     gpu_only = fused_only;
-    gpu_only.insert(gpu_only.end(), {{batched, "--batched"}, {tiled, "--tiled"}});
+    gpu_only.insert(gpu_only.end(), {{fma, "--fma"}, {batched, "--batched"}, {tiled, "--tiled"}});
   }
 
   // The fused kernels' own options choose them. A `thx --th-path` the user named is the choice
@@ -103,6 +106,8 @@ struct BenchAttentionCommand : Command {
       for (const auto& [option, name] : fused_only)
         if (option->count() > 0)
           throw InputError(fmt::format("{} is an option of the fused kernels, which --th-path {} leaves", name, path));
+    if ((path == "batched" || path == "tiled-aten") && fma_->count() > 0)
+      throw InputError(fmt::format("--fma is an option of thx's kernels, which --th-path {} leaves", path));
     if ((!tiled_path(path) && opt.tiled) || (path != "batched" && opt.batched))
       throw InputError(fmt::format("--th-path {} excludes --{}", path, opt.batched ? "batched" : "tiled"));
   }

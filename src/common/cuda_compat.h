@@ -11,11 +11,11 @@
 // The kernels use: threadIdx.x, blockIdx.{x,y}, blockDim.x, gridDim.x, __syncthreads(), dynamic
 // shared memory (THX_SHARED), fixed shared arrays (THX_STATIC_SHARED), the most threads a block
 // is launched with and the fewest blocks a multiprocessor must hold at once (THX_LAUNCH_BOUNDS:
-// registers are allocated to fit them), a warp's butterfly
-// shuffle (thx_shfl_xor, every lane of the warp taking part), atomicAdd on float and on four
-// adjacent floats (thx_atomic_add4: one vector reduction on sm_90, 16-byte aligned), an aligned
-// 4-byte load (thx_load_word), aligned 16-byte copies and zeros (thx_copy16, thx_zero16), the
-// high word of a 32-bit product (thx_umulhi), the math below, and bf16 as bits (bf16_bits.h) with its conversions.
+// registers are allocated to fit them), a warp's butterfly shuffle (thx_shfl_xor, every lane of
+// the warp taking part) and barrier (thx_syncwarp), atomicAdd on float and on four adjacent floats
+// (thx_atomic_add4: one vector reduction on sm_90, 16-byte aligned), an aligned 4-byte load
+// (thx_load_word), aligned 16-byte copies and zeros (thx_copy16, thx_zero16), the high word of a
+// 32-bit product (thx_umulhi), the math below, and bf16 as bits (bf16_bits.h) with its conversions.
 #pragma once
 #include <cstdint>
 
@@ -34,6 +34,7 @@ struct alignas(16) ThxBytes16 {
 THX_DEVICE float thx_exp(float x) { return expf(x); }
 THX_DEVICE float thx_rsqrt(float x) { return rsqrtf(x); }
 THX_DEVICE float thx_shfl_xor(float v, int lane_mask) { return __shfl_xor_sync(0xffffffffu, v, lane_mask); }
+THX_DEVICE void thx_syncwarp() { __syncwarp(); }
 THX_DEVICE float thx_log(float x) { return logf(x); }
 THX_DEVICE float thx_fmax(float a, float b) { return fmaxf(a, b); }
 THX_DEVICE float thx_inf() { return __int_as_float(0x7f800000); }
@@ -71,6 +72,7 @@ THX_DEVICE float thx_rsqrt(float x) { return __nvvm_rsqrt_approx_f(x); }
 THX_DEVICE float thx_shfl_xor(float v, int lane_mask) {
   return __nvvm_shfl_sync_bfly_f32(0xffffffffu, v, lane_mask, 0x1f);
 }
+THX_DEVICE void thx_syncwarp() { __nvvm_bar_warp_sync(0xffffffffu); }
 THX_DEVICE float thx_log(float x) { return __nvvm_lg2_approx_f(x) * 0.693147181f; }
 THX_DEVICE float thx_fmax(float a, float b) { return __nvvm_fmax_f(a, b); }
 THX_DEVICE float thx_inf() { return __builtin_huge_valf(); }
@@ -182,6 +184,7 @@ THX_DEVICE float thx_shfl_xor(float v, int lane_mask) {
   w.barrier.wait();  // before any lane writes its slot again
   return r;
 }
+THX_DEVICE void thx_syncwarp() { (*thx::emu::t_block.warps)[threadIdx.x / 32]->barrier.wait(); }
 THX_DEVICE float thx_log(float x) { return std::log(x); }
 THX_DEVICE float thx_fmax(float a, float b) { return std::fmax(a, b); }
 THX_DEVICE float thx_inf() { return std::numeric_limits<float>::infinity(); }

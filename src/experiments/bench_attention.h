@@ -23,7 +23,8 @@ struct BenchAttentionOptions {
   // On a GPU, talking-heads takes `thx --th-path`'s path (attention/fused.h; tiled by default)
   // unless one of these names another: `tiled` the tiled path, `batched` the batched
   // composition, `fused` thx's fused CUDA kernels where built (cuda/th_fused.h; set by their own
-  // options); `fma` keeps the fused kernels' bf16 products off the tensor cores (version 1's FMAs);
+  // options); `fma` keeps thx's kernels' bf16 products off the tensor cores (the fused kernels'
+  // version 1, the row kernels' FMAs);
   // `unpadded` keeps their bf16 planes' heads unpadded (set_th_padded_heads: the same numbers).
   bool batched = false, tiled = false, fused = false, fma = false, unpadded = false;
   // The fused kernels' forced tiles and threads (--th-tiles, --th-threads; zeros: their own choice).

@@ -21,6 +21,7 @@
 #include "attention/fused.h"
 #include "bf16_bounds.h"
 #include "core_problems.h"
+#include "tc_bounds.h"
 #include "test_util.h"
 #include "th_emulator.h"
 
@@ -36,6 +37,8 @@ using core::Case;
 using core::Extra;
 using core::Inputs;
 using core::inputs;
+using core::TcBounds;
+using core::tensor_core_bounds;
 
 const std::vector<Case> kCases = {{"talking_heads", 3, 5, 2, true, true},
                                   {"project_logits", 3, 5, 5, true, false},
@@ -296,64 +299,9 @@ TEST(FusedThEmulated, BackwardSumsAgreeInEveryOrder) {
 }
 
 // ---- version 2: bf16 products on tensor cores ----------------------------------------------
-// The kernels' bf16 algorithm with its error bound (bf16_bounds.h), step by step as
-// th_kernels.cuh computes: every product's operands rounded to bf16 (J, W, U, dU, dL, dJ and
-// P_l, P_w: mma's operands), its sum in fp32 over the reduction (bounded by gamma(2k): tensor
-// cores may truncate rather than round their fp32 sums, doubling the unit roundoff), the
-// softmax, D and dL in fp32 from unrounded values, and Q, K, V, dO exact bf16. The bias is
-// [1,h,n,m] (its gradient sums over b), as inputs() draws it.
-struct TcBounds {
-  Bounded O, dQ, dK, dV, dP_l, dP_w, dbias;
-};
-TcBounds tensor_core_bounds(const Inputs& in) {
-  auto rb = [](const Bounded& v) { return round_bf16(v); };
-  auto mma = [](const std::string& eq, const Bounded& a, const Bounded& b, int64_t k) {
-    return product(eq, a, b, 2.0 * double(k));
-  };
-  const int64_t b = in.Q.size(0), n = in.Q.size(1), m = in.K.size(1), hk = in.Q.size(2), dk = in.Q.size(3);
-  const int64_t hv = in.V.size(2), dv = in.V.size(3), h = in.P_l.defined() ? in.P_l.size(1) : hk;
-  const Bounded Q = exact(in.Q), K = exact(in.K), V = exact(in.V), G = exact(in.dO);
-  const Bounded J = mma("bnkd,bmkd->bknm", Q, K, dk);
-  Bounded L = in.P_l.defined() ? mma("bknm,ks->bsnm", rb(J), rb(exact(in.P_l)), hk) : J;
-  if (in.bias.defined()) {
-    const Tensor bias = in.bias.to(torch::kFloat64);
-    L.e = L.e + kFp32U * (L.x.abs() + bias.abs() + L.e);
-    L.x = L.x + bias;
-  }
-  const Tensor keep = in.mask.defined() ? in.mask.expand_as(L.x) : torch::ones_like(L.x, torch::kBool);
-  L.x = L.x.masked_fill(keep.logical_not(), -1e9), L.e = L.e.masked_fill(keep.logical_not(), 0.0);
-  Bounded W;  // the softmax's exact perturbation bound, plus fp32's own
-  W.x = torch::softmax(L.x, -1);
-  W.e = W.x * (torch::exp(L.e + std::get<0>(L.e.max(-1, true))) - 1) + gamma32(double(m) + 16) * W.x;
-  const Bounded U = in.P_w.defined() ? rb(mma("bsnm,st->btnm", rb(W), rb(exact(in.P_w)), h)) : rb(W);
-  TcBounds r;
-  r.O = rb(mma("btnm,bmte->bnte", U, V, m));
-  const Bounded dU = mma("bnte,bmte->btnm", G, V, dv);
-  const Bounded dW = in.P_w.defined() ? mma("btnm,st->bsnm", rb(dU), rb(exact(in.P_w)), hv) : dU;
-  r.dV = rb(mma("btnm,bnte->bmte", U, G, n));
-  if (in.P_w.defined()) r.dP_w = mma("bsnm,btnm->st", rb(W), rb(dU), b * n * m);
-  const Bounded D = product("bsnm,bsnm->bsn", W, dW, double(m));  // fp32 FMAs
-  const Bounded dL = softmax_backward(W, dW, {D.x.unsqueeze(-1), D.e.unsqueeze(-1)}, keep);
-  if (in.bias.defined())
-    r.dbias = {dL.x.sum(0, true), dL.e.sum(0, true) + gamma32(double(b)) * dL.x.abs().sum(0, true)};
-  if (in.P_l.defined()) r.dP_l = mma("bknm,bsnm->ks", rb(J), rb(dL), b * n * m);
-  const Bounded dJ = in.P_l.defined() ? rb(mma("bsnm,ks->bknm", rb(dL), rb(exact(in.P_l)), h)) : rb(dL);
-  r.dQ = rb(mma("bknm,bmkd->bnkd", dJ, K, m));
-  r.dK = rb(mma("bknm,bnkd->bmkd", dJ, Q, n));
-  return r;
-}
-
-// Every result within its bound (the first that is not, named).
+// The kernels' bf16 algorithm with its error bound: tc_bounds.h.
 ::testing::AssertionResult within_tc_bounds(const Result& got, const TcBounds& B) {
-  for (auto [g, want, name] : {std::tuple{got.O, &B.O, "O"}, {got.dQ, &B.dQ, "dQ"}, {got.dK, &B.dK, "dK"},
-                               {got.dV, &B.dV, "dV"}, {got.dP_l, &B.dP_l, "dP_l"}, {got.dP_w, &B.dP_w, "dP_w"},
-                               {got.dbias, &B.dbias, "dbias"}}) {
-    if (g.defined() != want->x.defined()) return ::testing::AssertionFailure() << name << ": defined differs";
-    if (!g.defined()) continue;
-    const ::testing::AssertionResult r = within(g.cpu(), *want);
-    if (!r) return ::testing::AssertionFailure() << name << ": " << r.message();
-  }
-  return ::testing::AssertionSuccess();
+  return core::within_tc_bounds({got.O, got.dQ, got.dK, got.dV, got.dP_l, got.dP_w, got.dbias}, B);
 }
 
 TEST(FusedThEmulated, Bf16OnTensorCoresWithinTheDerivedBound) {

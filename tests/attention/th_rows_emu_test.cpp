@@ -1,4 +1,5 @@
-// The tiled path's row kernels (src/attention/cuda/th_rows_kernels.cuh), run on the CPU by the
+// The tiled path's row kernels (src/attention/cuda/th_rows_kernels.cuh and, for bf16 on tensor
+// cores, th_rows_tc_kernels.cuh), run on the CPU by the
 // emulator of common/cuda_compat.h through tiled_attention_core as a GPU runs them: O and the
 // gradients of Q, K, V, P_l, P_w and the bias.
 //  - fp32, against the paper's section 4 core in float64 (core_problems.h) for talking-heads (h_k,
@@ -14,15 +15,20 @@
 //    bf16 rounding by a unit, 2^-8, before values meet again);
 //  - more keys than threads (the backward's projection gradients summed over batches of keys);
 //  - a row with no key gives 0 and no NaN; problems the kernels do not take (fp64, mixed dtypes,
-//    65 heads) run ATen's composition, no kernel launched; a mask that is not bool is refused.
+//    65 heads) run ATen's composition, no kernel launched; a mask that is not bool is refused;
+//  - bf16 on tensor cores (th_rows_tc_kernels.cuh, up to 48 heads): within the bound derived from
+//    its roundings (tc_bounds.h) against float64, for every variant, mask and bucket, over chunks
+//    of keys loaded key by key and 16 bytes at a time; the bound rejects a moved P_w.
 #include <gtest/gtest.h>
 
 #include <atomic>
 
 #include "attention/cuda/th_rows_kernels.cuh"
+#include "attention/cuda/th_rows_tc_kernels.cuh"
 #include "attention/fused.h"
 #include "attention/tiled.h"
 #include "core_problems.h"
+#include "tc_bounds.h"
 #include "test_util.h"
 
 namespace thx::test {
@@ -35,6 +41,8 @@ using core::Case;
 using core::Extra;
 using core::Inputs;
 using core::inputs;
+using core::tensor_core_bounds;
+using core::within_tc_bounds;
 
 std::atomic<int> g_launches{0};
 
@@ -47,6 +55,19 @@ void emulate(const cuda_th::RowsArgs<T>& a, int H, unsigned gx, unsigned gy, int
 cuda_th::RowsLauncher emulator(int threads, int64_t group_rows_from = 4096) {
   return {threads, group_rows_from, emulate<float, false>, emulate<thx_bf16, false>, emulate<float, true>,
           emulate<thx_bf16, true>};
+}
+
+// The same with bf16 on tensor cores (th_rows_tc_kernels.cuh).
+std::atomic<int> g_tc_launches{0};
+template <bool Backward>
+void emulate_tc(const cuda_th::RowsArgs<thx_bf16>& a, int H, unsigned gx, unsigned gy, int threads, int64_t bytes) {
+  ++g_launches, ++g_tc_launches;
+  emu::launch({gx, gy, 1}, threads, size_t(bytes), [&a, H] { cuda_th::rows_tc_kernel_for<Backward>(H)(a); });
+}
+cuda_th::RowsLauncher emulator_tc(int threads, int64_t group_rows_from = 4096) {
+  cuda_th::RowsLauncher l = emulator(threads, group_rows_from);
+  l.forward_bf16_tc = emulate_tc<false>, l.backward_bf16_tc = emulate_tc<true>;
+  return l;
 }
 
 // O, dQ, dK, dV, dP_l, dP_w, dbias (undefined where absent) of the tiled path under autograd.
@@ -213,10 +234,95 @@ TEST(TiledRowKernels, WhatTheyDoNotTakeRunsAtensComposition) {
             "more than 65,535 examples (a CUDA grid's y)");
 }
 
+// ---- bf16 with the mixings and the projections' gradients on tensor cores --------------------
+// Every result within the error bound derived step by step from its roundings (tc_bounds.h, with
+// J and dU stored in bf16 as the tiled path's matmuls give them), against float64: every variant,
+// with and without a bias, padding or a causal mask, each in one of two launches: one warp, one
+// row a block (chunks of 16 keys) and two warps, four rows (32).
+TEST(TiledRowKernelsTc, Bf16WithinTheDerivedBoundForEveryVariantMaskAndLaunch) {
+  const std::pair<int, int64_t> launches[] = {{32, 4096}, {64, 1}};
+  int turn = 0;
+  for (const Case& c : cases())
+    for (Extra e : {Extra::none, Extra::bias_padding, Extra::causal, Extra::padding}) {
+      const auto [threads, group] = launches[(turn / 4 + turn) % 2];  // each in one, the next variant the other
+      ++turn;
+      SCOPED_TRACE(c.name + " extra " + std::to_string(int(e)) + " threads " + std::to_string(threads));
+      torch::manual_seed(11);
+      const Inputs in = inputs(c, e, torch::kBFloat16);
+      const cuda_th::RowsLauncher kernels = emulator_tc(threads, group);
+      const int before = g_tc_launches;
+      const std::vector<Tensor> got = run(in, 0, &kernels);
+      EXPECT_EQ(g_tc_launches - before, 2);
+      EXPECT_EQ(got[0].scalar_type(), torch::kBFloat16);
+      EXPECT_TRUE(within_tc_bounds(got, tensor_core_bounds(in, true)));
+    }
+}
+
+// Each bucket of heads the tensor cores take (16, 32, 48; h_k, h and h_v all different) and the
+// next, 64, which takes the FMAs; 70 keys (two whole chunks of 32 and a last one with 6, the rest
+// zeros in the staged keys, loaded key by key) or 72 (loaded 16 bytes a lane); a bias and a
+// padding mask.
+TEST(TiledRowKernelsTc, EveryBucketOfHeadsOverChunksOfKeys) {
+  const cuda_th::RowsLauncher kernels = emulator_tc(64);
+  const std::tuple<int64_t, int64_t, int64_t, int64_t> widths[] = {
+      {12, 16, 10, 72}, {20, 32, 24, 70}, {40, 48, 33, 72}, {64, 60, 50, 70}};
+  for (auto [hk, h, hv, m] : widths) {
+    SCOPED_TRACE(h);
+    torch::manual_seed(5);
+    const int64_t b = 2, n = 2;
+    Inputs in;
+    auto bf = [](const Tensor& t) { return t.to(torch::kBFloat16); };
+    in.Q = bf(torch::randn({b, n, hk, 4}) / 2), in.K = bf(torch::randn({b, m, hk, 4}));
+    in.V = bf(torch::randn({b, m, hv, 6})), in.dO = bf(torch::randn({b, n, hv, 6}));
+    in.P_l = torch::randn({hk, h}) / std::sqrt(double(hk)), in.P_w = torch::randn({h, hv}) / std::sqrt(double(h));
+    in.bias = torch::randn({1, h, n, m});
+    in.mask = (torch::arange(m).view({1, m}) < torch::tensor({int64_t{40}, m}).view({b, 1})).view({b, 1, 1, m});
+    const int64_t tc = g_tc_launches, copies = emu::vector_copies;
+    EXPECT_TRUE(within_tc_bounds(run(in, 0, &kernels), tensor_core_bounds(in, true)));
+    EXPECT_EQ(g_tc_launches - tc, h <= cuda_th::kRowTcHeadsMax ? 2 : 0);
+    EXPECT_EQ(emu::vector_copies > copies, m % 8 == 0 && h <= cuda_th::kRowTcHeadsMax);
+  }
+}
+
+// The controls: the bound rejects P_w moved by 0.01 (its entries are about 0.45); the tensor cores
+// ran (their roundings differ from the FMAs'); a row with no key gives 0, not NaN; where their
+// 32-bit offsets would not hold, and for fp32, the FMAs run (equal bit for bit to a launcher
+// without tensor cores).
+TEST(TiledRowKernelsTc, Controls) {
+  const cuda_th::RowsLauncher tc = emulator_tc(32), fma = emulator(32);
+  torch::manual_seed(11);
+  Inputs in = inputs(cases().front(), Extra::bias_padding, torch::kBFloat16), moved = in;
+  moved.P_w = in.P_w + 0.01;
+  const core::TcBounds B = tensor_core_bounds(in, true);
+  const std::vector<Tensor> got = run(in, 0, &tc);
+  EXPECT_TRUE(within_tc_bounds(got, B));
+  EXPECT_FALSE(within_tc_bounds(run(moved, 0, &tc), B));
+  EXPECT_FALSE(torch::equal(got[0], run(in, 0, &fma)[0]));
+  in.mask = in.mask.clone();
+  in.mask[0].fill_(false);  // example 0 sees no key at all
+  const std::vector<Tensor> none = run(in, 0, &tc);
+  EXPECT_TRUE(torch::all(none[0][0] == 0).item<bool>());
+  for (const Tensor& t : none)
+    if (t.defined()) EXPECT_TRUE(torch::all(torch::isfinite(t)).item<bool>());
+  // Their offsets within an example are 32-bit: where they would not hold, the FMAs (64-bit) run.
+  const int64_t none4[4] = {0, 0, 0, 0}, t5_bias[4] = {0, 2048 * 2048, 2048, 1};
+  EXPECT_TRUE(cuda_th::rows_tc_offsets_fit(48, 2048, 2048, 48, t5_bias, none4));
+  EXPECT_FALSE(cuda_th::rows_tc_offsets_fit(48, 8192, 8192, 48, none4, none4));
+  const int64_t big_bias[4] = {0, 8192 * 8192, 8192, 1};
+  EXPECT_FALSE(cuda_th::rows_tc_offsets_fit(48, 512, 8192, 48, big_bias, none4));
+  const Inputs f32 = inputs(cases().front(), Extra::bias_padding, torch::kFloat32);
+  const int before = g_tc_launches;
+  const std::vector<Tensor> a = run(f32, 0, &tc), b = run(f32, 0, &fma);
+  EXPECT_EQ(g_tc_launches, before);
+  for (size_t i = 0; i < a.size(); ++i)
+    if (a[i].defined()) EXPECT_TRUE(torch::equal(a[i], b[i])) << i;
+}
+
 // On a GPU (where thx was built with its CUDA kernels): the same kernels through CUDA's launcher.
-// fp32 against the paper's core in float64 on the CPU (the bound above); bf16 against ATen's
-// composition on the same GPU (3e-2 x max, as above); at T5-base's width (d_model 768, 12 and 48
-// heads) over 300 keys, which no block of threads divides, fp32 against ATen's composition there
+// fp32 against the paper's core in float64 on the CPU (the bound above); bf16 on tensor cores
+// within the derived bound (one block of rows: tc_bounds.h counts one rounding of each product),
+// and on FMAs against ATen's composition on the same GPU (3e-2 x max, as above); at T5-base's
+// width (d_model 768, 12 and 48 heads) over 300 keys, which no block of threads divides, fp32 against ATen's composition there
 // (1e-6 + 1e-5 x max). attention_core (fused.cpp) takes them for talking-heads on CUDA: its output
 // equals theirs bit for bit. compute-sanitizer runs these (scripts/gpu_session.sh).
 Inputs to_cuda(const Inputs& in) { return core::to_device(in, torch::kCUDA); }
@@ -237,8 +343,13 @@ TEST(TiledRowKernelsOnCuda, EqualsThePapersCoreForEveryVariantMaskAndDtype) {
         torch::manual_seed(11);
         const Inputs in = inputs(c, e, dtype);
         const std::vector<Tensor> got = on_cpu(run(to_cuda(in), 3, kernels));
-        if (dtype == torch::kFloat32) expect_close(got, reference(in), 2e-6, 2e-5);
-        else expect_close(got, on_cpu(run(to_cuda(in), 3, nullptr)), 0, 3e-2);
+        if (dtype == torch::kFloat32) {
+          expect_close(got, reference(in), 2e-6, 2e-5);
+          continue;
+        }
+        EXPECT_TRUE(within_tc_bounds(on_cpu(run(to_cuda(in), 0, kernels)), tensor_core_bounds(in, true)));
+        expect_close(on_cpu(run(to_cuda(in), 3, cuda_th_rows_launcher(false))), on_cpu(run(to_cuda(in), 3, nullptr)),
+                     0, 3e-2);
       }
 }
 

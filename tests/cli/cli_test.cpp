@@ -82,6 +82,10 @@ TEST(Cli, BadBenchFlagsExitTwo) {
   EXPECT_TRUE(refused(run_thx("--th-path tiled bench attention --th-atomics in-order"), "thx: error: --th-atomics",
                       "which --th-path tiled leaves"));
   EXPECT_TRUE(refused(run_thx("bench attention --fma --th-path batched"), "thx: error: --fma", "--th-path batched"));
+  EXPECT_TRUE(refused(run_thx("--th-path tiled-aten bench attention --fma"), "thx: error: --fma is an option of thx's "
+                                                                             "kernels", "--th-path tiled-aten leaves"));
+  EXPECT_TRUE(refused(run_thx("--th-path tiled --device cuda bench attention --fma"), "thx: error: --device cuda",
+                      ""));  // --fma is the row kernels' option too: past the path check, refused for the device
   EXPECT_TRUE(refused(run_thx("bench attention --th-unpadded --th-path tiled"), "thx: error: --th-unpadded",
                       "--th-path tiled"));
   EXPECT_TRUE(refused(run_thx("--th-path batched bench attention --tiled"), "thx: error: --th-path batched excludes "

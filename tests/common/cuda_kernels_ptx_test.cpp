@@ -1,10 +1,11 @@
 // thx's CUDA kernels compile as device code on a machine without CUDA: clang's CUDA mode
-// (-nocudainc, cuda_compat.h's second branch) compiles th_kernels.cuh, th_rows_kernels.cuh and
-// rms_norm_kernels.cuh for sm_80 to PTX with -Wall -Wextra -Werror, and the PTX has every
-// instantiation nvcc builds: the fused talking-heads forward and backward in fp32, bf16 and bf16
-// on tensor cores, the row kernels' for each dtype and bucket of heads, and the RMS norm's for
-// each pair of x and y dtypes. PTX 7.0 (CUDA 11's) is asked for: the warp shuffles need PTX 6.0 or later,
-// and clang cannot tell the version from a CUDA it does not have.
+// (-nocudainc, cuda_compat.h's second branch) compiles th_kernels.cuh, th_rows_kernels.cuh,
+// th_rows_tc_kernels.cuh and rms_norm_kernels.cuh for sm_80 to PTX with -Wall -Wextra -Werror,
+// and the PTX has every instantiation nvcc builds: the fused talking-heads forward and backward in
+// fp32, bf16 and bf16 on tensor cores, the row kernels' for each dtype and bucket of heads (and
+// bf16 on tensor cores for three), and the RMS norm's for each pair of x and y dtypes. PTX 7.0
+// (CUDA 11's) is asked for: the warp shuffles need PTX 6.0 or later, and clang cannot tell the
+// version from a CUDA it does not have.
 // This catches a syntax or type error in device code before a GPU session's nvcc does. clang 14
 // knows sm_80, not the H100's sm_90; the kernels use nothing that differs but the vector
 // reduction, which sm_80 takes as four atomics (cuda_compat.h). Skips, saying so,
@@ -36,6 +37,7 @@ TEST(CudaKernels, CompileToPtxWithClang) {
   const fs::path cu = dir.path / "th.cu", ptx = dir.path / "th.ptx";
   std::ofstream(cu) << "#include \"attention/cuda/th_kernels.cuh\"\n"
                        "#include \"attention/cuda/th_rows_kernels.cuh\"\n"
+                       "#include \"attention/cuda/th_rows_tc_kernels.cuh\"\n"
                        "#include \"models/rms_norm_kernels.cuh\"\n"
                        "namespace thx::cuda_th {\n"
                        "template __global__ void forward_kernel<float>(Args<float>);\n"
@@ -58,6 +60,11 @@ TEST(CudaKernels, CompileToPtxWithClang) {
                        "  template __global__ void rows_backward_kernel<T, H>(RowsArgs<T>);\n"
                        "ROWS(float, 16) ROWS(float, 32) ROWS(float, 48) ROWS(float, 64)\n"
                        "ROWS(thx_bf16, 16) ROWS(thx_bf16, 32) ROWS(thx_bf16, 48) ROWS(thx_bf16, 64)\n"
+                       "}\n"
+                       "namespace thx::cuda_th::rows_tc {\n"
+                       "#define TC(H) template __global__ void rows_tc_forward_kernel<H>(RowsArgs<thx_bf16>); \\\n"
+                       "  template __global__ void rows_tc_backward_kernel<H>(RowsArgs<thx_bf16>);\n"
+                       "TC(16) TC(32) TC(48)\n"
                        "}\n";
   const RunResult r = run_command("clang++ -std=c++17 -x cuda --cuda-device-only -nocudainc -nocudalib "
                                   "--cuda-gpu-arch=sm_80 -Xclang -target-feature -Xclang +ptx70 "
@@ -68,7 +75,7 @@ TEST(CudaKernels, CompileToPtxWithClang) {
   const std::string text = read_file(ptx);
   int entries = 0;
   for (size_t at = text.find(".entry"); at != std::string::npos; at = text.find(".entry", at + 1)) ++entries;
-  EXPECT_EQ(entries, 6 + 8 + 16) << text.substr(0, 2000);
+  EXPECT_EQ(entries, 6 + 8 + 16 + 6) << text.substr(0, 2000);
 }
 
 // -I of the LibTorch this build used, where its headers are not in a system folder (a PyTorch
@@ -124,8 +131,8 @@ TEST(CudaKernels, NvccCompilesEveryCuFileForSm90) {
         EXPECT_NE(line.find(" 0 bytes spill stores"), std::string::npos) << line;
   }
   // fused talking-heads fwd/bwd x fp32/bf16/bf16 on tensor cores; RMS norm 2 x 4; the tiled path's row
-  // kernels fwd/bwd x fp32/bf16 x 4 buckets of heads
-  EXPECT_EQ(kernels, 6 + 8 + 16);
+  // kernels fwd/bwd x fp32/bf16 x 4 buckets of heads, and on tensor cores fwd/bwd x 3 buckets
+  EXPECT_EQ(kernels, 6 + 8 + 16 + 6);
 }
 
 }  // namespace THX_FILE_ID

@@ -282,6 +282,7 @@ Tensor fused_th_attention_core(const Tensor& Q, const Tensor& K, const Tensor& V
 }
 
 void set_th_tensor_cores(bool enabled) { g_tensor_cores = enabled; }
+bool th_tensor_cores() { return g_tensor_cores; }
 void set_th_padded_heads(bool enabled) { g_padded_heads = enabled; }
 
 bool fused_th_pad_heads(const cuda_th::LayoutShape& x, cuda_th::Widths w, bool backward, int64_t limit) {

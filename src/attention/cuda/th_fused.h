@@ -39,7 +39,10 @@ torch::Tensor fused_th_attention_core(const torch::Tensor& Q, const torch::Tenso
 
 // bf16 problems' products on tensor cores where the launcher has them (version 2, default true),
 // or as fp32 FMAs, as fp32 problems always run (version 1; false: benchmarks compare the two).
+// The tiled path's row kernels follow the same switch (fused.cpp's attention_core): their bf16
+// mixings on tensor cores (th_rows_tc_kernels.cuh) or as fp32 FMAs (th_rows_kernels.cuh).
 void set_th_tensor_cores(bool enabled);
+bool th_tensor_cores();
 // The bf16 planes' heads padded to a multiple of 16 where that costs nothing (cuda_th::Widths::pad,
 // version 2.4; default true), or not: the same numbers either way, for tests and measurements.
 void set_th_padded_heads(bool enabled);

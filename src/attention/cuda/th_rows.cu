@@ -1,4 +1,5 @@
-// th_rows.cu: CUDA's launcher for the talking-heads row kernels (th_rows_kernels.cuh). No torch
+// th_rows.cu: CUDA's launcher for the talking-heads row kernels (th_rows_kernels.cuh, and for bf16
+// th_rows_tc_kernels.cuh's on tensor cores unless asked for the FMAs). No torch
 // header here: attention/tiled.cpp prepares the arguments; this file only launches, on the current
 // stream, with the dynamic shared memory each launch needs opted in (above 48 KB a kernel must ask).
 #include <ATen/cuda/CUDAContext.h>
@@ -6,26 +7,38 @@
 
 #include "attention/cuda/th_rows_args.h"
 #include "attention/cuda/th_rows_kernels.cuh"
+#include "attention/cuda/th_rows_tc_kernels.cuh"
 
 namespace thx {
 namespace {
 
 using cuda_th::RowsArgs;
 
+// The kernel f on the current stream, its dynamic shared memory opted in.
+template <typename T>
+void start(void (*f)(RowsArgs<T>), const RowsArgs<T>& a, unsigned gx, unsigned gy, int threads, int64_t bytes) {
+  C10_CUDA_CHECK(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+  f<<<dim3(gx, gy), threads, size_t(bytes), at::cuda::getCurrentCUDAStream()>>>(a);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
 template <typename T, bool Backward>
 void launch(const RowsArgs<T>& a, int H, unsigned gx, unsigned gy, int threads, int64_t bytes) {
-  auto kernel = cuda_th::rows_kernel_for<T, Backward>(H);
-  C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
-  kernel<<<dim3(gx, gy), threads, size_t(bytes), at::cuda::getCurrentCUDAStream()>>>(a);
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  start(cuda_th::rows_kernel_for<T, Backward>(H), a, gx, gy, threads, bytes);
+}
+template <bool Backward>
+void launch_tc(const RowsArgs<thx_bf16>& a, int H, unsigned gx, unsigned gy, int threads, int64_t bytes) {
+  start(cuda_th::rows_tc_kernel_for<Backward>(H), a, gx, gy, threads, bytes);
 }
 
 }  // namespace
 
-const cuda_th::RowsLauncher* cuda_th_rows_launcher() {
-  static const cuda_th::RowsLauncher launcher{128, 4096, launch<float, false>, launch<thx_bf16, false>,
-                                              launch<float, true>, launch<thx_bf16, true>};
-  return &launcher;
+const cuda_th::RowsLauncher* cuda_th_rows_launcher(bool tensor_cores) {
+  static const cuda_th::RowsLauncher fma{128, 4096, launch<float, false>, launch<thx_bf16, false>,
+                                         launch<float, true>, launch<thx_bf16, true>};
+  static const cuda_th::RowsLauncher tc{128,        4096, launch<float, false>, launch<thx_bf16, false>,
+                                        launch<float, true>, launch<thx_bf16, true>, launch_tc<false>,
+                                        launch_tc<true>};
+  return tensor_cores ? &tc : &fma;
 }
 
 }  // namespace thx

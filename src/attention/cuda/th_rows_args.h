@@ -94,6 +94,58 @@ inline int64_t rows_shared_bytes(int H, int h_k, int h, int h_v, bool P_l, bool 
   return floats * 4;
 }
 
+// Where the bf16 tensor-core row kernels (th_rows_tc_kernels.cuh) keep things in shared memory,
+// in bytes from its start (-1: absent), for `warps` warps a block and heads bucket H; `bytes` in
+// all. Forward: P_l^T and P_w^T as bf16 [out][in] with rows of H + 8 (ldmatrix's rows a bank
+// group apart), each warp's statistics per head [warps][H] (two planes), the row's LSE and D [H],
+// and a chunk's keys of J staged as bf16 [H][16 warps + 8] (with P_l). Backward: also P_l and P_w,
+// dU staged as J (with P_w), and with the projections' sums (sums) the chunk's dL (with P_l) and
+// W (with P_w) staged beside them, and the partial sums as 16 x 8 tiles of fp32 [tile][32
+// lanes][4] (H / 16 x H / 8 tiles each of J dL^T and W dU^T). Every offset is a multiple of 16.
+struct RowsTcLayout {
+  int64_t pl_t, pl, pw_t, pw, slot0, slot1, lse, d, sj, sdl, sw, sdu, acc, bytes;
+};
+#if defined(__CUDACC__)
+__host__ __device__
+#elif defined(__CUDA__)
+__attribute__((host)) __attribute__((device))
+#endif
+inline RowsTcLayout rows_tc_layout(int H, int warps, bool P_l, bool P_w, bool backward, bool sums) {
+  RowsTcLayout L;
+  int64_t at = 0;
+  auto take = [&](bool present, int64_t bytes) {
+    const int64_t here = present ? at : -1;
+    at += present ? bytes : 0;
+    return here;
+  };
+  const int64_t matrix = int64_t(H) * (H + 8) * 2, stage = int64_t(H) * (16 * warps + 8) * 2;
+  const int64_t tiles = ((P_l ? 1 : 0) + (P_w ? 1 : 0)) * int64_t(H / 16) * (H / 8);
+  L.pl_t = take(P_l, matrix), L.pl = take(P_l && backward, matrix);
+  L.pw_t = take(P_w, matrix), L.pw = take(P_w && backward, matrix);
+  L.slot0 = take(true, int64_t(warps) * H * 4), L.slot1 = take(true, int64_t(warps) * H * 4);
+  L.lse = take(true, H * 4), L.d = take(true, H * 4);
+  const bool staged = backward && sums;
+  L.sj = take(P_l, stage), L.sdu = take(P_w && backward, stage);
+  L.sdl = take(staged && P_l, stage), L.sw = take(staged && P_w, stage);
+  L.acc = take(staged, tiles * 128 * 4);
+  L.bytes = at;
+  return L;
+}
+
+// The most heads the tensor-core row kernels take (buckets 16, 32, 48); more take the FMAs. At 64
+// their backward spilled registers at 255 a thread (nvcc 13, sm_90).
+constexpr int kRowTcHeadsMax = 48;
+// Whether the tensor-core row kernels' 32-bit offsets within an example hold (their example's and
+// row's starts are 64-bit): a plane's heads x rows x m, and from a row's start of the bias and the
+// mask (strides as RowsArgs has them, 0 where they broadcast) (h - 1) x the head stride + (m - 1) x
+// the key stride. Else the FMAs, whose offsets are 64-bit.
+inline bool rows_tc_offsets_fit(int64_t heads, int64_t rows, int64_t m, int64_t h, const int64_t (&bias)[4],
+                                const int64_t (&mask)[4]) {
+  constexpr int64_t kMax = (int64_t{1} << 31) - 1;
+  auto from_row = [&](const int64_t (&s)[4]) { return (h - 1) * s[1] + (m - 1) * s[3] <= kMax; };
+  return heads * rows * m <= kMax && from_row(bias) && from_row(mask);
+}
+
 // How the row kernels run: CUDA's (th_rows.cu) or the CPU emulator's (the tests).
 struct RowsLauncher {
   int threads;  // per block, a multiple of 32
@@ -106,11 +158,18 @@ struct RowsLauncher {
   void (*backward_f32)(const RowsArgs<float>&, int H, unsigned grid_x, unsigned grid_y, int threads, int64_t bytes);
   void (*backward_bf16)(const RowsArgs<thx_bf16>&, int H, unsigned grid_x, unsigned grid_y, int threads,
                         int64_t bytes);
+  // bf16 with the mixings and the projections' gradients on tensor cores (th_rows_tc_kernels.cuh,
+  // shared memory by rows_tc_layout), or null: bf16 takes the fp32 FMAs above.
+  void (*forward_bf16_tc)(const RowsArgs<thx_bf16>&, int H, unsigned grid_x, unsigned grid_y, int threads,
+                          int64_t bytes) = nullptr;
+  void (*backward_bf16_tc)(const RowsArgs<thx_bf16>&, int H, unsigned grid_x, unsigned grid_y, int threads,
+                           int64_t bytes) = nullptr;
 };
 
 }  // namespace thx::cuda_th
 
 namespace thx {
-// CUDA's launcher where thx was built with its CUDA kernels (THX_CUDA_KERNELS), else null.
-const cuda_th::RowsLauncher* cuda_th_rows_launcher();
+// CUDA's launcher where thx was built with its CUDA kernels (THX_CUDA_KERNELS), else null; bf16
+// with its mixings on tensor cores, or (tensor_cores false: `thx bench attention --fma`) as fp32 FMAs.
+const cuda_th::RowsLauncher* cuda_th_rows_launcher(bool tensor_cores = true);
 }  // namespace thx

@@ -1,0 +1,507 @@
+// th_rows_tc_kernels.cuh: the talking-heads row kernels for bf16 with the heads' mixings on tensor
+// cores (th_rows_args.h says what the row kernels do; th_rows_kernels.cuh is their fp32 form, which
+// fp32 problems and `--fma` take). Written once for nvcc, clang's PTX check and the emulator.
+//
+// Why: a thread of th_rows_kernels.cuh mixes one key's heads as a matrix-vector product in fp32
+// FMAs, 2 h^2 flops a key and mixing; at 48 heads that is some 6 TFLOP of FMAs in a T5-base
+// step (about 0.15 s on an H100's CUDA cores), at 12 heads a sixteenth of it. Here a warp takes 16
+// keys at a time and mixes them as one product [16 keys, heads] x [heads, heads] on tensor cores
+// (mma.m16n8k16, bf16 operands, fp32 sums: common/cuda_mma.h), the rounding a bf16 matmul of ATen
+// makes of the same operands. What stays fp32: the logits, the softmax and its statistics, D, dL,
+// and every sum.
+//
+// Layout (PTX ISA, "Matrix Fragments for mma.m16n8k16"; lane l, g = l / 4, t = l % 4): warp w of a
+// block takes keys jw = j0 + 16 w ... + 15 of each chunk of 16 x warps keys; a product's output
+// (C) holds, per 8 heads nt, the keys jw + g and jw + g + 8 at heads 8 nt + 2 t and 8 nt + 2 t + 1,
+// so that every lane holds a few heads of two keys, and the C of two neighbouring 8-head tiles is
+// exactly the A operand (16 keys x 16 heads) of the next product (the weights W into the P_w
+// mixing, dL into the P_l^T one) once rounded to bf16. The planes J and dU are read from global
+// memory straight into A operands, two heads of a key a word; the mixings' matrices sit in shared
+// memory as bf16 copies [out head][in head] (zero past the heads), read by ldmatrix.
+//
+// Forward, per row: pass 1, each lane's running max and sum per head over its keys, merged over
+// the 8 lanes that share its heads (shuffles) and over the warps (shared memory) -> LSE; pass 2,
+// W = exp(L - LSE) -> U. Backward: pass 1, D = sum over keys of W dW; pass 2, U, dW, dL, dJ, and
+// the projections' gradients J dL^T and W dU^T as products over each chunk's keys on tensor cores
+// (the chunk's J, dL, W and dU staged in shared memory as [head][key], each warp adding its share
+// of the output tiles into the block's fp32 partial sums), at every number of heads.
+#pragma once
+#include "attention/cuda/th_rows_kernels.cuh"
+#include "common/cuda_mma.h"
+
+namespace thx::cuda_th {
+namespace rows_tc {
+
+using cuda_mma::pack_bf16x2;
+using rows::each_row;
+using rows::merge;
+
+// Registers a thread may have follow the fewest blocks a multiprocessor must hold (128 threads:
+// 128 registers at 4 blocks, 168 at 3, 255 at 2): the fewest with which nvcc 13 spilled none.
+// (The backward at 32 heads spilled 4 bytes at 3 blocks.)
+constexpr int min_blocks(int H, bool backward) { return backward ? (H <= 16 ? 4 : 2) : (H <= 32 ? 4 : 3); }
+
+// This thread's warp, and its place in the warp's fragments.
+struct Lane {
+  int w, g, t, l;
+};
+THX_DEVICE Lane lane_of() {
+  const int l = int(threadIdx.x) % 32;
+  return {int(threadIdx.x) / 32, l / 4, l % 4, l};
+}
+
+// Where the block's shared memory is (th_rows_args.h's rows_tc_layout, one place for host and device).
+struct Shared {
+  thx_bf16 *pl_t, *pl, *pw_t, *pw;      // the mixings' matrices as products' B: [out][in], stride H + 8
+  float *slot0, *slot1, *lse, *d;        // per-warp statistics [warps][H]; the row's LSE and D [H]
+  thx_bf16 *sj, *sdl, *sw, *sdu;         // backward: the chunk's staged J, dL, W, dU [H][16 warps + 8]
+  float* acc;                            // backward: the block's partial sums, [tile][lane][4]
+};
+template <int H>
+THX_DEVICE Shared shared_layout(const RowsArgs<thx_bf16>& a, bool backward) {
+  THX_SHARED(shared_bytes);
+  const RowsTcLayout at = rows_tc_layout(H, int(blockDim.x) / 32, a.P_l, a.P_w, backward, a.dP);
+  auto bf = [&](int64_t x) { return reinterpret_cast<thx_bf16*>(shared_bytes + x); };
+  auto f = [&](int64_t x) { return reinterpret_cast<float*>(shared_bytes + x); };
+  return {bf(at.pl_t), bf(at.pl),  bf(at.pw_t), bf(at.pw),  f(at.slot0), f(at.slot1), f(at.lse),
+          f(at.d),     bf(at.sj),  bf(at.sdl),  bf(at.sw),  bf(at.sdu),  f(at.acc)};
+}
+
+// The mixings' bf16 copies, each [out][in] (an mma B operand whose k, the input head, is
+// contiguous): forward P_l^T (J -> L) and P_w^T (W -> U); backward also P_l (dL -> dJ) and P_w
+// (dU -> dW). Zero past the heads; then a barrier.
+template <int H>
+THX_DEVICE void load_mixings(const RowsArgs<thx_bf16>& a, const Shared& s, bool backward) {
+  constexpr int S = H + 8;
+  for (int e = threadIdx.x; e < H * H; e += blockDim.x) {
+    const int r = e / H, c = e % H;  // row (output head), column (input head)
+    auto put = [&](thx_bf16* M, float v) { M[r * S + c] = thx_from_float<thx_bf16>(v); };
+    if (a.P_l) {
+      put(s.pl_t, c < a.h_k && r < a.h ? a.P_l[c * a.h + r] : 0.f);
+      if (backward) put(s.pl, r < a.h_k && c < a.h ? a.P_l[r * a.h + c] : 0.f);
+    }
+    if (a.P_w) {
+      put(s.pw_t, c < a.h && r < a.h_v ? a.P_w[c * a.h_v + r] : 0.f);
+      if (backward) put(s.pw, r < a.h && c < a.h_v ? a.P_w[r * a.h_v + c] : 0.f);
+    }
+  }
+  __syncthreads();
+}
+
+// One query row of a [b, heads, rows, m] plane: element (head, key) at p[head * hs + key]. The
+// offsets within an example are 32-bit (fewer registers than 64-bit ones, which spilled), which
+// the caller ensures they fit (rows_tc_offsets_fit).
+template <typename T>
+struct Row {
+  T* p;
+  int hs;
+};
+template <typename T, typename U>
+THX_DEVICE Row<T> row_of(T* plane, int heads, const RowsArgs<U>& a, int bb, int i) {
+  const int hs = a.rows * a.m;
+  return {plane + int64_t(bb) * heads * hs + int64_t(i) * a.m, hs};
+}
+
+// The bits of X's element (head, key); 0 past `heads` or m.
+THX_DEVICE uint32_t bits(const Row<const thx_bf16>& X, int heads, int m, int head, int key) {
+  return head < heads && key < m ? uint32_t(X.p[head * X.hs + key].bits) : 0u;
+}
+
+// The staged rows [H][ld] (bf16, ld = 16 warps + 8: each warp its 16 columns, and rows 16 bytes
+// off the banks' period so that ldmatrix's eight rows fall in different banks) <- X's keys jw..
+// jw + 15 of every head < H, in this warp's columns: lane l takes 8 keys of head l / 2 (+ 16 p),
+// 16 bytes at once where aligned (vec), zero past `heads` and m. Warp barriers around it: the
+// warp's earlier reads of its columns are done, and its writes are seen.
+template <int H>
+THX_DEVICE void stage_plane(const Row<const thx_bf16>& X, int heads, int m, int jw, const Lane& L, thx_bf16* S,
+                            bool vec) {
+  const int ld = int(blockDim.x) / 2 + 8, half = L.l % 2, key = jw + 8 * half;
+  thx_syncwarp();
+#pragma unroll
+  for (int p = 0; p < H / 16; ++p) {
+    const int head = 16 * p + L.l / 2;
+    thx_bf16* to = S + head * ld + 16 * L.w + 8 * half;
+    if (vec) {
+      if (head < heads && key < m) thx_copy16(to, X.p + head * X.hs + key);
+      else thx_zero16(to);
+    } else {
+#pragma unroll 1  // (unrolled, the loads' addresses took registers the products need)
+      for (int e = 0; e < 8; ++e) to[e].bits = uint16_t(bits(X, heads, m, head, key + e));
+    }
+  }
+  thx_syncwarp();
+}
+// The A operands (rows: the warp's 16 keys; columns: heads, KT blocks of 16) from the staged rows
+// [head][key], by ldmatrix.x4.trans: matrix j of lane 8 j + r is heads 16 kb + 8 (j / 2) + r, keys
+// 8 (j % 2) on (a0: keys 0-7 by heads 0-7, a1: keys 8-15, a2: heads 8-15, a3: both).
+template <int H>
+THX_DEVICE void staged_a(const thx_bf16* S, const Lane& L, uint32_t (&a)[H / 16][4]) {
+  const int ld = int(blockDim.x) / 2 + 8, r = L.l % 8, j = L.l / 8;
+#pragma unroll
+  for (int kb = 0; kb < H / 16; ++kb)
+    thx_ldmatrix<4, true>(a[kb], S + (16 * kb + 8 * (j / 2) + r) * ld + 16 * L.w + 8 * (j % 2));
+}
+
+// C element (nt, x) of this lane: head 8 nt + 2 t + x % 2, key jw + g + 8 (x / 2).
+THX_DEVICE int head_at(const Lane& L, int nt, int x) { return 8 * nt + 2 * L.t + (x & 1); }
+THX_DEVICE int key_at(const Lane& L, int jw, int x) { return jw + L.g + 8 * (x >> 1); }
+
+// c <- X's keys jw.. as a product's output would hold them (fp32), 0 past `heads` and m.
+template <int NT>
+THX_DEVICE void load_c(const Row<const thx_bf16>& X, int heads, int m, int jw, const Lane& L, float (&c)[NT][4]) {
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+    for (int x = 0; x < 4; ++x)
+      c[nt][x] = thx_bits_to_float(bits(X, heads, m, head_at(L, nt, x), key_at(L, jw, x)) << 16);
+}
+// X's keys jw.. <- c, in T, where head < heads and key < m.
+template <typename T, int NT>
+THX_DEVICE void store_c(const Row<T>& X, int heads, int m, int jw, const Lane& L, const float (&c)[NT][4]) {
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+    for (int x = 0; x < 4; ++x) {
+      const int head = head_at(L, nt, x), key = key_at(L, jw, x);
+      if (head < heads && key < m) X.p[head * X.hs + key] = thx_from_float<T>(c[nt][x]);
+    }
+}
+
+// c <- a [16 keys, H] x M [H, H]: M a bf16 copy [out][in] in shared memory (stride H + 8), its
+// B fragments for two 8-head output tiles by one ldmatrix.x4: matrix j of lane 8 j + r is rows
+// (out heads) 16 np + 8 (j / 2) + r, columns (in heads) 16 kb + 8 (j % 2).
+template <int H>
+THX_DEVICE void mix(const uint32_t (&a)[H / 16][4], const thx_bf16* M, const Lane& L, float (&c)[H / 8][4]) {
+#pragma unroll
+  for (int nt = 0; nt < H / 8; ++nt) c[nt][0] = c[nt][1] = c[nt][2] = c[nt][3] = 0.f;
+  const int r = L.l % 8, j = L.l / 8;
+#pragma unroll
+  for (int kb = 0; kb < H / 16; ++kb)
+#pragma unroll
+    for (int np = 0; np < H / 16; ++np) {
+      uint32_t b[4];
+      thx_ldmatrix<4, false>(b, M + (16 * np + 8 * (j / 2) + r) * (H + 8) + 16 * kb + 8 * (j % 2));
+      thx_mma_bf16_16816(c[2 * np], a[kb], b);
+      thx_mma_bf16_16816(c[2 * np + 1], a[kb], b + 2);
+    }
+}
+
+// A product's output (fp32, two neighbouring 8-head tiles a block of 16) as the A operand of the
+// next one, rounded to bf16.
+template <int H>
+THX_DEVICE void pack_a(const float (&c)[H / 8][4], uint32_t (&a)[H / 16][4]) {
+#pragma unroll
+  for (int kb = 0; kb < H / 16; ++kb) {
+    a[kb][0] = pack_bf16x2(c[2 * kb][0], c[2 * kb][1]), a[kb][1] = pack_bf16x2(c[2 * kb][2], c[2 * kb][3]);
+    a[kb][2] = pack_bf16x2(c[2 * kb + 1][0], c[2 * kb + 1][1]);
+    a[kb][3] = pack_bf16x2(c[2 * kb + 1][2], c[2 * kb + 1][3]);
+  }
+}
+
+// Whether every 8 keys of J and dU start 16 bytes aligned (stage_plane's vector copies).
+THX_DEVICE bool aligned_planes(const RowsArgs<thx_bf16>& a) {
+  return a.m % 8 == 0 && (reinterpret_cast<uintptr_t>(a.J) | reinterpret_cast<uintptr_t>(a.dU)) % 16 == 0;
+}
+
+// c <- the logits of keys jw.. (J mixed by P_l, plus the bias), -inf where masked and past h or m.
+// With P_l, J is staged in s.sj (the backward's left rows of J dL^T).
+template <int H>
+THX_DEVICE void logits(const RowsArgs<thx_bf16>& a, const Shared& s, int bb, int i, int jw, const Lane& L,
+                       bool vec, float (&c)[H / 8][4]) {
+  const Row<const thx_bf16> J = row_of(a.J, a.h_k, a, bb, i);
+  if (a.P_l) {
+    uint32_t aj[H / 16][4];
+    stage_plane<H>(J, a.h_k, a.m, jw, L, s.sj, vec);
+    staged_a<H>(s.sj, L, aj);
+    mix<H>(aj, s.pl_t, L, c);
+  } else {
+    load_c<H / 8>(J, a.h, a.m, jw, L, c);
+  }
+  // (the row's bias and mask: 64-bit offsets to them, 32-bit within, as Row's)
+  const float* bias = a.bias ? a.bias + bb * a.bias_stride[0] + i * a.bias_stride[2] : nullptr;
+  const uint8_t* mask = a.mask ? a.mask + bb * a.mask_stride[0] + i * a.mask_stride[2] : nullptr;
+  const int bh = int(a.bias_stride[1]), bk = int(a.bias_stride[3]);
+  const int mh = int(a.mask_stride[1]), mk = int(a.mask_stride[3]);
+#pragma unroll
+  for (int nt = 0; nt < H / 8; ++nt)
+#pragma unroll
+    for (int x = 0; x < 4; ++x) {
+      const int head = head_at(L, nt, x), key = key_at(L, jw, x);
+      if (head >= a.h || key >= a.m) {
+        c[nt][x] = -thx_inf();
+        continue;
+      }
+      if (bias) c[nt][x] += bias[head * bh + key * bk];
+      if (mask && !mask[head * mh + key * mk]) c[nt][x] = -thx_inf();
+    }
+}
+
+// c (logits) <- the weights exp(L - LSE): 0 where the logit is -inf (masked, past h or m), which
+// every logit of a row with no key is (its LSE -inf: exp(-inf + inf) would be NaN).
+template <int H>
+THX_DEVICE void weights(const float* lse, const Lane& L, float (&c)[H / 8][4]) {
+#pragma unroll
+  for (int nt = 0; nt < H / 8; ++nt)
+#pragma unroll
+    for (int x = 0; x < 4; ++x)
+      c[nt][x] = c[nt][x] == -thx_inf() ? 0.f : thx_exp(c[nt][x] - lse[head_at(L, nt, x)]);
+}
+
+// The keys' U = W mixed by P_w (or W itself), stored.
+template <int H>
+THX_DEVICE void store_u(const RowsArgs<thx_bf16>& a, const Shared& s, int bb, int i, int jw, const Lane& L,
+                        const float (&w)[H / 8][4]) {
+  const Row<thx_bf16> U = row_of(a.U, a.h_v, a, bb, i);
+  if (!a.P_w) return store_c<thx_bf16, H / 8>(U, a.h, a.m, jw, L, w);
+  uint32_t aw[H / 16][4];
+  float u[H / 8][4];
+  pack_a<H>(w, aw);
+  mix<H>(aw, s.pw_t, L, u);
+  store_c<thx_bf16, H / 8>(U, a.h_v, a.m, jw, L, u);
+}
+
+// e <- the keys' dW = dU mixed by P_w^T (or dU itself). With P_w, dU is staged in s.sdu (the right
+// rows of W dU^T).
+template <int H>
+THX_DEVICE void weight_grads(const RowsArgs<thx_bf16>& a, const Shared& s, int bb, int i, int jw, const Lane& L,
+                             bool vec, float (&e)[H / 8][4]) {
+  const Row<const thx_bf16> dU = row_of(a.dU, a.h_v, a, bb, i);
+  if (!a.P_w) return load_c<H / 8>(dU, a.h, a.m, jw, L, e);
+  uint32_t adu[H / 16][4];
+  stage_plane<H>(dU, a.h_v, a.m, jw, L, s.sdu, vec);
+  staged_a<H>(s.sdu, L, adu);
+  mix<H>(adu, s.pw, L, e);
+}
+
+// Per head of this lane (8 nt + 2 t + e), folded over the 8 lanes that hold the same heads (g =
+// lane / 4: shuffles across 4, 8, 16), written by lanes 0-3 into their warp's slots; then a
+// barrier. Statistics (max, sum) merged, or (sum_only) sums added: both symmetric, so the lanes
+// agree bit for bit.
+template <int H>
+THX_DEVICE void fold_lanes(const Lane& L, const Shared& s, float (&m)[H / 8][2], float (&t)[H / 8][2],
+                           bool sum_only) {
+#pragma unroll
+  for (int nt = 0; nt < H / 8; ++nt)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      for (int mask = 4; mask < 32; mask *= 2) {
+        const float m2 = thx_shfl_xor(m[nt][e], mask), t2 = sum_only ? 0.f : thx_shfl_xor(t[nt][e], mask);
+        if (sum_only) m[nt][e] += m2;
+        else merge(m[nt][e], t[nt][e], m2, t2);
+      }
+      if (L.g == 0) {
+        s.slot0[L.w * H + 8 * nt + 2 * L.t + e] = m[nt][e];
+        if (!sum_only) s.slot1[L.w * H + 8 * nt + 2 * L.t + e] = t[nt][e];
+      }
+    }
+  __syncthreads();
+}
+// Then over the warps, in order: lse[o] (or, sum_only, d[o]) for every head o < H (-inf or 0
+// past h), the LSE also stored; a barrier.
+template <int H>
+THX_DEVICE void fold_warps(const RowsArgs<thx_bf16>& a, const Shared& s, int bb, int i, bool sum_only) {
+  const int warps = int(blockDim.x) / 32;
+  for (int o = threadIdx.x; o < H; o += blockDim.x) {
+    float m = s.slot0[o], t = sum_only ? 0.f : s.slot1[o];
+    for (int w = 1; w < warps; ++w) {
+      if (sum_only) m += s.slot0[w * H + o];
+      else merge(m, t, s.slot0[w * H + o], s.slot1[w * H + o]);
+    }
+    if (sum_only) {
+      s.d[o] = o < a.h ? m : 0.f;
+    } else {
+      const float lse = o >= a.h || m == -thx_inf() ? -thx_inf() : m + thx_log(t);
+      s.lse[o] = lse;
+      if (o < a.h) a.lse[(int64_t(bb) * a.h + o) * a.lse_n + a.lse_row0 + i] = lse;
+    }
+  }
+  __syncthreads();
+}
+
+// Forward pass 1 over one row: each lane's running max and sum per head over its keys -> the row's
+// LSE (shared, and stored).
+template <int H>
+THX_DEVICE void row_statistics(const RowsArgs<thx_bf16>& a, const Shared& s, int bb, int i, const Lane& L, bool vec) {
+  float mx[H / 8][2], sm[H / 8][2];
+#pragma unroll
+  for (int nt = 0; nt < H / 8; ++nt) mx[nt][0] = mx[nt][1] = -thx_inf(), sm[nt][0] = sm[nt][1] = 0.f;
+  for (int jw = 16 * L.w; jw < a.m; jw += int(blockDim.x) / 2) {
+    float c[H / 8][4];
+    logits<H>(a, s, bb, i, jw, L, vec, c);
+#pragma unroll
+    for (int nt = 0; nt < H / 8; ++nt)
+#pragma unroll
+      for (int x = 0; x < 4; ++x) {
+        const float l = c[nt][x];
+        float &m = mx[nt][x & 1], &t = sm[nt][x & 1];
+        if (l == -thx_inf()) continue;
+        if (l > m) t = t * thx_exp(m - l) + 1.f, m = l;
+        else t += thx_exp(l - m);
+      }
+  }
+  fold_lanes<H>(L, s, mx, sm, false);
+  fold_warps<H>(a, s, bb, i, false);
+}
+
+template <int H>
+__global__ void THX_LAUNCH_BOUNDS(rows::kMaxThreads, min_blocks(H, false))
+    rows_tc_forward_kernel(RowsArgs<thx_bf16> a) {
+  const Shared s = shared_layout<H>(a, false);
+  load_mixings<H>(a, s, false);
+  const Lane L = lane_of();
+  const int bb = blockIdx.y;
+  const bool vec = aligned_planes(a);
+  each_row(a, [&](int i) {
+    row_statistics<H>(a, s, bb, i, L, vec);
+    for (int jw = 16 * L.w; jw < a.m; jw += int(blockDim.x) / 2) {
+      float c[H / 8][4];
+      logits<H>(a, s, bb, i, jw, L, vec, c);
+      weights<H>(s.lse, L, c);
+      store_u<H>(a, s, bb, i, jw, L, c);
+    }
+  });
+}
+
+// Backward pass 1 over one row: D = sum over keys of W dW per head (shared).
+template <int H>
+THX_DEVICE void row_d(const RowsArgs<thx_bf16>& a, const Shared& s, int bb, int i, const Lane& L, bool vec) {
+  float d[H / 8][2], unused[H / 8][2];
+#pragma unroll
+  for (int nt = 0; nt < H / 8; ++nt) d[nt][0] = d[nt][1] = unused[nt][0] = unused[nt][1] = 0.f;
+  for (int jw = 16 * L.w; jw < a.m; jw += int(blockDim.x) / 2) {
+    float c[H / 8][4], e[H / 8][4];
+    logits<H>(a, s, bb, i, jw, L, vec, c);
+    weights<H>(s.lse, L, c);
+    weight_grads<H>(a, s, bb, i, jw, L, vec, e);
+#pragma unroll
+    for (int nt = 0; nt < H / 8; ++nt)
+#pragma unroll
+      for (int x = 0; x < 4; ++x) d[nt][x & 1] += c[nt][x] * e[nt][x];
+  }
+  fold_lanes<H>(L, s, d, unused, true);
+  fold_warps<H>(a, s, bb, i, true);
+}
+
+// The staged rows [head][key] (stage_plane's) <- this lane's keys of a product's output, rounded.
+template <int H>
+THX_DEVICE void stage_c(thx_bf16* S, const Lane& L, const float (&c)[H / 8][4]) {
+  const int ld = int(blockDim.x) / 2 + 8;
+#pragma unroll
+  for (int nt = 0; nt < H / 8; ++nt)
+#pragma unroll
+    for (int x = 0; x < 4; ++x) S[head_at(L, nt, x) * ld + key_at(L, 16 * L.w, x)] = thx_from_float<thx_bf16>(c[nt][x]);
+}
+
+// Backward pass 2 for keys jw..: U stored, dW, dL = W (dW - D), dL stored in fp32 where asked (for
+// the bias), dJ stored; with a.dP the keys' W and dL staged beside J and dU for the projections'
+// gradients. (W in fp32 is never asked of these kernels: they sum the projections' gradients
+// themselves. In this order, each operand staged as soon as it is made, so that few are live.)
+template <int H>
+THX_DEVICE void key_grads(const RowsArgs<thx_bf16>& a, const Shared& s, int bb, int i, int jw, const Lane& L,
+                          bool vec) {
+  float c[H / 8][4], e[H / 8][4];
+  logits<H>(a, s, bb, i, jw, L, vec, c);
+  weights<H>(s.lse, L, c);
+  if (a.dP && a.P_w) stage_c<H>(s.sw, L, c);
+  store_u<H>(a, s, bb, i, jw, L, c);
+  weight_grads<H>(a, s, bb, i, jw, L, vec, e);
+#pragma unroll
+  for (int nt = 0; nt < H / 8; ++nt)
+#pragma unroll
+    for (int x = 0; x < 4; ++x) e[nt][x] = c[nt][x] * (e[nt][x] - s.d[head_at(L, nt, x)]);  // dL
+  if (a.dL) store_c<float, H / 8>(row_of(a.dL, a.h, a, bb, i), a.h, a.m, jw, L, e);
+  if (a.dP && a.P_l) stage_c<H>(s.sdl, L, e);
+  const Row<thx_bf16> dJ = row_of(a.dJ, a.h_k, a, bb, i);
+  if (!a.P_l) return store_c<thx_bf16, H / 8>(dJ, a.h, a.m, jw, L, e);
+  uint32_t adl[H / 16][4];
+  pack_a<H>(e, adl);
+  mix<H>(adl, s.pl, L, c);
+  store_c<thx_bf16, H / 8>(dJ, a.h_k, a.m, jw, L, c);
+}
+
+// The staged chunk's J dL^T [h_k][h] and W dU^T [h][h_v] added into the block's partial sums
+// (16 x 8 tiles [tile][lane][4] in shared memory; warp w takes tiles w, w + warps, ...), each a
+// product over the chunk's keys on tensor cores: A = the left rows [16 heads][keys] (ldmatrix,
+// matrix j of lane 8 j + r: row 8 (j % 2) + r, keys 8 (j / 2)), B = the right rows [8 heads][keys].
+template <int H>
+THX_DEVICE void add_projection_grads(const RowsArgs<thx_bf16>& a, const Shared& s, const Lane& L) {
+  constexpr int NT = H / 8, T = H / 16 * NT;
+  const int warps = int(blockDim.x) / 32, ld = 16 * warps + 8, tiles = (a.P_l ? T : 0) + (a.P_w ? T : 0);
+  const int r = L.l % 8, j = L.l / 8;
+  for (int x = L.w; x < tiles; x += warps) {
+    const bool left = a.P_l && x < T;
+    const int y = left || !a.P_l ? x : x - T, mt = y / NT, nt = y % NT;
+    const thx_bf16 *A = left ? s.sj : s.sw, *B = left ? s.sdl : s.sdu;
+    float* acc = s.acc + (x * 32 + L.l) * 4;
+    float c[4] = {acc[0], acc[1], acc[2], acc[3]};
+    for (int ks = 0; ks < warps; ++ks) {
+      uint32_t af[4], bf[2];
+      thx_ldmatrix<4, false>(af, A + (16 * mt + 8 * (j % 2) + r) * ld + 16 * ks + 8 * (j / 2));
+      thx_ldmatrix<2, false>(bf, B + (8 * nt + r) * ld + 16 * ks + 8 * (j % 2));
+      thx_mma_bf16_16816(c, af, bf);
+    }
+    acc[0] = c[0], acc[1] = c[1], acc[2] = c[2], acc[3] = c[3];
+  }
+}
+// The block's partial sums into its row of a.dP: J dL^T [h_k][h], then W dU^T [h][h_v].
+template <int H>
+THX_DEVICE void store_projection_grads(const RowsArgs<thx_bf16>& a, const Shared& s, const Lane& L) {
+  constexpr int NT = H / 8, T = H / 16 * NT;
+  const int warps = int(blockDim.x) / 32, tiles = (a.P_l ? T : 0) + (a.P_w ? T : 0);
+  const int64_t sums = rows_partial_sums(a.h_k, a.h, a.h_v, a.P_l, a.P_w), nl = a.P_l ? int64_t(a.h_k) * a.h : 0;
+  float* out = a.dP + (int64_t(blockIdx.y) * gridDim.x + blockIdx.x) * sums;
+  for (int x = L.w; x < tiles; x += warps) {
+    const bool left = a.P_l && x < T;
+    const int y = left || !a.P_l ? x : x - T, mt = y / NT, nt = y % NT;
+    const int rows = left ? a.h_k : a.h, cols = left ? a.h : a.h_v;
+    for (int e = 0; e < 4; ++e) {
+      const int row = 16 * mt + L.g + 8 * (e >> 1), col = head_at(L, nt, e);
+      if (row < rows && col < cols) out[(left ? 0 : nl) + row * cols + col] = s.acc[(x * 32 + L.l) * 4 + e];
+    }
+  }
+}
+
+template <int H>
+__global__ void THX_LAUNCH_BOUNDS(rows::kMaxThreads, min_blocks(H, true))
+    rows_tc_backward_kernel(RowsArgs<thx_bf16> a) {
+  const Shared s = shared_layout<H>(a, true);
+  const Lane L = lane_of();
+  const int bb = blockIdx.y, chunk = int(blockDim.x) / 2;  // keys a chunk: 16 a warp
+  const bool vec = aligned_planes(a);
+  if (a.dP) {
+    const int tiles = ((a.P_l ? 1 : 0) + (a.P_w ? 1 : 0)) * (H / 16) * (H / 8);
+    for (int e = threadIdx.x; e < tiles * 128; e += blockDim.x) s.acc[e] = 0.f;
+  }
+  load_mixings<H>(a, s, true);
+  each_row(a, [&](int i) {
+    for (int o = threadIdx.x; o < H; o += blockDim.x)
+      s.lse[o] = o < a.h ? a.lse[(int64_t(bb) * a.h + o) * a.lse_n + a.lse_row0 + i] : -thx_inf();
+    __syncthreads();
+    row_d<H>(a, s, bb, i, L, vec);
+    for (int j0 = 0; j0 < a.m; j0 += chunk) {  // every warp each chunk: the block stages it together
+      key_grads<H>(a, s, bb, i, j0 + 16 * L.w, L, vec);
+      if (a.dP) {
+        __syncthreads();
+        add_projection_grads<H>(a, s, L);
+        __syncthreads();  // before the next chunk is staged
+      }
+    }
+    __syncthreads();  // the next row's LSE and D overwrite this one's
+  });
+  if (a.dP) store_projection_grads<H>(a, s, L);
+}
+
+}  // namespace rows_tc
+
+// The tensor-core kernel for heads bucket H (16, 32 or 48: kRowTcHeadsMax), forward or backward.
+template <bool Backward>
+auto rows_tc_kernel_for(int H) {
+  using K = void (*)(RowsArgs<thx_bf16>);
+  switch (H) {
+    case 16: return Backward ? K(rows_tc::rows_tc_backward_kernel<16>) : K(rows_tc::rows_tc_forward_kernel<16>);
+    case 32: return Backward ? K(rows_tc::rows_tc_backward_kernel<32>) : K(rows_tc::rows_tc_forward_kernel<32>);
+    default: return Backward ? K(rows_tc::rows_tc_backward_kernel<48>) : K(rows_tc::rows_tc_forward_kernel<48>);
+  }
+}
+
+}  // namespace thx::cuda_th
