@@ -258,6 +258,23 @@ TEST(TiledRowKernelsTc, Bf16WithinTheDerivedBoundForEveryVariantMaskAndLaunch) {
     }
 }
 
+// Blocks of rows (3 of n = 7: three launches each way, LSE kept from row 3 and 6 on): every
+// result as with one block, within a bf16 unit's rounding of the products summed over blocks
+// (dK, dV, dP_l, dP_w, dbias add a block's share at a time), and O and dQ, each a row's own,
+// to the same few units.
+TEST(TiledRowKernelsTc, BlocksOfRowsAgreeWithOneBlock) {
+  const cuda_th::RowsLauncher kernels = emulator_tc(32, 1);
+  for (const Case& c : {cases()[0], cases()[2]}) {
+    SCOPED_TRACE(c.name);
+    torch::manual_seed(13);
+    const Inputs in = inputs(c, Extra::bias_padding, torch::kBFloat16);
+    const int before = g_tc_launches;
+    const std::vector<Tensor> blocks = run(in, 3, &kernels);
+    EXPECT_EQ(g_tc_launches - before, 6);
+    expect_close(blocks, run(in, 0, &kernels), 0, 2e-2);
+  }
+}
+
 // Each bucket of heads the tensor cores take (16, 32, 48; h_k, h and h_v all different) and the
 // next, 64, which takes the FMAs; 70 keys (two whole chunks of 32 and a last one with 6, the rest
 // zeros in the staged keys, loaded key by key) or 72 (loaded 16 bytes a lane); a bias and a
