@@ -115,8 +115,8 @@ run() {
     export THX_TEST_PYTHON=python3  # the machine's PyTorch, for the float64 references
     phase cuda-tests 150 bash -c '
       set -f; failed=0
-      for f in Cuda.* DevicePath.* OutOfMemory.* Device.* CrashReport.* Linking.* TiledRowKernelsOnCuda.* FusedThOnCuda.* \
-          *OnCuda*-FusedThOnCuda.*:TiledRowKernelsOnCuda.*; do
+      for f in Cuda.* DevicePath.* OutOfMemory.* Device.* CrashReport.* Linking.* TiledRowKernelsOnCuda.* \
+          TiledRowKernelsTcOnCuda.* FusedThOnCuda.* *OnCuda*-FusedThOnCuda.*:TiledRowKernels*OnCuda.*; do
         echo "== $f"
         timeout 140 build-gpu/thx_tests --gtest_filter="$f" --gtest_brief=1 2>&1 | tail -40
         rc=${PIPESTATUS[0]}
@@ -126,12 +126,18 @@ run() {
       done
       exit $failed'
 
-    # The default talking-heads path is tiled, with thx's row kernels between cuBLAS's products;
-    # where their tests failed (or crashed) on this GPU, the mini T5 and the whole-step rows take
-    # it with ATen between them instead (--th-path tiled-aten), so that the session still measures
-    # the rest. bench-train-fused times the fused kernels only where their tests passed. The
-    # summary says which.
+    # The default talking-heads path is tiled, with thx's row kernels between cuBLAS's products
+    # (bf16 on tensor cores); where the tensor-core kernels' tests failed (or crashed) on this GPU,
+    # the mini T5 and the whole-step rows take the row kernels' FMAs (--th-path tiled-fma); where
+    # the FMAs' failed, ATen between the products (--th-path tiled-aten), so that the session
+    # still measures the rest. bench-train-fused times the fused kernels only where their tests
+    # passed. The summary says which.
     th_path=tiled; fused_ok=1
+    if grep -qE "== TiledRowKernelsTcOnCuda[.][*]: exit [1-9]" "$OUT/cuda-tests.log" 2>/dev/null; then
+      th_path=tiled-fma
+      printf '| (row kernels on tensor cores failed) | - | - | mini-t5 and bench-train take --th-path tiled-fma |\n' \
+        >> "$summary"
+    fi
     if grep -qE "== TiledRowKernelsOnCuda[.][*]: exit [1-9]" "$OUT/cuda-tests.log" 2>/dev/null; then
       th_path=tiled-aten
       printf '| (row kernels failed) | - | - | mini-t5 and bench-train take --th-path tiled-aten |\n' >> "$summary"
@@ -149,7 +155,7 @@ run() {
       for tool in memcheck racecheck; do
         echo "== $tool"
         timeout 50 "$cs" --tool $tool --error-exitcode 3 build-gpu/thx_tests \
-          --gtest_filter="FusedThOnCuda.EqualsThePapersCoreForEveryVariantMaskAndDtype:TiledRowKernelsOnCuda.EqualsThePapersCore*:DevicePath.RmsNorm*" \
+          --gtest_filter="FusedThOnCuda.EqualsThePapersCoreForEveryVariantMaskAndDtype:TiledRowKernelsOnCuda.EqualsThePapersCore*:TiledRowKernelsTcOnCuda.*:DevicePath.RmsNorm*" \
           --gtest_brief=1 2>&1 | tail -30
         rc=${PIPESTATUS[0]}; echo "== $tool: exit $rc"; [ "$rc" -ne 0 ] && failed=1
       done
@@ -167,7 +173,6 @@ run() {
       failed=0
       for path in ${GPU_ATTENTION_PATHS:-tiled tiled-fma tiled-aten fused batched}; do
         flag=\"--th-path \$path\"; [ \$path = fma ] && flag=\"--th-path fused --fma\"
-        [ \$path = tiled-fma ] && flag=\"--th-path tiled --fma\"
         for n in 512 2048; do bench --n \$n --batch 8 \$flag --out $OUT/attention-\$path-n\$n.md || failed=1; done
         case \$path in batched|fma) ;; *) bench --n 8192 --batch 1 --no-reference \$flag --out $OUT/attention-\$path-n8192.md || failed=1 ;; esac
       done

@@ -163,11 +163,13 @@ int main(int argc, char** argv) {
   std::string th_path = "tiled";
   CLI::Option* th_path_option =
       app.add_option("--th-path", th_path, "on a GPU, the talking-heads family's path: tiled (blocks of query rows, "
-                                           "cuBLAS's products, thx's row kernels between them where built: the "
-                                           "default) | tiled-aten (the same, ATen between them) | fused (thx's "
+                                           "cuBLAS's products, thx's row kernels between them where built, bf16 "
+                                           "mixings on tensor cores: the default) | tiled-fma (the same, the row "
+                                           "kernels' mixings as fp32 FMAs) | tiled-aten (the same, ATen between "
+                                           "them) | fused (thx's "
                                            "fused CUDA kernels where built, else tiled) | batched (ATen, every "
                                            "[b,h,n,m] tensor kept)")
-      ->check(CLI::IsMember({"fused", "tiled", "tiled-aten", "batched"}))
+      ->check(CLI::IsMember({"fused", "tiled", "tiled-fma", "tiled-aten", "batched"}))
       ->capture_default_str();
   // The global options above are also taken after the subcommand (unknown to it, they fall
   // through to thx's own), and each subcommand's help names them.

@@ -336,9 +336,9 @@ TEST(TiledRowKernelsTc, Controls) {
 }
 
 // On a GPU (where thx was built with its CUDA kernels): the same kernels through CUDA's launcher.
-// fp32 against the paper's core in float64 on the CPU (the bound above); bf16 on tensor cores
-// within the derived bound (one block of rows: tc_bounds.h counts one rounding of each product),
-// and on FMAs against ATen's composition on the same GPU (3e-2 x max, as above); at T5-base's
+// fp32 against the paper's core in float64 on the CPU (the bound above); bf16 on FMAs against
+// ATen's composition on the same GPU (3e-2 x max, as above), on tensor cores within the derived
+// bound (one block of rows: tc_bounds.h counts one rounding of each product); at T5-base's
 // width (d_model 768, 12 and 48 heads) over 300 keys, which no block of threads divides, fp32 against ATen's composition there
 // (1e-6 + 1e-5 x max). attention_core (fused.cpp) takes them for talking-heads on CUDA: its output
 // equals theirs bit for bit. compute-sanitizer runs these (scripts/gpu_session.sh).
@@ -351,7 +351,7 @@ std::vector<Tensor> on_cpu(std::vector<Tensor> r) {
 
 TEST(TiledRowKernelsOnCuda, EqualsThePapersCoreForEveryVariantMaskAndDtype) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
-  const cuda_th::RowsLauncher* kernels = cuda_th_rows_launcher();
+  const cuda_th::RowsLauncher *kernels = cuda_th_rows_launcher(), *fma = cuda_th_rows_launcher(false);
   if (!kernels) GTEST_SKIP() << "thx built without its CUDA kernels (THX_CUDA_KERNELS)";
   for (const Case& c : cases())
     for (Extra e : {Extra::none, Extra::bias_padding, Extra::causal})
@@ -359,15 +359,37 @@ TEST(TiledRowKernelsOnCuda, EqualsThePapersCoreForEveryVariantMaskAndDtype) {
         SCOPED_TRACE(c.name + " extra " + std::to_string(int(e)) + (dtype == torch::kFloat32 ? " fp32" : " bf16"));
         torch::manual_seed(11);
         const Inputs in = inputs(c, e, dtype);
-        const std::vector<Tensor> got = on_cpu(run(to_cuda(in), 3, kernels));
-        if (dtype == torch::kFloat32) {
-          expect_close(got, reference(in), 2e-6, 2e-5);
-          continue;
-        }
-        EXPECT_TRUE(within_tc_bounds(on_cpu(run(to_cuda(in), 0, kernels)), tensor_core_bounds(in, true)));
-        expect_close(on_cpu(run(to_cuda(in), 3, cuda_th_rows_launcher(false))), on_cpu(run(to_cuda(in), 3, nullptr)),
-                     0, 3e-2);
+        if (dtype == torch::kFloat32) expect_close(on_cpu(run(to_cuda(in), 3, kernels)), reference(in), 2e-6, 2e-5);
+        else expect_close(on_cpu(run(to_cuda(in), 3, fma)), on_cpu(run(to_cuda(in), 3, nullptr)), 0, 3e-2);
       }
+}
+
+// The tensor-core kernels (a test of their own, so that gpu_session.sh can tell them from the
+// FMAs): within the derived bound; attention_core takes them by default and the FMAs under
+// `--th-path tiled-fma`, equal bit for bit to each launcher's own result.
+TEST(TiledRowKernelsTcOnCuda, Bf16WithinTheDerivedBound) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  const cuda_th::RowsLauncher *tc = cuda_th_rows_launcher(true), *fma = cuda_th_rows_launcher(false);
+  if (!tc) GTEST_SKIP() << "thx built without its CUDA kernels (THX_CUDA_KERNELS)";
+  for (const Case& c : cases())
+    for (Extra e : {Extra::none, Extra::bias_padding, Extra::causal}) {
+      SCOPED_TRACE(c.name + " extra " + std::to_string(int(e)));
+      torch::manual_seed(11);
+      const Inputs in = inputs(c, e, torch::kBFloat16);
+      EXPECT_TRUE(within_tc_bounds(on_cpu(run(to_cuda(in), 0, tc)), tensor_core_bounds(in, true)));
+    }
+  torch::manual_seed(11);
+  const Inputs in = to_cuda(inputs(cases().front(), Extra::bias_padding, torch::kBFloat16));
+  auto core = [&](const cuda_th::RowsLauncher* l) {
+    return l ? tiled_attention_core(in.Q, in.K, in.V, in.P_l, in.P_w, in.bias, in.mask, 0, l)
+             : attention_core(in.Q, in.K, in.V, in.P_l, in.P_w, in.bias, in.mask);
+  };
+  EXPECT_TRUE(torch::equal(core(nullptr), core(tc)));
+  set_th_path("tiled-fma", false);
+  const Tensor with_fma = core(nullptr);
+  set_th_path("tiled", false);
+  EXPECT_TRUE(torch::equal(with_fma, core(fma)));
+  EXPECT_FALSE(torch::equal(with_fma, core(tc)));
 }
 
 TEST(TiledRowKernelsOnCuda, EqualAtensCompositionAtT5BaseWidth) {

@@ -104,6 +104,8 @@ TEST(Cli, BadBenchFlagsExitTwo) {
   EXPECT_TRUE(refused(run_thx("--th-path tiled-aten --device cuda bench attention --tiled"), "thx: error: --device cuda",
                       ""));  // tiled-aten is a tiled path
   EXPECT_TRUE(refused(run_thx("--th-path tiled-aten --device cuda bench train --tiled"), "thx: error: --device cuda", ""));
+  EXPECT_TRUE(
+      refused(run_thx("--th-path tiled-fma --device cuda bench train --tiled"), "thx: error: --device cuda", ""));
   for (const char* own : {"--batched", "--th-atomics in-order", "--th-unpadded"})  // past the path check: refused for the device
     EXPECT_TRUE(refused(run_thx(std::string("--device cuda bench attention ") + own), "thx: error: --device cuda", ""))
         << own;
