@@ -170,6 +170,7 @@ struct RowsLauncher {
 
 namespace thx {
 // CUDA's launcher where thx was built with its CUDA kernels (THX_CUDA_KERNELS), else null; bf16
-// with its mixings on tensor cores, or (tensor_cores false: `thx bench attention --fma`) as fp32 FMAs.
+// with its mixings on tensor cores, or (tensor_cores false: `thx --th-path tiled-fma`, `thx bench
+// attention --fma`) as fp32 FMAs.
 const cuda_th::RowsLauncher* cuda_th_rows_launcher(bool tensor_cores = true);
 }  // namespace thx
