@@ -117,8 +117,11 @@ Rows Problem::kernel_rows(const Tensor& J, const Tensor& dU, int64_t i0, int64_t
   a.lse = lse.data_ptr<float>(), a.lse_n = lse.size(2), a.lse_row0 = i0;
   a.U = static_cast<T*>(r.U.data_ptr());
   a.b = int(b), a.h_k = int(h_k), a.h = int(h), a.h_v = int(h_v), a.rows = int(ni), a.m = int(m);
-  a.rows_per_block = b * ni >= kernels->group_rows_from ? 4 : 1;
-  const unsigned gx = unsigned((ni + a.rows_per_block - 1) / a.rows_per_block), gy = unsigned(b);
+  // The grid: the examples along x, fastest, so that the blocks running together take the same
+  // rows of many examples and share their rows of a bias that broadcasts over the examples (T5's
+  // [1,h,n,m]) in L2; the blocks of rows along y, at most 65,535 of them.
+  a.rows_per_block = int(std::max<int64_t>(b * ni >= kernels->group_rows_from ? 4 : 1, (ni + 65534) / 65535));
+  const unsigned gx = unsigned(b), gy = unsigned((ni + a.rows_per_block - 1) / a.rows_per_block);
   const int H = cuda_th::row_heads_bucket(int(std::max({h_k, h, h_v}))), threads = kernels->threads;
   // bf16 on tensor cores where the launcher has them, up to 48 heads and where their 32-bit offsets
   // hold (the same in the forward and the backward of a block): they sum the projections' gradients
@@ -264,7 +267,6 @@ std::string tiled_rows_unsupported(const Tensor& Q, const Tensor& K, const Tenso
   if (std::max({Q.size(2), h, V.size(2)}) > cuda_th::kRowHeadsMax)
     return "more than " + std::to_string(cuda_th::kRowHeadsMax) + " heads";
   if (std::max(Q.size(1), K.size(1)) > std::numeric_limits<int>::max() / 2) return "too many rows or keys";
-  if (Q.size(0) > 65535) return "more than 65,535 examples (a CUDA grid's y)";
   if (mask.defined() && mask.scalar_type() != torch::kBool) return "the mask is not bool";
   return "";
 }

@@ -40,7 +40,7 @@ torch::Tensor tiled_attention_core(const torch::Tensor& Q, const torch::Tensor& 
                                    const cuda_th::RowsLauncher* kernels = nullptr);
 
 // Why the row kernels do not take this problem, or "" where they do: Q, K, V of one dtype, fp32
-// or bf16; at most cuda_th::kRowHeadsMax heads of each kind; at most 65,535 examples; a bool mask.
+// or bf16; at most cuda_th::kRowHeadsMax heads of each kind; a bool mask.
 std::string tiled_rows_unsupported(const torch::Tensor& Q, const torch::Tensor& K, const torch::Tensor& V,
                                    const torch::Tensor& P_l, const torch::Tensor& mask);
 

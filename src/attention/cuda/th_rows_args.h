@@ -29,8 +29,9 @@ inline int row_heads_bucket(int heads) {
   return 0;
 }
 
-// One launch over the query rows [0, rows) of a block of rows: grid (ceil(rows / rows_per_block),
-// b), each block striding over its rows, its threads over the keys. Planes are contiguous
+// One launch over the query rows [0, rows) of a block of rows: grid (b, ceil(rows /
+// rows_per_block)), the examples fastest, each block striding over its rows, its threads over the
+// keys. Planes are contiguous
 // [b, heads, rows, m]; the bias and the mask are read through strides (0 where they broadcast)
 // from their element at (example 0, head 0, the launch's first row, key 0). lse is [b, h, lse_n],
 // from column lse_row0 on. Optional pointers are null where absent.

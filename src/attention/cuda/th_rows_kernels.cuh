@@ -259,7 +259,7 @@ THX_DEVICE void row_statistics(const RowsArgs<T>& a, const Shared& s, int bb, in
 template <typename T, typename F>
 THX_DEVICE void each_row(const RowsArgs<T>& a, F&& f) {
   for (int r = 0; r < a.rows_per_block; ++r) {
-    const int i = int(blockIdx.x) * a.rows_per_block + r;
+    const int i = int(blockIdx.y) * a.rows_per_block + r;
     if (i >= a.rows) return;
     f(i);
   }
@@ -269,7 +269,7 @@ template <typename T, int H>
 __global__ void THX_LAUNCH_BOUNDS(kMaxThreads, min_blocks(H)) rows_forward_kernel(RowsArgs<T> a) {
   const Shared s = shared_layout<T, H>(a);
   load_mixings<T, H>(a, s);
-  const int bb = blockIdx.y;
+  const int bb = blockIdx.x;
   each_row(a, [&](int i) {
     row_statistics<T, H>(a, s, bb, i);
     for (int j = threadIdx.x; j < a.m; j += blockDim.x) {
@@ -368,7 +368,7 @@ __global__ void THX_LAUNCH_BOUNDS(kMaxThreads, min_blocks_backward(H)) rows_back
   if (kSums && a.dP)
     for (int e = threadIdx.x; e < sums; e += blockDim.x) s.acc[e] = 0.f;
   load_mixings<T, H>(a, s);
-  const int bb = blockIdx.y;
+  const int bb = blockIdx.x;
   each_row(a, [&](int i) {
     for (int o = threadIdx.x; o < H; o += blockDim.x)
       s.lse[o] = o < a.h ? a.lse[(int64_t(bb) * a.h + o) * a.lse_n + a.lse_row0 + i] : -thx_inf();

@@ -349,7 +349,7 @@ __global__ void THX_LAUNCH_BOUNDS(rows::kMaxThreads, min_blocks(H, false))
   const Shared s = shared_layout<H>(a, false);
   load_mixings<H>(a, s, false);
   const Lane L = lane_of();
-  const int bb = blockIdx.y;
+  const int bb = blockIdx.x;
   const bool vec = aligned_planes(a);
   each_row(a, [&](int i) {
     row_statistics<H>(a, s, bb, i, L, vec);
@@ -466,7 +466,7 @@ __global__ void THX_LAUNCH_BOUNDS(rows::kMaxThreads, min_blocks(H, true))
     rows_tc_backward_kernel(RowsArgs<thx_bf16> a) {
   const Shared s = shared_layout<H>(a, true);
   const Lane L = lane_of();
-  const int bb = blockIdx.y, chunk = int(blockDim.x) / 2;  // keys a chunk: 16 a warp
+  const int bb = blockIdx.x, chunk = int(blockDim.x) / 2;  // keys a chunk: 16 a warp
   const bool vec = aligned_planes(a);
   if (a.dP) {
     const int tiles = ((a.P_l ? 1 : 0) + (a.P_w ? 1 : 0)) * (H / 16) * (H / 8);
