@@ -76,13 +76,18 @@ void set_tiled_row_kernels(bool enabled);
 // On the tiled path with the row kernels: bf16 mixed on tensor cores where th_tensor_cores (cuda/
 // th_fused.h) also allows (default true), or as fp32 FMAs (false: `thx --th-path tiled-fma`).
 void set_row_tensor_cores(bool enabled);
+// On the tiled path with the row kernels on tensor cores: its forward as one flash-style kernel
+// (attention/cuda/th_flash_args.h) where that takes the problem (true: `thx --th-path flash`), or
+// over blocks of rows (default false); the backward is the row kernels' either way.
+void set_flash_forward(bool enabled);
 // The tiled path in a benchmark's words: its products, and what runs between them now.
 std::string tiled_path_description();
 // What a user asked for (`thx --th-path`): "tiled" (the default: thx's row kernels between
 // cuBLAS's products where built, bf16 mixings on tensor cores), "tiled-fma" (the same with the row
 // kernels' fp32 FMAs for bf16 too: set_row_tensor_cores(false)), "tiled-aten" (the same path with
-// ATen's composition between them: no thx kernel), "fused" (thx's fused CUDA kernels where built
-// and the problem is theirs, else tiled) or "batched"; sets the four switches above.
+// ATen's composition between them: no thx kernel), "flash" (tiled with the flash forward:
+// set_flash_forward(true)), "fused" (thx's fused CUDA kernels where built and the problem is
+// theirs, else tiled) or "batched"; sets the five switches above.
 // `chosen`: named by the user, not the default (a benchmark's own path flags may then not
 // contradict it). Tiled is the default because it measured faster than the fused kernels on an
 // H100 at 7 of 9 layer shapes (3-5x at n = 8192) and keeps no [b,h,n,m] tensor, unlike batched
@@ -90,9 +95,9 @@ std::string tiled_path_description();
 void set_th_path(const std::string& path, bool chosen = true);
 const std::string& th_path();
 bool th_path_chosen();
-// Whether `path` (a --th-path value) is one of the tiled path's three forms.
+// Whether `path` (a --th-path value) is one of the tiled path's four forms.
 inline bool tiled_path(const std::string& path) {
-  return path == "tiled" || path == "tiled-fma" || path == "tiled-aten";
+  return path == "tiled" || path == "tiled-fma" || path == "tiled-aten" || path == "flash";
 }
 
 }  // namespace thx

@@ -187,6 +187,40 @@ Problem problem(const Tensor& Q, const Tensor& K, const Tensor& V, const Tensor&
   return p;
 }
 
+// O [b,n,h_v,d_v] by the flash forward in one launch, with the rows' LSE into lse, where the
+// launcher has it and it takes the problem (th_flash_args.h); else undefined.
+Tensor flash_forward(const Problem& p, const Tensor& Q, const Tensor& K, const Tensor& V, const Tensor& lse) {
+  if (!p.kernels->flash_forward || Q.scalar_type() != torch::kBFloat16) return Tensor();
+  const Tensor Qc = Q.contiguous(), Kc = K.contiguous();
+  const int64_t b = Q.size(0), n = Q.size(1), m = K.size(1), h_k = Q.size(2), d_k = Q.size(3);
+  const int64_t h_v = V.size(2), d_v = V.size(3), m8 = (m + 7) / 8 * 8;
+  cuda_th::FlashArgs<thx_bf16> a;
+  if (p.bias.defined()) a.bias = p.bias.data_ptr<float>(), broadcast_strides(p.bias, a.bias_stride);
+  if (p.mask.defined())
+    a.mask = reinterpret_cast<const uint8_t*>(p.mask.data_ptr<bool>()), broadcast_strides(p.mask, a.mask_stride);
+  Tensor O = torch::empty({b, n, h_v, d_v}, V.options());
+  auto aligned = [](const Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0; };
+  if (!cuda_th::flash_unsupported(int(h_k), int(p.h), int(h_v), int(d_k), int(d_v), n, m, a.bias_stride,
+                                  a.mask_stride, aligned(Qc) && aligned(Kc) && aligned(O),
+                                  p.kernels->flash_shared_limit)
+           .empty())
+    return Tensor();
+  Tensor Vt = torch::zeros({b, h_v, d_v, m8}, V.options());  // V^T, zero from key m on
+  Vt.narrow(3, 0, m).copy_(V.permute({0, 2, 3, 1}));
+  a.Q = static_cast<const thx_bf16*>(Qc.data_ptr()), a.K = static_cast<const thx_bf16*>(Kc.data_ptr());
+  a.Vt = static_cast<const thx_bf16*>(Vt.data_ptr());
+  if (p.P_l.defined()) a.P_l = p.P_l.data_ptr<float>();
+  if (p.P_w.defined()) a.P_w = p.P_w.data_ptr<float>();
+  a.lse = lse.data_ptr<float>(), a.O = static_cast<thx_bf16*>(O.data_ptr());
+  a.b = int(b), a.n = int(n), a.m = int(m), a.m8 = int(m8), a.h_k = int(h_k), a.h = int(p.h), a.h_v = int(h_v);
+  a.d_k = int(d_k), a.d_v = int(d_v);
+  const cuda_th::FlashBucket B = cuda_th::flash_bucket(int(std::max({h_k, p.h, h_v})), int(d_v));
+  // The grid as the row kernels': the examples along x, fastest (a bias broadcast over them read from L2).
+  p.kernels->flash_forward(a, B.H, B.DV, unsigned(b), unsigned((n + cuda_th::kFlashRows - 1) / cuda_th::kFlashRows),
+                           cuda_th::flash_layout(B.H, int(h_k), int(d_k)).bytes);
+  return O;
+}
+
 struct TiledFn : torch::autograd::Function<TiledFn> {
   static Tensor forward(AutogradContext* ctx, const Tensor& Q, const Tensor& K, const Tensor& V, const Tensor& P_l_in,
                         const Tensor& P_w_in, const Tensor& bias_in, const Tensor& mask_in, int64_t block_rows,
@@ -195,17 +229,22 @@ struct TiledFn : torch::autograd::Function<TiledFn> {
     const auto* kernels = reinterpret_cast<const cuda_th::RowsLauncher*>(static_cast<intptr_t>(kernels_in));
     const Problem p = problem(Q, K, V, P_l, P_w, bias, mask, block_rows, kernels);
     const int64_t b = Q.size(0), n = Q.size(1);
-    Tensor O = torch::empty({b, V.size(2), n, V.size(3)}, V.options());  // [b,h_v,n,d_v]
     // The rows' LSE where the row kernels run (they keep it for their backward), else nothing.
     const Tensor lse = p.kernels ? torch::empty({b, p.h, n}, Q.options().dtype(torch::kFloat32)) : Tensor();
+    ctx->saved_data["block"] = p.block;
+    ctx->saved_data["kernels"] = p.kernels ? kernels_in : int64_t{0};
+    const Tensor flash = p.kernels ? flash_forward(p, Q, K, V, lse) : Tensor();
+    if (flash.defined()) {
+      ctx->save_for_backward({Q, K, V, P_l_in, P_w_in, bias_in, mask_in, lse});
+      return flash;
+    }
+    Tensor O = torch::empty({b, V.size(2), n, V.size(3)}, V.options());  // [b,h_v,n,d_v]
     for (int64_t i0 = 0; i0 < n; i0 += p.block) {
       const int64_t ni = std::min(p.block, n - i0);
       const Rows r = p.element_wise(p.products(i0, ni), Tensor(), i0, ni, lse);
       O.narrow(2, i0, ni).copy_(torch::matmul(r.U, p.Vh));
     }
     ctx->save_for_backward({Q, K, V, P_l_in, P_w_in, bias_in, mask_in, placeholder(lse)});
-    ctx->saved_data["block"] = p.block;
-    ctx->saved_data["kernels"] = p.kernels ? kernels_in : int64_t{0};
     return O.transpose(1, 2);  // [b,n,h_v,d_v]
   }
 
@@ -279,7 +318,7 @@ Tensor tiled_attention_core(const Tensor& Q, const Tensor& K, const Tensor& V, c
 }
 
 #if !THX_CUDA_KERNELS
-const cuda_th::RowsLauncher* cuda_th_rows_launcher(bool) { return nullptr; }
+const cuda_th::RowsLauncher* cuda_th_rows_launcher(bool, bool) { return nullptr; }
 #endif
 
 }  // namespace thx

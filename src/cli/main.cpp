@@ -166,10 +166,11 @@ int main(int argc, char** argv) {
                                            "cuBLAS's products, thx's row kernels between them where built, bf16 "
                                            "mixings on tensor cores: the default) | tiled-fma (the same, the row "
                                            "kernels' mixings as fp32 FMAs) | tiled-aten (the same, ATen between "
-                                           "them) | fused (thx's "
+                                           "them) | flash (the same, its forward one flash-style kernel on "
+                                           "tensor cores for bf16) | fused (thx's "
                                            "fused CUDA kernels where built, else tiled) | batched (ATen, every "
                                            "[b,h,n,m] tensor kept)")
-      ->check(CLI::IsMember({"fused", "tiled", "tiled-fma", "tiled-aten", "batched"}))
+      ->check(CLI::IsMember({"fused", "tiled", "tiled-fma", "tiled-aten", "flash", "batched"}))
       ->capture_default_str();
   // The global options above are also taken after the subcommand (unknown to it, they fall
   // through to thx's own), and each subcommand's help names them.

@@ -14,8 +14,9 @@
 // registers are allocated to fit them), a warp's butterfly shuffle (thx_shfl_xor, every lane of
 // the warp taking part) and barrier (thx_syncwarp), atomicAdd on float and on four adjacent floats
 // (thx_atomic_add4: one vector reduction on sm_90, 16-byte aligned), an aligned 4-byte load
-// (thx_load_word), aligned 16-byte copies and zeros (thx_copy16, thx_zero16), the high word of a
-// 32-bit product (thx_umulhi), the math below, and bf16 as bits (bf16_bits.h) with its conversions.
+// (thx_load_word), an aligned 8-byte load (thx_load8) and 4-byte store (thx_store_word), aligned
+// 16-byte copies and zeros (thx_copy16, thx_zero16), the high word of a 32-bit product
+// (thx_umulhi), the math below, and bf16 as bits (bf16_bits.h) with its conversions.
 #pragma once
 #include <cstdint>
 
@@ -24,6 +25,10 @@
 // Sixteen bytes, aligned as a vector load or store needs them (nvcc: ld/st .v4.u32).
 struct alignas(16) ThxBytes16 {
   uint32_t w[4];
+};
+// Eight bytes, aligned as a vector load needs them (nvcc: ld .v2.u32).
+struct alignas(8) ThxBytes8 {
+  uint32_t w[2];
 };
 
 #if defined(__CUDACC__)  // nvcc
@@ -52,6 +57,8 @@ THX_DEVICE void thx_atomic_add4(float* p, float v0, float v1, float v2, float v3
 #endif
 }
 THX_DEVICE uint32_t thx_load_word(const void* p) { return *static_cast<const uint32_t*>(p); }
+THX_DEVICE ThxBytes8 thx_load8(const void* p) { return *static_cast<const ThxBytes8*>(p); }
+THX_DEVICE void thx_store_word(void* p, uint32_t v) { *static_cast<uint32_t*>(p) = v; }
 THX_DEVICE void thx_copy16(void* to, const void* from) {
   *static_cast<ThxBytes16*>(to) = *static_cast<const ThxBytes16*>(from);
 }
@@ -84,6 +91,8 @@ THX_DEVICE void thx_atomic_add4(float* p, float v0, float v1, float v2, float v3
   __nvvm_atom_add_gen_f(p + 2, v2), __nvvm_atom_add_gen_f(p + 3, v3);
 }
 THX_DEVICE uint32_t thx_load_word(const void* p) { return *static_cast<const uint32_t*>(p); }
+THX_DEVICE ThxBytes8 thx_load8(const void* p) { return *static_cast<const ThxBytes8*>(p); }
+THX_DEVICE void thx_store_word(void* p, uint32_t v) { *static_cast<uint32_t*>(p) = v; }
 THX_DEVICE void thx_copy16(void* to, const void* from) {
   *static_cast<ThxBytes16*>(to) = *static_cast<const ThxBytes16*>(from);
 }
@@ -202,33 +211,39 @@ THX_DEVICE void thx_atomic_add(float* p, float v) {
   std::lock_guard<std::mutex> lock(*thx::emu::t_block.atomics);
   *p += v;
 }
-// A vector reduction, which a GPU faults on unless p is a multiple of 16: so does this.
-THX_DEVICE void thx_atomic_add4(float* p, float v0, float v1, float v2, float v3) {
-  if (reinterpret_cast<uintptr_t>(p) % 16 != 0) {
-    std::fprintf(stderr, "thx_atomic_add4: misaligned address %p (a GPU faults here)\n", static_cast<void*>(p));
-    std::abort();
-  }
-  ++thx::emu::vector_reductions;
-  std::lock_guard<std::mutex> lock(*thx::emu::t_block.atomics);
-  p[0] += v0, p[1] += v1, p[2] += v2, p[3] += v3;
-}
-// A 4-byte load, which a GPU faults on unless the address is a multiple of 4: so does this.
-THX_DEVICE uint32_t thx_load_word(const void* p) {
-  if (reinterpret_cast<uintptr_t>(p) % 4 != 0) {
-    std::fprintf(stderr, "thx_load_word: misaligned address %p (a GPU faults here)\n", p);
-    std::abort();
-  }
-  uint32_t u;
-  std::memcpy(&u, p, 4);
-  return u;
-}
-// 16-byte copies and zeros, which a GPU faults on unless both addresses are multiples of 16.
-THX_DEVICE void thx_check16(const void* p, const char* what) {
-  if (reinterpret_cast<uintptr_t>(p) % 16 != 0) {
+// p aligned to `bytes` as the access `what` needs, or the emulator aborts where a GPU faults.
+THX_DEVICE void thx_check_aligned(const void* p, uintptr_t bytes, const char* what) {
+  if (reinterpret_cast<uintptr_t>(p) % bytes != 0) {
     std::fprintf(stderr, "%s: misaligned address %p (a GPU faults here)\n", what, p);
     std::abort();
   }
 }
+// A vector reduction, 16-byte aligned.
+THX_DEVICE void thx_atomic_add4(float* p, float v0, float v1, float v2, float v3) {
+  thx_check_aligned(p, 16, "thx_atomic_add4");
+  ++thx::emu::vector_reductions;
+  std::lock_guard<std::mutex> lock(*thx::emu::t_block.atomics);
+  p[0] += v0, p[1] += v1, p[2] += v2, p[3] += v3;
+}
+// Loads and stores aligned to their size: a 4-byte load, an 8-byte load, a 4-byte store.
+THX_DEVICE uint32_t thx_load_word(const void* p) {
+  thx_check_aligned(p, 4, "thx_load_word");
+  uint32_t u;
+  std::memcpy(&u, p, 4);
+  return u;
+}
+THX_DEVICE ThxBytes8 thx_load8(const void* p) {
+  thx_check_aligned(p, 8, "thx_load8");
+  ThxBytes8 v;
+  std::memcpy(&v, p, 8);
+  return v;
+}
+THX_DEVICE void thx_store_word(void* p, uint32_t v) {
+  thx_check_aligned(p, 4, "thx_store_word");
+  std::memcpy(p, &v, 4);
+}
+// 16-byte copies and zeros: both addresses multiples of 16.
+THX_DEVICE void thx_check16(const void* p, const char* what) { thx_check_aligned(p, 16, what); }
 THX_DEVICE void thx_copy16(void* to, const void* from) {
   thx_check16(to, "thx_copy16"), thx_check16(from, "thx_copy16");
   ++thx::emu::vector_copies;

@@ -33,10 +33,10 @@ inline const std::vector<Case>& variant_cases() {
   return c;
 }
 
-// b 2, n 7, m 5 (7 causal), d_k 4, d_v 6. Q, K, V and dO in `dtype` (drawn in fp32 for bf16);
-// P_l, P_w and the bias in fp32 for bf16, else in `dtype`. Padding: example 0 sees 3 keys.
-inline Inputs inputs(const Case& c, Extra e, torch::Dtype dtype) {
-  const int64_t b = 2, n = 7, m = e == Extra::causal ? 7 : 5, dk = 4, dv = 6;
+// b 2, n 7, m 5 (7 causal), d_k 4, d_v 6 (or as given). Q, K, V and dO in `dtype` (drawn in fp32
+// for bf16); P_l, P_w and the bias in fp32 for bf16, else in `dtype`. Padding: example 0 sees 3 keys.
+inline Inputs inputs(const Case& c, Extra e, torch::Dtype dtype, int64_t dk = 4, int64_t dv = 6) {
+  const int64_t b = 2, n = 7, m = e == Extra::causal ? 7 : 5;
   auto o = torch::TensorOptions().dtype(dtype == torch::kBFloat16 ? torch::kFloat32 : dtype);
   Inputs in;
   in.Q = torch::randn({b, n, c.hk, dk}, o).to(dtype), in.K = torch::randn({b, m, c.hk, dk}, o).to(dtype);

@@ -23,11 +23,10 @@
 
 #include <atomic>
 
-#include "attention/cuda/th_rows_kernels.cuh"
-#include "attention/cuda/th_rows_tc_kernels.cuh"
 #include "attention/fused.h"
 #include "attention/tiled.h"
 #include "core_problems.h"
+#include "rows_emulator.h"
 #include "tc_bounds.h"
 #include "test_util.h"
 
@@ -43,42 +42,7 @@ using core::Inputs;
 using core::inputs;
 using core::tensor_core_bounds;
 using core::within_tc_bounds;
-
-std::atomic<int> g_launches{0};
-
-template <typename T, bool Backward>
-void emulate(const cuda_th::RowsArgs<T>& a, int H, unsigned gx, unsigned gy, int threads, int64_t bytes) {
-  ++g_launches;
-  emu::launch({gx, gy, 1}, threads, size_t(bytes), [&a, H] { cuda_th::rows_kernel_for<T, Backward>(H)(a); });
-}
-
-cuda_th::RowsLauncher emulator(int threads, int64_t group_rows_from = 4096) {
-  return {threads, group_rows_from, emulate<float, false>, emulate<thx_bf16, false>, emulate<float, true>,
-          emulate<thx_bf16, true>};
-}
-
-// The same with bf16 on tensor cores (th_rows_tc_kernels.cuh).
-std::atomic<int> g_tc_launches{0};
-template <bool Backward>
-void emulate_tc(const cuda_th::RowsArgs<thx_bf16>& a, int H, unsigned gx, unsigned gy, int threads, int64_t bytes) {
-  ++g_launches, ++g_tc_launches;
-  emu::launch({gx, gy, 1}, threads, size_t(bytes), [&a, H] { cuda_th::rows_tc_kernel_for<Backward>(H)(a); });
-}
-cuda_th::RowsLauncher emulator_tc(int threads, int64_t group_rows_from = 4096) {
-  cuda_th::RowsLauncher l = emulator(threads, group_rows_from);
-  l.forward_bf16_tc = emulate_tc<false>, l.backward_bf16_tc = emulate_tc<true>;
-  return l;
-}
-
-// O, dQ, dK, dV, dP_l, dP_w, dbias (undefined where absent) of the tiled path under autograd.
-std::vector<Tensor> run(const Inputs& in, int64_t block, const cuda_th::RowsLauncher* kernels) {
-  auto leaf = [](const Tensor& t) { return t.defined() ? t.detach().clone().requires_grad_(true) : t; };
-  Tensor Q = leaf(in.Q), K = leaf(in.K), V = leaf(in.V), P_l = leaf(in.P_l), P_w = leaf(in.P_w), bias = leaf(in.bias);
-  const Tensor O = tiled_attention_core(Q, K, V, P_l, P_w, bias, in.mask, block, kernels);
-  (O.to(torch::kFloat64) * in.dO.to(torch::kFloat64)).sum().backward();
-  auto grad = [](const Tensor& t) { return t.defined() ? t.grad() : t; };
-  return {O.detach(), grad(Q), grad(K), grad(V), grad(P_l), grad(P_w), grad(bias)};
-}
+using namespace rows_emu;  // the emulated launchers and their counts, run, to_cuda, on_cpu
 
 // The paper's core in float64 on the same inputs.
 std::vector<Tensor> reference(const Inputs& in) {
@@ -341,12 +305,6 @@ TEST(TiledRowKernelsTc, Controls) {
 // width (d_model 768, 12 and 48 heads) over 300 keys, which no block of threads divides, fp32 against ATen's composition there
 // (1e-6 + 1e-5 x max). attention_core (fused.cpp) takes them for talking-heads on CUDA: its output
 // equals theirs bit for bit. compute-sanitizer runs these (scripts/gpu_session.sh).
-Inputs to_cuda(const Inputs& in) { return core::to_device(in, torch::kCUDA); }
-std::vector<Tensor> on_cpu(std::vector<Tensor> r) {
-  for (Tensor& t : r)
-    if (t.defined()) t = t.cpu();
-  return r;
-}
 
 TEST(TiledRowKernelsOnCuda, EqualsThePapersCoreForEveryVariantMaskAndDtype) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";

@@ -76,7 +76,7 @@ TEST(Cli, BadBenchFlagsExitTwo) {
       refused(run_thx("bench attention --th-tiles 16x8 --tiled"), "thx: error: --tiled excludes --th-tiles", ""));
   EXPECT_TRUE(refused(run_thx("bench attention --th-atomics sorted"), "thx: error: --th-atomics sorted",
                       "allowed: in-order, staggered, vector"));
-  EXPECT_TRUE(refused(run_thx("--th-path flash bench attention"), "thx: error: --th-path", "fused"));
+  EXPECT_TRUE(refused(run_thx("--th-path flashy bench attention"), "thx: error: --th-path", "fused"));
   // A --th-path the user names is the choice --tiled and --batched make: no contradiction, no fused-only option under
   // another path. Without it (tiled by default) --batched and the fused kernels' options choose their own path.
   EXPECT_TRUE(refused(run_thx("--th-path tiled bench attention --th-atomics in-order"), "thx: error: --th-atomics",
@@ -84,6 +84,11 @@ TEST(Cli, BadBenchFlagsExitTwo) {
   EXPECT_TRUE(refused(run_thx("bench attention --fma --th-path batched"), "thx: error: --fma", "--th-path batched"));
   EXPECT_TRUE(refused(run_thx("--th-path tiled-aten bench attention --fma"), "thx: error: --fma is an option of thx's "
                                                                              "kernels", "--th-path tiled-aten leaves"));
+  EXPECT_TRUE(refused(run_thx("--th-path flash bench attention --fma"), "thx: error: --fma runs thx's kernels as fp32 "
+                                                                        "FMAs; --th-path flash runs its forward on "
+                                                                        "tensor cores", ""));
+  EXPECT_TRUE(refused(run_thx("--th-path flash --device cuda bench train --tiled"), "thx: error: --device cuda",
+                      ""));  // flash is a tiled path
   EXPECT_TRUE(refused(run_thx("--th-path tiled --device cuda bench attention --fma"), "thx: error: --device cuda",
                       ""));  // --fma is the row kernels' option too: past the path check, refused for the device
   EXPECT_TRUE(refused(run_thx("bench attention --th-unpadded --th-path tiled"), "thx: error: --th-unpadded",

@@ -5,6 +5,7 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAException.h>
 
+#include "attention/cuda/th_flash_kernels.cuh"
 #include "attention/cuda/th_rows_args.h"
 #include "attention/cuda/th_rows_kernels.cuh"
 #include "attention/cuda/th_rows_tc_kernels.cuh"
@@ -30,15 +31,33 @@ void launch_tc(const RowsArgs<thx_bf16>& a, int H, unsigned gx, unsigned gy, int
   start(cuda_th::rows_tc_kernel_for<Backward>(H), a, gx, gy, threads, bytes);
 }
 
+void launch_flash(const cuda_th::FlashArgs<thx_bf16>& a, int H, int DV, unsigned gx, unsigned gy, int64_t bytes) {
+  const auto f = cuda_th::flash_kernel_for(H, DV);
+  C10_CUDA_CHECK(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+  f<<<dim3(gx, gy), cuda_th::kFlashThreads, size_t(bytes), at::cuda::getCurrentCUDAStream()>>>(a);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+cuda_th::RowsLauncher with_flash(cuda_th::RowsLauncher l) {
+  int device = 0, optin = 0;
+  C10_CUDA_CHECK(cudaGetDevice(&device));
+  C10_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  l.flash_forward = launch_flash, l.flash_shared_limit = optin;
+  return l;
+}
+
 }  // namespace
 
-const cuda_th::RowsLauncher* cuda_th_rows_launcher(bool tensor_cores) {
+const cuda_th::RowsLauncher* cuda_th_rows_launcher(bool tensor_cores, bool flash) {
   static const cuda_th::RowsLauncher fma{128, 4096, launch<float, false>, launch<thx_bf16, false>,
                                          launch<float, true>, launch<thx_bf16, true>};
   static const cuda_th::RowsLauncher tc{128,        4096, launch<float, false>, launch<thx_bf16, false>,
                                         launch<float, true>, launch<thx_bf16, true>, launch_tc<false>,
                                         launch_tc<true>};
-  return tensor_cores ? &tc : &fma;
+  if (!tensor_cores) return &fma;
+  if (!flash) return &tc;
+  static const cuda_th::RowsLauncher with = with_flash(tc);
+  return &with;
 }
 
 }  // namespace thx

@@ -331,13 +331,7 @@ THX_DEVICE void row_statistics(const RowsArgs<thx_bf16>& a, const Shared& s, int
 #pragma unroll
     for (int nt = 0; nt < H / 8; ++nt)
 #pragma unroll
-      for (int x = 0; x < 4; ++x) {
-        const float l = c[nt][x];
-        float &m = mx[nt][x & 1], &t = sm[nt][x & 1];
-        if (l == -thx_inf()) continue;
-        if (l > m) t = t * thx_exp(m - l) + 1.f, m = l;
-        else t += thx_exp(l - m);
-      }
+      for (int x = 0; x < 4; ++x) rows::add_logit(mx[nt][x & 1], sm[nt][x & 1], c[nt][x]);
   }
   fold_lanes<H>(L, s, mx, sm, false);
   fold_warps<H>(a, s, bb, i, false);

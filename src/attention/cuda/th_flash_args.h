@@ -1,0 +1,110 @@
+// th_flash_args.h: what the flash-style talking-heads forward (th_flash_kernels.cuh) takes, in plain
+// C++ so that the host code preparing a launch (attention/tiled.cpp) needs no CUDA header.
+//
+// The kernel is the tiled path's forward in one launch, nothing of size [b,h,n,m] in memory: a
+// block takes 16 query rows of one example with all heads and makes two passes over the keys,
+// 64 at a time (16 a warp): J = Q K^T per head, the mixing by P_l, bias and mask, and the rows'
+// softmax statistics (pass 1, to LSE); then the same logits again, W = exp(L - LSE), the mixing by
+// P_w and O += U V (pass 2). Every product runs on tensor cores (mma.m16n8k16, bf16 operands, fp32
+// sums); the softmax and its statistics stay fp32. It keeps the rows' LSE [b,h,n] for the tiled
+// path's backward (the row kernels'), which recomputes everything else. bf16 only.
+#pragma once
+#include <cstdint>
+
+#include "common/bf16_bits.h"
+#if !defined(__CUDA__)  // (not in clang's PTX check, which has no C++ library: flash_bucket, flash_unsupported)
+#include <algorithm>
+#include <string>
+#endif
+
+namespace thx::cuda_th {
+
+template <typename T>
+struct FlashArgs {
+  const T *Q = nullptr, *K = nullptr;  // [b,n,h_k,d_k], [b,m,h_k,d_k], contiguous, 16-byte aligned
+  const T* Vt = nullptr;               // V transposed, [b,h_v,d_v,m8], zero from key m to m8
+  const float *P_l = nullptr, *P_w = nullptr;  // [h_k,h], [h,h_v] contiguous; null: the identity
+  const float* bias = nullptr;         // read at bias_stride over [b,h,n,m] (0 where it broadcasts)
+  int64_t bias_stride[4] = {0, 0, 0, 0};
+  const uint8_t* mask = nullptr;       // nonzero: attend; read at mask_stride
+  int64_t mask_stride[4] = {0, 0, 0, 0};
+  float* lse = nullptr;                // [b,h,n]: -inf for a row with no key
+  T* O = nullptr;                      // [b,n,h_v,d_v]
+  int b = 0, n = 0, m = 0, m8 = 0, h_k = 0, h = 0, h_v = 0, d_k = 0, d_v = 0;
+};
+
+// The block: 16 query rows, 4 warps of 16 keys each (a tile of 64 keys). Each warp stages its keys'
+// J, then their U, as bf16 [head][key][row]: a key's 16 rows then 8 unused (rows of 48 bytes, so
+// that ldmatrix's eight rows and the lanes' word stores fall in different banks), a head's 16 keys
+// then 8 unused (784 bytes: 16 bytes off the banks' period).
+constexpr int kFlashRows = 16, kFlashWarps = 4, kFlashThreads = 32 * kFlashWarps;
+constexpr int kFlashKeyStride = 24, kFlashHeadStride = 16 * kFlashKeyStride + 8;
+
+// Where the block's shared memory is, in bytes from its start, each a multiple of 16: Q's 16 rows
+// (bf16, rows of h_k d_k + 16, so that the lanes' 8-byte loads from 8 rows take two wavefronts
+// without bank conflicts), P_l^T and P_w^T as bf16 [out][in] with rows of H + 8 (the identity where
+// absent), the warps' stages, and the rows' LSE [16][H] (fp32). The warps' statistics, folded at the
+// end of pass 1 ([warps][16][H] twice, fp32), take the stages' place.
+struct FlashLayout {
+  int64_t q, pl_t, pw_t, stage, lse, bytes;
+  int q_stride;
+};
+#if defined(__CUDACC__)  // nvcc
+__host__ __device__
+#elif defined(__CUDA__)  // clang's PTX check (common/cuda_compat.h)
+__attribute__((host)) __attribute__((device))
+#endif
+inline FlashLayout flash_layout(int H, int h_k, int d_k) {
+  FlashLayout L;
+  L.q_stride = h_k * d_k + 16;
+  auto up = [](int64_t x) { return (x + 15) / 16 * 16; };
+  L.q = 0;
+  L.pl_t = up(int64_t(kFlashRows) * L.q_stride * 2);
+  L.pw_t = L.pl_t + up(int64_t(H) * (H + 8) * 2);
+  L.stage = L.pw_t + up(int64_t(H) * (H + 8) * 2);
+  L.lse = L.stage + up(int64_t(kFlashWarps) * H * kFlashHeadStride * 2);
+  L.bytes = L.lse + up(int64_t(kFlashRows) * H * 4);
+  return L;
+}
+
+#if !defined(__CUDA__)
+// The buckets built: heads H (h_k, h, h_v all at most H) and the output's width DV (d_v at most
+// DV): each warp keeps its share of O, H / 4 heads x DV columns of 16 rows, in registers (at most
+// 128 a thread). T5-base's widths: 12 heads of 64 (16, 64), 24 of 32 (32, 32), 48 of 16 (48, 16).
+// {0, 0} where none holds the problem.
+struct FlashBucket {
+  int H = 0, DV = 0;
+};
+inline FlashBucket flash_bucket(int heads, int d_v) {
+  for (int H : {16, 32, 48})
+    if (heads <= H)
+      for (int DV : {16, 32, 64})
+        if (d_v <= DV && H / 4 * DV / 2 <= 128) return {H, DV};
+  return {};
+}
+
+// Why the flash forward does not take a bf16 problem, or "": heads past 48 or a width past the
+// buckets, d_k not a multiple of 16 or d_v of 8, Q, K or O not 16-byte aligned, more shared
+// memory than `limit`, more than 65,535 blocks of rows, offsets within an example's Q, K, V or O
+// past 32 bits, or within a block's rows of the bias or mask (from the rows' start: (h - 1) x head
+// stride + 15 x row stride + (m - 1) x key stride).
+inline std::string flash_unsupported(int h_k, int h, int h_v, int d_k, int d_v, int64_t n, int64_t m,
+                                     const int64_t (&bias)[4], const int64_t (&mask)[4], bool aligned,
+                                     int64_t limit) {
+  const FlashBucket B = flash_bucket(std::max({h_k, h, h_v}), d_v);
+  if (B.H == 0) return "more than 48 heads, or heads and widths past the flash buckets";
+  if (d_k % 16 != 0 || d_v % 8 != 0) return "d_k not a multiple of 16 or d_v of 8";
+  if (!aligned) return "Q, K or O not 16-byte aligned";
+  if (flash_layout(B.H, h_k, d_k).bytes > limit) return "more shared memory than the device allows";
+  if ((n + kFlashRows - 1) / kFlashRows > 65535) return "more than 65,535 blocks of 16 rows";
+  constexpr int64_t kMax = (int64_t{1} << 31) - 1;
+  const int64_t m8 = (m + 7) / 8 * 8;
+  if (std::max({n * h_k * d_k, m * h_k * d_k, n * h_v * d_v, h_v * d_v * m8}) > kMax)
+    return "an example's Q, K, V or O past 32-bit offsets";
+  auto fits = [&](const int64_t (&s)[4]) { return (h - 1) * s[1] + 15 * s[2] + (m - 1) * s[3] <= kMax; };
+  if (!fits(bias) || !fits(mask)) return "bias or mask offsets past 32 bits";
+  return "";
+}
+#endif
+
+}  // namespace thx::cuda_th

@@ -1,0 +1,305 @@
+// th_flash_kernels.cuh: the talking-heads forward as one flash-style kernel on tensor cores
+// (th_flash_args.h says what it computes and keeps). Written once for nvcc, clang's PTX check and
+// the emulator (common/cuda_compat.h), from the row kernels' fragments (th_rows_tc_kernels.cuh).
+//
+// How the layouts meet (PTX ISA, "Matrix Fragments for mma.m16n8k16"; lane l, g = l / 4, t = l % 4):
+//  - J^T = K Q^T per head, [16 keys, 16 rows], A = the warp's keys of K read from global memory,
+//    B = Q^T from shared memory. Both read 4 consecutive d a lane (8 bytes: k slots 2t, 2t + 1,
+//    2t + 8, 2t + 9 hold d 4t .. 4t + 3), which permutes k alike in both and so changes no sum but
+//    its order. Its output pairs neighbouring rows: stored as words into the stage [head][key][row].
+//  - For each of its 16 keys, a warp mixes the key's 16 rows: A = J [16 rows, heads] by
+//    ldmatrix.trans from the stage, times P_l (rows_tc::mix) -> L [16 rows, H] as a product's output:
+//    rows g, g + 8, heads 8 nt + 2 t (+1). Each (row, head) stays in one lane for every key, so the
+//    softmax's running statistics need no shuffle: only a fold over the warps at the end of pass 1.
+//  - U^T = P_w^T W^T: W in that output layout is exactly this product's B operand (k = heads,
+//    n = rows), so it goes from registers; U^T's output pairs neighbouring rows again and is stored
+//    as words into the stage, over the key's J (read).
+//  - O += U V per head: A = U [16 rows, 16 keys] by ldmatrix.trans from each warp's stage, B = V^T
+//    rows read as words from global memory (the host's transposed copy). Warp w keeps heads w, w + 4,
+//    ... of O in registers over every tile.
+#pragma once
+#include "attention/cuda/th_flash_args.h"
+#include "attention/cuda/th_rows_tc_kernels.cuh"
+
+namespace thx::cuda_th {
+namespace flash {
+
+using cuda_mma::pack_bf16x2;
+using rows_tc::head_at;
+using rows_tc::Lane;
+using rows_tc::lane_of;
+
+struct Shared {
+  thx_bf16 *q, *pl_t, *pw_t, *stage;
+  float *lse, *slot0, *slot1;  // slots: the warps' statistics at the end of pass 1, over the stages
+  int qs;
+};
+template <int H>
+THX_DEVICE Shared shared_layout(const FlashArgs<thx_bf16>& a) {
+  THX_SHARED(shared_bytes);
+  const FlashLayout at = flash_layout(H, a.h_k, a.d_k);
+  auto bf = [&](int64_t x) { return reinterpret_cast<thx_bf16*>(shared_bytes + x); };
+  float* slots = reinterpret_cast<float*>(shared_bytes + at.stage);
+  return {bf(at.q), bf(at.pl_t), bf(at.pw_t), bf(at.stage), reinterpret_cast<float*>(shared_bytes + at.lse),
+          slots, slots + kFlashWarps * kFlashRows * H, at.q_stride};
+}
+
+// Every warp's stage zero (the heads past h_k that the mixing reads must be finite); a barrier.
+template <int H>
+THX_DEVICE void zero_stages(const Shared& s) {
+  for (int e = threadIdx.x; e < kFlashWarps * H * kFlashHeadStride / 8; e += blockDim.x) thx_zero16(s.stage + 8 * e);
+  __syncthreads();
+}
+
+// The block's 16 rows of Q (zero past n), and the mixings' matrices as bf16 [out][in]: P_l^T and
+// P_w^T, or the identity where absent; zero past the heads. Then the stages zeroed.
+template <int H>
+THX_DEVICE void load_block(const FlashArgs<thx_bf16>& a, const Shared& s, int bb, int i0) {
+  const int qd = a.h_k * a.d_k, vecs = qd / 8;
+  for (int e = threadIdx.x; e < kFlashRows * vecs; e += blockDim.x) {
+    const int r = e / vecs, c = 8 * (e % vecs);
+    thx_bf16* to = s.q + r * s.qs + c;
+    if (i0 + r < a.n) thx_copy16(to, a.Q + (int64_t(bb) * a.n + i0 + r) * qd + c);
+    else thx_zero16(to);
+  }
+  for (int e = threadIdx.x; e < H * H; e += blockDim.x) {
+    const int r = e / H, c = e % H;  // output head, input head
+    const float pl = a.P_l ? (c < a.h_k && r < a.h ? a.P_l[c * a.h + r] : 0.f) : (r == c && r < a.h ? 1.f : 0.f);
+    const float pw = a.P_w ? (c < a.h && r < a.h_v ? a.P_w[c * a.h_v + r] : 0.f) : (r == c && r < a.h_v ? 1.f : 0.f);
+    s.pl_t[r * (H + 8) + c] = thx_from_float<thx_bf16>(pl);
+    s.pw_t[r * (H + 8) + c] = thx_from_float<thx_bf16>(pw);
+  }
+  zero_stages<H>(s);
+}
+
+// This warp's stage <- J^T of its keys jw .. jw + 15 (zero past m) and the block's rows, every head
+// < h_k, as bf16 [head][key][row].
+template <int H>
+THX_DEVICE void stage_products(const FlashArgs<thx_bf16>& a, const Shared& s, int bb, int jw, const Lane& L) {
+  thx_bf16* S = s.stage + L.w * H * kFlashHeadStride;
+  const int qd = a.h_k * a.d_k, k0 = jw + L.g, k1 = k0 + 8;
+  const thx_bf16* K = a.K + int64_t(bb) * a.m * qd;
+  thx_syncwarp();  // the warp's earlier reads of its stage are done
+  for (int head = 0; head < a.h_k; ++head) {
+    float c[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+    for (int d0 = 0; d0 < a.d_k; d0 += 16) {
+      const int d = head * a.d_k + d0 + 4 * L.t;
+      const ThxBytes8 x0 = k0 < a.m ? thx_load8(K + k0 * qd + d) : ThxBytes8{{0u, 0u}};
+      const ThxBytes8 x1 = k1 < a.m ? thx_load8(K + k1 * qd + d) : ThxBytes8{{0u, 0u}};
+      const uint32_t af[4] = {x0.w[0], x1.w[0], x0.w[1], x1.w[1]};
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt) {
+        const ThxBytes8 q = thx_load8(s.q + (8 * nt + L.g) * s.qs + d);
+        thx_mma_bf16_16816(c[nt], af, q.w);
+      }
+    }
+    thx_bf16* to = S + head * kFlashHeadStride + 2 * L.t;
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) {
+      thx_store_word(to + L.g * kFlashKeyStride + 8 * nt, pack_bf16x2(c[nt][0], c[nt][1]));
+      thx_store_word(to + (L.g + 8) * kFlashKeyStride + 8 * nt, pack_bf16x2(c[nt][2], c[nt][3]));
+    }
+  }
+  thx_syncwarp();
+}
+
+// c <- the logits of key jw + kl for the block's rows i0 ..: the staged J mixed by P_l, plus the
+// bias; -inf where masked and past h, m or n. (Rows and keys: lane's rows g, g + 8; offsets within
+// the rows 32-bit, flash_unsupported.)
+template <int H>
+THX_DEVICE void logits(const FlashArgs<thx_bf16>& a, const Shared& s, int bb, int i0, int jw, int kl, const Lane& L,
+                       float (&c)[H / 8][4]) {
+  const thx_bf16* S = s.stage + L.w * H * kFlashHeadStride + kl * kFlashKeyStride;
+  const int r = L.l % 8, j = L.l / 8, key = jw + kl;
+  uint32_t aj[H / 16][4];
+#pragma unroll
+  for (int kb = 0; kb < H / 16; ++kb)
+    thx_ldmatrix<4, true>(aj[kb], S + (16 * kb + 8 * (j / 2) + r) * kFlashHeadStride + 8 * (j % 2));
+  rows_tc::mix<H>(aj, s.pl_t, L, c);
+  const float* bias = a.bias ? a.bias + bb * a.bias_stride[0] + i0 * a.bias_stride[2] : nullptr;
+  const uint8_t* mask = a.mask ? a.mask + bb * a.mask_stride[0] + i0 * a.mask_stride[2] : nullptr;
+  const int bh = int(a.bias_stride[1]), br = int(a.bias_stride[2]), bk = int(a.bias_stride[3]);
+  const int mh = int(a.mask_stride[1]), mr = int(a.mask_stride[2]), mk = int(a.mask_stride[3]);
+#pragma unroll
+  for (int nt = 0; nt < H / 8; ++nt)
+#pragma unroll
+    for (int x = 0; x < 4; ++x) {
+      const int head = head_at(L, nt, x), row = L.g + 8 * (x >> 1);
+      if (head >= a.h || key >= a.m || i0 + row >= a.n) {
+        c[nt][x] = -thx_inf();
+        continue;
+      }
+      if (bias) c[nt][x] += bias[head * bh + row * br + key * bk];
+      if (mask && !mask[head * mh + row * mr + key * mk]) c[nt][x] = -thx_inf();
+    }
+}
+
+// u <- U^T [16 heads x mt, 16 rows] = P_w^T [out][in] (shared, by ldmatrix) times W^T, whose B
+// operand is w as a product's output holds it: k (heads 16 kb + 2 t ..) from tiles 2 kb and
+// 2 kb + 1, n (row g of each 8) from elements 0, 1 (rows 0-7) or 2, 3 (rows 8-15).
+template <int H>
+THX_DEVICE void mix_weights(const thx_bf16* M, const Lane& L, const float (&w)[H / 8][4], float (&u)[H / 16][2][4]) {
+  uint32_t b[H / 16][2][2];
+#pragma unroll
+  for (int kb = 0; kb < H / 16; ++kb)
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) {
+      b[kb][nt][0] = pack_bf16x2(w[2 * kb][2 * nt], w[2 * kb][2 * nt + 1]);
+      b[kb][nt][1] = pack_bf16x2(w[2 * kb + 1][2 * nt], w[2 * kb + 1][2 * nt + 1]);
+    }
+  const int r = L.l % 8, j = L.l / 8;
+#pragma unroll
+  for (int mt = 0; mt < H / 16; ++mt) {
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) u[mt][nt][0] = u[mt][nt][1] = u[mt][nt][2] = u[mt][nt][3] = 0.f;
+#pragma unroll
+    for (int kb = 0; kb < H / 16; ++kb) {
+      uint32_t af[4];
+      thx_ldmatrix<4, false>(af, M + (16 * mt + 8 * (j % 2) + r) * (H + 8) + 16 * kb + 8 * (j / 2));
+      thx_mma_bf16_16816(u[mt][0], af, b[kb][0]);
+      thx_mma_bf16_16816(u[mt][1], af, b[kb][1]);
+    }
+  }
+}
+
+// Pass 1: each lane's running max and sum for its (row, head) pairs over the block's keys, folded
+// over the warps in order -> the rows' LSE (shared, and stored); the stages zeroed again after.
+template <int H>
+THX_DEVICE void statistics(const FlashArgs<thx_bf16>& a, const Shared& s, int bb, int i0, const Lane& L) {
+  float mx[H / 8][4], sm[H / 8][4];
+#pragma unroll
+  for (int nt = 0; nt < H / 8; ++nt)
+#pragma unroll
+    for (int x = 0; x < 4; ++x) mx[nt][x] = -thx_inf(), sm[nt][x] = 0.f;
+  for (int t0 = 0; t0 < a.m; t0 += 16 * kFlashWarps) {
+    const int jw = t0 + 16 * L.w;
+    if (jw >= a.m) continue;
+    stage_products<H>(a, s, bb, jw, L);
+    for (int kl = 0; kl < 16 && jw + kl < a.m; ++kl) {
+      float c[H / 8][4];
+      logits<H>(a, s, bb, i0, jw, kl, L, c);
+#pragma unroll
+      for (int nt = 0; nt < H / 8; ++nt)
+#pragma unroll
+        for (int x = 0; x < 4; ++x) rows::add_logit(mx[nt][x], sm[nt][x], c[nt][x]);
+    }
+  }
+  __syncthreads();  // every warp is done with its stage, where the slots go
+#pragma unroll
+  for (int nt = 0; nt < H / 8; ++nt)
+#pragma unroll
+    for (int x = 0; x < 4; ++x) {
+      const int at = (L.w * kFlashRows + L.g + 8 * (x >> 1)) * H + head_at(L, nt, x);
+      s.slot0[at] = mx[nt][x], s.slot1[at] = sm[nt][x];
+    }
+  __syncthreads();
+  for (int e = threadIdx.x; e < kFlashRows * H; e += blockDim.x) {
+    const int row = e / H, head = e % H;
+    float m = s.slot0[e], t = s.slot1[e];
+    for (int w = 1; w < kFlashWarps; ++w)
+      rows::merge(m, t, s.slot0[w * kFlashRows * H + e], s.slot1[w * kFlashRows * H + e]);
+    const float lse = head >= a.h || m == -thx_inf() ? -thx_inf() : m + thx_log(t);
+    s.lse[e] = lse;
+    if (head < a.h && i0 + row < a.n) a.lse[(int64_t(bb) * a.h + head) * a.n + i0 + row] = lse;
+  }
+  __syncthreads();
+  zero_stages<H>(s);
+}
+
+// Pass 2 for one tile's keys t0 ..: each warp's keys' U staged over their J; then O += U V for
+// warp w's heads over the tile's keys (every warp's stage).
+template <int H, int DV>
+THX_DEVICE void accumulate_tile(const FlashArgs<thx_bf16>& a, const Shared& s, int bb, int i0, int t0, const Lane& L,
+                                float (&o)[H / 4][DV / 8][4]) {
+  const int jw = t0 + 16 * L.w;
+  if (jw < a.m) {
+    stage_products<H>(a, s, bb, jw, L);
+    thx_bf16* S = s.stage + L.w * H * kFlashHeadStride + 2 * L.t;
+    for (int kl = 0; kl < 16 && jw + kl < a.m; ++kl) {
+      float c[H / 8][4], u[H / 16][2][4];
+      logits<H>(a, s, bb, i0, jw, kl, L, c);
+#pragma unroll
+      for (int nt = 0; nt < H / 8; ++nt)
+#pragma unroll
+        for (int x = 0; x < 4; ++x) {
+          const float lse = s.lse[(L.g + 8 * (x >> 1)) * H + head_at(L, nt, x)];
+          c[nt][x] = c[nt][x] == -thx_inf() ? 0.f : thx_exp(c[nt][x] - lse);
+        }
+      mix_weights<H>(s.pw_t, L, c, u);
+      thx_syncwarp();  // the key's J is read: its U goes in its place
+#pragma unroll
+      for (int mt = 0; mt < H / 16; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt) {
+          thx_bf16* to = S + (16 * mt + L.g) * kFlashHeadStride + kl * kFlashKeyStride + 8 * nt;
+          thx_store_word(to, pack_bf16x2(u[mt][nt][0], u[mt][nt][1]));
+          thx_store_word(to + 8 * kFlashHeadStride, pack_bf16x2(u[mt][nt][2], u[mt][nt][3]));
+        }
+    }
+  }
+  __syncthreads();  // every warp's U is staged
+  const int r = L.l % 8, j = L.l / 8;
+#pragma unroll
+  for (int hi = 0; hi < H / 4; ++hi) {
+    const int v = L.w + kFlashWarps * hi;
+    if (v >= a.h_v) continue;
+    const thx_bf16* Vt = a.Vt + (int64_t(bb) * a.h_v + v) * a.d_v * a.m8;
+    for (int ks = 0; ks < kFlashWarps && t0 + 16 * ks < a.m; ++ks) {
+      uint32_t af[4];
+      const thx_bf16* S = s.stage + (ks * H + v) * kFlashHeadStride;
+      thx_ldmatrix<4, true>(af, S + (8 * (j / 2) + r) * kFlashKeyStride + 8 * (j % 2));
+      const int key = t0 + 16 * ks + 2 * L.t;
+#pragma unroll
+      for (int e = 0; e < DV / 8; ++e) {
+        if (8 * e >= a.d_v) continue;
+        const thx_bf16* col = Vt + (8 * e + L.g) * a.m8;
+        const uint32_t bf[2] = {key < a.m8 ? thx_load_word(col + key) : 0u,
+                                key + 8 < a.m8 ? thx_load_word(col + key + 8) : 0u};
+        thx_mma_bf16_16816(o[hi][e], af, bf);
+      }
+    }
+  }
+  __syncthreads();  // before the next tile's products overwrite the stages
+}
+
+template <int H, int DV>
+__global__ void THX_LAUNCH_BOUNDS(kFlashThreads, 1) flash_forward_kernel(FlashArgs<thx_bf16> a) {
+  const Shared s = shared_layout<H>(a);
+  const Lane L = lane_of();
+  const int bb = blockIdx.x, i0 = int(blockIdx.y) * kFlashRows;
+  load_block<H>(a, s, bb, i0);
+  statistics<H>(a, s, bb, i0, L);
+  float o[H / 4][DV / 8][4];
+#pragma unroll
+  for (int hi = 0; hi < H / 4; ++hi)
+#pragma unroll
+    for (int e = 0; e < DV / 8; ++e) o[hi][e][0] = o[hi][e][1] = o[hi][e][2] = o[hi][e][3] = 0.f;
+  for (int t0 = 0; t0 < a.m; t0 += 16 * kFlashWarps) accumulate_tile<H, DV>(a, s, bb, i0, t0, L, o);
+#pragma unroll
+  for (int hi = 0; hi < H / 4; ++hi) {
+    const int v = L.w + kFlashWarps * hi;
+    if (v >= a.h_v) continue;
+#pragma unroll
+    for (int e = 0; e < DV / 8; ++e)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int row = i0 + L.g + 8 * half, col = 8 * e + 2 * L.t;
+        if (row < a.n && col < a.d_v)
+          thx_store_word(a.O + ((int64_t(bb) * a.n + row) * a.h_v + v) * a.d_v + col,
+                         pack_bf16x2(o[hi][e][2 * half], o[hi][e][2 * half + 1]));
+      }
+  }
+}
+
+}  // namespace flash
+
+// The flash forward for bucket (H, DV) (flash_bucket's).
+inline auto flash_kernel_for(int H, int DV) {
+  using K = void (*)(FlashArgs<thx_bf16>);
+  if (H == 16) return DV == 16 ? K(flash::flash_forward_kernel<16, 16>)
+                      : DV == 32 ? K(flash::flash_forward_kernel<16, 32>) : K(flash::flash_forward_kernel<16, 64>);
+  if (H == 32) return DV == 16 ? K(flash::flash_forward_kernel<32, 16>) : K(flash::flash_forward_kernel<32, 32>);
+  return K(flash::flash_forward_kernel<48, 16>);
+}
+
+}  // namespace thx::cuda_th

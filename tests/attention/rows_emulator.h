@@ -1,0 +1,79 @@
+// rows_emulator.h: the tiled path's row kernels (and the flash forward) run by the CPU emulator
+// of common/cuda_compat.h as launchers, with counts of their launches, and the tiled path's
+// results under autograd: what th_rows_emu_test.cpp and th_flash_emu_test.cpp share.
+#pragma once
+#include <torch/torch.h>
+
+#include <atomic>
+#include <vector>
+
+#include "attention/cuda/th_flash_kernels.cuh"
+#include "attention/cuda/th_rows_kernels.cuh"
+#include "attention/cuda/th_rows_tc_kernels.cuh"
+#include "attention/tiled.h"
+#include "core_problems.h"
+
+namespace thx::test::rows_emu {
+
+using torch::Tensor;
+
+// Launches of any row kernel, of the tensor-core ones, and of the flash forward.
+inline std::atomic<int> g_launches{0}, g_tc_launches{0}, g_flash_launches{0};
+
+template <typename T, bool Backward>
+void emulate(const cuda_th::RowsArgs<T>& a, int H, unsigned gx, unsigned gy, int threads, int64_t bytes) {
+  ++g_launches;
+  emu::launch({gx, gy, 1}, threads, size_t(bytes), [&a, H] { cuda_th::rows_kernel_for<T, Backward>(H)(a); });
+}
+
+inline cuda_th::RowsLauncher emulator(int threads, int64_t group_rows_from = 4096) {
+  return {threads, group_rows_from, emulate<float, false>, emulate<thx_bf16, false>, emulate<float, true>,
+          emulate<thx_bf16, true>};
+}
+
+// The same with bf16 on tensor cores (th_rows_tc_kernels.cuh).
+template <bool Backward>
+void emulate_tc(const cuda_th::RowsArgs<thx_bf16>& a, int H, unsigned gx, unsigned gy, int threads, int64_t bytes) {
+  ++g_launches, ++g_tc_launches;
+  emu::launch({gx, gy, 1}, threads, size_t(bytes), [&a, H] { cuda_th::rows_tc_kernel_for<Backward>(H)(a); });
+}
+inline cuda_th::RowsLauncher emulator_tc(int threads, int64_t group_rows_from = 4096) {
+  cuda_th::RowsLauncher l = emulator(threads, group_rows_from);
+  l.forward_bf16_tc = emulate_tc<false>, l.backward_bf16_tc = emulate_tc<true>;
+  return l;
+}
+
+// And with the flash forward (th_flash_kernels.cuh), `limit` bytes of shared memory a block (an
+// H100's by default).
+inline void emulate_flash(const cuda_th::FlashArgs<thx_bf16>& a, int H, int DV, unsigned gx, unsigned gy,
+                          int64_t bytes) {
+  ++g_flash_launches;
+  emu::launch({gx, gy, 1}, cuda_th::kFlashThreads, size_t(bytes), [&a, H, DV] { cuda_th::flash_kernel_for(H, DV)(a); });
+}
+inline cuda_th::RowsLauncher emulator_flash(int threads, int64_t limit = 227 * 1024) {
+  cuda_th::RowsLauncher l = emulator_tc(threads);
+  l.flash_forward = emulate_flash, l.flash_shared_limit = limit;
+  return l;
+}
+
+// O, dQ, dK, dV, dP_l, dP_w, dbias (undefined where absent) of the tiled path under autograd
+// (backward: false, O alone).
+inline std::vector<Tensor> run(const core::Inputs& in, int64_t block, const cuda_th::RowsLauncher* kernels,
+                               bool backward = true) {
+  auto leaf = [](const Tensor& t) { return t.defined() ? t.detach().clone().requires_grad_(true) : t; };
+  Tensor Q = leaf(in.Q), K = leaf(in.K), V = leaf(in.V), P_l = leaf(in.P_l), P_w = leaf(in.P_w), bias = leaf(in.bias);
+  const Tensor O = tiled_attention_core(Q, K, V, P_l, P_w, bias, in.mask, block, kernels);
+  if (!backward) return {O.detach()};
+  (O.to(torch::kFloat64) * in.dO.to(torch::kFloat64)).sum().backward();
+  auto grad = [](const Tensor& t) { return t.defined() ? t.grad() : t; };
+  return {O.detach(), grad(Q), grad(K), grad(V), grad(P_l), grad(P_w), grad(bias)};
+}
+
+inline core::Inputs to_cuda(const core::Inputs& in) { return core::to_device(in, torch::kCUDA); }
+inline std::vector<Tensor> on_cpu(std::vector<Tensor> r) {
+  for (Tensor& t : r)
+    if (t.defined()) t = t.cpu();
+  return r;
+}
+
+}  // namespace thx::test::rows_emu

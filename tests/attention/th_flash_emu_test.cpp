@@ -1,0 +1,179 @@
+// The flash forward (src/attention/cuda/th_flash_kernels.cuh), run on the CPU by the emulator of
+// common/cuda_compat.h through tiled_attention_core as a GPU runs it, its backward the row
+// kernels' on tensor cores from its LSE:
+//  - every result (O and the gradients of Q, K, V, P_l, P_w and the bias) within the error bound
+//    derived from its roundings (tc_bounds.h, J and U rounded to bf16 once as the products'
+//    operands) against float64, for every variant with and without a bias, padding and causal
+//    masks;
+//  - every bucket of heads and widths it is built for, over two blocks of rows (the second
+//    partial) and two tiles of keys (the last partial within a warp, or a warp without keys): O
+//    within its bound;
+//  - the controls: the bound rejects a moved P_w, a row with no key gives 0 and no NaN, the
+//    problems it does not take (fp32, widths, shared memory, offsets) run the blocks of rows, and
+//    flash_unsupported names each reason.
+#include <gtest/gtest.h>
+
+#include "attention/fused.h"
+#include "attention/tiled.h"
+#include "core_problems.h"
+#include "rows_emulator.h"
+#include "tc_bounds.h"
+#include "test_util.h"
+
+namespace thx::test {
+namespace {
+namespace THX_FILE_ID {
+
+using torch::Tensor;
+
+using core::Case;
+using core::Extra;
+using core::Inputs;
+using core::tensor_core_bounds;
+using core::within_tc_bounds;
+using namespace rows_emu;
+
+const std::vector<Case>& cases() { return core::variant_cases(); }
+
+// Every variant and extra, d_k 16 and d_v 8 (the widths it takes): one launch forward, one
+// tensor-core row kernel backward, every result within the bound.
+TEST(FlashForward, Bf16WithinTheDerivedBoundForEveryVariantAndMask) {
+  const cuda_th::RowsLauncher kernels = emulator_flash(32);
+  for (const Case& c : cases())
+    for (Extra e : {Extra::none, Extra::bias_padding, Extra::causal, Extra::padding}) {
+      SCOPED_TRACE(c.name + " extra " + std::to_string(int(e)));
+      torch::manual_seed(11);
+      const Inputs in = core::inputs(c, e, torch::kBFloat16, 16, 8);
+      const int flash = g_flash_launches, tc = g_tc_launches;
+      const std::vector<Tensor> got = run(in, 0, &kernels);
+      EXPECT_EQ(g_flash_launches - flash, 1);
+      EXPECT_EQ(g_tc_launches - tc, 1);  // the backward
+      EXPECT_EQ(got[0].scalar_type(), torch::kBFloat16);
+      EXPECT_TRUE(within_tc_bounds(got, tensor_core_bounds(in, true)));
+    }
+}
+
+// b 2 with n query rows, m keys; h_k, h, h_v heads; d_k 16 (or as given); a [1,h,n,m] bias and
+// a padding mask (example 1 sees 40 keys).
+Inputs wide_inputs(int64_t hk, int64_t h, int64_t hv, int64_t dv, int64_t n, int64_t m, int64_t dk = 16) {
+  const int64_t b = 2;
+  Inputs in;
+  auto bf = [](const Tensor& t) { return t.to(torch::kBFloat16); };
+  in.Q = bf(torch::randn({b, n, hk, dk}) / std::sqrt(double(dk))), in.K = bf(torch::randn({b, m, hk, dk}));
+  in.V = bf(torch::randn({b, m, hv, dv})), in.dO = bf(torch::randn({b, n, hv, dv}));
+  in.P_l = torch::randn({hk, h}) / std::sqrt(double(hk)), in.P_w = torch::randn({h, hv}) / std::sqrt(double(h));
+  in.bias = torch::randn({1, h, n, m});
+  in.mask = (torch::arange(m).view({1, m}) < torch::tensor({m, int64_t{40}}).view({b, 1})).view({b, 1, 1, m});
+  return in;
+}
+
+// Each bucket (H, DV): 12 / 16 / 10 heads of 8 (16, 16), 20 / 32 / 24 of 24 (32, 32), 40 / 48 / 33
+// of 16 (48, 16) and 12 heads of 64 (16, 64); 20 rows (a block of 16 and one of 4) and 70 or 100
+// keys (a tile of 64, then 6 keys in warp 0, or 16, 16 and 4 in warps 0-2 and none in warp 3).
+TEST(FlashForward, EveryBucketOverBlocksOfRowsAndTilesOfKeys) {
+  const cuda_th::RowsLauncher kernels = emulator_flash(32);
+  const std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t> widths[] = {
+      {12, 16, 10, 8, 70}, {20, 32, 24, 24, 100}, {40, 48, 33, 16, 70}, {12, 12, 12, 64, 100}};
+  for (auto [hk, h, hv, dv, m] : widths) {
+    SCOPED_TRACE(std::to_string(h) + " heads, d_v " + std::to_string(dv) + ", m " + std::to_string(m));
+    torch::manual_seed(5);
+    const Inputs in = wide_inputs(hk, h, hv, dv, 20, m);
+    const int flash = g_flash_launches;
+    const Tensor O = run(in, 0, &kernels, false)[0];
+    EXPECT_EQ(g_flash_launches - flash, 1);
+    EXPECT_TRUE(within(O, tensor_core_bounds(in, true).O));
+  }
+}
+
+// The controls: the bound rejects P_w moved by 0.01; a row with no key gives 0 and every result is
+// finite; fp32 and widths it does not take run the blocks of rows (no launch).
+TEST(FlashForward, Controls) {
+  const cuda_th::RowsLauncher kernels = emulator_flash(32);
+  torch::manual_seed(11);
+  Inputs in = core::inputs(cases().front(), Extra::bias_padding, torch::kBFloat16, 16, 8), moved = in;
+  moved.P_w = in.P_w + 0.01;
+  const core::TcBounds B = tensor_core_bounds(in, true);
+  EXPECT_TRUE(within_tc_bounds(run(in, 0, &kernels), B));
+  EXPECT_FALSE(within_tc_bounds(run(moved, 0, &kernels), B));
+  in.mask = in.mask.clone();
+  in.mask[0].fill_(false);  // example 0 sees no key at all
+  const std::vector<Tensor> none = run(in, 0, &kernels);
+  EXPECT_TRUE(torch::all(none[0][0] == 0).item<bool>());
+  for (const Tensor& t : none)
+    if (t.defined()) EXPECT_TRUE(torch::all(torch::isfinite(t)).item<bool>());
+  const int flash = g_flash_launches;
+  run(core::inputs(cases().front(), Extra::bias_padding, torch::kFloat32, 16, 8), 0, &kernels);
+  run(core::inputs(cases().front(), Extra::bias_padding, torch::kBFloat16, 4, 8), 0, &kernels);  // d_k 4
+  run(core::inputs(cases().front(), Extra::bias_padding, torch::kBFloat16, 16, 6), 0, &kernels);  // d_v 6
+  const cuda_th::RowsLauncher small = emulator_flash(32, 1024);  // too little shared memory
+  run(core::inputs(cases().front(), Extra::bias_padding, torch::kBFloat16, 16, 8), 0, &small);
+  EXPECT_EQ(g_flash_launches, flash);
+}
+
+// What flash_unsupported names: each reason on its own, "" for T5-base's widths at n = m = 2048.
+TEST(FlashForward, UnsupportedNamesWhy) {
+  const int64_t none[4] = {0, 0, 0, 0}, t5[4] = {0, 2048 * 2048, 2048, 1}, big[4] = {0, 1 << 30, 1 << 20, 1};
+  const int64_t h100 = 227 * 1024;
+  for (auto [h, d] : {std::pair{12, 64}, {24, 32}, {48, 16}})
+    EXPECT_EQ(cuda_th::flash_unsupported(h, h, h, d, d, 2048, 2048, t5, none, true, h100), "") << h;
+  EXPECT_EQ(cuda_th::flash_unsupported(49, 49, 49, 16, 16, 64, 64, none, none, true, h100),
+            "more than 48 heads, or heads and widths past the flash buckets");
+  EXPECT_EQ(cuda_th::flash_unsupported(48, 48, 48, 16, 32, 64, 64, none, none, true, h100),
+            "more than 48 heads, or heads and widths past the flash buckets");
+  EXPECT_EQ(cuda_th::flash_unsupported(12, 12, 12, 8, 64, 64, 64, none, none, true, h100),
+            "d_k not a multiple of 16 or d_v of 8");
+  EXPECT_EQ(cuda_th::flash_unsupported(12, 12, 12, 64, 60, 64, 64, none, none, true, h100),
+            "d_k not a multiple of 16 or d_v of 8");
+  EXPECT_EQ(cuda_th::flash_unsupported(12, 12, 12, 64, 64, 64, 64, none, none, false, h100),
+            "Q, K or O not 16-byte aligned");
+  EXPECT_EQ(cuda_th::flash_unsupported(48, 48, 48, 16, 16, 64, 64, none, none, true, 164 * 1024),
+            "more shared memory than the device allows");
+  EXPECT_EQ(cuda_th::flash_unsupported(12, 12, 12, 64, 64, 16 * 65536, 64, none, none, true, h100),
+            "more than 65,535 blocks of 16 rows");
+  EXPECT_EQ(cuda_th::flash_unsupported(12, 12, 12, 64, 64, 64, 1 << 22, none, none, true, h100),
+            "an example's Q, K, V or O past 32-bit offsets");
+  EXPECT_EQ(cuda_th::flash_unsupported(12, 12, 12, 64, 64, 64, 64, none, big, true, h100),
+            "bias or mask offsets past 32 bits");
+}
+
+// On a GPU (where thx was built with its CUDA kernels): CUDA's launcher with the flash forward.
+// Every variant and mask within the derived bound; at T5-base's widths (12 heads of 64, 48 of
+// 16) over 300 rows and keys (a partial block of rows and tile of keys), with T5's bias and a
+// padding mask, every result within it; attention_core takes it under `--th-path flash`, equal
+// bit for bit, and its O differs from the row kernels' forward (the flash kernel ran).
+// compute-sanitizer runs the first (scripts/gpu_session.sh).
+TEST(FlashForwardOnCuda, Bf16WithinTheDerivedBound) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  const cuda_th::RowsLauncher* flash = cuda_th_rows_launcher(true, true);
+  if (!flash) GTEST_SKIP() << "thx built without its CUDA kernels (THX_CUDA_KERNELS)";
+  for (const Case& c : cases())
+    for (Extra e : {Extra::none, Extra::bias_padding, Extra::causal}) {
+      SCOPED_TRACE(c.name + " extra " + std::to_string(int(e)));
+      torch::manual_seed(11);
+      const Inputs in = core::inputs(c, e, torch::kBFloat16, 16, 8);
+      EXPECT_TRUE(within_tc_bounds(on_cpu(run(to_cuda(in), 0, flash)), tensor_core_bounds(in, true)));
+    }
+}
+
+TEST(FlashForwardOnCuda, WithinTheBoundAtT5BaseWidth) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  const cuda_th::RowsLauncher *flash = cuda_th_rows_launcher(true, true), *rows = cuda_th_rows_launcher(true);
+  if (!flash) GTEST_SKIP() << "thx built without its CUDA kernels (THX_CUDA_KERNELS)";
+  for (int64_t h : {12, 48}) {
+    SCOPED_TRACE(h);
+    torch::manual_seed(3);
+    const Inputs in = wide_inputs(h, h, h, 768 / h, 300, 300, 768 / h);
+    EXPECT_TRUE(within_tc_bounds(on_cpu(run(to_cuda(in), 0, flash)), tensor_core_bounds(in, true)));
+    const Inputs g = to_cuda(in);
+    const Tensor O = tiled_attention_core(g.Q, g.K, g.V, g.P_l, g.P_w, g.bias, g.mask, 0, flash);
+    set_th_path("flash", false);
+    const Tensor core = attention_core(g.Q, g.K, g.V, g.P_l, g.P_w, g.bias, g.mask);
+    set_th_path("tiled", false);
+    EXPECT_TRUE(torch::equal(core, O));
+    EXPECT_FALSE(torch::equal(O, tiled_attention_core(g.Q, g.K, g.V, g.P_l, g.P_w, g.bias, g.mask, 0, rows)));
+  }
+}
+
+}  // namespace THX_FILE_ID
+}  // namespace
+}  // namespace thx::test
