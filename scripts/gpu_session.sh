@@ -12,11 +12,11 @@
 #                                    default 560 s): the CUDA tests (each suite in its own process,
 #                                    so that a crash names its suite), compute-sanitizer on thx's
 #                                    kernels, the attention benchmark (talking-heads tiled with
-#                                    the flash forward, tiled with thx's row kernels on tensor cores
+#                                    the flash kernels, tiled with thx's row kernels on tensor cores
 #                                    and as FMAs, tiled with ATen between the products, fused,
 #                                    batched), the whole-step benchmark at base size in bf16 with the
 #                                    compiled PyTorch peer (its talking-heads rows again with the
-#                                    flash forward and with ATen between the products), Nsight
+#                                    flash kernels and with ATen between the products), Nsight
 #                                    Compute on the flash, fused and row kernels, the mini T5 on the GPU (fp32, bf16) beside the
 #                                    CPU, the rest of the unit suite, the talking-heads rows on the
 #                                    fused kernels, and a crashed suite again under cuda-gdb. Three
@@ -117,8 +117,8 @@ run() {
     phase cuda-tests 150 bash -c '
       set -f; failed=0
       for f in Cuda.* DevicePath.* OutOfMemory.* Device.* CrashReport.* Linking.* TiledRowKernelsOnCuda.* \
-          TiledRowKernelsTcOnCuda.* FlashForwardOnCuda.* FusedThOnCuda.* \
-          *OnCuda*-FusedThOnCuda.*:TiledRowKernels*OnCuda.*:FlashForwardOnCuda.*; do
+          TiledRowKernelsTcOnCuda.* FlashOnCuda.* FusedThOnCuda.* \
+          *OnCuda*-FusedThOnCuda.*:TiledRowKernels*OnCuda.*:FlashOnCuda.*; do
         echo "== $f"
         timeout 140 build-gpu/thx_tests --gtest_filter="$f" --gtest_brief=1 2>&1 | tail -40
         rc=${PIPESTATUS[0]}
@@ -133,7 +133,7 @@ run() {
     # the mini T5 and the whole-step rows take the row kernels' FMAs (--th-path tiled-fma); where
     # the FMAs' failed, ATen between the products (--th-path tiled-aten), so that the session
     # still measures the rest. bench-train-fused and bench-train-flash time the fused kernels and
-    # the flash forward only where their tests passed. The summary says which.
+    # the flash kernels only where their tests passed. The summary says which.
     th_path=tiled; fused_ok=1; flash_ok=1
     if grep -qE "== TiledRowKernelsTcOnCuda[.][*]: exit [1-9]" "$OUT/cuda-tests.log" 2>/dev/null; then
       th_path=tiled-fma
@@ -144,9 +144,9 @@ run() {
       th_path=tiled-aten
       printf '| (row kernels failed) | - | - | mini-t5 and bench-train take --th-path tiled-aten |\n' >> "$summary"
     fi
-    if grep -qE "== FlashForwardOnCuda[.][*]: exit [1-9]" "$OUT/cuda-tests.log" 2>/dev/null; then
+    if grep -qE "== FlashOnCuda[.][*]: exit [1-9]" "$OUT/cuda-tests.log" 2>/dev/null; then
       flash_ok=0
-      printf '| (flash forward failed) | - | - | no flash in bench-attention, no bench-train-flash |\n' >> "$summary"
+      printf '| (flash kernels failed) | - | - | no flash in bench-attention, no bench-train-flash |\n' >> "$summary"
     fi
     if grep -qE "== FusedThOnCuda[.][*]: exit [1-9]" "$OUT/cuda-tests.log" 2>/dev/null; then
       fused_ok=0
@@ -161,15 +161,16 @@ run() {
       for tool in memcheck racecheck; do
         echo "== $tool"
         timeout 50 "$cs" --tool $tool --error-exitcode 3 build-gpu/thx_tests \
-          --gtest_filter="FlashForwardOnCuda.Bf16*:FusedThOnCuda.EqualsThePapersCoreForEveryVariantMaskAndDtype:TiledRowKernelsOnCuda.EqualsThePapersCore*:TiledRowKernelsTcOnCuda.*:DevicePath.RmsNorm*" \
+          --gtest_filter="FlashOnCuda.Bf16*:FusedThOnCuda.EqualsThePapersCoreForEveryVariantMaskAndDtype:TiledRowKernelsOnCuda.EqualsThePapersCore*:TiledRowKernelsTcOnCuda.*:DevicePath.RmsNorm*" \
           --gtest_brief=1 2>&1 | tail -30
         rc=${PIPESTATUS[0]}; echo "== $tool: exit $rc"; [ "$rc" -ne 0 ] && failed=1
       done
       exit $failed'
-    # One layer in bf16 at h = 12, 24, 48 (issue 31's grid): talking-heads on the tiled path with
-    # the flash forward (where its tests passed), with thx's row kernels (the default: bf16 mixings on tensor cores), with the row kernels' fp32
-    # FMAs (tiled-fma), with ATen between its products instead (tiled-aten, the default before
-    # them), on thx's fused kernels (bf16 products on tensor cores) and on the
+    # One layer in bf16 at h = 12, 24, 48 (issue 31's grid): talking-heads on the flash kernels
+    # (where their tests passed), on the tiled path with thx's row kernels (the default: bf16
+    # mixings on tensor cores), with the row kernels' fp32 FMAs (tiled-fma), with ATen between its
+    # products instead (tiled-aten, the default before them), on thx's fused kernels (bf16
+    # products on tensor cores) and on the
     # batched composition (GPU_ATTENTION_PATHS adds fma: the fused kernels with version 1's FMAs,
     # the slowest), at n = 512 and 2048 (batch 8); at n = 8192 (batch 1) all but batched, without
     # the einsum reference (both would keep [b,h,n,m] tensors of 13 GB each at 48 heads). A path
@@ -195,7 +196,7 @@ run() {
       --config configs/t5/mini.yaml \
       --precision bf16 ${GPU_BENCH_TRAIN_ARGS:---base --base-only --base-heads 12,48 --peer-heads 12} \
       --peer "$CARRY/peer_t5.py" --out "$OUT/train.md"
-    # The talking-heads rows with the flash forward (where its tests passed), for its ratio to the
+    # The talking-heads rows with the flash kernels (where their tests passed), for their ratio to the
     # default on the same machine.
     [ "$flash_ok" = 1 ] && phase bench-train-flash 60 "$thx" --device cuda --th-path flash bench train \
       --config configs/t5/mini.yaml --precision bf16 --base --base-only --base-heads 12,48 --out "$OUT/train-flash.md"
@@ -208,14 +209,14 @@ run() {
     # warp stalls, the instructions executed by kind, and the source lines behind them: nvcc
     # builds with -lineinfo). The third session found them instruction-bound, not atomics-bound.
     # Then the same for the tiled path's row kernels (one forward and one backward launch), and the
-    # flash forward (its launch, then a row kernels' backward).
+    # flash kernels (the forward, then the backward's passes D and G).
     phase ncu 170 bash -c "
       ncu=\$(command -v ncu || echo /usr/local/cuda/bin/ncu)
       sections='--section SpeedOfLight --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis
         --section Occupancy --section WarpStateStats --section InstructionStats --section SourceCounters'
       for h in 12 48; do  # (one launch of each kernel per h: --launch-count counts across the process)
         for path in flash fused tiled; do
-          timeout 42 \$ncu --kernel-name regex:'^((rows_(tc_)?)?(forward|backward)|flash_forward)_kernel' --launch-count 2 \$sections \
+          timeout 42 \$ncu --kernel-name regex:'^((rows_(tc_)?)?(forward|backward)|flash_(forward|backward))_kernel' --launch-count 3 \$sections \
             $thx --device cuda --th-path \$path bench attention --precision bf16 --heads \$h --n 2048 --batch 8 \
             --reps 1 --no-reference
         done

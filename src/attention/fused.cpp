@@ -509,18 +509,18 @@ std::atomic<bool> g_sdpa{true}, g_tiled{true}, g_th_kernels{false};  // (th_path
 void set_sdpa_attention(bool enabled) { g_sdpa = enabled; }
 void set_tiled_attention(bool enabled) { g_tiled = enabled; }
 void set_th_kernels(bool enabled) { g_th_kernels = enabled; }
-std::atomic<bool> g_row_kernels{true}, g_row_tensor_cores{true}, g_flash_forward{false};
+std::atomic<bool> g_row_kernels{true}, g_row_tensor_cores{true}, g_flash_kernels{false};
 void set_tiled_row_kernels(bool enabled) { g_row_kernels = enabled; }
 void set_row_tensor_cores(bool enabled) { g_row_tensor_cores = enabled; }
-void set_flash_forward(bool enabled) { g_flash_forward = enabled; }
+void set_flash_kernels(bool enabled) { g_flash_kernels = enabled; }
 namespace {
 bool row_tensor_cores() { return g_row_tensor_cores && th_tensor_cores(); }
 }  // namespace
 std::string tiled_path_description() {
   if (!g_row_kernels || !cuda_th_rows_launcher()) return "the tiled path (cuBLAS products, ATen's composition between)";
-  if (g_flash_forward && row_tensor_cores())
-    return "the tiled path with the flash forward (one kernel on tensor cores; backward: cuBLAS products, thx's row "
-           "kernels between)";
+  if (g_flash_kernels && row_tensor_cores())
+    return "thx's flash kernels (bf16 on tensor cores, forward and backward; else the tiled path: cuBLAS products, "
+           "thx's row kernels between)";
   return std::string("the tiled path (cuBLAS products, thx's row kernels between; bf16 mixings ") +
          (row_tensor_cores() ? "on tensor cores)" : "as fp32 FMAs)");
 }
@@ -536,7 +536,7 @@ void set_th_path(const std::string& path, bool chosen) {
   set_th_kernels(path == "fused");
   set_tiled_row_kernels(path != "tiled-aten");
   set_row_tensor_cores(path != "tiled-fma");
-  set_flash_forward(path == "flash");
+  set_flash_kernels(path == "flash");
 }
 const std::string& th_path() { return g_th_path; }
 bool th_path_chosen() { return g_th_path_chosen; }
@@ -593,9 +593,9 @@ Tensor attention_core(const Tensor& Q, const Tensor& K, const Tensor& V, const T
     const cuda_th::Launcher* kernels = Q.is_cuda() && g_th_kernels ? cuda_th_launcher() : nullptr;
     if (kernels && fused_th_unsupported(Q, K, V, P_l, P_w, bias, mask, *kernels).empty())
       return fused_th_attention_core(Q, K, V, P_l, P_w, bias, mask, *kernels);
-    return tiled_attention_core(Q, K, V, P_l, P_w, bias, mask, 0,
-                                Q.is_cuda() && g_row_kernels ? cuda_th_rows_launcher(row_tensor_cores(), g_flash_forward)
-                                                             : nullptr);
+    const cuda_th::RowsLauncher* rows =
+        Q.is_cuda() && g_row_kernels ? cuda_th_rows_launcher(row_tensor_cores(), g_flash_kernels) : nullptr;
+    return tiled_attention_core(Q, K, V, P_l, P_w, bias, mask, 0, rows);
   }
   const int64_t h = P_l.defined() ? P_l.size(1) : Q.size(2);
   auto all = [&](torch::ScalarType t) { return is(Q, t) && is(K, t) && is(V, t); };

@@ -76,17 +76,17 @@ void set_tiled_row_kernels(bool enabled);
 // On the tiled path with the row kernels: bf16 mixed on tensor cores where th_tensor_cores (cuda/
 // th_fused.h) also allows (default true), or as fp32 FMAs (false: `thx --th-path tiled-fma`).
 void set_row_tensor_cores(bool enabled);
-// On the tiled path with the row kernels on tensor cores: its forward as one flash-style kernel
-// (attention/cuda/th_flash_args.h) where that takes the problem (true: `thx --th-path flash`), or
-// over blocks of rows (default false); the backward is the row kernels' either way.
-void set_flash_forward(bool enabled);
+// On the tiled path with the row kernels on tensor cores: bf16 as flash-style kernels forward and
+// backward (attention/cuda/th_flash_args.h) where they take the problem (true: `thx --th-path
+// flash`), or over blocks of rows (default false).
+void set_flash_kernels(bool enabled);
 // The tiled path in a benchmark's words: its products, and what runs between them now.
 std::string tiled_path_description();
 // What a user asked for (`thx --th-path`): "tiled" (the default: thx's row kernels between
 // cuBLAS's products where built, bf16 mixings on tensor cores), "tiled-fma" (the same with the row
 // kernels' fp32 FMAs for bf16 too: set_row_tensor_cores(false)), "tiled-aten" (the same path with
-// ATen's composition between them: no thx kernel), "flash" (tiled with the flash forward:
-// set_flash_forward(true)), "fused" (thx's fused CUDA kernels where built and the problem is
+// ATen's composition between them: no thx kernel), "flash" (tiled with the flash kernels:
+// set_flash_kernels(true)), "fused" (thx's fused CUDA kernels where built and the problem is
 // theirs, else tiled) or "batched"; sets the five switches above.
 // `chosen`: named by the user, not the default (a benchmark's own path flags may then not
 // contradict it). Tiled is the default because it measured faster than the fused kernels on an

@@ -221,6 +221,64 @@ Tensor flash_forward(const Problem& p, const Tensor& Q, const Tensor& K, const T
   return O;
 }
 
+// The gradients (dQ, dK, dV, dP_l, dP_w, dbias, in the inputs' dtypes and shapes) by the flash
+// backward where the launcher has it and it takes the problem (th_flash_args.h); else empty. Its
+// forward was the flash forward, whose LSE it reads.
+torch::autograd::variable_list flash_backward(const Problem& p, const std::vector<Tensor>& saved, const Tensor& dO) {
+  const Tensor &Q = saved[0], &K = saved[1], &V = saved[2], &lse = saved[7];
+  if (!p.kernels->flash_backward || dO.scalar_type() != torch::kBFloat16) return {};
+  const Tensor Qc = Q.contiguous(), Kc = K.contiguous(), Vc = V.contiguous(), dOc = dO.contiguous();
+  const int64_t b = Q.size(0), n = Q.size(1), m = K.size(1), h_k = Q.size(2), d_k = Q.size(3);
+  const int64_t h_v = V.size(2), d_v = V.size(3), m8 = (m + 7) / 8 * 8;
+  cuda_th::FlashBackArgs<thx_bf16> a;
+  cuda_th::FlashArgs<thx_bf16>& f = a.f;
+  if (p.bias.defined()) f.bias = p.bias.data_ptr<float>(), broadcast_strides(p.bias, f.bias_stride);
+  if (p.mask.defined())
+    f.mask = reinterpret_cast<const uint8_t*>(p.mask.data_ptr<bool>()), broadcast_strides(p.mask, f.mask_stride);
+  const auto fp32 = Q.options().dtype(torch::kFloat32);
+  Tensor dbias = p.bias.defined() ? torch::zeros(p.bias.sizes(), fp32) : Tensor();
+  if (dbias.defined()) broadcast_strides(dbias, a.dbias_stride);
+  auto aligned = [](const Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0; };
+  if (!cuda_th::flash_back_unsupported(int(h_k), int(p.h), int(h_v), int(d_k), int(d_v), b, n, m, f.bias_stride,
+                                       f.mask_stride, a.dbias_stride,
+                                       aligned(Qc) && aligned(Kc) && aligned(Vc) && aligned(dOc),
+                                       p.kernels->flash_shared_limit)
+           .empty())
+    return {};
+  Tensor Kt = torch::zeros({b, h_k, d_k, m8}, K.options());  // K^T, zero from key m on
+  Kt.narrow(3, 0, m).copy_(K.permute({0, 2, 3, 1}));
+  Tensor D = torch::zeros({b, p.h, n}, fp32), dQ = torch::zeros({b, n, h_k, d_k}, fp32);
+  Tensor dK = torch::empty({b, m, h_k, d_k}, fp32), dV = torch::empty({b, m, h_v, d_v}, fp32);
+  const unsigned gx = unsigned((m + 15) / 16), gy = unsigned(b);
+  const int64_t sums = cuda_th::rows_partial_sums(int(h_k), int(p.h), int(h_v), p.P_l.defined(), p.P_w.defined());
+  Tensor partial = sums > 0 ? torch::empty({int64_t(gx) * gy, sums}, fp32) : Tensor();
+  f.Q = static_cast<const thx_bf16*>(Qc.data_ptr()), f.K = static_cast<const thx_bf16*>(Kc.data_ptr());
+  if (p.P_l.defined()) f.P_l = p.P_l.data_ptr<float>();
+  if (p.P_w.defined()) f.P_w = p.P_w.data_ptr<float>();
+  f.lse = lse.data_ptr<float>();
+  f.b = int(b), f.n = int(n), f.m = int(m), f.m8 = int(m8), f.h_k = int(h_k), f.h = int(p.h), f.h_v = int(h_v);
+  f.d_k = int(d_k), f.d_v = int(d_v);
+  a.V = static_cast<const thx_bf16*>(Vc.data_ptr()), a.dO = static_cast<const thx_bf16*>(dOc.data_ptr());
+  a.Kt = static_cast<const thx_bf16*>(Kt.data_ptr()), a.D = D.data_ptr<float>(), a.dQ = dQ.data_ptr<float>();
+  a.dK = dK.data_ptr<float>(), a.dV = dV.data_ptr<float>();
+  if (dbias.defined()) a.dbias = dbias.data_ptr<float>();
+  if (partial.defined()) a.dP = partial.data_ptr<float>();
+  const cuda_th::FlashBucket B = cuda_th::flash_bucket(int(std::max({h_k, p.h, h_v})), int(std::max(d_k, d_v)));
+  const int64_t bytes = cuda_th::flash_back_layout(B.H, int(h_k), int(d_k), int(h_v), int(d_v)).bytes;
+  p.kernels->flash_backward(a, B.H, B.DV, false, gx, gy, bytes);  // pass D
+  p.kernels->flash_backward(a, B.H, B.DV, true, gx, gy, bytes);   // pass G
+  Tensor dP_l, dP_w;
+  if (partial.defined()) {
+    const Tensor total = partial.sum(0);
+    const int64_t nl = p.P_l.defined() ? h_k * p.h : 0;
+    if (p.P_l.defined()) dP_l = total.narrow(0, 0, nl).view({h_k, p.h}).to(saved[3].scalar_type());
+    if (p.P_w.defined()) dP_w = total.narrow(0, nl, p.h * h_v).view({p.h, h_v}).to(saved[4].scalar_type());
+  }
+  if (dbias.defined()) dbias = dbias.sum_to_size(saved[5].sizes()).to(saved[5].scalar_type());
+  return {dQ.to(Q.scalar_type()), dK.to(K.scalar_type()), dV.to(V.scalar_type()), dP_l, dP_w, dbias,
+          Tensor(), Tensor(), Tensor()};
+}
+
 struct TiledFn : torch::autograd::Function<TiledFn> {
   static Tensor forward(AutogradContext* ctx, const Tensor& Q, const Tensor& K, const Tensor& V, const Tensor& P_l_in,
                         const Tensor& P_w_in, const Tensor& bias_in, const Tensor& mask_in, int64_t block_rows,
@@ -234,6 +292,7 @@ struct TiledFn : torch::autograd::Function<TiledFn> {
     ctx->saved_data["block"] = p.block;
     ctx->saved_data["kernels"] = p.kernels ? kernels_in : int64_t{0};
     const Tensor flash = p.kernels ? flash_forward(p, Q, K, V, lse) : Tensor();
+    ctx->saved_data["flash"] = flash.defined();
     if (flash.defined()) {
       ctx->save_for_backward({Q, K, V, P_l_in, P_w_in, bias_in, mask_in, lse});
       return flash;
@@ -256,6 +315,10 @@ struct TiledFn : torch::autograd::Function<TiledFn> {
         reinterpret_cast<const cuda_th::RowsLauncher*>(static_cast<intptr_t>(ctx->saved_data["kernels"].toInt()));
     const Problem p = problem(Q, K, V, P_l, P_w, bias, mask, ctx->saved_data["block"].toInt(), kernels);
     TORCH_CHECK(!p.kernels == !lse.defined(), "tiled attention: the backward's path differs from its forward's");
+    if (ctx->saved_data["flash"].toBool()) {
+      variable_list flash = flash_backward(p, s, grads[0]);
+      if (!flash.empty()) return flash;
+    }
     const Tensor dOh = grads[0].transpose(1, 2).contiguous();  // [b,h_v,n,d_v]
     const int64_t n = Q.size(1);
     const auto wide = Q.options().dtype(p.Qh.scalar_type() == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32);

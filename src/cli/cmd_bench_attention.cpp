@@ -109,7 +109,7 @@ struct BenchAttentionCommand : Command {
     if ((path == "batched" || path == "tiled-aten") && fma_->count() > 0)
       throw InputError(fmt::format("--fma is an option of thx's kernels, which --th-path {} leaves", path));
     if (path == "flash" && fma_->count() > 0)
-      throw InputError("--fma runs thx's kernels as fp32 FMAs; --th-path flash runs its forward on tensor cores");
+      throw InputError("--fma runs thx's kernels as fp32 FMAs; --th-path flash runs on tensor cores");
     if ((!tiled_path(path) && opt.tiled) || (path != "batched" && opt.batched))
       throw InputError(fmt::format("--th-path {} excludes --{}", path, opt.batched ? "batched" : "tiled"));
   }

@@ -166,8 +166,8 @@ int main(int argc, char** argv) {
                                            "cuBLAS's products, thx's row kernels between them where built, bf16 "
                                            "mixings on tensor cores: the default) | tiled-fma (the same, the row "
                                            "kernels' mixings as fp32 FMAs) | tiled-aten (the same, ATen between "
-                                           "them) | flash (the same, its forward one flash-style kernel on "
-                                           "tensor cores for bf16) | fused (thx's "
+                                           "them) | flash (bf16 as flash-style kernels on tensor cores, forward "
+                                           "and backward, else tiled) | fused (thx's "
                                            "fused CUDA kernels where built, else tiled) | batched (ATen, every "
                                            "[b,h,n,m] tensor kept)")
       ->check(CLI::IsMember({"fused", "tiled", "tiled-fma", "tiled-aten", "flash", "batched"}))

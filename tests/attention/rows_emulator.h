@@ -1,4 +1,4 @@
-// rows_emulator.h: the tiled path's row kernels (and the flash forward) run by the CPU emulator
+// rows_emulator.h: the tiled path's row kernels (and the flash kernels) run by the CPU emulator
 // of common/cuda_compat.h as launchers, with counts of their launches, and the tiled path's
 // results under autograd: what th_rows_emu_test.cpp and th_flash_emu_test.cpp share.
 #pragma once
@@ -7,6 +7,7 @@
 #include <atomic>
 #include <vector>
 
+#include "attention/cuda/th_flash_backward.cuh"
 #include "attention/cuda/th_flash_kernels.cuh"
 #include "attention/cuda/th_rows_kernels.cuh"
 #include "attention/cuda/th_rows_tc_kernels.cuh"
@@ -17,8 +18,9 @@ namespace thx::test::rows_emu {
 
 using torch::Tensor;
 
-// Launches of any row kernel, of the tensor-core ones, and of the flash forward.
-inline std::atomic<int> g_launches{0}, g_tc_launches{0}, g_flash_launches{0};
+// Launches of any row kernel, of the tensor-core ones, of the flash forward and of the flash
+// backward's passes.
+inline std::atomic<int> g_launches{0}, g_tc_launches{0}, g_flash_launches{0}, g_flash_back_launches{0};
 
 template <typename T, bool Backward>
 void emulate(const cuda_th::RowsArgs<T>& a, int H, unsigned gx, unsigned gy, int threads, int64_t bytes) {
@@ -43,16 +45,25 @@ inline cuda_th::RowsLauncher emulator_tc(int threads, int64_t group_rows_from = 
   return l;
 }
 
-// And with the flash forward (th_flash_kernels.cuh), `limit` bytes of shared memory a block (an
-// H100's by default).
+// And with the flash forward (th_flash_kernels.cuh) and backward (th_flash_backward.cuh), `limit`
+// bytes of shared memory a block (an H100's by default).
 inline void emulate_flash(const cuda_th::FlashArgs<thx_bf16>& a, int H, int DV, unsigned gx, unsigned gy,
                           int64_t bytes) {
   ++g_flash_launches;
   emu::launch({gx, gy, 1}, cuda_th::kFlashThreads, size_t(bytes), [&a, H, DV] { cuda_th::flash_kernel_for(H, DV)(a); });
 }
-inline cuda_th::RowsLauncher emulator_flash(int threads, int64_t limit = 227 * 1024) {
+inline void emulate_flash_backward(const cuda_th::FlashBackArgs<thx_bf16>& a, int H, int D, bool grads, unsigned gx,
+                                   unsigned gy, int64_t bytes) {
+  ++g_flash_back_launches;
+  emu::launch({gx, gy, 1}, cuda_th::kFlashBackThreads, size_t(bytes), [&a, H, D, grads] {
+    (grads ? cuda_th::flash_backward_kernel_for<true>(H, D) : cuda_th::flash_backward_kernel_for<false>(H, D))(a);
+  });
+}
+// backward false: the flash forward with the row kernels' backward.
+inline cuda_th::RowsLauncher emulator_flash(int threads, int64_t limit = 227 * 1024, bool backward = true) {
   cuda_th::RowsLauncher l = emulator_tc(threads);
   l.flash_forward = emulate_flash, l.flash_shared_limit = limit;
+  if (backward) l.flash_backward = emulate_flash_backward;
   return l;
 }
 

@@ -1,13 +1,14 @@
-// The flash forward (src/attention/cuda/th_flash_kernels.cuh), run on the CPU by the emulator of
-// common/cuda_compat.h through tiled_attention_core as a GPU runs it, its backward the row
-// kernels' on tensor cores from its LSE:
+// The flash forward and backward (src/attention/cuda/th_flash_kernels.cuh, th_flash_backward.cuh),
+// run on the CPU by the emulator of common/cuda_compat.h through tiled_attention_core as a GPU runs
+// them:
 //  - every result (O and the gradients of Q, K, V, P_l, P_w and the bias) within the error bound
-//    derived from its roundings (tc_bounds.h, J and U rounded to bf16 once as the products'
-//    operands) against float64, for every variant with and without a bias, padding and causal
-//    masks;
-//  - every bucket of heads and widths it is built for, over two blocks of rows (the second
-//    partial) and two tiles of keys (the last partial within a warp, or a warp without keys): O
-//    within its bound;
+//    derived from its roundings (tc_bounds.h, J, U, dU, dL and dJ rounded to bf16 once as the
+//    products' operands) against float64, for every variant with and without a bias, padding and
+//    causal masks; the same with the row kernels' backward after the flash forward;
+//  - every bucket of heads and widths they are built for, over two blocks of rows (the second
+//    partial) and two tiles of keys (the last partial within a warp, or a warp without keys), and
+//    for the backward blocks of keys (the last partial) and chunks of rows: every result within
+//    its bound;
 //  - the controls: the bound rejects a moved P_w, a row with no key gives 0 and no NaN, the
 //    problems it does not take (fp32, widths, shared memory, offsets) run the blocks of rows, and
 //    flash_unsupported names each reason.
@@ -35,22 +36,25 @@ using namespace rows_emu;
 
 const std::vector<Case>& cases() { return core::variant_cases(); }
 
-// Every variant and extra, d_k 16 and d_v 8 (the widths it takes): one launch forward, one
-// tensor-core row kernel backward, every result within the bound.
-TEST(FlashForward, Bf16WithinTheDerivedBoundForEveryVariantAndMask) {
+// Every variant and extra, d_k and d_v 16: one launch forward, two backward (passes D and G),
+// every result within the bound; with d_v 8 (which the flash backward does not take) the row
+// kernels' backward on tensor cores after the flash forward, within the same bound.
+TEST(Flash, Bf16WithinTheDerivedBoundForEveryVariantAndMask) {
   const cuda_th::RowsLauncher kernels = emulator_flash(32);
   for (const Case& c : cases())
-    for (Extra e : {Extra::none, Extra::bias_padding, Extra::causal, Extra::padding}) {
-      SCOPED_TRACE(c.name + " extra " + std::to_string(int(e)));
-      torch::manual_seed(11);
-      const Inputs in = core::inputs(c, e, torch::kBFloat16, 16, 8);
-      const int flash = g_flash_launches, tc = g_tc_launches;
-      const std::vector<Tensor> got = run(in, 0, &kernels);
-      EXPECT_EQ(g_flash_launches - flash, 1);
-      EXPECT_EQ(g_tc_launches - tc, 1);  // the backward
-      EXPECT_EQ(got[0].scalar_type(), torch::kBFloat16);
-      EXPECT_TRUE(within_tc_bounds(got, tensor_core_bounds(in, true)));
-    }
+    for (Extra e : {Extra::none, Extra::bias_padding, Extra::causal, Extra::padding})
+      for (int64_t dv : {16, 8}) {
+        SCOPED_TRACE(c.name + " extra " + std::to_string(int(e)) + " d_v " + std::to_string(dv));
+        torch::manual_seed(11);
+        const Inputs in = core::inputs(c, e, torch::kBFloat16, 16, dv);
+        const int flash = g_flash_launches, back = g_flash_back_launches, tc = g_tc_launches;
+        const std::vector<Tensor> got = run(in, 0, &kernels);
+        EXPECT_EQ(g_flash_launches - flash, 1);
+        EXPECT_EQ(g_flash_back_launches - back, dv == 16 ? 2 : 0);
+        EXPECT_EQ(g_tc_launches - tc, dv == 16 ? 0 : 1);  // the row kernels' backward
+        EXPECT_EQ(got[0].scalar_type(), torch::kBFloat16);
+        EXPECT_TRUE(within_tc_bounds(got, tensor_core_bounds(in, true)));
+      }
 }
 
 // b 2 with n query rows, m keys; h_k, h, h_v heads; d_k 16 (or as given); a [1,h,n,m] bias and
@@ -67,31 +71,33 @@ Inputs wide_inputs(int64_t hk, int64_t h, int64_t hv, int64_t dv, int64_t n, int
   return in;
 }
 
-// Each bucket (H, DV): 12 / 16 / 10 heads of 8 (16, 16), 20 / 32 / 24 of 24 (32, 32), 40 / 48 / 33
-// of 16 (48, 16) and 12 heads of 64 (16, 64); 20 rows (a block of 16 and one of 4) and 70 or 100
-// keys (a tile of 64, then 6 keys in warp 0, or 16, 16 and 4 in warps 0-2 and none in warp 3).
-TEST(FlashForward, EveryBucketOverBlocksOfRowsAndTilesOfKeys) {
+// Each bucket (H, D): 12 / 16 / 10 heads of 16 (16, 16), 20 / 32 / 24 of 32 (32, 32), 40 / 48 / 33
+// of 16 (48, 16), 12 heads of 64 (16, 64) and 16 of 32 (16, 32); 20 rows (a block or chunk of 16
+// and one of 4) and 70 or 100 keys (a tile of 64, then 6 keys in warp 0, or 16, 16 and 4 in warps
+// 0-2 and none in warp 3; for the backward, blocks of 16 keys and a last one of 6 or 4).
+TEST(Flash, EveryBucketOverBlocksOfRowsAndKeys) {
   const cuda_th::RowsLauncher kernels = emulator_flash(32);
   const std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t> widths[] = {
-      {12, 16, 10, 8, 70}, {20, 32, 24, 24, 100}, {40, 48, 33, 16, 70}, {12, 12, 12, 64, 100}};
-  for (auto [hk, h, hv, dv, m] : widths) {
-    SCOPED_TRACE(std::to_string(h) + " heads, d_v " + std::to_string(dv) + ", m " + std::to_string(m));
+      {12, 16, 10, 16, 70}, {20, 32, 24, 32, 100}, {40, 48, 33, 16, 70}, {12, 12, 12, 64, 100}, {16, 16, 16, 32, 70}};
+  for (auto [hk, h, hv, d, m] : widths) {
+    SCOPED_TRACE(std::to_string(h) + " heads, d " + std::to_string(d) + ", m " + std::to_string(m));
     torch::manual_seed(5);
-    const Inputs in = wide_inputs(hk, h, hv, dv, 20, m);
-    const int flash = g_flash_launches;
-    const Tensor O = run(in, 0, &kernels, false)[0];
+    const Inputs in = wide_inputs(hk, h, hv, d, 20, m, d);
+    const int flash = g_flash_launches, back = g_flash_back_launches;
+    EXPECT_TRUE(within_tc_bounds(run(in, 0, &kernels), tensor_core_bounds(in, true)));
     EXPECT_EQ(g_flash_launches - flash, 1);
-    EXPECT_TRUE(within(O, tensor_core_bounds(in, true).O));
+    EXPECT_EQ(g_flash_back_launches - back, 2);
   }
 }
 
-// The controls: the bound rejects P_w moved by 0.01; a row with no key gives 0 and every result is
-// finite; fp32 and widths it does not take run the blocks of rows (no launch).
-TEST(FlashForward, Controls) {
+// The controls: the bound rejects P_w moved by 0.03 (its entries are about 0.45; the bf16 bounds
+// here are a few hundredths, so 0.01 can hide in them); a row with no key gives 0 and every result
+// is finite; fp32, widths and shared memory it does not take run the blocks of rows (no launch).
+TEST(Flash, Controls) {
   const cuda_th::RowsLauncher kernels = emulator_flash(32);
   torch::manual_seed(11);
-  Inputs in = core::inputs(cases().front(), Extra::bias_padding, torch::kBFloat16, 16, 8), moved = in;
-  moved.P_w = in.P_w + 0.01;
+  Inputs in = core::inputs(cases().front(), Extra::bias_padding, torch::kBFloat16, 16, 16), moved = in;
+  moved.P_w = in.P_w + 0.03;
   const core::TcBounds B = tensor_core_bounds(in, true);
   EXPECT_TRUE(within_tc_bounds(run(in, 0, &kernels), B));
   EXPECT_FALSE(within_tc_bounds(run(moved, 0, &kernels), B));
@@ -101,17 +107,18 @@ TEST(FlashForward, Controls) {
   EXPECT_TRUE(torch::all(none[0][0] == 0).item<bool>());
   for (const Tensor& t : none)
     if (t.defined()) EXPECT_TRUE(torch::all(torch::isfinite(t)).item<bool>());
-  const int flash = g_flash_launches;
+  const int flash = g_flash_launches, back = g_flash_back_launches;
   run(core::inputs(cases().front(), Extra::bias_padding, torch::kFloat32, 16, 8), 0, &kernels);
   run(core::inputs(cases().front(), Extra::bias_padding, torch::kBFloat16, 4, 8), 0, &kernels);  // d_k 4
   run(core::inputs(cases().front(), Extra::bias_padding, torch::kBFloat16, 16, 6), 0, &kernels);  // d_v 6
   const cuda_th::RowsLauncher small = emulator_flash(32, 1024);  // too little shared memory
   run(core::inputs(cases().front(), Extra::bias_padding, torch::kBFloat16, 16, 8), 0, &small);
   EXPECT_EQ(g_flash_launches, flash);
+  EXPECT_EQ(g_flash_back_launches, back);
 }
 
 // What flash_unsupported names: each reason on its own, "" for T5-base's widths at n = m = 2048.
-TEST(FlashForward, UnsupportedNamesWhy) {
+TEST(Flash, UnsupportedNamesWhy) {
   const int64_t none[4] = {0, 0, 0, 0}, t5[4] = {0, 2048 * 2048, 2048, 1}, big[4] = {0, 1 << 30, 1 << 20, 1};
   const int64_t h100 = 227 * 1024;
   for (auto [h, d] : {std::pair{12, 64}, {24, 32}, {48, 16}})
@@ -134,6 +141,19 @@ TEST(FlashForward, UnsupportedNamesWhy) {
             "an example's Q, K, V or O past 32-bit offsets");
   EXPECT_EQ(cuda_th::flash_unsupported(12, 12, 12, 64, 64, 64, 64, none, big, true, h100),
             "bias or mask offsets past 32 bits");
+  // The backward: T5-base's widths, then each of its own reasons.
+  for (auto [h, d] : {std::pair{12, 64}, {24, 32}, {48, 16}})
+    EXPECT_EQ(cuda_th::flash_back_unsupported(h, h, h, d, d, 32, 2048, 2048, t5, none, t5, true, h100), "") << h;
+  EXPECT_EQ(cuda_th::flash_back_unsupported(12, 12, 12, 64, 8, 2, 64, 64, none, none, none, true, h100),
+            "d_v not a multiple of 16");
+  EXPECT_EQ(cuda_th::flash_back_unsupported(48, 48, 48, 16, 32, 2, 64, 64, none, none, none, true, h100),
+            "more than 48 heads, or heads and widths past the flash buckets");  // d_v 32 with 48 heads
+  EXPECT_EQ(cuda_th::flash_back_unsupported(48, 48, 48, 16, 16, 2, 64, 64, none, none, none, true, 164 * 1024),
+            "more shared memory than the device allows");
+  EXPECT_EQ(cuda_th::flash_back_unsupported(12, 12, 12, 64, 64, 65536, 64, 64, none, none, none, true, h100),
+            "more than 65,535 examples");
+  EXPECT_EQ(cuda_th::flash_back_unsupported(12, 12, 12, 64, 64, 2, 64, 64, none, none, big, true, h100),
+            "bias gradient offsets past 32 bits");
 }
 
 // On a GPU (where thx was built with its CUDA kernels): CUDA's launcher with the flash forward.
@@ -142,7 +162,7 @@ TEST(FlashForward, UnsupportedNamesWhy) {
 // padding mask, every result within it; attention_core takes it under `--th-path flash`, equal
 // bit for bit, and its O differs from the row kernels' forward (the flash kernel ran).
 // compute-sanitizer runs the first (scripts/gpu_session.sh).
-TEST(FlashForwardOnCuda, Bf16WithinTheDerivedBound) {
+TEST(FlashOnCuda, Bf16WithinTheDerivedBound) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   const cuda_th::RowsLauncher* flash = cuda_th_rows_launcher(true, true);
   if (!flash) GTEST_SKIP() << "thx built without its CUDA kernels (THX_CUDA_KERNELS)";
@@ -155,7 +175,7 @@ TEST(FlashForwardOnCuda, Bf16WithinTheDerivedBound) {
     }
 }
 
-TEST(FlashForwardOnCuda, WithinTheBoundAtT5BaseWidth) {
+TEST(FlashOnCuda, WithinTheBoundAtT5BaseWidth) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   const cuda_th::RowsLauncher *flash = cuda_th_rows_launcher(true, true), *rows = cuda_th_rows_launcher(true);
   if (!flash) GTEST_SKIP() << "thx built without its CUDA kernels (THX_CUDA_KERNELS)";

@@ -38,7 +38,7 @@ TEST(CudaKernels, CompileToPtxWithClang) {
   std::ofstream(cu) << "#include \"attention/cuda/th_kernels.cuh\"\n"
                        "#include \"attention/cuda/th_rows_kernels.cuh\"\n"
                        "#include \"attention/cuda/th_rows_tc_kernels.cuh\"\n"
-                       "#include \"attention/cuda/th_flash_kernels.cuh\"\n"
+                       "#include \"attention/cuda/th_flash_backward.cuh\"\n"
                        "#include \"models/rms_norm_kernels.cuh\"\n"
                        "namespace thx::cuda_th {\n"
                        "template __global__ void forward_kernel<float>(Args<float>);\n"
@@ -70,6 +70,12 @@ TEST(CudaKernels, CompileToPtxWithClang) {
                        "namespace thx::cuda_th::flash {\n"
                        "#define FLASH(H, DV) template __global__ void flash_forward_kernel<H, DV>(FlashArgs<thx_bf16>);\n"
                        "FLASH(16, 16) FLASH(16, 32) FLASH(16, 64) FLASH(32, 16) FLASH(32, 32) FLASH(48, 16)\n"
+                       "}\n"
+                       "namespace thx::cuda_th::flash_back {\n"
+                       "#define BACK(H, D) template __global__ void flash_backward_kernel<H, D, false>(\\\n"
+                       "  FlashBackArgs<thx_bf16>); template __global__ void flash_backward_kernel<H, D, true>(\\\n"
+                       "  FlashBackArgs<thx_bf16>);\n"
+                       "BACK(16, 16) BACK(16, 32) BACK(16, 64) BACK(32, 16) BACK(32, 32) BACK(48, 16)\n"
                        "}\n";
   const RunResult r = run_command("clang++ -std=c++17 -x cuda --cuda-device-only -nocudainc -nocudalib "
                                   "--cuda-gpu-arch=sm_80 -Xclang -target-feature -Xclang +ptx70 "
@@ -80,7 +86,7 @@ TEST(CudaKernels, CompileToPtxWithClang) {
   const std::string text = read_file(ptx);
   int entries = 0;
   for (size_t at = text.find(".entry"); at != std::string::npos; at = text.find(".entry", at + 1)) ++entries;
-  EXPECT_EQ(entries, 6 + 8 + 16 + 6 + 6) << text.substr(0, 2000);
+  EXPECT_EQ(entries, 6 + 8 + 16 + 6 + 6 + 12) << text.substr(0, 2000);
 }
 
 // -I of the LibTorch this build used, where its headers are not in a system folder (a PyTorch
@@ -137,8 +143,8 @@ TEST(CudaKernels, NvccCompilesEveryCuFileForSm90) {
   }
   // fused talking-heads fwd/bwd x fp32/bf16/bf16 on tensor cores; RMS norm 2 x 4; the tiled path's row
   // kernels fwd/bwd x fp32/bf16 x 4 buckets of heads, and on tensor cores fwd/bwd x 3 buckets; the
-  // flash forward x 6 buckets
-  EXPECT_EQ(kernels, 6 + 8 + 16 + 6 + 6);
+  // flash forward x 6 buckets, and its backward's two passes x 6
+  EXPECT_EQ(kernels, 6 + 8 + 16 + 6 + 6 + 12);
 }
 
 }  // namespace THX_FILE_ID

@@ -67,6 +67,61 @@ inline FlashLayout flash_layout(int H, int h_k, int d_k) {
   return L;
 }
 
+// The flash backward (th_flash_backward.cuh): a block owns 16 keys of one example and takes the
+// query rows 16 at a time (a chunk), 8 warps; two launches of one kernel: pass D adds each chunk's
+// share of D = sum over keys of W dW into D [b,h,n] (fp32 atomics), pass G makes the gradients:
+// dK and dV of its keys in registers (stored once, fp32), dQ by fp32 atomics per chunk, the
+// projections' gradients per block (partial sums), the bias's by fp32 atomics.
+template <typename T>
+struct FlashBackArgs {
+  FlashArgs<T> f;                  // Q, K, P_l, P_w, bias, mask, lse and the sizes (Vt and O unused)
+  const T* V = nullptr;            // [b,m,h_v,d_v]
+  const T* dO = nullptr;           // [b,n,h_v,d_v]
+  const T* Kt = nullptr;           // K transposed, [b,h_k,d_k,m8], zero from key m to m8
+  float* D = nullptr;              // [b,h,n]: pass D adds into it (zeroed), pass G reads it
+  float* dQ = nullptr;             // [b,n,h_k,d_k], zeroed: the blocks add into it
+  float *dK = nullptr, *dV = nullptr;  // [b,m,h_k,d_k], [b,m,h_v,d_v]: each block stores its keys
+  float* dbias = nullptr;          // zeroed, added at dbias_stride over [b,h,n,m]; or null
+  int64_t dbias_stride[4] = {0, 0, 0, 0};
+  float* dP = nullptr;             // [blocks][dP_l (h_k h, with P_l), dP_w (h h_v, with P_w)], x fastest
+};
+constexpr int kFlashBackWarps = 8, kFlashBackThreads = 32 * kFlashBackWarps;
+// Its stages [head][key][row], one of each for the block: a key's 16 rows, a head's 16 keys then 8.
+constexpr int kFlashBackKeyStride = 16, kFlashBackHeadStride = 16 * kFlashBackKeyStride + 8;
+
+// Where the backward's shared memory is: the chunk's Q and dO rows (bf16, rows of h_k d_k + 16 and
+// h_v d_v + 16), the four mixings' copies (P_l^T, P_l, P_w^T, P_w as bf16 [out][in], rows of
+// H + 8), the stages J (then dJ), dU (then U), W and dL, the chunk's LSE and D [16][H] (fp32), and
+// the projections' gradients' partial sums (2 x H / 16 x H / 8 tiles of 16 x 8, fp32).
+// Pass D folds the warps' shares of D ([warps][16][H] fp32) where W and dL are.
+struct FlashBackLayout {
+  int64_t q, dout, pl_t, pl, pw_t, pw, j, du, w, dl, lse, d, acc, bytes;
+  int q_stride, o_stride;
+};
+#if defined(__CUDACC__)
+__host__ __device__
+#elif defined(__CUDA__)
+__attribute__((host)) __attribute__((device))
+#endif
+inline FlashBackLayout flash_back_layout(int H, int h_k, int d_k, int h_v, int d_v) {
+  FlashBackLayout L;
+  L.q_stride = h_k * d_k + 16, L.o_stride = h_v * d_v + 16;
+  int64_t at = 0;
+  auto take = [&at](int64_t bytes) {
+    const int64_t here = at;
+    at += (bytes + 15) / 16 * 16;
+    return here;
+  };
+  const int64_t matrix = int64_t(H) * (H + 8) * 2, stage = int64_t(H) * kFlashBackHeadStride * 2;
+  L.q = take(int64_t(kFlashRows) * L.q_stride * 2), L.dout = take(int64_t(kFlashRows) * L.o_stride * 2);
+  L.pl_t = take(matrix), L.pl = take(matrix), L.pw_t = take(matrix), L.pw = take(matrix);
+  L.j = take(stage), L.du = take(stage), L.w = take(stage), L.dl = take(stage);
+  L.lse = take(int64_t(kFlashRows) * H * 4), L.d = take(int64_t(kFlashRows) * H * 4);
+  L.acc = take(2 * int64_t(H / 16) * (H / 8) * 128 * 4);
+  L.bytes = at;
+  return L;
+}
+
 #if !defined(__CUDA__)
 // The buckets built: heads H (h_k, h, h_v all at most H) and the output's width DV (d_v at most
 // DV): each warp keeps its share of O, H / 4 heads x DV columns of 16 rows, in registers (at most
@@ -103,6 +158,26 @@ inline std::string flash_unsupported(int h_k, int h, int h_v, int d_k, int d_v, 
     return "an example's Q, K, V or O past 32-bit offsets";
   auto fits = [&](const int64_t (&s)[4]) { return (h - 1) * s[1] + 15 * s[2] + (m - 1) * s[3] <= kMax; };
   if (!fits(bias) || !fits(mask)) return "bias or mask offsets past 32 bits";
+  return "";
+}
+
+// Why the flash backward does not take a bf16 problem, or "": as the forward (with d_v and d_k both
+// in the width bucket), offsets within a chunk's rows of the bias's gradient (its strides dbias)
+// past 32 bits, d_k and d_v multiples of 16 (each is a product's k there), more shared memory than
+// `limit`, or more than 65,535 examples (the grid's y).
+inline std::string flash_back_unsupported(int h_k, int h, int h_v, int d_k, int d_v, int64_t b, int64_t n, int64_t m,
+                                          const int64_t (&bias)[4], const int64_t (&mask)[4],
+                                          const int64_t (&dbias)[4], bool aligned, int64_t limit) {
+  const std::string forward =
+      flash_unsupported(h_k, h, h_v, d_k, std::max(d_k, d_v), n, m, bias, mask, aligned, int64_t(1) << 40);
+  if (!forward.empty()) return forward;
+  if ((h - 1) * dbias[1] + 15 * dbias[2] + (m - 1) * dbias[3] > (int64_t{1} << 31) - 1)
+    return "bias gradient offsets past 32 bits";
+  if (d_v % 16 != 0) return "d_v not a multiple of 16";
+  if (int64_t(h_k) * d_k * ((m + 7) / 8 * 8) > (int64_t{1} << 31) - 1) return "an example's K past 32-bit offsets";
+  if (flash_back_layout(flash_bucket(std::max({h_k, h, h_v}), std::max(d_k, d_v)).H, h_k, d_k, h_v, d_v).bytes > limit)
+    return "more shared memory than the device allows";
+  if (b > 65535) return "more than 65,535 examples";
   return "";
 }
 #endif

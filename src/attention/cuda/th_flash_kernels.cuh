@@ -51,25 +51,64 @@ THX_DEVICE void zero_stages(const Shared& s) {
   __syncthreads();
 }
 
+// 16 rows r0 .. of X (an example's [rows][width], bf16) into shared memory with rows of ts
+// elements, zero past n, 16 bytes at a time.
+THX_DEVICE void copy_rows(thx_bf16* to, int ts, const thx_bf16* X, int width, int r0, int n) {
+  const int vecs = width / 8;
+  for (int e = threadIdx.x; e < kFlashRows * vecs; e += blockDim.x) {
+    const int r = e / vecs, c = 8 * (e % vecs);
+    if (r0 + r < n) thx_copy16(to + r * ts + c, X + int64_t(r0 + r) * width + c);
+    else thx_zero16(to + r * ts + c);
+  }
+}
+
+// Element (r, c) of a mixing P [rows][cols] (fp32), or of the identity where P is absent (then
+// rows == cols); 0 past its rows and columns.
+THX_DEVICE float mixing(const float* P, int rows, int cols, int r, int c) {
+  if (r >= rows || c >= cols) return 0.f;
+  return P ? P[r * cols + c] : r == c ? 1.f : 0.f;
+}
+
 // The block's 16 rows of Q (zero past n), and the mixings' matrices as bf16 [out][in]: P_l^T and
 // P_w^T, or the identity where absent; zero past the heads. Then the stages zeroed.
 template <int H>
 THX_DEVICE void load_block(const FlashArgs<thx_bf16>& a, const Shared& s, int bb, int i0) {
-  const int qd = a.h_k * a.d_k, vecs = qd / 8;
-  for (int e = threadIdx.x; e < kFlashRows * vecs; e += blockDim.x) {
-    const int r = e / vecs, c = 8 * (e % vecs);
-    thx_bf16* to = s.q + r * s.qs + c;
-    if (i0 + r < a.n) thx_copy16(to, a.Q + (int64_t(bb) * a.n + i0 + r) * qd + c);
-    else thx_zero16(to);
-  }
+  const int qd = a.h_k * a.d_k;
+  copy_rows(s.q, s.qs, a.Q + int64_t(bb) * a.n * qd, qd, i0, a.n);
   for (int e = threadIdx.x; e < H * H; e += blockDim.x) {
     const int r = e / H, c = e % H;  // output head, input head
-    const float pl = a.P_l ? (c < a.h_k && r < a.h ? a.P_l[c * a.h + r] : 0.f) : (r == c && r < a.h ? 1.f : 0.f);
-    const float pw = a.P_w ? (c < a.h && r < a.h_v ? a.P_w[c * a.h_v + r] : 0.f) : (r == c && r < a.h_v ? 1.f : 0.f);
-    s.pl_t[r * (H + 8) + c] = thx_from_float<thx_bf16>(pl);
-    s.pw_t[r * (H + 8) + c] = thx_from_float<thx_bf16>(pw);
+    s.pl_t[r * (H + 8) + c] = thx_from_float<thx_bf16>(mixing(a.P_l, a.h_k, a.h, c, r));
+    s.pw_t[r * (H + 8) + c] = thx_from_float<thx_bf16>(mixing(a.P_w, a.h, a.h_v, c, r));
   }
   zero_stages<H>(s);
+}
+
+// c <- X Y^T [16 keys, 16 rows] for one head: X's keys k0 .. k0 + 15 (zero past m) from global
+// memory (X at the example's key 0 and the head's first d, ldx elements a key), Y's 16 rows from
+// shared memory (at row 0 and the head's first d, ys elements a row), over d. Each lane reads 4
+// consecutive d of a key or row at once (8 bytes), which permutes k alike in both operands.
+THX_DEVICE void key_row_product(const thx_bf16* X, int ldx, int m, int k0, const thx_bf16* Y, int ys, int d,
+                                const Lane& L, float (&c)[2][4]) {
+  const int k1 = k0 + 8;
+#pragma unroll
+  for (int nt = 0; nt < 2; ++nt) c[nt][0] = c[nt][1] = c[nt][2] = c[nt][3] = 0.f;
+  for (int d0 = 4 * L.t; d0 < d; d0 += 16) {
+    const ThxBytes8 x0 = k0 < m ? thx_load8(X + k0 * ldx + d0) : ThxBytes8{{0u, 0u}};
+    const ThxBytes8 x1 = k1 < m ? thx_load8(X + k1 * ldx + d0) : ThxBytes8{{0u, 0u}};
+    const uint32_t af[4] = {x0.w[0], x1.w[0], x0.w[1], x1.w[1]};
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) thx_mma_bf16_16816(c[nt], af, thx_load8(Y + (8 * nt + L.g) * ys + d0).w);
+  }
+}
+
+// A [16 keys or heads, 16 rows] product's output into a stage as bf16 words: element (g or g + 8,
+// rows 2 t, 2 t + 1 of each 8) at S + (g or g + 8) x lead + row.
+THX_DEVICE void store_pairs(thx_bf16* S, int lead, const Lane& L, const float (&c)[2][4]) {
+#pragma unroll
+  for (int nt = 0; nt < 2; ++nt) {
+    thx_store_word(S + L.g * lead + 8 * nt + 2 * L.t, pack_bf16x2(c[nt][0], c[nt][1]));
+    thx_store_word(S + (L.g + 8) * lead + 8 * nt + 2 * L.t, pack_bf16x2(c[nt][2], c[nt][3]));
+  }
 }
 
 // This warp's stage <- J^T of its keys jw .. jw + 15 (zero past m) and the block's rows, every head
@@ -77,54 +116,41 @@ THX_DEVICE void load_block(const FlashArgs<thx_bf16>& a, const Shared& s, int bb
 template <int H>
 THX_DEVICE void stage_products(const FlashArgs<thx_bf16>& a, const Shared& s, int bb, int jw, const Lane& L) {
   thx_bf16* S = s.stage + L.w * H * kFlashHeadStride;
-  const int qd = a.h_k * a.d_k, k0 = jw + L.g, k1 = k0 + 8;
-  const thx_bf16* K = a.K + int64_t(bb) * a.m * qd;
+  const int qd = a.h_k * a.d_k;
   thx_syncwarp();  // the warp's earlier reads of its stage are done
   for (int head = 0; head < a.h_k; ++head) {
-    float c[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
-    for (int d0 = 0; d0 < a.d_k; d0 += 16) {
-      const int d = head * a.d_k + d0 + 4 * L.t;
-      const ThxBytes8 x0 = k0 < a.m ? thx_load8(K + k0 * qd + d) : ThxBytes8{{0u, 0u}};
-      const ThxBytes8 x1 = k1 < a.m ? thx_load8(K + k1 * qd + d) : ThxBytes8{{0u, 0u}};
-      const uint32_t af[4] = {x0.w[0], x1.w[0], x0.w[1], x1.w[1]};
-#pragma unroll
-      for (int nt = 0; nt < 2; ++nt) {
-        const ThxBytes8 q = thx_load8(s.q + (8 * nt + L.g) * s.qs + d);
-        thx_mma_bf16_16816(c[nt], af, q.w);
-      }
-    }
-    thx_bf16* to = S + head * kFlashHeadStride + 2 * L.t;
-#pragma unroll
-    for (int nt = 0; nt < 2; ++nt) {
-      thx_store_word(to + L.g * kFlashKeyStride + 8 * nt, pack_bf16x2(c[nt][0], c[nt][1]));
-      thx_store_word(to + (L.g + 8) * kFlashKeyStride + 8 * nt, pack_bf16x2(c[nt][2], c[nt][3]));
-    }
+    float c[2][4];
+    key_row_product(a.K + int64_t(bb) * a.m * qd + head * a.d_k, qd, a.m, jw + L.g, s.q + head * a.d_k, s.qs, a.d_k,
+                    L, c);
+    store_pairs(S + head * kFlashHeadStride, kFlashKeyStride, L, c);
   }
   thx_syncwarp();
 }
 
-// c <- the logits of key jw + kl for the block's rows i0 ..: the staged J mixed by P_l, plus the
-// bias; -inf where masked and past h, m or n. (Rows and keys: lane's rows g, g + 8; offsets within
-// the rows 32-bit, flash_unsupported.)
+// a <- J [16 rows, heads] at one key of a stage (S at the key, hs elements a head), by
+// ldmatrix.trans: matrix j of lane 8 j + r is heads 16 kb + 8 (j / 2) + r, rows 8 (j % 2) on.
 template <int H>
-THX_DEVICE void logits(const FlashArgs<thx_bf16>& a, const Shared& s, int bb, int i0, int jw, int kl, const Lane& L,
-                       float (&c)[H / 8][4]) {
-  const thx_bf16* S = s.stage + L.w * H * kFlashHeadStride + kl * kFlashKeyStride;
-  const int r = L.l % 8, j = L.l / 8, key = jw + kl;
-  uint32_t aj[H / 16][4];
+THX_DEVICE void stage_rows_a(const thx_bf16* S, int hs, const Lane& L, uint32_t (&a)[H / 16][4]) {
+  const int r = L.l % 8, j = L.l / 8;
 #pragma unroll
-  for (int kb = 0; kb < H / 16; ++kb)
-    thx_ldmatrix<4, true>(aj[kb], S + (16 * kb + 8 * (j / 2) + r) * kFlashHeadStride + 8 * (j % 2));
-  rows_tc::mix<H>(aj, s.pl_t, L, c);
+  for (int kb = 0; kb < H / 16; ++kb) thx_ldmatrix<4, true>(a[kb], S + (16 * kb + 8 * (j / 2) + r) * hs + 8 * (j % 2));
+}
+
+// c (NT tiles of a [16 rows, heads] product's output from tile nt0: heads 8 nt0 on) += the bias
+// of `key` and the rows i0 .. i0 + 15; -inf where masked and past h, m or n. (Lane's rows g, g + 8;
+// offsets within the rows 32-bit, flash_unsupported.)
+template <int NT>
+THX_DEVICE void bias_and_mask(const FlashArgs<thx_bf16>& a, int bb, int i0, int key, int nt0, const Lane& L,
+                              float (&c)[NT][4]) {
   const float* bias = a.bias ? a.bias + bb * a.bias_stride[0] + i0 * a.bias_stride[2] : nullptr;
   const uint8_t* mask = a.mask ? a.mask + bb * a.mask_stride[0] + i0 * a.mask_stride[2] : nullptr;
   const int bh = int(a.bias_stride[1]), br = int(a.bias_stride[2]), bk = int(a.bias_stride[3]);
   const int mh = int(a.mask_stride[1]), mr = int(a.mask_stride[2]), mk = int(a.mask_stride[3]);
 #pragma unroll
-  for (int nt = 0; nt < H / 8; ++nt)
+  for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
     for (int x = 0; x < 4; ++x) {
-      const int head = head_at(L, nt, x), row = L.g + 8 * (x >> 1);
+      const int head = head_at(L, nt0 + nt, x), row = L.g + 8 * (x >> 1);
       if (head >= a.h || key >= a.m || i0 + row >= a.n) {
         c[nt][x] = -thx_inf();
         continue;
@@ -134,19 +160,61 @@ THX_DEVICE void logits(const FlashArgs<thx_bf16>& a, const Shared& s, int bb, in
     }
 }
 
-// u <- U^T [16 heads x mt, 16 rows] = P_w^T [out][in] (shared, by ldmatrix) times W^T, whose B
-// operand is w as a product's output holds it: k (heads 16 kb + 2 t ..) from tiles 2 kb and
-// 2 kb + 1, n (row g of each 8) from elements 0, 1 (rows 0-7) or 2, 3 (rows 8-15).
+// c <- the logits of `key` for the rows i0 .. i0 + 15: J staged at S (the key's place, hs elements
+// a head) mixed by P_l^T's copy pl_t, plus the bias and the mask.
 template <int H>
-THX_DEVICE void mix_weights(const thx_bf16* M, const Lane& L, const float (&w)[H / 8][4], float (&u)[H / 16][2][4]) {
-  uint32_t b[H / 16][2][2];
+THX_DEVICE void logits(const FlashArgs<thx_bf16>& a, const thx_bf16* pl_t, const thx_bf16* S, int hs, int bb, int i0,
+                       int key, const Lane& L, float (&c)[H / 8][4]) {
+  uint32_t aj[H / 16][4];
+  stage_rows_a<H>(S, hs, L, aj);
+  rows_tc::mix<H>(aj, pl_t, L, c);
+  bias_and_mask<H / 8>(a, bb, i0, key, 0, L, c);
+}
+
+// c (logits as a [16 rows, H] product's output) <- the weights exp(L - LSE), lse the rows' [16][H]
+// in shared memory; 0 where the logit is -inf (masked, past h, m or n: a row with no key has LSE
+// -inf too, and exp(-inf + inf) would be NaN).
+template <int H>
+THX_DEVICE void rows_weights(const float* lse, const Lane& L, float (&c)[H / 8][4]) {
+#pragma unroll
+  for (int nt = 0; nt < H / 8; ++nt)
+#pragma unroll
+    for (int x = 0; x < 4; ++x) {
+      const float m = lse[(L.g + 8 * (x >> 1)) * H + head_at(L, nt, x)];
+      c[nt][x] = c[nt][x] == -thx_inf() ? 0.f : thx_exp(c[nt][x] - m);
+    }
+}
+
+// The B operands (k: heads, n: the 16 rows) of a product M X^T, from X [16 rows, H] as a product's
+// output holds it: k (heads 16 kb + 2 t ..) from tiles 2 kb and 2 kb + 1, n (row g of each 8) from
+// elements 0, 1 (rows 0-7) or 2, 3 (rows 8-15), rounded to bf16.
+template <int H>
+THX_DEVICE void pack_b(const float (&x)[H / 8][4], uint32_t (&b)[H / 16][2][2]) {
 #pragma unroll
   for (int kb = 0; kb < H / 16; ++kb)
 #pragma unroll
     for (int nt = 0; nt < 2; ++nt) {
-      b[kb][nt][0] = pack_bf16x2(w[2 * kb][2 * nt], w[2 * kb][2 * nt + 1]);
-      b[kb][nt][1] = pack_bf16x2(w[2 * kb + 1][2 * nt], w[2 * kb + 1][2 * nt + 1]);
+      b[kb][nt][0] = pack_bf16x2(x[2 * kb][2 * nt], x[2 * kb][2 * nt + 1]);
+      b[kb][nt][1] = pack_bf16x2(x[2 * kb + 1][2 * nt], x[2 * kb + 1][2 * nt + 1]);
     }
+}
+// The same from a stage at one key ([head][row], hs elements a head) by ldmatrix.trans: matrix j of
+// lane 8 j + r is heads 16 kb + 8 (j % 2) + r, rows 8 (j / 2) on.
+template <int H>
+THX_DEVICE void staged_b(const thx_bf16* S, int hs, const Lane& L, uint32_t (&b)[H / 16][2][2]) {
+  const int r = L.l % 8, j = L.l / 8;
+#pragma unroll
+  for (int kb = 0; kb < H / 16; ++kb) {
+    uint32_t x[4];
+    thx_ldmatrix<4, true>(x, S + (16 * kb + 8 * (j % 2) + r) * hs + 8 * (j / 2));
+    b[kb][0][0] = x[0], b[kb][0][1] = x[1], b[kb][1][0] = x[2], b[kb][1][1] = x[3];
+  }
+}
+
+// u <- M X^T [16 heads x mt, 16 rows]: M a bf16 copy [out][in] in shared memory (rows of H + 8, by
+// ldmatrix), X^T's B operands b (above).
+template <int H>
+THX_DEVICE void mix_t(const thx_bf16* M, const uint32_t (&b)[H / 16][2][2], const Lane& L, float (&u)[H / 16][2][4]) {
   const int r = L.l % 8, j = L.l / 8;
 #pragma unroll
   for (int mt = 0; mt < H / 16; ++mt) {
@@ -159,6 +227,31 @@ THX_DEVICE void mix_weights(const thx_bf16* M, const Lane& L, const float (&w)[H
       thx_mma_bf16_16816(u[mt][0], af, b[kb][0]);
       thx_mma_bf16_16816(u[mt][1], af, b[kb][1]);
     }
+  }
+}
+// u into a stage at one key ([head][row], hs elements a head), as words of two rows.
+template <int H>
+THX_DEVICE void store_t(thx_bf16* S, int hs, const Lane& L, const float (&u)[H / 16][2][4]) {
+#pragma unroll
+  for (int mt = 0; mt < H / 16; ++mt) store_pairs(S + 16 * mt * hs, hs, L, u[mt]);
+}
+
+// acc[e] += A B over 16 keys key0 ..: A = [16 rows, 16 keys] by ldmatrix.trans from a stage at one
+// head ([key][row], S at the first key, ks elements a key; matrix j of lane 8 j + r: keys 8 (j / 2)
+// + r, rows 8 (j % 2) on), B = X^T's rows d (X^T [d][m8] in global memory at the head, zero from
+// key m on; words of two keys), 8 columns a tile e, for 8 e < d.
+template <int D>
+THX_DEVICE void rows_by_keys(const thx_bf16* S, int ks, const thx_bf16* Xt, int m8, int key0, int d, const Lane& L,
+                             float (&acc)[D / 8][4]) {
+  const int r = L.l % 8, j = L.l / 8, key = key0 + 2 * L.t;
+  uint32_t af[4];
+  thx_ldmatrix<4, true>(af, S + (8 * (j / 2) + r) * ks + 8 * (j % 2));
+#pragma unroll
+  for (int e = 0; e < D / 8; ++e) {
+    if (8 * e >= d) continue;
+    const thx_bf16* col = Xt + (8 * e + L.g) * m8;
+    const uint32_t bf[2] = {key < m8 ? thx_load_word(col + key) : 0u, key + 8 < m8 ? thx_load_word(col + key + 8) : 0u};
+    thx_mma_bf16_16816(acc[e], af, bf);
   }
 }
 
@@ -175,9 +268,10 @@ THX_DEVICE void statistics(const FlashArgs<thx_bf16>& a, const Shared& s, int bb
     const int jw = t0 + 16 * L.w;
     if (jw >= a.m) continue;
     stage_products<H>(a, s, bb, jw, L);
+    const thx_bf16* S = s.stage + L.w * H * kFlashHeadStride;
     for (int kl = 0; kl < 16 && jw + kl < a.m; ++kl) {
       float c[H / 8][4];
-      logits<H>(a, s, bb, i0, jw, kl, L, c);
+      logits<H>(a, s.pl_t, S + kl * kFlashKeyStride, kFlashHeadStride, bb, i0, jw + kl, L, c);
 #pragma unroll
       for (int nt = 0; nt < H / 8; ++nt)
 #pragma unroll
@@ -214,50 +308,27 @@ THX_DEVICE void accumulate_tile(const FlashArgs<thx_bf16>& a, const Shared& s, i
   const int jw = t0 + 16 * L.w;
   if (jw < a.m) {
     stage_products<H>(a, s, bb, jw, L);
-    thx_bf16* S = s.stage + L.w * H * kFlashHeadStride + 2 * L.t;
+    thx_bf16* S = s.stage + L.w * H * kFlashHeadStride;
     for (int kl = 0; kl < 16 && jw + kl < a.m; ++kl) {
       float c[H / 8][4], u[H / 16][2][4];
-      logits<H>(a, s, bb, i0, jw, kl, L, c);
-#pragma unroll
-      for (int nt = 0; nt < H / 8; ++nt)
-#pragma unroll
-        for (int x = 0; x < 4; ++x) {
-          const float lse = s.lse[(L.g + 8 * (x >> 1)) * H + head_at(L, nt, x)];
-          c[nt][x] = c[nt][x] == -thx_inf() ? 0.f : thx_exp(c[nt][x] - lse);
-        }
-      mix_weights<H>(s.pw_t, L, c, u);
-      thx_syncwarp();  // the key's J is read: its U goes in its place
-#pragma unroll
-      for (int mt = 0; mt < H / 16; ++mt)
-#pragma unroll
-        for (int nt = 0; nt < 2; ++nt) {
-          thx_bf16* to = S + (16 * mt + L.g) * kFlashHeadStride + kl * kFlashKeyStride + 8 * nt;
-          thx_store_word(to, pack_bf16x2(u[mt][nt][0], u[mt][nt][1]));
-          thx_store_word(to + 8 * kFlashHeadStride, pack_bf16x2(u[mt][nt][2], u[mt][nt][3]));
-        }
+      uint32_t b[H / 16][2][2];
+      logits<H>(a, s.pl_t, S + kl * kFlashKeyStride, kFlashHeadStride, bb, i0, jw + kl, L, c);
+      rows_weights<H>(s.lse, L, c);
+      pack_b<H>(c, b);
+      mix_t<H>(s.pw_t, b, L, u);  // U^T = P_w^T W^T
+      thx_syncwarp();              // the key's J is read: its U goes in its place
+      store_t<H>(S + kl * kFlashKeyStride, kFlashHeadStride, L, u);
     }
   }
   __syncthreads();  // every warp's U is staged
-  const int r = L.l % 8, j = L.l / 8;
 #pragma unroll
   for (int hi = 0; hi < H / 4; ++hi) {
     const int v = L.w + kFlashWarps * hi;
     if (v >= a.h_v) continue;
     const thx_bf16* Vt = a.Vt + (int64_t(bb) * a.h_v + v) * a.d_v * a.m8;
-    for (int ks = 0; ks < kFlashWarps && t0 + 16 * ks < a.m; ++ks) {
-      uint32_t af[4];
-      const thx_bf16* S = s.stage + (ks * H + v) * kFlashHeadStride;
-      thx_ldmatrix<4, true>(af, S + (8 * (j / 2) + r) * kFlashKeyStride + 8 * (j % 2));
-      const int key = t0 + 16 * ks + 2 * L.t;
-#pragma unroll
-      for (int e = 0; e < DV / 8; ++e) {
-        if (8 * e >= a.d_v) continue;
-        const thx_bf16* col = Vt + (8 * e + L.g) * a.m8;
-        const uint32_t bf[2] = {key < a.m8 ? thx_load_word(col + key) : 0u,
-                                key + 8 < a.m8 ? thx_load_word(col + key + 8) : 0u};
-        thx_mma_bf16_16816(o[hi][e], af, bf);
-      }
-    }
+    for (int ks = 0; ks < kFlashWarps && t0 + 16 * ks < a.m; ++ks)
+      rows_by_keys<DV>(s.stage + (ks * H + v) * kFlashHeadStride, kFlashKeyStride, Vt, a.m8, t0 + 16 * ks, a.d_v, L,
+                       o[hi]);
   }
   __syncthreads();  // before the next tile's products overwrite the stages
 }

@@ -5,6 +5,7 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAException.h>
 
+#include "attention/cuda/th_flash_backward.cuh"
 #include "attention/cuda/th_flash_kernels.cuh"
 #include "attention/cuda/th_rows_args.h"
 #include "attention/cuda/th_rows_kernels.cuh"
@@ -38,11 +39,20 @@ void launch_flash(const cuda_th::FlashArgs<thx_bf16>& a, int H, int DV, unsigned
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
+void launch_flash_backward(const cuda_th::FlashBackArgs<thx_bf16>& a, int H, int D, bool grads, unsigned gx,
+                           unsigned gy, int64_t bytes) {
+  const auto f =
+      grads ? cuda_th::flash_backward_kernel_for<true>(H, D) : cuda_th::flash_backward_kernel_for<false>(H, D);
+  C10_CUDA_CHECK(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+  f<<<dim3(gx, gy), cuda_th::kFlashBackThreads, size_t(bytes), at::cuda::getCurrentCUDAStream()>>>(a);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
 cuda_th::RowsLauncher with_flash(cuda_th::RowsLauncher l) {
   int device = 0, optin = 0;
   C10_CUDA_CHECK(cudaGetDevice(&device));
   C10_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  l.flash_forward = launch_flash, l.flash_shared_limit = optin;
+  l.flash_forward = launch_flash, l.flash_backward = launch_flash_backward, l.flash_shared_limit = optin;
   return l;
 }
 

@@ -168,10 +168,14 @@ struct RowsLauncher {
                            int64_t bytes) = nullptr;
   // The forward as one flash-style kernel (th_flash_kernels.cuh) for the bf16 problems it takes
   // (flash_unsupported, with flash_shared_limit: the bytes of shared memory a block may have), or
-  // null: the forward takes blocks of rows. The backward is the row kernels' either way.
+  // null: the forward takes blocks of rows.
   void (*flash_forward)(const FlashArgs<thx_bf16>&, int H, int DV, unsigned grid_x, unsigned grid_y,
                         int64_t bytes) = nullptr;
   int64_t flash_shared_limit = 0;
+  // The backward of a flash forward as flash-style kernels (th_flash_backward.cuh; pass D, then G)
+  // for the problems they take (flash_back_unsupported), or null: the row kernels' backward.
+  void (*flash_backward)(const FlashBackArgs<thx_bf16>&, int H, int D, bool grads, unsigned grid_x, unsigned grid_y,
+                         int64_t bytes) = nullptr;
 };
 
 }  // namespace thx::cuda_th
@@ -179,7 +183,7 @@ struct RowsLauncher {
 namespace thx {
 // CUDA's launcher where thx was built with its CUDA kernels (THX_CUDA_KERNELS), else null; bf16
 // with its mixings on tensor cores, or (tensor_cores false: `thx --th-path tiled-fma`, `thx bench
-// attention --fma`) as fp32 FMAs; with the flash forward (flash, with tensor cores: `thx --th-path
-// flash`).
+// attention --fma`) as fp32 FMAs; with the flash kernels forward and backward (flash, with tensor
+// cores: `thx --th-path flash`).
 const cuda_th::RowsLauncher* cuda_th_rows_launcher(bool tensor_cores = true, bool flash = false);
 }  // namespace thx

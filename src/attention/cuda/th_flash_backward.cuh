@@ -1,0 +1,377 @@
+// th_flash_backward.cuh: the talking-heads backward as flash-style kernels on tensor cores, from the
+// flash forward's LSE (th_flash_args.h's FlashBackArgs says what they take and give). Written once
+// for nvcc, clang's PTX check and the emulator, from the forward's fragments (th_flash_kernels.cuh).
+//
+// A block owns 16 keys of one example and takes the query rows 16 at a time (a chunk), each block
+// starting at its own chunk (so that the blocks running together add into different rows of dQ and
+// D). For each chunk, with 8 warps:
+//  - J^T = K Q^T and dU^T = V dO^T per head, [16 keys, 16 rows], the heads spread over the warps,
+//    into the stages J and dU ([head][key][row], bf16);
+//  - per key (two a warp): L = J P_l, W = exp(L - LSE), dW = dU P_w^T as [16 rows, heads] products'
+//    outputs; pass D adds W dW into D; pass G makes dL = W (dW - D), stages W and dL (bf16) and adds
+//    dL into the bias's gradient;
+//  - pass G: the projections' gradients J dL^T and W dU^T over the chunk's 256 (key, row) places
+//    from the stages (each warp its 16 x 8 tiles, summed in registers over the chunks); then per key
+//    U^T = P_w^T W^T into the stage dU and dJ^T = P_l dL^T into the stage J (B operands by
+//    ldmatrix.trans from the stages W and dL); then per head dV += U^T dO and dK += dJ^T Q (in
+//    registers: warp w's heads w, w + 8, ...) and dQ += dJ K (fp32 atomics).
+#pragma once
+#include "attention/cuda/th_flash_kernels.cuh"
+
+namespace thx::cuda_th {
+namespace flash_back {
+
+using flash::head_at;
+using flash::Lane;
+using flash::lane_of;
+
+constexpr int HS = kFlashBackHeadStride, KS = kFlashBackKeyStride, WARPS = kFlashBackWarps;
+
+struct Shared {
+  thx_bf16 *q, *dout, *pl_t, *pl, *pw_t, *pw, *j, *du, *w, *dl;
+  float *lse, *d, *slots;  // slots: pass D's fold of the warps' shares, where W and dL are
+  float* acc;              // pass G: the projections' partial sums, 16 x 8 tiles [tile][lane][4]
+  int qs, os;
+};
+template <int H>
+THX_DEVICE Shared shared_layout(const FlashBackArgs<thx_bf16>& a) {
+  THX_SHARED(shared_bytes);
+  const FlashBackLayout at = flash_back_layout(H, a.f.h_k, a.f.d_k, a.f.h_v, a.f.d_v);
+  auto bf = [&](int64_t x) { return reinterpret_cast<thx_bf16*>(shared_bytes + x); };
+  auto fl = [&](int64_t x) { return reinterpret_cast<float*>(shared_bytes + x); };
+  return {bf(at.q), bf(at.dout), bf(at.pl_t), bf(at.pl), bf(at.pw_t), bf(at.pw),  bf(at.j),   bf(at.du),
+          bf(at.w), bf(at.dl),   fl(at.lse),  fl(at.d),  fl(at.w),    fl(at.acc),  at.q_stride, at.o_stride};
+}
+
+// The mixings' copies [out][in]: P_l^T, P_l, P_w^T, P_w (the identity where absent, zero past the
+// heads); the stages zeroed (the heads past h_k and h_v that the mixings read must be finite); a
+// barrier.
+template <int H>
+THX_DEVICE void load_mixings(const FlashArgs<thx_bf16>& f, const Shared& s) {
+  for (int e = threadIdx.x; e < H * H; e += blockDim.x) {
+    const int r = e / H, c = e % H, at = r * (H + 8) + c;
+    s.pl_t[at] = thx_from_float<thx_bf16>(flash::mixing(f.P_l, f.h_k, f.h, c, r));
+    s.pl[at] = thx_from_float<thx_bf16>(flash::mixing(f.P_l, f.h_k, f.h, r, c));
+    s.pw_t[at] = thx_from_float<thx_bf16>(flash::mixing(f.P_w, f.h, f.h_v, c, r));
+    s.pw[at] = thx_from_float<thx_bf16>(flash::mixing(f.P_w, f.h, f.h_v, r, c));
+  }
+  for (int e = threadIdx.x; e < 4 * H * HS / 8; e += blockDim.x) thx_zero16(s.j + 8 * e);  // j, du, w, dl in a row
+  __syncthreads();
+}
+
+// The chunk's rows r0 .. r0 + 15 of Q and dO (zero past n), and their LSE (and in pass G D) per
+// head (-inf and 0 past h or n); a barrier.
+template <int H, bool G>
+THX_DEVICE void load_chunk(const FlashBackArgs<thx_bf16>& a, const Shared& s, int bb, int r0) {
+  const FlashArgs<thx_bf16>& f = a.f;
+  const int qd = f.h_k * f.d_k, vd = f.h_v * f.d_v;
+  flash::copy_rows(s.q, s.qs, f.Q + int64_t(bb) * f.n * qd, qd, r0, f.n);
+  flash::copy_rows(s.dout, s.os, a.dO + int64_t(bb) * f.n * vd, vd, r0, f.n);
+  for (int e = threadIdx.x; e < kFlashRows * H; e += blockDim.x) {
+    const int row = e / H, head = e % H;
+    const bool in = head < f.h && r0 + row < f.n;
+    const int64_t at = (int64_t(bb) * f.h + head) * f.n + r0 + row;
+    s.lse[e] = in ? f.lse[at] : -thx_inf();
+    if (G) s.d[e] = in ? a.D[at] : 0.f;
+  }
+  __syncthreads();
+}
+
+// The stages J^T and dU^T of the block's keys kb0 .. and the chunk's rows, the heads over the warps
+// (J's, then dU's); a barrier.
+template <int H>
+THX_DEVICE void chunk_products(const FlashBackArgs<thx_bf16>& a, const Shared& s, int bb, int kb0, const Lane& L) {
+  const FlashArgs<thx_bf16>& f = a.f;
+  const int qd = f.h_k * f.d_k, vd = f.h_v * f.d_v;
+  for (int x = L.w; x < f.h_k + f.h_v; x += WARPS) {
+    float c[2][4];
+    if (x < f.h_k) {
+      flash::key_row_product(f.K + int64_t(bb) * f.m * qd + x * f.d_k, qd, f.m, kb0 + L.g, s.q + x * f.d_k, s.qs,
+                             f.d_k, L, c);
+      flash::store_pairs(s.j + x * HS, KS, L, c);
+    } else {
+      const int v = x - f.h_k;
+      flash::key_row_product(a.V + int64_t(bb) * f.m * vd + v * f.d_v, vd, f.m, kb0 + L.g, s.dout + v * f.d_v, s.os,
+                             f.d_v, L, c);
+      flash::store_pairs(s.du + v * HS, KS, L, c);
+    }
+  }
+  __syncthreads();
+}
+
+// For key kb0 + kl and the chunk's rows: c <- W = exp(L - LSE) (0 where L is -inf), e <- dW = dU
+// P_w^T, both as [16 rows, H] products' outputs.
+template <int H>
+THX_DEVICE void key_weights(const FlashBackArgs<thx_bf16>& a, const Shared& s, int bb, int r0, int kb0, int kl,
+                            const Lane& L, float (&c)[H / 8][4], float (&e)[H / 8][4]) {
+  flash::logits<H>(a.f, s.pl_t, s.j + kl * KS, HS, bb, r0, kb0 + kl, L, c);
+  flash::rows_weights<H>(s.lse, L, c);
+  uint32_t adu[H / 16][4];
+  flash::stage_rows_a<H>(s.du + kl * KS, HS, L, adu);
+  rows_tc::mix<H>(adu, s.pw, L, e);
+}
+
+// Pass D: the chunk's share of D (W dW summed over the block's keys: each lane its (row, head)
+// places, then the warps in order) added into D; a barrier first (the stages are read).
+template <int H>
+THX_DEVICE void chunk_d(const FlashBackArgs<thx_bf16>& a, const Shared& s, int bb, int kb0, int r0, const Lane& L) {
+  float d[H / 8][4];
+#pragma unroll
+  for (int nt = 0; nt < H / 8; ++nt) d[nt][0] = d[nt][1] = d[nt][2] = d[nt][3] = 0.f;
+  for (int kl = L.w; kl < 16; kl += WARPS) {
+    float c[H / 8][4], e[H / 8][4];
+    key_weights<H>(a, s, bb, r0, kb0, kl, L, c, e);
+#pragma unroll
+    for (int nt = 0; nt < H / 8; ++nt)
+#pragma unroll
+      for (int x = 0; x < 4; ++x) d[nt][x] += c[nt][x] * e[nt][x];
+  }
+#pragma unroll
+  for (int nt = 0; nt < H / 8; ++nt)
+#pragma unroll
+    for (int x = 0; x < 4; ++x) s.slots[(L.w * kFlashRows + L.g + 8 * (x >> 1)) * H + head_at(L, nt, x)] = d[nt][x];
+  __syncthreads();
+  const FlashArgs<thx_bf16>& f = a.f;
+  for (int e = threadIdx.x; e < kFlashRows * H; e += blockDim.x) {
+    const int row = e / H, head = e % H;
+    float t = s.slots[e];
+    for (int w = 1; w < WARPS; ++w) t += s.slots[w * kFlashRows * H + e];
+    if (head < f.h && r0 + row < f.n) thx_atomic_add(a.D + (int64_t(bb) * f.h + head) * f.n + r0 + row, t);
+  }
+}
+
+// c <- output tiles 2 np, 2 np + 1 (heads 16 np ..) of rows_tc::mix's product a M^T.
+template <int H>
+THX_DEVICE void mix_pair(const uint32_t (&a)[H / 16][4], const thx_bf16* M, const Lane& L, int np, float (&c)[2][4]) {
+  const int r = L.l % 8, j = L.l / 8;
+  c[0][0] = c[0][1] = c[0][2] = c[0][3] = c[1][0] = c[1][1] = c[1][2] = c[1][3] = 0.f;
+#pragma unroll
+  for (int kb = 0; kb < H / 16; ++kb) {
+    uint32_t b[4];
+    thx_ldmatrix<4, false>(b, M + (16 * np + 8 * (j / 2) + r) * (H + 8) + 16 * kb + 8 * (j % 2));
+    thx_mma_bf16_16816(c[0], a[kb], b);
+    thx_mma_bf16_16816(c[1], a[kb], b + 2);
+  }
+}
+
+// Pass G, per key: W and dL = W (dW - D) staged ([head][key][row], bf16, element by element), dL
+// added into the bias's gradient; a barrier. 16 heads at a time (key_weights's steps, the heads
+// of one mixing's pair of output tiles): fewer registers beside the dK and dV sums.
+template <int H>
+THX_DEVICE void chunk_weights(const FlashBackArgs<thx_bf16>& a, const Shared& s, int bb, int kb0, int r0,
+                              const Lane& L) {
+  const FlashArgs<thx_bf16>& f = a.f;
+  // (offsets within the chunk's rows 32-bit, flash_back_unsupported)
+  float* dbias = a.dbias ? a.dbias + bb * a.dbias_stride[0] + r0 * a.dbias_stride[2] : nullptr;
+  const int bh = int(a.dbias_stride[1]), br = int(a.dbias_stride[2]), bk = int(a.dbias_stride[3]);
+  for (int kl = L.w; kl < 16; kl += WARPS) {
+    const int key = kb0 + kl;
+    uint32_t aj[H / 16][4], adu[H / 16][4];
+    flash::stage_rows_a<H>(s.j + kl * KS, HS, L, aj);
+    flash::stage_rows_a<H>(s.du + kl * KS, HS, L, adu);
+    for (int np = 0; np < H / 16; ++np) {
+      float c[2][4], e[2][4];
+      mix_pair<H>(aj, s.pl_t, L, np, c);
+      flash::bias_and_mask<2>(f, bb, r0, key, 2 * np, L, c);
+      mix_pair<H>(adu, s.pw, L, np, e);
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+        for (int x = 0; x < 4; ++x) {
+          const int head = head_at(L, 2 * np + nt, x), row = L.g + 8 * (x >> 1), at = head * HS + kl * KS + row;
+          const float w = c[nt][x] == -thx_inf() ? 0.f : thx_exp(c[nt][x] - s.lse[row * H + head]);
+          const float dl = w * (e[nt][x] - s.d[row * H + head]);
+          s.w[at] = thx_from_float<thx_bf16>(w);
+          s.dl[at] = thx_from_float<thx_bf16>(dl);
+          if (dbias && head < f.h && key < f.m && r0 + row < f.n)
+            thx_atomic_add(dbias + (head * bh + row * br + key * bk), dl);
+        }
+    }
+  }
+  __syncthreads();
+}
+
+// The projections' 16 x 8 output tiles: J dL^T [h_k][h] (with P_l), then W dU^T [h][h_v] (with
+// P_w), H / 16 x H / 8 tiles each, tile x to warp x % WARPS; their sums in shared memory (registers
+// spilled: the dK and dV sums take them).
+struct ProjectionTile {
+  bool left;
+  int mt, nt;
+};
+template <int H>
+THX_DEVICE ProjectionTile projection_tile(const FlashArgs<thx_bf16>& f, int x) {
+  constexpr int T = H / 16 * (H / 8);
+  const bool left = f.P_l && x < T;
+  const int y = left || !f.P_l ? x : x - T;
+  return {left, y / (H / 8), y % (H / 8)};
+}
+THX_DEVICE int projection_tile_count(const FlashArgs<thx_bf16>& f, int H) {
+  return ((f.P_l ? 1 : 0) + (f.P_w ? 1 : 0)) * (H / 16) * (H / 8);
+}
+
+// Pass G: the sums += the chunk's J dL^T and W dU^T over its 16 keys x 16 rows: A = J or W [16 heads,
+// rows] (ldmatrix from the stage at each key: matrix j of lane 8 j + r, heads 8 (j % 2) + r, rows
+// 8 (j / 2) on), B = dL or dU [8 heads, rows] (the same, two matrices).
+template <int H>
+THX_DEVICE void chunk_projections(const FlashBackArgs<thx_bf16>& a, const Shared& s, const Lane& L) {
+  const int tiles = projection_tile_count(a.f, H), r = L.l % 8, j = L.l / 8;
+  for (int x = L.w; x < tiles; x += WARPS) {
+    const ProjectionTile t = projection_tile<H>(a.f, x);
+    float* acc = s.acc + (x * 32 + L.l) * 4;
+    float c[4] = {acc[0], acc[1], acc[2], acc[3]};
+    const thx_bf16 *A = (t.left ? s.j : s.w) + (16 * t.mt + 8 * (j % 2) + r) * HS + 8 * (j / 2);
+    const thx_bf16* B = (t.left ? s.dl : s.du) + (8 * t.nt + r) * HS + 8 * (j % 2);
+    for (int kl = 0; kl < 16; ++kl) {
+      uint32_t af[4], bf[2];
+      thx_ldmatrix<4, false>(af, A + kl * KS);
+      thx_ldmatrix<2, false>(bf, B + kl * KS);
+      thx_mma_bf16_16816(c, af, bf);
+    }
+    acc[0] = c[0], acc[1] = c[1], acc[2] = c[2], acc[3] = c[3];
+  }
+}
+
+// Pass G, per key: U^T = P_w^T W^T into the stage dU and dJ^T = P_l dL^T into the stage J (their B
+// operands by ldmatrix.trans from the stages W and dL); a barrier.
+template <int H>
+THX_DEVICE void chunk_mixed(const Shared& s, const Lane& L) {
+  for (int kl = L.w; kl < 16; kl += WARPS) {
+    uint32_t b[H / 16][2][2];
+    float u[H / 16][2][4];
+    flash::staged_b<H>(s.w + kl * KS, HS, L, b);
+    flash::mix_t<H>(s.pw_t, b, L, u);
+    flash::store_t<H>(s.du + kl * KS, HS, L, u);
+    flash::staged_b<H>(s.dl + kl * KS, HS, L, b);
+    flash::mix_t<H>(s.pl, b, L, u);
+    flash::store_t<H>(s.j + kl * KS, HS, L, u);
+  }
+  __syncthreads();
+}
+
+// acc[e] += A B over the chunk's 16 rows: A = [16 keys, 16 rows] by ldmatrix from a stage at one
+// head (matrix j of lane 8 j + r: keys 8 (j % 2) + r, rows 8 (j / 2) on), B = Y [16 rows, d] in
+// shared memory (at the head's first column, ys a row) by ldmatrix.trans, 8 columns a tile.
+template <int D>
+THX_DEVICE void keys_by_rows(const thx_bf16* S, const thx_bf16* Y, int ys, int d, const Lane& L,
+                             float (&acc)[D / 8][4]) {
+  const int r = L.l % 8, j = L.l / 8;
+  uint32_t af[4];
+  thx_ldmatrix<4, false>(af, S + (8 * (j % 2) + r) * KS + 8 * (j / 2));
+#pragma unroll
+  for (int e = 0; e < D / 8; ++e) {
+    if (8 * e >= d) continue;
+    uint32_t bf[2];
+    thx_ldmatrix<2, true>(bf, Y + (8 * (j % 2) + r) * ys + 8 * e);
+    thx_mma_bf16_16816(acc[e], af, bf);
+  }
+}
+
+// Pass G, per head (warp w's: w, w + 8, ...): dV += U^T dO, dK += dJ^T Q in registers, and the
+// chunk's dQ = dJ K added into dQ.
+template <int H, int D>
+THX_DEVICE void chunk_grads(const FlashBackArgs<thx_bf16>& a, const Shared& s, int bb, int kb0, int r0, const Lane& L,
+                            float (&dk)[H / 8][D / 8][4], float (&dv)[H / 8][D / 8][4]) {
+  const FlashArgs<thx_bf16>& f = a.f;
+#pragma unroll
+  for (int hi = 0; hi < H / 8; ++hi) {
+    const int head = L.w + WARPS * hi;
+    if (head < f.h_v) keys_by_rows<D>(s.du + head * HS, s.dout + head * f.d_v, s.os, f.d_v, L, dv[hi]);
+    if (head >= f.h_k) continue;
+    keys_by_rows<D>(s.j + head * HS, s.q + head * f.d_k, s.qs, f.d_k, L, dk[hi]);
+    float c[D / 8][4];
+#pragma unroll
+    for (int e = 0; e < D / 8; ++e) c[e][0] = c[e][1] = c[e][2] = c[e][3] = 0.f;
+    flash::rows_by_keys<D>(s.j + head * HS, KS, a.Kt + (int64_t(bb) * f.h_k + head) * f.d_k * f.m8, f.m8, kb0, f.d_k,
+                           L, c);
+    float* dQ = a.dQ + (int64_t(bb) * f.n + r0) * f.h_k * f.d_k + head * f.d_k;  // (then 32-bit: 16 rows)
+#pragma unroll
+    for (int e = 0; e < D / 8; ++e)
+#pragma unroll
+      for (int x = 0; x < 4; ++x) {
+        const int row = L.g + 8 * (x >> 1), col = 8 * e + 2 * L.t + (x & 1);
+        if (col < f.d_k && r0 + row < f.n) thx_atomic_add(dQ + row * f.h_k * f.d_k + col, c[e][x]);
+      }
+  }
+}
+
+// The block's dK and dV (its keys, fp32) and its partial sums of the projections' gradients.
+template <int H, int D>
+THX_DEVICE void store_grads(const FlashBackArgs<thx_bf16>& a, int bb, int kb0, const Lane& L,
+                            const float (&dk)[H / 8][D / 8][4], const float (&dv)[H / 8][D / 8][4],
+                            const Shared& s) {
+  const FlashArgs<thx_bf16>& f = a.f;
+#pragma unroll
+  for (int hi = 0; hi < H / 8; ++hi)
+#pragma unroll
+    for (int e = 0; e < D / 8; ++e)
+#pragma unroll
+      for (int x = 0; x < 4; ++x) {
+        const int head = L.w + WARPS * hi, key = kb0 + L.g + 8 * (x >> 1), col = 8 * e + 2 * L.t + (x & 1);
+        if (key >= f.m) continue;
+        if (head < f.h_v && col < f.d_v) a.dV[((int64_t(bb) * f.m + key) * f.h_v + head) * f.d_v + col] = dv[hi][e][x];
+        if (head < f.h_k && col < f.d_k) a.dK[((int64_t(bb) * f.m + key) * f.h_k + head) * f.d_k + col] = dk[hi][e][x];
+      }
+  if (!a.dP) return;
+  const int64_t sums = rows_partial_sums(f.h_k, f.h, f.h_v, f.P_l, f.P_w), nl = f.P_l ? int64_t(f.h_k) * f.h : 0;
+  float* out = a.dP + (int64_t(blockIdx.y) * gridDim.x + blockIdx.x) * sums;
+  const int tiles = projection_tile_count(f, H);
+  for (int x = L.w; x < tiles; x += WARPS) {
+    const ProjectionTile t = projection_tile<H>(f, x);
+    const int rows = t.left ? f.h_k : f.h, cols = t.left ? f.h : f.h_v;
+    for (int e = 0; e < 4; ++e) {
+      const int row = 16 * t.mt + L.g + 8 * (e >> 1), col = 8 * t.nt + 2 * L.t + (e & 1);
+      if (row < rows && col < cols) out[(t.left ? 0 : nl) + row * cols + col] = s.acc[(x * 32 + L.l) * 4 + e];
+    }
+  }
+}
+
+// G false: pass D; true: pass G. Grid: x the blocks of 16 keys, y the examples.
+template <int H, int D, bool G>
+__global__ void THX_LAUNCH_BOUNDS(kFlashBackThreads, 1) flash_backward_kernel(FlashBackArgs<thx_bf16> a) {
+  const Shared s = shared_layout<H>(a);
+  const Lane L = lane_of();
+  const int bb = blockIdx.y, kb0 = 16 * int(blockIdx.x), chunks = (a.f.n + kFlashRows - 1) / kFlashRows;
+  load_mixings<H>(a.f, s);
+  float dk[H / 8][D / 8][4], dv[H / 8][D / 8][4];
+#pragma unroll
+  for (int hi = 0; hi < H / 8; ++hi)
+#pragma unroll
+    for (int e = 0; e < D / 8; ++e)
+#pragma unroll
+      for (int x = 0; x < 4; ++x) dk[hi][e][x] = dv[hi][e][x] = 0.f;
+  if (G)
+    for (int e = threadIdx.x; e < 2 * (H / 16) * (H / 8) * 128; e += blockDim.x) s.acc[e] = 0.f;  // (a barrier follows)
+  for (int c = 0; c < chunks; ++c) {
+    const int r0 = kFlashRows * int((c + blockIdx.x) % unsigned(chunks));
+    load_chunk<H, G>(a, s, bb, r0);
+    chunk_products<H>(a, s, bb, kb0, L);
+    if constexpr (!G) {
+      chunk_d<H>(a, s, bb, kb0, r0, L);
+    } else {
+      chunk_weights<H>(a, s, bb, kb0, r0, L);
+      chunk_projections<H>(a, s, L);
+      __syncthreads();  // the stages J and dU are read: U and dJ go in their place
+      chunk_mixed<H>(s, L);
+      chunk_grads<H, D>(a, s, bb, kb0, r0, L, dk, dv);
+      __syncthreads();  // before the next chunk's rows and products overwrite what was read
+    }
+  }
+  if constexpr (G) store_grads<H, D>(a, bb, kb0, L, dk, dv, s);
+}
+
+}  // namespace flash_back
+
+// The flash backward for bucket (H, D) (flash_bucket's, D for max(d_k, d_v)), pass D or pass G.
+template <bool G>
+auto flash_backward_kernel_for(int H, int D) {
+  using K = void (*)(FlashBackArgs<thx_bf16>);
+  if (H == 16)
+    return D == 16   ? K(flash_back::flash_backward_kernel<16, 16, G>)
+           : D == 32 ? K(flash_back::flash_backward_kernel<16, 32, G>)
+                     : K(flash_back::flash_backward_kernel<16, 64, G>);
+  if (H == 32)
+    return D == 16 ? K(flash_back::flash_backward_kernel<32, 16, G>) : K(flash_back::flash_backward_kernel<32, 32, G>);
+  return K(flash_back::flash_backward_kernel<48, 16, G>);
+}
+
+}  // namespace thx::cuda_th
