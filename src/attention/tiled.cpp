@@ -48,6 +48,11 @@ struct Problem {
   const cuda_th::RowsLauncher* kernels;  // the row kernels (th_rows_args.h), or null: ATen
   int64_t h;
 
+  // Heads-major copies, once, for the blocks of rows (not for the flash kernels): a batched product
+  // cannot take [b,n,h,d] transposed as one batch stride, and would copy it again for every block.
+  void heads_major(const Tensor& Q, const Tensor& K, const Tensor& V) {
+    Qh = Q.transpose(1, 2).contiguous(), Kh = K.transpose(1, 2).contiguous(), Vh = V.transpose(1, 2).contiguous();
+  }
   // J = Q K^T of rows [i0, i0+ni), [b,h_k,I,m] in the operands' dtype.
   Tensor products(int64_t i0, int64_t ni) const { return torch::matmul(Qh.narrow(2, i0, ni), Kh.transpose(2, 3)); }
   // The logits L [b,h,I,m] of rows [i0, i0+ni) from J in fp32 (or fp64).
@@ -164,12 +169,13 @@ Problem problem(const Tensor& Q, const Tensor& K, const Tensor& V, const Tensor&
                 const Tensor& bias, const Tensor& mask, int64_t block_rows, const cuda_th::RowsLauncher* kernels) {
   TORCH_CHECK(Q.dim() == 4 && K.dim() == 4 && V.dim() == 4, "tiled attention: Q, K, V must be [b,n,heads,dim]");
   if (kernels && !tiled_rows_unsupported(Q, K, V, P_l, mask).empty()) kernels = nullptr;
-  // Heads-major copies, once: a batched product cannot take [b,n,h,d] transposed as one batch
-  // stride, and would copy it again for every block. The row kernels read P_l, P_w and the bias in
-  // fp32 (contiguous matrices; the bias through its strides).
+  // The row kernels read P_l, P_w and the bias in fp32 (contiguous matrices; the bias through its
+  // strides). The heads-major copies come with heads_major, where the blocks of rows need them.
   auto wide = [&](const Tensor& t) { return !t.defined() ? t : kernels ? t.to(torch::kFloat32) : as_fp32(t); };
   auto matrix = [&](const Tensor& t) { return kernels && t.defined() ? wide(t).contiguous() : wide(t); };
-  Problem p{Q.transpose(1, 2).contiguous(), K.transpose(1, 2).contiguous(), V.transpose(1, 2).contiguous(),
+  Problem p{Tensor(),
+            Tensor(),
+            Tensor(),
             matrix(P_l),
             matrix(P_w),
             four(wide(bias)),
@@ -248,7 +254,7 @@ torch::autograd::variable_list flash_backward(const Problem& p, const std::vecto
   Tensor Kt = torch::zeros({b, h_k, d_k, m8}, K.options());  // K^T, zero from key m on
   Kt.narrow(3, 0, m).copy_(K.permute({0, 2, 3, 1}));
   Tensor D = torch::zeros({b, p.h, n}, fp32), dQ = torch::zeros({b, n, h_k, d_k}, fp32);
-  Tensor dK = torch::empty({b, m, h_k, d_k}, fp32), dV = torch::empty({b, m, h_v, d_v}, fp32);
+  Tensor dK = torch::empty({b, m, h_k, d_k}, K.options()), dV = torch::empty({b, m, h_v, d_v}, V.options());
   const unsigned gx = unsigned((m + 15) / 16), gy = unsigned(b);
   const int64_t sums = cuda_th::rows_partial_sums(int(h_k), int(p.h), int(h_v), p.P_l.defined(), p.P_w.defined());
   Tensor partial = sums > 0 ? torch::empty({int64_t(gx) * gy, sums}, fp32) : Tensor();
@@ -260,7 +266,7 @@ torch::autograd::variable_list flash_backward(const Problem& p, const std::vecto
   f.d_k = int(d_k), f.d_v = int(d_v);
   a.V = static_cast<const thx_bf16*>(Vc.data_ptr()), a.dO = static_cast<const thx_bf16*>(dOc.data_ptr());
   a.Kt = static_cast<const thx_bf16*>(Kt.data_ptr()), a.D = D.data_ptr<float>(), a.dQ = dQ.data_ptr<float>();
-  a.dK = dK.data_ptr<float>(), a.dV = dV.data_ptr<float>();
+  a.dK = static_cast<thx_bf16*>(dK.data_ptr()), a.dV = static_cast<thx_bf16*>(dV.data_ptr());
   if (dbias.defined()) a.dbias = dbias.data_ptr<float>();
   if (partial.defined()) a.dP = partial.data_ptr<float>();
   const cuda_th::FlashBucket B = cuda_th::flash_bucket(int(std::max({h_k, p.h, h_v})), int(std::max(d_k, d_v)));
@@ -275,7 +281,7 @@ torch::autograd::variable_list flash_backward(const Problem& p, const std::vecto
     if (p.P_w.defined()) dP_w = total.narrow(0, nl, p.h * h_v).view({p.h, h_v}).to(saved[4].scalar_type());
   }
   if (dbias.defined()) dbias = dbias.sum_to_size(saved[5].sizes()).to(saved[5].scalar_type());
-  return {dQ.to(Q.scalar_type()), dK.to(K.scalar_type()), dV.to(V.scalar_type()), dP_l, dP_w, dbias,
+  return {dQ.to(Q.scalar_type()), dK, dV, dP_l, dP_w, dbias,
           Tensor(), Tensor(), Tensor()};
 }
 
@@ -285,7 +291,7 @@ struct TiledFn : torch::autograd::Function<TiledFn> {
                         int64_t kernels_in) {
     const Tensor P_l = present(P_l_in), P_w = present(P_w_in), bias = present(bias_in), mask = present(mask_in);
     const auto* kernels = reinterpret_cast<const cuda_th::RowsLauncher*>(static_cast<intptr_t>(kernels_in));
-    const Problem p = problem(Q, K, V, P_l, P_w, bias, mask, block_rows, kernels);
+    Problem p = problem(Q, K, V, P_l, P_w, bias, mask, block_rows, kernels);
     const int64_t b = Q.size(0), n = Q.size(1);
     // The rows' LSE where the row kernels run (they keep it for their backward), else nothing.
     const Tensor lse = p.kernels ? torch::empty({b, p.h, n}, Q.options().dtype(torch::kFloat32)) : Tensor();
@@ -297,6 +303,7 @@ struct TiledFn : torch::autograd::Function<TiledFn> {
       ctx->save_for_backward({Q, K, V, P_l_in, P_w_in, bias_in, mask_in, lse});
       return flash;
     }
+    p.heads_major(Q, K, V);
     Tensor O = torch::empty({b, V.size(2), n, V.size(3)}, V.options());  // [b,h_v,n,d_v]
     for (int64_t i0 = 0; i0 < n; i0 += p.block) {
       const int64_t ni = std::min(p.block, n - i0);
@@ -313,12 +320,13 @@ struct TiledFn : torch::autograd::Function<TiledFn> {
     const Tensor P_l = present(s[3]), P_w = present(s[4]), bias = present(s[5]), mask = present(s[6]);
     const auto* kernels =
         reinterpret_cast<const cuda_th::RowsLauncher*>(static_cast<intptr_t>(ctx->saved_data["kernels"].toInt()));
-    const Problem p = problem(Q, K, V, P_l, P_w, bias, mask, ctx->saved_data["block"].toInt(), kernels);
+    Problem p = problem(Q, K, V, P_l, P_w, bias, mask, ctx->saved_data["block"].toInt(), kernels);
     TORCH_CHECK(!p.kernels == !lse.defined(), "tiled attention: the backward's path differs from its forward's");
     if (ctx->saved_data["flash"].toBool()) {
       variable_list flash = flash_backward(p, s, grads[0]);
       if (!flash.empty()) return flash;
     }
+    p.heads_major(Q, K, V);
     const Tensor dOh = grads[0].transpose(1, 2).contiguous();  // [b,h_v,n,d_v]
     const int64_t n = Q.size(1);
     const auto wide = Q.options().dtype(p.Qh.scalar_type() == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32);

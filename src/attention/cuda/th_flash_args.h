@@ -70,7 +70,7 @@ inline FlashLayout flash_layout(int H, int h_k, int d_k) {
 // The flash backward (th_flash_backward.cuh): a block owns 16 keys of one example and takes the
 // query rows 16 at a time (a chunk), 8 warps; two launches of one kernel: pass D adds each chunk's
 // share of D = sum over keys of W dW into D [b,h,n] (fp32 atomics), pass G makes the gradients:
-// dK and dV of its keys in registers (stored once, fp32), dQ by fp32 atomics per chunk, the
+// dK and dV of its keys in registers (stored once, rounded to T), dQ by fp32 atomics per chunk, the
 // projections' gradients per block (partial sums), the bias's by fp32 atomics.
 template <typename T>
 struct FlashBackArgs {
@@ -80,7 +80,7 @@ struct FlashBackArgs {
   const T* Kt = nullptr;           // K transposed, [b,h_k,d_k,m8], zero from key m to m8
   float* D = nullptr;              // [b,h,n]: pass D adds into it (zeroed), pass G reads it
   float* dQ = nullptr;             // [b,n,h_k,d_k], zeroed: the blocks add into it
-  float *dK = nullptr, *dV = nullptr;  // [b,m,h_k,d_k], [b,m,h_v,d_v]: each block stores its keys
+  T *dK = nullptr, *dV = nullptr;  // [b,m,h_k,d_k], [b,m,h_v,d_v]: each block stores its keys
   float* dbias = nullptr;          // zeroed, added at dbias_stride over [b,h,n,m]; or null
   int64_t dbias_stride[4] = {0, 0, 0, 0};
   float* dP = nullptr;             // [blocks][dP_l (h_k h, with P_l), dP_w (h h_v, with P_w)], x fastest

@@ -294,7 +294,7 @@ THX_DEVICE void chunk_grads(const FlashBackArgs<thx_bf16>& a, const Shared& s, i
   }
 }
 
-// The block's dK and dV (its keys, fp32) and its partial sums of the projections' gradients.
+// The block's dK and dV (its keys, rounded to bf16) and its partial sums of the projections' gradients.
 template <int H, int D>
 THX_DEVICE void store_grads(const FlashBackArgs<thx_bf16>& a, int bb, int kb0, const Lane& L,
                             const float (&dk)[H / 8][D / 8][4], const float (&dv)[H / 8][D / 8][4],
@@ -308,8 +308,10 @@ THX_DEVICE void store_grads(const FlashBackArgs<thx_bf16>& a, int bb, int kb0, c
       for (int x = 0; x < 4; ++x) {
         const int head = L.w + WARPS * hi, key = kb0 + L.g + 8 * (x >> 1), col = 8 * e + 2 * L.t + (x & 1);
         if (key >= f.m) continue;
-        if (head < f.h_v && col < f.d_v) a.dV[((int64_t(bb) * f.m + key) * f.h_v + head) * f.d_v + col] = dv[hi][e][x];
-        if (head < f.h_k && col < f.d_k) a.dK[((int64_t(bb) * f.m + key) * f.h_k + head) * f.d_k + col] = dk[hi][e][x];
+        if (head < f.h_v && col < f.d_v)
+          a.dV[((int64_t(bb) * f.m + key) * f.h_v + head) * f.d_v + col] = thx_from_float<thx_bf16>(dv[hi][e][x]);
+        if (head < f.h_k && col < f.d_k)
+          a.dK[((int64_t(bb) * f.m + key) * f.h_k + head) * f.d_k + col] = thx_from_float<thx_bf16>(dk[hi][e][x]);
       }
   if (!a.dP) return;
   const int64_t sums = rows_partial_sums(f.h_k, f.h, f.h_v, f.P_l, f.P_w), nl = f.P_l ? int64_t(f.h_k) * f.h : 0;
