@@ -193,37 +193,49 @@ Problem problem(const Tensor& Q, const Tensor& K, const Tensor& V, const Tensor&
   return p;
 }
 
+// X [b,m,heads,d] as X^T [b,heads,d,m8], zero from key m on (the flash kernels' B operand whose k
+// is the keys: V's forward, K's backward).
+Tensor keys_transposed(const Tensor& X, int64_t m8) {
+  Tensor t = torch::zeros({X.size(0), X.size(2), X.size(3), m8}, X.options());
+  t.narrow(3, 0, X.size(1)).copy_(X.permute({0, 2, 3, 1}));
+  return t;
+}
+
+// What both flash kernels take from the problem: Q, K (contiguous), the mixings, the bias and mask
+// with their strides, the rows' LSE, and the sizes.
+cuda_th::FlashArgs<thx_bf16> flash_args(const Problem& p, const Tensor& Q, const Tensor& K, const Tensor& V,
+                                        const Tensor& lse) {
+  cuda_th::FlashArgs<thx_bf16> a;
+  if (p.bias.defined()) a.bias = p.bias.data_ptr<float>(), broadcast_strides(p.bias, a.bias_stride);
+  if (p.mask.defined())
+    a.mask = reinterpret_cast<const uint8_t*>(p.mask.data_ptr<bool>()), broadcast_strides(p.mask, a.mask_stride);
+  if (p.P_l.defined()) a.P_l = p.P_l.data_ptr<float>();
+  if (p.P_w.defined()) a.P_w = p.P_w.data_ptr<float>();
+  a.Q = static_cast<const thx_bf16*>(Q.data_ptr()), a.K = static_cast<const thx_bf16*>(K.data_ptr());
+  a.lse = lse.data_ptr<float>();
+  a.b = int(Q.size(0)), a.n = int(Q.size(1)), a.m = int(K.size(1)), a.m8 = (a.m + 7) / 8 * 8;
+  a.h_k = int(Q.size(2)), a.h = int(p.h), a.h_v = int(V.size(2)), a.d_k = int(Q.size(3)), a.d_v = int(V.size(3));
+  return a;
+}
+bool aligned16(const Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0; }
+
 // O [b,n,h_v,d_v] by the flash forward in one launch, with the rows' LSE into lse, where the
 // launcher has it and it takes the problem (th_flash_args.h); else undefined.
 Tensor flash_forward(const Problem& p, const Tensor& Q, const Tensor& K, const Tensor& V, const Tensor& lse) {
   if (!p.kernels->flash_forward || Q.scalar_type() != torch::kBFloat16) return Tensor();
   const Tensor Qc = Q.contiguous(), Kc = K.contiguous();
-  const int64_t b = Q.size(0), n = Q.size(1), m = K.size(1), h_k = Q.size(2), d_k = Q.size(3);
-  const int64_t h_v = V.size(2), d_v = V.size(3), m8 = (m + 7) / 8 * 8;
-  cuda_th::FlashArgs<thx_bf16> a;
-  if (p.bias.defined()) a.bias = p.bias.data_ptr<float>(), broadcast_strides(p.bias, a.bias_stride);
-  if (p.mask.defined())
-    a.mask = reinterpret_cast<const uint8_t*>(p.mask.data_ptr<bool>()), broadcast_strides(p.mask, a.mask_stride);
-  Tensor O = torch::empty({b, n, h_v, d_v}, V.options());
-  auto aligned = [](const Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0; };
-  if (!cuda_th::flash_unsupported(int(h_k), int(p.h), int(h_v), int(d_k), int(d_v), n, m, a.bias_stride,
-                                  a.mask_stride, aligned(Qc) && aligned(Kc) && aligned(O),
-                                  p.kernels->flash_shared_limit)
+  cuda_th::FlashArgs<thx_bf16> a = flash_args(p, Qc, Kc, V, lse);
+  Tensor O = torch::empty({a.b, a.n, a.h_v, a.d_v}, V.options());
+  if (!cuda_th::flash_unsupported(a.h_k, a.h, a.h_v, a.d_k, a.d_v, a.n, a.m, a.bias_stride, a.mask_stride,
+                                  aligned16(Qc) && aligned16(Kc) && aligned16(O), p.kernels->flash_shared_limit)
            .empty())
     return Tensor();
-  Tensor Vt = torch::zeros({b, h_v, d_v, m8}, V.options());  // V^T, zero from key m on
-  Vt.narrow(3, 0, m).copy_(V.permute({0, 2, 3, 1}));
-  a.Q = static_cast<const thx_bf16*>(Qc.data_ptr()), a.K = static_cast<const thx_bf16*>(Kc.data_ptr());
-  a.Vt = static_cast<const thx_bf16*>(Vt.data_ptr());
-  if (p.P_l.defined()) a.P_l = p.P_l.data_ptr<float>();
-  if (p.P_w.defined()) a.P_w = p.P_w.data_ptr<float>();
-  a.lse = lse.data_ptr<float>(), a.O = static_cast<thx_bf16*>(O.data_ptr());
-  a.b = int(b), a.n = int(n), a.m = int(m), a.m8 = int(m8), a.h_k = int(h_k), a.h = int(p.h), a.h_v = int(h_v);
-  a.d_k = int(d_k), a.d_v = int(d_v);
-  const cuda_th::FlashBucket B = cuda_th::flash_bucket(int(std::max({h_k, p.h, h_v})), int(d_v));
+  const Tensor Vt = keys_transposed(V, a.m8);
+  a.Vt = static_cast<const thx_bf16*>(Vt.data_ptr()), a.O = static_cast<thx_bf16*>(O.data_ptr());
+  const cuda_th::FlashBucket B = cuda_th::flash_bucket(std::max({a.h_k, a.h, a.h_v}), a.d_v);
   // The grid as the row kernels': the examples along x, fastest (a bias broadcast over them read from L2).
-  p.kernels->flash_forward(a, B.H, B.DV, unsigned(b), unsigned((n + cuda_th::kFlashRows - 1) / cuda_th::kFlashRows),
-                           cuda_th::flash_layout(B.H, int(h_k), int(d_k)).bytes);
+  const unsigned row_blocks = unsigned((a.n + cuda_th::kFlashRows - 1) / cuda_th::kFlashRows);
+  p.kernels->flash_forward(a, B.H, B.DV, unsigned(a.b), row_blocks, cuda_th::flash_layout(B.H, a.h_k, a.d_k).bytes);
   return O;
 }
 
@@ -234,36 +246,25 @@ torch::autograd::variable_list flash_backward(const Problem& p, const std::vecto
   const Tensor &Q = saved[0], &K = saved[1], &V = saved[2], &lse = saved[7];
   if (!p.kernels->flash_backward || dO.scalar_type() != torch::kBFloat16) return {};
   const Tensor Qc = Q.contiguous(), Kc = K.contiguous(), Vc = V.contiguous(), dOc = dO.contiguous();
-  const int64_t b = Q.size(0), n = Q.size(1), m = K.size(1), h_k = Q.size(2), d_k = Q.size(3);
-  const int64_t h_v = V.size(2), d_v = V.size(3), m8 = (m + 7) / 8 * 8;
   cuda_th::FlashBackArgs<thx_bf16> a;
-  cuda_th::FlashArgs<thx_bf16>& f = a.f;
-  if (p.bias.defined()) f.bias = p.bias.data_ptr<float>(), broadcast_strides(p.bias, f.bias_stride);
-  if (p.mask.defined())
-    f.mask = reinterpret_cast<const uint8_t*>(p.mask.data_ptr<bool>()), broadcast_strides(p.mask, f.mask_stride);
+  a.f = flash_args(p, Qc, Kc, Vc, lse);
+  const cuda_th::FlashArgs<thx_bf16>& f = a.f;
+  const int64_t b = f.b, n = f.n, m = f.m, h_k = f.h_k, d_k = f.d_k, h_v = f.h_v, d_v = f.d_v;
   const auto fp32 = Q.options().dtype(torch::kFloat32);
   Tensor dbias = p.bias.defined() ? torch::zeros(p.bias.sizes(), fp32) : Tensor();
   if (dbias.defined()) broadcast_strides(dbias, a.dbias_stride);
-  auto aligned = [](const Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0; };
-  if (!cuda_th::flash_back_unsupported(int(h_k), int(p.h), int(h_v), int(d_k), int(d_v), b, n, m, f.bias_stride,
-                                       f.mask_stride, a.dbias_stride,
-                                       aligned(Qc) && aligned(Kc) && aligned(Vc) && aligned(dOc),
+  if (!cuda_th::flash_back_unsupported(f.h_k, f.h, f.h_v, f.d_k, f.d_v, b, n, m, f.bias_stride, f.mask_stride,
+                                       a.dbias_stride,
+                                       aligned16(Qc) && aligned16(Kc) && aligned16(Vc) && aligned16(dOc),
                                        p.kernels->flash_shared_limit)
            .empty())
     return {};
-  Tensor Kt = torch::zeros({b, h_k, d_k, m8}, K.options());  // K^T, zero from key m on
-  Kt.narrow(3, 0, m).copy_(K.permute({0, 2, 3, 1}));
+  const Tensor Kt = keys_transposed(Kc, f.m8);
   Tensor D = torch::zeros({b, p.h, n}, fp32), dQ = torch::zeros({b, n, h_k, d_k}, fp32);
   Tensor dK = torch::empty({b, m, h_k, d_k}, K.options()), dV = torch::empty({b, m, h_v, d_v}, V.options());
   const unsigned gx = unsigned((m + 15) / 16), gy = unsigned(b);
-  const int64_t sums = cuda_th::rows_partial_sums(int(h_k), int(p.h), int(h_v), p.P_l.defined(), p.P_w.defined());
+  const int64_t sums = cuda_th::rows_partial_sums(f.h_k, f.h, f.h_v, p.P_l.defined(), p.P_w.defined());
   Tensor partial = sums > 0 ? torch::empty({int64_t(gx) * gy, sums}, fp32) : Tensor();
-  f.Q = static_cast<const thx_bf16*>(Qc.data_ptr()), f.K = static_cast<const thx_bf16*>(Kc.data_ptr());
-  if (p.P_l.defined()) f.P_l = p.P_l.data_ptr<float>();
-  if (p.P_w.defined()) f.P_w = p.P_w.data_ptr<float>();
-  f.lse = lse.data_ptr<float>();
-  f.b = int(b), f.n = int(n), f.m = int(m), f.m8 = int(m8), f.h_k = int(h_k), f.h = int(p.h), f.h_v = int(h_v);
-  f.d_k = int(d_k), f.d_v = int(d_v);
   a.V = static_cast<const thx_bf16*>(Vc.data_ptr()), a.dO = static_cast<const thx_bf16*>(dOc.data_ptr());
   a.Kt = static_cast<const thx_bf16*>(Kt.data_ptr()), a.D = D.data_ptr<float>(), a.dQ = dQ.data_ptr<float>();
   a.dK = static_cast<thx_bf16*>(dK.data_ptr()), a.dV = static_cast<thx_bf16*>(dV.data_ptr());
@@ -281,8 +282,7 @@ torch::autograd::variable_list flash_backward(const Problem& p, const std::vecto
     if (p.P_w.defined()) dP_w = total.narrow(0, nl, p.h * h_v).view({p.h, h_v}).to(saved[4].scalar_type());
   }
   if (dbias.defined()) dbias = dbias.sum_to_size(saved[5].sizes()).to(saved[5].scalar_type());
-  return {dQ.to(Q.scalar_type()), dK, dV, dP_l, dP_w, dbias,
-          Tensor(), Tensor(), Tensor()};
+  return {dQ.to(Q.scalar_type()), dK, dV, dP_l, dP_w, dbias, Tensor(), Tensor(), Tensor()};
 }
 
 struct TiledFn : torch::autograd::Function<TiledFn> {
