@@ -14,6 +14,11 @@ string(REPLACE "\n" ";" lines "${listing}")
 # waited. Only the order depends on these numbers.
 set(costs BadInputCampaign 140 Cli 140 SweepRun 115 Precision 35 EncoderContext 30 FinetuneResume 20
           Predict 17 EncoderParameters 16 Bf16Step 16 Recall 14 BadInput 13 CheckpointFaults 12)
+# The suites that run kernels on the CUDA emulator (common/cuda_compat.h): each runs twice, its
+# threads taking turns in ascending order (the emulator's default) and, as a second test named
+# "<suite>.* descending", in descending order, so that a race between two threads shows in one of
+# them (emu::Order). tests/common/cuda_emulator_test.cpp checks that the list names every such suite.
+set(emulated Emulator CudaMma Flash TiledRowKernels TiledRowKernelsTc FusedThEmulated FusedThPadded RmsNormEmulated)
 set(text "")
 foreach(line IN LISTS lines)
   if(line MATCHES "^([A-Za-z_][A-Za-z0-9_/]*)\\.")
@@ -27,6 +32,12 @@ foreach(line IN LISTS lines)
       set(cost " COST ${seconds}")
     endif()
     string(APPEND text "set_tests_properties([=[${suite}.*]=] PROPERTIES LABELS ${LABEL}${cost})\n")
+    list(FIND emulated "${suite}" emu)
+    if(emu GREATER_EQUAL 0)
+      string(APPEND text "add_test([=[${suite}.* descending]=] \"${EXE}\" [=[--gtest_filter=${suite}.*]=])\n"
+                         "set_tests_properties([=[${suite}.* descending]=] PROPERTIES LABELS ${LABEL}${cost} "
+                         "ENVIRONMENT THX_EMU_ORDER=descending)\n")
+    endif()
   endif()
 endforeach()
 set(old "")

@@ -5,9 +5,9 @@
 //    to PTX on a machine without CUDA (tests/common/cuda_kernels_ptx_test.cpp), so that a syntax
 //    or type error shows before a GPU session; the math there is approximate and never run.
 //  - a plain C++ compiler: an emulator, so the kernels' logic is tested on the CPU. A launch runs
-//    one thread block at a time, each CUDA thread as an OS thread, __syncthreads() a barrier
-//    among them, dynamic shared memory one buffer per block. Slow, exact: for tests at small
-//    sizes only.
+//    one thread block at a time, each CUDA thread a fiber taking turns in a fixed order (or an OS
+//    thread, all at once), __syncthreads() a barrier among them, dynamic shared memory one buffer
+//    per block; two orders show races (emu::Order). Slow, exact: for tests at small sizes only.
 // The kernels use: threadIdx.x, blockIdx.{x,y}, blockDim.x, gridDim.x, __syncthreads(), dynamic
 // shared memory (THX_SHARED), fixed shared arrays (THX_STATIC_SHARED), the most threads a block
 // is launched with and the fewest blocks a multiprocessor must hold at once (THX_LAUNCH_BOUNDS:
@@ -110,8 +110,13 @@ THX_DEVICE uint32_t thx_umulhi(uint32_t a, uint32_t b) { return __nvvm_mulhi_ui(
 #include <limits>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
+#include <utility>
 #include <vector>
+
+#include <sys/mman.h>
+#include <ucontext.h>
 
 #define __global__
 #define THX_DEVICE inline
@@ -126,26 +131,68 @@ struct Dim3 {
   unsigned x = 1, y = 1, z = 1;
 };
 
-// One block's barrier: the last of `count` threads to arrive releases the others.
+// The order a launch's threads run in (launch_order()): one at a time as fibers of the launching
+// thread, each until it waits at a barrier or ends, the next being the lowest (ascending, the
+// default) or highest (descending) thread id not waiting; or all at once as OS threads
+// (concurrent). A kernel that reads another thread's shared memory without a barrier between, or
+// overwrites it before the other has read it, gives different results in the two serialized
+// orders: one of them sees bytes that are not there on the GPU at some moment (the tests' race
+// check, the emulator's counterpart of compute-sanitizer's racecheck; CTest runs each emulator
+// suite in both). Set by ScopedOrder, or for a test binary by THX_EMU_ORDER.
+enum class Order { concurrent, ascending, descending };
+inline std::atomic<int> g_order{-1};  // -1: THX_EMU_ORDER, else ascending
+
+inline Order launch_order() {
+  const int o = g_order.load();
+  if (o >= 0) return Order(o);
+  const char* env = std::getenv("THX_EMU_ORDER");
+  const std::string e = env ? env : "";
+  if (e.empty() || e == "ascending") return Order::ascending;
+  if (e == "concurrent") return Order::concurrent;
+  if (e == "descending") return Order::descending;
+  std::fprintf(stderr, "THX_EMU_ORDER=%s: allowed are concurrent, ascending, descending\n", env);
+  std::exit(2);
+}
+
+// The launches in this scope run in `order`.
+class ScopedOrder {
+ public:
+  explicit ScopedOrder(Order order) : before_(g_order.exchange(int(order))) {}
+  ~ScopedOrder() { g_order.store(before_); }
+  ScopedOrder(const ScopedOrder&) = delete;
+  ScopedOrder& operator=(const ScopedOrder&) = delete;
+
+ private:
+  int before_;
+};
+
+class Barrier;
+struct Warp;
+class Turns;
+
+// What a CUDA thread sees of its block (t_block; with threadIdx and the rest below, a fiber's own).
+struct Block {
+  Barrier* barrier = nullptr;
+  std::vector<unsigned char>* shared = nullptr;
+  std::mutex* atomics = nullptr;
+  std::vector<std::unique_ptr<Warp>>* warps = nullptr;
+  Turns* turns = nullptr;  // a serialized launch's
+  int thread = 0;
+};
+inline thread_local Block t_block;
+
+// One block's barrier (or a warp's): the last of `count` threads to arrive releases the others.
 class Barrier {
  public:
   explicit Barrier(int count) : count_(count) {}
-  void wait() {
-    std::unique_lock<std::mutex> lock(mu_);
-    const long gen = generation_;
-    if (++arrived_ == count_) {
-      arrived_ = 0, ++generation_;
-      cv_.notify_all();
-    } else {
-      cv_.wait(lock, [&] { return generation_ != gen; });
-    }
-  }
+  void wait();  // below
 
  private:
   std::mutex mu_;
   std::condition_variable cv_;
   int count_, arrived_ = 0;
   long generation_ = 0;
+  std::vector<int> waiting_;  // a serialized launch's threads waiting here
 };
 
 // A warp's lanes exchanging values: each writes its slot, all wait, each reads its partner's.
@@ -153,7 +200,7 @@ struct Warp {
   explicit Warp(int lanes) : barrier(lanes) {}
   float slots[32];
   uint32_t words[32][6];  // a tensor-core product's operand words (common/cuda_mma.h)
-  const void* rows[32];   // ldmatrix's row addresses (common/cuda_mma.h)
+  unsigned char rows[32][16];  // ldmatrix's rows, as each lane read its own (common/cuda_mma.h)
   Barrier barrier;
 };
 
@@ -162,13 +209,6 @@ struct Warp {
 // product took them.
 inline std::atomic<int64_t> vector_reductions{0}, vector_copies{0}, matrix_loads{0}, matrix_loads_trans{0};
 
-struct Block {
-  Barrier* barrier = nullptr;
-  std::vector<unsigned char>* shared = nullptr;
-  std::mutex* atomics = nullptr;
-  std::vector<std::unique_ptr<Warp>>* warps = nullptr;
-};
-inline thread_local Block t_block;
 inline unsigned char* shared_memory() { return t_block.shared->data(); }
 // Whether [p, p + bytes) lies in the running block's shared memory.
 inline bool in_shared_memory(const void* p, size_t bytes) {
@@ -257,35 +297,161 @@ THX_DEVICE uint32_t thx_umulhi(uint32_t a, uint32_t b) { return uint32_t(uint64_
 
 namespace thx::emu {
 
-// kernel<<<grid, threads, shared_bytes>>>(): the blocks in turn, each block's threads at once:
-// one OS thread per CUDA thread for the whole launch, the same threads taking block after block
-// with a barrier between (starting threads for every block made the emulator's tests slow). The
-// shared buffer is filled with NaN bytes before each block, so that a kernel reading what it did
-// not write shows in its results.
+// A serialized launch (launch_order()): its CUDA threads as fibers (ucontext) of the launching OS
+// thread, one running at a time; the running one hands over at a barrier or at its end to the next
+// in the order, each fiber keeping its own threadIdx, blockIdx, blockDim, gridDim and t_block. A
+// hand-over is a function call, not a wake-up of an OS thread, so serialized launches are faster
+// than concurrent ones.
+class Turns {
+ public:
+  Turns(int threads, Order order, std::function<void(int)> body)
+      : ascending_(order == Order::ascending), body_(std::move(body)), fibers_(size_t(threads)) {
+    for (Fiber& f : fibers_) {
+      const int flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE;
+      f.stack = static_cast<char*>(mmap(nullptr, kStack, PROT_READ | PROT_WRITE, flags, -1, 0));
+      if (f.stack == MAP_FAILED) {
+        std::fprintf(stderr, "emulator: no memory for %d threads' stacks\n", threads);
+        std::abort();
+      }
+      mprotect(f.stack, 4096, PROT_NONE);  // a guard page: overflowing faults instead of corrupting
+      getcontext(&f.context);
+      f.context.uc_stack.ss_sp = f.stack, f.context.uc_stack.ss_size = kStack, f.context.uc_link = nullptr;
+      makecontext(&f.context, entry, 0);
+    }
+  }
+  ~Turns() {
+    for (Fiber& f : fibers_) munmap(f.stack, kStack);
+  }
+  Turns(const Turns&) = delete;
+  Turns& operator=(const Turns&) = delete;
+
+  // From the launching thread: every fiber until all have ended.
+  void run() {
+    const Saved caller = Saved::now();
+    t_running = this;
+    running_ = pick();
+    swapcontext(&main_, &fibers_[size_t(running_)].context);
+    caller.restore();
+  }
+  // Thread t waits at a barrier (waiting: its threads so far); the last to arrive readies them all.
+  void arrive(int t, std::vector<int>& waiting, int count) {
+    waiting.push_back(t);
+    fibers_[size_t(t)].state = kWaiting;
+    if (int(waiting.size()) == count) {
+      for (int w : waiting) fibers_[size_t(w)].state = kReady;
+      waiting.clear();
+    }
+    hand_over(t);
+  }
+
+ private:
+  enum State : char { kReady, kWaiting, kDone };
+  // The thread-locals a fiber sees.
+  struct Saved {
+    Block block;
+    Dim3 thread, block_idx, dim, grid;
+    static Saved now() { return {t_block, threadIdx, blockIdx, blockDim, gridDim}; }
+    void restore() const { t_block = block, threadIdx = thread, blockIdx = block_idx, blockDim = dim, gridDim = grid; }
+  };
+  struct Fiber {
+    ucontext_t context;
+    char* stack = nullptr;
+    State state = kReady;
+    Saved saved;
+  };
+  static constexpr size_t kStack = size_t(1) << 20;  // committed only as used (MAP_NORESERVE)
+  static inline thread_local Turns* t_running = nullptr;
+
+  static void entry() {
+    Turns* T = t_running;
+    const int t = T->running_;
+    T->body_(t);
+    T->fibers_[size_t(t)].state = kDone;
+    T->hand_over(t);  // does not come back
+  }
+  int pick() const {
+    const int n = int(fibers_.size());
+    for (int i = 0; i < n; ++i) {
+      const int t = ascending_ ? i : n - 1 - i;
+      if (fibers_[size_t(t)].state == kReady) return t;
+    }
+    return -1;
+  }
+  void hand_over(int t) {
+    const int next = pick();
+    if (next == t) return;
+    Fiber& me = fibers_[size_t(t)];
+    me.saved = Saved::now();
+    if (next < 0) {
+      for (const Fiber& f : fibers_)
+        if (f.state == kWaiting) {
+          std::fprintf(stderr, "emulator: every thread left waits at a barrier that not all reach"
+                               " (a GPU hangs here)\n");
+          std::abort();
+        }
+      swapcontext(&me.context, &main_);  // every fiber has ended
+      return;
+    }
+    running_ = next;
+    swapcontext(&me.context, &fibers_[size_t(next)].context);
+    me.saved.restore();
+  }
+
+  bool ascending_;
+  std::function<void(int)> body_;
+  std::vector<Fiber> fibers_;
+  ucontext_t main_;
+  int running_ = -1;
+};
+
+inline void Barrier::wait() {
+  if (Turns* turns = t_block.turns) return turns->arrive(t_block.thread, waiting_, count_);
+  std::unique_lock<std::mutex> lock(mu_);
+  const long gen = generation_;
+  if (++arrived_ == count_) {
+    arrived_ = 0, ++generation_;
+    cv_.notify_all();
+  } else {
+    cv_.wait(lock, [&] { return generation_ != gen; });
+  }
+}
+
+// kernel<<<grid, threads, shared_bytes>>>(): the blocks in turn, each block's threads at once as
+// OS threads (or taking turns as fibers: launch_order()), the same threads taking block after
+// block with a barrier between (starting threads for every block made the emulator's tests slow).
+// The shared buffer is filled with NaN bytes before each block, so that a kernel reading what it
+// did not write shows in its results.
 inline void launch(Dim3 grid, int threads, size_t shared_bytes, const std::function<void()>& kernel) {
   std::vector<unsigned char> shared(shared_bytes);
   std::mutex atomics;
   Barrier barrier(threads);
   std::vector<std::unique_ptr<Warp>> warps;
   for (int w = 0; w < threads; w += 32) warps.push_back(std::make_unique<Warp>(std::min(32, threads - w)));
+  const Order order = launch_order();
+  std::unique_ptr<Turns> turns;
+  auto thread = [&](int t) {
+    t_block = Block{&barrier, &shared, &atomics, &warps, turns.get(), t};
+    threadIdx = Dim3{unsigned(t), 0, 0};
+    blockDim = Dim3{unsigned(threads), 1, 1};
+    gridDim = grid;
+    for (unsigned z = 0; z < grid.z; ++z)
+      for (unsigned y = 0; y < grid.y; ++y)
+        for (unsigned x = 0; x < grid.x; ++x) {
+          if (t == 0) std::fill(shared.begin(), shared.end(), static_cast<unsigned char>(0xff));
+          barrier.wait();  // the buffer is new before the block starts
+          blockIdx = Dim3{x, y, z};
+          kernel();
+          barrier.wait();  // every thread is done with the block before the next one's reset
+        }
+  };
+  if (order != Order::concurrent) {
+    turns = std::make_unique<Turns>(threads, order, thread);
+    turns->run();
+    return;
+  }
   std::vector<std::thread> pool;
-  pool.reserve(threads);
-  for (int t = 0; t < threads; ++t)
-    pool.emplace_back([&, t] {
-      t_block = Block{&barrier, &shared, &atomics, &warps};
-      threadIdx = Dim3{unsigned(t), 0, 0};
-      blockDim = Dim3{unsigned(threads), 1, 1};
-      gridDim = grid;
-      for (unsigned z = 0; z < grid.z; ++z)
-        for (unsigned y = 0; y < grid.y; ++y)
-          for (unsigned x = 0; x < grid.x; ++x) {
-            if (t == 0) std::fill(shared.begin(), shared.end(), static_cast<unsigned char>(0xff));
-            barrier.wait();  // the buffer is new before the block starts
-            blockIdx = Dim3{x, y, z};
-            kernel();
-            barrier.wait();  // every thread is done with the block before the next one's reset
-          }
-    });
+  pool.reserve(size_t(threads));
+  for (int t = 0; t < threads; ++t) pool.emplace_back(thread, t);
   for (std::thread& th : pool) th.join();
 }
 

@@ -58,12 +58,17 @@ THX_DEVICE void thx_ldmatrix(uint32_t* r, const void* row) {
     std::abort();
   }
   if (lane == 0) ++(Trans ? thx::emu::matrix_loads_trans : thx::emu::matrix_loads);
-  w.rows[lane] = row;
+  // Each lane's row is read as the lane arrives, not once all have: ldmatrix.sync orders nothing in
+  // memory (and the compiler may move a plain store past it), so a row another lane stored into
+  // needs thx_syncwarp between; without one a serialized order shows stale bytes (emu::Order).
+  if (lane < 8 * N) std::memcpy(w.rows[lane], row, 16);
   w.barrier.wait();
   for (int j = 0; j < N; ++j) {
     const int l = int(lane);
     auto at = [&](int row_in_matrix, int column) {
-      return uint32_t(static_cast<const uint16_t*>(w.rows[8 * j + row_in_matrix])[column]);
+      uint16_t v;
+      std::memcpy(&v, w.rows[8 * j + row_in_matrix] + 2 * column, 2);
+      return uint32_t(v);
     };
     r[j] = Trans ? at(2 * (l % 4), l / 4) | at(2 * (l % 4) + 1, l / 4) << 16
                  : at(l / 4, 2 * (l % 4)) | at(l / 4, 2 * (l % 4) + 1) << 16;

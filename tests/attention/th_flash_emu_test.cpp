@@ -9,6 +9,7 @@
 //    partial) and two tiles of keys (the last partial within a warp, or a warp without keys), and
 //    for the backward blocks of keys (the last partial) and chunks of rows: every result within
 //    its bound;
+//  - no race: the same with the threads taking turns in either order or all at once (emu::Order);
 //  - the controls: the bound rejects a moved P_w, a row with no key gives 0 and no NaN, the
 //    problems it does not take (fp32, widths, shared memory, offsets) run the blocks of rows, and
 //    flash_unsupported names each reason.
@@ -115,6 +116,30 @@ TEST(Flash, Controls) {
   run(core::inputs(cases().front(), Extra::bias_padding, torch::kBFloat16, 16, 8), 0, &small);
   EXPECT_EQ(g_flash_launches, flash);
   EXPECT_EQ(g_flash_back_launches, back);
+}
+
+// The kernels' threads taking turns in ascending and in descending order, and all at once
+// (emu::Order: a thread that reads what another wrote without a barrier between, or overwrites
+// what another has yet to read, sees different bytes in one of the first two): O equal bit for
+// bit in all three (the forward adds in a fixed order), and every result within its bound in each
+// (the backward's atomics add in the order the threads come). A variant with bias, padding and a
+// causal mask over two blocks of rows and three of keys. (CTest runs every test of this file in
+// both serialized orders too.)
+TEST(Flash, NoRaceWhenThreadsTakeTurnsInEitherOrder) {
+  const cuda_th::RowsLauncher kernels = emulator_flash(32);
+  torch::manual_seed(11);
+  Inputs in = wide_inputs(12, 16, 10, 16, 20, 40);
+  in.mask = in.mask & torch::ones({20, 40}, torch::kBool).tril().view({1, 1, 20, 40});
+  const core::TcBounds B = tensor_core_bounds(in, true);
+  std::vector<Tensor> O;
+  for (emu::Order order : {emu::Order::ascending, emu::Order::descending, emu::Order::concurrent}) {
+    SCOPED_TRACE(int(order));
+    emu::ScopedOrder turns(order);
+    const std::vector<Tensor> got = run(in, 0, &kernels);
+    O.push_back(got[0]);
+    EXPECT_TRUE(torch::equal(got[0], O[0]));
+    EXPECT_TRUE(within_tc_bounds(got, B));
+  }
 }
 
 // What flash_unsupported names: each reason on its own, "" for T5-base's widths at n = m = 2048.
