@@ -52,6 +52,13 @@ torch::Tensor heads_softmax_reference(const torch::Tensor& J, const torch::Tenso
                                       const torch::Tensor& P_w, const torch::Tensor& bias,
                                       const torch::Tensor& mask);
 
+// fused.cpp's CPU cores alone (fp32 or bf16 Q, K, V on the CPU, fp32 mixings and bias, a bias
+// and mask readable row by row, the fused code enabled); undefined where they do not take the
+// call. attention_core (core_paths.cpp) routes through it.
+torch::Tensor cpu_attention_core(const torch::Tensor& Q, const torch::Tensor& K, const torch::Tensor& V,
+                                 const torch::Tensor& P_l, const torch::Tensor& P_w, const torch::Tensor& bias,
+                                 const torch::Tensor& mask);
+
 // Use the fused code where it applies (default true). For tests and benchmarks.
 void set_fused_attention(bool enabled);
 bool fused_attention_enabled();

@@ -1,0 +1,89 @@
+// core_paths.cpp: which path attention_core takes (attention/fused.h: the switches, `--th-path`).
+// On the CPU the fused row-kernel cores of fused.cpp where they take the call; on CUDA,
+// multi-head by ATen's scaled_dot_product_attention and the talking-heads family by the fused
+// kernels (cuda/th_fused.h), the flash kernels or blocks of query rows (tiled.h); else the ATen
+// composition attention_core_reference. One place decides, for every caller.
+#include <atomic>
+#include <limits>
+#include <string>
+
+#include "attention/cuda/th_fused.h"
+#include "attention/cuda/th_rows_args.h"
+#include "attention/fused.h"
+#include "attention/tiled.h"
+#include "common/torch_compat.h"
+
+namespace thx {
+
+using torch::Tensor;
+
+namespace {
+std::atomic<bool> g_sdpa{true}, g_tiled{true}, g_th_kernels{false};  // (th_path's default: tiled)
+std::atomic<bool> g_row_kernels{true}, g_row_tensor_cores{true}, g_flash_kernels{false};
+}  // namespace
+void set_sdpa_attention(bool enabled) { g_sdpa = enabled; }
+void set_tiled_attention(bool enabled) { g_tiled = enabled; }
+void set_th_kernels(bool enabled) { g_th_kernels = enabled; }
+void set_tiled_row_kernels(bool enabled) { g_row_kernels = enabled; }
+void set_row_tensor_cores(bool enabled) { g_row_tensor_cores = enabled; }
+void set_flash_kernels(bool enabled) { g_flash_kernels = enabled; }
+namespace {
+bool row_tensor_cores() { return g_row_tensor_cores && th_tensor_cores(); }
+}  // namespace
+std::string tiled_path_description() {
+  if (!g_row_kernels || !cuda_th_rows_launcher()) return "the tiled path (cuBLAS products, ATen's composition between)";
+  if (g_flash_kernels && row_tensor_cores())
+    return "thx's flash kernels (bf16 on tensor cores, forward and backward; else the tiled path: cuBLAS products, "
+           "thx's row kernels between)";
+  return std::string("the tiled path (cuBLAS products, thx's row kernels between; bf16 mixings ") +
+         (row_tensor_cores() ? "on tensor cores)" : "as fp32 FMAs)");
+}
+
+namespace {
+std::string g_th_path = "tiled";  // set once, before any command runs
+bool g_th_path_chosen = false;
+}  // namespace
+void set_th_path(const std::string& path, bool chosen) {
+  TORCH_CHECK(path == "fused" || tiled_path(path) || path == "batched", "set_th_path: ", path);
+  g_th_path = path, g_th_path_chosen = chosen;
+  set_tiled_attention(path != "batched");
+  set_th_kernels(path == "fused");
+  set_tiled_row_kernels(path != "tiled-aten");
+  set_row_tensor_cores(path != "tiled-fma");
+  set_flash_kernels(path == "flash");
+}
+const std::string& th_path() { return g_th_path; }
+bool th_path_chosen() { return g_th_path_chosen; }
+
+Tensor attention_core(const Tensor& Q, const Tensor& K, const Tensor& V, const Tensor& P_l,
+                      const Tensor& P_w, const Tensor& bias, const Tensor& mask) {
+#if THX_HAVE_SDPA
+  if (!P_l.defined() && !P_w.defined() && Q.is_cuda() && g_sdpa) {
+    c10::optional<Tensor> additive;  // broadcastable to [b,h,n,m]; true = attend for a bool mask
+    if (bias.defined())
+      additive = mask.defined() ? torch::where(mask, bias, -std::numeric_limits<double>::infinity()).to(Q.scalar_type())
+                                : bias.to(Q.scalar_type());
+    else if (mask.defined())
+      additive = mask;
+    const Tensor O = at::scaled_dot_product_attention(Q.transpose(1, 2), K.transpose(1, 2), V.transpose(1, 2),
+                                                      additive, /*dropout_p=*/0.0, /*is_causal=*/false,
+                                                      /*scale=*/1.0);  // [b,h,n,d_v]
+    return O.transpose(1, 2);                                        // [b,n,h,d_v]
+  }
+#endif
+  // The talking-heads family off the CPU: thx's fused CUDA kernels (cuda/th_fused.h) where built
+  // and the problem is one they take, else blocks of query rows (tiled.h: cuBLAS's products, thx's
+  // row kernels between them where built); neither keeps anything of size [b,h,n,m].
+  if ((P_l.defined() || P_w.defined()) && !Q.device().is_cpu() && g_tiled) {
+    const cuda_th::Launcher* kernels = Q.is_cuda() && g_th_kernels ? cuda_th_launcher() : nullptr;
+    if (kernels && fused_th_unsupported(Q, K, V, P_l, P_w, bias, mask, *kernels).empty())
+      return fused_th_attention_core(Q, K, V, P_l, P_w, bias, mask, *kernels);
+    const cuda_th::RowsLauncher* rows =
+        Q.is_cuda() && g_row_kernels ? cuda_th_rows_launcher(row_tensor_cores(), g_flash_kernels) : nullptr;
+    return tiled_attention_core(Q, K, V, P_l, P_w, bias, mask, 0, rows);
+  }
+  const Tensor O = cpu_attention_core(Q, K, V, P_l, P_w, bias, mask);
+  return O.defined() ? O : attention_core_reference(Q, K, V, P_l, P_w, bias, mask);
+}
+
+}  // namespace thx
