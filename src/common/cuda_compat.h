@@ -100,6 +100,7 @@ THX_DEVICE void thx_zero16(void* to) { *static_cast<ThxBytes16*>(to) = ThxBytes1
 THX_DEVICE uint32_t thx_umulhi(uint32_t a, uint32_t b) { return __nvvm_mulhi_ui(a, b); }
 
 #else  // the host emulator
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <condition_variable>
@@ -170,10 +171,38 @@ class Barrier;
 struct Warp;
 class Turns;
 
+// A block's dynamic shared memory: `bytes` filled with NaN bytes before each block, between two
+// guard zones that a kernel must leave as they are (check(): a write past either end, which on a
+// GPU compute-sanitizer's memcheck reports, stops the launch).
+class SharedMemory {
+ public:
+  explicit SharedMemory(size_t bytes) : buffer_(bytes + 2 * kGuard), bytes_(bytes) {}
+  unsigned char* data() { return buffer_.data() + kGuard; }
+  size_t size() const { return bytes_; }
+  void reset() {
+    std::fill(buffer_.begin(), buffer_.end(), kGuardByte);
+    std::fill(data(), data() + bytes_, static_cast<unsigned char>(0xff));
+  }
+  void check() const {
+    for (size_t i = 0; i < buffer_.size(); ++i)
+      if ((i < kGuard || i >= kGuard + bytes_) && buffer_[i] != kGuardByte) {
+        std::fprintf(stderr, "emulator: a kernel wrote byte %td of a block's %zu bytes of shared memory (outside them;"
+                     " a GPU faults here)\n", ptrdiff_t(i) - ptrdiff_t(kGuard), bytes_);
+        std::abort();
+      }
+  }
+
+ private:
+  static constexpr size_t kGuard = 256;  // (a multiple of 16: the data stays 16-byte aligned)
+  static constexpr unsigned char kGuardByte = 0xa5;
+  std::vector<unsigned char> buffer_;
+  size_t bytes_;
+};
+
 // What a CUDA thread sees of its block (t_block; with threadIdx and the rest below, a fiber's own).
 struct Block {
   Barrier* barrier = nullptr;
-  std::vector<unsigned char>* shared = nullptr;
+  SharedMemory* shared = nullptr;
   std::mutex* atomics = nullptr;
   std::vector<std::unique_ptr<Warp>>* warps = nullptr;
   Turns* turns = nullptr;  // a serialized launch's
@@ -420,9 +449,9 @@ inline void Barrier::wait() {
 // OS threads (or taking turns as fibers: launch_order()), the same threads taking block after
 // block with a barrier between (starting threads for every block made the emulator's tests slow).
 // The shared buffer is filled with NaN bytes before each block, so that a kernel reading what it
-// did not write shows in its results.
+// did not write shows in its results, and a write past either of its ends stops the launch.
 inline void launch(Dim3 grid, int threads, size_t shared_bytes, const std::function<void()>& kernel) {
-  std::vector<unsigned char> shared(shared_bytes);
+  SharedMemory shared(shared_bytes);
   std::mutex atomics;
   Barrier barrier(threads);
   std::vector<std::unique_ptr<Warp>> warps;
@@ -437,11 +466,12 @@ inline void launch(Dim3 grid, int threads, size_t shared_bytes, const std::funct
     for (unsigned z = 0; z < grid.z; ++z)
       for (unsigned y = 0; y < grid.y; ++y)
         for (unsigned x = 0; x < grid.x; ++x) {
-          if (t == 0) std::fill(shared.begin(), shared.end(), static_cast<unsigned char>(0xff));
+          if (t == 0) shared.reset();
           barrier.wait();  // the buffer is new before the block starts
           blockIdx = Dim3{x, y, z};
           kernel();
           barrier.wait();  // every thread is done with the block before the next one's reset
+          if (t == 0) shared.check();
         }
   };
   if (order != Order::concurrent) {

@@ -3,7 +3,7 @@
 // the threads take turns in ascending and in descending order, across warps and within a warp,
 // and the same results once the barrier is there (also where the reader is ldmatrix, which is no
 // barrier); a warp barrier that not every lane reaches
-// stops the launch with a message instead of hanging; and CTest runs every suite that uses the
+// stops the launch with a message instead of hanging, and so does a write outside shared memory; and CTest runs every suite that uses the
 // emulator in both orders (cmake/gtest_suites.cmake's list names each).
 #include <gtest/gtest.h>
 
@@ -96,6 +96,20 @@ TEST(Emulator, ABarrierNotEveryLaneReachesStopsTheLaunch) {
     });
   };
   EXPECT_DEATH(diverge(), "a barrier that not all reach");
+}
+
+// A write one byte past shared memory's end, or before its start, stops the launch (a GPU faults).
+TEST(Emulator, AWriteOutsideSharedMemoryStopsTheLaunch) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  auto write_at = [](int offset) {
+    emu::launch({2, 1, 1}, 32, 64, [offset] {
+      THX_SHARED(bytes);
+      if (threadIdx.x == 5 && blockIdx.x == 1) bytes[offset] = 1;
+    });
+  };
+  write_at(63);  // inside: fine
+  EXPECT_DEATH(write_at(64), "a kernel wrote byte 64 of a block's 64 bytes of shared memory");
+  EXPECT_DEATH(write_at(-3), "a kernel wrote byte -3 of a block's 64 bytes of shared memory");
 }
 
 // The suites of the test files that launch on the emulator (emu::launch, or the launchers of
