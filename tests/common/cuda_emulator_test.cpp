@@ -2,8 +2,8 @@
 // reads another thread's shared memory without a barrier between gives different results when
 // the threads take turns in ascending and in descending order, across warps and within a warp,
 // and the same results once the barrier is there (also where the reader is ldmatrix, which is no
-// barrier); a warp barrier that not every lane reaches
-// stops the launch with a message instead of hanging, and so does a write outside shared memory; and CTest runs every suite that uses the
+// barrier). A warp barrier that not every lane reaches stops the launch with a message instead
+// of hanging, and so does a write outside shared memory. CTest runs every suite that uses the
 // emulator in both orders (cmake/gtest_suites.cmake's list names each).
 #include <gtest/gtest.h>
 
