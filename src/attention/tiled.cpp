@@ -102,6 +102,11 @@ struct Problem {
 void broadcast_strides(const Tensor& t, int64_t (&s)[4]) {
   for (int d = 0; d < 4; ++d) s[d] = t.size(d) == 1 ? 0 : t.stride(d);
 }
+// The same for a contiguous tensor of these sizes, before it is allocated.
+void contiguous_broadcast_strides(at::IntArrayRef sizes, int64_t (&s)[4]) {
+  int64_t step = 1;
+  for (int d = 3; d >= 0; --d) s[d] = sizes[d] == 1 ? 0 : step, step *= sizes[d];
+}
 
 template <typename T>
 Rows Problem::kernel_rows(const Tensor& J, const Tensor& dU, int64_t i0, int64_t ni, const Tensor& lse) const {
@@ -251,14 +256,17 @@ torch::autograd::variable_list flash_backward(const Problem& p, const std::vecto
   const cuda_th::FlashArgs<thx_bf16>& f = a.f;
   const int64_t b = f.b, n = f.n, m = f.m, h_k = f.h_k, d_k = f.d_k, h_v = f.h_v, d_v = f.d_v;
   const auto fp32 = Q.options().dtype(torch::kFloat32);
-  Tensor dbias = p.bias.defined() ? torch::zeros(p.bias.sizes(), fp32) : Tensor();
-  if (dbias.defined()) broadcast_strides(dbias, a.dbias_stride);
+  // (the bias's gradient allocated only once the kernels take the problem: at 48 heads and n = m =
+  // 2048 it is 800 MB, which a fallback would hold for nothing)
+  if (p.bias.defined()) contiguous_broadcast_strides(p.bias.sizes(), a.dbias_stride);
   if (!cuda_th::flash_back_unsupported(f.h_k, f.h, f.h_v, f.d_k, f.d_v, b, n, m, f.bias_stride, f.mask_stride,
                                        a.dbias_stride,
                                        aligned16(Qc) && aligned16(Kc) && aligned16(Vc) && aligned16(dOc),
                                        p.kernels->flash_shared_limit)
            .empty())
     return {};
+  Tensor dbias = p.bias.defined() ? torch::zeros(p.bias.sizes(), fp32) : Tensor();
+  if (dbias.defined()) broadcast_strides(dbias, a.dbias_stride);
   const Tensor Kt = keys_transposed(Kc, f.m8);
   Tensor D = torch::zeros({b, p.h, n}, fp32), dQ = torch::zeros({b, n, h_k, d_k}, fp32);
   Tensor dK = torch::empty({b, m, h_k, d_k}, K.options()), dV = torch::empty({b, m, h_v, d_v}, V.options());

@@ -112,6 +112,19 @@ TEST(Emulator, AWriteOutsideSharedMemoryStopsTheLaunch) {
   EXPECT_DEATH(write_at(-3), "a kernel wrote byte -3 of a block's 64 bytes of shared memory");
 }
 
+// THX_EMU_ORDER names an order or is refused in one line, exit 2.
+TEST(Emulator, AnUnknownOrderIsOneLine) {
+  emu::ScopedOrder unset(emu::Order(-1));  // (-1: the environment decides)
+  auto launch_with = [](const char* order) {
+    setenv("THX_EMU_ORDER", order, 1);
+    emu::launch({1, 1, 1}, 32, 0, [] {});
+    std::exit(0);
+  };
+  EXPECT_EXIT(launch_with("descending"), testing::ExitedWithCode(0), "");
+  EXPECT_EXIT(launch_with("sideways"), testing::ExitedWithCode(2),
+              "THX_EMU_ORDER=sideways: allowed are concurrent, ascending, descending");
+}
+
 // The suites of the test files that launch on the emulator (emu::launch, or the launchers of
 // rows_emulator.h and th_emulator.h), but those that run on a GPU (OnCuda), and those that
 // cmake/gtest_suites.cmake names to run in both orders.
