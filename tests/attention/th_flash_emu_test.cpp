@@ -75,7 +75,8 @@ Inputs wide_inputs(int64_t hk, int64_t h, int64_t hv, int64_t dv, int64_t n, int
 // Each bucket (H, D): 12 / 16 / 10 heads of 16 (16, 16), 20 / 32 / 24 of 32 (32, 32), 40 / 48 / 33
 // of 16 (48, 16), 12 heads of 64 (16, 64) and 16 of 32 (16, 32); 20 rows (a block or chunk of 16
 // and one of 4) and 70 or 100 keys (a tile of 64, then 6 keys in warp 0, or 16, 16 and 4 in warps
-// 0-2 and none in warp 3; for the backward, blocks of 16 keys and a last one of 6 or 4).
+// 0-2 and none in warp 3; for the backward, blocks of 16 keys and a last one of 6 or 4). dQ's
+// additions are vector reductions, one per four of its elements and block of keys.
 TEST(Flash, EveryBucketOverBlocksOfRowsAndKeys) {
   const cuda_th::RowsLauncher kernels = emulator_flash(32);
   const std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t> widths[] = {
@@ -85,9 +86,12 @@ TEST(Flash, EveryBucketOverBlocksOfRowsAndKeys) {
     torch::manual_seed(5);
     const Inputs in = wide_inputs(hk, h, hv, d, 20, m, d);
     const int flash = g_flash_launches, back = g_flash_back_launches;
+    const int64_t reductions = emu::vector_reductions;
     EXPECT_TRUE(within_tc_bounds(run(in, 0, &kernels), tensor_core_bounds(in, true)));
     EXPECT_EQ(g_flash_launches - flash, 1);
     EXPECT_EQ(g_flash_back_launches - back, 2);
+    // dQ: one vector reduction of four floats per element and block of 16 keys, none of them lost.
+    EXPECT_EQ(emu::vector_reductions - reductions, (m + 15) / 16 * in.Q.numel() / 4);
   }
 }
 

@@ -14,7 +14,7 @@
 //    from the stages (each warp its 16 x 8 tiles, summed in registers over the chunks); then per key
 //    U^T = P_w^T W^T into the stage dU and dJ^T = P_l dL^T into the stage J (B operands by
 //    ldmatrix.trans from the stages W and dL); then per head dV += U^T dO and dK += dJ^T Q (in
-//    registers: warp w's heads w, w + 8, ...) and dQ += dJ K (fp32 atomics).
+//    registers: warp w's heads w, w + 8, ...) and dQ += dJ K (fp32 vector reductions, four columns each).
 #pragma once
 #include "attention/cuda/th_flash_kernels.cuh"
 
@@ -266,6 +266,26 @@ THX_DEVICE void keys_by_rows(const thx_bf16* S, const thx_bf16* Y, int ys, int d
   }
 }
 
+// A head's [16 rows, d] of dQ (the product's fragments c: a lane's columns 2t, 2t + 1 of rows g and
+// g + 8) added into dQ (rows `rs` apart, the first `rows` of them there) as vector reductions of four
+// columns: lanes t and t ^ 1 swap halves, so that an even t holds columns 2t to 2t + 3 of row g and
+// an odd one columns 2t - 2 to 2t + 1 of row g + 8. Each element still takes one addition a block.
+template <int D>
+THX_DEVICE void add_dq(float* dQ, int rs, int rows, int d, const Lane& L, const float (&c)[D / 8][4]) {
+  const bool odd = L.t & 1;
+  const int row = L.g + (odd ? 8 : 0), col = 2 * (L.t & 2);
+#pragma unroll
+  for (int e = 0; e < D / 8; ++e) {
+    const float s0 = thx_shfl_xor(odd ? c[e][0] : c[e][2], 1), s1 = thx_shfl_xor(odd ? c[e][1] : c[e][3], 1);
+    if (8 * e >= d || row >= rows) continue;
+    float* p = dQ + row * rs + 8 * e + col;
+    if (odd)
+      thx_atomic_add4(p, s0, s1, c[e][2], c[e][3]);
+    else
+      thx_atomic_add4(p, c[e][0], c[e][1], s0, s1);
+  }
+}
+
 // Pass G, per head (warp w's: w, w + 8, ...): dV += U^T dO, dK += dJ^T Q in registers, and the
 // chunk's dQ = dJ K added into dQ.
 template <int H, int D>
@@ -283,14 +303,7 @@ THX_DEVICE void chunk_grads(const FlashBackArgs<thx_bf16>& a, const Shared& s, i
     for (int e = 0; e < D / 8; ++e) c[e][0] = c[e][1] = c[e][2] = c[e][3] = 0.f;
     flash::rows_by_keys<D>(s.j + head * HS, KS, a.Kt + (int64_t(bb) * f.h_k + head) * f.d_k * f.m8, f.m8, kb0, f.d_k,
                            L, c);
-    float* dQ = a.dQ + (int64_t(bb) * f.n + r0) * f.h_k * f.d_k + head * f.d_k;  // (then 32-bit: 16 rows)
-#pragma unroll
-    for (int e = 0; e < D / 8; ++e)
-#pragma unroll
-      for (int x = 0; x < 4; ++x) {
-        const int row = L.g + 8 * (x >> 1), col = 8 * e + 2 * L.t + (x & 1);
-        if (col < f.d_k && r0 + row < f.n) thx_atomic_add(dQ + row * f.h_k * f.d_k + col, c[e][x]);
-      }
+    add_dq<D>(a.dQ + (int64_t(bb) * f.n + r0) * f.h_k * f.d_k + head * f.d_k, f.h_k * f.d_k, f.n - r0, f.d_k, L, c);
   }
 }
 
