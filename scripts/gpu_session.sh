@@ -172,18 +172,21 @@ run() {
     # products instead (tiled-aten, the default before them), on thx's fused kernels (bf16
     # products on tensor cores) and on the
     # batched composition (GPU_ATTENTION_PATHS adds fma: the fused kernels with version 1's FMAs,
-    # the slowest), at n = 512 and 2048 (batch 8); at n = 8192 (batch 1) all but batched, without
-    # the einsum reference (both would keep [b,h,n,m] tensors of 13 GB each at 48 heads). A path
-    # that fails does not stop the others.
+    # the slowest), at n = 512 and 2048 (batch 8); at n = 8192 batch 1 without the einsum
+    # reference (it keeps [b,h,n,m] tensors of 13 GB each at 48 heads), and flash and batched at
+    # n = 8192 batch 8 too, where the batched composition's [b,h,n,m] tensors cannot fit (6.4 GB
+    # each at 48 heads, batch 1): a variant out of memory is its row, the others go on (issue 31's
+    # "show where"). A path that fails does not stop the others.
     local paths=${GPU_ATTENTION_PATHS:-flash tiled tiled-fma tiled-aten fused batched}
     [ "$flash_ok" = 1 ] || paths=${paths/flash/}
-    phase bench-attention 150 bash -c "
+    phase bench-attention 170 bash -c "
       bench() { $thx --device cuda bench attention --precision bf16 --heads 12,24,48 \"\$@\"; }
       failed=0
       for path in $paths; do
         flag=\"--th-path \$path\"; [ \$path = fma ] && flag=\"--th-path fused --fma\"
         for n in 512 2048; do bench --n \$n --batch 8 \$flag --out $OUT/attention-\$path-n\$n.md || failed=1; done
-        case \$path in batched|fma) ;; *) bench --n 8192 --batch 1 --no-reference \$flag --out $OUT/attention-\$path-n8192.md || failed=1 ;; esac
+        case \$path in fma) ;; *) bench --n 8192 --batch 1 --no-reference \$flag --out $OUT/attention-\$path-n8192.md || failed=1 ;; esac
+        case \$path in flash|batched) bench --n 8192 --batch 8 --no-reference \$flag --out $OUT/attention-\$path-n8192-b8.md || failed=1 ;; esac
       done
       # version 2.4's padded heads against none (the same numbers): fused at n = 2048
       case \" ${GPU_ATTENTION_PATHS:-fused} \" in *' fused '*)

@@ -228,6 +228,14 @@ double device_peak_mb(const torch::Device& device) {
   return 0;
 }
 
+double device_allocated_mb(const torch::Device& device) {
+#if THX_CUDA
+  if (device.is_cuda())
+    return double(c10::cuda::CUDACachingAllocator::getDeviceStats(device.index()).allocated_bytes[0].current) / 1e6;
+#endif
+  return 0;
+}
+
 void empty_device_cache(const torch::Device& device) {
 #if THX_CUDA
   if (device.is_cuda()) c10::cuda::CUDACachingAllocator::emptyCache();

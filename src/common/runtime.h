@@ -84,6 +84,8 @@ void synchronize(const torch::Device& device);
 // allocator's statistics); 0 on the CPU, where peak_rss_mb() is the measure.
 double device_peak_mb(const torch::Device& device);
 void reset_device_peak(const torch::Device& device);
+// The memory held by tensors on a GPU now, in MB (the same statistics); 0 on the CPU.
+double device_allocated_mb(const torch::Device& device);
 // Hands a GPU's cached free blocks back to the driver (before another process needs them).
 void empty_device_cache(const torch::Device& device);
 

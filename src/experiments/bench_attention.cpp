@@ -52,7 +52,9 @@ struct Subject {
   torch::Tensor X, G;
 
   torch::Device device;
-  double peak_mb = 0;  // a GPU's peak of tensors over the production steps
+  // On a GPU, the most any production step held above what was allocated before it (its
+  // activations, workspace and gradients), MB; where a step ran out of memory, what it had reached.
+  double peak_mb = 0;
 
   Subject(const AttentionDims& d, const BenchAttentionOptions& opt) : dims(d), device(opt.device) {
     layer = make_attention(d);
@@ -62,28 +64,36 @@ struct Subject {
     G = torch::randn({opt.batch, opt.n, opt.d_model}).to(device);
   }
   template <class F>
-  double step(F&& forward) {
+  double step(F&& forward, bool production) {
     for (auto& p : layer->parameters()) p.mutable_grad() = torch::Tensor();
     X.mutable_grad() = torch::Tensor();
     synchronize(device);
     reset_device_peak(device);
+    const double before = device_allocated_mb(device);
     const auto t0 = Clock::now();
-    torch::Tensor Y = forward();
-    (Y * G).sum().backward();
-    synchronize(device);
+    try {
+      if (production && bench_attention_step_hook()) bench_attention_step_hook()(dims);
+      torch::Tensor Y = forward();
+      (Y * G).sum().backward();
+      synchronize(device);
+    } catch (const c10::OutOfMemoryError&) {
+      if (production) peak_mb = std::max(peak_mb, device_peak_mb(device) - before);
+      throw;
+    }
     const double s = seconds_since(t0);
-    peak_mb = std::max(peak_mb, device_peak_mb(device));
+    if (production) peak_mb = std::max(peak_mb, device_peak_mb(device) - before);
     return s;
   }
   double production(const std::string& precision) {
     PrecisionScope scope(precision);
-    return step([&] { return layer->forward(X, X); });
+    return step([&] { return layer->forward(X, X); }, true);
   }
   double reference() {
-    return step([&] {
-      return dims.name() == "multi_head" ? paper::multi_head(X, X, params)
-                                                 : paper::talking_heads(X, X, params);
-    });
+    return step(
+        [&] {
+          return dims.name() == "multi_head" ? paper::multi_head(X, X, params) : paper::talking_heads(X, X, params);
+        },
+        false);
   }
 };
 
@@ -126,7 +136,9 @@ namespace {
 // The tables of one `thx bench attention`, and whether its targets held.
 struct AttentionTables {
   TextTable runs, ratios;
-  bool all_ratios_ok = true;
+  bool all_ratios_ok = true;   // (over the cells where both variants ran)
+  bool all_memory_ok = true;   // a GPU's: talking-heads' step at most 1.1x multi-head's memory
+  std::vector<std::string> runs_out_of_memory;  // the cells where a variant did, and which
   double speedup24 = 0;  // production over the einsum reference at h = 24 (the slower variant's)
   bool fused = false;    // talking-heads ran on the fused kernels (a GPU's)
 };
@@ -152,13 +164,89 @@ void check_forced_launch(const BenchAttentionOptions& opt, const std::vector<std
     }
 }
 
+// The median of v, or -1 for none.
+double median_or(const std::vector<double>& v) { return v.empty() ? -1 : median(v); }
+
+// A variant's row: its median step (none: it ran out of memory), its reference's (none: not run,
+// or out of memory) and on a GPU the most a step held.
+void add_run_row(const BenchAttentionOptions& opt, const Subject& subject, int64_t h, const std::string& precision,
+                 double peak, const std::vector<double>& t, const std::vector<double>& ref, bool reference,
+                 AttentionTables& out) {
+  const AttentionDims& d = subject.dims;
+  const double secs = median_or(t), ref_s = median_or(ref);
+  const double gflops = 6 * multiplies(d, opt.n, opt.n, CostConvention::Full) / secs / 1e9;
+  const std::string ref_text = !reference ? "-" : ref_s < 0 ? "out of memory" : fmt::format("{:.1f}", ref_s * 1e3);
+  const bool both = secs >= 0 && ref_s >= 0;
+  if (secs < 0)
+    out.runs.rows.push_back({d.name(), std::to_string(h), std::to_string(d.d_k), precision, "out of memory", "-", "-",
+                             ref_text, "-"});
+  else
+    out.runs.rows.push_back({d.name(), std::to_string(h), std::to_string(d.d_k), precision,
+                             fmt::format("{:.1f}", secs * 1e3), fmt::format("{:.1f}", gflops),
+                             fmt::format("{:.0f}%", 100 * gflops / peak), ref_text,
+                             reference && both ? fmt::format("{:.2f}x", ref_s / secs) : "-"});
+  if (opt.device.is_cuda())
+    out.runs.rows.back().push_back(fmt::format("{:.0f}{}", subject.peak_mb, secs < 0 ? "+" : ""));
+  if (secs >= 0)
+    thx::log("bench")->info("{} h={} {}: {:.1f} ms ({:.0f}% of the {} peak){}", d.name(), h, precision, secs * 1e3,
+                            100 * gflops / peak, precision,
+                            reference && ref_s >= 0 ? fmt::format(", einsum reference {:.1f} ms", ref_s * 1e3) : "");
+  if (h == 24 && reference) {
+    const double speedup = both ? ref_s / secs : 0;  // (a variant out of memory: no speedup to claim)
+    out.speedup24 = d.name() == "multi_head" ? speedup : std::min(out.speedup24, speedup);
+  }
+}
+
+// The cell's ratios: TH/MH time against the multiplies, and on a GPU the steps' memory against
+// the fused kernel's target (talking-heads' step at most 1.1x multi-head's); a variant out of
+// memory leaves no time ratio, and misses the memory target where it is talking-heads alone.
+void add_ratio_row(const BenchAttentionOptions& opt, const Subject (&subject)[2], int64_t h,
+                   const std::string& precision, const bool (&oom)[2], double time_ratio, AttentionTables& out) {
+  // The target compares with the paper's multiplies (section 5).
+  const double mult_ratio = multiplies(subject[1].dims, opt.n, opt.n) / multiplies(subject[0].dims, opt.n, opt.n);
+  const std::string none = oom[0] && oom[1] ? "both" : oom[0] ? "multi_head" : "talking_heads";
+  if (oom[0] || oom[1]) {
+    out.runs_out_of_memory.push_back(fmt::format("h = {} {}: {}", h, precision, none));
+    out.ratios.rows.push_back(
+        {std::to_string(h), precision, "-", fmt::format("{:.3f}", mult_ratio), "-", "out of memory: " + none});
+  } else {
+    const bool ok = time_ratio / mult_ratio <= 1.15;
+    out.all_ratios_ok = out.all_ratios_ok && ok;
+    out.ratios.rows.push_back({std::to_string(h), precision, fmt::format("{:.3f}", time_ratio),
+                               fmt::format("{:.3f}", mult_ratio), fmt::format("{:.3f}", time_ratio / mult_ratio),
+                               ok ? "met" : "MISSED"});
+  }
+  if (!opt.device.is_cuda()) return;
+  const double memory = subject[1].peak_mb / subject[0].peak_mb;
+  const bool memory_ok = !oom[1] && (oom[0] || memory <= 1.1);
+  out.all_memory_ok = out.all_memory_ok && memory_ok;
+  out.ratios.rows.back().push_back(oom[0] || oom[1] ? "-" : fmt::format("{:.2f}", memory));
+  out.ratios.rows.back().push_back(memory_ok ? "met" : "MISSED");
+  out.ratios.rows.back().push_back(out.fused ? launch_text(fused_th_last_launch()) : "-");
+}
+
+// One variant's step, timed, or -1 where the device ran out of memory: from then on the variant
+// is out of the cell (`oom`), and the others go on.
+template <class F>
+double unless_out_of_memory(F&& step, const std::string& what, bool& oom, const torch::Device& device) {
+  if (oom) return -1;
+  try {
+    return step();
+  } catch (const c10::OutOfMemoryError& e) {
+    const std::string why = e.what();
+    thx::log("bench")->warn("{}: out of memory ({})", what, why.substr(0, why.find('\n')));
+    oom = true;
+    empty_device_cache(device);
+    return -1;
+  }
+}
+
 // Multi-head and talking-heads of h heads in one precision, interleaved: MH, TH, MH, TH, ... so
 // that drift in the machine's speed hits both alike; the ratio is the median of the per-pair
-// ratios.
+// ratios. A variant that runs out of device memory says so in its row, and the cell has no ratio.
 void measure_cell(const BenchAttentionOptions& opt, int64_t h, const std::string& precision, double peak,
                   AttentionTables& out) {
   auto log = thx::log("bench");
-  const bool gpu = opt.device.is_cuda();
   const bool reference = opt.reference && precision == "fp32";  // the einsum reference is fp32
   AttentionConfig mh, th;
   mh.variant = "multi_head", th.variant = "talking_heads";
@@ -166,44 +254,34 @@ void measure_cell(const BenchAttentionOptions& opt, int64_t h, const std::string
   Subject subject[2] = {Subject(resolve(mh, opt.d_model, opt.d_model, opt.d_model), opt),
                         Subject(resolve(th, opt.d_model, opt.d_model, opt.d_model), opt)};
   std::vector<double> t[2], ref[2], pair;
+  bool oom[2] = {false, false}, ref_oom[2] = {false, false};
+  auto what = [&](int v) { return fmt::format("{} h={} {}", subject[v].dims.name(), h, precision); };
   for (int64_t r = 0; r < opt.warmup + opt.reps; ++r) {
-    const double a = subject[0].production(precision), b = subject[1].production(precision);
+    double s[2];
+    for (int v = 0; v < 2; ++v)
+      s[v] = unless_out_of_memory([&] { return subject[v].production(precision); }, what(v), oom[v], opt.device);
     if (r < opt.warmup) continue;
-    t[0].push_back(a), t[1].push_back(b), pair.push_back(b / a);
+    for (int v = 0; v < 2; ++v)
+      if (s[v] >= 0) t[v].push_back(s[v]);
+    if (s[0] >= 0 && s[1] >= 0) pair.push_back(s[1] / s[0]);
   }
   if (reference)
     for (int64_t r = 0; r < 1 + std::max<int64_t>(1, opt.reps / 2); ++r)
       for (int v = 0; v < 2; ++v) {
-        const double s = subject[v].reference();
-        if (r > 0) ref[v].push_back(s);
+        const double s = unless_out_of_memory([&] { return subject[v].reference(); }, what(v) + " reference",
+                                              ref_oom[v], opt.device);
+        if (r > 0 && s >= 0) ref[v].push_back(s);
       }
-  for (int v = 0; v < 2; ++v) {
-    const AttentionDims& d = subject[v].dims;
-    const double secs = median(t[v]), ref_s = reference ? median(ref[v]) : 0;
-    const double gflops = 6 * multiplies(d, opt.n, opt.n, CostConvention::Full) / secs / 1e9;
-    out.runs.rows.push_back({d.name(), std::to_string(h), std::to_string(d.d_k), precision,
-                             fmt::format("{:.1f}", secs * 1e3), fmt::format("{:.1f}", gflops),
-                             fmt::format("{:.0f}%", 100 * gflops / peak),
-                             reference ? fmt::format("{:.1f}", ref_s * 1e3) : "-",
-                             reference ? fmt::format("{:.2f}x", ref_s / secs) : "-"});
-    if (gpu) out.runs.rows.back().push_back(fmt::format("{:.0f}", subject[v].peak_mb));
-    log->info("{} h={} {}: {:.1f} ms ({:.0f}% of the {} peak){}", d.name(), h, precision, secs * 1e3,
-              100 * gflops / peak, precision,
-              reference ? fmt::format(", einsum reference {:.1f} ms", ref_s * 1e3) : "");
-    if (h == 24 && reference) out.speedup24 = v == 0 ? ref_s / secs : std::min(out.speedup24, ref_s / secs);
-  }
-  // The target compares with the paper's multiplies (section 5).
-  const double mult_ratio = multiplies(subject[1].dims, opt.n, opt.n) / multiplies(subject[0].dims, opt.n, opt.n);
-  const double time_ratio = median(pair);
-  const bool ok = time_ratio / mult_ratio <= 1.15;
-  out.all_ratios_ok = out.all_ratios_ok && ok;
-  out.ratios.rows.push_back({std::to_string(h), precision, fmt::format("{:.3f}", time_ratio),
-                             fmt::format("{:.3f}", mult_ratio), fmt::format("{:.3f}", time_ratio / mult_ratio),
-                             ok ? "met" : "MISSED"});
-  if (gpu) out.ratios.rows.back().push_back(out.fused ? launch_text(fused_th_last_launch()) : "-");
+  for (int v = 0; v < 2; ++v) add_run_row(opt, subject[v], h, precision, peak, oom[v] ? std::vector<double>{} : t[v],
+                                         ref_oom[v] ? std::vector<double>{} : ref[v], reference, out);
+  add_ratio_row(opt, subject, h, precision, oom, median_or(pair), out);
 }
-
 }  // namespace
+
+std::function<void(const AttentionDims&)>& bench_attention_step_hook() {
+  static std::function<void(const AttentionDims&)> hook;
+  return hook;
+}
 
 std::string bench_attention(const BenchAttentionOptions& options) {
   auto log = thx::log("bench");
@@ -239,13 +317,17 @@ std::string bench_attention(const BenchAttentionOptions& options) {
   AttentionTables tables;
   tables.runs.header = {"variant", "h", "d_k", "precision", "ms", "GFLOP/s", "% of peak", "einsum ref ms",
                         "speedup vs ref"};
-  if (gpu) tables.runs.header.push_back("peak GPU MB");
+  if (gpu) tables.runs.header.push_back("step peak MB");
   tables.runs.align = gpu ? "lrrlrrrrrr" : "lrrlrrrrr";
   tables.ratios.header = {"h", "precision", "TH/MH time", "TH/MH multiplies", "time ratio / multiplies ratio",
                           "target <= 1.15"};
   tables.ratios.align = "rlrrrl";
   tables.fused = fused;
-  if (gpu) tables.ratios.header.push_back("fused tiles fwd / bwd, threads, atomics"), tables.ratios.align += "l";
+  if (gpu) {
+    tables.ratios.header.insert(tables.ratios.header.end(), {"TH/MH step peak memory", "memory target <= 1.1",
+                                                              "fused tiles fwd / bwd, threads, atomics"});
+    tables.ratios.align += "rll";
+  }
   for (const int64_t h : opt.heads)
     for (const std::string& p : precisions) measure_cell(opt, h, p, peaks.at(p), tables);
 
@@ -256,13 +338,26 @@ std::string bench_attention(const BenchAttentionOptions& options) {
       "row's own precision.\n"
       "One attention layer, forward + backward (dX and every parameter gradient), d_model {}, "
       "n = m = {}, batch {}; median of {} runs, multi-head and talking-heads interleaved; "
-      "TH/MH time is the median of the per-pair ratios. Talking-heads ran on {}.\n"
+      "TH/MH time is the median of the per-pair ratios. Talking-heads ran on {}.{}\n"
       "GFLOP/s counts 6 x the layer's multiplies (all of them, section 5 extended).\n\n",
-      device_description(opt.device), peak_size, peak_text, opt.d_model, opt.n, opt.batch, opt.reps, th_path);
+      device_description(opt.device), peak_size, peak_text, opt.d_model, opt.n, opt.batch, opt.reps, th_path,
+      gpu ? " Step peak MB: the most a step held above what was allocated before it (its activations, "
+            "workspace and gradients; + where it ran out of memory, what it had reached)."
+          : "");
   report += render(tables.runs, TableFormat::markdown) + "\n" + render(tables.ratios, TableFormat::markdown);
   report += fmt::format("\nTargets: TH/MH time ratio within 1.15x of the multiplies ratio at every "
-                        "h: {}.", tables.all_ratios_ok ? "met" : "MISSED");
-  if (opt.reference)
+                        "h{}: {}.", tables.runs_out_of_memory.empty() ? "" : " where both ran",
+                        tables.all_ratios_ok ? "met" : "MISSED");
+  if (gpu)
+    report += fmt::format(" Talking-heads' step at most 1.1x multi-head's memory at every h: {}.",
+                          tables.all_memory_ok ? "met" : "MISSED");
+  if (!tables.runs_out_of_memory.empty()) {
+    std::string cells;
+    for (const std::string& c : tables.runs_out_of_memory) cells += (cells.empty() ? "" : "; ") + c;
+    report += fmt::format(" Out of memory: {}.", cells);
+  }
+  const bool fp32 = std::find(precisions.begin(), precisions.end(), "fp32") != precisions.end();
+  if (opt.reference && fp32 && std::find(opt.heads.begin(), opt.heads.end(), 24) != opt.heads.end())
     report += fmt::format(" Production at least 2x faster than the einsum reference at h = 24: "
                           "{:.2f}x, {}.", tables.speedup24, tables.speedup24 >= 2 ? "met" : "MISSED");
   report += "\n";

@@ -8,9 +8,11 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
+#include "attention/config.h"
 #include "attention/cuda/th_fused.h"
 
 namespace thx {
@@ -35,8 +37,13 @@ struct BenchAttentionOptions {
                                       // is reported per row there (the GPU's peak of tensors)
 };
 
-// Runs the benchmark and returns the Markdown report (also printed to stdout).
+// Runs the benchmark and returns the Markdown report (also printed to stdout). A variant that runs
+// out of device memory (c10::OutOfMemoryError) in a cell says so in its row, and the rest go on.
 std::string bench_attention(const BenchAttentionOptions& opt);
+
+// For tests: called before each timed production step with the layer's dimensions (a CPU cannot
+// run out of memory on demand; a test's hook throws c10::OutOfMemoryError). Empty by default.
+std::function<void(const AttentionDims&)>& bench_attention_step_hook();
 
 // Best observed GFLOP/s of a square matmul of size `size` in `precision` (fp32 | bf16) on
 // `device` (a GPU's timed after it has finished the work).

@@ -1,0 +1,93 @@
+// `thx bench attention` when a variant runs out of device memory (c10::OutOfMemoryError, what
+// LibTorch's CUDA allocator throws; here a test hook throws it, as a CPU cannot run out on
+// demand): the variant's row says so, the cell has no time ratio and does not count for or
+// against the time target, the report names the cell, and every other cell is still measured.
+#include <gtest/gtest.h>
+
+#include "experiments/bench_attention.h"
+#include "test_util.h"
+
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace thx {
+namespace {
+namespace THX_FILE_ID {
+
+// The trimmed cells of the report's table row whose first two cells are `a` and `b` (a variant
+// and h, or h and a precision), in the table that has `column` in its header; {} where none.
+std::vector<std::string> row(const std::string& report, const std::string& column, const std::string& a,
+                             const std::string& b) {
+  std::istringstream lines(report);
+  bool in_table = false;
+  for (std::string line; std::getline(lines, line);) {
+    if (line.empty() || line[0] != '|') {
+      in_table = false;
+      continue;
+    }
+    if (line.find(column) != std::string::npos) in_table = true;
+    std::vector<std::string> cells;
+    std::istringstream parts(line.substr(1));
+    for (std::string c; std::getline(parts, c, '|');) {
+      c.erase(0, c.find_first_not_of(' '));
+      c.erase(c.find_last_not_of(' ') + 1);
+      cells.push_back(c);
+    }
+    if (in_table && cells.size() >= 2 && cells[0] == a && cells[1] == b) return cells;
+  }
+  return {};
+}
+
+struct HookReset {
+  ~HookReset() { bench_attention_step_hook() = nullptr; }
+};
+
+BenchAttentionOptions tiny() {
+  BenchAttentionOptions o;
+  o.d_model = 32, o.n = 8, o.batch = 1, o.heads = {2, 4}, o.reps = 2, o.warmup = 1, o.reference = false;
+  return o;
+}
+
+TEST(BenchAttention, AVariantOutOfMemoryIsItsRowAndTheOthersGoOn) {
+  HookReset reset;
+  int th_steps = 0;
+  bench_attention_step_hook() = [&](const AttentionDims& d) {
+    if (d.name() != "talking_heads" || d.h != 4) return;
+    // Out of memory from its second step on (after a warm-up that fitted): it leaves the cell.
+    if (++th_steps > 1) TORCH_CHECK_WITH(OutOfMemoryError, false, "CUDA out of memory. Tried to allocate 3.20 GiB");
+  };
+  const std::string report = bench_attention(tiny());
+  EXPECT_EQ(th_steps, 2) << "no step of a variant after it ran out";
+  const auto th4 = row(report, "variant", "talking_heads", "4"), mh4 = row(report, "variant", "multi_head", "4");
+  ASSERT_GE(th4.size(), 6u) << report;
+  ASSERT_GE(mh4.size(), 6u) << report;
+  EXPECT_EQ(th4[4], "out of memory");
+  EXPECT_NE(mh4[4], "out of memory");
+  EXPECT_GT(std::stod(mh4[4]), 0) << "multi-head at h = 4 still timed";
+  const auto ratio4 = row(report, "TH/MH time", "4", "fp32"), ratio2 = row(report, "TH/MH time", "2", "fp32");
+  ASSERT_EQ(ratio4.size(), 6u) << report;
+  EXPECT_EQ(ratio4[2], "-");
+  EXPECT_EQ(ratio4[5], "out of memory: talking_heads");
+  ASSERT_EQ(ratio2.size(), 6u) << report;
+  EXPECT_GT(std::stod(ratio2[2]), 0) << "h = 2 has its ratio";
+  for (const char* v : {"talking_heads", "multi_head"}) {
+    const auto r = row(report, "variant", v, "2");
+    ASSERT_GE(r.size(), 6u) << report;
+    EXPECT_GT(std::stod(r[4]), 0) << v;
+  }
+  EXPECT_NE(report.find("within 1.15x of the multiplies ratio at every h where both ran"), std::string::npos);
+  EXPECT_NE(report.find("Out of memory: h = 4 fp32: talking_heads."), std::string::npos) << report;
+}
+
+// The control: without the hook no row is out of memory and the report names none.
+TEST(BenchAttention, NoHookNoRowOutOfMemory) {
+  const std::string report = bench_attention(tiny());
+  EXPECT_EQ(report.find("out of memory"), std::string::npos) << report;
+  EXPECT_EQ(report.find("Out of memory"), std::string::npos) << report;
+  EXPECT_NE(report.find("at every h: "), std::string::npos) << report;
+}
+
+}  // namespace THX_FILE_ID
+}  // namespace
+}  // namespace thx
