@@ -2,9 +2,10 @@
 // flash forward's LSE (th_flash_args.h's FlashBackArgs says what they take and give). Written once
 // for nvcc, clang's PTX check and the emulator, from the forward's fragments (th_flash_kernels.cuh).
 //
-// A block owns 16 keys of one example and takes the query rows 16 at a time (a chunk), each block
-// starting at its own chunk (so that the blocks running together add into different rows of dQ and
-// D). For each chunk, with 8 warps:
+// A block owns 16 keys of one example and takes the query rows 16 at a time (a chunk), starting at
+// chunk x + y of its grid place (x, y) (so that the blocks running together add into different rows
+// of dQ and D, and, where the examples share a bias, into different places of its gradient). For
+// each chunk, with 8 warps:
 //  - J^T = K Q^T and dU^T = V dO^T per head, [16 keys, 16 rows], the heads spread over the warps,
 //    into the stages J and dU ([head][key][row], bf16);
 //  - per key (two a warp): L = J P_l, W = exp(L - LSE), dW = dU P_w^T as [16 rows, heads] products'
@@ -357,7 +358,7 @@ __global__ void THX_LAUNCH_BOUNDS(kFlashBackThreads, 1) flash_backward_kernel(Fl
   if (G)
     for (int e = threadIdx.x; e < 2 * (H / 16) * (H / 8) * 128; e += blockDim.x) s.acc[e] = 0.f;  // (a barrier follows)
   for (int c = 0; c < chunks; ++c) {
-    const int r0 = kFlashRows * int((c + blockIdx.x) % unsigned(chunks));
+    const int r0 = kFlashRows * int((c + blockIdx.x + blockIdx.y) % unsigned(chunks));
     load_chunk<H, G>(a, s, bb, r0);
     chunk_products<H>(a, s, bb, kb0, L);
     if constexpr (!G) {
