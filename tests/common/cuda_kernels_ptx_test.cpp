@@ -14,7 +14,7 @@
 // Where nvcc is found (this project's machines have CUDA 13 at /usr/local/cuda, without a GPU),
 // every .cu file of src/ is compiled as the GPU build compiles it (C++17, sm_90), host code and
 // all, against the headers of the LibTorch this build used: ptxas must report every kernel, none
-// spilling registers. Debian's CPU LibTorch lacks one generated header of c10's CUDA half
+// spilling registers or with a stack frame (an array in local memory). Debian's CPU LibTorch lacks one generated header of c10's CUDA half
 // (cuda_cmake_macros.h); the test writes one, found only where the LibTorch has none.
 #include <gtest/gtest.h>
 
@@ -138,8 +138,11 @@ TEST(CudaKernels, NvccCompilesEveryCuFileForSm90) {
     EXPECT_EQ(log.find("error"), std::string::npos) << log;
     std::istringstream lines(log);
     for (std::string line; std::getline(lines, line);)
-      if (line.find("spill stores") != std::string::npos)
+      if (line.find("spill stores") != std::string::npos) {
         EXPECT_NE(line.find(" 0 bytes spill stores"), std::string::npos) << line;
+        // nor an array in local memory (a register array indexed by a value known only at run time)
+        EXPECT_NE(line.find(" 0 bytes stack frame"), std::string::npos) << line;
+      }
   }
   // fused talking-heads fwd/bwd x fp32/bf16/bf16 on tensor cores; RMS norm 2 x 4; the tiled path's row
   // kernels fwd/bwd x fp32/bf16 x 4 buckets of heads, and on tensor cores fwd/bwd x 3 buckets; the
