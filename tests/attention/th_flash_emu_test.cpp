@@ -185,8 +185,9 @@ TEST(Flash, UnsupportedNamesWhy) {
             "bias gradient offsets past 32 bits");
 }
 
-// On a GPU (where thx was built with its CUDA kernels): CUDA's launcher with the flash forward.
-// Every variant and mask within the derived bound; at T5-base's widths (12 heads of 64, 48 of
+// On a GPU (where thx was built with its CUDA kernels): CUDA's launcher with the flash kernels.
+// Every variant and mask within the derived bound, with the flash backward (d_v 16) and with the
+// row kernels' backward after the flash forward (d_v 8), as on the emulator; at T5-base's widths (12 heads of 64, 48 of
 // 16) over 300 rows and keys (a partial block of rows and tile of keys), with T5's bias and a
 // padding mask, every result within it; attention_core takes it under `--th-path flash`, equal
 // bit for bit, and its O differs from the row kernels' forward (the flash kernel ran).
@@ -196,12 +197,13 @@ TEST(FlashOnCuda, Bf16WithinTheDerivedBound) {
   const cuda_th::RowsLauncher* flash = cuda_th_rows_launcher(true, true);
   if (!flash) GTEST_SKIP() << "thx built without its CUDA kernels (THX_CUDA_KERNELS)";
   for (const Case& c : cases())
-    for (Extra e : {Extra::none, Extra::bias_padding, Extra::causal}) {
-      SCOPED_TRACE(c.name + " extra " + std::to_string(int(e)));
-      torch::manual_seed(11);
-      const Inputs in = core::inputs(c, e, torch::kBFloat16, 16, 8);
-      EXPECT_TRUE(within_tc_bounds(on_cpu(run(to_cuda(in), 0, flash)), tensor_core_bounds(in, true)));
-    }
+    for (Extra e : {Extra::none, Extra::bias_padding, Extra::causal, Extra::padding})
+      for (int64_t dv : {16, 8}) {  // the flash backward; the row kernels' backward after the flash forward
+        SCOPED_TRACE(c.name + " extra " + std::to_string(int(e)) + " d_v " + std::to_string(dv));
+        torch::manual_seed(11);
+        const Inputs in = core::inputs(c, e, torch::kBFloat16, 16, dv);
+        EXPECT_TRUE(within_tc_bounds(on_cpu(run(to_cuda(in), 0, flash)), tensor_core_bounds(in, true)));
+      }
 }
 
 TEST(FlashOnCuda, WithinTheBoundAtT5BaseWidth) {
