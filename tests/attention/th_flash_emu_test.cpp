@@ -77,11 +77,16 @@ Inputs wide_inputs(int64_t hk, int64_t h, int64_t hv, int64_t dv, int64_t n, int
 // and one of 4) and 70 or 100 keys (a tile of 64, then 6 keys in warp 0, or 16, 16 and 4 in warps
 // 0-2 and none in warp 3; for the backward, blocks of 16 keys and a last one of 6 or 4). dQ's
 // additions are vector reductions, one per four of its elements and block of keys.
+using Widths = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t>;  // h_k, h, h_v, d, m
+const std::vector<Widths>& bucket_widths() {
+  static const std::vector<Widths> w = {
+      {12, 16, 10, 16, 70}, {20, 32, 24, 32, 100}, {40, 48, 33, 16, 70}, {12, 12, 12, 64, 100}, {16, 16, 16, 32, 70}};
+  return w;
+}
+
 TEST(Flash, EveryBucketOverBlocksOfRowsAndKeys) {
   const cuda_th::RowsLauncher kernels = emulator_flash(32);
-  const std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t> widths[] = {
-      {12, 16, 10, 16, 70}, {20, 32, 24, 32, 100}, {40, 48, 33, 16, 70}, {12, 12, 12, 64, 100}, {16, 16, 16, 32, 70}};
-  for (auto [hk, h, hv, d, m] : widths) {
+  for (auto [hk, h, hv, d, m] : bucket_widths()) {
     SCOPED_TRACE(std::to_string(h) + " heads, d " + std::to_string(d) + ", m " + std::to_string(m));
     torch::manual_seed(5);
     const Inputs in = wide_inputs(hk, h, hv, d, 20, m, d);
@@ -222,6 +227,20 @@ TEST(FlashOnCuda, WithinTheBoundAtT5BaseWidth) {
     set_th_path("tiled", false);
     EXPECT_TRUE(torch::equal(core, O));
     EXPECT_FALSE(torch::equal(O, tiled_attention_core(g.Q, g.K, g.V, g.P_l, g.P_w, g.bias, g.mask, 0, rows)));
+  }
+}
+
+// The emulator's bucket test on a GPU: every bucket over blocks of rows and keys (the last
+// partial), every result within its bound.
+TEST(FlashOnCuda, EveryBucketOverBlocksOfRowsAndKeys) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  const cuda_th::RowsLauncher* flash = cuda_th_rows_launcher(true, true);
+  if (!flash) GTEST_SKIP() << "thx built without its CUDA kernels (THX_CUDA_KERNELS)";
+  for (auto [hk, h, hv, d, m] : bucket_widths()) {
+    SCOPED_TRACE(std::to_string(h) + " heads, d " + std::to_string(d) + ", m " + std::to_string(m));
+    torch::manual_seed(5);
+    const Inputs in = wide_inputs(hk, h, hv, d, 20, m, d);
+    EXPECT_TRUE(within_tc_bounds(on_cpu(run(to_cuda(in), 0, flash)), tensor_core_bounds(in, true)));
   }
 }
 
