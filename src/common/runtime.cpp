@@ -220,21 +220,22 @@ void synchronize(const torch::Device& device) {
   if (device.is_cuda()) torch::cuda::synchronize(device.has_index() ? device.index() : -1);
 }
 
-double device_peak_mb(const torch::Device& device) {
+namespace {
+// The caching allocator's bytes held by tensors on a GPU, now or at their peak, in MB; 0 on the CPU.
+double allocated_mb(const torch::Device& device, bool peak) {
 #if THX_CUDA
-  if (device.is_cuda())  // [0]: the aggregate over pool kinds (StatType::AGGREGATE)
-    return double(c10::cuda::CUDACachingAllocator::getDeviceStats(device.index()).allocated_bytes[0].peak) / 1e6;
+  if (device.is_cuda()) {  // [0]: the aggregate over pool kinds (StatType::AGGREGATE)
+    const auto s = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index()).allocated_bytes[0];
+    return double(peak ? s.peak : s.current) / 1e6;
+  }
 #endif
+  (void)peak;
   return 0;
 }
+}  // namespace
 
-double device_allocated_mb(const torch::Device& device) {
-#if THX_CUDA
-  if (device.is_cuda())
-    return double(c10::cuda::CUDACachingAllocator::getDeviceStats(device.index()).allocated_bytes[0].current) / 1e6;
-#endif
-  return 0;
-}
+double device_peak_mb(const torch::Device& device) { return allocated_mb(device, true); }
+double device_allocated_mb(const torch::Device& device) { return allocated_mb(device, false); }
 
 void empty_device_cache(const torch::Device& device) {
 #if THX_CUDA
