@@ -18,7 +18,7 @@ set(costs BadInputCampaign 140 Cli 140 SweepRun 115 Precision 35 EncoderContext 
 # threads taking turns in ascending order (the emulator's default) and, as a second test named
 # "<suite>.* descending", in descending order, so that a race between two threads shows in one of
 # them (emu::Order). tests/common/cuda_emulator_test.cpp checks that the list names every such suite.
-set(emulated Emulator CudaMma Flash TiledRowKernels TiledRowKernelsTc FusedThEmulated FusedThPadded RmsNormEmulated)
+set(emulated Emulator CudaMma CudaPrimitives Flash TiledRowKernels TiledRowKernelsTc FusedThEmulated FusedThPadded RmsNormEmulated)
 set(text "")
 foreach(line IN LISTS lines)
   if(line MATCHES "^([A-Za-z_][A-Za-z0-9_/]*)\\.")

@@ -10,7 +10,9 @@
 #                                    its headers do not compile), then runs, in this order, each
 #                                    phase that still fits before the deadline (GPU_DEADLINE_S,
 #                                    default 560 s): the CUDA tests (each suite in its own process,
-#                                    so that a crash names its suite), compute-sanitizer on thx's
+#                                    so that a crash names its suite; first the probe of the
+#                                    primitives the kernels are built from, against PTX's
+#                                    definitions, whose line goes to the summary), compute-sanitizer on thx's
 #                                    kernels, the attention benchmark (talking-heads tiled with
 #                                    the flash kernels, tiled with thx's row kernels on tensor cores
 #                                    and as FMAs, tiled with ATen between the products, fused,
@@ -116,9 +118,9 @@ run() {
     export THX_TEST_PYTHON=python3  # the machine's PyTorch, for the float64 references
     phase cuda-tests 150 bash -c '
       set -f; failed=0
-      for f in Cuda.* DevicePath.* OutOfMemory.* Device.* CrashReport.* Linking.* TiledRowKernelsOnCuda.* \
-          TiledRowKernelsTcOnCuda.* FlashOnCuda.* FusedThOnCuda.* \
-          *OnCuda*-FusedThOnCuda.*:TiledRowKernels*OnCuda.*:FlashOnCuda.*; do
+      for f in CudaPrimitivesOnCuda.* Cuda.* DevicePath.* OutOfMemory.* Device.* CrashReport.* Linking.* \
+          TiledRowKernelsOnCuda.* TiledRowKernelsTcOnCuda.* FlashOnCuda.* FusedThOnCuda.* \
+          *OnCuda*-FusedThOnCuda.*:TiledRowKernels*OnCuda.*:FlashOnCuda.*:CudaPrimitivesOnCuda.*; do
         echo "== $f"
         timeout 140 build-gpu/thx_tests --gtest_filter="$f" --gtest_brief=1 2>&1 | tail -40
         rc=${PIPESTATUS[0]}
@@ -135,6 +137,10 @@ run() {
     # still measures the rest. bench-train-fused and bench-train-flash time the fused kernels and
     # the flash kernels only where their tests passed. The summary says which.
     th_path=tiled; fused_ok=1; flash_ok=1
+    # The primitives' probe first: where it failed, the emulator that proved the kernels on the CPU
+    # does not model that primitive as this GPU runs it, and its log names which.
+    grep -m 1 "^primitives: " "$OUT/cuda-tests.log" 2>/dev/null | cut -c1-300 | tr '|' '/' |
+      sed 's/^/| (cuda-tests) | - | - | /; s/$/ |/' >> "$summary"
     if grep -qE "== TiledRowKernelsTcOnCuda[.][*]: exit [1-9]" "$OUT/cuda-tests.log" 2>/dev/null; then
       th_path=tiled-fma
       printf '| (row kernels on tensor cores failed) | - | - | mini-t5 and bench-train take --th-path tiled-fma |\n' \

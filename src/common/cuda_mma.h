@@ -10,7 +10,8 @@
 // k): a0 (row g, k 2t..2t+1), a1 (g+8, 2t..), a2 (g, 2t+8..), a3 (g+8, 2t+8..). B (16x8) in two:
 // b0 (k 2t..2t+1, column g), b1 (k 2t+8.., g). The fp32 accumulator: c0, c1 (row g, columns 2t,
 // 2t+1), c2, c3 (row g+8, the same columns). A mistake in this layout gives the same (right)
-// results in the emulator and wrong ones on a GPU: FusedThOnCuda.* checks it there.
+// results in the emulator and wrong ones on a GPU: CudaPrimitivesOnCuda.* checks it there
+// (tests/common/cuda_primitives_test.cpp, against PTX's definitions), as do the kernels' OnCuda tests.
 // Whole blocks of bf16 operands in shared memory are loaded by ldmatrix (PTX ISA, "Warp-level
 // matrix load instruction: ldmatrix"): lane 8 j + r gives the address of row r of 8x8 matrix j
 // (8 consecutive bf16, 16-byte aligned). Plain, for operands whose k is contiguous (the rows run

@@ -12,8 +12,8 @@
 // where clang++ or its NVPTX back end is missing.
 //
 // Where nvcc is found (this project's machines have CUDA 13 at /usr/local/cuda, without a GPU),
-// every .cu file of src/ is compiled as the GPU build compiles it (C++17, sm_90), host code and
-// all, against the headers of the LibTorch this build used: ptxas must report every kernel, none
+// every .cu file of src/ and tests/ is compiled as the GPU build compiles it (C++17, sm_90), host
+// code and all, against the headers of the LibTorch this build used: ptxas must report every kernel, none
 // spilling registers or with a stack frame (an array in local memory). Debian's CPU LibTorch lacks one generated header of c10's CUDA half
 // (cuda_cmake_macros.h); the test writes one, found only where the LibTorch has none.
 #include <gtest/gtest.h>
@@ -114,11 +114,12 @@ TEST(CudaKernels, NvccCompilesEveryCuFileForSm90) {
   fs::create_directories(dir.path / "c10/cuda/impl");
   std::ofstream(dir.path / "c10/cuda/impl/cuda_cmake_macros.h") << "#pragma once\n#define C10_CUDA_BUILD_SHARED_LIBS\n";
   std::vector<fs::path> sources;
-  for (const auto& e : fs::recursive_directory_iterator(std::string(THX_SOURCE_DIR) + "/src"))
-    if (e.path().extension() == ".cu") sources.push_back(e.path());
-  ASSERT_GE(sources.size(), 2u);
-  const std::string flags = " -std=c++17 -arch=sm_90 -Xptxas -v -I" + std::string(THX_SOURCE_DIR) + "/src" +
-                            torch_include() + " -I" + dir.path.string();
+  for (const char* tree : {"/src", "/tests"})
+    for (const auto& e : fs::recursive_directory_iterator(std::string(THX_SOURCE_DIR) + tree))
+      if (e.path().extension() == ".cu") sources.push_back(e.path());
+  ASSERT_GE(sources.size(), 3u);
+  const std::string flags = " -std=c++17 -arch=sm_90 -Xptxas -v -I" + std::string(THX_SOURCE_DIR) + "/src -I" +
+                            std::string(THX_SOURCE_DIR) + "/tests" + torch_include() + " -I" + dir.path.string();
   std::string jobs;  // the files side by side: nvcc spends most of its time in LibTorch's headers
   for (size_t i = 0; i < sources.size(); ++i) {
     const std::string out = (dir.path / std::to_string(i)).string();
@@ -146,8 +147,8 @@ TEST(CudaKernels, NvccCompilesEveryCuFileForSm90) {
   }
   // fused talking-heads fwd/bwd x fp32/bf16/bf16 on tensor cores; RMS norm 2 x 4; the tiled path's row
   // kernels fwd/bwd x fp32/bf16 x 4 buckets of heads, and on tensor cores fwd/bwd x 3 buckets; the
-  // flash forward x 6 buckets, and its backward's two passes x 6
-  EXPECT_EQ(kernels, 6 + 8 + 16 + 6 + 6 + 12);
+  // flash forward x 6 buckets, and its backward's two passes x 6; the primitives' probe (tests/common)
+  EXPECT_EQ(kernels, 6 + 8 + 16 + 6 + 6 + 12 + 1);
 }
 
 }  // namespace THX_FILE_ID
