@@ -1,13 +1,14 @@
-// cuda_primitives.cuh: one use of each primitive thx's CUDA kernels are built from (common/cuda_compat.h,
-// common/cuda_mma.h), by every thread of one block of two warps, each result written out for
-// cuda_primitives_test.cpp to check against what the PTX ISA defines: ldmatrix (.x2, .x4, plain
-// and .trans), mma.sync m16n8k16 with bf16 operands (fragments from registers and from ldmatrix,
-// both ways the kernels load them), the warp's butterfly shuffle, 8-byte and word loads, a word
-// stored and read back through shared memory, 16-byte copies, the vector reduction of four floats
-// and the scalar atomic, the high word of a product, exp, log, rsqrt, fmax with -inf, and bf16's
-// rounding. The same code runs on the emulator (the CPU test) and, compiled by nvcc
-// (cuda_primitives.cu), on a GPU (the OnCuda test): where both pass, the emulator that proves the
-// kernels on the CPU does what the GPU does, primitive by primitive.
+// cuda_primitives.cuh: one use of each primitive thx's CUDA kernels are built from
+// (common/cuda_compat.h, common/cuda_mma.h), by every thread of one block of two warps, each
+// result written out for cuda_primitives_test.cpp to check against what the PTX ISA defines:
+// ldmatrix (.x2, .x4, plain and .trans), mma.sync m16n8k16 with bf16 operands (fragments from
+// registers and from ldmatrix, both ways the kernels load them), the warp's butterfly shuffle,
+// 8-byte and word loads, a word stored and read back through shared memory, 16-byte copies and
+// zeros, the vector reduction of four floats and the scalar atomic, the high word of a product,
+// exp, log, rsqrt, fmax with -inf, and bf16's rounding. The same code runs on the emulator (the
+// CPU test) and, compiled by nvcc (cuda_primitives.cu), on a GPU (the OnCuda test): where both
+// pass, the emulator that proves the kernels on the CPU does what the GPU does, primitive by
+// primitive.
 #pragma once
 #include "common/cuda_mma.h"
 
@@ -42,7 +43,8 @@ enum Slot : int {
   kRsqrt = 41,    // thx_rsqrt(x[4])
   kSpecial = 42,  // thx_exp(-inf), thx_fmax(-inf, x[5])
   kBf16 = 44,     // thx_from_float<thx_bf16>(x[6]) in the low half, x[7]'s in the high
-  kSlots = 45
+  kZeroed = 45,   // the thread's word again, after thx_zero16 over every word
+  kSlots = 46
 };
 
 struct Args {
@@ -150,6 +152,10 @@ THX_DEVICE void probe(const Args& a) {
   load_matrices(s, w, l, out);
   products(a, operands, w, l, out);
   out[kWord] = thx_load_word(s + kScratch + 2 * ((tid + 1) % kThreads));
+  __syncthreads();
+  if (tid < kThreads / 4) thx_zero16(s + kScratch + 8 * tid);  // four threads' words at a time
+  __syncthreads();
+  out[kZeroed] = thx_load_word(s + kScratch + 2 * tid);
   scalars(a, tid, out);
 }
 

@@ -249,6 +249,7 @@ void check_scalars(const Inputs& in, const Result& r, Report& rep) {
     }
     const uint32_t word = 0x10001u * uint32_t((t + 1) % kThreads) + 7u;
     if (o[kWord] != word) rep.fail("word through shared memory", t, o[kWord], word);
+    if (o[kZeroed] != 0u) rep.fail("16-byte zeros", t, o[kZeroed], 0u);
     const uint32_t high = uint32_t(uint64_t(0x9e3779b9u * uint32_t(t + 1)) * (0x7fffffffu + uint32_t(t)) >> 32);
     if (o[kUmulhi] != high) rep.fail("umulhi", t, o[kUmulhi], high);
     check_math(in, t, o, rep);
@@ -308,6 +309,7 @@ TEST(CudaPrimitives, TheCheckFailsOnEachWrongResult) {
   wrong("shfl.bfly", [&](Result& r) { at(r, 3, kShfl + 4) = at(r, 3 ^ 8, kShfl + 4); });
   wrong("exp", [&](Result& r) { at(r, 7, kExp + 1) += 4; });
   wrong("bf16 rounding", [&](Result& r) { at(r, 0, kBf16) += 1; });  // the tie rounded up, not to even
+  wrong("16-byte zeros", [&](Result& r) { at(r, 60, kZeroed) = 1u; });
   wrong("red.add.v4", [&](Result& r) { r.sums[5] += 1; });
 }
 
