@@ -14,12 +14,15 @@
 // FlashOnCuda.* fails: it names the primitive (scripts/gpu_session.sh runs this suite first).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <functional>
 #include <iostream>
 #include <random>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include <torch/torch.h>
 
