@@ -12,21 +12,23 @@
 #                                    default 560 s): the CUDA tests (each suite in its own process,
 #                                    so that a crash names its suite; first the probe of the
 #                                    primitives the kernels are built from, against PTX's
-#                                    definitions, whose line goes to the summary), compute-sanitizer on thx's
-#                                    kernels, the attention benchmark (talking-heads tiled with
-#                                    the flash kernels, tiled with thx's row kernels on tensor cores
-#                                    and as FMAs, tiled with ATen between the products, fused,
-#                                    batched), the whole-step benchmark at base size in bf16 with the
-#                                    compiled PyTorch peer (its talking-heads rows again with the
-#                                    flash kernels and with ATen between the products), Nsight
-#                                    Compute on the flash, fused and row kernels, the mini T5 on the GPU (fp32, bf16) beside the
-#                                    CPU, the rest of the unit suite, the talking-heads rows on the
-#                                    fused kernels, and a crashed suite again under cuda-gdb. Three
-#                                    phases run only when named: the real TensorBoard reading a
-#                                    run's tb/ and the kernel SDPA picks (sdpa_backend.py), which
-#                                    passed in the second session, and the fused kernels' launch
-#                                    tuned (atomics, tiles, threads), which in the third found
-#                                    atomics within 2% and fewer threads slower.
+#                                    definitions, whose line goes to the summary), compute-sanitizer
+#                                    on thx's kernels, the attention benchmark (talking-heads tiled
+#                                    with the flash kernels, tiled with thx's row kernels on tensor
+#                                    cores and as FMAs, tiled with ATen between the products, fused,
+#                                    batched), the whole-step benchmark at base size in bf16 with
+#                                    the compiled PyTorch peer (its talking-heads rows again with
+#                                    the flash kernels and with ATen between the products), Nsight
+#                                    Compute on the flash, fused and row kernels, the mini T5 on the
+#                                    GPU (fp32, bf16) beside the CPU, the rest of the unit suite,
+#                                    the talking-heads rows on the fused kernels, and a crashed
+#                                    suite again under cuda-gdb. Four phases run only when named:
+#                                    the real TensorBoard reading a run's tb/ and the kernel SDPA
+#                                    picks (sdpa_backend.py), which passed in the second session,
+#                                    the fused kernels' launch tuned (atomics, tiles, threads),
+#                                    which in the third found atomics within 2% and fewer threads
+#                                    slower, and base-pair (T5-base multi-head and talking-heads at
+#                                    12 and 48 heads, 300 steps each, for docs/results).
 #
 # The order is what a short session needs most first. The peer compiles each model (40-70 s),
 # so the default whole-step rows are T5-base at h = 12 and 48 with the peer at h = 12 only
