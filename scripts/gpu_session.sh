@@ -224,11 +224,15 @@ run() {
     # warp stalls, the instructions executed by kind, and the source lines behind them: nvcc
     # builds with -lineinfo). The third session found them instruction-bound, not atomics-bound.
     # Then the same for the tiled path's row kernels (one forward and one backward launch), and the
-    # flash kernels (the forward, then the backward's passes D and G).
+    # flash kernels (the forward, then the backward's passes D and G). The memory tables count L2's
+    # reductions (the flash backward's dQ, D and bias gradient), the scheduler statistics the
+    # warps eligible each cycle (the flash forward holds one block of four warps a multiprocessor
+    # at 24 and 48 heads): the two questions docs/fused_talking_heads.md leaves to the profile.
     phase ncu 170 bash -c "
       ncu=\$(command -v ncu || echo /usr/local/cuda/bin/ncu)
-      sections='--section SpeedOfLight --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis
-        --section Occupancy --section WarpStateStats --section InstructionStats --section SourceCounters'
+      sections='--section SpeedOfLight --section MemoryWorkloadAnalysis --section MemoryWorkloadAnalysis_Tables
+        --section ComputeWorkloadAnalysis --section Occupancy --section SchedulerStats --section WarpStateStats
+        --section InstructionStats --section SourceCounters'
       for h in 12 48; do  # (one launch of each kernel per h: --launch-count counts across the process)
         for path in flash fused tiled; do
           timeout 42 \$ncu --kernel-name regex:'^((rows_(tc_)?)?(forward|backward)|flash_(forward|backward))_kernel' --launch-count 3 \$sections \
