@@ -279,7 +279,13 @@ torch::autograd::variable_list flash_backward(const Problem& p, const std::vecto
   if (dbias.defined()) a.dbias = dbias.data_ptr<float>();
   if (partial.defined()) a.dP = partial.data_ptr<float>();
   const cuda_th::FlashBucket B = cuda_th::flash_bucket(int(std::max({h_k, p.h, h_v})), int(std::max(d_k, d_v)));
-  const int64_t bytes = cuda_th::flash_back_layout(B.H, int(h_k), int(d_k), int(h_v), int(d_v)).bytes;
+  // The bias's gradient four keys at a time where it is aligned for that and its stage fits.
+  auto layout = [&](bool staged) {
+    return cuda_th::flash_back_layout(B.H, int(h_k), int(d_k), int(h_v), int(d_v), staged).bytes;
+  };
+  a.bias_staged = dbias.defined() && cuda_th::flash_bias_vectors(a.dbias_stride, m) && aligned16(dbias) &&
+                  layout(true) <= p.kernels->flash_shared_limit;
+  const int64_t bytes = layout(a.bias_staged != 0);
   p.kernels->flash_backward(a, B.H, B.DV, false, gx, gy, bytes);  // pass D
   p.kernels->flash_backward(a, B.H, B.DV, true, gx, gy, bytes);   // pass G
   Tensor dP_l, dP_w;

@@ -9,6 +9,8 @@
 //    partial) and two tiles of keys (the last partial within a warp, or a warp without keys), and
 //    for the backward blocks of keys (the last partial) and chunks of rows: every result within
 //    its bound;
+//  - the bias's gradient four keys at a time from an fp32 stage: every result equal byte for byte to
+//    the scalar additions';
 //  - no race: the same with the threads taking turns in either order or all at once (emu::Order);
 //  - the controls: the bound rejects a moved P_w, a row with no key gives 0 and no NaN, the
 //    problems it does not take (fp32, widths, shared memory, offsets) run the blocks of rows, and
@@ -76,7 +78,8 @@ Inputs wide_inputs(int64_t hk, int64_t h, int64_t hv, int64_t dv, int64_t n, int
 // of 16 (48, 16), 12 heads of 64 (16, 64) and 16 of 32 (16, 32); 20 rows (a block or chunk of 16
 // and one of 4) and 70 or 100 keys (a tile of 64, then 6 keys in warp 0, or 16, 16 and 4 in warps
 // 0-2 and none in warp 3; for the backward, blocks of 16 keys and a last one of 6 or 4). dQ's
-// additions are vector reductions, one per four of its elements and block of keys.
+// additions are vector reductions, one per four of its elements and block of keys, and at m = 100
+// the bias's gradient's too, one per four of its elements and example.
 using Widths = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t>;  // h_k, h, h_v, d, m
 const std::vector<Widths>& bucket_widths() {
   static const std::vector<Widths> w = {
@@ -95,8 +98,40 @@ TEST(Flash, EveryBucketOverBlocksOfRowsAndKeys) {
     EXPECT_TRUE(within_tc_bounds(run(in, 0, &kernels), tensor_core_bounds(in, true)));
     EXPECT_EQ(g_flash_launches - flash, 1);
     EXPECT_EQ(g_flash_back_launches - back, 2);
-    // dQ: one vector reduction of four floats per element and block of 16 keys, none of them lost.
-    EXPECT_EQ(emu::vector_reductions - reductions, (m + 15) / 16 * in.Q.numel() / 4);
+    // dQ: one vector reduction of four floats per element and block of 16 keys, none of them lost;
+    // where m is a multiple of four, the bias's gradient one per four of its elements and example.
+    const int64_t bias = m % 4 == 0 ? in.dO.size(0) * in.bias.numel() / 4 : 0;
+    EXPECT_EQ(emu::vector_reductions - reductions, (m + 15) / 16 * in.Q.numel() / 4 + bias);
+  }
+}
+
+// The bias's gradient added four keys at a time from its fp32 stage (half a block's keys at a time)
+// changes no number: every result equal byte for byte to the scalar additions' (the same problem
+// with the device's shared memory one stage short), with one vector reduction per four elements and
+// example more, at 16 and 48 heads (m = 36); and m = 34, whose keys are not in fours, keeps the
+// scalar additions.
+TEST(Flash, BiasGradientFourKeysAtATimeChangesNoNumber) {
+  using Problem = std::tuple<int, int, int, int64_t>;  // h_k, h, h_v, m
+  for (auto [hk, h, hv, m] : {Problem{12, 16, 10, 36}, Problem{12, 16, 10, 34}, Problem{40, 48, 33, 36}}) {
+    SCOPED_TRACE(std::to_string(h) + " heads, m " + std::to_string(m));
+    torch::manual_seed(9);
+    const Inputs in = wide_inputs(hk, h, hv, 16, 20, m);
+    const int H = cuda_th::flash_bucket(std::max({hk, h, hv}), 16).H;
+    const int64_t forward = cuda_th::flash_layout(H, hk, 16).bytes,
+                  scalar = cuda_th::flash_back_layout(H, hk, 16, hv, 16, false).bytes,
+                  staged = cuda_th::flash_back_layout(H, hk, 16, hv, 16, true).bytes;
+    ASSERT_LT(std::max(forward, scalar), staged);
+    const cuda_th::RowsLauncher with_stage = emulator_flash(32);
+    const cuda_th::RowsLauncher without = emulator_flash(32, std::max(forward, scalar));
+    int64_t reductions = emu::vector_reductions;
+    const std::vector<Tensor> got = run(in, 0, &with_stage);
+    const int64_t vectors = emu::vector_reductions - reductions;
+    reductions = emu::vector_reductions;
+    const int back = g_flash_back_launches;
+    const std::vector<Tensor> want = run(in, 0, &without);
+    EXPECT_EQ(g_flash_back_launches - back, 2);  // the flash backward, its bias's gradient scalar
+    EXPECT_EQ(vectors - (emu::vector_reductions - reductions), m % 4 == 0 ? 2 * in.bias.numel() / 4 : 0);
+    for (size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(torch::equal(got[i], want[i])) << i;
   }
 }
 

@@ -84,6 +84,7 @@ struct FlashBackArgs {
   float* dbias = nullptr;          // zeroed, added at dbias_stride over [b,h,n,m]; or null
   int64_t dbias_stride[4] = {0, 0, 0, 0};
   float* dP = nullptr;             // [blocks][dP_l (h_k h, with P_l), dP_w (h h_v, with P_w)], x fastest
+  int bias_staged = 0;             // 1: dbias's additions staged in fp32 and made four keys at a time
 };
 constexpr int kFlashBackWarps = 8, kFlashBackThreads = 32 * kFlashBackWarps;
 // Its stages [head][key][row], one of each for the block: a key's 16 rows, a head's 16 keys then 8.
@@ -93,9 +94,10 @@ constexpr int kFlashBackKeyStride = 16, kFlashBackHeadStride = 16 * kFlashBackKe
 // h_v d_v + 16), the four mixings' copies (P_l^T, P_l, P_w^T, P_w as bf16 [out][in], rows of
 // H + 8), the stages J (then dJ), dU (then U), W and dL, the chunk's LSE and D [16][H] (fp32), and
 // the projections' gradients' partial sums (2 x H / 16 x H / 8 tiles of 16 x 8, fp32).
-// Pass D folds the warps' shares of D ([warps][16][H] fp32) where W and dL are.
+// Pass D folds the warps' shares of D ([warps][16][H] fp32) where W and dL are. With bias_stage,
+// the chunk's dL for the bias's gradient at half the block's keys, [H][16 rows][8 keys] fp32, follows.
 struct FlashBackLayout {
-  int64_t q, dout, pl_t, pl, pw_t, pw, j, du, w, dl, lse, d, acc, bytes;
+  int64_t q, dout, pl_t, pl, pw_t, pw, j, du, w, dl, lse, d, acc, bias, bytes;
   int q_stride, o_stride;
 };
 #if defined(__CUDACC__)
@@ -103,7 +105,7 @@ __host__ __device__
 #elif defined(__CUDA__)
 __attribute__((host)) __attribute__((device))
 #endif
-inline FlashBackLayout flash_back_layout(int H, int h_k, int d_k, int h_v, int d_v) {
+inline FlashBackLayout flash_back_layout(int H, int h_k, int d_k, int h_v, int d_v, bool bias_stage = false) {
   FlashBackLayout L;
   L.q_stride = h_k * d_k + 16, L.o_stride = h_v * d_v + 16;
   int64_t at = 0;
@@ -118,6 +120,7 @@ inline FlashBackLayout flash_back_layout(int H, int h_k, int d_k, int h_v, int d
   L.j = take(stage), L.du = take(stage), L.w = take(stage), L.dl = take(stage);
   L.lse = take(int64_t(kFlashRows) * H * 4), L.d = take(int64_t(kFlashRows) * H * 4);
   L.acc = take(2 * int64_t(H / 16) * (H / 8) * 128 * 4);
+  L.bias = take(bias_stage ? int64_t(H) * kFlashRows * 8 * 4 : 0);
   L.bytes = at;
   return L;
 }
@@ -179,6 +182,14 @@ inline std::string flash_back_unsupported(int h_k, int h, int h_v, int d_k, int 
     return "more shared memory than the device allows";
   if (b > 65535) return "more than 65,535 examples";
   return "";
+}
+
+// Whether the bias's gradient (strides dbias over [b,h,n,m], m keys) takes the backward's vector
+// reductions of four keys: keys contiguous, every other stride and m multiples of four (so that
+// four keys from a multiple of four are 16-byte aligned and all inside the gradient or all past m).
+// The caller adds: the layout with its stage within the device's shared memory.
+inline bool flash_bias_vectors(const int64_t (&dbias)[4], int64_t m) {
+  return dbias[3] == 1 && dbias[0] % 4 == 0 && dbias[1] % 4 == 0 && dbias[2] % 4 == 0 && m % 4 == 0;
 }
 #endif
 

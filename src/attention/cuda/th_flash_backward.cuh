@@ -10,7 +10,8 @@
 //    into the stages J and dU ([head][key][row], bf16);
 //  - per key (two a warp): L = J P_l, W = exp(L - LSE), dW = dU P_w^T as [16 rows, heads] products'
 //    outputs; pass D adds W dW into D; pass G makes dL = W (dW - D), stages W and dL (bf16) and adds
-//    dL into the bias's gradient;
+//    dL into the bias's gradient (four keys at a time from an fp32 stage where it is aligned for
+//    that, FlashBackArgs::bias_staged);
 //  - pass G: the projections' gradients J dL^T and W dU^T over the chunk's 256 (key, row) places
 //    from the stages (each warp its 16 x 8 tiles, summed in registers over the chunks); then per key
 //    U^T = P_w^T W^T into the stage dU and dJ^T = P_l dL^T into the stage J (B operands by
@@ -32,16 +33,19 @@ struct Shared {
   thx_bf16 *q, *dout, *pl_t, *pl, *pw_t, *pw, *j, *du, *w, *dl;
   float *lse, *d, *slots;  // slots: pass D's fold of the warps' shares, where W and dL are
   float* acc;              // pass G: the projections' partial sums, 16 x 8 tiles [tile][lane][4]
+  float* bias;             // pass G with bias_staged: dL [head][row][8 keys] for the bias, half a block; else null
   int qs, os;
 };
 template <int H>
 THX_DEVICE Shared shared_layout(const FlashBackArgs<thx_bf16>& a) {
   THX_SHARED(shared_bytes);
-  const FlashBackLayout at = flash_back_layout(H, a.f.h_k, a.f.d_k, a.f.h_v, a.f.d_v);
+  const bool staged = a.dbias && a.bias_staged;
+  const FlashBackLayout at = flash_back_layout(H, a.f.h_k, a.f.d_k, a.f.h_v, a.f.d_v, staged);
   auto bf = [&](int64_t x) { return reinterpret_cast<thx_bf16*>(shared_bytes + x); };
   auto fl = [&](int64_t x) { return reinterpret_cast<float*>(shared_bytes + x); };
-  return {bf(at.q), bf(at.dout), bf(at.pl_t), bf(at.pl), bf(at.pw_t), bf(at.pw),  bf(at.j),   bf(at.du),
-          bf(at.w), bf(at.dl),   fl(at.lse),  fl(at.d),  fl(at.w),    fl(at.acc),  at.q_stride, at.o_stride};
+  return {bf(at.q),   bf(at.dout), bf(at.pl_t), bf(at.pl), bf(at.pw_t), bf(at.pw),
+          bf(at.j),   bf(at.du),   bf(at.w),    bf(at.dl), fl(at.lse),  fl(at.d),
+          fl(at.w),   fl(at.acc),  staged ? fl(at.bias) : nullptr,        at.q_stride, at.o_stride};
 }
 
 // The mixings' copies [out][in]: P_l^T, P_l, P_w^T, P_w (the identity where absent, zero past the
@@ -155,9 +159,27 @@ THX_DEVICE void mix_pair(const uint32_t (&a)[H / 16][4], const thx_bf16* M, cons
   }
 }
 
-// Pass G, per key: W and dL = W (dW - D) staged ([head][key][row], bf16, element by element), dL
-// added into the bias's gradient; a barrier. 16 heads at a time (key_weights's steps, the heads
-// of one mixing's pair of output tiles): fewer registers beside the dK and dV sums.
+// Pass G with the bias's stage: the chunk's dL at keys k0 .. k0 + 7 (half the block's) added into the
+// bias's gradient four keys at a time (vector reductions; flash_bias_vectors says when they are
+// aligned), consecutive threads along a row's keys. Each element still takes one addition a block.
+template <int H>
+THX_DEVICE void add_bias(const FlashBackArgs<thx_bf16>& a, const Shared& s, int bb, int k0, int r0) {
+  const FlashArgs<thx_bf16>& f = a.f;
+  float* dbias = a.dbias + bb * a.dbias_stride[0] + r0 * a.dbias_stride[2];
+  const int bh = int(a.dbias_stride[1]), br = int(a.dbias_stride[2]);
+  for (int e = threadIdx.x; e < H * kFlashRows * 2; e += blockDim.x) {
+    const int head = e / (kFlashRows * 2), row = e / 2 % kFlashRows, q = e % 2, key = k0 + 4 * q;
+    if (head >= f.h || r0 + row >= f.n || key >= f.m) continue;
+    const float* v = s.bias + (head * kFlashRows + row) * 8 + 4 * q;
+    thx_atomic_add4(dbias + head * bh + row * br + key, v[0], v[1], v[2], v[3]);
+  }
+}
+
+// Pass G, per key (each warp one key of each half of the block's): W and dL = W (dW - D) staged
+// ([head][key][row], bf16, element by element), dL added into the bias's gradient; a barrier. With
+// the bias's stage, dL goes there in fp32 instead, and add_bias adds each half between barriers.
+// 16 heads at a time (key_weights's steps, the heads of one mixing's pair of output tiles): fewer
+// registers beside the dK and dV sums.
 template <int H>
 THX_DEVICE void chunk_weights(const FlashBackArgs<thx_bf16>& a, const Shared& s, int bb, int kb0, int r0,
                               const Lane& L) {
@@ -165,8 +187,9 @@ THX_DEVICE void chunk_weights(const FlashBackArgs<thx_bf16>& a, const Shared& s,
   // (offsets within the chunk's rows 32-bit, flash_back_unsupported)
   float* dbias = a.dbias ? a.dbias + bb * a.dbias_stride[0] + r0 * a.dbias_stride[2] : nullptr;
   const int bh = int(a.dbias_stride[1]), br = int(a.dbias_stride[2]), bk = int(a.dbias_stride[3]);
-  for (int kl = L.w; kl < 16; kl += WARPS) {
-    const int key = kb0 + kl;
+  static_assert(WARPS == 8, "a warp takes one key of each half of the block's 16");
+  for (int half = 0; half < 2; ++half) {
+    const int kl = L.w + WARPS * half, key = kb0 + kl;
     uint32_t aj[H / 16][4], adu[H / 16][4];
     flash::stage_rows_a<H>(s.j + kl * KS, HS, L, aj);
     flash::stage_rows_a<H>(s.du + kl * KS, HS, L, adu);
@@ -184,12 +207,20 @@ THX_DEVICE void chunk_weights(const FlashBackArgs<thx_bf16>& a, const Shared& s,
           const float dl = w * (e[nt][x] - s.d[row * H + head]);
           s.w[at] = thx_from_float<thx_bf16>(w);
           s.dl[at] = thx_from_float<thx_bf16>(dl);
-          if (dbias && head < f.h && key < f.m && r0 + row < f.n)
+          if (!dbias || head >= f.h || key >= f.m || r0 + row >= f.n) continue;
+          if (s.bias)
+            s.bias[(head * kFlashRows + row) * 8 + L.w] = dl;
+          else
             thx_atomic_add(dbias + (head * bh + row * br + key * bk), dl);
         }
     }
+    if (s.bias) {
+      __syncthreads();  // the half's dL is staged (after the second, every stage the projections read)
+      add_bias<H>(a, s, bb, kb0 + WARPS * half, r0);
+      if (half == 0) __syncthreads();  // before the second half overwrites it
+    }
   }
-  __syncthreads();
+  if (!s.bias) __syncthreads();
 }
 
 // The projections' 16 x 8 output tiles: J dL^T [h_k][h] (with P_l), then W dU^T [h][h_v] (with
