@@ -285,9 +285,8 @@ torch::autograd::variable_list flash_backward(const Problem& p, const std::vecto
   };
   a.bias_staged = dbias.defined() && cuda_th::flash_bias_vectors(a.dbias_stride, m) && aligned16(dbias) &&
                   layout(true) <= p.kernels->flash_shared_limit;
-  const int64_t bytes = layout(a.bias_staged != 0);
-  p.kernels->flash_backward(a, B.H, B.DV, false, gx, gy, bytes);  // pass D
-  p.kernels->flash_backward(a, B.H, B.DV, true, gx, gy, bytes);   // pass G
+  p.kernels->flash_backward(a, B.H, B.DV, false, gx, gy, layout(false));                // pass D (no stage)
+  p.kernels->flash_backward(a, B.H, B.DV, true, gx, gy, layout(a.bias_staged != 0));  // pass G
   Tensor dP_l, dP_w;
   if (partial.defined()) {
     const Tensor total = partial.sum(0);

@@ -61,16 +61,9 @@ struct Result {
   std::vector<float> sums;
 };
 
-uint32_t bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
-float from_bits(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
+// (the bit casts are cuda_compat.h's; the checks below use nothing else of it)
+uint32_t bits(float f) { return thx_float_to_bits(f); }
+float from_bits(uint32_t u) { return thx_bits_to_float(u); }
 float bf16_value(uint16_t h) { return from_bits(uint32_t(h) << 16); }
 uint16_t bf16_truncated(float f) { return uint16_t(bits(f) >> 16); }
 

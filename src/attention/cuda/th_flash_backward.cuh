@@ -36,10 +36,11 @@ struct Shared {
   float* bias;             // pass G with bias_staged: dL [head][row][8 keys] for the bias, half a block; else null
   int qs, os;
 };
-template <int H>
+// (G: pass G's, with the bias's stage where bias_staged; pass D has none)
+template <int H, bool G>
 THX_DEVICE Shared shared_layout(const FlashBackArgs<thx_bf16>& a) {
   THX_SHARED(shared_bytes);
-  const bool staged = a.dbias && a.bias_staged;
+  const bool staged = G && a.dbias && a.bias_staged;
   const FlashBackLayout at = flash_back_layout(H, a.f.h_k, a.f.d_k, a.f.h_v, a.f.d_v, staged);
   auto bf = [&](int64_t x) { return reinterpret_cast<thx_bf16*>(shared_bytes + x); };
   auto fl = [&](int64_t x) { return reinterpret_cast<float*>(shared_bytes + x); };
@@ -162,11 +163,9 @@ THX_DEVICE void mix_pair(const uint32_t (&a)[H / 16][4], const thx_bf16* M, cons
 // Pass G with the bias's stage: the chunk's dL at keys k0 .. k0 + 7 (half the block's) added into the
 // bias's gradient four keys at a time (vector reductions; flash_bias_vectors says when they are
 // aligned), consecutive threads along a row's keys. Each element still takes one addition a block.
+// dbias: the gradient at the example's and the chunk's first row; bh, br: its head and row strides.
 template <int H>
-THX_DEVICE void add_bias(const FlashBackArgs<thx_bf16>& a, const Shared& s, int bb, int k0, int r0) {
-  const FlashArgs<thx_bf16>& f = a.f;
-  float* dbias = a.dbias + bb * a.dbias_stride[0] + r0 * a.dbias_stride[2];
-  const int bh = int(a.dbias_stride[1]), br = int(a.dbias_stride[2]);
+THX_DEVICE void add_bias(const FlashArgs<thx_bf16>& f, const Shared& s, float* dbias, int bh, int br, int k0, int r0) {
   for (int e = threadIdx.x; e < H * kFlashRows * 2; e += blockDim.x) {
     const int head = e / (kFlashRows * 2), row = e / 2 % kFlashRows, q = e % 2, key = k0 + 4 * q;
     if (head >= f.h || r0 + row >= f.n || key >= f.m) continue;
@@ -216,7 +215,7 @@ THX_DEVICE void chunk_weights(const FlashBackArgs<thx_bf16>& a, const Shared& s,
     }
     if (s.bias) {
       __syncthreads();  // the half's dL is staged (after the second, every stage the projections read)
-      add_bias<H>(a, s, bb, kb0 + WARPS * half, r0);
+      add_bias<H>(f, s, dbias, bh, br, kb0 + WARPS * half, r0);
       if (half == 0) __syncthreads();  // before the second half overwrites it
     }
   }
@@ -375,7 +374,7 @@ THX_DEVICE void store_grads(const FlashBackArgs<thx_bf16>& a, int bb, int kb0, c
 // G false: pass D; true: pass G. Grid: x the blocks of 16 keys, y the examples.
 template <int H, int D, bool G>
 __global__ void THX_LAUNCH_BOUNDS(kFlashBackThreads, 1) flash_backward_kernel(FlashBackArgs<thx_bf16> a) {
-  const Shared s = shared_layout<H>(a);
+  const Shared s = shared_layout<H, G>(a);
   const Lane L = lane_of();
   const int bb = blockIdx.y, kb0 = 16 * int(blockIdx.x), chunks = (a.f.n + kFlashRows - 1) / kFlashRows;
   load_mixings<H>(a.f, s);
