@@ -70,6 +70,12 @@ PY
     local_nccl=OFF
     [ -n "$nccl_inc" ] && local_nccl=ON
     echo "nccl.h: ${nccl_inc:-not found}"
+    # libstdc++ first among an executable's needed libraries, so that its std::filesystem is not
+    # the wheel's libtorch.so's copy (pytorch/pytorch#133437). CMakeLists.txt asks for the same
+    # with add_link_options, yet the fourth session's build (an H200) had no libstdc++ among them
+    # at all (Linking.*); the linker flags CMake puts at the front of every executable's link
+    # line say it again.
+    stdcxx_first="-Wl,--push-state,--no-as-needed,-lstdc++,--pop-state"
     generator=$(command -v ninja >/dev/null && echo Ninja || echo 'Unix Makefiles')
     # The machine's own C++ compiler (GCC by default), the one the wheel's LibTorch was built
     # for; the CPU build's clang 14 is Debian's and need not be there.
@@ -81,7 +87,8 @@ PY
       -DHDF5_ROOT="$lib/hdf5/serial" -DHDF5_C_INCLUDE_DIR="$root/usr/include/hdf5/serial" \
       -DICU_ROOT="$root/usr" -DProtobuf_PROTOC_EXECUTABLE="$root/usr/bin/protoc" \
       -DCMAKE_CXX_FLAGS="-I$root/first -isystem $root/usr/include" \
-      -DCMAKE_EXE_LINKER_FLAGS="-L$lib -Wl,-rpath,$lib" -DCMAKE_SHARED_LINKER_FLAGS="-L$lib -Wl,-rpath,$lib" \
+      -DCMAKE_EXE_LINKER_FLAGS="$stdcxx_first -L$lib -Wl,-rpath,$lib" \
+      -DCMAKE_SHARED_LINKER_FLAGS="-L$lib -Wl,-rpath,$lib" \
       -DCMAKE_MODULE_LINKER_FLAGS="-L$lib -Wl,-rpath,$lib"
     if [ "$generator" = Ninja ]; then keep_going=(-- -k 0); else keep_going=(-- -k); fi
     cmake --build build-gpu -j "$(nproc)" "${keep_going[@]}"
