@@ -7,6 +7,7 @@
 #include <limits>
 #include <string>
 
+#include "attention/config.h"
 #include "attention/cuda/th_fused.h"
 #include "attention/cuda/th_rows_args.h"
 #include "attention/fused.h"
@@ -54,6 +55,13 @@ void set_th_path(const std::string& path, bool chosen) {
 }
 const std::string& th_path() { return g_th_path; }
 bool th_path_chosen() { return g_th_path_chosen; }
+
+bool keeps_attention_weights(const AttentionDims& d, const torch::Device& device) {
+  // (attention_core's routes below, and projected.cpp's for dropout and dynamic projections)
+  if (device.is_cpu() || d.d_k == 0 || d.any_dynamic() || d.dropout > 0) return true;
+  if (!d.has_P_l() && !d.has_P_w()) return !(THX_HAVE_SDPA && device.is_cuda() && g_sdpa);
+  return !g_tiled;
+}
 
 Tensor attention_core(const Tensor& Q, const Tensor& K, const Tensor& V, const Tensor& P_l,
                       const Tensor& P_w, const Tensor& bias, const Tensor& mask) {

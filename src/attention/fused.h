@@ -34,6 +34,8 @@
 
 namespace thx {
 
+struct AttentionDims;  // attention/config.h
+
 torch::Tensor attention_core(const torch::Tensor& Q, const torch::Tensor& K,
                              const torch::Tensor& V, const torch::Tensor& P_l,
                              const torch::Tensor& P_w, const torch::Tensor& bias,
@@ -102,6 +104,13 @@ std::string tiled_path_description();
 void set_th_path(const std::string& path, bool chosen = true);
 const std::string& th_path();
 bool th_path_chosen();
+// Whether attention of `dims` trained on `device` keeps a tensor of size [b,h,n,m] for backward
+// (what the memory check's lower bound counts, models/spec.h): on the CPU, yes (the fused cores
+// keep W, and J and U where the mixings need them); off it, no for multi-head through
+// scaled_dot_product_attention and for the talking-heads family on the tiled path or the fused
+// kernels (the default), yes for the batched composition (`--th-path batched`), the dynamic
+// projections, attention dropout and general bilinear, which take ATen's composition everywhere.
+bool keeps_attention_weights(const AttentionDims& dims, const torch::Device& device);
 // Whether `path` (a --th-path value) is one of the tiled path's four forms.
 inline bool tiled_path(const std::string& path) {
   return path == "tiled" || path == "tiled-fma" || path == "tiled-aten" || path == "flash";

@@ -1,5 +1,6 @@
 #include "models/spec.h"
 
+#include "attention/fused.h"
 #include "attention/registry.h"
 #include "common/error.h"
 #include "common/runtime.h"
@@ -38,6 +39,7 @@ namespace {
 struct Sizes {
   double d, ff, vocab, rows, n_in, n_out, enc, dec, units, E;  // units: encoder layers with their own parameters
   double h_enc, h_dec, h_cross, att_enc, att_dec, att_cross;     // heads; projection size of a layer / d
+  double keep_enc = 1, keep_dec = 1, keep_cross = 1;  // 1: the attention keeps its weights for backward
   bool recompute = false;  // model.recompute: an encoder keeps its layers' inputs, and one layer at a time
 };
 
@@ -47,9 +49,11 @@ std::pair<double, double> bound(const Sizes& z) {
   const double params = z.vocab * z.E + (z.units + z.dec) * 2 * z.d * z.ff +
                         z.d * (z.units * z.att_enc + z.dec * (z.att_dec + z.att_cross));
   const double positions = z.enc * z.n_in + z.dec * z.n_out;  // layer runs x positions
-  const double weights = z.enc * z.h_enc * z.n_in * z.n_in + z.dec * (z.h_dec * z.n_out * z.n_out + z.h_cross * z.n_out * z.n_in);
+  const double enc_weights = z.keep_enc * z.h_enc * z.n_in * z.n_in;  // an encoder layer's, per example
+  const double weights = z.enc * enc_weights + z.dec * (z.keep_dec * z.h_dec * z.n_out * z.n_out +
+                                                        z.keep_cross * z.h_cross * z.n_out * z.n_in);
   const double kept = z.recompute  // the encoder's layer inputs, and one layer's own at a time
-                          ? z.enc * z.n_in * z.d + std::min(z.enc, 1.0) * (z.n_in * (z.d + z.ff) + z.h_enc * z.n_in * z.n_in)
+                          ? z.enc * z.n_in * z.d + std::min(z.enc, 1.0) * (z.n_in * (z.d + z.ff) + enc_weights)
                           : positions * (z.d + z.ff) + weights;
   const double activations = z.rows * (kept + z.n_out * z.vocab);
   return {2 * f * params, f * activations};
@@ -58,7 +62,8 @@ std::pair<double, double> bound(const Sizes& z) {
 }  // namespace
 
 MemoryBound training_memory_lower_bound(const ModelSpec& spec, int64_t vocab, int64_t rows, int64_t n_in,
-                                        int64_t n_out, const MemoryKeys& names, bool recompute) {
+                                        int64_t n_out, const MemoryKeys& names, bool recompute,
+                                        const torch::Device& device) {
   const ModelConfig& m = spec.model;
   auto per_d = [](const AttentionDims& a) {  // P_q, P_k, P_v, P_o (general bilinear: P, Q) / d
     if (a.d_k == 0) return 2.0 * double(a.d_M) * double(a.h);
@@ -71,10 +76,13 @@ MemoryBound training_memory_lower_bound(const ModelSpec& spec, int64_t vocab, in
   z.units = m.type == "albert" ? double(m.hidden_groups) : z.enc;
   z.E = m.encoder_only() && m.embedding_size > 0 ? double(m.embedding_size) : z.d;
   z.h_enc = double(spec.encoder_self.h), z.att_enc = per_d(spec.encoder_self);
+  auto keeps = [&](const AttentionDims& a) { return keeps_attention_weights(a, device) ? 1.0 : 0.0; };
+  z.keep_enc = keeps(spec.encoder_self);
   z.recompute = recompute && m.encoder_only();
   if (!m.encoder_only()) {
     z.h_dec = double(spec.decoder_self.h), z.att_dec = per_d(spec.decoder_self);
     z.h_cross = double(spec.encoder_decoder.h), z.att_cross = per_d(spec.encoder_decoder);
+    z.keep_dec = keeps(spec.decoder_self), z.keep_cross = keeps(spec.encoder_decoder);
   }
   MemoryBound b;
   std::tie(b.parameters, b.activations) = bound(z);
@@ -98,7 +106,7 @@ MemoryBound training_memory_lower_bound(const ModelSpec& spec, int64_t vocab, in
 void check_training_memory(const ModelSpec& spec, int64_t vocab, int64_t rows, int64_t n_in, int64_t n_out,
                            const MemoryKeys& names, const std::map<std::string, int64_t>& values,
                            const torch::Device& device) {
-  const MemoryBound b = training_memory_lower_bound(spec, vocab, rows, n_in, n_out, names);
+  const MemoryBound b = training_memory_lower_bound(spec, vocab, rows, n_in, n_out, names, false, device);
   const double have = memory_bytes(device);
   if (have <= 0 || !(b.parameters + b.activations > have)) return;
   const auto it = values.find(b.key);

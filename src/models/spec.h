@@ -49,9 +49,12 @@ struct MemoryBound {
   std::string key;
 };
 // With `recompute` (an encoder's model.recompute) the activations are the layers' inputs and
-// one layer's own: what the backward pass then keeps at once.
+// one layer's own: what the backward pass then keeps at once. The attention weights [h, n, m] of
+// an example are counted for the attentions that keep them for backward on `device`
+// (keeps_attention_weights, attention/fused.h: on a GPU, none on the default paths).
 MemoryBound training_memory_lower_bound(const ModelSpec& spec, int64_t vocab, int64_t rows, int64_t n_in,
-                                        int64_t n_out, const MemoryKeys& names = {}, bool recompute = false);
+                                        int64_t n_out, const MemoryKeys& names = {}, bool recompute = false,
+                                        const torch::Device& device = torch::Device(torch::kCPU));
 // InputError "<key> <value>: training needs at least X GB of memory (...), more than this
 // machine's Y GB; nothing was allocated" when the bound exceeds the memory of `device` (the
 // machine's, or a GPU's own). `values` gives the values of the keys the message may name.

@@ -302,8 +302,8 @@ void describe(const PretrainConfig& c, PretrainModel& model, int64_t vocab, int6
   const int64_t micro = c.train.batch_size / c.train.grad_accum;
   const double gib = 1024.0 * 1024 * 1024;
   auto bytes = [&](bool recompute) {  // the memory check's own bound (models/spec.h)
-    return training_memory_lower_bound(c.spec, vocab, micro, c.data.inputs_length, outputs, {}, recompute)
-               .activations / gib;
+    return training_memory_lower_bound(c.spec, vocab, micro, c.data.inputs_length, outputs, {}, recompute,
+                                       model.device).activations / gib;
   };
   log->info("activation memory per micro-batch of {}: at least {:.2f} GiB{}", micro, bytes(c.model.recompute),
             c.model.recompute ? " (model.recompute: layers are recomputed in the backward pass)"

@@ -108,8 +108,9 @@ TEST(Cuda, FineTuningAndEvaluation) {
 
 // A batch the GPU cannot hold: one line, exit 2, naming the micro-batch and train.grad_accum.
 // The batch is sized from the GPU's own memory so that the memory check before training
-// (models/spec.h) lets it through, with its lower bound at 80% of the GPU, and training then runs
-// out: on the batched path (`--th-path batched`) talking-heads keeps three [b, h, n, n] fp32
+// (models/spec.h) lets it through: its lower bound as the CPU counts it (every attention's
+// weights, at least what it counts on the GPU) is 80% of the GPU. Training then runs out: on the
+// batched path (`--th-path batched`) talking-heads keeps three [b, h, n, n] fp32
 // tensors of its encoder layer for backward (J, W and U), each about 79% of the bound per example
 // (4 x 512^2 x 4 B against 5.3 MB), so some 1.9 times the GPU's memory. (The default tiled path
 // keeps none of them: at a fixed batch it might not run out on a larger GPU.)
@@ -119,8 +120,8 @@ TEST(Cuda, OutOfMemoryIsOneLine) {
   PretrainConfig c = tiny_pretrain(prepared_corpus(dir), 2);
   c.data.inputs_length = 512, c.data.targets_length = 114;  // T5's noise needs 114 targets for 512 inputs
   finish(c);
-  const double per_example =  // the bound for one example, with a vocabulary beyond the tokenizer's
-      training_memory_lower_bound(c.spec, 1000, 1, 512, 114).activations;
+  const double per_example =  // the bound for one example on the CPU, a vocabulary beyond the tokenizer's
+      training_memory_lower_bound(c.spec, 1000, 1, 512, 114, {}, false, torch::Device(torch::kCPU)).activations;
   const int64_t batch = int64_t(0.8 * memory_bytes(torch::Device(torch::kCUDA)) / per_example);
   c.train.batch_size = batch;
   finish(c);

@@ -1,0 +1,93 @@
+// The memory check's lower bound (models/spec.h) against its formula written out here: fp32
+// bytes of each layer run's input and feed-forward units, the output logits, and the attention
+// weights [h, n, m] of every attention that keeps them for backward on the device. On the CPU
+// every attention keeps them; on a GPU multi-head through scaled_dot_product_attention and the
+// talking-heads family on the tiled path keep none, so a long sequence that those paths train in
+// a few GB is not refused for weights they never hold (n = 8192 at 48 heads: 155 GB a T5-base
+// example counted that way, against the 1.6-1.8 GB the flash kernels took for a layer of 8).
+#include <gtest/gtest.h>
+
+#include "attention/fused.h"
+#include "common/torch_compat.h"
+#include "models/spec.h"
+#include "test_util.h"
+
+namespace thx::test {
+namespace {
+namespace THX_FILE_ID {
+
+constexpr int64_t kD = 64, kFF = 128, kEnc = 3, kDec = 2, kVocab = 500, kRows = 4, kIn = 96, kOut = 24, kH = 8;
+
+ModelSpec spec_of(const AttentionConfig& enc, const AttentionConfig& dec, const AttentionConfig& cross) {
+  ModelConfig m;
+  m.d_model = kD, m.d_ff = kFF, m.encoder_layers = kEnc, m.decoder_layers = kDec, m.vocab_size = kVocab;
+  return resolve_model_spec(m, {enc, dec, cross});
+}
+
+AttentionConfig variant(const std::string& name) {
+  AttentionConfig a;
+  a.variant = name, a.h = kH;
+  return a;
+}
+
+// The bound's activations from its definition, given which attentions keep their weights.
+double expected(bool enc, bool dec, bool cross) {
+  const double layers = double(kEnc * kIn + kDec * kOut) * (kD + kFF);
+  const double weights = (enc ? double(kEnc) * kH * kIn * kIn : 0.0) + (dec ? double(kDec) * kH * kOut * kOut : 0.0) +
+                         (cross ? double(kDec) * kH * kOut * kIn : 0.0);
+  return 4.0 * kRows * (layers + weights + double(kOut) * kVocab);
+}
+
+double bound(const ModelSpec& s, const torch::Device& device) {
+  return training_memory_lower_bound(s, kVocab, kRows, kIn, kOut, {}, false, device).activations;
+}
+
+const torch::Device kCpu(torch::kCPU), kCuda(torch::kCUDA);
+
+TEST(MemoryBound, OnTheCpuEveryAttentionsWeightsCount) {
+  const ModelSpec s = spec_of(variant("talking_heads"), variant("multi_head"), variant("project_logits"));
+  EXPECT_DOUBLE_EQ(bound(s, kCpu), expected(true, true, true));
+}
+
+TEST(MemoryBound, OnAGpuTheDefaultPathsKeepNoWeights) {
+  set_th_path("tiled", false);
+  const ModelSpec s = spec_of(variant("talking_heads"), variant("multi_head"), variant("project_weights"));
+  // Multi-head keeps none where scaled_dot_product_attention exists (LibTorch 2.x), else it takes
+  // ATen's composition, which keeps them.
+  EXPECT_DOUBLE_EQ(bound(s, kCuda), expected(false, !THX_HAVE_SDPA, false));
+  EXPECT_LT(bound(s, kCuda), bound(s, kCpu));
+  set_th_path("flash", false);
+  EXPECT_DOUBLE_EQ(bound(s, kCuda), expected(false, !THX_HAVE_SDPA, false));
+  set_th_path("tiled", false);
+}
+
+TEST(MemoryBound, OnAGpuTheBatchedCompositionDropoutAndDynamicProjectionsKeepThem) {
+  const ModelSpec s = spec_of(variant("talking_heads"), variant("multi_head"), variant("talking_heads"));
+  set_th_path("batched", false);
+  EXPECT_DOUBLE_EQ(bound(s, kCuda), expected(true, !THX_HAVE_SDPA, true));
+  set_th_path("tiled", false);
+  AttentionConfig dropout = variant("talking_heads"), dynamic = variant("talking_heads"),
+                  mh_dropout = variant("multi_head");
+  dropout.dropout = 0.1, mh_dropout.dropout = 0.1, dynamic.dynamic = {"X_l"};
+  EXPECT_DOUBLE_EQ(bound(spec_of(dropout, mh_dropout, dynamic), kCuda), expected(true, true, true));
+  EXPECT_DOUBLE_EQ(bound(spec_of(variant("general_bilinear"), variant("multi_head"), variant("talking_heads")), kCuda),
+                   expected(true, !THX_HAVE_SDPA, false));
+}
+
+TEST(MemoryBound, WithRecomputeOneEncoderLayersWeightsCountWhereKept) {
+  ModelConfig m;
+  m.type = "bert", m.d_model = kD, m.d_ff = kFF, m.encoder_layers = kEnc, m.vocab_size = kVocab;
+  const ModelSpec s = resolve_model_spec(m, {variant("talking_heads"), {}, {}});
+  auto recomputed = [&](const torch::Device& d) {
+    return training_memory_lower_bound(s, kVocab, kRows, kIn, kOut, {}, true, d).activations;
+  };
+  // The layers' inputs, one layer's own (input, feed-forward units, weights), the predictions' logits.
+  const double own = double(kIn) * (kD + kFF), inputs = double(kEnc) * kIn * kD, logits = double(kOut) * kVocab;
+  EXPECT_DOUBLE_EQ(recomputed(kCpu), 4.0 * kRows * (inputs + own + double(kH) * kIn * kIn + logits));
+  set_th_path("tiled", false);
+  EXPECT_DOUBLE_EQ(recomputed(kCuda), 4.0 * kRows * (inputs + own + logits));
+}
+
+}  // namespace THX_FILE_ID
+}  // namespace
+}  // namespace thx::test
