@@ -13,28 +13,32 @@
 #                                    so that a crash names its suite; first the probe of the
 #                                    primitives the kernels are built from, against PTX's
 #                                    definitions, whose line goes to the summary), compute-sanitizer
-#                                    on thx's kernels, the attention benchmark (talking-heads tiled
-#                                    with the flash kernels, tiled with thx's row kernels on tensor
-#                                    cores and as FMAs, tiled with ATen between the products, fused,
-#                                    batched), the whole-step benchmark at base size in bf16 with
-#                                    the compiled PyTorch peer (its talking-heads rows again with
-#                                    the flash kernels and with ATen between the products), Nsight
-#                                    Compute on the flash, fused and row kernels, the mini T5 on the
-#                                    GPU (fp32, bf16) beside the CPU, the rest of the unit suite,
-#                                    the talking-heads rows on the fused kernels, and a crashed
-#                                    suite again under cuda-gdb. Four phases run only when named:
-#                                    the real TensorBoard reading a run's tb/ and the kernel SDPA
-#                                    picks (sdpa_backend.py), which passed in the second session,
-#                                    the fused kernels' launch tuned (atomics, tiles, threads),
-#                                    which in the third found atomics within 2% and fewer threads
-#                                    slower, and base-pair (T5-base multi-head and talking-heads at
-#                                    12 and 48 heads, 300 steps each, for docs/results).
+#                                    on thx's kernels, Nsight Compute on the row kernels and the
+#                                    flash kernels (GPU_NCU_PATHS) and every kernel of the tiled
+#                                    path timed, the attention benchmark (talking-heads on the flash
+#                                    kernels, on the tiled path with thx's row kernels, batched;
+#                                    GPU_ATTENTION_PATHS adds tiled-fma, tiled-aten and fused, which
+#                                    the fourth session measured), the whole-step benchmark at base
+#                                    size in bf16 with the compiled PyTorch peer (its talking-heads
+#                                    rows again with the flash kernels and with ATen between the
+#                                    products), the mini T5 on the GPU (fp32, bf16) beside the CPU,
+#                                    the rest of the unit suite, the talking-heads rows on the fused
+#                                    kernels, and a crashed suite again under cuda-gdb. Four phases
+#                                    run only when named: the real TensorBoard reading a run's tb/
+#                                    and the kernel SDPA picks (sdpa_backend.py), which passed in the
+#                                    second session, the fused kernels' launch tuned (atomics, tiles,
+#                                    threads), which in the third found atomics within 2% and fewer
+#                                    threads slower, and base-pair (T5-base multi-head and
+#                                    talking-heads at 12 and 48 heads, 300 steps each, for
+#                                    docs/results).
 #
 # The order is what a short session needs most first. The peer compiles each model (40-70 s),
 # so the default whole-step rows are T5-base at h = 12 and 48 with the peer at h = 12 only
 # (GPU_BENCH_TRAIN_ARGS replaces them: "--base" alone is every row, about 6 minutes). A second
 # call on the same warm machine finds the build done:
-#   GPU_PHASES="build mini-t5 ncu unit-suite bench-train-fused" scripts/gpu_session.sh run
+#   GPU_PHASES="build mini-t5 unit-suite bench-train-fused" scripts/gpu_session.sh run
+# (On the fourth session's H200 a fresh build took 219 s, the CUDA tests 45, compute-sanitizer 59,
+# five attention paths 102, the whole step with the peer at h = 12 207, the mini T5 41.)
 #
 # Every log, table and the summary go to $OUT (the device tool brings that folder back), at the
 # end as $OUT/summary.md (each phase, its exit code and seconds, or why it was skipped) and
@@ -71,7 +75,8 @@ run() {
   # later call on the same (warm) machine finds the build done and can run the rest
   # (GPU_PHASES="bench-train unit-suite", say).
   local deadline=$((SECONDS + ${GPU_DEADLINE_S:-560}))
-  local phases=${GPU_PHASES:-build cuda-tests sanitize bench-attention bench-train bench-train-flash bench-train-aten mini-t5 ncu unit-suite bench-train-fused cuda-debug}
+  local default_phases="build cuda-tests sanitize ncu bench-attention bench-train bench-train-flash mini-t5 unit-suite"
+  local phases=${GPU_PHASES:-$default_phases bench-train-aten bench-train-fused cuda-debug}
   printf '| phase | exit | seconds | last line of its log |\n|---|---:|---:|---|\n' > "$summary"
   {
     date -u; uname -a; head -3 /etc/os-release 2>/dev/null; nproc; free -g | head -2
@@ -178,6 +183,43 @@ run() {
         done
       done
       exit $failed'
+    # What bounds thx's kernels: Nsight Compute on one layer, bf16, n = 2048, batch 8, at h = 12 and
+    # 48 (speed of light, memory workload and its tables, compute workload, occupancy, scheduler
+    # and warp-state statistics, instructions, and the source lines behind them: nvcc builds with
+    # -lineinfo, and SourceCounters names the shared loads that conflict), for each path in
+    # GPU_NCU_PATHS (default: tiled, the default path, then flash): the row kernels' first forward
+    # and first backward launch (the tiled path launches them once a block of rows), the flash
+    # kernels' forward and the backward's passes D and G, the fused kernels' forward and backward.
+    # Then where the tiled path's time goes at 48 heads: every kernel of one layer's run timed
+    # alone (gpu__time_duration, summed by kernel name: cuBLAS's products, the row kernels, ATen's
+    # element-wise kernels between). The fourth session found the flash kernels latency-bound at
+    # low occupancy (docs/fused_talking_heads.md); the row kernels had no profile yet.
+    local ncu_paths=${GPU_NCU_PATHS:-tiled flash}
+    phase ncu $((50 * $(wc -w <<< "$ncu_paths") + 40)) bash -c "
+      ncu=\$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+      sections='--section SpeedOfLight --section MemoryWorkloadAnalysis --section MemoryWorkloadAnalysis_Tables
+        --section ComputeWorkloadAnalysis --section Occupancy --section SchedulerStats --section WarpStateStats
+        --section InstructionStats --section SourceCounters'
+      profile() {  # h, path, kernel-name regex, launches
+        timeout 42 \$ncu --kernel-name regex:\"\$3\" --launch-count \$4 \$sections \
+          $thx --device cuda --th-path \$2 bench attention --precision bf16 --heads \$1 --n 2048 --batch 8 \
+          --reps 1 --no-reference
+      }
+      for h in 12 48; do  # (--launch-count counts across the process)
+        for path in $ncu_paths; do
+          echo \"== ncu: h = \$h, --th-path \$path\"
+          case \$path in
+            tiled|tiled-fma)
+              profile \$h \$path '^rows_(tc_)?forward_kernel' 1; profile \$h \$path '^rows_(tc_)?backward_kernel' 1 ;;
+            flash) profile \$h flash '^flash_(forward|backward)_kernel' 3 ;;
+            fused) profile \$h fused '^(forward|backward)_kernel' 2 ;;
+          esac
+        done
+      done
+      echo '== ncu: every kernel of the tiled path at h = 48, timed alone'
+      timeout 90 \$ncu --metrics gpu__time_duration.sum --print-summary per-kernel \
+        $thx --device cuda --th-path tiled bench attention --precision bf16 --heads 48 --n 2048 --batch 8 \
+        --reps 1 --no-reference"
     # One layer in bf16 at h = 12, 24, 48 (issue 31's grid): talking-heads on the flash kernels
     # (where their tests passed), on the tiled path with thx's row kernels (the default: bf16
     # mixings on tensor cores), with the row kernels' fp32 FMAs (tiled-fma), with ATen between its
@@ -189,7 +231,7 @@ run() {
     # n = 8192 batch 8 too, where the batched composition's [b,h,n,m] tensors cannot fit (6.4 GB
     # each at 48 heads, batch 1): a variant out of memory is its row, the others go on (issue 31's
     # "show where"). A path that fails does not stop the others.
-    local paths=${GPU_ATTENTION_PATHS:-flash tiled tiled-fma tiled-aten fused batched}
+    local paths=${GPU_ATTENTION_PATHS:-flash tiled batched}
     [ "$flash_ok" = 1 ] || paths=${paths/flash/}
     phase bench-attention 170 bash -c "
       bench() { $thx --device cuda bench attention --precision bf16 --heads 12,24,48 \"\$@\"; }
@@ -201,7 +243,7 @@ run() {
         case \$path in flash|batched) bench --n 8192 --batch 8 --no-reference \$flag --out $OUT/attention-\$path-n8192-b8.md || failed=1 ;; esac
       done
       # version 2.4's padded heads against none (the same numbers): fused at n = 2048
-      case \" ${GPU_ATTENTION_PATHS:-fused} \" in *' fused '*)
+      case \" ${GPU_ATTENTION_PATHS:-} \" in *' fused '*)
         bench --n 2048 --batch 8 --no-reference --th-path fused --th-unpadded --out $OUT/attention-fused-unpadded-n2048.md ;; esac
       exit \$failed"
     # T5-base in bf16 (the ratio issue 30 asks for), multi-head and talking-heads at h = 12 and
@@ -219,27 +261,6 @@ run() {
     # row kernels), for their ratio to the default on the same machine.
     phase bench-train-aten 60 "$thx" --device cuda --th-path tiled-aten bench train \
       --config configs/t5/mini.yaml --precision bf16 --base --base-only --base-heads 12,48 --out "$OUT/train-aten.md"
-    # What bounds the fused kernels: Nsight Compute on one forward and one backward launch at
-    # h = 12 and 48, n = 2048, batch 8 (speed of light, memory and compute workload, occupancy,
-    # warp stalls, the instructions executed by kind, and the source lines behind them: nvcc
-    # builds with -lineinfo). The third session found them instruction-bound, not atomics-bound.
-    # Then the same for the tiled path's row kernels (one forward and one backward launch), and the
-    # flash kernels (the forward, then the backward's passes D and G). The memory tables count L2's
-    # reductions (the flash backward's dQ, D and bias gradient), the scheduler statistics the
-    # warps eligible each cycle (the flash forward holds one block of four warps a multiprocessor
-    # at 24 and 48 heads): the two questions docs/fused_talking_heads.md leaves to the profile.
-    phase ncu 170 bash -c "
-      ncu=\$(command -v ncu || echo /usr/local/cuda/bin/ncu)
-      sections='--section SpeedOfLight --section MemoryWorkloadAnalysis --section MemoryWorkloadAnalysis_Tables
-        --section ComputeWorkloadAnalysis --section Occupancy --section SchedulerStats --section WarpStateStats
-        --section InstructionStats --section SourceCounters'
-      for h in 12 48; do  # (one launch of each kernel per h: --launch-count counts across the process)
-        for path in ${GPU_NCU_PATHS:-flash fused tiled}; do
-          timeout 42 \$ncu --kernel-name regex:'^((rows_(tc_)?)?(forward|backward)|flash_(forward|backward))_kernel' --launch-count 3 \$sections \
-            $thx --device cuda --th-path \$path bench attention --precision bf16 --heads \$h --n 2048 --batch 8 \
-            --reps 1 --no-reference
-        done
-      done"
     # The fused kernels' launch, tuned: the same layer (bf16, n = 2048, batch 8, h = 12 and 48)
     # with its own choice, then each forced launch (thx bench attention --th-atomics, --th-tiles,
     # --th-threads): the backward's shared sums as version 2.1 added them (in order, scalar) and
