@@ -17,6 +17,10 @@
 //    flash_unsupported names each reason.
 #include <gtest/gtest.h>
 
+#include <set>
+#include <type_traits>
+#include <vector>
+
 #include "attention/fused.h"
 #include "attention/tiled.h"
 #include "core_problems.h"
@@ -133,6 +137,44 @@ TEST(Flash, BiasGradientFourKeysAtATimeChangesNoNumber) {
     EXPECT_EQ(vectors - (emu::vector_reductions - reductions), m % 4 == 0 ? 2 * in.bias.numel() / 4 : 0);
     for (size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(torch::equal(got[i], want[i])) << i;
   }
+}
+
+// The shared-memory reads and stores of each key, bank by bank (32 banks of 4 bytes; an 8-byte
+// read is served a half warp at a time): the lanes' reads of their rows' LSE or D (row_pair, the
+// forward's weights and both backward passes) each half warp on 32 distinct banks, and a warp's
+// stores of one key's dL into the bias's stage on 32 distinct banks, at 16, 32 and 48 heads for
+// every output tile. (Rows of H words, the layout before, fail the first: four and eight ways.)
+TEST(Flash, RowPairReadsAndBiasStoresTakeEveryBankOnce) {
+  auto read_banks = [](auto row_pair, int words, int nt, int half, int lanes0) {
+    std::vector<float> rows(words);
+    for (int i = 0; i < words; ++i) rows[i] = float(i);  // each word holds its own index
+    std::set<int> banks;
+    for (int l = lanes0; l < lanes0 + 16; ++l) {
+      const ThxBytes8 v = row_pair(rows.data(), cuda_th::rows_tc::Lane{0, l / 4, l % 4, l}, nt, half);
+      for (const uint32_t w : v.w) banks.insert(int(thx_bits_to_float(w)) % 32);
+    }
+    return banks.size();
+  };
+  auto check = [&](auto H, auto row_pair) {
+    for (int nt = 0; nt < H / 8; ++nt)
+      for (int half = 0; half < 2; ++half)
+        for (int lanes0 : {0, 16})
+          EXPECT_EQ(read_banks(row_pair, cuda_th::kFlashRows * (H + cuda_th::kFlashLsePad), nt, half, lanes0), 32u)
+              << H << " heads, tile " << nt << ", half " << half << ", lanes " << lanes0;
+    for (int key = 0; key < 8; ++key)
+      for (int nt = 0; nt < H / 8; ++nt)
+        for (int x = 0; x < 4; ++x) {
+          std::set<int> banks;
+          for (int l = 0; l < 32; ++l) {
+            const cuda_th::rows_tc::Lane L{key, l / 4, l % 4, l};
+            banks.insert(cuda_th::flash_bias_slot(cuda_th::rows_tc::head_at(L, nt, x), L.w, L.g + 8 * (x >> 1)) % 32);
+          }
+          EXPECT_EQ(banks.size(), 32u) << H << " heads, key " << key << ", tile " << nt << ", element " << x;
+        }
+  };
+  check(std::integral_constant<int, 16>(), cuda_th::flash::row_pair<16>);
+  check(std::integral_constant<int, 32>(), cuda_th::flash::row_pair<32>);
+  check(std::integral_constant<int, 48>(), cuda_th::flash::row_pair<48>);
 }
 
 // The controls: the bound rejects P_w moved by 0.03 (its entries are about 0.45; the bf16 bounds

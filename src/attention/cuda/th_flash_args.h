@@ -39,11 +39,15 @@ struct FlashArgs {
 // then 8 unused (784 bytes: 16 bytes off the banks' period).
 constexpr int kFlashRows = 16, kFlashWarps = 4, kFlashThreads = 32 * kFlashWarps;
 constexpr int kFlashKeyStride = 24, kFlashHeadStride = 16 * kFlashKeyStride + 8;
+// The rows' LSE (and the backward's D) [16 rows][H + 8] fp32: a lane reads its heads 2t, 2t + 1 of
+// row g at once (8 bytes), and rows H + 8 words apart (8 or 24 modulo the 32 banks at 16, 32, 48)
+// put each half warp's reads on every bank once. Rows of H words took four ways (eight at 32).
+constexpr int kFlashLsePad = 8;
 
 // Where the block's shared memory is, in bytes from its start, each a multiple of 16: Q's 16 rows
 // (bf16, rows of h_k d_k + 16, so that the lanes' 8-byte loads from 8 rows take two wavefronts
 // without bank conflicts), P_l^T and P_w^T as bf16 [out][in] with rows of H + 8 (the identity where
-// absent), the warps' stages, and the rows' LSE [16][H] (fp32). The warps' statistics, folded at the
+// absent), the warps' stages, and the rows' LSE [16][H + 8] (fp32). The warps' statistics, folded at the
 // end of pass 1 ([warps][16][H] twice, fp32), take the stages' place.
 struct FlashLayout {
   int64_t q, pl_t, pw_t, stage, lse, bytes;
@@ -63,7 +67,7 @@ inline FlashLayout flash_layout(int H, int h_k, int d_k) {
   L.pw_t = L.pl_t + up(int64_t(H) * (H + 8) * 2);
   L.stage = L.pw_t + up(int64_t(H) * (H + 8) * 2);
   L.lse = L.stage + up(int64_t(kFlashWarps) * H * kFlashHeadStride * 2);
-  L.bytes = L.lse + up(int64_t(kFlashRows) * H * 4);
+  L.bytes = L.lse + up(int64_t(kFlashRows) * (H + kFlashLsePad) * 4);
   return L;
 }
 
@@ -89,13 +93,24 @@ struct FlashBackArgs {
 constexpr int kFlashBackWarps = 8, kFlashBackThreads = 32 * kFlashBackWarps;
 // Its stages [head][key][row], one of each for the block: a key's 16 rows, a head's 16 keys then 8.
 constexpr int kFlashBackKeyStride = 16, kFlashBackHeadStride = 16 * kFlashBackKeyStride + 8;
+// The bias's stage, [head][8 keys][16 rows] fp32, heads 8 x 16 + 4 words apart: a warp's stores of
+// its key (rows g, heads 2t + c) fall on bank 8t + g + a constant, every bank once. ([head][row][key]
+// took eight ways.)
+constexpr int kFlashBiasHeadStride = 8 * 16 + 4;
+// Where the stage holds the dL of head, key (0-7 within the half block) and row.
+#if defined(__CUDACC__)
+__host__ __device__
+#elif defined(__CUDA__)
+__attribute__((host)) __attribute__((device))
+#endif
+inline int flash_bias_slot(int head, int key, int row) { return head * kFlashBiasHeadStride + key * 16 + row; }
 
 // Where the backward's shared memory is: the chunk's Q and dO rows (bf16, rows of h_k d_k + 16 and
 // h_v d_v + 16), the four mixings' copies (P_l^T, P_l, P_w^T, P_w as bf16 [out][in], rows of
-// H + 8), the stages J (then dJ), dU (then U), W and dL, the chunk's LSE and D [16][H] (fp32), and
+// H + 8), the stages J (then dJ), dU (then U), W and dL, the chunk's LSE and D [16][H + 8] (fp32), and
 // the projections' gradients' partial sums (2 x H / 16 x H / 8 tiles of 16 x 8, fp32).
 // Pass D folds the warps' shares of D ([warps][16][H] fp32) where W and dL are. With bias_stage,
-// the chunk's dL for the bias's gradient at half the block's keys, [H][16 rows][8 keys] fp32, follows.
+// the chunk's dL for the bias's gradient at half the block's keys, [H][8 keys][16 rows] fp32, follows.
 struct FlashBackLayout {
   int64_t q, dout, pl_t, pl, pw_t, pw, j, du, w, dl, lse, d, acc, bias, bytes;
   int q_stride, o_stride;
@@ -118,9 +133,10 @@ inline FlashBackLayout flash_back_layout(int H, int h_k, int d_k, int h_v, int d
   L.q = take(int64_t(kFlashRows) * L.q_stride * 2), L.dout = take(int64_t(kFlashRows) * L.o_stride * 2);
   L.pl_t = take(matrix), L.pl = take(matrix), L.pw_t = take(matrix), L.pw = take(matrix);
   L.j = take(stage), L.du = take(stage), L.w = take(stage), L.dl = take(stage);
-  L.lse = take(int64_t(kFlashRows) * H * 4), L.d = take(int64_t(kFlashRows) * H * 4);
+  const int64_t rows = int64_t(kFlashRows) * (H + kFlashLsePad) * 4;
+  L.lse = take(rows), L.d = take(rows);
   L.acc = take(2 * int64_t(H / 16) * (H / 8) * 128 * 4);
-  L.bias = take(bias_stage ? int64_t(H) * kFlashRows * 8 * 4 : 0);
+  L.bias = take(bias_stage ? int64_t(H) * kFlashBiasHeadStride * 4 : 0);
   L.bytes = at;
   return L;
 }

@@ -77,8 +77,8 @@ THX_DEVICE void load_chunk(const FlashBackArgs<thx_bf16>& a, const Shared& s, in
     const int row = e / H, head = e % H;
     const bool in = head < f.h && r0 + row < f.n;
     const int64_t at = (int64_t(bb) * f.h + head) * f.n + r0 + row;
-    s.lse[e] = in ? f.lse[at] : -thx_inf();
-    if (G) s.d[e] = in ? a.D[at] : 0.f;
+    s.lse[row * (H + kFlashLsePad) + head] = in ? f.lse[at] : -thx_inf();
+    if (G) s.d[row * (H + kFlashLsePad) + head] = in ? a.D[at] : 0.f;
   }
   __syncthreads();
 }
@@ -169,8 +169,9 @@ THX_DEVICE void add_bias(const FlashArgs<thx_bf16>& f, const Shared& s, float* d
   for (int e = threadIdx.x; e < H * kFlashRows * 2; e += blockDim.x) {
     const int head = e / (kFlashRows * 2), row = e / 2 % kFlashRows, q = e % 2, key = k0 + 4 * q;
     if (head >= f.h || r0 + row >= f.n || key >= f.m) continue;
-    const float* v = s.bias + (head * kFlashRows + row) * 8 + 4 * q;
-    thx_atomic_add4(dbias + head * bh + row * br + key, v[0], v[1], v[2], v[3]);
+    const float* v = s.bias + flash_bias_slot(head, 4 * q, row);
+    const int k = flash_bias_slot(0, 1, 0);  // (keys this far apart)
+    thx_atomic_add4(dbias + head * bh + row * br + key, v[0], v[k], v[2 * k], v[3 * k]);
   }
 }
 
@@ -200,17 +201,23 @@ THX_DEVICE void chunk_weights(const FlashBackArgs<thx_bf16>& a, const Shared& s,
 #pragma unroll
       for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
-        for (int x = 0; x < 4; ++x) {
-          const int head = head_at(L, 2 * np + nt, x), row = L.g + 8 * (x >> 1), at = head * HS + kl * KS + row;
-          const float w = c[nt][x] == -thx_inf() ? 0.f : thx_exp(c[nt][x] - s.lse[row * H + head]);
-          const float dl = w * (e[nt][x] - s.d[row * H + head]);
-          s.w[at] = thx_from_float<thx_bf16>(w);
-          s.dl[at] = thx_from_float<thx_bf16>(dl);
-          if (!dbias || head >= f.h || key >= f.m || r0 + row >= f.n) continue;
-          if (s.bias)
-            s.bias[(head * kFlashRows + row) * 8 + L.w] = dl;
-          else
-            thx_atomic_add(dbias + (head * bh + row * br + key * bk), dl);
+        for (int half = 0; half < 2; ++half) {
+          const ThxBytes8 lse = flash::row_pair<H>(s.lse, L, 2 * np + nt, half),
+                          dd = flash::row_pair<H>(s.d, L, 2 * np + nt, half);
+#pragma unroll
+          for (int y = 0; y < 2; ++y) {
+            const int x = 2 * half + y, head = head_at(L, 2 * np + nt, x), row = L.g + 8 * half;
+            const int at = head * HS + kl * KS + row;
+            const float w = c[nt][x] == -thx_inf() ? 0.f : thx_exp(c[nt][x] - thx_bits_to_float(lse.w[y]));
+            const float dl = w * (e[nt][x] - thx_bits_to_float(dd.w[y]));
+            s.w[at] = thx_from_float<thx_bf16>(w);
+            s.dl[at] = thx_from_float<thx_bf16>(dl);
+            if (!dbias || head >= f.h || key >= f.m || r0 + row >= f.n) continue;
+            if (s.bias)
+              s.bias[flash_bias_slot(head, L.w, row)] = dl;
+            else
+              thx_atomic_add(dbias + (head * bh + row * br + key * bk), dl);
+          }
         }
     }
     if (s.bias) {

@@ -171,17 +171,28 @@ THX_DEVICE void logits(const FlashArgs<thx_bf16>& a, const thx_bf16* pl_t, const
   bias_and_mask<H / 8>(a, bb, i0, key, 0, L, c);
 }
 
-// c (logits as a [16 rows, H] product's output) <- the weights exp(L - LSE), lse the rows' [16][H]
-// in shared memory; 0 where the logit is -inf (masked, past h, m or n: a row with no key has LSE
-// -inf too, and exp(-inf + inf) would be NaN).
+// A lane's two LSE (or D) of output tile nt, element pair half (row g + 8 half, heads 8 nt + 2 t and
+// + 1: elements 2 half, 2 half + 1), from the rows' [16][H + kFlashLsePad] in one 8-byte read.
+template <int H>
+THX_DEVICE ThxBytes8 row_pair(const float* rows, const Lane& L, int nt, int half) {
+  return thx_load8(rows + (L.g + 8 * half) * (H + kFlashLsePad) + head_at(L, nt, 0));
+}
+
+// c (logits as a [16 rows, H] product's output) <- the weights exp(L - LSE), lse the rows' [16][H +
+// kFlashLsePad] in shared memory; 0 where the logit is -inf (masked, past h, m or n: a row with no
+// key has LSE -inf too, and exp(-inf + inf) would be NaN).
 template <int H>
 THX_DEVICE void rows_weights(const float* lse, const Lane& L, float (&c)[H / 8][4]) {
 #pragma unroll
   for (int nt = 0; nt < H / 8; ++nt)
 #pragma unroll
-    for (int x = 0; x < 4; ++x) {
-      const float m = lse[(L.g + 8 * (x >> 1)) * H + head_at(L, nt, x)];
-      c[nt][x] = c[nt][x] == -thx_inf() ? 0.f : thx_exp(c[nt][x] - m);
+    for (int half = 0; half < 2; ++half) {
+      const ThxBytes8 m = row_pair<H>(lse, L, nt, half);
+#pragma unroll
+      for (int y = 0; y < 2; ++y) {
+        float& v = c[nt][2 * half + y];
+        v = v == -thx_inf() ? 0.f : thx_exp(v - thx_bits_to_float(m.w[y]));
+      }
     }
 }
 
@@ -293,7 +304,7 @@ THX_DEVICE void statistics(const FlashArgs<thx_bf16>& a, const Shared& s, int bb
     for (int w = 1; w < kFlashWarps; ++w)
       rows::merge(m, t, s.slot0[w * kFlashRows * H + e], s.slot1[w * kFlashRows * H + e]);
     const float lse = head >= a.h || m == -thx_inf() ? -thx_inf() : m + thx_log(t);
-    s.lse[e] = lse;
+    s.lse[row * (H + kFlashLsePad) + head] = lse;
     if (head < a.h && i0 + row < a.n) a.lse[(int64_t(bb) * a.h + head) * a.n + i0 + row] = lse;
   }
   __syncthreads();
