@@ -122,7 +122,7 @@ TEST(Cuda, OutOfMemoryIsOneLine) {
   finish(c);
   const double per_example =  // the bound for one example on the CPU, a vocabulary beyond the tokenizer's
       training_memory_lower_bound(c.spec, 1000, 1, 512, 114, {}, false, torch::Device(torch::kCPU)).activations;
-  const int64_t batch = int64_t(0.8 * memory_bytes(torch::Device(torch::kCUDA)) / per_example);
+  const int64_t batch = int64_t(0.8 * memory_bytes(torch::Device(torch::kCUDA, 0)) / per_example);
   c.train.batch_size = batch;
   finish(c);
   const std::string cfg = dir.write("run.yaml", c.yaml);
