@@ -177,6 +177,50 @@ TEST(Flash, RowPairReadsAndBiasStoresTakeEveryBankOnce) {
   check(std::integral_constant<int, 48>(), cuda_th::flash::row_pair<48>);
 }
 
+// The forward's stage (flash_stage_at, no padding), bank by bank: each 8-lane phase of ldmatrix
+// (eight heads at one key, or eight keys at one head, 16 bytes each) on 8 distinct 16-byte groups
+// of the 128-byte period, and a warp's word stores of a head's 16 keys (store_keys: key g or g + 8,
+// rows 2t) or of a key's 16 heads (store_heads: head g or g + 8) on 32 distinct banks; every
+// element at its own place, inside the warp's H x 256.
+TEST(Flash, ForwardStageTakesEveryBankOnce) {
+  for (int H : {16, 32, 48}) {
+    std::set<int> places;
+    for (int head = 0; head < H; ++head)
+      for (int key = 0; key < 16; ++key)
+        for (int row = 0; row < 16; ++row) places.insert(cuda_th::flash_stage_at(head, key, row));
+    EXPECT_EQ(int(places.size()), H * 256) << H;
+    EXPECT_EQ(*places.begin(), 0);
+    EXPECT_EQ(*places.rbegin(), H * 256 - 1);
+    auto group = [](int element) { return element * 2 / 16 % 8; };  // 16-byte group of an element
+    for (int half = 0; half < 2; ++half)
+      for (int fixed = 0; fixed < 16; ++fixed) {
+        for (int h0 = 0; h0 < H; h0 += 8) {  // eight heads at key `fixed`
+          std::set<int> g;
+          for (int r = 0; r < 8; ++r) g.insert(group(cuda_th::flash_stage_at(h0 + r, fixed, 8 * half)));
+          EXPECT_EQ(g.size(), 8u) << H << " heads from " << h0 << ", key " << fixed;
+        }
+        for (int k0 = 0; k0 < 16; k0 += 8) {  // eight keys at head `fixed` (of the first 16)
+          std::set<int> g;
+          for (int r = 0; r < 8; ++r) g.insert(group(cuda_th::flash_stage_at(fixed, k0 + r, 8 * half)));
+          EXPECT_EQ(g.size(), 8u) << H << " keys from " << k0 << ", head " << fixed;
+        }
+      }
+    auto bank = [](int element) { return element / 2 % 32; };
+    for (int fixed = 0; fixed < 16; ++fixed)
+      for (int nt = 0; nt < 2; ++nt)
+        for (int plus = 0; plus < 16; plus += 8) {
+          std::set<int> keys, heads;
+          for (int l = 0; l < 32; ++l) {
+            const int g = l / 4, row = 8 * nt + 2 * (l % 4);
+            keys.insert(bank(cuda_th::flash_stage_at(fixed, g + plus, row)));
+            heads.insert(bank(cuda_th::flash_stage_at(16 * (fixed % (H / 16)) + g + plus, fixed, row)));
+          }
+          EXPECT_EQ(keys.size(), 32u) << H << " head " << fixed;
+          EXPECT_EQ(heads.size(), 32u) << H << " key " << fixed;
+        }
+  }
+}
+
 // The controls: the bound rejects P_w moved by 0.03 (its entries are about 0.45; the bf16 bounds
 // here are a few hundredths, so 0.01 can hide in them); a row with no key gives 0 and every result
 // is finite; fp32, widths and shared memory it does not take run the blocks of rows (no launch).
@@ -244,7 +288,7 @@ TEST(Flash, UnsupportedNamesWhy) {
             "d_k not a multiple of 16 or d_v of 8");
   EXPECT_EQ(cuda_th::flash_unsupported(12, 12, 12, 64, 64, 64, 64, none, none, false, h100),
             "Q, K or O not 16-byte aligned");
-  EXPECT_EQ(cuda_th::flash_unsupported(48, 48, 48, 16, 16, 64, 64, none, none, true, 164 * 1024),
+  EXPECT_EQ(cuda_th::flash_unsupported(48, 48, 48, 16, 16, 64, 64, none, none, true, 128 * 1024),
             "more shared memory than the device allows");
   EXPECT_EQ(cuda_th::flash_unsupported(12, 12, 12, 64, 64, 16 * 65536, 64, none, none, true, h100),
             "more than 65,535 blocks of 16 rows");

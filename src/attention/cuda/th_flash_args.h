@@ -34,11 +34,23 @@ struct FlashArgs {
 };
 
 // The block: 16 query rows, 4 warps of 16 keys each (a tile of 64 keys). Each warp stages its keys'
-// J, then their U, as bf16 [head][key][row]: a key's 16 rows then 8 unused (rows of 48 bytes, so
-// that ldmatrix's eight rows and the lanes' word stores fall in different banks), a head's 16 keys
-// then 8 unused (784 bytes: 16 bytes off the banks' period).
+// J, then their U, as bf16 [head][key][row], 512 bytes a head and no padding: a key's two 16-byte
+// halves of rows (0-7, 8-15) are slots 2 (key % 4) and + 1 of its 128-byte line (four keys), and
+// the slots of head h are exchanged by XOR with h % 8 and with key / 4 % 2. Then ldmatrix's eight
+// rows (eight heads at one key, or eight keys at one head) and the lanes' word stores (keys or
+// heads g at rows 2t) fall on different banks; padded rows (24 elements a key, 8 more a head) did
+// the same in 1.5x the memory, which held one block a multiprocessor at 24 heads (130 KiB).
 constexpr int kFlashRows = 16, kFlashWarps = 4, kFlashThreads = 32 * kFlashWarps;
-constexpr int kFlashKeyStride = 24, kFlashHeadStride = 16 * kFlashKeyStride + 8;
+constexpr int kFlashStageHead = 16 * 16;  // a head's elements in a warp's stage
+#if defined(__CUDACC__)
+__host__ __device__
+#elif defined(__CUDA__)
+__attribute__((host)) __attribute__((device))
+#endif
+inline int flash_stage_at(int head, int key, int row) {
+  const int slot = (2 * (key % 4) + row / 8) ^ (head % 8) ^ (key / 4 % 2);
+  return head * kFlashStageHead + key / 4 * 64 + 8 * slot + row % 8;
+}
 // The rows' LSE (and the backward's D) [16 rows][H + 8] fp32: a lane reads its heads 2t, 2t + 1 of
 // row g at once (8 bytes), and rows H + 8 words apart (8 or 24 modulo the 32 banks at 16, 32, 48)
 // put each half warp's reads on every bank once. Rows of H words took four ways (eight at 32).
@@ -66,7 +78,7 @@ inline FlashLayout flash_layout(int H, int h_k, int d_k) {
   L.pl_t = up(int64_t(kFlashRows) * L.q_stride * 2);
   L.pw_t = L.pl_t + up(int64_t(H) * (H + 8) * 2);
   L.stage = L.pw_t + up(int64_t(H) * (H + 8) * 2);
-  L.lse = L.stage + up(int64_t(kFlashWarps) * H * kFlashHeadStride * 2);
+  L.lse = L.stage + up(int64_t(kFlashWarps) * H * kFlashStageHead * 2);
   L.bytes = L.lse + up(int64_t(kFlashRows) * (H + kFlashLsePad) * 4);
   return L;
 }

@@ -47,7 +47,7 @@ THX_DEVICE Shared shared_layout(const FlashArgs<thx_bf16>& a) {
 // Every warp's stage zero (the heads past h_k that the mixing reads must be finite); a barrier.
 template <int H>
 THX_DEVICE void zero_stages(const Shared& s) {
-  for (int e = threadIdx.x; e < kFlashWarps * H * kFlashHeadStride / 8; e += blockDim.x) thx_zero16(s.stage + 8 * e);
+  for (int e = threadIdx.x; e < kFlashWarps * H * kFlashStageHead / 8; e += blockDim.x) thx_zero16(s.stage + 8 * e);
   __syncthreads();
 }
 
@@ -111,18 +111,28 @@ THX_DEVICE void store_pairs(thx_bf16* S, int lead, const Lane& L, const float (&
   }
 }
 
+// A [16 keys, 16 rows] product's output of one head (key_row_product's) into a warp's stage S
+// (flash_stage_at) as bf16 words: element (g or g + 8, rows 2 t, 2 t + 1 of each 8).
+THX_DEVICE void store_keys(thx_bf16* S, int head, const Lane& L, const float (&c)[2][4]) {
+#pragma unroll
+  for (int nt = 0; nt < 2; ++nt) {
+    thx_store_word(S + flash_stage_at(head, L.g, 8 * nt + 2 * L.t), pack_bf16x2(c[nt][0], c[nt][1]));
+    thx_store_word(S + flash_stage_at(head, L.g + 8, 8 * nt + 2 * L.t), pack_bf16x2(c[nt][2], c[nt][3]));
+  }
+}
+
 // This warp's stage <- J^T of its keys jw .. jw + 15 (zero past m) and the block's rows, every head
-// < h_k, as bf16 [head][key][row].
+// < h_k, as bf16 [head][key][row] (flash_stage_at).
 template <int H>
 THX_DEVICE void stage_products(const FlashArgs<thx_bf16>& a, const Shared& s, int bb, int jw, const Lane& L) {
-  thx_bf16* S = s.stage + L.w * H * kFlashHeadStride;
+  thx_bf16* S = s.stage + L.w * H * kFlashStageHead;
   const int qd = a.h_k * a.d_k;
   thx_syncwarp();  // the warp's earlier reads of its stage are done
   for (int head = 0; head < a.h_k; ++head) {
     float c[2][4];
     key_row_product(a.K + int64_t(bb) * a.m * qd + head * a.d_k, qd, a.m, jw + L.g, s.q + head * a.d_k, s.qs, a.d_k,
                     L, c);
-    store_pairs(S + head * kFlashHeadStride, kFlashKeyStride, L, c);
+    store_keys(S, head, L, c);
   }
   thx_syncwarp();
 }
@@ -176,6 +186,22 @@ THX_DEVICE void logits(const FlashArgs<thx_bf16>& a, const thx_bf16* pl_t, const
 template <int H>
 THX_DEVICE ThxBytes8 row_pair(const float* rows, const Lane& L, int nt, int half) {
   return thx_load8(rows + (L.g + 8 * half) * (H + kFlashLsePad) + head_at(L, nt, 0));
+}
+
+// The same from a warp's stage of the forward (flash_stage_at), at its key kl: A = J [16 rows,
+// heads] by ldmatrix.trans as stage_rows_a reads it (matrix j of lane 8 j + r: heads 16 kb + 8 (j /
+// 2) + r, rows 8 (j % 2) on).
+template <int H>
+THX_DEVICE void stage_logits(const FlashArgs<thx_bf16>& a, const thx_bf16* pl_t, const thx_bf16* S, int kl, int bb,
+                             int i0, int key, const Lane& L, float (&c)[H / 8][4]) {
+  const int r = L.l % 8, j = L.l / 8;
+  // (heads 16 kb on have the slots of heads 0 .. 15: one place a lane, 16 heads apart)
+  const thx_bf16* at = S + flash_stage_at(8 * (j / 2) + r, kl, 8 * (j % 2));
+  uint32_t aj[H / 16][4];
+#pragma unroll
+  for (int kb = 0; kb < H / 16; ++kb) thx_ldmatrix<4, true>(aj[kb], at + 16 * kb * kFlashStageHead);
+  rows_tc::mix<H>(aj, pl_t, L, c);
+  bias_and_mask<H / 8>(a, bb, i0, key, 0, L, c);
 }
 
 // c (logits as a [16 rows, H] product's output) <- the weights exp(L - LSE), lse the rows' [16][H +
@@ -247,16 +273,28 @@ THX_DEVICE void store_t(thx_bf16* S, int hs, const Lane& L, const float (&u)[H /
   for (int mt = 0; mt < H / 16; ++mt) store_pairs(S + 16 * mt * hs, hs, L, u[mt]);
 }
 
-// acc[e] += A B over 16 keys key0 ..: A = [16 rows, 16 keys] by ldmatrix.trans from a stage at one
-// head ([key][row], S at the first key, ks elements a key; matrix j of lane 8 j + r: keys 8 (j / 2)
-// + r, rows 8 (j % 2) on), B = X^T's rows d (X^T [d][m8] in global memory at the head, zero from
-// key m on; words of two keys), 8 columns a tile e, for 8 e < d.
+// u (U^T, [16 heads x mt, 16 rows]) into a warp's stage of the forward at its key kl
+// (flash_stage_at), as words of two rows.
+template <int H>
+THX_DEVICE void store_heads(thx_bf16* S, int kl, const Lane& L, const float (&u)[H / 16][2][4]) {
+  const int at[2] = {flash_stage_at(L.g, kl, 2 * L.t), flash_stage_at(L.g, kl, 8 + 2 * L.t)};  // (heads g + 8 more)
+#pragma unroll
+  for (int mt = 0; mt < H / 16; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) {
+      thx_bf16* p = S + at[nt] + 16 * mt * kFlashStageHead;
+      thx_store_word(p, pack_bf16x2(u[mt][nt][0], u[mt][nt][1]));
+      thx_store_word(p + 8 * kFlashStageHead, pack_bf16x2(u[mt][nt][2], u[mt][nt][3]));
+    }
+}
+
+// acc[e] += A B over 16 keys key0 ..: A = [16 rows, 16 keys] by ldmatrix.trans from af, B = X^T's
+// rows d (X^T [d][m8] in global memory at the head, zero from key m on; words of two keys), 8
+// columns a tile e, for 8 e < d.
 template <int D>
-THX_DEVICE void rows_by_keys(const thx_bf16* S, int ks, const thx_bf16* Xt, int m8, int key0, int d, const Lane& L,
-                             float (&acc)[D / 8][4]) {
-  const int r = L.l % 8, j = L.l / 8, key = key0 + 2 * L.t;
-  uint32_t af[4];
-  thx_ldmatrix<4, true>(af, S + (8 * (j / 2) + r) * ks + 8 * (j % 2));
+THX_DEVICE void rows_by_keys_a(const uint32_t (&af)[4], const thx_bf16* Xt, int m8, int key0, int d, const Lane& L,
+                               float (&acc)[D / 8][4]) {
+  const int key = key0 + 2 * L.t;
 #pragma unroll
   for (int e = 0; e < D / 8; ++e) {
     if (8 * e >= d) continue;
@@ -264,6 +302,30 @@ THX_DEVICE void rows_by_keys(const thx_bf16* S, int ks, const thx_bf16* Xt, int 
     const uint32_t bf[2] = {key < m8 ? thx_load_word(col + key) : 0u, key + 8 < m8 ? thx_load_word(col + key + 8) : 0u};
     thx_mma_bf16_16816(acc[e], af, bf);
   }
+}
+// The same with A from a stage at one head ([key][row], S at the first key, ks elements a key;
+// matrix j of lane 8 j + r: keys 8 (j / 2) + r, rows 8 (j % 2) on): the backward's.
+template <int D>
+THX_DEVICE void rows_by_keys(const thx_bf16* S, int ks, const thx_bf16* Xt, int m8, int key0, int d, const Lane& L,
+                             float (&acc)[D / 8][4]) {
+  const int r = L.l % 8, j = L.l / 8;
+  uint32_t af[4];
+  thx_ldmatrix<4, true>(af, S + (8 * (j / 2) + r) * ks + 8 * (j % 2));
+  rows_by_keys_a<D>(af, Xt, m8, key0, d, L, acc);
+}
+// The same with A by ldmatrix.trans at `at`, this lane's row of a warp's stage of the forward (its
+// place of head v: stage_row_at): the forward's.
+template <int D>
+THX_DEVICE void stage_rows_by_keys(const thx_bf16* at, const thx_bf16* Xt, int m8, int key0, int d, const Lane& L,
+                                   float (&acc)[D / 8][4]) {
+  uint32_t af[4];
+  thx_ldmatrix<4, true>(af, at);
+  rows_by_keys_a<D>(af, Xt, m8, key0, d, L, acc);
+}
+// This lane's ldmatrix row for head v of a warp's stage (matrix j of lane 8 j + r: keys 8 (j / 2) + r,
+// rows 8 (j % 2) on).
+THX_DEVICE int stage_row_at(int v, const Lane& L) {
+  return flash_stage_at(v, 8 * (L.l / 16) + L.l % 8, 8 * (L.l / 8 % 2));
 }
 
 // Pass 1: each lane's running max and sum for its (row, head) pairs over the block's keys, folded
@@ -279,10 +341,10 @@ THX_DEVICE void statistics(const FlashArgs<thx_bf16>& a, const Shared& s, int bb
     const int jw = t0 + 16 * L.w;
     if (jw >= a.m) continue;
     stage_products<H>(a, s, bb, jw, L);
-    const thx_bf16* S = s.stage + L.w * H * kFlashHeadStride;
+    const thx_bf16* S = s.stage + L.w * H * kFlashStageHead;
     for (int kl = 0; kl < 16 && jw + kl < a.m; ++kl) {
       float c[H / 8][4];
-      logits<H>(a, s.pl_t, S + kl * kFlashKeyStride, kFlashHeadStride, bb, i0, jw + kl, L, c);
+      stage_logits<H>(a, s.pl_t, S, kl, bb, i0, jw + kl, L, c);
 #pragma unroll
       for (int nt = 0; nt < H / 8; ++nt)
 #pragma unroll
@@ -319,27 +381,29 @@ THX_DEVICE void accumulate_tile(const FlashArgs<thx_bf16>& a, const Shared& s, i
   const int jw = t0 + 16 * L.w;
   if (jw < a.m) {
     stage_products<H>(a, s, bb, jw, L);
-    thx_bf16* S = s.stage + L.w * H * kFlashHeadStride;
+    thx_bf16* S = s.stage + L.w * H * kFlashStageHead;
     for (int kl = 0; kl < 16 && jw + kl < a.m; ++kl) {
       float c[H / 8][4], u[H / 16][2][4];
       uint32_t b[H / 16][2][2];
-      logits<H>(a, s.pl_t, S + kl * kFlashKeyStride, kFlashHeadStride, bb, i0, jw + kl, L, c);
+      stage_logits<H>(a, s.pl_t, S, kl, bb, i0, jw + kl, L, c);
       rows_weights<H>(s.lse, L, c);
       pack_b<H>(c, b);
       mix_t<H>(s.pw_t, b, L, u);  // U^T = P_w^T W^T
       thx_syncwarp();              // the key's J is read: its U goes in its place
-      store_t<H>(S + kl * kFlashKeyStride, kFlashHeadStride, L, u);
+      store_heads<H>(S, kl, L, u);
     }
   }
   __syncthreads();  // every warp's U is staged
+  // (heads v and v + 8 share their slots: two places a lane, for heads w and w + 4, then 8 heads apart)
+  const int row_at[2] = {stage_row_at(L.w, L), stage_row_at(L.w + kFlashWarps, L)};
 #pragma unroll
   for (int hi = 0; hi < H / 4; ++hi) {
     const int v = L.w + kFlashWarps * hi;
     if (v >= a.h_v) continue;
     const thx_bf16* Vt = a.Vt + (int64_t(bb) * a.h_v + v) * a.d_v * a.m8;
+    const thx_bf16* at = s.stage + row_at[hi % 2] + (hi / 2) * 8 * kFlashStageHead;
     for (int ks = 0; ks < kFlashWarps && t0 + 16 * ks < a.m; ++ks)
-      rows_by_keys<DV>(s.stage + (ks * H + v) * kFlashHeadStride, kFlashKeyStride, Vt, a.m8, t0 + 16 * ks, a.d_v, L,
-                       o[hi]);
+      stage_rows_by_keys<DV>(at + ks * H * kFlashStageHead, Vt, a.m8, t0 + 16 * ks, a.d_v, L, o[hi]);
   }
   __syncthreads();  // before the next tile's products overwrite the stages
 }
