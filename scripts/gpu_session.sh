@@ -217,6 +217,7 @@ run() {
               profile \$h \$path '^rows_(tc_)?forward_kernel' 1; profile \$h \$path '^rows_(tc_)?backward_kernel' 1 ;;
             flash) profile \$h flash '^flash_(forward|backward)_kernel' 3 ;;
             fused) profile \$h fused '^(forward|backward)_kernel' 2 ;;
+            *) echo \"GPU_NCU_PATHS: \$path is not a path it profiles (allowed: tiled, tiled-fma, flash, fused)\" ;;
           esac
         done
       done

@@ -170,6 +170,15 @@ THX_DEVICE void bias_and_mask(const FlashArgs<thx_bf16>& a, int bb, int i0, int 
     }
 }
 
+// c <- the logits of `key` for the rows i0 .. i0 + 15 from J's A operands aj [16 rows, heads]:
+// mixed by P_l^T's copy pl_t, plus the bias and the mask (logits and stage_logits, below).
+template <int H>
+THX_DEVICE void mixed_logits(const FlashArgs<thx_bf16>& a, const thx_bf16* pl_t, const uint32_t (&aj)[H / 16][4],
+                             int bb, int i0, int key, const Lane& L, float (&c)[H / 8][4]) {
+  rows_tc::mix<H>(aj, pl_t, L, c);
+  bias_and_mask<H / 8>(a, bb, i0, key, 0, L, c);
+}
+
 // c <- the logits of `key` for the rows i0 .. i0 + 15: J staged at S (the key's place, hs elements
 // a head) mixed by P_l^T's copy pl_t, plus the bias and the mask.
 template <int H>
@@ -177,8 +186,7 @@ THX_DEVICE void logits(const FlashArgs<thx_bf16>& a, const thx_bf16* pl_t, const
                        int key, const Lane& L, float (&c)[H / 8][4]) {
   uint32_t aj[H / 16][4];
   stage_rows_a<H>(S, hs, L, aj);
-  rows_tc::mix<H>(aj, pl_t, L, c);
-  bias_and_mask<H / 8>(a, bb, i0, key, 0, L, c);
+  mixed_logits<H>(a, pl_t, aj, bb, i0, key, L, c);
 }
 
 // A lane's two LSE (or D) of output tile nt, element pair half (row g + 8 half, heads 8 nt + 2 t and
@@ -200,8 +208,7 @@ THX_DEVICE void stage_logits(const FlashArgs<thx_bf16>& a, const thx_bf16* pl_t,
   uint32_t aj[H / 16][4];
 #pragma unroll
   for (int kb = 0; kb < H / 16; ++kb) thx_ldmatrix<4, true>(aj[kb], at + 16 * kb * kFlashStageHead);
-  rows_tc::mix<H>(aj, pl_t, L, c);
-  bias_and_mask<H / 8>(a, bb, i0, key, 0, L, c);
+  mixed_logits<H>(a, pl_t, aj, bb, i0, key, L, c);
 }
 
 // c (logits as a [16 rows, H] product's output) <- the weights exp(L - LSE), lse the rows' [16][H +
