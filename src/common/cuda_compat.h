@@ -37,6 +37,11 @@ struct alignas(8) ThxBytes8 {
 #define THX_STATIC_SHARED __shared__
 #define THX_LAUNCH_BOUNDS(threads, blocks) __launch_bounds__(threads, blocks)
 THX_DEVICE float thx_exp(float x) { return expf(x); }
+// exp where a relative error of a few units of 2^-23 is far below what else rounds (the bf16
+// kernels' weights, rounded to bf16 after): CUDA's __expf, ex2.approx.ftz of x log2(e), two
+// instructions against expf's eight or so. Its error, by the CUDA C++ Programming Guide's table
+// of intrinsic functions: at most 2 + floor(|1.173 x|) ulps; results below 2^-126 flush to +0.
+THX_DEVICE float thx_exp_fast(float x) { return __expf(x); }
 THX_DEVICE float thx_rsqrt(float x) { return rsqrtf(x); }
 THX_DEVICE float thx_shfl_xor(float v, int lane_mask) { return __shfl_xor_sync(0xffffffffu, v, lane_mask); }
 THX_DEVICE void thx_syncwarp() { __syncwarp(); }
@@ -75,6 +80,7 @@ THX_DEVICE uint32_t thx_umulhi(uint32_t a, uint32_t b) { return __umulhi(a, b); 
 #define THX_LAUNCH_BOUNDS(threads, blocks) __attribute__((launch_bounds(threads, blocks)))
 extern "C" __device__ void __syncthreads() __asm__("llvm.nvvm.barrier0");
 THX_DEVICE float thx_exp(float x) { return __nvvm_ex2_approx_f(x * 1.44269504f); }
+THX_DEVICE float thx_exp_fast(float x) { return __nvvm_ex2_approx_f(x * 1.44269504f); }
 THX_DEVICE float thx_rsqrt(float x) { return __nvvm_rsqrt_approx_f(x); }
 THX_DEVICE float thx_shfl_xor(float v, int lane_mask) {
   return __nvvm_shfl_sync_bfly_f32(0xffffffffu, v, lane_mask, 0x1f);
@@ -228,15 +234,16 @@ class Barrier {
 struct Warp {
   explicit Warp(int lanes) : barrier(lanes) {}
   float slots[32];
-  uint32_t words[32][6];  // a tensor-core product's operand words (common/cuda_mma.h)
+  uint32_t words[32][6];  // a tensor-core product's operand words, stmatrix's (common/cuda_mma.h)
   unsigned char rows[32][16];  // ldmatrix's rows, as each lane read its own (common/cuda_mma.h)
   Barrier barrier;
 };
 
-// How many vector reductions (thx_atomic_add4), 16-byte copies (thx_copy16) and ldmatrix loads
-// (cuda_mma.h; plain and .trans) the emulator has run: the tests' way to see that a kernel or a
-// product took them.
-inline std::atomic<int64_t> vector_reductions{0}, vector_copies{0}, matrix_loads{0}, matrix_loads_trans{0};
+// How many vector reductions (thx_atomic_add4), 16-byte copies (thx_copy16), ldmatrix loads
+// (cuda_mma.h; plain and .trans) and stmatrix stores the emulator has run: the tests' way to see
+// that a kernel or a product took them.
+inline std::atomic<int64_t> vector_reductions{0}, vector_copies{0}, matrix_loads{0}, matrix_loads_trans{0},
+    matrix_stores{0};
 
 inline unsigned char* shared_memory() { return t_block.shared->data(); }
 // Whether [p, p + bytes) lies in the running block's shared memory.
@@ -252,6 +259,9 @@ inline thread_local thx::emu::Dim3 blockDim, gridDim;
 inline void __syncthreads() { thx::emu::t_block.barrier->wait(); }
 
 THX_DEVICE float thx_exp(float x) { return std::exp(x); }
+// (the emulator's is exp itself: the GPU's few ulps more are within every bound the kernels' tests
+// check, which run on a GPU too)
+THX_DEVICE float thx_exp_fast(float x) { return std::exp(x); }
 THX_DEVICE float thx_rsqrt(float x) { return 1.f / std::sqrt(x); }
 THX_DEVICE float thx_shfl_xor(float v, int lane_mask) {
   thx::emu::Warp& w = *(*thx::emu::t_block.warps)[threadIdx.x / 32];
@@ -489,7 +499,9 @@ inline void launch(Dim3 grid, int threads, size_t shared_bytes, const std::funct
 #endif
 
 // bf16 <-> fp32, the same on every compiler: a float's top 16 bits, rounded to nearest even (as
-// c10::BFloat16 and __float2bfloat16_rn round; NaN stays NaN).
+// c10::BFloat16 and __float2bfloat16_rn round). On a GPU (sm_80 and later) one instruction,
+// cvt.rn.bf16.f32, whose NaN is 0x7fff (as ATen's on CUDA); elsewhere the integer steps below,
+// whose NaN is 0x7fc0 (as c10::BFloat16's on the CPU). Every other value the same bits.
 THX_DEVICE float thx_to_float(float x) { return x; }
 THX_DEVICE float thx_to_float(thx_bf16 x) { return thx_bits_to_float(uint32_t(x.bits) << 16); }
 template <typename T>
@@ -500,7 +512,13 @@ THX_DEVICE float thx_from_float<float>(float x) {
 }
 template <>
 THX_DEVICE thx_bf16 thx_from_float<thx_bf16>(float x) {
+#if defined(__CUDACC__) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  uint16_t h;
+  asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(x));
+  return thx_bf16{h};
+#else
   const uint32_t u = thx_float_to_bits(x);
   if ((u & 0x7fffffffu) > 0x7f800000u) return thx_bf16{uint16_t(0x7fc0)};
   return thx_bf16{uint16_t((u + 0x7fffu + ((u >> 16) & 1u)) >> 16)};
+#endif
 }

@@ -49,6 +49,23 @@ THX_DEVICE void thx_ldmatrix(uint32_t* r, const void* row) {
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                  : "r"(a));
 }
+// The inverse of thx_ldmatrix<4, Trans> (PTX ISA, "stmatrix", sm_90): lane 8 j + r gives the
+// address of row r of 8x8 matrix j, and each lane's word j goes where ldmatrix from the same rows
+// would have read it. With .trans, an A operand's fragment [16 keys, 16 heads] lands as rows of
+// heads [head][key]. (The clang check compiles it for sm_80, where it is never run.)
+template <bool Trans>
+THX_DEVICE void thx_stmatrix4(void* row, const uint32_t* r) {
+  uint32_t a;
+  asm volatile("{ .reg .u64 s; cvta.to.shared.u64 s, %1; cvt.u32.u64 %0, s; }" : "=r"(a) : "l"(row));
+  if (Trans)
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(a), "r"(r[0]),
+                 "r"(r[1]), "r"(r[2]), "r"(r[3])
+                 : "memory");
+  else
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(a), "r"(r[0]), "r"(r[1]),
+                 "r"(r[2]), "r"(r[3])
+                 : "memory");
+}
 #else
 template <int N, bool Trans>
 THX_DEVICE void thx_ldmatrix(uint32_t* r, const void* row) {
@@ -75,6 +92,28 @@ THX_DEVICE void thx_ldmatrix(uint32_t* r, const void* row) {
                  : at(l / 4, 2 * (l % 4)) | at(l / 4, 2 * (l % 4) + 1) << 16;
   }
   w.barrier.wait();  // before any lane writes its row again
+}
+template <bool Trans>
+THX_DEVICE void thx_stmatrix4(void* row, const uint32_t* r) {
+  thx::emu::Warp& w = *(*thx::emu::t_block.warps)[threadIdx.x / 32];
+  const unsigned lane = threadIdx.x % 32;
+  if (reinterpret_cast<uintptr_t>(row) % 16 != 0 || !thx::emu::in_shared_memory(row, 16)) {
+    std::fprintf(stderr, "stmatrix: row address %p is not 16-byte aligned in shared memory (a GPU faults here)\n", row);
+    std::abort();
+  }
+  if (lane == 0) ++thx::emu::matrix_stores;
+  for (int j = 0; j < 4; ++j) w.words[lane][j] = r[j];
+  w.barrier.wait();
+  // Row r of matrix j, as ldmatrix would have given it out: element (r, c) is lane 4 r + c / 2's
+  // half c % 2, or with .trans lane 4 c + r / 2's half r % 2.
+  const int j = int(lane) / 8, rr = int(lane) % 8;
+  uint16_t out[8];
+  for (int c = 0; c < 8; ++c) {
+    const uint32_t word = Trans ? w.words[4 * c + rr / 2][j] : w.words[4 * rr + c / 2][j];
+    out[c] = uint16_t((Trans ? rr % 2 : c % 2) ? word >> 16 : word & 0xffffu);
+  }
+  std::memcpy(row, out, 16);
+  w.barrier.wait();  // before any lane writes its words again
 }
 THX_DEVICE void thx_mma_bf16_16816(float* d, const uint32_t* a, const uint32_t* b) {
   thx::emu::Warp& w = *(*thx::emu::t_block.warps)[threadIdx.x / 32];
@@ -138,8 +177,16 @@ struct Plane {
 };
 
 // Two values as a word of two bf16 (round to nearest even), the first in the low half.
+// On a GPU (sm_80 and later) one instruction, cvt.rn.bf16x2.f32 (its first operand goes to the
+// high half), the same bits as two thx_from_float.
 THX_DEVICE uint32_t pack_bf16x2(float lo, float hi) {
+#if defined(__CUDACC__) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  uint32_t r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+#else
   return uint32_t(thx_from_float<thx_bf16>(lo).bits) | uint32_t(thx_from_float<thx_bf16>(hi).bits) << 16;
+#endif
 }
 
 // Whether X's neighbours along k (its stride ks) can be read as aligned words of two bf16: X is bf16

@@ -1,14 +1,14 @@
 // cuda_primitives.cuh: one use of each primitive thx's CUDA kernels are built from
 // (common/cuda_compat.h, common/cuda_mma.h), by every thread of one block of two warps, each
 // result written out for cuda_primitives_test.cpp to check against what the PTX ISA defines:
-// ldmatrix (.x2, .x4, plain and .trans), mma.sync m16n8k16 with bf16 operands (fragments from
-// registers and from ldmatrix, both ways the kernels load them), the warp's butterfly shuffle,
-// 8-byte and word loads, a word stored and read back through shared memory, 16-byte copies and
-// zeros, the vector reduction of four floats and the scalar atomic, the high word of a product,
-// exp, log, rsqrt, fmax with -inf, and bf16's rounding. The same code runs on the emulator (the
-// CPU test) and, compiled by nvcc (cuda_primitives.cu), on a GPU (the OnCuda test): where both
-// pass, the emulator that proves the kernels on the CPU does what the GPU does, primitive by
-// primitive.
+// ldmatrix (.x2, .x4, plain and .trans), stmatrix (.x4, plain and .trans), mma.sync m16n8k16
+// with bf16 operands (fragments from registers and from ldmatrix, both ways the kernels load
+// them), the warp's butterfly shuffle, 8-byte and word loads, a word stored and read back through
+// shared memory, 16-byte copies and zeros, the vector reduction of four floats and the scalar
+// atomic, the high word of a product, exp (and its fast form), log, rsqrt, fmax with -inf, and
+// bf16's rounding (one value and two packed). The same code runs on the emulator (the CPU test)
+// and, compiled by nvcc (cuda_primitives.cu), on a GPU (the OnCuda test): where both pass, the
+// emulator that proves the kernels on the CPU does what the GPU does, primitive by primitive.
 #pragma once
 #include "common/cuda_mma.h"
 
@@ -21,7 +21,8 @@ constexpr int kTableRows = 64;  // the table ldmatrix reads, kTableRows x kLd bf
 // A^T [16 x 16], B [k 16 x n 8], B^T [8 x 16].
 constexpr int kOperandRows = 16 + 16 + 16 + 8;
 constexpr int kScratch = (kTableRows + 2 * kOperandRows) * kLd;  // bf16 elements before the words
-constexpr int kSharedBytes = kScratch * 2 + kThreads * 4;
+constexpr int kStmBytes = 2 * 2 * 32 * 16;  // stmatrix's rows: [warp][plain, .trans][32 rows] of 16 bytes
+constexpr int kSharedBytes = kScratch * 2 + kThreads * 4 + kStmBytes;
 constexpr int kArgs = 8;  // each thread's floats in Args::x
 
 // Each thread's words of Args::out, from these places.
@@ -44,7 +45,11 @@ enum Slot : int {
   kSpecial = 42,  // thx_exp(-inf), thx_fmax(-inf, x[5])
   kBf16 = 44,     // thx_from_float<thx_bf16>(x[6]) in the low half, x[7]'s in the high
   kZeroed = 45,   // the thread's word again, after thx_zero16 over every word
-  kSlots = 46
+  kStm = 46,      // the row this lane addressed, after stmatrix.x4 of the words ldmatrix.x4 gave: 4
+  kStmT = 50,     // the same by .trans, of the words ldmatrix.x4.trans gave: 4
+  kExpFast = 54,  // thx_exp_fast(x[0..2]): 3
+  kPack = 57,     // pack_bf16x2(x[6], x[7])
+  kSlots = 58
 };
 
 struct Args {
@@ -94,6 +99,23 @@ THX_DEVICE void load_matrices(const uint16_t* table, int w, int l, uint32_t* out
   thx_ldmatrix<4, true>(out + kLdm4T, row);
 }
 
+// The stmatrix row of lane l: rows apart from the lane's order, so that a lane's row is not its own.
+THX_DEVICE int stm_row(int l) { return (7 * l + 3) % 32; }
+
+// The words ldmatrix.x4 and .x4.trans gave stored back by stmatrix (plain, .trans) to this lane's
+// rows of the warp's area; then, after a barrier, the row the lane addressed read back as words.
+THX_DEVICE void store_matrices(unsigned char* area, int w, int l, uint32_t* out) {
+  unsigned char* plain = area + (2 * w) * 32 * 16 + stm_row(l) * 16;
+  unsigned char* trans = area + (2 * w + 1) * 32 * 16 + stm_row(l) * 16;
+  thx_stmatrix4<false>(plain, out + kLdm4);
+  thx_stmatrix4<true>(trans, out + kLdm4T);
+  thx_syncwarp();
+  for (int i = 0; i < 4; ++i) {
+    out[kStm + i] = thx_load_word(plain + 4 * i);
+    out[kStmT + i] = thx_load_word(trans + 4 * i);
+  }
+}
+
 // The products: set 0 and set 1 from registers, set 0 from the staged operands both ways the kernels
 // load them (lane 8 j + r gives row r of matrix j).
 THX_DEVICE void products(const Args& a, const uint16_t* s, int w, int l, uint32_t* out) {
@@ -133,7 +155,9 @@ THX_DEVICE void scalars(const Args& a, int tid, uint32_t* out) {
   out[kRsqrt] = thx_float_to_bits(thx_rsqrt(x[4]));
   out[kSpecial] = thx_float_to_bits(thx_exp(-thx_inf()));
   out[kSpecial + 1] = thx_float_to_bits(thx_fmax(-thx_inf(), x[5]));
+  for (int i = 0; i < 3; ++i) out[kExpFast + i] = thx_float_to_bits(thx_exp_fast(x[i]));
   out[kBf16] = uint32_t(thx_from_float<thx_bf16>(x[6]).bits) | uint32_t(thx_from_float<thx_bf16>(x[7]).bits) << 16;
+  out[kPack] = cuda_mma::pack_bf16x2(x[6], x[7]);
   thx_atomic_add4(a.sums + 4 * (tid % 4), float(tid), float(2 * tid), float(3 * tid + 1), 0.5f * float(tid));
   thx_atomic_add(a.sums + 16 + tid % 4, float(tid) + 0.25f);
 }
@@ -150,6 +174,7 @@ THX_DEVICE void probe(const Args& a) {
   thx_store_word(s + kScratch + 2 * tid, 0x10001u * uint32_t(tid) + 7u);
   __syncthreads();
   load_matrices(s, w, l, out);
+  store_matrices(smem + kScratch * 2 + kThreads * 4, w, l, out);
   products(a, operands, w, l, out);
   out[kWord] = thx_load_word(s + kScratch + 2 * ((tid + 1) % kThreads));
   __syncthreads();

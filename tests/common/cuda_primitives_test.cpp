@@ -4,13 +4,17 @@
 // written from those definitions, not from the emulator's code:
 //  - ldmatrix: lane 8 j + r gives row r of matrix j; lane l receives (row l / 4, columns 2 (l % 4),
 //    + 1), or with .trans (rows 2 (l % 4), + 1, column l / 4), the first in the low half;
+//  - stmatrix, plain and .trans: the words ldmatrix gave, stored to the rows the lanes address,
+//    are those rows again (its inverse, by the PTX ISA's figures of the two);
 //  - mma m16n8k16: D = A B + C over the logical matrices (integers: exact, equal bit for bit;
 //    random bf16: within gamma(34) = 34 units of 2^-24 of |C| + sum |A B|, tc_bounds.h's model of
 //    17 terms summed by tensor cores that may truncate rather than round; the largest error, and how
 //    many equal the fp32 sums in k order, the emulator's model, are reported);
 //  - the shuffle, loads, stores, atomics and the high word: exact; exp and rsqrt within 2 ulps,
-//    log within 1 (CUDA's documented bounds); exp(-inf) = +0, fmax(-inf, x) = x;
-//  - bf16: round to nearest, ties to even; NaN to 0x7fc0; past the largest bf16 to inf.
+//    log within 1 (CUDA's documented bounds), the fast exp within 2 + floor(|1.173 x|) ulps (the
+//    CUDA C++ Programming Guide's bound for __expf); exp(-inf) = +0, fmax(-inf, x) = x;
+//  - bf16, one value and two packed: round to nearest, ties to even; NaN to 0x7fc0 (c10's, the
+//    emulator's) or 0x7fff (cvt.rn's on a GPU); past the largest bf16 to inf.
 // A GPU where the emulator passes and the hardware does not is the first thing to read when
 // FlashOnCuda.* fails: it names the primitive (scripts/gpu_session.sh runs this suite first).
 #include <gtest/gtest.h>
@@ -119,7 +123,7 @@ struct Report {
   int wrong_count = 0;
   double mma_error = 0;  // the random product's largest error, in 2^-24 (|C| + sum |A B|)
   int mma_sequential = 0, mma_outputs = 0;
-  double ulps[3] = {0, 0, 0};  // exp, log, rsqrt: the largest
+  double ulps[4] = {0, 0, 0, 0};  // exp, log, rsqrt, the fast exp: the largest
 
   void fail(const char* slot, int t, uint64_t got, uint64_t want) {
     if (++wrong_count > 12) return;
@@ -132,7 +136,7 @@ struct Report {
     s << "primitives: " << wrong_count << " wrong; mma with random bf16: largest error " << mma_error
       << " x 2^-24 (|C| + sum |A B|), " << mma_sequential << " of " << mma_outputs
       << " outputs equal to fp32 sums in k order; exp " << ulps[0] << " ulps, log " << ulps[1] << ", rsqrt "
-      << ulps[2];
+      << ulps[2] << ", fast exp " << ulps[3];
     for (const std::string& w : wrong) s << "\n  " << w;
     return s.str();
   }
@@ -152,6 +156,12 @@ void check_ldmatrix(const Inputs& in, const Result& r, Report& rep) {
   for (int t = 0; t < kThreads; ++t) {
     const uint32_t* o = &r.out[size_t(t) * kSlots];
     const int w = t / 32, l = t % 32;
+    for (int i = 0; i < 4; ++i) {  // stmatrix: the row lane l addressed is the table's row it gave ldmatrix
+      const uint16_t* row = &in.table[size_t(table_row(w, l)) * kLd + table_column(w, l)];
+      const uint32_t want = uint32_t(row[2 * i]) | uint32_t(row[2 * i + 1]) << 16;
+      if (o[kStm + i] != want) rep.fail("stmatrix.x4 ", t, o[kStm + i], want);
+      if (o[kStmT + i] != want) rep.fail("stmatrix.x4.trans", t, o[kStmT + i], want);
+    }
     for (int j = 0; j < 4; ++j) {
       if (j < 2 && o[kLdm2 + j] != want_ldmatrix(in, w, l, j, false))
         rep.fail("ldmatrix.x2", t, o[kLdm2 + j], want_ldmatrix(in, w, l, j, false));
@@ -206,13 +216,19 @@ double ulps(float got, double want) {
   return std::fabs(double(got) - want) / std::ldexp(1.0, e - 24);
 }
 
-uint16_t want_bf16(float f) {  // nearest, ties to even
+uint16_t want_bf16(float f) {  // nearest, ties to even (NaN: bf16_right takes either NaN)
   const uint32_t u = bits(f);
   if (std::isnan(f)) return 0x7fc0;
   uint16_t h = uint16_t(u >> 16);
   const uint32_t rest = u & 0xffffu;
   if (rest > 0x8000u || (rest == 0x8000u && (h & 1u))) ++h;
   return h;
+}
+
+// Whether `got` (two bf16, x0's low) is x0 and x1 rounded; a NaN may be either quiet NaN.
+bool bf16_right(uint32_t got, float x0, float x1) {
+  auto one = [](uint16_t h, float f) { return std::isnan(f) ? h == 0x7fc0 || h == 0x7fff : h == want_bf16(f); };
+  return one(uint16_t(got & 0xffffu), x0) && one(uint16_t(got >> 16), x1);
 }
 
 void check_math(const Inputs& in, int t, const uint32_t* o, Report& rep) {
@@ -226,10 +242,16 @@ void check_math(const Inputs& in, int t, const uint32_t* o, Report& rep) {
     const char* name[3] = {"exp", "log", "rsqrt"};
     if (!(u <= bound[which])) rep.fail(name[which], t, o[kExp + i], bits(float(want)));
   }
+  for (int i = 0; i < 3; ++i) {
+    const double u = ulps(from_bits(o[kExpFast + i]), std::exp(double(x[i])));
+    rep.ulps[3] = std::max(rep.ulps[3], u);
+    if (!(u <= 2 + std::floor(std::fabs(1.173 * x[i])))) rep.fail("fast exp", t, o[kExpFast + i], bits(std::exp(x[i])));
+  }
   if (o[kSpecial] != 0u) rep.fail("exp(-inf)", t, o[kSpecial], 0u);
   if (o[kSpecial + 1] != bits(x[5])) rep.fail("fmax(-inf, x)", t, o[kSpecial + 1], bits(x[5]));
   const uint32_t want = uint32_t(want_bf16(x[6])) | uint32_t(want_bf16(x[7])) << 16;
-  if (o[kBf16] != want) rep.fail("bf16 rounding", t, o[kBf16], want);
+  if (!bf16_right(o[kBf16], x[6], x[7])) rep.fail("bf16 rounding", t, o[kBf16], want);
+  if (!bf16_right(o[kPack], x[6], x[7])) rep.fail("bf16 pair", t, o[kPack], want);
 }
 
 void check_scalars(const Inputs& in, const Result& r, Report& rep) {
@@ -307,6 +329,11 @@ TEST(CudaPrimitives, TheCheckFailsOnEachWrongResult) {
   wrong("shfl.bfly", [&](Result& r) { at(r, 3, kShfl + 4) = at(r, 3 ^ 8, kShfl + 4); });
   wrong("exp", [&](Result& r) { at(r, 7, kExp + 1) += 4; });
   wrong("bf16 rounding", [&](Result& r) { at(r, 0, kBf16) += 1; });  // the tie rounded up, not to even
+  wrong("bf16 pair", [&](Result& r) { at(r, 0, kPack) += 1 << 16; });
+  wrong("bf16 rounding", [&](Result& r) { at(r, 3, kBf16) = (at(r, 3, kBf16) & 0xffffu) | 0x7fbf0000u; });  // a NaN
+  wrong("stmatrix.x4 ", [&](Result& r) { std::swap(at(r, 12, kStm), at(r, 12, kStm + 1)); });
+  wrong("stmatrix.x4.trans", [&](Result& r) { at(r, 33, kStmT + 3) ^= 0x10000u; });
+  wrong("fast exp", [&](Result& r) { at(r, 7, kExpFast + 1) += 64; });  // past 2 + 1.173 |x| for any x here
   wrong("16-byte zeros", [&](Result& r) { at(r, 60, kZeroed) = 1u; });
   wrong("red.add.v4", [&](Result& r) { r.sums[5] += 1; });
 }
