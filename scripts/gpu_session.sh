@@ -196,8 +196,11 @@ run() {
     # kernels' forward and the backward's passes D and G, the fused kernels' forward and backward.
     # Then where the tiled path's time goes at 48 heads: every kernel of one layer's run timed
     # alone (gpu__time_duration, summed by kernel name: cuBLAS's products, the row kernels, ATen's
-    # element-wise kernels between). The fourth session found the flash kernels latency-bound at
-    # low occupancy (docs/fused_talking_heads.md); the row kernels had no profile yet.
+    # element-wise kernels between), with the warp instructions each executed (smsp__inst_executed:
+    # over the layer's 1.6 G elements, the instructions an element costs, which the fifth session
+    # cut on the CPU; docs/tiled_row_kernels.md, "Per-element work"). The fourth session found the
+    # flash kernels latency-bound at low occupancy (docs/fused_talking_heads.md); the row kernels
+    # had no profile yet.
     local ncu_paths=${GPU_NCU_PATHS:-tiled flash}
     phase ncu $((50 * $(wc -w <<< "$ncu_paths") + 40)) bash -c "
       ncu=\$(command -v ncu || echo /usr/local/cuda/bin/ncu)
@@ -222,7 +225,7 @@ run() {
         done
       done
       echo '== ncu: every kernel of the tiled path at h = 48, timed alone'
-      timeout 90 \$ncu --metrics gpu__time_duration.sum --print-summary per-kernel \
+      timeout 90 \$ncu --metrics gpu__time_duration.sum,smsp__inst_executed.sum --print-summary per-kernel \
         $thx --device cuda --th-path tiled bench attention --precision bf16 --heads 48 --n 2048 --batch 8 \
         --reps 1 --no-reference"
     # One layer in bf16 at h = 12, 24, 48 (issue 31's grid): talking-heads on the flash kernels

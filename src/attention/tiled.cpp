@@ -173,6 +173,13 @@ Rows Problem::kernel_rows(const Tensor& J, const Tensor& dU, int64_t i0, int64_t
 Problem problem(const Tensor& Q, const Tensor& K, const Tensor& V, const Tensor& P_l, const Tensor& P_w,
                 const Tensor& bias, const Tensor& mask, int64_t block_rows, const cuda_th::RowsLauncher* kernels) {
   TORCH_CHECK(Q.dim() == 4 && K.dim() == 4 && V.dim() == 4, "tiled attention: Q, K, V must be [b,n,heads,dim]");
+  // (the row and flash kernels index every plane by these counts: a mismatch would read and write past them)
+  const int64_t h_k = Q.size(2), h = P_l.defined() ? P_l.size(1) : h_k, h_v = V.size(2);
+  TORCH_CHECK(K.size(2) == h_k && (!P_l.defined() || P_l.size(0) == h_k) &&
+                  (P_w.defined() ? P_w.size(0) == h && P_w.size(1) == h_v : h_v == h),
+              "tiled attention: heads of Q ", h_k, ", K ", K.size(2), ", V ", h_v, " do not fit P_l ",
+              P_l.defined() ? P_l.sizes() : at::IntArrayRef{}, " and P_w ",
+              P_w.defined() ? P_w.sizes() : at::IntArrayRef{}, " (without P_l, h = Q's heads; without P_w, V's = h)");
   if (kernels && !tiled_rows_unsupported(Q, K, V, P_l, mask).empty()) kernels = nullptr;
   // The row kernels read P_l, P_w and the bias in fp32 (contiguous matrices; the bias through its
   // strides). The heads-major copies come with heads_major, where the blocks of rows need them.

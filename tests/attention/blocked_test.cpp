@@ -193,6 +193,32 @@ TEST(TiledTalkingHeads, ARowWithEveryKeyMaskedIsZeroNotNaN) {
   EXPECT_TRUE(close(got.O[1], r.O[1], 1e-12, 1e-10));  // example 1 is untouched
 }
 
+// Heads that do not fit (V's heads without P_w, Q's against P_l, K's against Q's) are refused
+// before anything runs: the row and flash kernels would index past the planes (the CPU emulator
+// corrupted its heap on such a problem). Each case's valid twin runs.
+TEST(TiledTalkingHeads, RefusesHeadsThatDoNotFit) {
+  torch::manual_seed(11);
+  const Inputs th = inputs(cases().front(), Extra::none, torch::kFloat64);  // h_k 3, h 5, h_v 2
+  auto refused = [](Inputs in) {
+    try {
+      tiled_attention_core(in.Q, in.K, in.V, in.P_l, in.P_w, in.bias, in.mask);
+    } catch (const c10::Error& e) {
+      return std::string(e.what_without_backtrace()).find("do not fit") != std::string::npos;
+    }
+    return false;
+  };
+  EXPECT_FALSE(refused(th));
+  Inputs no_pw = th;
+  no_pw.P_w = Tensor();  // V's 2 heads are not h = 5
+  EXPECT_TRUE(refused(no_pw));
+  Inputs no_pl = th;
+  no_pl.P_l = Tensor();  // h = Q's 3 heads, P_w's rows are 5
+  EXPECT_TRUE(refused(no_pl));
+  Inputs k_heads = th;
+  k_heads.K = torch::cat({th.K, th.K}, 2);
+  EXPECT_TRUE(refused(k_heads));
+}
+
 // In bf16 (Q, K, V, dO bf16; P_l, P_w and the bias fp32), against the batched composition a GPU
 // ran before (attention_core_reference: the same products in bf16, the rest in fp32). They
 // differ in the order of fp32 sums, which can move a product's bf16 rounding by one unit

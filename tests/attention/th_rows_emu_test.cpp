@@ -22,6 +22,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <functional>
+#include <set>
 
 #include "attention/fused.h"
 #include "attention/tiled.h"
@@ -257,10 +259,43 @@ TEST(TiledRowKernelsTc, EveryBucketOfHeadsOverChunksOfKeys) {
     in.P_l = torch::randn({hk, h}) / std::sqrt(double(hk)), in.P_w = torch::randn({h, hv}) / std::sqrt(double(h));
     in.bias = torch::randn({1, h, n, m});
     in.mask = (torch::arange(m).view({1, m}) < torch::tensor({int64_t{40}, m}).view({b, 1})).view({b, 1, 1, m});
-    const int64_t tc = g_tc_launches, copies = emu::vector_copies;
+    const int64_t tc = g_tc_launches, copies = emu::vector_copies, stores = emu::matrix_stores;
     EXPECT_TRUE(within_tc_bounds(run(in, 0, &kernels), tensor_core_bounds(in, true)));
     EXPECT_EQ(g_tc_launches - tc, h <= cuda_th::kRowTcHeadsMax ? 2 : 0);
     EXPECT_EQ(emu::vector_copies > copies, m % 8 == 0 && h <= cuda_th::kRowTcHeadsMax);
+    EXPECT_EQ(emu::matrix_stores > stores, h <= cuda_th::kRowTcHeadsMax);  // U, dJ, W, dL by stmatrix
+  }
+}
+
+// The staged rows [H][16 warps + 8] take every bank once in each phase of the warp's accesses:
+// the 16-byte copies to and from global memory (a phase: 8 lanes) and the ldmatrix and stmatrix
+// rows (a phase: one 8x8 matrix). Every (head, 8 keys) of the warp's columns is one lane's copy.
+// The copies' first lane order (head l / 2, keys 8 (l % 2)) took two ways, which the check finds.
+TEST(TiledRowKernelsTc, StagedRowsTakeEveryBankOnce) {
+  constexpr int H = 48;
+  auto group = [](int element) { return element * 2 / 16 % 8; };  // 16-byte group of 128 bytes
+  auto distinct = [&](const std::function<int(int)>& at) {     // of 8 lanes
+    std::set<int> g;
+    for (int i = 0; i < 8; ++i) g.insert(group(at(i)));
+    return g.size() == 8;
+  };
+  for (int warps : {1, 2, 4}) {
+    const int ld = 16 * warps + 8;
+    for (int w = 0; w < warps; ++w) {
+      std::set<int> copies;
+      for (int p = 0; p < H / 16; ++p) {
+        for (int q = 0; q < 4; ++q) {
+          EXPECT_TRUE(distinct([&](int i) { return cuda_th::rows_tc::staged_vector_at(8 * q + i, w, p, ld); }))
+              << warps << " warps, warp " << w << ", block " << p << ", quarter " << q;
+          EXPECT_FALSE(distinct([&](int i) { return (16 * p + (8 * q + i) / 2) * ld + 16 * w + 8 * (i % 2); }));
+          EXPECT_TRUE(distinct([&](int i) { return cuda_th::rows_tc::staged_matrix_row_at(8 * q + i, w, p, ld); }))
+              << warps << " warps, warp " << w << ", block " << p << ", matrix " << q;
+        }
+        for (int l = 0; l < 32; ++l) copies.insert(cuda_th::rows_tc::staged_vector_at(l, w, p, ld));
+      }
+      EXPECT_EQ(copies.size(), size_t(2 * H));
+      for (int at : copies) EXPECT_TRUE(at % ld == 16 * w || at % ld == 16 * w + 8) << at;
+    }
   }
 }
 

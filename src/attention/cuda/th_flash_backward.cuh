@@ -208,7 +208,7 @@ THX_DEVICE void chunk_weights(const FlashBackArgs<thx_bf16>& a, const Shared& s,
           for (int y = 0; y < 2; ++y) {
             const int x = 2 * half + y, head = head_at(L, 2 * np + nt, x), row = L.g + 8 * half;
             const int at = head * HS + kl * KS + row;
-            const float w = c[nt][x] == -thx_inf() ? 0.f : thx_exp(c[nt][x] - thx_bits_to_float(lse.w[y]));
+            const float w = c[nt][x] == -thx_inf() ? 0.f : thx_exp_fast(c[nt][x] - thx_bits_to_float(lse.w[y]));
             const float dl = w * (e[nt][x] - thx_bits_to_float(dd.w[y]));
             s.w[at] = thx_from_float<thx_bf16>(w);
             s.dl[at] = thx_from_float<thx_bf16>(dl);

@@ -224,7 +224,7 @@ THX_DEVICE void rows_weights(const float* lse, const Lane& L, float (&c)[H / 8][
 #pragma unroll
       for (int y = 0; y < 2; ++y) {
         float& v = c[nt][2 * half + y];
-        v = v == -thx_inf() ? 0.f : thx_exp(v - thx_bits_to_float(m.w[y]));
+        v = v == -thx_inf() ? 0.f : thx_exp_fast(v - thx_bits_to_float(m.w[y]));
       }
     }
 }
@@ -355,7 +355,7 @@ THX_DEVICE void statistics(const FlashArgs<thx_bf16>& a, const Shared& s, int bb
 #pragma unroll
       for (int nt = 0; nt < H / 8; ++nt)
 #pragma unroll
-        for (int x = 0; x < 4; ++x) rows::add_logit(mx[nt][x], sm[nt][x], c[nt][x]);
+        for (int x = 0; x < 4; ++x) rows::add_logit<true>(mx[nt][x], sm[nt][x], c[nt][x]);
     }
   }
   __syncthreads();  // every warp is done with its stage, where the slots go

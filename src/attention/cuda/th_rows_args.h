@@ -100,12 +100,14 @@ inline int64_t rows_shared_bytes(int H, int h_k, int h, int h_v, bool P_l, bool 
 // in bytes from its start (-1: absent), for `warps` warps a block and heads bucket H; `bytes` in
 // all. Forward: P_l^T and P_w^T as bf16 [out][in] with rows of H + 8 (ldmatrix's rows a bank
 // group apart), each warp's statistics per head [warps][H] (two planes), the row's LSE and D [H],
-// and a chunk's keys of J staged as bf16 [H][16 warps + 8] (with P_l). Backward: also P_l and P_w,
-// dU staged as J (with P_w), and with the projections' sums (sums) the chunk's dL (with P_l) and
-// W (with P_w) staged beside them, and the partial sums as 16 x 8 tiles of fp32 [tile][32
-// lanes][4] (H / 16 x H / 8 tiles each of J dL^T and W dU^T). Every offset is a multiple of 16.
+// a chunk's keys of J staged as bf16 [H][16 warps + 8] (with P_l), and the keys' outputs staged
+// the same way on their way to global memory (su: U, and in the backward then dJ). Backward: also
+// P_l and P_w, dU staged as J (with P_w), and with the projections' sums (sums) the chunk's dL
+// (with P_l) and W (with P_w) staged beside them, and the partial sums as 16 x 8 tiles of fp32
+// [tile][32 lanes][4] (H / 16 x H / 8 tiles each of J dL^T and W dU^T). Every offset is a
+// multiple of 16.
 struct RowsTcLayout {
-  int64_t pl_t, pl, pw_t, pw, slot0, slot1, lse, d, sj, sdl, sw, sdu, acc, bytes;
+  int64_t pl_t, pl, pw_t, pw, slot0, slot1, lse, d, sj, sdl, sw, sdu, su, acc, bytes;
 };
 #if defined(__CUDACC__)
 __host__ __device__
@@ -129,6 +131,7 @@ inline RowsTcLayout rows_tc_layout(int H, int warps, bool P_l, bool P_w, bool ba
   const bool staged = backward && sums;
   L.sj = take(P_l, stage), L.sdu = take(P_w && backward, stage);
   L.sdl = take(staged && P_l, stage), L.sw = take(staged && P_w, stage);
+  L.su = take(true, stage);
   L.acc = take(staged, tiles * 128 * 4);
   L.bytes = at;
   return L;

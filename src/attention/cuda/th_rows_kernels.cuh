@@ -43,11 +43,13 @@ THX_DEVICE void merge(float& m, float& s, float m2, float s2) {
   s = s * thx_exp(m - mx) + s2 * thx_exp(m2 - mx);
   m = mx;
 }
-// (m, s) <- the statistics with one more logit l (-inf: masked, nothing added): one exp.
+// (m, s) <- the statistics with one more logit l (-inf: masked, nothing added): one exp (Fast:
+// thx_exp_fast, for the bf16 kernels, whose weights are rounded to bf16 after).
+template <bool Fast = false>
 THX_DEVICE void add_logit(float& m, float& s, float l) {
   if (l == -thx_inf()) return;
-  if (l > m) s = s * thx_exp(m - l) + 1.f, m = l;
-  else s += thx_exp(l - m);
+  if (l > m) s = s * (Fast ? thx_exp_fast(m - l) : thx_exp(m - l)) + 1.f, m = l;
+  else s += Fast ? thx_exp_fast(l - m) : thx_exp(l - m);
 }
 
 // Where the block's shared floats are: P_l [h_k][H], P_w^T [h_v][H], lse [H], d [H], then one or

@@ -55,6 +55,7 @@ struct Shared {
   thx_bf16 *pl_t, *pl, *pw_t, *pw;      // the mixings' matrices as products' B: [out][in], stride H + 8
   float *slot0, *slot1, *lse, *d;        // per-warp statistics [warps][H]; the row's LSE and D [H]
   thx_bf16 *sj, *sdl, *sw, *sdu;         // backward: the chunk's staged J, dL, W, dU [H][16 warps + 8]
+  thx_bf16* su;                          // the keys' U (and backward dJ) on their way out, as sj
   float* acc;                            // backward: the block's partial sums, [tile][lane][4]
 };
 template <int H>
@@ -64,7 +65,7 @@ THX_DEVICE Shared shared_layout(const RowsArgs<thx_bf16>& a, bool backward) {
   auto bf = [&](int64_t x) { return reinterpret_cast<thx_bf16*>(shared_bytes + x); };
   auto f = [&](int64_t x) { return reinterpret_cast<float*>(shared_bytes + x); };
   return {bf(at.pl_t), bf(at.pl),  bf(at.pw_t), bf(at.pw),  f(at.slot0), f(at.slot1), f(at.lse),
-          f(at.d),     bf(at.sj),  bf(at.sdl),  bf(at.sw),  bf(at.sdu),  f(at.acc)};
+          f(at.d),     bf(at.sj),  bf(at.sdl),  bf(at.sw),  bf(at.sdu),  bf(at.su),   f(at.acc)};
 }
 
 // The mixings' bf16 copies, each [out][in] (an mma B operand whose k, the input head, is
@@ -107,20 +108,37 @@ THX_DEVICE uint32_t bits(const Row<const thx_bf16>& X, int heads, int m, int hea
   return head < heads && key < m ? uint32_t(X.p[head * X.hs + key].bits) : 0u;
 }
 
+// Where in the staged rows [H][ld] (below) lane l of warp w copies its 8 keys of heads block p
+// (stage_plane, unstage_plane): head 16 p + l % 16, keys 8 (l / 16) on of the warp's 16 columns.
+THX_DEVICE int staged_vector_at(int l, int w, int p, int ld) { return (16 * p + l % 16) * ld + 16 * w + 8 * (l / 16); }
+// The row lane l of warp w gives ldmatrix and stmatrix for heads block kb: matrix j = l / 8, row r
+// = l % 8 is head 16 kb + 8 (j / 2) + r, keys 8 (j % 2) on (staged_a, stage_a).
+THX_DEVICE int staged_matrix_row_at(int l, int w, int kb, int ld) {
+  const int r = l % 8, j = l / 8;
+  return (16 * kb + 8 * (j / 2) + r) * ld + 16 * w + 8 * (j % 2);
+}
+
+// f(head, key, at) for each of this lane's pieces of the warp's 16 staged columns (below): head 16 p
+// + l % 16, keys key .. key + 7 (key = jw + 8 (l / 16)), at staged_vector_at. A warp barrier first.
+template <int H, typename F>
+THX_DEVICE void each_staged_piece(int jw, const Lane& L, F&& f) {
+  const int ld = int(blockDim.x) / 2 + 8, key = jw + 8 * (L.l / 16);
+  thx_syncwarp();
+#pragma unroll
+  for (int p = 0; p < H / 16; ++p) f(16 * p + L.l % 16, key, staged_vector_at(L.l, L.w, p, ld));
+}
+
 // The staged rows [H][ld] (bf16, ld = 16 warps + 8: each warp its 16 columns, and rows 16 bytes
 // off the banks' period so that ldmatrix's eight rows fall in different banks) <- X's keys jw..
-// jw + 15 of every head < H, in this warp's columns: lane l takes 8 keys of head l / 2 (+ 16 p),
-// 16 bytes at once where aligned (vec), zero past `heads` and m. Warp barriers around it: the
-// warp's earlier reads of its columns are done, and its writes are seen.
+// jw + 15 of every head < H, in this warp's columns: lane l takes 8 keys (8 (l / 16) on) of head
+// l % 16 (+ 16 p), 16 bytes at once where aligned (vec), zero past `heads` and m. (Each quarter
+// of the warp then takes 8 heads' rows, 36 words apart: every bank once.) Warp barriers around
+// it: the warp's earlier reads of its columns are done, and its writes are seen.
 template <int H>
 THX_DEVICE void stage_plane(const Row<const thx_bf16>& X, int heads, int m, int jw, const Lane& L, thx_bf16* S,
                             bool vec) {
-  const int ld = int(blockDim.x) / 2 + 8, half = L.l % 2, key = jw + 8 * half;
-  thx_syncwarp();
-#pragma unroll
-  for (int p = 0; p < H / 16; ++p) {
-    const int head = 16 * p + L.l / 2;
-    thx_bf16* to = S + head * ld + 16 * L.w + 8 * half;
+  each_staged_piece<H>(jw, L, [&](int head, int key, int at) {
+    thx_bf16* to = S + at;
     if (vec) {
       if (head < heads && key < m) thx_copy16(to, X.p + head * X.hs + key);
       else thx_zero16(to);
@@ -128,7 +146,7 @@ THX_DEVICE void stage_plane(const Row<const thx_bf16>& X, int heads, int m, int 
 #pragma unroll 1  // (unrolled, the loads' addresses took registers the products need)
       for (int e = 0; e < 8; ++e) to[e].bits = uint16_t(bits(X, heads, m, head, key + e));
     }
-  }
+  });
   thx_syncwarp();
 }
 // The A operands (rows: the warp's 16 keys; columns: heads, KT blocks of 16) from the staged rows
@@ -136,10 +154,45 @@ THX_DEVICE void stage_plane(const Row<const thx_bf16>& X, int heads, int m, int 
 // 8 (j % 2) on (a0: keys 0-7 by heads 0-7, a1: keys 8-15, a2: heads 8-15, a3: both).
 template <int H>
 THX_DEVICE void staged_a(const thx_bf16* S, const Lane& L, uint32_t (&a)[H / 16][4]) {
-  const int ld = int(blockDim.x) / 2 + 8, r = L.l % 8, j = L.l / 8;
+  const int ld = int(blockDim.x) / 2 + 8;
 #pragma unroll
-  for (int kb = 0; kb < H / 16; ++kb)
-    thx_ldmatrix<4, true>(a[kb], S + (16 * kb + 8 * (j / 2) + r) * ld + 16 * L.w + 8 * (j % 2));
+  for (int kb = 0; kb < H / 16; ++kb) thx_ldmatrix<4, true>(a[kb], S + staged_matrix_row_at(L.l, L.w, kb, ld));
+}
+
+// The inverse: the staged rows [head][key] (this warp's columns) <- A operands (a product's output
+// packed by pack_a: keys by heads), by stmatrix.x4.trans to the rows staged_a reads. A warp barrier
+// first: the warp's earlier reads of its columns are done.
+template <int H>
+THX_DEVICE void stage_a(thx_bf16* S, const Lane& L, const uint32_t (&a)[H / 16][4]) {
+  const int ld = int(blockDim.x) / 2 + 8;
+  thx_syncwarp();
+#pragma unroll
+  for (int kb = 0; kb < H / 16; ++kb) thx_stmatrix4<true>(S + staged_matrix_row_at(L.l, L.w, kb, ld), a[kb]);
+}
+// X's keys jw.. jw + 15 of every head < `heads` (below m) <- this warp's staged columns (stage_a's),
+// as stage_plane reads them: lane l 8 keys of head l % 16 (+ 16 p), 16 bytes at once where whole
+// and aligned (vec), else key by key. A warp barrier first: the staged rows are seen.
+template <int H>
+THX_DEVICE void unstage_plane(const thx_bf16* S, const Row<thx_bf16>& X, int heads, int m, int jw, const Lane& L,
+                              bool vec) {
+  each_staged_piece<H>(jw, L, [&](int head, int key, int at) {
+    if (head >= heads || key >= m) return;
+    thx_bf16* to = X.p + head * X.hs + key;
+    if (vec && key + 8 <= m) {
+      thx_copy16(to, S + at);
+    } else {
+#pragma unroll 1
+      for (int e = 0; e < 8 && key + e < m; ++e) to[e] = S[at + e];
+    }
+  });
+}
+// A product's output, packed as A operands (pack_a: rounded to bf16), into X's row (this warp's
+// keys jw..) through the staged rows S: by stmatrix, then 16 bytes a lane (stage_a, unstage_plane).
+template <int H>
+THX_DEVICE void store_a(thx_bf16* S, const Row<thx_bf16>& X, int heads, int m, int jw, const Lane& L, bool vec,
+                        const uint32_t (&a)[H / 16][4]) {
+  stage_a<H>(S, L, a);
+  unstage_plane<H>(S, X, heads, m, jw, L, vec);
 }
 
 // C element (nt, x) of this lane: head 8 nt + 2 t + x % 2, key jw + g + 8 (x / 2).
@@ -198,13 +251,18 @@ THX_DEVICE void pack_a(const float (&c)[H / 8][4], uint32_t (&a)[H / 16][4]) {
   }
 }
 
-// Whether every 8 keys of J and dU start 16 bytes aligned (stage_plane's vector copies).
+// Whether every 8 keys of J, dU, U and dJ start 16 bytes aligned (stage_plane's and
+// unstage_plane's vector copies).
 THX_DEVICE bool aligned_planes(const RowsArgs<thx_bf16>& a) {
-  return a.m % 8 == 0 && (reinterpret_cast<uintptr_t>(a.J) | reinterpret_cast<uintptr_t>(a.dU)) % 16 == 0;
+  const uintptr_t any = reinterpret_cast<uintptr_t>(a.J) | reinterpret_cast<uintptr_t>(a.dU) |
+                        reinterpret_cast<uintptr_t>(a.U) | reinterpret_cast<uintptr_t>(a.dJ);
+  return a.m % 8 == 0 && any % 16 == 0;
 }
 
-// c <- the logits of keys jw.. (J mixed by P_l, plus the bias), -inf where masked and past h or m.
-// With P_l, J is staged in s.sj (the backward's left rows of J dL^T).
+// c <- the logits of keys jw.. (J mixed by P_l, plus the bias), -inf where masked and past m; past
+// h -inf, or where the keys are whole and there is no bias or mask, 0 (P_l's copy and load_c give 0
+// there), which the LSE of +inf past h (fold_warps) makes a weight of 0 as -inf does: no test an
+// element then. With P_l, J is staged in s.sj (the backward's left rows of J dL^T).
 template <int H>
 THX_DEVICE void logits(const RowsArgs<thx_bf16>& a, const Shared& s, int bb, int i, int jw, const Lane& L,
                        bool vec, float (&c)[H / 8][4]) {
@@ -217,6 +275,7 @@ THX_DEVICE void logits(const RowsArgs<thx_bf16>& a, const Shared& s, int bb, int
   } else {
     load_c<H / 8>(J, a.h, a.m, jw, L, c);
   }
+  if (!a.bias && !a.mask && jw + 16 <= a.m) return;
   // (the row's bias and mask: 64-bit offsets to them, 32-bit within, as Row's)
   const float* bias = a.bias ? a.bias + bb * a.bias_stride[0] + i * a.bias_stride[2] : nullptr;
   const uint8_t* mask = a.mask ? a.mask + bb * a.mask_stride[0] + i * a.mask_stride[2] : nullptr;
@@ -236,28 +295,34 @@ THX_DEVICE void logits(const RowsArgs<thx_bf16>& a, const Shared& s, int bb, int
     }
 }
 
+// This lane's two heads 8 nt + 2 t, + 1 of a row's values per head (shared, 8-byte aligned): one load.
+THX_DEVICE ThxBytes8 head_pair(const float* v, const Lane& L, int nt) { return thx_load8(v + 8 * nt + 2 * L.t); }
+
 // c (logits) <- the weights exp(L - LSE): 0 where the logit is -inf (masked, past h or m), which
-// every logit of a row with no key is (its LSE -inf: exp(-inf + inf) would be NaN).
+// every logit of a row with no key is (its LSE -inf: exp(-inf + inf) would be NaN). The fast exp:
+// the weights are rounded to bf16 as operands after.
 template <int H>
 THX_DEVICE void weights(const float* lse, const Lane& L, float (&c)[H / 8][4]) {
 #pragma unroll
-  for (int nt = 0; nt < H / 8; ++nt)
+  for (int nt = 0; nt < H / 8; ++nt) {
+    const ThxBytes8 m = head_pair(lse, L, nt);
 #pragma unroll
     for (int x = 0; x < 4; ++x)
-      c[nt][x] = c[nt][x] == -thx_inf() ? 0.f : thx_exp(c[nt][x] - lse[head_at(L, nt, x)]);
+      c[nt][x] = c[nt][x] == -thx_inf() ? 0.f : thx_exp_fast(c[nt][x] - thx_bits_to_float(m.w[x & 1]));
+  }
 }
 
-// The keys' U = W mixed by P_w (or W itself), stored.
+// The keys' U = W mixed by P_w (or W itself), stored; aw: W packed (pack_a).
 template <int H>
 THX_DEVICE void store_u(const RowsArgs<thx_bf16>& a, const Shared& s, int bb, int i, int jw, const Lane& L,
-                        const float (&w)[H / 8][4]) {
+                        bool vec, const uint32_t (&aw)[H / 16][4]) {
   const Row<thx_bf16> U = row_of(a.U, a.h_v, a, bb, i);
-  if (!a.P_w) return store_c<thx_bf16, H / 8>(U, a.h, a.m, jw, L, w);
-  uint32_t aw[H / 16][4];
+  if (!a.P_w) return store_a<H>(s.su, U, a.h, a.m, jw, L, vec, aw);
   float u[H / 8][4];
-  pack_a<H>(w, aw);
+  uint32_t au[H / 16][4];
   mix<H>(aw, s.pw_t, L, u);
-  store_c<thx_bf16, H / 8>(U, a.h_v, a.m, jw, L, u);
+  pack_a<H>(u, au);
+  store_a<H>(s.su, U, a.h_v, a.m, jw, L, vec, au);
 }
 
 // e <- the keys' dW = dU mixed by P_w^T (or dU itself). With P_w, dU is staged in s.sdu (the right
@@ -309,8 +374,8 @@ THX_DEVICE void fold_warps(const RowsArgs<thx_bf16>& a, const Shared& s, int bb,
     }
     if (sum_only) {
       s.d[o] = o < a.h ? m : 0.f;
-    } else {
-      const float lse = o >= a.h || m == -thx_inf() ? -thx_inf() : m + thx_log(t);
+    } else {  // (+inf past h: logits there are 0 or -inf, and either's weight is 0; logits)
+      const float lse = o >= a.h ? thx_inf() : m == -thx_inf() ? -thx_inf() : m + thx_log(t);
       s.lse[o] = lse;
       if (o < a.h) a.lse[(int64_t(bb) * a.h + o) * a.lse_n + a.lse_row0 + i] = lse;
     }
@@ -331,7 +396,7 @@ THX_DEVICE void row_statistics(const RowsArgs<thx_bf16>& a, const Shared& s, int
 #pragma unroll
     for (int nt = 0; nt < H / 8; ++nt)
 #pragma unroll
-      for (int x = 0; x < 4; ++x) rows::add_logit(mx[nt][x & 1], sm[nt][x & 1], c[nt][x]);
+      for (int x = 0; x < 4; ++x) rows::add_logit<true>(mx[nt][x & 1], sm[nt][x & 1], c[nt][x]);
   }
   fold_lanes<H>(L, s, mx, sm, false);
   fold_warps<H>(a, s, bb, i, false);
@@ -349,9 +414,11 @@ __global__ void THX_LAUNCH_BOUNDS(rows::kMaxThreads, min_blocks(H, false))
     row_statistics<H>(a, s, bb, i, L, vec);
     for (int jw = 16 * L.w; jw < a.m; jw += int(blockDim.x) / 2) {
       float c[H / 8][4];
+      uint32_t aw[H / 16][4];
       logits<H>(a, s, bb, i, jw, L, vec, c);
       weights<H>(s.lse, L, c);
-      store_u<H>(a, s, bb, i, jw, L, c);
+      pack_a<H>(c, aw);
+      store_u<H>(a, s, bb, i, jw, L, vec, aw);
     }
   });
 }
@@ -376,16 +443,6 @@ THX_DEVICE void row_d(const RowsArgs<thx_bf16>& a, const Shared& s, int bb, int 
   fold_warps<H>(a, s, bb, i, true);
 }
 
-// The staged rows [head][key] (stage_plane's) <- this lane's keys of a product's output, rounded.
-template <int H>
-THX_DEVICE void stage_c(thx_bf16* S, const Lane& L, const float (&c)[H / 8][4]) {
-  const int ld = int(blockDim.x) / 2 + 8;
-#pragma unroll
-  for (int nt = 0; nt < H / 8; ++nt)
-#pragma unroll
-    for (int x = 0; x < 4; ++x) S[head_at(L, nt, x) * ld + key_at(L, 16 * L.w, x)] = thx_from_float<thx_bf16>(c[nt][x]);
-}
-
 // Backward pass 2 for keys jw..: U stored, dW, dL = W (dW - D), dL stored in fp32 where asked (for
 // the bias), dJ stored; with a.dP the keys' W and dL staged beside J and dU for the projections'
 // gradients. (W in fp32 is never asked of these kernels: they sum the projections' gradients
@@ -394,23 +451,27 @@ template <int H>
 THX_DEVICE void key_grads(const RowsArgs<thx_bf16>& a, const Shared& s, int bb, int i, int jw, const Lane& L,
                           bool vec) {
   float c[H / 8][4], e[H / 8][4];
+  uint32_t ap[H / 16][4];  // W, then dL, then dJ, as A operands (rounded to bf16)
   logits<H>(a, s, bb, i, jw, L, vec, c);
   weights<H>(s.lse, L, c);
-  if (a.dP && a.P_w) stage_c<H>(s.sw, L, c);
-  store_u<H>(a, s, bb, i, jw, L, c);
+  pack_a<H>(c, ap);
+  if (a.dP && a.P_w) stage_a<H>(s.sw, L, ap);
+  store_u<H>(a, s, bb, i, jw, L, vec, ap);
   weight_grads<H>(a, s, bb, i, jw, L, vec, e);
 #pragma unroll
-  for (int nt = 0; nt < H / 8; ++nt)
+  for (int nt = 0; nt < H / 8; ++nt) {
+    const ThxBytes8 d = head_pair(s.d, L, nt);
 #pragma unroll
-    for (int x = 0; x < 4; ++x) e[nt][x] = c[nt][x] * (e[nt][x] - s.d[head_at(L, nt, x)]);  // dL
+    for (int x = 0; x < 4; ++x) e[nt][x] = c[nt][x] * (e[nt][x] - thx_bits_to_float(d.w[x & 1]));  // dL
+  }
   if (a.dL) store_c<float, H / 8>(row_of(a.dL, a.h, a, bb, i), a.h, a.m, jw, L, e);
-  if (a.dP && a.P_l) stage_c<H>(s.sdl, L, e);
+  pack_a<H>(e, ap);
+  if (a.dP && a.P_l) stage_a<H>(s.sdl, L, ap);
   const Row<thx_bf16> dJ = row_of(a.dJ, a.h_k, a, bb, i);
-  if (!a.P_l) return store_c<thx_bf16, H / 8>(dJ, a.h, a.m, jw, L, e);
-  uint32_t adl[H / 16][4];
-  pack_a<H>(e, adl);
-  mix<H>(adl, s.pl, L, c);
-  store_c<thx_bf16, H / 8>(dJ, a.h_k, a.m, jw, L, c);
+  if (!a.P_l) return store_a<H>(s.su, dJ, a.h, a.m, jw, L, vec, ap);
+  mix<H>(ap, s.pl, L, c);
+  pack_a<H>(c, ap);
+  store_a<H>(s.su, dJ, a.h_k, a.m, jw, L, vec, ap);
 }
 
 // The staged chunk's J dL^T [h_k][h] and W dU^T [h][h_v] added into the block's partial sums
@@ -469,7 +530,7 @@ __global__ void THX_LAUNCH_BOUNDS(rows::kMaxThreads, min_blocks(H, true))
   load_mixings<H>(a, s, true);
   each_row(a, [&](int i) {
     for (int o = threadIdx.x; o < H; o += blockDim.x)
-      s.lse[o] = o < a.h ? a.lse[(int64_t(bb) * a.h + o) * a.lse_n + a.lse_row0 + i] : -thx_inf();
+      s.lse[o] = o < a.h ? a.lse[(int64_t(bb) * a.h + o) * a.lse_n + a.lse_row0 + i] : thx_inf();  // (fold_warps)
     __syncthreads();
     row_d<H>(a, s, bb, i, L, vec);
     for (int j0 = 0; j0 < a.m; j0 += chunk) {  // every warp each chunk: the block stages it together
