@@ -15,7 +15,9 @@
 // the warp taking part) and barrier (thx_syncwarp), atomicAdd on float and on four adjacent floats
 // (thx_atomic_add4: one vector reduction on sm_90, 16-byte aligned), an aligned 4-byte load
 // (thx_load_word), an aligned 8-byte load (thx_load8) and 4-byte store (thx_store_word), aligned
-// 16-byte copies and zeros (thx_copy16, thx_zero16), the high word of a 32-bit product
+// 16-byte copies and zeros (thx_copy16, thx_zero16), 16-byte copies from global to shared memory
+// that land later (thx_cp_async16, committed in groups and waited for: PTX's cp.async), the high
+// word of a 32-bit product
 // (thx_umulhi), the math below, and bf16 as bits (bf16_bits.h) with its conversions.
 #pragma once
 #include <cstdint>
@@ -206,6 +208,18 @@ class SharedMemory {
 };
 
 // What a CUDA thread sees of its block (t_block; with threadIdx and the rest below, a fiber's own).
+// A thread's copies by thx_cp_async16 not yet landed: each with its 16 bytes, read as it was issued
+// (the kernels never write what they copy from), written into shared memory only when a wait
+// covers its group, so that a read before the wait sees what was there before, as it may on a GPU.
+struct AsyncCopy {
+  void* to;
+  unsigned char bytes[16];
+};
+struct AsyncCopies {
+  std::vector<AsyncCopy> open;                 // issued since the last commit
+  std::vector<std::vector<AsyncCopy>> groups;  // committed, oldest first
+};
+
 struct Block {
   Barrier* barrier = nullptr;
   SharedMemory* shared = nullptr;
@@ -213,6 +227,7 @@ struct Block {
   std::vector<std::unique_ptr<Warp>>* warps = nullptr;
   Turns* turns = nullptr;  // a serialized launch's
   int thread = 0;
+  AsyncCopies* copies = nullptr;  // this thread's
 };
 inline thread_local Block t_block;
 
@@ -240,10 +255,10 @@ struct Warp {
 };
 
 // How many vector reductions (thx_atomic_add4), 16-byte copies (thx_copy16), ldmatrix loads
-// (cuda_mma.h; plain and .trans) and stmatrix stores the emulator has run: the tests' way to see
-// that a kernel or a product took them.
+// (cuda_mma.h; plain and .trans), stmatrix stores and asynchronous copies (thx_cp_async16) the
+// emulator has run: the tests' way to see that a kernel or a product took them.
 inline std::atomic<int64_t> vector_reductions{0}, vector_copies{0}, matrix_loads{0}, matrix_loads_trans{0},
-    matrix_stores{0};
+    matrix_stores{0}, async_copies{0};
 
 inline unsigned char* shared_memory() { return t_block.shared->data(); }
 // Whether [p, p + bytes) lies in the running block's shared memory.
@@ -333,6 +348,31 @@ THX_DEVICE void thx_zero16(void* to) {
   std::memset(to, 0, 16);
 }
 THX_DEVICE uint32_t thx_umulhi(uint32_t a, uint32_t b) { return uint32_t(uint64_t(a) * b >> 32); }
+// Asynchronous copies (thx::emu::AsyncCopies): to in shared memory, both 16-byte aligned.
+THX_DEVICE void thx_cp_async16(void* to, const void* from) {
+  thx_check16(to, "thx_cp_async16"), thx_check16(from, "thx_cp_async16");
+  if (!thx::emu::in_shared_memory(to, 16)) {
+    std::fprintf(stderr, "thx_cp_async16: %p is not in shared memory (a GPU faults here)\n", to);
+    std::abort();
+  }
+  ++thx::emu::async_copies;
+  thx::emu::AsyncCopy c{to, {}};
+  std::memcpy(c.bytes, from, 16);
+  thx::emu::t_block.copies->open.push_back(c);
+}
+THX_DEVICE void thx_cp_async_commit() {
+  thx::emu::AsyncCopies& q = *thx::emu::t_block.copies;
+  q.groups.push_back(std::move(q.open));
+  q.open.clear();
+}
+template <int N>
+THX_DEVICE void thx_cp_async_wait() {
+  auto& groups = thx::emu::t_block.copies->groups;
+  while (groups.size() > size_t(N)) {
+    for (const thx::emu::AsyncCopy& c : groups.front()) std::memcpy(c.to, c.bytes, 16);
+    groups.erase(groups.begin());
+  }
+}
 
 namespace thx::emu {
 
@@ -460,6 +500,16 @@ inline void Barrier::wait() {
 // block with a barrier between (starting threads for every block made the emulator's tests slow).
 // The shared buffer is filled with NaN bytes before each block, so that a kernel reading what it
 // did not write shows in its results, and a write past either of its ends stops the launch.
+// A kernel's thread must have waited for every copy it issued (one not waited for may land in the
+// next block's shared memory): else the launch stops, naming it.
+inline void check_copies_landed(const AsyncCopies& q) {
+  size_t left = q.open.size();
+  for (const auto& g : q.groups) left += g.size();
+  if (left == 0) return;
+  std::fprintf(stderr, "emulator: a thread ended its block with %zu asynchronous copies not waited for\n", left);
+  std::abort();
+}
+
 inline void launch(Dim3 grid, int threads, size_t shared_bytes, const std::function<void()>& kernel) {
   SharedMemory shared(shared_bytes);
   std::mutex atomics;
@@ -468,8 +518,9 @@ inline void launch(Dim3 grid, int threads, size_t shared_bytes, const std::funct
   for (int w = 0; w < threads; w += 32) warps.push_back(std::make_unique<Warp>(std::min(32, threads - w)));
   const Order order = launch_order();
   std::unique_ptr<Turns> turns;
+  std::vector<AsyncCopies> copies(static_cast<size_t>(threads));
   auto thread = [&](int t) {
-    t_block = Block{&barrier, &shared, &atomics, &warps, turns.get(), t};
+    t_block = Block{&barrier, &shared, &atomics, &warps, turns.get(), t, &copies[size_t(t)]};
     threadIdx = Dim3{unsigned(t), 0, 0};
     blockDim = Dim3{unsigned(threads), 1, 1};
     gridDim = grid;
@@ -480,6 +531,7 @@ inline void launch(Dim3 grid, int threads, size_t shared_bytes, const std::funct
           barrier.wait();  // the buffer is new before the block starts
           blockIdx = Dim3{x, y, z};
           kernel();
+          check_copies_landed(copies[size_t(t)]);
           barrier.wait();  // every thread is done with the block before the next one's reset
           if (t == 0) shared.check();
         }
@@ -496,6 +548,23 @@ inline void launch(Dim3 grid, int threads, size_t shared_bytes, const std::funct
 }
 
 }  // namespace thx::emu
+#endif
+
+#if defined(__CUDACC__) || defined(__CUDA__)  // (the emulator's are above)
+// 16 bytes from global memory to shared memory, both 16-byte aligned, landing by the wait for their
+// group (PTX ISA, "cp.async", sm_80: .cg, through L2 only); the groups this thread committed, all
+// but the newest n done when thx_cp_async_wait<n> returns (the data then visible to this thread;
+// to the warp's others after a barrier).
+THX_DEVICE void thx_cp_async16(void* to, const void* from) {
+  uint32_t s;
+  asm volatile("{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }" : "=r"(s) : "l"(to));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(from) : "memory");
+}
+THX_DEVICE void thx_cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N>
+THX_DEVICE void thx_cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
 #endif
 
 // bf16 <-> fp32, the same on every compiler: a float's top 16 bits, rounded to nearest even (as

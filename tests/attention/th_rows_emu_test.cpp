@@ -242,12 +242,13 @@ TEST(TiledRowKernelsTc, BlocksOfRowsAgreeWithOneBlock) {
 
 // Each bucket of heads the tensor cores take (16, 32, 48; h_k, h and h_v all different) and the
 // next, 64, which takes the FMAs; 70 keys (two whole chunks of 32 and a last one with 6, the rest
-// zeros in the staged keys, loaded key by key) or 72 (loaded 16 bytes a lane); a bias and a
-// padding mask.
+// zeros in the staged keys, loaded key by key) or 72 (copied a chunk ahead, 16 bytes a lane, and
+// warp 1's keys of the last chunk all past m), or 8 (warp 1's only chunk past m: its staged keys
+// must be zeros, not the NaN bytes shared memory starts with); a bias and a padding mask.
 TEST(TiledRowKernelsTc, EveryBucketOfHeadsOverChunksOfKeys) {
   const cuda_th::RowsLauncher kernels = emulator_tc(64);
   const std::tuple<int64_t, int64_t, int64_t, int64_t> widths[] = {
-      {12, 16, 10, 72}, {20, 32, 24, 70}, {40, 48, 33, 72}, {64, 60, 50, 70}};
+      {12, 16, 10, 72}, {20, 32, 24, 70}, {40, 48, 33, 72}, {64, 60, 50, 70}, {12, 16, 10, 8}};
   for (auto [hk, h, hv, m] : widths) {
     SCOPED_TRACE(h);
     torch::manual_seed(5);
@@ -260,9 +261,11 @@ TEST(TiledRowKernelsTc, EveryBucketOfHeadsOverChunksOfKeys) {
     in.bias = torch::randn({1, h, n, m});
     in.mask = (torch::arange(m).view({1, m}) < torch::tensor({int64_t{40}, m}).view({b, 1})).view({b, 1, 1, m});
     const int64_t tc = g_tc_launches, copies = emu::vector_copies, stores = emu::matrix_stores;
+    const int64_t ahead = emu::async_copies;
     EXPECT_TRUE(within_tc_bounds(run(in, 0, &kernels), tensor_core_bounds(in, true)));
     EXPECT_EQ(g_tc_launches - tc, h <= cuda_th::kRowTcHeadsMax ? 2 : 0);
     EXPECT_EQ(emu::vector_copies > copies, m % 8 == 0 && h <= cuda_th::kRowTcHeadsMax);
+    EXPECT_EQ(emu::async_copies > ahead, m % 8 == 0 && h <= cuda_th::kRowTcHeadsMax);  // J, dU a chunk ahead
     EXPECT_EQ(emu::matrix_stores > stores, h <= cuda_th::kRowTcHeadsMax);  // U, dJ, W, dL by stmatrix
   }
 }

@@ -3,8 +3,9 @@
 // the threads take turns in ascending and in descending order, across warps and within a warp,
 // and the same results once the barrier is there (also where the reader is ldmatrix, which is no
 // barrier). A warp barrier that not every lane reaches stops the launch with a message instead
-// of hanging, and so does a write outside shared memory. CTest runs every suite that uses the
-// emulator in both orders (cmake/gtest_suites.cmake's list names each).
+// of hanging, and so does a write outside shared memory. Asynchronous copies land at their wait.
+// CTest runs every suite that uses the emulator in both orders (cmake/gtest_suites.cmake's list
+// names each).
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -110,6 +111,49 @@ TEST(Emulator, AWriteOutsideSharedMemoryStopsTheLaunch) {
   write_at(63);  // inside: fine
   EXPECT_DEATH(write_at(64), "a kernel wrote byte 64 of a block's 64 bytes of shared memory");
   EXPECT_DEATH(write_at(-3), "a kernel wrote byte -3 of a block's 64 bytes of shared memory");
+}
+
+// Asynchronous copies (thx_cp_async16) land only when a wait covers their group: lane l copies
+// global word 16 l.. into shared slot l, then reads its own slot before any wait (the old bytes,
+// as a GPU may show), after waiting for all but the newest group (the first group only) and after
+// waiting for all; lanes then read their neighbour's slot across a warp barrier. A thread that
+// ends its block with copies not waited for stops the launch.
+TEST(Emulator, AsynchronousCopiesLandAtTheirWait) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  std::vector<uint32_t> global(32 * 4 * 2);
+  for (size_t i = 0; i < global.size(); ++i) global[i] = uint32_t(1000 + i);
+  std::vector<uint32_t> seen(32 * 4, 0);
+  const int64_t before = emu::async_copies;
+  emu::launch({1, 1, 1}, 32, 2 * 32 * 16, [&] {
+    THX_SHARED(bytes);
+    uint32_t* s = reinterpret_cast<uint32_t*>(bytes);
+    const int l = int(threadIdx.x);
+    s[4 * l] = 7u, s[128 + 4 * l] = 8u;
+    thx_cp_async16(s + 4 * l, &global[size_t(4 * l)]);
+    thx_cp_async_commit();
+    thx_cp_async16(s + 128 + 4 * l, &global[size_t(128 + 4 * l)]);
+    thx_cp_async_commit();
+    seen[size_t(4 * l)] = s[4 * l];  // no wait yet: 7
+    thx_cp_async_wait<1>();          // the first group: landed; the second: not yet
+    seen[size_t(4 * l) + 1] = s[4 * l] * 10000u + s[128 + 4 * l];
+    thx_cp_async_wait<0>();
+    thx_syncwarp();
+    seen[size_t(4 * l) + 2] = s[128 + 4 * ((l + 1) % 32)];
+  });
+  EXPECT_EQ(emu::async_copies - before, 64);
+  for (int l = 0; l < 32; ++l) {
+    EXPECT_EQ(seen[size_t(4 * l)], 7u) << l;
+    EXPECT_EQ(seen[size_t(4 * l) + 1], uint32_t(1000 + 4 * l) * 10000u + 8u) << l;
+    EXPECT_EQ(seen[size_t(4 * l) + 2], uint32_t(1000 + 128 + 4 * ((l + 1) % 32))) << l;
+  }
+  auto unwaited = [&] {
+    emu::launch({1, 1, 1}, 32, 32 * 16, [&] {
+      THX_SHARED(bytes);
+      thx_cp_async16(bytes + 16 * threadIdx.x, &global[size_t(4 * threadIdx.x)]);
+      thx_cp_async_commit();
+    });
+  };
+  EXPECT_DEATH(unwaited(), "asynchronous copies not waited for");
 }
 
 // THX_EMU_ORDER names an order or is refused in one line, exit 2.

@@ -4,11 +4,12 @@
 // ldmatrix (.x2, .x4, plain and .trans), stmatrix (.x4, plain and .trans), mma.sync m16n8k16
 // with bf16 operands (fragments from registers and from ldmatrix, both ways the kernels load
 // them), the warp's butterfly shuffle, 8-byte and word loads, a word stored and read back through
-// shared memory, 16-byte copies and zeros, the vector reduction of four floats and the scalar
-// atomic, the high word of a product, exp (and its fast form), log, rsqrt, fmax with -inf, and
-// bf16's rounding (one value and two packed). The same code runs on the emulator (the CPU test)
-// and, compiled by nvcc (cuda_primitives.cu), on a GPU (the OnCuda test): where both pass, the
-// emulator that proves the kernels on the CPU does what the GPU does, primitive by primitive.
+// shared memory, 16-byte copies and zeros, asynchronous copies (cp.async), the vector reduction
+// of four floats and the scalar atomic, the high word of a product, exp (and its fast form), log,
+// rsqrt, fmax with -inf, and bf16's rounding (one value and two packed). The same code runs on
+// the emulator (the CPU test) and, compiled by nvcc (cuda_primitives.cu), on a GPU (the OnCuda
+// test): where both pass, the emulator that proves the kernels on the CPU does what the GPU does,
+// primitive by primitive.
 #pragma once
 #include "common/cuda_mma.h"
 
@@ -22,7 +23,8 @@ constexpr int kTableRows = 64;  // the table ldmatrix reads, kTableRows x kLd bf
 constexpr int kOperandRows = 16 + 16 + 16 + 8;
 constexpr int kScratch = (kTableRows + 2 * kOperandRows) * kLd;  // bf16 elements before the words
 constexpr int kStmBytes = 2 * 2 * 32 * 16;  // stmatrix's rows: [warp][plain, .trans][32 rows] of 16 bytes
-constexpr int kSharedBytes = kScratch * 2 + kThreads * 4 + kStmBytes;
+constexpr int kAsyncBytes = kThreads * 16;  // each thread's asynchronous copy
+constexpr int kSharedBytes = kScratch * 2 + kThreads * 4 + kStmBytes + kAsyncBytes;
 constexpr int kArgs = 8;  // each thread's floats in Args::x
 
 // Each thread's words of Args::out, from these places.
@@ -49,7 +51,8 @@ enum Slot : int {
   kStmT = 50,     // the same by .trans, of the words ldmatrix.x4.trans gave: 4
   kExpFast = 54,  // thx_exp_fast(x[0..2]): 3
   kPack = 57,     // pack_bf16x2(x[6], x[7])
-  kSlots = 58
+  kAsync = 58,    // the next thread's 16 bytes of the table (at 8 (thread + 1)), copied by cp.async: 4
+  kSlots = 62
 };
 
 struct Args {
@@ -177,10 +180,15 @@ THX_DEVICE void probe(const Args& a) {
   store_matrices(smem + kScratch * 2 + kThreads * 4, w, l, out);
   products(a, operands, w, l, out);
   out[kWord] = thx_load_word(s + kScratch + 2 * ((tid + 1) % kThreads));
+  unsigned char* async = smem + kScratch * 2 + kThreads * 4 + kStmBytes;
+  thx_cp_async16(async + 16 * tid, a.table + 8 * tid);  // (global memory to shared)
+  thx_cp_async_commit();
+  thx_cp_async_wait<0>();
   __syncthreads();
   if (tid < kThreads / 4) thx_zero16(s + kScratch + 8 * tid);  // four threads' words at a time
-  __syncthreads();
+  __syncthreads();  // (also: every thread's asynchronous copy is seen)
   out[kZeroed] = thx_load_word(s + kScratch + 2 * tid);
+  for (int i = 0; i < 4; ++i) out[kAsync + i] = thx_load_word(async + 16 * ((tid + 1) % kThreads) + 4 * i);
   scalars(a, tid, out);
 }
 

@@ -10,7 +10,7 @@
 //    random bf16: within gamma(34) = 34 units of 2^-24 of |C| + sum |A B|, tc_bounds.h's model of
 //    17 terms summed by tensor cores that may truncate rather than round; the largest error, and how
 //    many equal the fp32 sums in k order, the emulator's model, are reported);
-//  - the shuffle, loads, stores, atomics and the high word: exact; exp and rsqrt within 2 ulps,
+//  - the shuffle, loads, stores, asynchronous copies, atomics and the high word: exact; exp and rsqrt within 2 ulps,
 //    log within 1 (CUDA's documented bounds), the fast exp within 2 + floor(|1.173 x|) ulps (the
 //    CUDA C++ Programming Guide's bound for __expf); exp(-inf) = +0, fmax(-inf, x) = x;
 //  - bf16, one value and two packed: round to nearest, ties to even; NaN to 0x7fc0 (c10's, the
@@ -270,6 +270,11 @@ void check_scalars(const Inputs& in, const Result& r, Report& rep) {
     const uint32_t word = 0x10001u * uint32_t((t + 1) % kThreads) + 7u;
     if (o[kWord] != word) rep.fail("word through shared memory", t, o[kWord], word);
     if (o[kZeroed] != 0u) rep.fail("16-byte zeros", t, o[kZeroed], 0u);
+    for (int i = 0; i < 4; ++i) {
+      const size_t at = size_t(8 * ((t + 1) % kThreads) + 2 * i);
+      const uint32_t want = uint32_t(in.table[at]) | uint32_t(in.table[at + 1]) << 16;
+      if (o[kAsync + i] != want) rep.fail("cp.async", t, o[kAsync + i], want);
+    }
     const uint32_t high = uint32_t(uint64_t(0x9e3779b9u * uint32_t(t + 1)) * (0x7fffffffu + uint32_t(t)) >> 32);
     if (o[kUmulhi] != high) rep.fail("umulhi", t, o[kUmulhi], high);
     check_math(in, t, o, rep);
@@ -333,6 +338,7 @@ TEST(CudaPrimitives, TheCheckFailsOnEachWrongResult) {
   wrong("bf16 rounding", [&](Result& r) { at(r, 3, kBf16) = (at(r, 3, kBf16) & 0xffffu) | 0x7fbf0000u; });  // a NaN
   wrong("stmatrix.x4 ", [&](Result& r) { std::swap(at(r, 12, kStm), at(r, 12, kStm + 1)); });
   wrong("stmatrix.x4.trans", [&](Result& r) { at(r, 33, kStmT + 3) ^= 0x10000u; });
+  wrong("cp.async", [&](Result& r) { at(r, 17, kAsync + 2) ^= 4u; });
   wrong("fast exp", [&](Result& r) { at(r, 7, kExpFast + 1) += 64; });  // past 2 + 1.173 |x| for any x here
   wrong("16-byte zeros", [&](Result& r) { at(r, 60, kZeroed) = 1u; });
   wrong("red.add.v4", [&](Result& r) { r.sums[5] += 1; });

@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "common/bf16_bits.h"
+#include "common/host_device.h"
 
 namespace thx::cuda_th {
 
@@ -26,11 +27,7 @@ struct Widths {
 };
 // Heads as a padded plane or copy holds them: up to a multiple of 16 where `pad` (on the host for
 // the layout, on the device for the kernels).
-#if defined(__CUDACC__)  // nvcc
-__host__ __device__
-#elif defined(__CUDA__)  // clang's PTX check (common/cuda_compat.h)
-__attribute__((host)) __attribute__((device))
-#endif
+THX_HOST_DEVICE
 inline int padded_heads(int heads, bool pad) { return pad ? (heads + 15) / 16 * 16 : heads; }
 
 // Whether a kernel keeps its block's row sums [R, heads * dim] (the forward's O: h_v, d_v; the

@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "common/bf16_bits.h"
+#include "common/host_device.h"
 #if !defined(__CUDA__)  // (not in clang's PTX check, which has no C++ library: flash_bucket, flash_unsupported)
 #include <algorithm>
 #include <string>
@@ -42,11 +43,7 @@ struct FlashArgs {
 // the same in 1.5x the memory, which held one block a multiprocessor at 24 heads (130 KiB).
 constexpr int kFlashRows = 16, kFlashWarps = 4, kFlashThreads = 32 * kFlashWarps;
 constexpr int kFlashStageHead = 16 * 16;  // a head's elements in a warp's stage
-#if defined(__CUDACC__)
-__host__ __device__
-#elif defined(__CUDA__)
-__attribute__((host)) __attribute__((device))
-#endif
+THX_HOST_DEVICE
 inline int flash_stage_at(int head, int key, int row) {
   const int slot = (2 * (key % 4) + row / 8) ^ (head % 8) ^ (key / 4 % 2);
   return head * kFlashStageHead + key / 4 * 64 + 8 * slot + row % 8;
@@ -65,11 +62,7 @@ struct FlashLayout {
   int64_t q, pl_t, pw_t, stage, lse, bytes;
   int q_stride;
 };
-#if defined(__CUDACC__)  // nvcc
-__host__ __device__
-#elif defined(__CUDA__)  // clang's PTX check (common/cuda_compat.h)
-__attribute__((host)) __attribute__((device))
-#endif
+THX_HOST_DEVICE
 inline FlashLayout flash_layout(int H, int h_k, int d_k) {
   FlashLayout L;
   L.q_stride = h_k * d_k + 16;
@@ -110,11 +103,7 @@ constexpr int kFlashBackKeyStride = 16, kFlashBackHeadStride = 16 * kFlashBackKe
 // took eight ways.)
 constexpr int kFlashBiasHeadStride = 8 * 16 + 4;
 // Where the stage holds the dL of head, key (0-7 within the half block) and row.
-#if defined(__CUDACC__)
-__host__ __device__
-#elif defined(__CUDA__)
-__attribute__((host)) __attribute__((device))
-#endif
+THX_HOST_DEVICE
 inline int flash_bias_slot(int head, int key, int row) { return head * kFlashBiasHeadStride + key * 16 + row; }
 
 // Where the backward's shared memory is: the chunk's Q and dO rows (bf16, rows of h_k d_k + 16 and
@@ -127,11 +116,7 @@ struct FlashBackLayout {
   int64_t q, dout, pl_t, pl, pw_t, pw, j, du, w, dl, lse, d, acc, bias, bytes;
   int q_stride, o_stride;
 };
-#if defined(__CUDACC__)
-__host__ __device__
-#elif defined(__CUDA__)
-__attribute__((host)) __attribute__((device))
-#endif
+THX_HOST_DEVICE
 inline FlashBackLayout flash_back_layout(int H, int h_k, int d_k, int h_v, int d_v, bool bias_stage = false) {
   FlashBackLayout L;
   L.q_stride = h_k * d_k + 16, L.o_stride = h_v * d_v + 16;

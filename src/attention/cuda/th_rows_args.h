@@ -16,6 +16,7 @@
 
 #include "attention/cuda/th_flash_args.h"
 #include "common/bf16_bits.h"
+#include "common/host_device.h"
 
 namespace thx::cuda_th {
 
@@ -69,11 +70,7 @@ constexpr bool rows_sum_projections(int H) { return H <= kRowSumsMaxHeads; }
 
 // The floats of a block's partial sums of the projections' gradients: J dL^T [h_k][h] with P_l,
 // then W dU^T [h][h_v] with P_w (on the host for the launch, on the device for the kernel).
-#if defined(__CUDACC__)  // nvcc
-__host__ __device__
-#elif defined(__CUDA__)  // clang's PTX check (common/cuda_compat.h)
-__attribute__((host)) __attribute__((device))
-#endif
+THX_HOST_DEVICE
 inline int64_t rows_partial_sums(int h_k, int h, int h_v, bool P_l, bool P_w) {
   return (P_l ? int64_t(h_k) * h : 0) + (P_w ? int64_t(h) * h_v : 0);
 }
@@ -100,20 +97,17 @@ inline int64_t rows_shared_bytes(int H, int h_k, int h, int h_v, bool P_l, bool 
 // in bytes from its start (-1: absent), for `warps` warps a block and heads bucket H; `bytes` in
 // all. Forward: P_l^T and P_w^T as bf16 [out][in] with rows of H + 8 (ldmatrix's rows a bank
 // group apart), each warp's statistics per head [warps][H] (two planes), the row's LSE and D [H],
-// a chunk's keys of J staged as bf16 [H][16 warps + 8] (with P_l), and the keys' outputs staged
+// a chunk's keys of J staged as bf16 [H][16 warps + 8] (with P_l; two such buffers, the next chunk's
+// keys copied into one while the other is read), and the keys' outputs staged
 // the same way on their way to global memory (su: U, and in the backward then dJ). Backward: also
-// P_l and P_w, dU staged as J (with P_w), and with the projections' sums (sums) the chunk's dL
+// P_l and P_w, dU staged as J (with P_w, two buffers), and with the projections' sums (sums) the chunk's dL
 // (with P_l) and W (with P_w) staged beside them, and the partial sums as 16 x 8 tiles of fp32
 // [tile][32 lanes][4] (H / 16 x H / 8 tiles each of J dL^T and W dU^T). Every offset is a
 // multiple of 16.
 struct RowsTcLayout {
   int64_t pl_t, pl, pw_t, pw, slot0, slot1, lse, d, sj, sdl, sw, sdu, su, acc, bytes;
 };
-#if defined(__CUDACC__)
-__host__ __device__
-#elif defined(__CUDA__)
-__attribute__((host)) __attribute__((device))
-#endif
+THX_HOST_DEVICE
 inline RowsTcLayout rows_tc_layout(int H, int warps, bool P_l, bool P_w, bool backward, bool sums) {
   RowsTcLayout L;
   int64_t at = 0;
@@ -129,7 +123,7 @@ inline RowsTcLayout rows_tc_layout(int H, int warps, bool P_l, bool P_w, bool ba
   L.slot0 = take(true, int64_t(warps) * H * 4), L.slot1 = take(true, int64_t(warps) * H * 4);
   L.lse = take(true, H * 4), L.d = take(true, H * 4);
   const bool staged = backward && sums;
-  L.sj = take(P_l, stage), L.sdu = take(P_w && backward, stage);
+  L.sj = take(P_l, 2 * stage), L.sdu = take(P_w && backward, 2 * stage);  // (two buffers: each_chunk)
   L.sdl = take(staged && P_l, stage), L.sw = take(staged && P_w, stage);
   L.su = take(true, stage);
   L.acc = take(staged, tiles * 128 * 4);

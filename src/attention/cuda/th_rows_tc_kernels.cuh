@@ -15,9 +15,11 @@
 // (C) holds, per 8 heads nt, the keys jw + g and jw + g + 8 at heads 8 nt + 2 t and 8 nt + 2 t + 1,
 // so that every lane holds a few heads of two keys, and the C of two neighbouring 8-head tiles is
 // exactly the A operand (16 keys x 16 heads) of the next product (the weights W into the P_w
-// mixing, dL into the P_l^T one) once rounded to bf16. The planes J and dU are read from global
-// memory straight into A operands, two heads of a key a word; the mixings' matrices sit in shared
-// memory as bf16 copies [out head][in head] (zero past the heads), read by ldmatrix.
+// mixing, dL into the P_l^T one) once rounded to bf16. The planes J and dU are staged in shared
+// memory as [head][key], a chunk ahead (cp.async, each_chunk), and read as A operands by
+// ldmatrix.trans; the outputs U and dJ leave the same way backwards (stmatrix.trans, then 16 bytes
+// a lane); the mixings' matrices sit in shared memory as bf16 copies [out head][in head] (zero past
+// the heads), read by ldmatrix.
 //
 // Forward, per row: pass 1, each lane's running max and sum per head over its keys, merged over
 // the 8 lanes that share its heads (shuffles) and over the warps (shared memory) -> LSE; pass 2,
@@ -37,9 +39,10 @@ using rows::each_row;
 using rows::merge;
 
 // Registers a thread may have follow the fewest blocks a multiprocessor must hold (128 threads:
-// 128 registers at 4 blocks, 168 at 3, 255 at 2): the fewest with which nvcc 13 spilled none.
-// (The backward at 32 heads spilled 4 bytes at 3 blocks.)
-constexpr int min_blocks(int H, bool backward) { return backward ? (H <= 16 ? 4 : 2) : (H <= 32 ? 4 : 3); }
+// 128 registers at 4 blocks, 168 at 3, 255 at 2): the most blocks with which nvcc 13 spilled none.
+// (The backward at 32 heads spilled 4 bytes at 3 blocks; at 16 heads 8 bytes at 4, once J and dU
+// were staged a chunk ahead.)
+constexpr int min_blocks(int H, bool backward) { return backward ? (H <= 16 ? 3 : 2) : (H <= 32 ? 4 : 3); }
 
 // This thread's warp, and its place in the warp's fragments.
 struct Lane {
@@ -54,7 +57,8 @@ THX_DEVICE Lane lane_of() {
 struct Shared {
   thx_bf16 *pl_t, *pl, *pw_t, *pw;      // the mixings' matrices as products' B: [out][in], stride H + 8
   float *slot0, *slot1, *lse, *d;        // per-warp statistics [warps][H]; the row's LSE and D [H]
-  thx_bf16 *sj, *sdl, *sw, *sdu;         // backward: the chunk's staged J, dL, W, dU [H][16 warps + 8]
+  thx_bf16 *sj, *sdl, *sw, *sdu;         // the chunk's staged J, (backward) dL, W, dU [H][16 warps + 8];
+                                         // J and dU two buffers each (each_chunk)
   thx_bf16* su;                          // the keys' U (and backward dJ) on their way out, as sj
   float* acc;                            // backward: the block's partial sums, [tile][lane][4]
 };
@@ -109,7 +113,8 @@ THX_DEVICE uint32_t bits(const Row<const thx_bf16>& X, int heads, int m, int hea
 }
 
 // Where in the staged rows [H][ld] (below) lane l of warp w copies its 8 keys of heads block p
-// (stage_plane, unstage_plane): head 16 p + l % 16, keys 8 (l / 16) on of the warp's 16 columns.
+// (copy_ahead, stage_keys, unstage_plane): head 16 p + l % 16, keys 8 (l / 16) on of the warp's
+// 16 columns.
 THX_DEVICE int staged_vector_at(int l, int w, int p, int ld) { return (16 * p + l % 16) * ld + 16 * w + 8 * (l / 16); }
 // The row lane l of warp w gives ldmatrix and stmatrix for heads block kb: matrix j = l / 8, row r
 // = l % 8 is head 16 kb + 8 (j / 2) + r, keys 8 (j % 2) on (staged_a, stage_a).
@@ -131,21 +136,22 @@ THX_DEVICE void each_staged_piece(int jw, const Lane& L, F&& f) {
 // The staged rows [H][ld] (bf16, ld = 16 warps + 8: each warp its 16 columns, and rows 16 bytes
 // off the banks' period so that ldmatrix's eight rows fall in different banks) <- X's keys jw..
 // jw + 15 of every head < H, in this warp's columns: lane l takes 8 keys (8 (l / 16) on) of head
-// l % 16 (+ 16 p), 16 bytes at once where aligned (vec), zero past `heads` and m. (Each quarter
-// of the warp then takes 8 heads' rows, 36 words apart: every bank once.) Warp barriers around
-// it: the warp's earlier reads of its columns are done, and its writes are seen.
+// l % 16 (+ 16 p), zero past `heads` and m. (Each quarter of the warp then takes 8 heads' rows,
+// 36 words apart: every bank once.) copy_ahead: 16 bytes at once by cp.async, landing by the wait
+// of each_chunk (where every 8 keys start 16 bytes aligned); stage_keys: key by key, now, with
+// warp barriers around it (the warp's earlier reads of its columns are done, its writes seen).
 template <int H>
-THX_DEVICE void stage_plane(const Row<const thx_bf16>& X, int heads, int m, int jw, const Lane& L, thx_bf16* S,
-                            bool vec) {
+THX_DEVICE void copy_ahead(const Row<const thx_bf16>& X, int heads, int m, int jw, const Lane& L, thx_bf16* S) {
   each_staged_piece<H>(jw, L, [&](int head, int key, int at) {
-    thx_bf16* to = S + at;
-    if (vec) {
-      if (head < heads && key < m) thx_copy16(to, X.p + head * X.hs + key);
-      else thx_zero16(to);
-    } else {
+    if (head < heads && key < m) thx_cp_async16(S + at, X.p + head * X.hs + key);
+    else thx_zero16(S + at);
+  });
+}
+template <int H>
+THX_DEVICE void stage_keys(const Row<const thx_bf16>& X, int heads, int m, int jw, const Lane& L, thx_bf16* S) {
+  each_staged_piece<H>(jw, L, [&](int head, int key, int at) {
 #pragma unroll 1  // (unrolled, the loads' addresses took registers the products need)
-      for (int e = 0; e < 8; ++e) to[e].bits = uint16_t(bits(X, heads, m, head, key + e));
-    }
+    for (int e = 0; e < 8; ++e) S[at + e].bits = uint16_t(bits(X, heads, m, head, key + e));
   });
   thx_syncwarp();
 }
@@ -170,7 +176,7 @@ THX_DEVICE void stage_a(thx_bf16* S, const Lane& L, const uint32_t (&a)[H / 16][
   for (int kb = 0; kb < H / 16; ++kb) thx_stmatrix4<true>(S + staged_matrix_row_at(L.l, L.w, kb, ld), a[kb]);
 }
 // X's keys jw.. jw + 15 of every head < `heads` (below m) <- this warp's staged columns (stage_a's),
-// as stage_plane reads them: lane l 8 keys of head l % 16 (+ 16 p), 16 bytes at once where whole
+// as copy_ahead reads them: lane l 8 keys of head l % 16 (+ 16 p), 16 bytes at once where whole
 // and aligned (vec), else key by key. A warp barrier first: the staged rows are seen.
 template <int H>
 THX_DEVICE void unstage_plane(const thx_bf16* S, const Row<thx_bf16>& X, int heads, int m, int jw, const Lane& L,
@@ -251,7 +257,7 @@ THX_DEVICE void pack_a(const float (&c)[H / 8][4], uint32_t (&a)[H / 16][4]) {
   }
 }
 
-// Whether every 8 keys of J, dU, U and dJ start 16 bytes aligned (stage_plane's and
+// Whether every 8 keys of J, dU, U and dJ start 16 bytes aligned (copy_ahead's and
 // unstage_plane's vector copies).
 THX_DEVICE bool aligned_planes(const RowsArgs<thx_bf16>& a) {
   const uintptr_t any = reinterpret_cast<uintptr_t>(a.J) | reinterpret_cast<uintptr_t>(a.dU) |
@@ -259,18 +265,61 @@ THX_DEVICE bool aligned_planes(const RowsArgs<thx_bf16>& a) {
   return a.m % 8 == 0 && any % 16 == 0;
 }
 
+// A chunk's staged J and dU in this warp's columns: which of their two buffers its keys are in
+// (off: 0 or a buffer's elements), staged ahead by each_chunk (vec), or else by their reader, key
+// by key. (An offset rather than two pointers: four registers fewer, which the backward at bucket
+// 16 needs to stay within 128 without spilling.)
+struct Staged {
+  int off;
+  bool vec;
+  THX_DEVICE thx_bf16* j(const Shared& s) const { return s.sj + off; }
+  THX_DEVICE thx_bf16* du(const Shared& s) const { return s.sdu + off; }
+};
+
+// The keys jw.. of J (with P_l) and, du, of dU (with P_w) into the staged rows `to` by cp.async,
+// committed as one group; zeros past m, also where jw itself is (a warp past m in the backward's
+// last chunk still takes part in its products, whose operands must be finite).
+template <int H>
+THX_DEVICE void prefetch(const RowsArgs<thx_bf16>& a, const Shared& s, int bb, int i, int jw, const Lane& L, bool du,
+                         const Staged& to) {
+  if (a.P_l) copy_ahead<H>(row_of(a.J, a.h_k, a, bb, i), a.h_k, a.m, jw, L, to.j(s));
+  if (du && a.P_w) copy_ahead<H>(row_of(a.dU, a.h_v, a, bb, i), a.h_v, a.m, jw, L, to.du(s));
+  thx_cp_async_commit();
+}
+
+// body(jw, staged) for this warp's keys jw = j0 + 16 w of each chunk j0 = 0, 16 warps, ... < m (jw
+// itself may be past m in the last chunk), their J and, du, dU staged in one of two buffers each:
+// with vec the next chunk's copies are in flight (cp.async) while body reads this one's, so that
+// their latency hides behind its products; else body stages them as it reads them.
+template <int H, typename F>
+THX_DEVICE void each_chunk(const RowsArgs<thx_bf16>& a, const Shared& s, int bb, int i, const Lane& L, bool vec,
+                           bool du, F&& body) {
+  const int step = int(blockDim.x) / 2, stage = H * (step + 8);
+  if (vec) prefetch<H>(a, s, bb, i, 16 * L.w, L, du, Staged{0, vec});
+  for (int j0 = 0, off = 0; j0 < a.m; j0 += step, off = stage - off) {
+    const int jw = j0 + 16 * L.w;
+    const Staged now{off, vec}, ahead{stage - off, vec};
+    if (vec) {
+      prefetch<H>(a, s, bb, i, jw + step, L, du, ahead);
+      thx_cp_async_wait<1>();  // this chunk's group has landed
+      thx_syncwarp();          // and every lane's copies are seen
+    }
+    body(jw, now);
+  }
+}
+
 // c <- the logits of keys jw.. (J mixed by P_l, plus the bias), -inf where masked and past m; past
 // h -inf, or where the keys are whole and there is no bias or mask, 0 (P_l's copy and load_c give 0
 // there), which the LSE of +inf past h (fold_warps) makes a weight of 0 as -inf does: no test an
-// element then. With P_l, J is staged in s.sj (the backward's left rows of J dL^T).
+// element then. With P_l, J is staged in st.j(s) (the backward's left rows of J dL^T).
 template <int H>
 THX_DEVICE void logits(const RowsArgs<thx_bf16>& a, const Shared& s, int bb, int i, int jw, const Lane& L,
-                       bool vec, float (&c)[H / 8][4]) {
+                       const Staged& st, float (&c)[H / 8][4]) {
   const Row<const thx_bf16> J = row_of(a.J, a.h_k, a, bb, i);
   if (a.P_l) {
     uint32_t aj[H / 16][4];
-    stage_plane<H>(J, a.h_k, a.m, jw, L, s.sj, vec);
-    staged_a<H>(s.sj, L, aj);
+    if (!st.vec) stage_keys<H>(J, a.h_k, a.m, jw, L, st.j(s));
+    staged_a<H>(st.j(s), L, aj);
     mix<H>(aj, s.pl_t, L, c);
   } else {
     load_c<H / 8>(J, a.h, a.m, jw, L, c);
@@ -325,16 +374,16 @@ THX_DEVICE void store_u(const RowsArgs<thx_bf16>& a, const Shared& s, int bb, in
   store_a<H>(s.su, U, a.h_v, a.m, jw, L, vec, au);
 }
 
-// e <- the keys' dW = dU mixed by P_w^T (or dU itself). With P_w, dU is staged in s.sdu (the right
+// e <- the keys' dW = dU mixed by P_w^T (or dU itself). With P_w, dU is staged in st.du(s) (the right
 // rows of W dU^T).
 template <int H>
 THX_DEVICE void weight_grads(const RowsArgs<thx_bf16>& a, const Shared& s, int bb, int i, int jw, const Lane& L,
-                             bool vec, float (&e)[H / 8][4]) {
+                             const Staged& st, float (&e)[H / 8][4]) {
   const Row<const thx_bf16> dU = row_of(a.dU, a.h_v, a, bb, i);
   if (!a.P_w) return load_c<H / 8>(dU, a.h, a.m, jw, L, e);
   uint32_t adu[H / 16][4];
-  stage_plane<H>(dU, a.h_v, a.m, jw, L, s.sdu, vec);
-  staged_a<H>(s.sdu, L, adu);
+  if (!st.vec) stage_keys<H>(dU, a.h_v, a.m, jw, L, st.du(s));
+  staged_a<H>(st.du(s), L, adu);
   mix<H>(adu, s.pw, L, e);
 }
 
@@ -390,14 +439,15 @@ THX_DEVICE void row_statistics(const RowsArgs<thx_bf16>& a, const Shared& s, int
   float mx[H / 8][2], sm[H / 8][2];
 #pragma unroll
   for (int nt = 0; nt < H / 8; ++nt) mx[nt][0] = mx[nt][1] = -thx_inf(), sm[nt][0] = sm[nt][1] = 0.f;
-  for (int jw = 16 * L.w; jw < a.m; jw += int(blockDim.x) / 2) {
+  each_chunk<H>(a, s, bb, i, L, vec, false, [&](int jw, const Staged& st) {
+    if (jw >= a.m) return;
     float c[H / 8][4];
-    logits<H>(a, s, bb, i, jw, L, vec, c);
+    logits<H>(a, s, bb, i, jw, L, st, c);
 #pragma unroll
     for (int nt = 0; nt < H / 8; ++nt)
 #pragma unroll
       for (int x = 0; x < 4; ++x) rows::add_logit<true>(mx[nt][x & 1], sm[nt][x & 1], c[nt][x]);
-  }
+  });
   fold_lanes<H>(L, s, mx, sm, false);
   fold_warps<H>(a, s, bb, i, false);
 }
@@ -412,14 +462,15 @@ __global__ void THX_LAUNCH_BOUNDS(rows::kMaxThreads, min_blocks(H, false))
   const bool vec = aligned_planes(a);
   each_row(a, [&](int i) {
     row_statistics<H>(a, s, bb, i, L, vec);
-    for (int jw = 16 * L.w; jw < a.m; jw += int(blockDim.x) / 2) {
+    each_chunk<H>(a, s, bb, i, L, vec, false, [&](int jw, const Staged& st) {
+      if (jw >= a.m) return;
       float c[H / 8][4];
       uint32_t aw[H / 16][4];
-      logits<H>(a, s, bb, i, jw, L, vec, c);
+      logits<H>(a, s, bb, i, jw, L, st, c);
       weights<H>(s.lse, L, c);
       pack_a<H>(c, aw);
       store_u<H>(a, s, bb, i, jw, L, vec, aw);
-    }
+    });
   });
 }
 
@@ -429,16 +480,17 @@ THX_DEVICE void row_d(const RowsArgs<thx_bf16>& a, const Shared& s, int bb, int 
   float d[H / 8][2], unused[H / 8][2];
 #pragma unroll
   for (int nt = 0; nt < H / 8; ++nt) d[nt][0] = d[nt][1] = unused[nt][0] = unused[nt][1] = 0.f;
-  for (int jw = 16 * L.w; jw < a.m; jw += int(blockDim.x) / 2) {
+  each_chunk<H>(a, s, bb, i, L, vec, true, [&](int jw, const Staged& st) {
+    if (jw >= a.m) return;
     float c[H / 8][4], e[H / 8][4];
-    logits<H>(a, s, bb, i, jw, L, vec, c);
+    logits<H>(a, s, bb, i, jw, L, st, c);
     weights<H>(s.lse, L, c);
-    weight_grads<H>(a, s, bb, i, jw, L, vec, e);
+    weight_grads<H>(a, s, bb, i, jw, L, st, e);
 #pragma unroll
     for (int nt = 0; nt < H / 8; ++nt)
 #pragma unroll
       for (int x = 0; x < 4; ++x) d[nt][x & 1] += c[nt][x] * e[nt][x];
-  }
+  });
   fold_lanes<H>(L, s, d, unused, true);
   fold_warps<H>(a, s, bb, i, true);
 }
@@ -449,15 +501,15 @@ THX_DEVICE void row_d(const RowsArgs<thx_bf16>& a, const Shared& s, int bb, int 
 // themselves. In this order, each operand staged as soon as it is made, so that few are live.)
 template <int H>
 THX_DEVICE void key_grads(const RowsArgs<thx_bf16>& a, const Shared& s, int bb, int i, int jw, const Lane& L,
-                          bool vec) {
+                          const Staged& st) {
   float c[H / 8][4], e[H / 8][4];
   uint32_t ap[H / 16][4];  // W, then dL, then dJ, as A operands (rounded to bf16)
-  logits<H>(a, s, bb, i, jw, L, vec, c);
+  logits<H>(a, s, bb, i, jw, L, st, c);
   weights<H>(s.lse, L, c);
   pack_a<H>(c, ap);
   if (a.dP && a.P_w) stage_a<H>(s.sw, L, ap);
-  store_u<H>(a, s, bb, i, jw, L, vec, ap);
-  weight_grads<H>(a, s, bb, i, jw, L, vec, e);
+  store_u<H>(a, s, bb, i, jw, L, st.vec, ap);
+  weight_grads<H>(a, s, bb, i, jw, L, st, e);
 #pragma unroll
   for (int nt = 0; nt < H / 8; ++nt) {
     const ThxBytes8 d = head_pair(s.d, L, nt);
@@ -468,25 +520,26 @@ THX_DEVICE void key_grads(const RowsArgs<thx_bf16>& a, const Shared& s, int bb, 
   pack_a<H>(e, ap);
   if (a.dP && a.P_l) stage_a<H>(s.sdl, L, ap);
   const Row<thx_bf16> dJ = row_of(a.dJ, a.h_k, a, bb, i);
-  if (!a.P_l) return store_a<H>(s.su, dJ, a.h, a.m, jw, L, vec, ap);
+  if (!a.P_l) return store_a<H>(s.su, dJ, a.h, a.m, jw, L, st.vec, ap);
   mix<H>(ap, s.pl, L, c);
   pack_a<H>(c, ap);
-  store_a<H>(s.su, dJ, a.h_k, a.m, jw, L, vec, ap);
+  store_a<H>(s.su, dJ, a.h_k, a.m, jw, L, st.vec, ap);
 }
 
 // The staged chunk's J dL^T [h_k][h] and W dU^T [h][h_v] added into the block's partial sums
 // (16 x 8 tiles [tile][lane][4] in shared memory; warp w takes tiles w, w + warps, ...), each a
 // product over the chunk's keys on tensor cores: A = the left rows [16 heads][keys] (ldmatrix,
 // matrix j of lane 8 j + r: row 8 (j % 2) + r, keys 8 (j / 2)), B = the right rows [8 heads][keys].
+// (J and dU: the chunk's buffers, st.)
 template <int H>
-THX_DEVICE void add_projection_grads(const RowsArgs<thx_bf16>& a, const Shared& s, const Lane& L) {
+THX_DEVICE void add_projection_grads(const RowsArgs<thx_bf16>& a, const Shared& s, const Staged& st, const Lane& L) {
   constexpr int NT = H / 8, T = H / 16 * NT;
   const int warps = int(blockDim.x) / 32, ld = 16 * warps + 8, tiles = (a.P_l ? T : 0) + (a.P_w ? T : 0);
   const int r = L.l % 8, j = L.l / 8;
   for (int x = L.w; x < tiles; x += warps) {
     const bool left = a.P_l && x < T;
     const int y = left || !a.P_l ? x : x - T, mt = y / NT, nt = y % NT;
-    const thx_bf16 *A = left ? s.sj : s.sw, *B = left ? s.sdl : s.sdu;
+    const thx_bf16 *A = left ? st.j(s) : s.sw, *B = left ? s.sdl : st.du(s);
     float* acc = s.acc + (x * 32 + L.l) * 4;
     float c[4] = {acc[0], acc[1], acc[2], acc[3]};
     for (int ks = 0; ks < warps; ++ks) {
@@ -521,7 +574,7 @@ __global__ void THX_LAUNCH_BOUNDS(rows::kMaxThreads, min_blocks(H, true))
     rows_tc_backward_kernel(RowsArgs<thx_bf16> a) {
   const Shared s = shared_layout<H>(a, true);
   const Lane L = lane_of();
-  const int bb = blockIdx.x, chunk = int(blockDim.x) / 2;  // keys a chunk: 16 a warp
+  const int bb = blockIdx.x;
   const bool vec = aligned_planes(a);
   if (a.dP) {
     const int tiles = ((a.P_l ? 1 : 0) + (a.P_w ? 1 : 0)) * (H / 16) * (H / 8);
@@ -533,14 +586,14 @@ __global__ void THX_LAUNCH_BOUNDS(rows::kMaxThreads, min_blocks(H, true))
       s.lse[o] = o < a.h ? a.lse[(int64_t(bb) * a.h + o) * a.lse_n + a.lse_row0 + i] : thx_inf();  // (fold_warps)
     __syncthreads();
     row_d<H>(a, s, bb, i, L, vec);
-    for (int j0 = 0; j0 < a.m; j0 += chunk) {  // every warp each chunk: the block stages it together
-      key_grads<H>(a, s, bb, i, j0 + 16 * L.w, L, vec);
+    each_chunk<H>(a, s, bb, i, L, vec, true, [&](int jw, const Staged& st) {  // every warp each chunk
+      key_grads<H>(a, s, bb, i, jw, L, st);
       if (a.dP) {
         __syncthreads();
-        add_projection_grads<H>(a, s, L);
-        __syncthreads();  // before the next chunk is staged
+        add_projection_grads<H>(a, s, st, L);
+        __syncthreads();  // before the next chunk's copies go where this one's were read
       }
-    }
+    });
     __syncthreads();  // the next row's LSE and D overwrite this one's
   });
   if (a.dP) store_projection_grads<H>(a, s, L);
