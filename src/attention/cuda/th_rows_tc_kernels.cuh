@@ -311,7 +311,8 @@ THX_DEVICE void each_chunk(const RowsArgs<thx_bf16>& a, const Shared& s, int bb,
 // c <- the logits of keys jw.. (J mixed by P_l, plus the bias), -inf where masked and past m; past
 // h 0 (P_l's copy and load_c give 0 there), which the LSE of +inf past h (fold_warps) makes a
 // weight of 0: where the keys are whole and there is no bias or mask, no test an element, and no
-// bias or mask read past h (a quarter of T5-base's 12 heads' bucket of 16). With P_l, J is staged in st.j(s) (the backward's left rows of J dL^T).
+// bias or mask read past h (a quarter of T5-base's 12 heads' bucket of 16). With P_l, J is staged
+// in st.j(s) (the backward's left rows of J dL^T).
 template <int H>
 THX_DEVICE void logits(const RowsArgs<thx_bf16>& a, const Shared& s, int bb, int i, int jw, const Lane& L,
                        const Staged& st, float (&c)[H / 8][4]) {
