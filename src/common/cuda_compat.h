@@ -207,7 +207,6 @@ class SharedMemory {
   size_t bytes_;
 };
 
-// What a CUDA thread sees of its block (t_block; with threadIdx and the rest below, a fiber's own).
 // A thread's copies by thx_cp_async16 not yet landed: each with its 16 bytes, read as it was issued
 // (the kernels never write what they copy from), written into shared memory only when a wait
 // covers its group, so that a read before the wait sees what was there before, as it may on a GPU.
@@ -220,6 +219,7 @@ struct AsyncCopies {
   std::vector<std::vector<AsyncCopy>> groups;  // committed, oldest first
 };
 
+// What a CUDA thread sees of its block (t_block; with threadIdx and the rest below, a fiber's own).
 struct Block {
   Barrier* barrier = nullptr;
   SharedMemory* shared = nullptr;
@@ -501,13 +501,15 @@ inline void Barrier::wait() {
 // The shared buffer is filled with NaN bytes before each block, so that a kernel reading what it
 // did not write shows in its results, and a write past either of its ends stops the launch.
 // A kernel's thread must have waited for every copy it issued (one not waited for may land in the
-// next block's shared memory): else the launch stops, naming it.
-inline void check_copies_landed(const AsyncCopies& q) {
+// next block's shared memory): else the launch stops, naming it. Its (empty) groups then go.
+inline void check_copies_landed(AsyncCopies& q) {
   size_t left = q.open.size();
   for (const auto& g : q.groups) left += g.size();
-  if (left == 0) return;
-  std::fprintf(stderr, "emulator: a thread ended its block with %zu asynchronous copies not waited for\n", left);
-  std::abort();
+  if (left != 0) {
+    std::fprintf(stderr, "emulator: a thread ended its block with %zu asynchronous copies not waited for\n", left);
+    std::abort();
+  }
+  q.groups.clear();
 }
 
 inline void launch(Dim3 grid, int threads, size_t shared_bytes, const std::function<void()>& kernel) {

@@ -2,14 +2,16 @@
 // bf16 (bf16_bounds.h's arithmetic), step by step as thx's kernels compute: every product's
 // operands rounded to bf16 (J, W, U, dU, dL, dJ and P_l, P_w: mma's operands), its sum in fp32 over
 // the reduction (bounded by gamma(2k): tensor cores may truncate rather than round their fp32
-// sums, doubling the unit roundoff), the softmax, D and dL in fp32 from unrounded values, and Q,
-// K, V, dO exact bf16. The bias is [1,h,n,m] (its gradient sums over b), as inputs() draws it.
+// sums, doubling the unit roundoff), the softmax, D and dL in fp32 from unrounded values (with
+// the error of the fast exp a GPU runs them with: fast_exp_error), and Q, K, V, dO exact bf16.
+// The bias is [1,h,n,m] (its gradient sums over b), as inputs() draws it.
 //  - The fused kernels (th_kernels.cuh) keep J and dU = dO V^T in fp32 between products.
 //  - The tiled path (`stored_products`) stores them as its bf16 matmuls give them (one rounding
 //    each) for the row kernels (th_rows_tc_kernels.cuh), whose products then read them as they are.
 #pragma once
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -22,6 +24,23 @@ namespace thx::test::core {
 struct TcBounds {
   Bounded O, dQ, dK, dV, dP_l, dP_w, dbias;
 };
+
+// What the bf16 kernels' exp adds to the weights W = softmax(L) on a GPU (thx_exp_fast, CUDA's
+// __expf: within 2 + floor(|1.173 x|) units of 2^-23 relative, by the CUDA C++ Programming Guide's
+// table of intrinsics; the emulator's is exp itself, so this only loosens the bound there): each
+// weight's own exp(L - LSE) at x = ln W, and the row's LSE, whose sum has terms exp(l - max) (x
+// within the row's range R of logits) and at most m online rescalings (their arguments adding up
+// to at most R): (2 + 2m + 2.346 R) units, moving every weight by as much relative. At m = 72 and
+// R = 20 some 4e-5 relative, beside the 2^-9 of W's rounding to bf16 that follows.
+inline torch::Tensor fast_exp_error(const torch::Tensor& L, const torch::Tensor& W, const torch::Tensor& keep,
+                                    int64_t m) {
+  const double inf = std::numeric_limits<double>::infinity();
+  const torch::Tensor hi = L.masked_fill(keep.logical_not(), -inf).amax(-1, true);
+  const torch::Tensor lo = L.masked_fill(keep.logical_not(), inf).amin(-1, true);
+  const torch::Tensor range = torch::where(hi >= lo, hi - lo, torch::zeros_like(hi));
+  const torch::Tensor own = 2 + 1.173 * W.clamp_min(1e-300).log().abs();
+  return std::ldexp(1.0, -23) * W * (own + 2 + 2 * double(m) + 2.346 * range);
+}
 
 inline TcBounds tensor_core_bounds(const Inputs& in, bool stored_products = false) {
   auto rb = [](const Bounded& v) { return round_bf16(v); };
@@ -45,6 +64,7 @@ inline TcBounds tensor_core_bounds(const Inputs& in, bool stored_products = fals
   Bounded W;  // the softmax's exact perturbation bound, plus fp32's own
   W.x = torch::softmax(L.x, -1);
   W.e = W.x * (torch::exp(L.e + std::get<0>(L.e.max(-1, true))) - 1) + gamma32(double(m) + 16) * W.x;
+  W.e = W.e + fast_exp_error(L.x, W.x, keep, m);
   const Bounded U = in.P_w.defined() ? rb(mma("bsnm,st->btnm", rb(W), rb(exact(in.P_w)), h)) : rb(W);
   TcBounds r;
   r.O = rb(mma("btnm,bmte->bnte", U, V, m));

@@ -10,9 +10,10 @@
 //    random bf16: within gamma(34) = 34 units of 2^-24 of |C| + sum |A B|, tc_bounds.h's model of
 //    17 terms summed by tensor cores that may truncate rather than round; the largest error, and how
 //    many equal the fp32 sums in k order, the emulator's model, are reported);
-//  - the shuffle, loads, stores, asynchronous copies, atomics and the high word: exact; exp and rsqrt within 2 ulps,
-//    log within 1 (CUDA's documented bounds), the fast exp within 2 + floor(|1.173 x|) ulps (the
-//    CUDA C++ Programming Guide's bound for __expf); exp(-inf) = +0, fmax(-inf, x) = x;
+//  - the shuffle, loads, stores, asynchronous copies, atomics and the high word: exact; exp and
+//    rsqrt within 2 ulps, log within 1 (CUDA's documented bounds), the fast exp within 2 +
+//    floor(|1.173 x|) ulps (the CUDA C++ Programming Guide's bound for __expf); exp(-inf) = +0,
+//    fmax(-inf, x) = x;
 //  - bf16, one value and two packed: round to nearest, ties to even; NaN to 0x7fc0 (c10's, the
 //    emulator's) or 0x7fff (cvt.rn's on a GPU); past the largest bf16 to inf.
 // A GPU where the emulator passes and the hardware does not is the first thing to read when

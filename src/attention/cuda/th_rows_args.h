@@ -97,12 +97,12 @@ inline int64_t rows_shared_bytes(int H, int h_k, int h, int h_v, bool P_l, bool 
 // in bytes from its start (-1: absent), for `warps` warps a block and heads bucket H; `bytes` in
 // all. Forward: P_l^T and P_w^T as bf16 [out][in] with rows of H + 8 (ldmatrix's rows a bank
 // group apart), each warp's statistics per head [warps][H] (two planes), the row's LSE and D [H],
-// a chunk's keys of J staged as bf16 [H][16 warps + 8] (with P_l; two such buffers, the next chunk's
-// keys copied into one while the other is read), and the keys' outputs staged
-// the same way on their way to global memory (su: U, and in the backward then dJ). Backward: also
-// P_l and P_w, dU staged as J (with P_w, two buffers), and with the projections' sums (sums) the chunk's dL
-// (with P_l) and W (with P_w) staged beside them, and the partial sums as 16 x 8 tiles of fp32
-// [tile][32 lanes][4] (H / 16 x H / 8 tiles each of J dL^T and W dU^T). Every offset is a
+// a chunk's keys of J staged as bf16 [H][16 warps + 8] (with P_l; two such buffers: the next
+// chunk's keys are copied into one while the other is read), and the keys' outputs staged the
+// same way on their way to global memory (su: U, and in the backward then dJ). Backward: also
+// P_l and P_w, dU staged as J (with P_w, two buffers), and with the projections' sums (sums) the
+// chunk's dL (with P_l) and W (with P_w) staged beside them, and the partial sums as 16 x 8 tiles
+// of fp32 [tile][32 lanes][4] (H / 16 x H / 8 tiles each of J dL^T and W dU^T). Every offset is a
 // multiple of 16.
 struct RowsTcLayout {
   int64_t pl_t, pl, pw_t, pw, slot0, slot1, lse, d, sj, sdl, sw, sdu, su, acc, bytes;

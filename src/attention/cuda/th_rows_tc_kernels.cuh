@@ -300,9 +300,10 @@ THX_DEVICE void each_chunk(const RowsArgs<thx_bf16>& a, const Shared& s, int bb,
     const int jw = j0 + 16 * L.w;
     const Staged now{off, vec}, ahead{stage - off, vec};
     if (vec) {
-      prefetch<H>(a, s, bb, i, jw + step, L, du, ahead);
-      thx_cp_async_wait<1>();  // this chunk's group has landed
-      thx_syncwarp();          // and every lane's copies are seen
+      if (j0 + step < a.m) prefetch<H>(a, s, bb, i, jw + step, L, du, ahead);
+      else thx_cp_async_commit();  // (no next chunk: an empty group, so that the wait counts alike)
+      thx_cp_async_wait<1>();      // this chunk's group has landed
+      thx_syncwarp();              // and every lane's copies are seen
     }
     body(jw, now);
   }
