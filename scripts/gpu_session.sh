@@ -238,7 +238,9 @@ run() {
     # reference (it keeps [b,h,n,m] tensors of 13 GB each at 48 heads), and flash and batched at
     # n = 8192 batch 8 too, where the batched composition's [b,h,n,m] tensors cannot fit (6.4 GB
     # each at 48 heads, batch 1): a variant out of memory is its row, the others go on (issue 31's
-    # "show where"). A path that fails does not stop the others.
+    # "show where"). The flash kernels and the row kernels also with T5's relative position bias
+    # (--bias) at n = 2048: what the bias's loads and its gradient cost them, which every T5 layer
+    # pays and the rows without it do not show. A path that fails does not stop the others.
     local paths=${GPU_ATTENTION_PATHS:-flash tiled batched}
     [ "$flash_ok" = 1 ] || paths=${paths/flash/}
     phase bench-attention 170 bash -c "
@@ -249,6 +251,7 @@ run() {
         for n in 512 2048; do bench --n \$n --batch 8 \$flag --out $OUT/attention-\$path-n\$n.md || failed=1; done
         case \$path in fma) ;; *) bench --n 8192 --batch 1 --no-reference \$flag --out $OUT/attention-\$path-n8192.md || failed=1 ;; esac
         case \$path in flash|batched) bench --n 8192 --batch 8 --no-reference \$flag --out $OUT/attention-\$path-n8192-b8.md || failed=1 ;; esac
+        case \$path in flash|tiled) bench --n 2048 --batch 8 --bias --no-reference \$flag --out $OUT/attention-\$path-bias-n2048.md || failed=1 ;; esac
       done
       # version 2.4's padded heads against none (the same numbers): fused at n = 2048
       case \" ${GPU_ATTENTION_PATHS:-} \" in *' fused '*)

@@ -49,7 +49,7 @@ struct Subject {
   AttentionDims dims;
   std::shared_ptr<Attention> layer;
   paper::Params params;
-  torch::Tensor X, G;
+  torch::Tensor X, G, B;  // B: the bias (BenchAttentionOptions::bias), or undefined
 
   torch::Device device;
   // On a GPU, the most any production step held above what was allocated before it (its
@@ -62,17 +62,19 @@ struct Subject {
     params = params_of(*layer);
     X = torch::randn({opt.batch, opt.n, opt.d_model}).to(device).requires_grad_(true);
     G = torch::randn({opt.batch, opt.n, opt.d_model}).to(device);
+    if (opt.bias) B = torch::randn({1, d.h, opt.n, opt.n}).to(device).requires_grad_(true);
   }
   template <class F>
   double step(F&& forward, bool production) {
     for (auto& p : layer->parameters()) p.mutable_grad() = torch::Tensor();
     X.mutable_grad() = torch::Tensor();
+    if (B.defined()) B.mutable_grad() = torch::Tensor();
     synchronize(device);
     reset_device_peak(device);
     const double before = device_allocated_mb(device);
     Clock::time_point t0;
     try {
-      if (production && bench_attention_step_hook()) bench_attention_step_hook()(dims);  // (tests only)
+      if (production && bench_attention_step_hook()) bench_attention_step_hook()(dims, B);  // (tests only)
       t0 = Clock::now();
       torch::Tensor Y = forward();
       (Y * G).sum().backward();
@@ -87,12 +89,13 @@ struct Subject {
   }
   double production(const std::string& precision) {
     PrecisionScope scope(precision);
-    return step([&] { return layer->forward(X, X); }, true);
+    return step([&] { return layer->forward(X, X, B); }, true);
   }
   double reference() {
     return step(
         [&] {
-          return dims.name() == "multi_head" ? paper::multi_head(X, X, params) : paper::talking_heads(X, X, params);
+          return dims.name() == "multi_head" ? paper::multi_head(X, X, params, B)
+                                             : paper::talking_heads(X, X, params, B);
         },
         false);
   }
@@ -302,8 +305,8 @@ std::string targets_text(const BenchAttentionOptions& opt, const std::vector<std
 
 }  // namespace
 
-std::function<void(const AttentionDims&)>& bench_attention_step_hook() {
-  static std::function<void(const AttentionDims&)> hook;
+std::function<void(const AttentionDims&, const torch::Tensor&)>& bench_attention_step_hook() {
+  static std::function<void(const AttentionDims&, const torch::Tensor&)> hook;
   return hook;
 }
 
@@ -319,8 +322,8 @@ std::string bench_attention(const BenchAttentionOptions& options) {
   set_th_padded_heads(!opt.unpadded);
   set_th_launch(opt.th_launch);
   torch::manual_seed(0);
-  log->info("attention fwd+bwd: d_model {}, n = m = {}, batch {}, {} threads, median of {}",
-            opt.d_model, opt.n, opt.batch, torch::get_num_threads(), opt.reps);
+  log->info("attention fwd+bwd: d_model {}, n = m = {}, batch {}{}, {} threads, median of {}", opt.d_model, opt.n,
+            opt.batch, opt.bias ? ", T5's relative position bias" : "", torch::get_num_threads(), opt.reps);
   const std::vector<std::string> precisions = bench_precisions(opt.precision, "--precision", opt.device);
   const bool gpu = opt.device.is_cuda();
   const std::string th_path = !gpu           ? "the CPU cores"
@@ -360,11 +363,13 @@ std::string bench_attention(const BenchAttentionOptions& options) {
   std::string report = fmt::format(
       "{}. Matmul peak ({}^3, best of 5, this run), GFLOP/s: {}; % of peak is of the "
       "row's own precision.\n"
-      "One attention layer, forward + backward (dX and every parameter gradient), d_model {}, "
-      "n = m = {}, batch {}; median of {} runs, multi-head and talking-heads interleaved; "
+      "One attention layer, forward + backward (dX and every parameter gradient{}), d_model {}, "
+      "n = m = {}, batch {}{}; median of {} runs, multi-head and talking-heads interleaved; "
       "TH/MH time is the median of the per-pair ratios. Talking-heads ran on {}.{}\n"
       "GFLOP/s counts 6 x the layer's multiplies (all of them, section 5 extended).\n\n",
-      device_description(opt.device), peak_size, peak_text, opt.d_model, opt.n, opt.batch, opt.reps, th_path,
+      device_description(opt.device), peak_size, peak_text, opt.bias ? " and the bias's" : "", opt.d_model, opt.n,
+      opt.batch, opt.bias ? ", with T5's relative position bias (a learned [1,h,n,m] fp32 bias on the logits)" : "",
+      opt.reps, th_path,
       gpu ? " Step peak MB: the most a step held above what was allocated before it (its activations, "
             "workspace and gradients; + where it ran out of memory, what it had reached)."
           : "");

@@ -22,6 +22,9 @@ struct BenchAttentionOptions {
   std::vector<int64_t> heads = {6, 12, 24, 48};
   int64_t reps = 5, warmup = 2;
   bool reference = true;
+  // T5's relative position bias: each layer's logits get a learned [1, h, n, n] fp32 bias, whose
+  // gradient the backward computes (as in T5's first layer; the others share it and add theirs).
+  bool bias = false;
   // On a GPU, talking-heads takes `thx --th-path`'s path (attention/fused.h; tiled by default)
   // unless one of these names another: `tiled` the tiled path, `batched` the batched
   // composition, `fused` thx's fused CUDA kernels where built (cuda/th_fused.h; set by their own
@@ -41,9 +44,10 @@ struct BenchAttentionOptions {
 // out of device memory (c10::OutOfMemoryError) in a cell says so in its row, and the rest go on.
 std::string bench_attention(const BenchAttentionOptions& opt);
 
-// For tests: called before each timed production step with the layer's dimensions (a CPU cannot
-// run out of memory on demand; a test's hook throws c10::OutOfMemoryError). Empty by default.
-std::function<void(const AttentionDims&)>& bench_attention_step_hook();
+// For tests: called before each timed production step with the layer's dimensions and its bias
+// (undefined without --bias) (a CPU cannot run out of memory on demand; a test's hook throws
+// c10::OutOfMemoryError). Empty by default.
+std::function<void(const AttentionDims&, const torch::Tensor& bias)>& bench_attention_step_hook();
 
 // Best observed GFLOP/s of a square matmul of size `size` in `precision` (fp32 | bf16) on
 // `device` (a GPU's timed after it has finished the work).

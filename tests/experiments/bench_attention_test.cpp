@@ -9,6 +9,8 @@
 
 #include <sstream>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 namespace thx {
@@ -52,7 +54,7 @@ BenchAttentionOptions tiny() {
 TEST(BenchAttention, AVariantOutOfMemoryIsItsRowAndTheOthersGoOn) {
   HookReset reset;
   int th_steps = 0;
-  bench_attention_step_hook() = [&](const AttentionDims& d) {
+  bench_attention_step_hook() = [&](const AttentionDims& d, const torch::Tensor&) {
     if (d.name() != "talking_heads" || d.h != 4) return;
     // Out of memory from its second step on (after a warm-up that fitted): it leaves the cell.
     if (++th_steps > 1) TORCH_CHECK_WITH(OutOfMemoryError, false, "CUDA out of memory. Tried to allocate 3.20 GiB");
@@ -86,6 +88,37 @@ TEST(BenchAttention, NoHookNoRowOutOfMemory) {
   EXPECT_EQ(report.find("out of memory"), std::string::npos) << report;
   EXPECT_EQ(report.find("Out of memory"), std::string::npos) << report;
   EXPECT_NE(report.find("at every h: "), std::string::npos) << report;
+}
+
+// --bias (T5's relative position bias): every timed step of both variants gets a learned [1, h, n, n]
+// fp32 bias and computes its gradient, and the report says so; without it no step gets one.
+TEST(BenchAttention, TheBiasReachesEveryStepWithItsGradient) {
+  HookReset reset;
+  for (const bool with : {true, false}) {
+    SCOPED_TRACE(with ? "--bias" : "no bias");
+    std::vector<std::tuple<std::string, int64_t, torch::Tensor>> seen;  // (variant, h, the step's bias)
+    bench_attention_step_hook() = [&](const AttentionDims& d, const torch::Tensor& bias) {
+      seen.emplace_back(d.name(), d.h, bias);
+    };
+    BenchAttentionOptions o = tiny();
+    o.bias = with;
+    const std::string report = bench_attention(o);
+    EXPECT_EQ(seen.size(), 2u * o.heads.size() * (o.warmup + o.reps));
+    for (const auto& [variant, h, bias] : seen) {
+      ASSERT_EQ(bias.defined(), with) << variant;
+      if (!with) continue;
+      EXPECT_EQ(bias.dtype(), torch::kFloat32);
+      EXPECT_TRUE(bias.requires_grad());
+      ASSERT_EQ(bias.dim(), 4) << variant;
+      EXPECT_EQ(bias.size(0), 1);
+      EXPECT_EQ(bias.size(1), h);
+      EXPECT_EQ(bias.size(2), o.n);
+      EXPECT_EQ(bias.size(3), o.n);
+      ASSERT_TRUE(bias.grad().defined()) << variant;
+      EXPECT_GT(bias.grad().abs().sum().item<double>(), 0) << variant;
+    }
+    EXPECT_EQ(report.find("relative position bias") != std::string::npos, with) << report;
+  }
 }
 
 }  // namespace THX_FILE_ID
