@@ -17,6 +17,8 @@
 //    flash_unsupported names each reason.
 #include <gtest/gtest.h>
 
+#include <functional>
+#include <map>
 #include <set>
 #include <type_traits>
 #include <vector>
@@ -219,6 +221,117 @@ TEST(Flash, ForwardStageTakesEveryBankOnce) {
           EXPECT_EQ(heads.size(), 32u) << H << " key " << fixed;
         }
   }
+}
+
+// The backward's stages (flash_back_stage_at), bank by bank, as the forward's above: every element
+// at its own place inside its head's 256 + 8; each 8-lane phase of ldmatrix (eight heads at one key:
+// stage_rows_a, staged_b, chunk_projections; eight keys at one head: keys_by_rows, rows_by_keys)
+// on 8 distinct 16-byte groups; a warp's word stores of a head's keys g (+ 8) at rows 2t
+// (store_back_keys) and of a key's heads g (+ 8) (store_t) on 32 distinct banks; and its 2-byte
+// stores of W and dL (chunk_weights: heads 2t + x % 2 at rows g + 8 (x / 2)) on no bank twice
+// but in one word. The control: the layout before, unswizzled, has keys k and k + 4 on one bank.
+TEST(Flash, BackwardStagesTakeEveryBankOnce) {
+  using Layout = int (*)(int, int, int);
+  auto faults = [](Layout at, int H) {
+    int bad = 0;
+    std::set<int> places;
+    for (int head = 0; head < H; ++head)
+      for (int key = 0; key < 16; ++key)
+        for (int row = 0; row < 16; ++row) {
+          const int p = at(head, key, row), from = head * cuda_th::kFlashBackHeadStride;
+          places.insert(p);
+          bad += p < from || p >= from + 256;
+        }
+    bad += int(places.size()) != H * 256;
+    auto group = [](int element) { return element * 2 / 16 % 8; };
+    auto bank = [](int element) { return element / 2 % 32; };
+    for (int half = 0; half < 2; ++half)
+      for (int fixed = 0; fixed < 16; ++fixed) {
+        for (int h0 = 0; h0 < H; h0 += 8) {
+          std::set<int> g;
+          for (int r = 0; r < 8; ++r) g.insert(group(at(h0 + r, fixed, 8 * half)));
+          bad += g.size() != 8u;
+        }
+        for (int k0 = 0; k0 < 16; k0 += 8) {
+          std::set<int> g;
+          for (int r = 0; r < 8; ++r) g.insert(group(at(fixed, k0 + r, 8 * half)));
+          bad += g.size() != 8u;
+        }
+      }
+    for (int fixed = 0; fixed < 16; ++fixed)
+      for (int nt = 0; nt < 2; ++nt)
+        for (int plus = 0; plus < 16; plus += 8) {
+          std::set<int> keys, heads;
+          for (int l = 0; l < 32; ++l) {
+            const int g = l / 4, row = 8 * nt + 2 * (l % 4);
+            keys.insert(bank(at(fixed, g + plus, row)));
+            heads.insert(bank(at(16 * (fixed % (H / 16)) + g + plus, fixed, row)));
+          }
+          bad += (keys.size() != 32u) + (heads.size() != 32u);
+        }
+    for (int key = 0; key < 16; ++key)
+      for (int nt = 0; nt < H / 8; ++nt)
+        for (int x = 0; x < 4; ++x) {
+          std::map<int, std::set<int>> words;  // bank -> the words the warp stores into it
+          for (int l = 0; l < 32; ++l) {
+            const cuda_th::rows_tc::Lane L{0, l / 4, l % 4, l};
+            const int p = at(cuda_th::rows_tc::head_at(L, nt, x), key, L.g + 8 * (x >> 1));
+            words[bank(p)].insert(p / 2);
+          }
+          for (const auto& [b, w] : words) bad += w.size() != 1u;
+        }
+    return bad;
+  };
+  const Layout unswizzled = [](int head, int key, int row) {
+    return head * cuda_th::kFlashBackHeadStride + key * cuda_th::kFlashBackKeyStride + row;
+  };
+  for (int H : {16, 32, 48}) {
+    EXPECT_EQ(faults(cuda_th::flash_back_stage_at, H), 0) << H << " heads";
+    EXPECT_GT(faults(unswizzled, H), 0) << H << " heads: the control";
+  }
+}
+
+// The rows of Q and dO in shared memory (flash_row_stride, flash_row_at), bank by bank, at every
+// width from 16 to 1,024: each row's places are its own, inside its stride; the lanes' 8-byte reads
+// of their rows g (+ 8) at columns 16 i + 4 t (key_row_product) take each bank once a half warp; and
+// ldmatrix's eight rows at one column (keys_by_rows) fall on eight 16-byte groups. The control: rows
+// of width + 16 from their first place, the layout before, fail at T5's width (768: ldmatrix two
+// ways) and at 48 (its 8-byte reads eight ways).
+TEST(Flash, QueryRowsTakeEveryBankOnce) {
+  using Layout = std::function<int(int row, int col)>;
+  auto faults = [](const Layout& at, int width, int stride) {
+    int bad = 0;
+    for (int row = 0; row < cuda_th::kFlashRows; ++row) {
+      std::set<int> places;
+      for (int col = 0; col < width; ++col) places.insert(at(row, col));
+      bad += int(places.size()) != width || *places.begin() < row * stride || *places.rbegin() >= (row + 1) * stride;
+    }
+    for (int nt = 0; nt < 2; ++nt)
+      for (int i = 0; i < width / 16; ++i)
+        for (int lanes0 : {0, 16}) {
+          std::set<int> banks;
+          for (int l = lanes0; l < lanes0 + 16; ++l) {
+            const int p = at(8 * nt + l / 4, 16 * i + 4 * (l % 4));
+            banks.insert(p / 2 % 32), banks.insert((p / 2 + 1) % 32);
+          }
+          bad += banks.size() != 32u;
+        }
+    for (int half = 0; half < 2; ++half)
+      for (int e = 0; e < width / 8; ++e) {
+        std::set<int> groups;
+        for (int r = 0; r < 8; ++r) groups.insert(at(8 * half + r, 8 * e) * 2 / 16 % 8);
+        bad += groups.size() != 8u;
+      }
+    return bad;
+  };
+  for (int width = 16; width <= 1024; width += 16) {
+    const int stride = cuda_th::flash_row_stride(width);
+    EXPECT_EQ(faults([&](int row, int col) { return cuda_th::flash_row_at(row, col, stride); }, width, stride), 0)
+        << "width " << width;
+  }
+  for (int width : {768, 48})
+    EXPECT_GT(faults([&](int row, int col) { return row * (width + 16) + col; }, width, width + 16), 0)
+        << "the control, width " << width;
 }
 
 // The controls: the bound rejects P_w moved by 0.03 (its entries are about 0.45; the bf16 bounds

@@ -53,9 +53,20 @@ inline int flash_stage_at(int head, int key, int row) {
 // put each half warp's reads on every bank once. Rows of H words took four ways (eight at 32).
 constexpr int kFlashLsePad = 8;
 
+// The block's rows of Q (and the backward's of dO), [16 rows][width] bf16 in shared memory: rows
+// of flash_row_stride(width) elements, 32 or 96 bytes past a multiple of 128, so that the lanes'
+// 8-byte loads of four rows (rows g, 8 t bytes in) take each bank once a half warp; and row r
+// starting 16 bytes later where r / 4 is odd (flash_row_at), so that ldmatrix's eight rows at one
+// column (the backward's keys_by_rows: rows r and r + 4 a multiple of 128 bytes apart) fall on
+// eight 16-byte groups. (Rows of width + 16 from their first place took two ways there, and four or
+// eight in both where width / 16 is odd.) width: a multiple of 16.
+THX_HOST_DEVICE
+inline int flash_row_stride(int width) { return width + 16 * (1 + width / 16 % 2); }
+THX_HOST_DEVICE
+inline int flash_row_at(int row, int col, int stride) { return row * stride + 8 * (row / 4 % 2) + col; }
+
 // Where the block's shared memory is, in bytes from its start, each a multiple of 16: Q's 16 rows
-// (bf16, rows of h_k d_k + 16, so that the lanes' 8-byte loads from 8 rows take two wavefronts
-// without bank conflicts), P_l^T and P_w^T as bf16 [out][in] with rows of H + 8 (the identity where
+// (flash_row_stride), P_l^T and P_w^T as bf16 [out][in] with rows of H + 8 (the identity where
 // absent), the warps' stages, and the rows' LSE [16][H + 8] (fp32). The warps' statistics, folded at the
 // end of pass 1 ([warps][16][H] twice, fp32), take the stages' place.
 struct FlashLayout {
@@ -65,7 +76,7 @@ struct FlashLayout {
 THX_HOST_DEVICE
 inline FlashLayout flash_layout(int H, int h_k, int d_k) {
   FlashLayout L;
-  L.q_stride = h_k * d_k + 16;
+  L.q_stride = flash_row_stride(h_k * d_k);
   auto up = [](int64_t x) { return (x + 15) / 16 * 16; };
   L.q = 0;
   L.pl_t = up(int64_t(kFlashRows) * L.q_stride * 2);
@@ -96,8 +107,16 @@ struct FlashBackArgs {
   int bias_staged = 0;             // 1: dbias's additions staged in fp32 and made four keys at a time
 };
 constexpr int kFlashBackWarps = 8, kFlashBackThreads = 32 * kFlashBackWarps;
-// Its stages [head][key][row], one of each for the block: a key's 16 rows, a head's 16 keys then 8.
+// Its stages [head][key][row], one of each for the block: a key's 16 rows, a head's 16 keys then 8
+// (heads 16 bytes off the banks' 128-byte period), and a key's two 16-byte halves of rows (0-7,
+// 8-15) exchanged on keys 4-7 of every 8. Then ldmatrix's eight rows, eight heads at one key or
+// eight keys at one head, fall on eight 16-byte groups, and a warp's word stores (keys or heads g at
+// rows 2t) on 32 banks. (Keys k and k + 4 are 128 bytes apart: unexchanged, they shared banks.)
 constexpr int kFlashBackKeyStride = 16, kFlashBackHeadStride = 16 * kFlashBackKeyStride + 8;
+THX_HOST_DEVICE
+inline int flash_back_stage_at(int head, int key, int row) {
+  return head * kFlashBackHeadStride + key * kFlashBackKeyStride + 8 * ((row / 8) ^ (key / 4 % 2)) + row % 8;
+}
 // The bias's stage, [head][8 keys][16 rows] fp32, heads 8 x 16 + 4 words apart: a warp's stores of
 // its key (rows g, heads 2t + c) fall on bank 8t + g + a constant, every bank once. ([head][row][key]
 // took eight ways.)
@@ -106,8 +125,8 @@ constexpr int kFlashBiasHeadStride = 8 * 16 + 4;
 THX_HOST_DEVICE
 inline int flash_bias_slot(int head, int key, int row) { return head * kFlashBiasHeadStride + key * 16 + row; }
 
-// Where the backward's shared memory is: the chunk's Q and dO rows (bf16, rows of h_k d_k + 16 and
-// h_v d_v + 16), the four mixings' copies (P_l^T, P_l, P_w^T, P_w as bf16 [out][in], rows of
+// Where the backward's shared memory is: the chunk's Q and dO rows (bf16, flash_row_stride of h_k
+// d_k and of h_v d_v), the four mixings' copies (P_l^T, P_l, P_w^T, P_w as bf16 [out][in], rows of
 // H + 8), the stages J (then dJ), dU (then U), W and dL, the chunk's LSE and D [16][H + 8] (fp32), and
 // the projections' gradients' partial sums (2 x H / 16 x H / 8 tiles of 16 x 8, fp32).
 // Pass D folds the warps' shares of D ([warps][16][H] fp32) where W and dL are. With bias_stage,
@@ -119,7 +138,7 @@ struct FlashBackLayout {
 THX_HOST_DEVICE
 inline FlashBackLayout flash_back_layout(int H, int h_k, int d_k, int h_v, int d_v, bool bias_stage = false) {
   FlashBackLayout L;
-  L.q_stride = h_k * d_k + 16, L.o_stride = h_v * d_v + 16;
+  L.q_stride = flash_row_stride(h_k * d_k), L.o_stride = flash_row_stride(h_v * d_v);
   int64_t at = 0;
   auto take = [&at](int64_t bytes) {
     const int64_t here = at;

@@ -27,7 +27,7 @@ using flash::head_at;
 using flash::Lane;
 using flash::lane_of;
 
-constexpr int HS = kFlashBackHeadStride, KS = kFlashBackKeyStride, WARPS = kFlashBackWarps;
+constexpr int HS = kFlashBackHeadStride, WARPS = kFlashBackWarps;
 
 struct Shared {
   thx_bf16 *q, *dout, *pl_t, *pl, *pw_t, *pw, *j, *du, *w, *dl;
@@ -94,12 +94,12 @@ THX_DEVICE void chunk_products(const FlashBackArgs<thx_bf16>& a, const Shared& s
     if (x < f.h_k) {
       flash::key_row_product(f.K + int64_t(bb) * f.m * qd + x * f.d_k, qd, f.m, kb0 + L.g, s.q + x * f.d_k, s.qs,
                              f.d_k, L, c);
-      flash::store_pairs(s.j + x * HS, KS, L, c);
+      flash::store_back_keys(s.j + x * HS, L, c);
     } else {
       const int v = x - f.h_k;
       flash::key_row_product(a.V + int64_t(bb) * f.m * vd + v * f.d_v, vd, f.m, kb0 + L.g, s.dout + v * f.d_v, s.os,
                              f.d_v, L, c);
-      flash::store_pairs(s.du + v * HS, KS, L, c);
+      flash::store_back_keys(s.du + v * HS, L, c);
     }
   }
   __syncthreads();
@@ -110,10 +110,10 @@ THX_DEVICE void chunk_products(const FlashBackArgs<thx_bf16>& a, const Shared& s
 template <int H>
 THX_DEVICE void key_weights(const FlashBackArgs<thx_bf16>& a, const Shared& s, int bb, int r0, int kb0, int kl,
                             const Lane& L, float (&c)[H / 8][4], float (&e)[H / 8][4]) {
-  flash::logits<H>(a.f, s.pl_t, s.j + kl * KS, HS, bb, r0, kb0 + kl, L, c);
+  flash::logits<H>(a.f, s.pl_t, s.j, kl, bb, r0, kb0 + kl, L, c);
   flash::rows_weights<H>(s.lse, L, c);
   uint32_t adu[H / 16][4];
-  flash::stage_rows_a<H>(s.du + kl * KS, HS, L, adu);
+  flash::stage_rows_a<H>(s.du, kl, L, adu);
   rows_tc::mix<H>(adu, s.pw, L, e);
 }
 
@@ -191,8 +191,8 @@ THX_DEVICE void chunk_weights(const FlashBackArgs<thx_bf16>& a, const Shared& s,
   for (int half = 0; half < 2; ++half) {
     const int kl = L.w + WARPS * half, key = kb0 + kl;
     uint32_t aj[H / 16][4], adu[H / 16][4];
-    flash::stage_rows_a<H>(s.j + kl * KS, HS, L, aj);
-    flash::stage_rows_a<H>(s.du + kl * KS, HS, L, adu);
+    flash::stage_rows_a<H>(s.j, kl, L, aj);
+    flash::stage_rows_a<H>(s.du, kl, L, adu);
     for (int np = 0; np < H / 16; ++np) {
       float c[2][4], e[2][4];
       mix_pair<H>(aj, s.pl_t, L, np, c);
@@ -207,7 +207,7 @@ THX_DEVICE void chunk_weights(const FlashBackArgs<thx_bf16>& a, const Shared& s,
 #pragma unroll
           for (int y = 0; y < 2; ++y) {
             const int x = 2 * half + y, head = head_at(L, 2 * np + nt, x), row = L.g + 8 * half;
-            const int at = head * HS + kl * KS + row;
+            const int at = flash_back_stage_at(head, kl, row);
             const float w = c[nt][x] == -thx_inf() ? 0.f : thx_exp_fast(c[nt][x] - thx_bits_to_float(lse.w[y]));
             const float dl = w * (e[nt][x] - thx_bits_to_float(dd.w[y]));
             s.w[at] = thx_from_float<thx_bf16>(w);
@@ -249,7 +249,7 @@ THX_DEVICE int projection_tile_count(const FlashArgs<thx_bf16>& f, int H) {
 
 // Pass G: the sums += the chunk's J dL^T and W dU^T over its 16 keys x 16 rows: A = J or W [16 heads,
 // rows] (ldmatrix from the stage at each key: matrix j of lane 8 j + r, heads 8 (j % 2) + r, rows
-// 8 (j / 2) on), B = dL or dU [8 heads, rows] (the same, two matrices).
+// 8 (j / 2) on), B = dL or dU [8 heads, rows] (the same, two matrices; flash_back_stage_at).
 template <int H>
 THX_DEVICE void chunk_projections(const FlashBackArgs<thx_bf16>& a, const Shared& s, const Lane& L) {
   const int tiles = projection_tile_count(a.f, H), r = L.l % 8, j = L.l / 8;
@@ -257,12 +257,12 @@ THX_DEVICE void chunk_projections(const FlashBackArgs<thx_bf16>& a, const Shared
     const ProjectionTile t = projection_tile<H>(a.f, x);
     float* acc = s.acc + (x * 32 + L.l) * 4;
     float c[4] = {acc[0], acc[1], acc[2], acc[3]};
-    const thx_bf16 *A = (t.left ? s.j : s.w) + (16 * t.mt + 8 * (j % 2) + r) * HS + 8 * (j / 2);
-    const thx_bf16* B = (t.left ? s.dl : s.du) + (8 * t.nt + r) * HS + 8 * (j % 2);
+    const thx_bf16 *A = (t.left ? s.j : s.w) + flash_back_stage_at(16 * t.mt + 8 * (j % 2) + r, 0, 0);
+    const thx_bf16* B = (t.left ? s.dl : s.du) + flash_back_stage_at(8 * t.nt + r, 0, 0);
     for (int kl = 0; kl < 16; ++kl) {
       uint32_t af[4], bf[2];
-      thx_ldmatrix<4, false>(af, A + kl * KS);
-      thx_ldmatrix<2, false>(bf, B + kl * KS);
+      thx_ldmatrix<4, false>(af, A + flash_back_stage_at(0, kl, 8 * (j / 2)));
+      thx_ldmatrix<2, false>(bf, B + flash_back_stage_at(0, kl, 8 * (j % 2)));
       thx_mma_bf16_16816(c, af, bf);
     }
     acc[0] = c[0], acc[1] = c[1], acc[2] = c[2], acc[3] = c[3];
@@ -276,30 +276,32 @@ THX_DEVICE void chunk_mixed(const Shared& s, const Lane& L) {
   for (int kl = L.w; kl < 16; kl += WARPS) {
     uint32_t b[H / 16][2][2];
     float u[H / 16][2][4];
-    flash::staged_b<H>(s.w + kl * KS, HS, L, b);
+    flash::staged_b<H>(s.w, kl, L, b);
     flash::mix_t<H>(s.pw_t, b, L, u);
-    flash::store_t<H>(s.du + kl * KS, HS, L, u);
-    flash::staged_b<H>(s.dl + kl * KS, HS, L, b);
+    flash::store_t<H>(s.du, kl, L, u);
+    flash::staged_b<H>(s.dl, kl, L, b);
     flash::mix_t<H>(s.pl, b, L, u);
-    flash::store_t<H>(s.j + kl * KS, HS, L, u);
+    flash::store_t<H>(s.j, kl, L, u);
   }
   __syncthreads();
 }
 
 // acc[e] += A B over the chunk's 16 rows: A = [16 keys, 16 rows] by ldmatrix from a stage at one
-// head (matrix j of lane 8 j + r: keys 8 (j % 2) + r, rows 8 (j / 2) on), B = Y [16 rows, d] in
-// shared memory (at the head's first column, ys a row) by ldmatrix.trans, 8 columns a tile.
+// head (flash_back_stage_at; matrix j of lane 8 j + r: keys 8 (j % 2) + r, rows 8 (j / 2) on), B =
+// Y [16 rows, d] in shared memory (at the head's first column: flash_row_at, ys a row) by
+// ldmatrix.trans, 8 columns a tile.
 template <int D>
 THX_DEVICE void keys_by_rows(const thx_bf16* S, const thx_bf16* Y, int ys, int d, const Lane& L,
                              float (&acc)[D / 8][4]) {
   const int r = L.l % 8, j = L.l / 8;
+  const thx_bf16* y = Y + flash_row_at(8 * (j % 2) + r, 0, ys);
   uint32_t af[4];
-  thx_ldmatrix<4, false>(af, S + (8 * (j % 2) + r) * KS + 8 * (j / 2));
+  thx_ldmatrix<4, false>(af, S + flash_back_stage_at(0, 8 * (j % 2) + r, 8 * (j / 2)));
 #pragma unroll
   for (int e = 0; e < D / 8; ++e) {
     if (8 * e >= d) continue;
     uint32_t bf[2];
-    thx_ldmatrix<2, true>(bf, Y + (8 * (j % 2) + r) * ys + 8 * e);
+    thx_ldmatrix<2, true>(bf, y + 8 * e);
     thx_mma_bf16_16816(acc[e], af, bf);
   }
 }
@@ -339,7 +341,7 @@ THX_DEVICE void chunk_grads(const FlashBackArgs<thx_bf16>& a, const Shared& s, i
     float c[D / 8][4];
 #pragma unroll
     for (int e = 0; e < D / 8; ++e) c[e][0] = c[e][1] = c[e][2] = c[e][3] = 0.f;
-    flash::rows_by_keys<D>(s.j + head * HS, KS, a.Kt + (int64_t(bb) * f.h_k + head) * f.d_k * f.m8, f.m8, kb0, f.d_k,
+    flash::rows_by_keys<D>(s.j + head * HS, a.Kt + (int64_t(bb) * f.h_k + head) * f.d_k * f.m8, f.m8, kb0, f.d_k,
                            L, c);
     add_dq<D>(a.dQ + (int64_t(bb) * f.n + r0) * f.h_k * f.d_k + head * f.d_k, f.h_k * f.d_k, f.n - r0, f.d_k, L, c);
   }
@@ -378,9 +380,15 @@ THX_DEVICE void store_grads(const FlashBackArgs<thx_bf16>& a, int bb, int kb0, c
   }
 }
 
+// The fewest blocks a multiprocessor must hold: two (128 registers a thread) where nvcc 13 spills
+// none and shared memory allows it, pass G at bucket (16, 16) (144 registers, one block, without
+// the bound); else one.
+constexpr int flash_back_min_blocks(int H, int D) { return H == 16 && D == 16 ? 2 : 1; }
+
 // G false: pass D; true: pass G. Grid: x the blocks of 16 keys, y the examples.
 template <int H, int D, bool G>
-__global__ void THX_LAUNCH_BOUNDS(kFlashBackThreads, 1) flash_backward_kernel(FlashBackArgs<thx_bf16> a) {
+__global__ void THX_LAUNCH_BOUNDS(kFlashBackThreads, flash_back_min_blocks(H, D))
+    flash_backward_kernel(FlashBackArgs<thx_bf16> a) {
   const Shared s = shared_layout<H, G>(a);
   const Lane L = lane_of();
   const int bb = blockIdx.y, kb0 = 16 * int(blockIdx.x), chunks = (a.f.n + kFlashRows - 1) / kFlashRows;

@@ -52,13 +52,13 @@ THX_DEVICE void zero_stages(const Shared& s) {
 }
 
 // 16 rows r0 .. of X (an example's [rows][width], bf16) into shared memory with rows of ts
-// elements, zero past n, 16 bytes at a time.
+// elements (flash_row_at), zero past n, 16 bytes at a time.
 THX_DEVICE void copy_rows(thx_bf16* to, int ts, const thx_bf16* X, int width, int r0, int n) {
   const int vecs = width / 8;
   for (int e = threadIdx.x; e < kFlashRows * vecs; e += blockDim.x) {
     const int r = e / vecs, c = 8 * (e % vecs);
-    if (r0 + r < n) thx_copy16(to + r * ts + c, X + int64_t(r0 + r) * width + c);
-    else thx_zero16(to + r * ts + c);
+    if (r0 + r < n) thx_copy16(to + flash_row_at(r, c, ts), X + int64_t(r0 + r) * width + c);
+    else thx_zero16(to + flash_row_at(r, c, ts));
   }
 }
 
@@ -85,11 +85,13 @@ THX_DEVICE void load_block(const FlashArgs<thx_bf16>& a, const Shared& s, int bb
 
 // c <- X Y^T [16 keys, 16 rows] for one head: X's keys k0 .. k0 + 15 (zero past m) from global
 // memory (X at the example's key 0 and the head's first d, ldx elements a key), Y's 16 rows from
-// shared memory (at row 0 and the head's first d, ys elements a row), over d. Each lane reads 4
-// consecutive d of a key or row at once (8 bytes), which permutes k alike in both operands.
+// shared memory (at row 0 and the head's first d: flash_row_at, ys elements a row), over d. Each
+// lane reads 4 consecutive d of a key or row at once (8 bytes), which permutes k alike in both
+// operands.
 THX_DEVICE void key_row_product(const thx_bf16* X, int ldx, int m, int k0, const thx_bf16* Y, int ys, int d,
                                 const Lane& L, float (&c)[2][4]) {
   const int k1 = k0 + 8;
+  const thx_bf16* y = Y + flash_row_at(L.g, 0, ys);  // (rows g and g + 8 start alike: + 8 ys)
 #pragma unroll
   for (int nt = 0; nt < 2; ++nt) c[nt][0] = c[nt][1] = c[nt][2] = c[nt][3] = 0.f;
   for (int d0 = 4 * L.t; d0 < d; d0 += 16) {
@@ -97,17 +99,18 @@ THX_DEVICE void key_row_product(const thx_bf16* X, int ldx, int m, int k0, const
     const ThxBytes8 x1 = k1 < m ? thx_load8(X + k1 * ldx + d0) : ThxBytes8{{0u, 0u}};
     const uint32_t af[4] = {x0.w[0], x1.w[0], x0.w[1], x1.w[1]};
 #pragma unroll
-    for (int nt = 0; nt < 2; ++nt) thx_mma_bf16_16816(c[nt], af, thx_load8(Y + (8 * nt + L.g) * ys + d0).w);
+    for (int nt = 0; nt < 2; ++nt) thx_mma_bf16_16816(c[nt], af, thx_load8(y + 8 * nt * ys + d0).w);
   }
 }
 
-// A [16 keys or heads, 16 rows] product's output into a stage as bf16 words: element (g or g + 8,
-// rows 2 t, 2 t + 1 of each 8) at S + (g or g + 8) x lead + row.
-THX_DEVICE void store_pairs(thx_bf16* S, int lead, const Lane& L, const float (&c)[2][4]) {
+// A [16 keys, 16 rows] product's output of one head (key_row_product's) into a backward stage at
+// the head (S: flash_back_stage_at's [head][key][row]) as bf16 words: element (key g or g + 8, rows
+// 2 t, 2 t + 1 of each 8).
+THX_DEVICE void store_back_keys(thx_bf16* S, const Lane& L, const float (&c)[2][4]) {
 #pragma unroll
   for (int nt = 0; nt < 2; ++nt) {
-    thx_store_word(S + L.g * lead + 8 * nt + 2 * L.t, pack_bf16x2(c[nt][0], c[nt][1]));
-    thx_store_word(S + (L.g + 8) * lead + 8 * nt + 2 * L.t, pack_bf16x2(c[nt][2], c[nt][3]));
+    thx_store_word(S + flash_back_stage_at(0, L.g, 8 * nt + 2 * L.t), pack_bf16x2(c[nt][0], c[nt][1]));
+    thx_store_word(S + flash_back_stage_at(0, L.g + 8, 8 * nt + 2 * L.t), pack_bf16x2(c[nt][2], c[nt][3]));
   }
 }
 
@@ -137,13 +140,14 @@ THX_DEVICE void stage_products(const FlashArgs<thx_bf16>& a, const Shared& s, in
   thx_syncwarp();
 }
 
-// a <- J [16 rows, heads] at one key of a stage (S at the key, hs elements a head), by
-// ldmatrix.trans: matrix j of lane 8 j + r is heads 16 kb + 8 (j / 2) + r, rows 8 (j % 2) on.
+// a <- J [16 rows, heads] at key kl of a backward stage S (flash_back_stage_at), by ldmatrix.trans:
+// matrix j of lane 8 j + r is heads 16 kb + 8 (j / 2) + r, rows 8 (j % 2) on.
 template <int H>
-THX_DEVICE void stage_rows_a(const thx_bf16* S, int hs, const Lane& L, uint32_t (&a)[H / 16][4]) {
+THX_DEVICE void stage_rows_a(const thx_bf16* S, int kl, const Lane& L, uint32_t (&a)[H / 16][4]) {
   const int r = L.l % 8, j = L.l / 8;
+  const thx_bf16* at = S + flash_back_stage_at(8 * (j / 2) + r, kl, 8 * (j % 2));
 #pragma unroll
-  for (int kb = 0; kb < H / 16; ++kb) thx_ldmatrix<4, true>(a[kb], S + (16 * kb + 8 * (j / 2) + r) * hs + 8 * (j % 2));
+  for (int kb = 0; kb < H / 16; ++kb) thx_ldmatrix<4, true>(a[kb], at + 16 * kb * kFlashBackHeadStride);
 }
 
 // c (NT tiles of a [16 rows, heads] product's output from tile nt0: heads 8 nt0 on) += the bias
@@ -179,13 +183,13 @@ THX_DEVICE void mixed_logits(const FlashArgs<thx_bf16>& a, const thx_bf16* pl_t,
   bias_and_mask<H / 8>(a, bb, i0, key, 0, L, c);
 }
 
-// c <- the logits of `key` for the rows i0 .. i0 + 15: J staged at S (the key's place, hs elements
-// a head) mixed by P_l^T's copy pl_t, plus the bias and the mask.
+// c <- the logits of `key` for the rows i0 .. i0 + 15: J at key kl of a backward stage S
+// (flash_back_stage_at) mixed by P_l^T's copy pl_t, plus the bias and the mask.
 template <int H>
-THX_DEVICE void logits(const FlashArgs<thx_bf16>& a, const thx_bf16* pl_t, const thx_bf16* S, int hs, int bb, int i0,
+THX_DEVICE void logits(const FlashArgs<thx_bf16>& a, const thx_bf16* pl_t, const thx_bf16* S, int kl, int bb, int i0,
                        int key, const Lane& L, float (&c)[H / 8][4]) {
   uint32_t aj[H / 16][4];
-  stage_rows_a<H>(S, hs, L, aj);
+  stage_rows_a<H>(S, kl, L, aj);
   mixed_logits<H>(a, pl_t, aj, bb, i0, key, L, c);
 }
 
@@ -242,15 +246,16 @@ THX_DEVICE void pack_b(const float (&x)[H / 8][4], uint32_t (&b)[H / 16][2][2]) 
       b[kb][nt][1] = pack_bf16x2(x[2 * kb + 1][2 * nt], x[2 * kb + 1][2 * nt + 1]);
     }
 }
-// The same from a stage at one key ([head][row], hs elements a head) by ldmatrix.trans: matrix j of
+// The same from key kl of a backward stage S (flash_back_stage_at) by ldmatrix.trans: matrix j of
 // lane 8 j + r is heads 16 kb + 8 (j % 2) + r, rows 8 (j / 2) on.
 template <int H>
-THX_DEVICE void staged_b(const thx_bf16* S, int hs, const Lane& L, uint32_t (&b)[H / 16][2][2]) {
+THX_DEVICE void staged_b(const thx_bf16* S, int kl, const Lane& L, uint32_t (&b)[H / 16][2][2]) {
   const int r = L.l % 8, j = L.l / 8;
+  const thx_bf16* at = S + flash_back_stage_at(8 * (j % 2) + r, kl, 8 * (j / 2));
 #pragma unroll
   for (int kb = 0; kb < H / 16; ++kb) {
     uint32_t x[4];
-    thx_ldmatrix<4, true>(x, S + (16 * kb + 8 * (j % 2) + r) * hs + 8 * (j / 2));
+    thx_ldmatrix<4, true>(x, at + 16 * kb * kFlashBackHeadStride);
     b[kb][0][0] = x[0], b[kb][0][1] = x[1], b[kb][1][0] = x[2], b[kb][1][1] = x[3];
   }
 }
@@ -273,11 +278,19 @@ THX_DEVICE void mix_t(const thx_bf16* M, const uint32_t (&b)[H / 16][2][2], cons
     }
   }
 }
-// u into a stage at one key ([head][row], hs elements a head), as words of two rows.
+// u into key kl of a backward stage S (flash_back_stage_at), as words of two rows: element (head 16
+// mt + g or + 8, rows 2 t, 2 t + 1 of each 8).
 template <int H>
-THX_DEVICE void store_t(thx_bf16* S, int hs, const Lane& L, const float (&u)[H / 16][2][4]) {
+THX_DEVICE void store_t(thx_bf16* S, int kl, const Lane& L, const float (&u)[H / 16][2][4]) {
+  const int at[2] = {flash_back_stage_at(L.g, kl, 2 * L.t), flash_back_stage_at(L.g, kl, 8 + 2 * L.t)};
 #pragma unroll
-  for (int mt = 0; mt < H / 16; ++mt) store_pairs(S + 16 * mt * hs, hs, L, u[mt]);
+  for (int mt = 0; mt < H / 16; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) {
+      thx_bf16* p = S + at[nt] + 16 * mt * kFlashBackHeadStride;
+      thx_store_word(p, pack_bf16x2(u[mt][nt][0], u[mt][nt][1]));
+      thx_store_word(p + 8 * kFlashBackHeadStride, pack_bf16x2(u[mt][nt][2], u[mt][nt][3]));
+    }
 }
 
 // u (U^T, [16 heads x mt, 16 rows]) into a warp's stage of the forward at its key kl
@@ -310,14 +323,14 @@ THX_DEVICE void rows_by_keys_a(const uint32_t (&af)[4], const thx_bf16* Xt, int 
     thx_mma_bf16_16816(acc[e], af, bf);
   }
 }
-// The same with A from a stage at one head ([key][row], S at the first key, ks elements a key;
-// matrix j of lane 8 j + r: keys 8 (j / 2) + r, rows 8 (j % 2) on): the backward's.
+// The same with A from a backward stage at one head (S at the head: flash_back_stage_at's [key][row]
+// there; matrix j of lane 8 j + r: keys 8 (j / 2) + r, rows 8 (j % 2) on): the backward's.
 template <int D>
-THX_DEVICE void rows_by_keys(const thx_bf16* S, int ks, const thx_bf16* Xt, int m8, int key0, int d, const Lane& L,
+THX_DEVICE void rows_by_keys(const thx_bf16* S, const thx_bf16* Xt, int m8, int key0, int d, const Lane& L,
                              float (&acc)[D / 8][4]) {
   const int r = L.l % 8, j = L.l / 8;
   uint32_t af[4];
-  thx_ldmatrix<4, true>(af, S + (8 * (j / 2) + r) * ks + 8 * (j % 2));
+  thx_ldmatrix<4, true>(af, S + flash_back_stage_at(0, 8 * (j / 2) + r, 8 * (j % 2)));
   rows_by_keys_a<D>(af, Xt, m8, key0, d, L, acc);
 }
 // The same with A by ldmatrix.trans at `at`, this lane's row of a warp's stage of the forward (its
