@@ -179,96 +179,66 @@ TEST(Flash, RowPairReadsAndBiasStoresTakeEveryBankOnce) {
   check(std::integral_constant<int, 48>(), cuda_th::flash::row_pair<48>);
 }
 
-// The forward's stage (flash_stage_at, no padding), bank by bank: each 8-lane phase of ldmatrix
-// (eight heads at one key, or eight keys at one head, 16 bytes each) on 8 distinct 16-byte groups
-// of the 128-byte period, and a warp's word stores of a head's 16 keys (store_keys: key g or g + 8,
-// rows 2t) or of a key's 16 heads (store_heads: head g or g + 8) on 32 distinct banks; every
-// element at its own place, inside the warp's H x 256.
-TEST(Flash, ForwardStageTakesEveryBankOnce) {
-  for (int H : {16, 32, 48}) {
-    std::set<int> places;
-    for (int head = 0; head < H; ++head)
-      for (int key = 0; key < 16; ++key)
-        for (int row = 0; row < 16; ++row) places.insert(cuda_th::flash_stage_at(head, key, row));
-    EXPECT_EQ(int(places.size()), H * 256) << H;
-    EXPECT_EQ(*places.begin(), 0);
-    EXPECT_EQ(*places.rbegin(), H * 256 - 1);
-    auto group = [](int element) { return element * 2 / 16 % 8; };  // 16-byte group of an element
-    for (int half = 0; half < 2; ++half)
-      for (int fixed = 0; fixed < 16; ++fixed) {
-        for (int h0 = 0; h0 < H; h0 += 8) {  // eight heads at key `fixed`
-          std::set<int> g;
-          for (int r = 0; r < 8; ++r) g.insert(group(cuda_th::flash_stage_at(h0 + r, fixed, 8 * half)));
-          EXPECT_EQ(g.size(), 8u) << H << " heads from " << h0 << ", key " << fixed;
-        }
-        for (int k0 = 0; k0 < 16; k0 += 8) {  // eight keys at head `fixed` (of the first 16)
-          std::set<int> g;
-          for (int r = 0; r < 8; ++r) g.insert(group(cuda_th::flash_stage_at(fixed, k0 + r, 8 * half)));
-          EXPECT_EQ(g.size(), 8u) << H << " keys from " << k0 << ", head " << fixed;
-        }
+// The faults of a stage's layout at(head, key, row) (H heads of 16 keys and 16 rows; head h's 256
+// places from h x head_stride), bank by bank: a place not its own or outside its head's; an 8-lane
+// phase of ldmatrix (eight heads at one key, or eight keys at one head, 16 bytes each) not on 8
+// distinct 16-byte groups of the 128-byte period; a warp's word stores of a head's keys g (+ 8) at
+// rows 2t, or of a key's heads g (+ 8), not on 32 distinct banks.
+int stage_faults(int (*at)(int, int, int), int H, int head_stride) {
+  int bad = 0;
+  std::set<int> places;
+  for (int head = 0; head < H; ++head)
+    for (int key = 0; key < 16; ++key)
+      for (int row = 0; row < 16; ++row) {
+        const int p = at(head, key, row), from = head * head_stride;
+        places.insert(p);
+        bad += p < from || p >= from + 256;
       }
-    auto bank = [](int element) { return element / 2 % 32; };
-    for (int fixed = 0; fixed < 16; ++fixed)
-      for (int nt = 0; nt < 2; ++nt)
-        for (int plus = 0; plus < 16; plus += 8) {
-          std::set<int> keys, heads;
-          for (int l = 0; l < 32; ++l) {
-            const int g = l / 4, row = 8 * nt + 2 * (l % 4);
-            keys.insert(bank(cuda_th::flash_stage_at(fixed, g + plus, row)));
-            heads.insert(bank(cuda_th::flash_stage_at(16 * (fixed % (H / 16)) + g + plus, fixed, row)));
-          }
-          EXPECT_EQ(keys.size(), 32u) << H << " head " << fixed;
-          EXPECT_EQ(heads.size(), 32u) << H << " key " << fixed;
+  bad += int(places.size()) != H * 256;
+  auto group = [](int element) { return element * 2 / 16 % 8; };
+  auto bank = [](int element) { return element / 2 % 32; };
+  for (int half = 0; half < 2; ++half)
+    for (int fixed = 0; fixed < 16; ++fixed) {
+      for (int h0 = 0; h0 < H; h0 += 8) {  // eight heads at key `fixed`
+        std::set<int> g;
+        for (int r = 0; r < 8; ++r) g.insert(group(at(h0 + r, fixed, 8 * half)));
+        bad += g.size() != 8u;
+      }
+      for (int k0 = 0; k0 < 16; k0 += 8) {  // eight keys at head `fixed` (of the first 16)
+        std::set<int> g;
+        for (int r = 0; r < 8; ++r) g.insert(group(at(fixed, k0 + r, 8 * half)));
+        bad += g.size() != 8u;
+      }
+    }
+  for (int fixed = 0; fixed < 16; ++fixed)
+    for (int nt = 0; nt < 2; ++nt)
+      for (int plus = 0; plus < 16; plus += 8) {
+        std::set<int> keys, heads;
+        for (int l = 0; l < 32; ++l) {
+          const int g = l / 4, row = 8 * nt + 2 * (l % 4);
+          keys.insert(bank(at(fixed, g + plus, row)));
+          heads.insert(bank(at(16 * (fixed % (H / 16)) + g + plus, fixed, row)));
         }
-  }
+        bad += (keys.size() != 32u) + (heads.size() != 32u);
+      }
+  return bad;
 }
 
-// The backward's stages (flash_back_stage_at), bank by bank, as the forward's above: every element
-// at its own place inside its head's 256 + 8; each 8-lane phase of ldmatrix (eight heads at one key:
-// stage_rows_a, staged_b, chunk_projections; eight keys at one head: keys_by_rows, rows_by_keys)
-// on 8 distinct 16-byte groups; a warp's word stores of a head's keys g (+ 8) at rows 2t
-// (store_back_keys) and of a key's heads g (+ 8) (store_t) on 32 distinct banks; and its 2-byte
-// stores of W and dL (chunk_weights: heads 2t + x % 2 at rows g + 8 (x / 2)) on no bank twice
-// but in one word. The control: the layout before, unswizzled, has keys k and k + 4 on one bank.
+// The forward's stage (flash_stage_at, no padding, heads 256 elements apart), by stage_faults: its
+// ldmatrix reads (stage_logits, stage_rows_by_keys) and word stores (store_keys, store_heads).
+TEST(Flash, ForwardStageTakesEveryBankOnce) {
+  for (int H : {16, 32, 48}) EXPECT_EQ(stage_faults(cuda_th::flash_stage_at, H, 256), 0) << H << " heads";
+}
+
+// The backward's stages (flash_back_stage_at), by stage_faults: ldmatrix over eight heads at one key
+// (stage_rows_a, staged_b, chunk_projections) and over eight keys at one head (keys_by_rows,
+// rows_by_keys), word stores of keys (store_back_keys) and of heads (store_heads); and a warp's
+// 2-byte stores of W and dL (chunk_weights: heads 2t + x % 2 at rows g + 8 (x / 2)) on no bank
+// twice but in one word. The control: the layout before, unswizzled, has keys k and k + 4 on one bank.
 TEST(Flash, BackwardStagesTakeEveryBankOnce) {
   using Layout = int (*)(int, int, int);
   auto faults = [](Layout at, int H) {
-    int bad = 0;
-    std::set<int> places;
-    for (int head = 0; head < H; ++head)
-      for (int key = 0; key < 16; ++key)
-        for (int row = 0; row < 16; ++row) {
-          const int p = at(head, key, row), from = head * cuda_th::kFlashBackHeadStride;
-          places.insert(p);
-          bad += p < from || p >= from + 256;
-        }
-    bad += int(places.size()) != H * 256;
-    auto group = [](int element) { return element * 2 / 16 % 8; };
-    auto bank = [](int element) { return element / 2 % 32; };
-    for (int half = 0; half < 2; ++half)
-      for (int fixed = 0; fixed < 16; ++fixed) {
-        for (int h0 = 0; h0 < H; h0 += 8) {
-          std::set<int> g;
-          for (int r = 0; r < 8; ++r) g.insert(group(at(h0 + r, fixed, 8 * half)));
-          bad += g.size() != 8u;
-        }
-        for (int k0 = 0; k0 < 16; k0 += 8) {
-          std::set<int> g;
-          for (int r = 0; r < 8; ++r) g.insert(group(at(fixed, k0 + r, 8 * half)));
-          bad += g.size() != 8u;
-        }
-      }
-    for (int fixed = 0; fixed < 16; ++fixed)
-      for (int nt = 0; nt < 2; ++nt)
-        for (int plus = 0; plus < 16; plus += 8) {
-          std::set<int> keys, heads;
-          for (int l = 0; l < 32; ++l) {
-            const int g = l / 4, row = 8 * nt + 2 * (l % 4);
-            keys.insert(bank(at(fixed, g + plus, row)));
-            heads.insert(bank(at(16 * (fixed % (H / 16)) + g + plus, fixed, row)));
-          }
-          bad += (keys.size() != 32u) + (heads.size() != 32u);
-        }
+    int bad = stage_faults(at, H, cuda_th::kFlashBackHeadStride);
     for (int key = 0; key < 16; ++key)
       for (int nt = 0; nt < H / 8; ++nt)
         for (int x = 0; x < 4; ++x) {
@@ -276,7 +246,7 @@ TEST(Flash, BackwardStagesTakeEveryBankOnce) {
           for (int l = 0; l < 32; ++l) {
             const cuda_th::rows_tc::Lane L{0, l / 4, l % 4, l};
             const int p = at(cuda_th::rows_tc::head_at(L, nt, x), key, L.g + 8 * (x >> 1));
-            words[bank(p)].insert(p / 2);
+            words[p / 2 % 32].insert(p / 2);
           }
           for (const auto& [b, w] : words) bad += w.size() != 1u;
         }

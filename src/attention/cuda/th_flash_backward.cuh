@@ -278,10 +278,10 @@ THX_DEVICE void chunk_mixed(const Shared& s, const Lane& L) {
     float u[H / 16][2][4];
     flash::staged_b<H>(s.w, kl, L, b);
     flash::mix_t<H>(s.pw_t, b, L, u);
-    flash::store_t<H>(s.du, kl, L, u);
+    flash::store_heads<H, true>(s.du, kl, L, u);
     flash::staged_b<H>(s.dl, kl, L, b);
     flash::mix_t<H>(s.pl, b, L, u);
-    flash::store_t<H>(s.j, kl, L, u);
+    flash::store_heads<H, true>(s.j, kl, L, u);
   }
   __syncthreads();
 }

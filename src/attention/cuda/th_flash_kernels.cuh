@@ -278,33 +278,21 @@ THX_DEVICE void mix_t(const thx_bf16* M, const uint32_t (&b)[H / 16][2][2], cons
     }
   }
 }
-// u into key kl of a backward stage S (flash_back_stage_at), as words of two rows: element (head 16
-// mt + g or + 8, rows 2 t, 2 t + 1 of each 8).
-template <int H>
-THX_DEVICE void store_t(thx_bf16* S, int kl, const Lane& L, const float (&u)[H / 16][2][4]) {
-  const int at[2] = {flash_back_stage_at(L.g, kl, 2 * L.t), flash_back_stage_at(L.g, kl, 8 + 2 * L.t)};
-#pragma unroll
-  for (int mt = 0; mt < H / 16; ++mt)
-#pragma unroll
-    for (int nt = 0; nt < 2; ++nt) {
-      thx_bf16* p = S + at[nt] + 16 * mt * kFlashBackHeadStride;
-      thx_store_word(p, pack_bf16x2(u[mt][nt][0], u[mt][nt][1]));
-      thx_store_word(p + 8 * kFlashBackHeadStride, pack_bf16x2(u[mt][nt][2], u[mt][nt][3]));
-    }
-}
-
-// u (U^T, [16 heads x mt, 16 rows]) into a warp's stage of the forward at its key kl
-// (flash_stage_at), as words of two rows.
-template <int H>
+// u ([16 heads x mt, 16 rows]: U^T, or the backward's dJ^T) into key kl of a stage, as words of two
+// rows: element (head 16 mt + g or + 8, rows 2 t, 2 t + 1 of each 8). Back: a backward stage
+// (flash_back_stage_at); else a warp's stage of the forward (flash_stage_at).
+template <int H, bool Back>
 THX_DEVICE void store_heads(thx_bf16* S, int kl, const Lane& L, const float (&u)[H / 16][2][4]) {
-  const int at[2] = {flash_stage_at(L.g, kl, 2 * L.t), flash_stage_at(L.g, kl, 8 + 2 * L.t)};  // (heads g + 8 more)
+  constexpr int hs = Back ? kFlashBackHeadStride : kFlashStageHead;
+  const int at[2] = {Back ? flash_back_stage_at(L.g, kl, 2 * L.t) : flash_stage_at(L.g, kl, 2 * L.t),
+                     Back ? flash_back_stage_at(L.g, kl, 8 + 2 * L.t) : flash_stage_at(L.g, kl, 8 + 2 * L.t)};
 #pragma unroll
   for (int mt = 0; mt < H / 16; ++mt)
 #pragma unroll
-    for (int nt = 0; nt < 2; ++nt) {
-      thx_bf16* p = S + at[nt] + 16 * mt * kFlashStageHead;
+    for (int nt = 0; nt < 2; ++nt) {  // (heads g + 8: 8 heads on, in either layout)
+      thx_bf16* p = S + at[nt] + 16 * mt * hs;
       thx_store_word(p, pack_bf16x2(u[mt][nt][0], u[mt][nt][1]));
-      thx_store_word(p + 8 * kFlashStageHead, pack_bf16x2(u[mt][nt][2], u[mt][nt][3]));
+      thx_store_word(p + 8 * hs, pack_bf16x2(u[mt][nt][2], u[mt][nt][3]));
     }
 }
 
@@ -410,7 +398,7 @@ THX_DEVICE void accumulate_tile(const FlashArgs<thx_bf16>& a, const Shared& s, i
       pack_b<H>(c, b);
       mix_t<H>(s.pw_t, b, L, u);  // U^T = P_w^T W^T
       thx_syncwarp();              // the key's J is read: its U goes in its place
-      store_heads<H>(S, kl, L, u);
+      store_heads<H, false>(S, kl, L, u);
     }
   }
   __syncthreads();  // every warp's U is staged
