@@ -356,7 +356,7 @@ THX_DEVICE void statistics(const FlashArgs<thx_bf16>& a, const Shared& s, int bb
 #pragma unroll
       for (int nt = 0; nt < H / 8; ++nt)
 #pragma unroll
-        for (int x = 0; x < 4; ++x) rows::add_logit<true>(mx[nt][x], sm[nt][x], c[nt][x]);
+        for (int x = 0; x < 4; ++x) rows::add_logit<true, H == 48>(mx[nt][x], sm[nt][x], c[nt][x]);
     }
   }
   __syncthreads();  // every warp is done with its stage, where the slots go

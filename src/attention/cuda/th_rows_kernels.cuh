@@ -44,12 +44,24 @@ THX_DEVICE void merge(float& m, float& s, float m2, float s2) {
   m = mx;
 }
 // (m, s) <- the statistics with one more logit l (-inf: masked, nothing added): one exp (Fast:
-// thx_exp_fast, for the bf16 kernels, whose weights are rounded to bf16 after).
-template <bool Fast = false>
+// thx_exp_fast, for the bf16 kernels, whose weights are rounded to bf16 after), of m - l where l
+// is the new max (s rescaled, plus 1) and of l - m where it is not (added). Without branches: as
+// two branches, a warp whose lanes differed took both exps and four branches. Branches keeps them
+// (a few registers fewer: the flash forward at 48 heads, at 255, spilled without them). The same
+// numbers either way. (A masked logit's e of 0 leaves s: s + 0 is s, s being 0 or a sum of exps.)
+template <bool Fast = false, bool Branches = false>
 THX_DEVICE void add_logit(float& m, float& s, float l) {
-  if (l == -thx_inf()) return;
-  if (l > m) s = s * (Fast ? thx_exp_fast(m - l) : thx_exp(m - l)) + 1.f, m = l;
-  else s += Fast ? thx_exp_fast(l - m) : thx_exp(l - m);
+  if (Branches) {
+    if (l == -thx_inf()) return;
+    if (l > m) s = s * (Fast ? thx_exp_fast(m - l) : thx_exp(m - l)) + 1.f, m = l;
+    else s += Fast ? thx_exp_fast(l - m) : thx_exp(l - m);
+    return;
+  }
+  const bool up = l > m;
+  const float d = l - m, x = up ? -d : d;  // (-(l - m) is m - l, bit for bit)
+  const float e = l == -thx_inf() ? 0.f : Fast ? thx_exp_fast(x) : thx_exp(x);
+  s = up ? s * e + 1.f : s + e;
+  m = up ? l : m;
 }
 
 // Where the block's shared floats are: P_l [h_k][H], P_w^T [h_v][H], lse [H], d [H], then one or
