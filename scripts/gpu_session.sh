@@ -9,13 +9,17 @@
 #                                    machine's PyTorch (gpu_build.sh build; c10d, or without it if
 #                                    its headers do not compile), then runs, in this order, each
 #                                    phase that still fits before the deadline (GPU_DEADLINE_S,
-#                                    default 560 s): the CUDA tests (each suite in its own process,
+#                                    default 560 s): the row and flash kernels' SASS (cuobjdump, to
+#                                    read on the CPU machines, which cannot disassemble), the CUDA
+#                                    tests (each suite in its own process,
 #                                    so that a crash names its suite; first the probe of the
 #                                    primitives the kernels are built from, against PTX's
 #                                    definitions, whose line goes to the summary), compute-sanitizer
 #                                    on thx's kernels, Nsight Compute on the row kernels and the
 #                                    flash kernels (GPU_NCU_PATHS) and every kernel of the tiled
-#                                    path timed, the attention benchmark (talking-heads on the flash
+#                                    path timed, each SASS instruction's executions in the row
+#                                    kernels and the flash forward with T5's bias (ncu's source
+#                                    page as CSV, beside the SASS), the attention benchmark (talking-heads on the flash
 #                                    kernels, on the tiled path with thx's row kernels, batched;
 #                                    GPU_ATTENTION_PATHS adds tiled-fma, tiled-aten and fused, which
 #                                    the fourth session measured), the whole-step benchmark at base
@@ -75,7 +79,8 @@ run() {
   # later call on the same (warm) machine finds the build done and can run the rest
   # (GPU_PHASES="bench-train unit-suite", say).
   local deadline=$((SECONDS + ${GPU_DEADLINE_S:-560}))
-  local default_phases="build cuda-tests sanitize ncu bench-attention bench-train bench-train-flash mini-t5 unit-suite"
+  local default_phases="build sass cuda-tests sanitize ncu ncu-source bench-attention bench-train"
+  default_phases+=" bench-train-flash mini-t5 unit-suite"
   local phases=${GPU_PHASES:-$default_phases bench-train-aten bench-train-fused cuda-debug}
   printf '| phase | exit | seconds | last line of its log |\n|---|---:|---:|---|\n' > "$summary"
   {
@@ -120,6 +125,15 @@ run() {
   export LD_LIBRARY_PATH="$PWD/$CARRY/root/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   local thx=build-gpu/thx prep="$CARRY/prepared"
   if [ -x "$thx" ]; then
+    # The kernels' SASS as this build made it (cuobjdump), to read on the CPU machines, which have
+    # nvcc but no disassembler: what each loop of the row and flash kernels really holds.
+    # (The row kernels on tensor cores and the flash kernels only: the archive must stay small.)
+    phase sass 30 bash -c "
+      set -o pipefail
+      cuobjdump=\$(command -v cuobjdump || echo /usr/local/cuda/bin/cuobjdump)
+      \$cuobjdump -sass $thx | awk '/Function :/ { keep = /rows_tc|flash/ } keep' | gzip -9 > $OUT/thx-sass.txt.gz ||
+        exit 1
+      echo \"\$(zcat $OUT/thx-sass.txt.gz | grep -c 'Function :') kernels' SASS in thx-sass.txt.gz\""
     # The tests that need or concern the GPU, each group in its own process (a crash names its
     # group; crashed groups are listed for cuda-debug).
     export THX_TEST_PYTHON=python3  # the machine's PyTorch, for the float64 references
@@ -228,6 +242,25 @@ run() {
       timeout 90 \$ncu --metrics gpu__time_duration.sum,smsp__inst_executed.sum --print-summary per-kernel \
         $thx --device cuda --th-path tiled bench attention --precision bf16 --heads 48 --n 2048 --batch 8 \
         --reps 1 --no-reference"
+    # Each SASS instruction's executions and stalls (Nsight Compute's source page as CSV, to read on
+    # the CPU machines beside thx-sass.txt.gz): the row kernels forward and backward and the flash
+    # forward at h = 48, n = 2048, batch 8, with T5's bias (the whole-step case), one launch each.
+    phase ncu-source 110 bash -c "
+      ncu=\$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+      failed=0
+      for what in 'tiled ^rows_tc_forward_kernel rows-forward' 'tiled ^rows_tc_backward_kernel rows-backward' \
+          'flash ^flash_forward_kernel flash-forward'; do
+        set -- \$what
+        echo \"== \$3\"
+        timeout 45 \$ncu --kernel-name regex:\"\$2\" --launch-count 1 --section SourceCounters -f -o $OUT/ncu-\$3 \
+          $thx --device cuda --th-path \$1 bench attention --precision bf16 --heads 48 --n 2048 --batch 8 --bias \
+          --reps 1 --no-reference > /dev/null || failed=1
+        \$ncu --import $OUT/ncu-\$3.ncu-rep --page source --print-source sass --csv > $OUT/sass-counts-\$3.csv ||
+          failed=1
+        rm -f $OUT/ncu-\$3.ncu-rep  # (the archive must stay small: the CSV has what is read)
+        wc -l $OUT/sass-counts-\$3.csv; gzip -9 $OUT/sass-counts-\$3.csv
+      done
+      exit \$failed"
     # One layer in bf16 at h = 12, 24, 48 (issue 31's grid): talking-heads on the flash kernels
     # (where their tests passed), on the tiled path with thx's row kernels (the default: bf16
     # mixings on tensor cores), with the row kernels' fp32 FMAs (tiled-fma), with ATen between its
@@ -251,7 +284,9 @@ run() {
         for n in 512 2048; do bench --n \$n --batch 8 \$flag --out $OUT/attention-\$path-n\$n.md || failed=1; done
         case \$path in fma) ;; *) bench --n 8192 --batch 1 --no-reference \$flag --out $OUT/attention-\$path-n8192.md || failed=1 ;; esac
         case \$path in flash|batched) bench --n 8192 --batch 8 --no-reference \$flag --out $OUT/attention-\$path-n8192-b8.md || failed=1 ;; esac
-        case \$path in flash|tiled) bench --n 2048 --batch 8 --bias --no-reference \$flag --out $OUT/attention-\$path-bias-n2048.md || failed=1 ;; esac
+        case \$path in flash|tiled)
+          bench --n 2048 --batch 8 --bias --no-reference \$flag --out $OUT/attention-\$path-bias-n2048.md || failed=1 ;;
+        esac
       done
       # version 2.4's padded heads against none (the same numbers): fused at n = 2048
       case \" ${GPU_ATTENTION_PATHS:-} \" in *' fused '*)
