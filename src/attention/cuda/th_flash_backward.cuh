@@ -66,7 +66,7 @@ THX_DEVICE void load_mixings(const FlashArgs<thx_bf16>& f, const Shared& s) {
 }
 
 // The chunk's rows r0 .. r0 + 15 of Q and dO (zero past n), and their LSE (and in pass G D) per
-// head (-inf and 0 past h or n); a barrier.
+// head (+inf and 0 past h or n); a barrier.
 template <int H, bool G>
 THX_DEVICE void load_chunk(const FlashBackArgs<thx_bf16>& a, const Shared& s, int bb, int r0) {
   const FlashArgs<thx_bf16>& f = a.f;
@@ -77,7 +77,7 @@ THX_DEVICE void load_chunk(const FlashBackArgs<thx_bf16>& a, const Shared& s, in
     const int row = e / H, head = e % H;
     const bool in = head < f.h && r0 + row < f.n;
     const int64_t at = (int64_t(bb) * f.h + head) * f.n + r0 + row;
-    s.lse[row * (H + kFlashLsePad) + head] = in ? f.lse[at] : -thx_inf();
+    s.lse[row * (H + kFlashLsePad) + head] = in ? f.lse[at] : thx_inf();  // (a weight of 0: bias_and_mask)
     if (G) s.d[row * (H + kFlashLsePad) + head] = in ? a.D[at] : 0.f;
   }
   __syncthreads();

@@ -152,7 +152,11 @@ THX_DEVICE void stage_rows_a(const thx_bf16* S, int kl, const Lane& L, uint32_t 
 
 // c (NT tiles of a [16 rows, heads] product's output from tile nt0: heads 8 nt0 on) += the bias
 // of `key` and the rows i0 .. i0 + 15; -inf where masked and past h, m or n. (Lane's rows g, g + 8;
-// offsets within the rows 32-bit, flash_unsupported.)
+// offsets within the rows 32-bit, flash_unsupported.) Without a bias or mask, a key below m is
+// left as it is, no test an element: past h its logits are 0 (the mixings' copies are zero there),
+// which the rows' LSE of +inf past h makes weights of 0 (statistics, load_chunk), and past n they
+// are 0 too (Q's rows are zero there), whose weights nothing keeps (the forward stores no O row
+// past n; the backward's LSE is +inf there, its dO zero).
 template <int NT>
 THX_DEVICE void bias_and_mask(const FlashArgs<thx_bf16>& a, int bb, int i0, int key, int nt0, const Lane& L,
                               float (&c)[NT][4]) {
@@ -160,6 +164,7 @@ THX_DEVICE void bias_and_mask(const FlashArgs<thx_bf16>& a, int bb, int i0, int 
   const uint8_t* mask = a.mask ? a.mask + bb * a.mask_stride[0] + i0 * a.mask_stride[2] : nullptr;
   const int bh = int(a.bias_stride[1]), br = int(a.bias_stride[2]), bk = int(a.bias_stride[3]);
   const int mh = int(a.mask_stride[1]), mr = int(a.mask_stride[2]), mk = int(a.mask_stride[3]);
+  if (!bias && !mask && key < a.m) return;
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
@@ -216,8 +221,9 @@ THX_DEVICE void stage_logits(const FlashArgs<thx_bf16>& a, const thx_bf16* pl_t,
 }
 
 // c (logits as a [16 rows, H] product's output) <- the weights exp(L - LSE), lse the rows' [16][H +
-// kFlashLsePad] in shared memory; 0 where the logit is -inf (masked, past h, m or n: a row with no
-// key has LSE -inf too, and exp(-inf + inf) would be NaN).
+// kFlashLsePad] in shared memory; 0 where the logit is -inf (masked, past m, and past h or n where
+// bias_and_mask tests them: a row with no key has LSE -inf too, and exp(-inf + inf) would be NaN),
+// and where the LSE is +inf (past h, and past n in the backward).
 template <int H>
 THX_DEVICE void rows_weights(const float* lse, const Lane& L, float (&c)[H / 8][4]) {
 #pragma unroll
@@ -373,7 +379,8 @@ THX_DEVICE void statistics(const FlashArgs<thx_bf16>& a, const Shared& s, int bb
     float m = s.slot0[e], t = s.slot1[e];
     for (int w = 1; w < kFlashWarps; ++w)
       rows::merge(m, t, s.slot0[w * kFlashRows * H + e], s.slot1[w * kFlashRows * H + e]);
-    const float lse = head >= a.h || m == -thx_inf() ? -thx_inf() : m + thx_log(t);
+    // (+inf past h: logits there are 0 or -inf, and either's weight is 0; bias_and_mask)
+    const float lse = head >= a.h ? thx_inf() : m == -thx_inf() ? -thx_inf() : m + thx_log(t);
     s.lse[row * (H + kFlashLsePad) + head] = lse;
     if (head < a.h && i0 + row < a.n) a.lse[(int64_t(bb) * a.h + head) * a.n + i0 + row] = lse;
   }
