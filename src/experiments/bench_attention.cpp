@@ -55,14 +55,27 @@ struct Subject {
   // On a GPU, the most any production step held above what was allocated before it (its
   // activations, workspace and gradients), MB; where a step ran out of memory, what it had reached.
   double peak_mb = 0;
+  bool inputs_fit = false;  // allocate_inputs did not run out of memory
 
   Subject(const AttentionDims& d, const BenchAttentionOptions& opt) : dims(d), device(opt.device) {
     layer = make_attention(d);
     layer->to(device);
     params = params_of(*layer);
-    X = torch::randn({opt.batch, opt.n, opt.d_model}).to(device).requires_grad_(true);
-    G = torch::randn({opt.batch, opt.n, opt.d_model}).to(device);
-    if (opt.bias) B = torch::randn({1, d.h, opt.n, opt.n}).to(device).requires_grad_(true);
+  }
+  // The step's inputs, on the device. Apart from the constructor, so that a device too small for
+  // them (the bias at n = 8192 and 48 heads is 12.9 GB) puts this variant out of its cell alone.
+  void allocate_inputs(const BenchAttentionOptions& opt) {
+    const int64_t bytes = 4 * (2 * opt.batch * opt.n * opt.d_model + (opt.bias ? dims.h * opt.n * opt.n : 0));
+    try {
+      if (bench_attention_inputs_hook()) bench_attention_inputs_hook()(dims, bytes);  // (tests only)
+      X = torch::randn({opt.batch, opt.n, opt.d_model}).to(device).requires_grad_(true);
+      G = torch::randn({opt.batch, opt.n, opt.d_model}).to(device);
+      if (opt.bias) B = torch::randn({1, dims.h, opt.n, opt.n}).to(device).requires_grad_(true);
+    } catch (const c10::OutOfMemoryError&) {
+      X = G = B = torch::Tensor();  // (what did fit leaves room for the other variant)
+      throw;
+    }
+    inputs_fit = true;
   }
   template <class F>
   double step(F&& forward, bool production) {
@@ -190,7 +203,8 @@ void add_run_row(const BenchAttentionOptions& opt, const Subject& subject, int64
                              fmt::format("{:.0f}%", 100 * gflops / peak), ref_text,
                              reference && both ? fmt::format("{:.2f}x", ref_s / secs) : "-"});
   if (opt.device.is_cuda())
-    out.runs.rows.back().push_back(fmt::format("{:.0f}{}", subject.peak_mb, secs < 0 ? "+" : ""));
+    out.runs.rows.back().push_back(
+        !subject.inputs_fit ? "inputs did not fit" : fmt::format("{:.0f}{}", subject.peak_mb, secs < 0 ? "+" : ""));
   if (secs >= 0)
     thx::log("bench")->info("{} h={} {}: {:.1f} ms ({:.0f}% of the {} peak){}", d.name(), h, precision, secs * 1e3,
                             100 * gflops / peak, precision,
@@ -260,6 +274,11 @@ void measure_cell(const BenchAttentionOptions& opt, int64_t h, const std::string
   std::vector<double> t[2], ref[2], pair;
   bool oom[2] = {false, false}, ref_oom[2] = {false, false};
   auto what = [&](int v) { return fmt::format("{} h={} {}", subject[v].dims.name(), h, precision); };
+  for (int v = 0; v < 2; ++v) {
+    auto inputs = [&] { return subject[v].allocate_inputs(opt), 0.0; };
+    unless_out_of_memory(inputs, what(v) + " inputs", oom[v], opt.device);
+    ref_oom[v] = oom[v];
+  }
   for (int64_t r = 0; r < opt.warmup + opt.reps; ++r) {
     double s[2];
     for (int v = 0; v < 2; ++v)
@@ -307,6 +326,11 @@ std::string targets_text(const BenchAttentionOptions& opt, const std::vector<std
 
 std::function<void(const AttentionDims&, const torch::Tensor&)>& bench_attention_step_hook() {
   static std::function<void(const AttentionDims&, const torch::Tensor&)> hook;
+  return hook;
+}
+
+std::function<void(const AttentionDims&, int64_t)>& bench_attention_inputs_hook() {
+  static std::function<void(const AttentionDims&, int64_t)> hook;
   return hook;
 }
 
@@ -371,7 +395,8 @@ std::string bench_attention(const BenchAttentionOptions& options) {
       opt.batch, opt.bias ? ", with T5's relative position bias (a learned [1,h,n,m] fp32 bias on the logits)" : "",
       opt.reps, th_path,
       gpu ? " Step peak MB: the most a step held above what was allocated before it (its activations, "
-            "workspace and gradients; + where it ran out of memory, what it had reached)."
+            "workspace and gradients; + where it ran out of memory, what it had reached; where the cell's "
+            "inputs did not fit, it says so)."
           : "");
   report += render(tables.runs, TableFormat::markdown) + "\n" + render(tables.ratios, TableFormat::markdown);
   report += targets_text(opt, precisions, tables);

@@ -48,6 +48,9 @@ std::string bench_attention(const BenchAttentionOptions& opt);
 // (undefined without --bias) (a CPU cannot run out of memory on demand; a test's hook throws
 // c10::OutOfMemoryError). Empty by default.
 std::function<void(const AttentionDims&, const torch::Tensor& bias)>& bench_attention_step_hook();
+// For tests: called before a variant allocates a cell's inputs (X, dY and the bias) with the
+// layer's dimensions and their bytes. Empty by default.
+std::function<void(const AttentionDims&, int64_t bytes)>& bench_attention_inputs_hook();
 
 // Best observed GFLOP/s of a square matmul of size `size` in `precision` (fp32 | bf16) on
 // `device` (a GPU's timed after it has finished the work).

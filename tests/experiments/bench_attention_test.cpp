@@ -42,7 +42,7 @@ std::vector<std::string> row(const std::string& report, const std::string& colum
 }
 
 struct HookReset {
-  ~HookReset() { bench_attention_step_hook() = nullptr; }
+  ~HookReset() { bench_attention_step_hook() = nullptr, bench_attention_inputs_hook() = nullptr; }
 };
 
 BenchAttentionOptions tiny() {
@@ -79,6 +79,38 @@ TEST(BenchAttention, AVariantOutOfMemoryIsItsRowAndTheOthersGoOn) {
     EXPECT_GT(std::stod(r[4]), 0) << v;
   }
   EXPECT_NE(report.find("within 1.15x of the multiplies ratio at every h where both ran"), std::string::npos);
+  EXPECT_NE(report.find("Out of memory: h = 4 fp32: talking_heads."), std::string::npos) << report;
+}
+
+// Out of memory while a variant allocates a cell's inputs (the bias at n = 8192 and 48 heads is
+// 12.9 GB): that variant's row and reference say so, it takes no step, and the rest go on.
+TEST(BenchAttention, InputsThatDoNotFitAreTheirVariantsRow) {
+  HookReset reset;
+  int th4_steps = 0;
+  std::vector<int64_t> bytes;
+  bench_attention_inputs_hook() = [&](const AttentionDims& d, int64_t b) {
+    bytes.push_back(b);
+    if (d.name() == "talking_heads" && d.h == 4)
+      TORCH_CHECK_WITH(OutOfMemoryError, false, "CUDA out of memory. Tried to allocate 12.00 GiB");
+  };
+  bench_attention_step_hook() = [&](const AttentionDims& d, const torch::Tensor&) {
+    th4_steps += d.name() == "talking_heads" && d.h == 4;
+  };
+  BenchAttentionOptions o = tiny();
+  o.reference = true, o.bias = true;
+  const std::string report = bench_attention(o);
+  EXPECT_EQ(th4_steps, 0) << "no step without its inputs";
+  ASSERT_EQ(bytes.size(), 4u) << "once per variant and cell";
+  EXPECT_EQ(bytes[0], 4 * (2 * 1 * 8 * 32 + 2 * 8 * 8)) << "X, dY and the bias [1, 2, 8, 8], fp32";
+  const auto th4 = row(report, "variant", "talking_heads", "4"), mh4 = row(report, "variant", "multi_head", "4");
+  ASSERT_GE(th4.size(), 8u) << report;
+  ASSERT_GE(mh4.size(), 8u) << report;
+  EXPECT_EQ(th4[4], "out of memory");
+  EXPECT_EQ(th4[7], "out of memory") << "its reference neither";
+  EXPECT_GT(std::stod(mh4[4]), 0) << "multi-head at h = 4 still timed";
+  EXPECT_GT(std::stod(mh4[7]), 0) << "and its reference";
+  EXPECT_EQ(row(report, "TH/MH time", "4", "fp32")[5], "out of memory: talking_heads");
+  EXPECT_GT(std::stod(row(report, "TH/MH time", "2", "fp32")[2]), 0) << "h = 2 has its ratio";
   EXPECT_NE(report.find("Out of memory: h = 4 fp32: talking_heads."), std::string::npos) << report;
 }
 
