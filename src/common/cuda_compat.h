@@ -274,9 +274,16 @@ inline thread_local thx::emu::Dim3 blockDim, gridDim;
 inline void __syncthreads() { thx::emu::t_block.barrier->wait(); }
 
 THX_DEVICE float thx_exp(float x) { return std::exp(x); }
+namespace thx::emu {
+// For the test of that bound (tests/attention/tc_bounds.h's fast_exp_error): where a test sets
+// it, this thread's thx_exp_fast gives exp(x) (1 + fast_exp_skew(x)), a GPU's error at its worst.
+inline thread_local double (*fast_exp_skew)(float x) = nullptr;
+}  // namespace thx::emu
 // (the emulator's is exp itself: the GPU's few ulps more are within every bound the kernels' tests
 // check, which run on a GPU too)
-THX_DEVICE float thx_exp_fast(float x) { return std::exp(x); }
+THX_DEVICE float thx_exp_fast(float x) {
+  return thx::emu::fast_exp_skew ? float(std::exp(double(x)) * (1 + thx::emu::fast_exp_skew(x))) : std::exp(x);
+}
 THX_DEVICE float thx_rsqrt(float x) { return 1.f / std::sqrt(x); }
 THX_DEVICE float thx_shfl_xor(float v, int lane_mask) {
   thx::emu::Warp& w = *(*thx::emu::t_block.warps)[threadIdx.x / 32];

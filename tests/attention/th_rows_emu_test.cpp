@@ -303,6 +303,58 @@ TEST(TiledRowKernelsTc, SoftmaxStatisticsWithAndWithoutBranchesAgree) {
   EXPECT_NEAR(double(m) + std::log(double(t)), want, 1e-5);
 }
 
+// fast_exp_error (tc_bounds.h: what a GPU's fast exp adds to the weights) against the kernels'
+// own arithmetic with every exp off by the CUDA guide's worst case, (2 + floor(|1.173 x|)) units
+// of 2^-23 less the half unit of rounding the skewed value to fp32: the statistics by
+// rows::add_logit<true>, the LSE m + log(s) and each weight exp(l - LSE), as the row kernels take
+// them, the sums' exps skewed down and the weights' up (their errors add). Every weight is within
+// fast_exp_error plus fp32's own (tc_bounds.h's gamma32(m + 16)) of float64's softmax. Rows:
+// rising logits (a rescaling at every key: the bound's 2m), a wide range (2.346 R), and random
+// ones. The rising row's error is more than the bound would be without its 2m, so it is needed.
+double worst_fast_exp(float x, double sign) {
+  if (!std::isfinite(x)) return 0;  // (exp(-inf) is 0 on a GPU too)
+  return sign * (1.5 + std::floor(std::fabs(1.173 * double(x)))) * std::ldexp(1.0, -23);
+}
+thread_local double t_sign = 1;
+struct SkewFastExp {
+  SkewFastExp() { emu::fast_exp_skew = [](float x) { return worst_fast_exp(x, t_sign); }; }
+  ~SkewFastExp() { emu::fast_exp_skew = nullptr; }
+};
+
+TEST(TiledRowKernelsTc, FastExpErrorBoundsTheWeightsOfTheWorstFastExp) {
+  SkewFastExp skew;
+  const float inf = std::numeric_limits<float>::infinity();
+  auto weights = [&](const Tensor& logits) {  // [m] float64 of fp32 values -> the kernels' W
+    float m = -inf, s = 0.f;
+    t_sign = -1;
+    for (int64_t i = 0; i < logits.size(0); ++i) cuda_th::rows::add_logit<true>(m, s, float(logits[i].item<double>()));
+    const float lse = m + thx_log(s);
+    t_sign = 1;
+    Tensor W = torch::empty_like(logits);
+    for (int64_t i = 0; i < logits.size(0); ++i) W[i] = thx_exp_fast(float(logits[i].item<double>()) - lse);
+    return W;
+  };
+  torch::manual_seed(5);
+  const int64_t m = 1024;
+  struct Row {
+    const char* name;
+    Tensor logits;
+  } rows[] = {{"rising", torch::arange(m, torch::kFloat64) * 1e-3},
+              {"wide", torch::cat({torch::full({m - 1}, -6.0, torch::kFloat64), torch::zeros({1}, torch::kFloat64)})},
+              {"random", torch::randn({m}, torch::kFloat64) * 4}};
+  for (const Row& r : rows) {
+    SCOPED_TRACE(r.name);
+    const Tensor L = r.logits.to(torch::kFloat32).to(torch::kFloat64);
+    const Tensor want = torch::softmax(L, 0), got = weights(L), keep = torch::ones_like(L, torch::kBool);
+    const Tensor err = (got - want).abs(), own = gamma32(double(m) + 16) * want;
+    const Tensor bound = core::fast_exp_error(L.unsqueeze(0), want.unsqueeze(0), keep.unsqueeze(0), m).squeeze(0);
+    EXPECT_TRUE((err <= bound + own).all().item<bool>()) << "worst: " << (err / (bound + own)).max().item<double>();
+    if (std::string(r.name) != "rising") continue;
+    const Tensor without_2m = bound - std::ldexp(1.0, -23) * want * 2 * double(m);
+    EXPECT_FALSE((err <= without_2m + own).all().item<bool>());
+  }
+}
+
 // The staged rows [H][16 warps + 8] take every bank once in each phase of the warp's accesses:
 // the 16-byte copies to and from global memory (a phase: 8 lanes) and the ldmatrix and stmatrix
 // rows (a phase: one 8x8 matrix). Every (head, 8 keys) of the warp's columns is one lane's copy.
