@@ -71,6 +71,12 @@ THX_DEVICE void thx_copy16(void* to, const void* from) {
 }
 THX_DEVICE void thx_zero16(void* to) { *static_cast<ThxBytes16*>(to) = ThxBytes16{{0u, 0u, 0u, 0u}}; }
 THX_DEVICE uint32_t thx_umulhi(uint32_t a, uint32_t b) { return __umulhi(a, b); }
+// x, as a value the compiler must take where it stands (an empty asm it cannot see through): what is
+// worked out from it inside a loop is not hoisted out and kept in registers across the loop.
+THX_DEVICE int thx_opaque(int x) {
+  asm volatile("" : "+r"(x));
+  return x;
+}
 
 #elif defined(__CUDA__)  // clang -x cuda -nocudainc: the PTX compile check
 #include <__clang_cuda_builtin_vars.h>
@@ -106,6 +112,10 @@ THX_DEVICE void thx_copy16(void* to, const void* from) {
 }
 THX_DEVICE void thx_zero16(void* to) { *static_cast<ThxBytes16*>(to) = ThxBytes16{{0u, 0u, 0u, 0u}}; }
 THX_DEVICE uint32_t thx_umulhi(uint32_t a, uint32_t b) { return __nvvm_mulhi_ui(a, b); }
+THX_DEVICE int thx_opaque(int x) {
+  asm volatile("" : "+r"(x));
+  return x;
+}
 
 #else  // the host emulator
 #include <algorithm>
@@ -355,6 +365,7 @@ THX_DEVICE void thx_zero16(void* to) {
   std::memset(to, 0, 16);
 }
 THX_DEVICE uint32_t thx_umulhi(uint32_t a, uint32_t b) { return uint32_t(uint64_t(a) * b >> 32); }
+THX_DEVICE int thx_opaque(int x) { return x; }
 // Asynchronous copies (thx::emu::AsyncCopies): to in shared memory, both 16-byte aligned.
 THX_DEVICE void thx_cp_async16(void* to, const void* from) {
   thx_check16(to, "thx_cp_async16"), thx_check16(from, "thx_cp_async16");

@@ -100,7 +100,7 @@ TEST(Flash, EveryBucketOverBlocksOfRowsAndKeys) {
     torch::manual_seed(5);
     const Inputs in = wide_inputs(hk, h, hv, d, 20, m, d);
     const int flash = g_flash_launches, back = g_flash_back_launches;
-    const int64_t reductions = emu::vector_reductions;
+    const int64_t reductions = emu::vector_reductions, copies = emu::async_copies;
     EXPECT_TRUE(within_tc_bounds(run(in, 0, &kernels), tensor_core_bounds(in, true)));
     EXPECT_EQ(g_flash_launches - flash, 1);
     EXPECT_EQ(g_flash_back_launches - back, 2);
@@ -108,6 +108,10 @@ TEST(Flash, EveryBucketOverBlocksOfRowsAndKeys) {
     // where m is a multiple of four, the bias's gradient one per four of its elements and example.
     const int64_t bias = m % 4 == 0 ? in.dO.size(0) * in.bias.numel() / 4 : 0;
     EXPECT_EQ(emu::vector_reductions - reductions, (m + 15) / 16 * in.Q.numel() / 4 + bias);
+    // K's keys staged by cp.async (copy_keys): every key below m at every head, 16 bytes at a time,
+    // once a pass (two) and block of rows; the backward takes none.
+    const int64_t row_blocks = in.Q.size(0) * ((in.Q.size(1) + 15) / 16);
+    EXPECT_EQ(emu::async_copies - copies, row_blocks * 2 * hk * m * d / 8);
   }
 }
 
@@ -267,25 +271,32 @@ TEST(Flash, BackwardStagesTakeEveryBankOnce) {
 // ldmatrix's eight rows at one column (keys_by_rows) fall on eight 16-byte groups. The control: rows
 // of width + 16 from their first place, the layout before, fail at T5's width (768: ldmatrix two
 // ways) and at 48 (its 8-byte reads eight ways).
+using RowLayout = std::function<int(int row, int col)>;
+// The half warps whose 8-byte reads of rows g and g + 8 (of 16) at columns 16 i + 4 t (lane 4 g + t:
+// key_row_product's operands) do not take each bank once, over a row's `width` columns.
+int eight_byte_read_faults(const RowLayout& at, int width) {
+  int bad = 0;
+  for (int nt = 0; nt < 2; ++nt)
+    for (int i = 0; i < width / 16; ++i)
+      for (int lanes0 : {0, 16}) {
+        std::set<int> banks;
+        for (int l = lanes0; l < lanes0 + 16; ++l) {
+          const int p = at(8 * nt + l / 4, 16 * i + 4 * (l % 4));
+          banks.insert(p / 2 % 32), banks.insert((p / 2 + 1) % 32);
+        }
+        bad += banks.size() != 32u;
+      }
+  return bad;
+}
+
 TEST(Flash, QueryRowsTakeEveryBankOnce) {
-  using Layout = std::function<int(int row, int col)>;
-  auto faults = [](const Layout& at, int width, int stride) {
-    int bad = 0;
+  auto faults = [](const RowLayout& at, int width, int stride) {
+    int bad = eight_byte_read_faults(at, width);
     for (int row = 0; row < cuda_th::kFlashRows; ++row) {
       std::set<int> places;
       for (int col = 0; col < width; ++col) places.insert(at(row, col));
       bad += int(places.size()) != width || *places.begin() < row * stride || *places.rbegin() >= (row + 1) * stride;
     }
-    for (int nt = 0; nt < 2; ++nt)
-      for (int i = 0; i < width / 16; ++i)
-        for (int lanes0 : {0, 16}) {
-          std::set<int> banks;
-          for (int l = lanes0; l < lanes0 + 16; ++l) {
-            const int p = at(8 * nt + l / 4, 16 * i + 4 * (l % 4));
-            banks.insert(p / 2 % 32), banks.insert((p / 2 + 1) % 32);
-          }
-          bad += banks.size() != 32u;
-        }
     for (int half = 0; half < 2; ++half)
       for (int e = 0; e < width / 8; ++e) {
         std::set<int> groups;
@@ -302,6 +313,23 @@ TEST(Flash, QueryRowsTakeEveryBankOnce) {
   for (int width : {768, 48})
     EXPECT_GT(faults([&](int row, int col) { return row * (width + 16) + col; }, width, width + 16), 0)
         << "the control, width " << width;
+}
+
+// The forward's staged keys of K ([16 keys][flash_key_stride(d_k)], copy_keys), bank by bank, at
+// every d_k from 16 to 1,024: the lanes' 8-byte reads of keys g and g + 8 (staged_key_row_product)
+// take each bank once a half warp, and every key starts 16 bytes aligned (cp.async's copies). The
+// control: keys d_k apart take two ways at d_k = 32 and four at 64.
+TEST(Flash, StagedKeysTakeEveryBankOnce) {
+  for (int d = 16; d <= 1024; d += 16) {
+    const int stride = cuda_th::flash_key_stride(d);
+    EXPECT_GE(stride, d);
+    EXPECT_EQ(stride % 8, 0) << "d_k " << d;
+    EXPECT_EQ(eight_byte_read_faults([&](int key, int col) { return key * stride + col; }, d), 0) << "d_k " << d;
+  }
+  for (int d : {32, 64}) {
+    const int bad = eight_byte_read_faults([&](int key, int col) { return key * d + col; }, d);
+    EXPECT_GT(bad, 0) << "the control, d_k " << d;
+  }
 }
 
 // The controls: the bound rejects P_w moved by 0.03 (its entries are about 0.45; the bf16 bounds

@@ -65,25 +65,35 @@ inline int flash_row_stride(int width) { return width + 16 * (1 + width / 16 % 2
 THX_HOST_DEVICE
 inline int flash_row_at(int row, int col, int stride) { return row * stride + 8 * (row / 4 % 2) + col; }
 
+// The forward's staged keys of K at one head, [16 keys][d_k] bf16 (two a warp: the next head's
+// copied in while this one's are read): keys flash_key_stride(d_k) elements apart, 32 or 96 bytes
+// past a multiple of 128, so that the lanes' 8-byte reads of keys g and g + 8 at 4 t (the A
+// operand of key_row_product) take each bank once a half warp. (Keys d_k apart took two ways at
+// d_k = 32 and four at 64.)
+THX_HOST_DEVICE
+inline int flash_key_stride(int d_k) { return d_k / 16 % 2 ? d_k : d_k + 16; }
+
 // Where the block's shared memory is, in bytes from its start, each a multiple of 16: Q's 16 rows
 // (flash_row_stride), P_l^T and P_w^T as bf16 [out][in] with rows of H + 8 (the identity where
-// absent), the warps' stages, and the rows' LSE [16][H + 8] (fp32). The warps' statistics, folded at the
-// end of pass 1 ([warps][16][H] twice, fp32), take the stages' place.
+// absent), the warps' stages, the rows' LSE [16][H + 8] (fp32), and the warps' staged keys of K
+// (two each, flash_key_stride). The warps' statistics, folded at the end of pass 1 ([warps][16][H]
+// twice, fp32), take the stages' place.
 struct FlashLayout {
-  int64_t q, pl_t, pw_t, stage, lse, bytes;
-  int q_stride;
+  int64_t q, pl_t, pw_t, stage, lse, k, bytes;
+  int q_stride, k_stride;
 };
 THX_HOST_DEVICE
 inline FlashLayout flash_layout(int H, int h_k, int d_k) {
   FlashLayout L;
-  L.q_stride = flash_row_stride(h_k * d_k);
+  L.q_stride = flash_row_stride(h_k * d_k), L.k_stride = flash_key_stride(d_k);
   auto up = [](int64_t x) { return (x + 15) / 16 * 16; };
   L.q = 0;
   L.pl_t = up(int64_t(kFlashRows) * L.q_stride * 2);
   L.pw_t = L.pl_t + up(int64_t(H) * (H + 8) * 2);
   L.stage = L.pw_t + up(int64_t(H) * (H + 8) * 2);
   L.lse = L.stage + up(int64_t(kFlashWarps) * H * kFlashStageHead * 2);
-  L.bytes = L.lse + up(int64_t(kFlashRows) * (H + kFlashLsePad) * 4);
+  L.k = L.lse + up(int64_t(kFlashRows) * (H + kFlashLsePad) * 4);
+  L.bytes = L.k + up(int64_t(kFlashWarps) * 2 * 16 * L.k_stride * 2);
   return L;
 }
 

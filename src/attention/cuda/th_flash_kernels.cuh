@@ -3,8 +3,8 @@
 // the emulator (common/cuda_compat.h), from the row kernels' fragments (th_rows_tc_kernels.cuh).
 //
 // How the layouts meet (PTX ISA, "Matrix Fragments for mma.m16n8k16"; lane l, g = l / 4, t = l % 4):
-//  - J^T = K Q^T per head, [16 keys, 16 rows], A = the warp's keys of K read from global memory,
-//    B = Q^T from shared memory. Both read 4 consecutive d a lane (8 bytes: k slots 2t, 2t + 1,
+//  - J^T = K Q^T per head, [16 keys, 16 rows], A = the warp's keys of K (staged in shared memory
+//    a head ahead by cp.async: copy_keys), B = Q^T from shared memory. Both read 4 consecutive d a lane (8 bytes: k slots 2t, 2t + 1,
 //    2t + 8, 2t + 9 hold d 4t .. 4t + 3), which permutes k alike in both and so changes no sum but
 //    its order. Its output pairs neighbouring rows: stored as words into the stage [head][key][row].
 //  - For each of its 16 keys, a warp mixes the key's 16 rows: A = J [16 rows, heads] by
@@ -88,19 +88,59 @@ THX_DEVICE void load_block(const FlashArgs<thx_bf16>& a, const Shared& s, int bb
 // shared memory (at row 0 and the head's first d: flash_row_at, ys elements a row), over d. Each
 // lane reads 4 consecutive d of a key or row at once (8 bytes), which permutes k alike in both
 // operands.
-THX_DEVICE void key_row_product(const thx_bf16* X, int ldx, int m, int k0, const thx_bf16* Y, int ys, int d,
-                                const Lane& L, float (&c)[2][4]) {
-  const int k1 = k0 + 8;
+// (x(d0, half): the 8 bytes of key g + 8 half at d0 .. d0 + 3)
+template <class X>
+THX_DEVICE void key_row_step(const X& x, const thx_bf16* y, int ys, int d0, float (&c)[2][4]) {
+  const ThxBytes8 x0 = x(d0, 0), x1 = x(d0, 1);
+  const uint32_t af[4] = {x0.w[0], x1.w[0], x0.w[1], x1.w[1]};
+#pragma unroll
+  for (int nt = 0; nt < 2; ++nt) thx_mma_bf16_16816(c[nt], af, thx_load8(y + 8 * nt * ys + d0).w);
+}
+// (Rolled: one step of 16 d at a time; else as nvcc unrolls it, which for shared memory's loads
+// took 16-24 registers more, all four steps' operands at once)
+template <bool Rolled, class X>
+THX_DEVICE void key_row_product_of(const X& x, const thx_bf16* Y, int ys, int d, const Lane& L, float (&c)[2][4]) {
   const thx_bf16* y = Y + flash_row_at(L.g, 0, ys);  // (rows g and g + 8 start alike: + 8 ys)
 #pragma unroll
   for (int nt = 0; nt < 2; ++nt) c[nt][0] = c[nt][1] = c[nt][2] = c[nt][3] = 0.f;
-  for (int d0 = 4 * L.t; d0 < d; d0 += 16) {
-    const ThxBytes8 x0 = k0 < m ? thx_load8(X + k0 * ldx + d0) : ThxBytes8{{0u, 0u}};
-    const ThxBytes8 x1 = k1 < m ? thx_load8(X + k1 * ldx + d0) : ThxBytes8{{0u, 0u}};
-    const uint32_t af[4] = {x0.w[0], x1.w[0], x0.w[1], x1.w[1]};
-#pragma unroll
-    for (int nt = 0; nt < 2; ++nt) thx_mma_bf16_16816(c[nt], af, thx_load8(y + 8 * nt * ys + d0).w);
+  if (Rolled) {
+#pragma unroll 1
+    for (int d0 = 4 * L.t; d0 < d; d0 += 16) key_row_step(x, y, ys, d0, c);
+  } else {
+    for (int d0 = 4 * L.t; d0 < d; d0 += 16) key_row_step(x, y, ys, d0, c);
   }
+}
+THX_DEVICE void key_row_product(const thx_bf16* X, int ldx, int m, int k0, const thx_bf16* Y, int ys, int d,
+                                const Lane& L, float (&c)[2][4]) {
+  const int k1 = k0 + 8;
+  key_row_product_of<false>(
+      [&](int d0, int half) {
+        const int k = half ? k1 : k0;
+        return k < m ? thx_load8(X + k * ldx + d0) : ThxBytes8{{0u, 0u}};
+      },
+      Y, ys, d, L, c);
+}
+// The same with X's 16 keys staged in shared memory (copy_keys: keys xs elements apart, zero past m).
+THX_DEVICE void staged_key_row_product(const thx_bf16* X, int xs, const thx_bf16* Y, int ys, int d, const Lane& L,
+                                       float (&c)[2][4]) {
+  const thx_bf16* x = X + L.g * xs;
+  key_row_product_of<true>([&](int d0, int half) { return thx_load8(x + 8 * half * xs + d0); }, Y, ys, d, L, c);
+}
+
+// A warp's 16 keys jw .. of K at one head (K at the example's key 0 and the head's first d, qd
+// elements a key; zero past m) into its staged keys S ([16][xs], flash_key_stride) by cp.async, 16
+// bytes at a time, as one group: lane l copies key l % 16, from d 8 (l / 16) on in steps of 16.
+THX_DEVICE void copy_keys(const thx_bf16* K, int qd, int m, int jw, int d, thx_bf16* S, int xs, const Lane& L) {
+  const int key = L.l % 16;
+  thx_bf16* to = S + key * xs;
+  const thx_bf16* from = K + (jw + key) * qd;
+  const bool in = jw + key < m;
+#pragma unroll 1
+  for (int c = 8 * (L.l / 16); c < d; c += 16) {
+    if (in) thx_cp_async16(to + c, from + c);
+    else thx_zero16(to + c);
+  }
+  thx_cp_async_commit();
 }
 
 // A [16 keys, 16 rows] product's output of one head (key_row_product's) into a backward stage at
@@ -125,16 +165,26 @@ THX_DEVICE void store_keys(thx_bf16* S, int head, const Lane& L, const float (&c
 }
 
 // This warp's stage <- J^T of its keys jw .. jw + 15 (zero past m) and the block's rows, every head
-// < h_k, as bf16 [head][key][row] (flash_stage_at).
+// < h_k, as bf16 [head][key][row] (flash_stage_at). The keys of K come through the warp's two
+// staged heads (copy_keys): the next head's are copied in while this one's products run.
 template <int H>
 THX_DEVICE void stage_products(const FlashArgs<thx_bf16>& a, const Shared& s, int bb, int jw, const Lane& L) {
-  thx_bf16* S = s.stage + L.w * H * kFlashStageHead;
-  const int qd = a.h_k * a.d_k;
-  thx_syncwarp();  // the warp's earlier reads of its stage are done
+  // (w, ks and qd opaque: nvcc kept what it worked out from them, the places of the stage and the
+  // staged keys, in registers over the kernel's loops, and spilled at 48 heads)
+  const int w = thx_opaque(L.w), ks = thx_opaque(flash_key_stride(a.d_k)), qd = thx_opaque(a.h_k * a.d_k);
+  thx_bf16* S = s.stage + w * H * kFlashStageHead;
+  // (the staged keys follow the rows' LSE: flash_layout)
+  thx_bf16* keys = reinterpret_cast<thx_bf16*>(s.lse + kFlashRows * (H + kFlashLsePad)) + w * 2 * 16 * ks;
+  const thx_bf16* K = a.K + int64_t(bb) * a.m * qd;
+  thx_syncwarp();  // the warp's earlier reads of its stage and its staged keys are done
+  copy_keys(K, qd, a.m, jw, a.d_k, keys, ks, L);
   for (int head = 0; head < a.h_k; ++head) {
+    thx_cp_async_wait<0>();
+    thx_syncwarp();  // this head's keys have landed, and the warp's reads of the other head's are done
+    if (head + 1 < a.h_k)
+      copy_keys(K + (head + 1) * a.d_k, qd, a.m, jw, a.d_k, keys + (head + 1) % 2 * 16 * ks, ks, L);
     float c[2][4];
-    key_row_product(a.K + int64_t(bb) * a.m * qd + head * a.d_k, qd, a.m, jw + L.g, s.q + head * a.d_k, s.qs, a.d_k,
-                    L, c);
+    staged_key_row_product(keys + head % 2 * 16 * ks, ks, s.q + head * a.d_k, s.qs, a.d_k, L, c);
     store_keys(S, head, L, c);
   }
   thx_syncwarp();
