@@ -18,8 +18,9 @@
 #                                    on thx's kernels, Nsight Compute on the row kernels and the
 #                                    flash kernels (GPU_NCU_PATHS) and every kernel of the tiled
 #                                    path timed, each SASS instruction's executions in the row
-#                                    kernels and the flash forward with T5's bias (ncu's source
-#                                    page as CSV, beside the SASS), the attention benchmark (talking-heads on the flash
+#                                    kernels and the flash forward and backward with T5's
+#                                    bias (ncu's source page as CSV, beside the SASS), the
+#                                    attention benchmark (talking-heads on the flash
 #                                    kernels, on the tiled path with thx's row kernels, batched;
 #                                    GPU_ATTENTION_PATHS adds tiled-fma, tiled-aten and fused, which
 #                                    the fourth session measured), the whole-step benchmark at base
@@ -243,16 +244,18 @@ run() {
         $thx --device cuda --th-path tiled bench attention --precision bf16 --heads 48 --n 2048 --batch 8 \
         --reps 1 --no-reference"
     # Each SASS instruction's executions and stalls (Nsight Compute's source page as CSV, to read on
-    # the CPU machines beside thx-sass.txt.gz): the row kernels forward and backward and the flash
-    # forward at h = 48, n = 2048, batch 8, with T5's bias (the whole-step case), one launch each.
-    phase ncu-source 110 bash -c "
+    # the CPU machines beside thx-sass.txt.gz): the row kernels forward and backward, the flash
+    # forward and the flash backward's pass G (its second launch: pass D is the first) at h = 48,
+    # n = 2048, batch 8, with T5's bias (the whole-step case), one launch each.
+    phase ncu-source 140 bash -c "
       ncu=\$(command -v ncu || echo /usr/local/cuda/bin/ncu)
       failed=0
-      for what in 'tiled ^rows_tc_forward_kernel rows-forward' 'tiled ^rows_tc_backward_kernel rows-backward' \
-          'flash ^flash_forward_kernel flash-forward'; do
+      for what in 'tiled ^rows_tc_forward_kernel rows-forward 0' 'tiled ^rows_tc_backward_kernel rows-backward 0' \
+          'flash ^flash_forward_kernel flash-forward 0' 'flash ^flash_backward_kernel flash-backward-g 1'; do
         set -- \$what
         echo \"== \$3\"
-        timeout 45 \$ncu --kernel-name regex:\"\$2\" --launch-count 1 --section SourceCounters -f -o $OUT/ncu-\$3 \
+        timeout 45 \$ncu --kernel-name regex:\"\$2\" --launch-skip \$4 --launch-count 1 --section SourceCounters \
+          -f -o $OUT/ncu-\$3 \
           $thx --device cuda --th-path \$1 bench attention --precision bf16 --heads 48 --n 2048 --batch 8 --bias \
           --reps 1 --no-reference > /dev/null || failed=1
         \$ncu --import $OUT/ncu-\$3.ncu-rep --page source --print-source sass --csv > $OUT/sass-counts-\$3.csv ||
