@@ -246,7 +246,8 @@ run() {
     # Each SASS instruction's executions and stalls (Nsight Compute's source page as CSV, to read on
     # the CPU machines beside thx-sass.txt.gz): the row kernels forward and backward, the flash
     # forward and the flash backward's pass G (its second launch: pass D is the first) at h = 48,
-    # n = 2048, batch 8, with T5's bias (the whole-step case), one launch each.
+    # n = 2048, batch 8, with T5's bias (the whole-step case), one launch each. Read them with
+    # scripts/sass_counts.py (by opcode, and the instructions that stall most).
     phase ncu-source 140 bash -c "
       ncu=\$(command -v ncu || echo /usr/local/cuda/bin/ncu)
       failed=0
