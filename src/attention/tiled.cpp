@@ -288,7 +288,9 @@ torch::autograd::variable_list flash_backward(const Problem& p, const std::vecto
   const cuda_th::FlashBucket B = cuda_th::flash_bucket(int(std::max({h_k, p.h, h_v})), int(std::max(d_k, d_v)));
   // The bias's gradient four keys at a time where it is aligned for that and its stage fits.
   auto layout = [&](bool staged) {
-    return cuda_th::flash_back_layout(B.H, int(h_k), int(d_k), int(h_v), int(d_v), staged).bytes;
+    return cuda_th::flash_back_layout(B.H, int(h_k), int(d_k), int(h_v), int(d_v), staged,
+                                      cuda_th::flash_back_keys_staged(B.DV))
+        .bytes;
   };
   a.bias_staged = dbias.defined() && cuda_th::flash_bias_vectors(a.dbias_stride, m) && aligned16(dbias) &&
                   layout(true) <= p.kernels->flash_shared_limit;

@@ -108,10 +108,12 @@ TEST(Flash, EveryBucketOverBlocksOfRowsAndKeys) {
     // where m is a multiple of four, the bias's gradient one per four of its elements and example.
     const int64_t bias = m % 4 == 0 ? in.dO.size(0) * in.bias.numel() / 4 : 0;
     EXPECT_EQ(emu::vector_reductions - reductions, (m + 15) / 16 * in.Q.numel() / 4 + bias);
-    // K's keys staged by cp.async (copy_keys): every key below m at every head, 16 bytes at a time,
-    // once a pass (two) and block of rows; the backward takes none.
+    // Keys staged by cp.async (copy_keys), 16 bytes at a time, every key below m: the forward's of K
+    // at every head, once a pass (two) and block of rows; the backward's of K and V at every head,
+    // once a pass (two) and chunk of rows, where its bucket stages them (width 32 at most).
     const int64_t row_blocks = in.Q.size(0) * ((in.Q.size(1) + 15) / 16);
-    EXPECT_EQ(emu::async_copies - copies, row_blocks * 2 * hk * m * d / 8);
+    const int64_t staged_back = cuda_th::flash_back_keys_staged(int(d)) ? row_blocks * 2 * (hk + hv) * m * d / 8 : 0;
+    EXPECT_EQ(emu::async_copies - copies, row_blocks * 2 * hk * m * d / 8 + staged_back);
   }
 }
 
@@ -128,8 +130,8 @@ TEST(Flash, BiasGradientFourKeysAtATimeChangesNoNumber) {
     const Inputs in = wide_inputs(hk, h, hv, 16, 20, m);
     const int H = cuda_th::flash_bucket(std::max({hk, h, hv}), 16).H;
     const int64_t forward = cuda_th::flash_layout(H, hk, 16).bytes,
-                  scalar = cuda_th::flash_back_layout(H, hk, 16, hv, 16, false).bytes,
-                  staged = cuda_th::flash_back_layout(H, hk, 16, hv, 16, true).bytes;
+                  scalar = cuda_th::flash_back_layout(H, hk, 16, hv, 16, false, true).bytes,
+                  staged = cuda_th::flash_back_layout(H, hk, 16, hv, 16, true, true).bytes;
     ASSERT_LT(std::max(forward, scalar), staged);
     const cuda_th::RowsLauncher with_stage = emulator_flash(32);
     const cuda_th::RowsLauncher without = emulator_flash(32, std::max(forward, scalar));
@@ -420,6 +422,29 @@ TEST(Flash, UnsupportedNamesWhy) {
             "more than 65,535 examples");
   EXPECT_EQ(cuda_th::flash_back_unsupported(12, 12, 12, 64, 64, 2, 64, 64, none, none, big, true, h100),
             "bias gradient offsets past 32 bits");
+}
+
+// Shared memory at T5-base's widths (12 heads of 64, 24 of 32, 48 of 16), as an H100 or H200 holds
+// it (228 KiB a multiprocessor, 1 KiB of it reserved a block; 227 KiB a block at most): the staged
+// keys of K (forward) and of K and V (backward) cost no pass a block a multiprocessor: the forward
+// two, two and one blocks, the backward's pass D at 12 heads two (its registers allow two; at 24
+// and 48 heads they allow one); and pass G with the bias's fp32 stage still fits at 48 heads (its
+// 8 KiB of staged keys leave 256 bytes), so T5's bias gradient keeps its vector reductions.
+TEST(Flash, T5BaseWidthsKeepTheirBlocksAMultiprocessor) {
+  const int64_t block_max = 227 * 1024;
+  auto blocks = [](int64_t bytes) { return 228 * 1024 / (bytes + 1024); };
+  const std::tuple<int, int, int64_t> widths[] = {{12, 64, 2}, {24, 32, 2}, {48, 16, 1}};  // h, d, forward's blocks
+  for (auto [h, d, forward_blocks] : widths) {
+    SCOPED_TRACE(std::to_string(h) + " heads of " + std::to_string(d));
+    const cuda_th::FlashBucket B = cuda_th::flash_bucket(h, d);
+    const bool keys = cuda_th::flash_back_keys_staged(B.DV);
+    EXPECT_EQ(keys, d <= 32);
+    EXPECT_EQ(blocks(cuda_th::flash_layout(B.H, h, d).bytes), forward_blocks);
+    const int64_t pass_d = cuda_th::flash_back_layout(B.H, h, d, h, d, false, keys).bytes;
+    const int64_t pass_g = cuda_th::flash_back_layout(B.H, h, d, h, d, true, keys).bytes;
+    EXPECT_LE(pass_g, block_max);
+    if (h == 12) EXPECT_EQ(blocks(pass_d), 2);
+  }
 }
 
 // On a GPU (where thx was built with its CUDA kernels): CUDA's launcher with the flash kernels.

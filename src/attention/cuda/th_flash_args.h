@@ -141,14 +141,18 @@ inline int flash_bias_slot(int head, int key, int row) { return head * kFlashBia
 // the projections' gradients' partial sums (2 x H / 16 x H / 8 tiles of 16 x 8, fp32).
 // Pass D folds the warps' shares of D ([warps][16][H] fp32) where W and dL are. With bias_stage,
 // the chunk's dL for the bias's gradient at half the block's keys, [H][8 keys][16 rows] fp32, follows.
+// With keys_stage (flash_back_keys_staged), the warps' staged keys of K and V (two heads each,
+// [16 keys][flash_key_stride(max(d_k, d_v))], bf16) come last.
 struct FlashBackLayout {
-  int64_t q, dout, pl_t, pl, pw_t, pw, j, du, w, dl, lse, d, acc, bias, bytes;
-  int q_stride, o_stride;
+  int64_t q, dout, pl_t, pl, pw_t, pw, j, du, w, dl, lse, d, acc, bias, keys, bytes;
+  int q_stride, o_stride, k_stride;
 };
 THX_HOST_DEVICE
-inline FlashBackLayout flash_back_layout(int H, int h_k, int d_k, int h_v, int d_v, bool bias_stage = false) {
+inline FlashBackLayout flash_back_layout(int H, int h_k, int d_k, int h_v, int d_v, bool bias_stage = false,
+                                         bool keys_stage = false) {
   FlashBackLayout L;
   L.q_stride = flash_row_stride(h_k * d_k), L.o_stride = flash_row_stride(h_v * d_v);
+  L.k_stride = flash_key_stride(d_k > d_v ? d_k : d_v);
   int64_t at = 0;
   auto take = [&at](int64_t bytes) {
     const int64_t here = at;
@@ -163,9 +167,16 @@ inline FlashBackLayout flash_back_layout(int H, int h_k, int d_k, int h_v, int d
   L.lse = take(rows), L.d = take(rows);
   L.acc = take(2 * int64_t(H / 16) * (H / 8) * 128 * 4);
   L.bias = take(bias_stage ? int64_t(H) * kFlashBiasHeadStride * 4 : 0);
+  L.keys = take(keys_stage ? int64_t(kFlashBackWarps) * 2 * 16 * L.k_stride * 2 : 0);
   L.bytes = at;
   return L;
 }
+// Whether the backward's bucket of width D stages its products' keys of K and V a head ahead
+// (copy_keys), as the forward does K's: where it costs no pass a block a multiprocessor. At D = 64
+// (T5-base's 12 heads of 64: 5 KiB a warp, 40 KiB a block) pass D would hold one block, not two;
+// there the block's K and V (48 KB at T5's width) stay in L1 beside its 90 KiB of shared memory.
+THX_HOST_DEVICE
+constexpr bool flash_back_keys_staged(int D) { return D <= 32; }
 
 #if !defined(__CUDA__)
 // The buckets built: heads H (h_k, h, h_v all at most H) and the output's width DV (d_v at most
@@ -220,7 +231,8 @@ inline std::string flash_back_unsupported(int h_k, int h, int h_v, int d_k, int 
     return "bias gradient offsets past 32 bits";
   if (d_v % 16 != 0) return "d_v not a multiple of 16";
   if (int64_t(h_k) * d_k * ((m + 7) / 8 * 8) > (int64_t{1} << 31) - 1) return "an example's K past 32-bit offsets";
-  if (flash_back_layout(flash_bucket(std::max({h_k, h, h_v}), std::max(d_k, d_v)).H, h_k, d_k, h_v, d_v).bytes > limit)
+  const FlashBucket B = flash_bucket(std::max({h_k, h, h_v}), std::max(d_k, d_v));
+  if (flash_back_layout(B.H, h_k, d_k, h_v, d_v, false, flash_back_keys_staged(B.DV)).bytes > limit)
     return "more shared memory than the device allows";
   if (b > 65535) return "more than 65,535 examples";
   return "";

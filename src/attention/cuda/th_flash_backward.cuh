@@ -7,7 +7,8 @@
 // of dQ and D, and, where the examples share a bias, into different places of its gradient). For
 // each chunk, with 8 warps:
 //  - J^T = K Q^T and dU^T = V dO^T per head, [16 keys, 16 rows], the heads spread over the warps,
-//    into the stages J and dU ([head][key][row], bf16);
+//    into the stages J and dU ([head][key][row], bf16); K's and V's keys staged in shared memory a
+//    head ahead by cp.async where the bucket is at most 32 wide (flash_back_keys_staged);
 //  - per key (two a warp): L = J P_l, W = exp(L - LSE), dW = dU P_w^T as [16 rows, heads] products'
 //    outputs; pass D adds W dW into D; pass G makes dL = W (dW - D), stages W and dL (bf16) and adds
 //    dL into the bias's gradient (four keys at a time from an fp32 stage where it is aligned for
@@ -34,19 +35,23 @@ struct Shared {
   float *lse, *d, *slots;  // slots: pass D's fold of the warps' shares, where W and dL are
   float* acc;              // pass G: the projections' partial sums, 16 x 8 tiles [tile][lane][4]
   float* bias;             // pass G with bias_staged: dL [head][row][8 keys] for the bias, half a block; else null
+  thx_bf16* keys;          // the warps' staged keys of K and V (flash_back_keys_staged), or null
   int qs, os;
 };
-// (G: pass G's, with the bias's stage where bias_staged; pass D has none)
-template <int H, bool G>
+// (G: pass G's, with the bias's stage where bias_staged; pass D has none. D: the bucket's width,
+// whether the keys are staged)
+template <int H, int D, bool G>
 THX_DEVICE Shared shared_layout(const FlashBackArgs<thx_bf16>& a) {
   THX_SHARED(shared_bytes);
   const bool staged = G && a.dbias && a.bias_staged;
-  const FlashBackLayout at = flash_back_layout(H, a.f.h_k, a.f.d_k, a.f.h_v, a.f.d_v, staged);
+  constexpr bool keys = flash_back_keys_staged(D);
+  const FlashBackLayout at = flash_back_layout(H, a.f.h_k, a.f.d_k, a.f.h_v, a.f.d_v, staged, keys);
   auto bf = [&](int64_t x) { return reinterpret_cast<thx_bf16*>(shared_bytes + x); };
   auto fl = [&](int64_t x) { return reinterpret_cast<float*>(shared_bytes + x); };
   return {bf(at.q),   bf(at.dout), bf(at.pl_t), bf(at.pl), bf(at.pw_t), bf(at.pw),
           bf(at.j),   bf(at.du),   bf(at.w),    bf(at.dl), fl(at.lse),  fl(at.d),
-          fl(at.w),   fl(at.acc),  staged ? fl(at.bias) : nullptr,        at.q_stride, at.o_stride};
+          fl(at.w),   fl(at.acc),  staged ? fl(at.bias) : nullptr,        keys ? bf(at.keys) : nullptr,
+          at.q_stride, at.o_stride};
 }
 
 // The mixings' copies [out][in]: P_l^T, P_l, P_w^T, P_w (the identity where absent, zero past the
@@ -80,6 +85,57 @@ THX_DEVICE void load_chunk(const FlashBackArgs<thx_bf16>& a, const Shared& s, in
     s.lse[row * (H + kFlashLsePad) + head] = in ? f.lse[at] : thx_inf();  // (a weight of 0: bias_and_mask)
     if (G) s.d[row * (H + kFlashLsePad) + head] = in ? a.D[at] : 0.f;
   }
+  __syncthreads();
+}
+
+// Where the block's staged keys are (flash_back_keys_staged): the warp's two buffers, 16 keys of
+// K's or V's rows at one head each, keys xs apart. (Worked out where used from opaque values: kept
+// over the kernel's loops, such places spilled the forward at 48 heads.)
+struct StagedKeys {
+  thx_bf16* at;
+  int xs;
+};
+THX_DEVICE StagedKeys staged_keys(const FlashArgs<thx_bf16>& f, const Shared& s, const Lane& L) {
+  const int xs = thx_opaque(flash_key_stride(f.d_k > f.d_v ? f.d_k : f.d_v));
+  return {s.keys + thx_opaque(L.w) * 2 * 16 * xs, xs};
+}
+// Product x of a warp (x < h_k: K's head x, else V's head x - h_k) at the block's keys kb0 .. into
+// `to` by cp.async (copy_keys), as one group.
+THX_DEVICE void copy_product_keys(const FlashBackArgs<thx_bf16>& a, int bb, int kb0, int x, thx_bf16* to, int xs,
+                                  const Lane& L) {
+  const FlashArgs<thx_bf16>& f = a.f;
+  const int qd = thx_opaque(f.h_k * f.d_k), vd = thx_opaque(f.h_v * f.d_v);
+  if (x < f.h_k) flash::copy_keys(f.K + int64_t(bb) * f.m * qd + x * f.d_k, qd, f.m, kb0, f.d_k, to, xs, L);
+  else flash::copy_keys(a.V + int64_t(bb) * f.m * vd + (x - f.h_k) * f.d_v, vd, f.m, kb0, f.d_v, to, xs, L);
+}
+
+// The stages J^T and dU^T from staged keys: each warp's products x = w, w + 8, .. in turn from its
+// two buffers, the next one's keys copied in while this one's products run. The first's were
+// copied before (the kernel's start, or the chunk before: the block's keys are every chunk's);
+// `more`: another chunk follows, whose first it copies at the end.
+template <int H>
+THX_DEVICE void chunk_products_staged(const FlashBackArgs<thx_bf16>& a, const Shared& s, int bb, int kb0, bool more,
+                                      const Lane& L) {
+  const FlashArgs<thx_bf16>& f = a.f;
+  const StagedKeys k = staged_keys(f, s, L);
+  const int products = f.h_k + f.h_v;
+  for (int x = L.w, i = 0; x < products; x += WARPS, ++i) {
+    thx_cp_async_wait<0>();
+    thx_syncwarp();  // this product's keys have landed, and the warp's reads of the other buffer are done
+    const thx_bf16* here = k.at + i % 2 * 16 * k.xs;
+    if (x + WARPS < products) copy_product_keys(a, bb, kb0, x + WARPS, k.at + (i + 1) % 2 * 16 * k.xs, k.xs, L);
+    float c[2][4];
+    if (x < f.h_k) {
+      flash::staged_key_row_product(here, k.xs, s.q + x * f.d_k, s.qs, f.d_k, L, c);
+      flash::store_back_keys(s.j + x * HS, L, c);
+    } else {
+      const int v = x - f.h_k;
+      flash::staged_key_row_product(here, k.xs, s.dout + v * f.d_v, s.os, f.d_v, L, c);
+      flash::store_back_keys(s.du + v * HS, L, c);
+    }
+  }
+  thx_syncwarp();  // the reads of the buffers are done
+  if (more && L.w < products) copy_product_keys(a, bb, kb0, L.w, k.at, k.xs, L);
   __syncthreads();
 }
 
@@ -389,9 +445,14 @@ constexpr int flash_back_min_blocks(int H, int D) { return H == 16 && D == 16 ? 
 template <int H, int D, bool G>
 __global__ void THX_LAUNCH_BOUNDS(kFlashBackThreads, flash_back_min_blocks(H, D))
     flash_backward_kernel(FlashBackArgs<thx_bf16> a) {
-  const Shared s = shared_layout<H, G>(a);
+  const Shared s = shared_layout<H, D, G>(a);
   const Lane L = lane_of();
   const int bb = blockIdx.y, kb0 = 16 * int(blockIdx.x), chunks = (a.f.n + kFlashRows - 1) / kFlashRows;
+  constexpr bool staged = flash_back_keys_staged(D);
+  if (staged && L.w < a.f.h_k + a.f.h_v) {  // the first chunk's first product's keys
+    const StagedKeys k = staged_keys(a.f, s, L);
+    copy_product_keys(a, bb, kb0, L.w, k.at, k.xs, L);
+  }
   load_mixings<H>(a.f, s);
   float dk[H / 8][D / 8][4], dv[H / 8][D / 8][4];
 #pragma unroll
@@ -405,7 +466,8 @@ __global__ void THX_LAUNCH_BOUNDS(kFlashBackThreads, flash_back_min_blocks(H, D)
   for (int c = 0; c < chunks; ++c) {
     const int r0 = kFlashRows * int((c + blockIdx.x + blockIdx.y) % unsigned(chunks));
     load_chunk<H, G>(a, s, bb, r0);
-    chunk_products<H>(a, s, bb, kb0, L);
+    if constexpr (staged) chunk_products_staged<H>(a, s, bb, kb0, c + 1 < chunks, L);
+    else chunk_products<H>(a, s, bb, kb0, L);
     if constexpr (!G) {
       chunk_d<H>(a, s, bb, kb0, r0, L);
     } else {
