@@ -247,7 +247,8 @@ Tensor flash_forward(const Problem& p, const Tensor& Q, const Tensor& K, const T
   const cuda_th::FlashBucket B = cuda_th::flash_bucket(std::max({a.h_k, a.h, a.h_v}), a.d_v);
   // The grid as the row kernels': the examples along x, fastest (a bias broadcast over them read from L2).
   const unsigned row_blocks = unsigned((a.n + cuda_th::kFlashRows - 1) / cuda_th::kFlashRows);
-  p.kernels->flash_forward(a, B.H, B.DV, unsigned(a.b), row_blocks, cuda_th::flash_layout(B.H, a.h_k, a.d_k).bytes);
+  const int64_t bytes = cuda_th::flash_layout(B.H, a.h_k, a.d_k, B.DV).bytes;
+  p.kernels->flash_forward(a, B.H, B.DV, unsigned(a.b), row_blocks, bytes);
   return O;
 }
 

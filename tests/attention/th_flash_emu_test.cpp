@@ -108,12 +108,14 @@ TEST(Flash, EveryBucketOverBlocksOfRowsAndKeys) {
     // where m is a multiple of four, the bias's gradient one per four of its elements and example.
     const int64_t bias = m % 4 == 0 ? in.dO.size(0) * in.bias.numel() / 4 : 0;
     EXPECT_EQ(emu::vector_reductions - reductions, (m + 15) / 16 * in.Q.numel() / 4 + bias);
-    // Keys staged by cp.async (copy_keys), 16 bytes at a time, every key below m: the forward's of K
-    // at every head, once a pass (two) and block of rows; the backward's of K and V at every head,
-    // once a pass (two) and chunk of rows, where its bucket stages them (width 32 at most).
-    const int64_t row_blocks = in.Q.size(0) * ((in.Q.size(1) + 15) / 16);
+    // Staged by cp.async (copy_keys, copy_values), 16 bytes at a time: the forward's keys of K below
+    // m at every head, once a pass (two) and block of rows, and in the 48-head bucket its values, V^T's
+    // rows of every head over the keys below m8, once a block; the backward's keys of K and V below m
+    // at every head, once a pass (two) and chunk of rows, where its bucket stages them (width 32 at most).
+    const int64_t row_blocks = in.Q.size(0) * ((in.Q.size(1) + 15) / 16), m8 = (m + 7) / 8 * 8;
+    const int64_t values = cuda_th::flash_values_staged(int(h)) ? row_blocks * hv * d * m8 / 8 : 0;
     const int64_t staged_back = cuda_th::flash_back_keys_staged(int(d)) ? row_blocks * 2 * (hk + hv) * m * d / 8 : 0;
-    EXPECT_EQ(emu::async_copies - copies, row_blocks * 2 * hk * m * d / 8 + staged_back);
+    EXPECT_EQ(emu::async_copies - copies, row_blocks * 2 * hk * m * d / 8 + values + staged_back);
   }
 }
 
@@ -129,7 +131,7 @@ TEST(Flash, BiasGradientFourKeysAtATimeChangesNoNumber) {
     torch::manual_seed(9);
     const Inputs in = wide_inputs(hk, h, hv, 16, 20, m);
     const int H = cuda_th::flash_bucket(std::max({hk, h, hv}), 16).H;
-    const int64_t forward = cuda_th::flash_layout(H, hk, 16).bytes,
+    const int64_t forward = cuda_th::flash_layout(H, hk, 16, 16).bytes,
                   scalar = cuda_th::flash_back_layout(H, hk, 16, hv, 16, false, true).bytes,
                   staged = cuda_th::flash_back_layout(H, hk, 16, hv, 16, true, true).bytes;
     ASSERT_LT(std::max(forward, scalar), staged);
@@ -424,6 +426,28 @@ TEST(Flash, UnsupportedNamesWhy) {
             "bias gradient offsets past 32 bits");
 }
 
+// The forward's staged values (copy_values: rows of V^T kFlashValueStride elements apart), bank by
+// bank: a warp's word reads of rows 8 e + g at keys 16 ks + 2 t (+ 8) (rows_by_staged_keys) take
+// each bank once, and every row starts 16 bytes aligned (cp.async). The control: rows of the tile's
+// 64 keys alone put every row g on one bank, eight ways.
+TEST(Flash, StagedValuesTakeEveryBankOnce) {
+  auto faults = [](int stride) {
+    int bad = 0;
+    for (int e = 0; e < 8; ++e)
+      for (int ks = 0; ks < 4; ++ks)
+        for (int second = 0; second < 2; ++second) {
+          std::set<int> banks;
+          for (int l = 0; l < 32; ++l)
+            banks.insert(((8 * e + l / 4) * stride + 16 * ks + 2 * (l % 4) + 8 * second) / 2 % 32);
+          bad += banks.size() != 32u;
+        }
+    return bad;
+  };
+  EXPECT_EQ(cuda_th::kFlashValueStride % 8, 0);
+  EXPECT_EQ(faults(cuda_th::kFlashValueStride), 0);
+  EXPECT_GT(faults(64), 0) << "the control";
+}
+
 // Shared memory at T5-base's widths (12 heads of 64, 24 of 32, 48 of 16), as an H100 or H200 holds
 // it (228 KiB a multiprocessor, 1 KiB of it reserved a block; 227 KiB a block at most): the staged
 // keys of K (forward) and of K and V (backward) cost no pass a block a multiprocessor: the forward
@@ -439,7 +463,7 @@ TEST(Flash, T5BaseWidthsKeepTheirBlocksAMultiprocessor) {
     const cuda_th::FlashBucket B = cuda_th::flash_bucket(h, d);
     const bool keys = cuda_th::flash_back_keys_staged(B.DV);
     EXPECT_EQ(keys, d <= 32);
-    EXPECT_EQ(blocks(cuda_th::flash_layout(B.H, h, d).bytes), forward_blocks);
+    EXPECT_EQ(blocks(cuda_th::flash_layout(B.H, h, d, B.DV).bytes), forward_blocks);
     const int64_t pass_d = cuda_th::flash_back_layout(B.H, h, d, h, d, false, keys).bytes;
     const int64_t pass_g = cuda_th::flash_back_layout(B.H, h, d, h, d, true, keys).bytes;
     EXPECT_LE(pass_g, block_max);

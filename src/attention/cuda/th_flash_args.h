@@ -78,12 +78,22 @@ inline int flash_key_stride(int d_k) { return d_k / 16 % 2 ? d_k : d_k + 16; }
 // absent), the warps' stages, the rows' LSE [16][H + 8] (fp32), and the warps' staged keys of K
 // (two each, flash_key_stride). The warps' statistics, folded at the end of pass 1 ([warps][16][H]
 // twice, fp32), take the stages' place.
+// With DV (the bucket's width) where flash_values_staged(H), the warps' staged values follow: V^T
+// of two heads a warp over a tile's 64 keys, [DV][kFlashValueStride] bf16 each.
 struct FlashLayout {
-  int64_t q, pl_t, pw_t, stage, lse, k, bytes;
+  int64_t q, pl_t, pw_t, stage, lse, k, v, bytes;
   int q_stride, k_stride;
 };
+// The forward's staged values: rows of V^T 72 elements (36 words) apart, so that the lanes' word
+// reads of rows g at keys 2 t (the B operand of O += U V) take each bank once (4 g + t).
+constexpr int kFlashValueStride = 64 + 8;
+// Where the forward stages V (two heads a warp, a tile ahead of its O products): the 48-head bucket,
+// which holds one block a multiprocessor either way (T5-base's 48 heads of 16: 18 KiB a block). At
+// 24 and 12 heads two heads of 32 and 64 a warp would cost the forward its second block.
 THX_HOST_DEVICE
-inline FlashLayout flash_layout(int H, int h_k, int d_k) {
+constexpr bool flash_values_staged(int H) { return H == 48; }
+THX_HOST_DEVICE
+inline FlashLayout flash_layout(int H, int h_k, int d_k, int DV = 0) {
   FlashLayout L;
   L.q_stride = flash_row_stride(h_k * d_k), L.k_stride = flash_key_stride(d_k);
   auto up = [](int64_t x) { return (x + 15) / 16 * 16; };
@@ -93,7 +103,8 @@ inline FlashLayout flash_layout(int H, int h_k, int d_k) {
   L.stage = L.pw_t + up(int64_t(H) * (H + 8) * 2);
   L.lse = L.stage + up(int64_t(kFlashWarps) * H * kFlashStageHead * 2);
   L.k = L.lse + up(int64_t(kFlashRows) * (H + kFlashLsePad) * 4);
-  L.bytes = L.k + up(int64_t(kFlashWarps) * 2 * 16 * L.k_stride * 2);
+  L.v = L.k + up(int64_t(kFlashWarps) * 2 * 16 * L.k_stride * 2);
+  L.bytes = L.v + (flash_values_staged(H) ? up(int64_t(kFlashWarps) * 2 * DV * kFlashValueStride * 2) : 0);
   return L;
 }
 
@@ -206,7 +217,7 @@ inline std::string flash_unsupported(int h_k, int h, int h_v, int d_k, int d_v, 
   if (B.H == 0) return "more than 48 heads, or heads and widths past the flash buckets";
   if (d_k % 16 != 0 || d_v % 8 != 0) return "d_k not a multiple of 16 or d_v of 8";
   if (!aligned) return "Q, K or O not 16-byte aligned";
-  if (flash_layout(B.H, h_k, d_k).bytes > limit) return "more shared memory than the device allows";
+  if (flash_layout(B.H, h_k, d_k, B.DV).bytes > limit) return "more shared memory than the device allows";
   if ((n + kFlashRows - 1) / kFlashRows > 65535) return "more than 65,535 blocks of 16 rows";
   constexpr int64_t kMax = (int64_t{1} << 31) - 1;
   const int64_t m8 = (m + 7) / 8 * 8;

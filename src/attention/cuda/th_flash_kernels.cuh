@@ -15,8 +15,9 @@
 //    n = rows), so it goes from registers; U^T's output pairs neighbouring rows again and is stored
 //    as words into the stage, over the key's J (read).
 //  - O += U V per head: A = U [16 rows, 16 keys] by ldmatrix.trans from each warp's stage, B = V^T
-//    rows read as words from global memory (the host's transposed copy). Warp w keeps heads w, w + 4,
-//    ... of O in registers over every tile.
+//    rows read as words from global memory (the host's transposed copy; in the 48-head bucket
+//    staged in shared memory two heads a warp ahead by cp.async: copy_values). Warp w keeps heads
+//    w, w + 4, ... of O in registers over every tile.
 #pragma once
 #include "attention/cuda/th_flash_args.h"
 #include "attention/cuda/th_rows_tc_kernels.cuh"
@@ -188,6 +189,15 @@ THX_DEVICE void stage_products(const FlashArgs<thx_bf16>& a, const Shared& s, in
     store_keys(S, head, L, c);
   }
   thx_syncwarp();
+}
+
+// This warp's two buffers of staged values (flash_values_staged; flash_layout: after the staged
+// keys), worked out from opaque values as stage_products's places are.
+template <int H, int DV>
+THX_DEVICE thx_bf16* staged_values(const FlashArgs<thx_bf16>& a, const Shared& s, const Lane& L) {
+  const int ks = thx_opaque(flash_key_stride(a.d_k)), w = thx_opaque(L.w);
+  thx_bf16* keys = reinterpret_cast<thx_bf16*>(s.lse + kFlashRows * (H + kFlashLsePad));
+  return keys + kFlashWarps * 2 * 16 * ks + w * 2 * DV * kFlashValueStride;
 }
 
 // a <- J [16 rows, heads] at key kl of a backward stage S (flash_back_stage_at), by ldmatrix.trans:
@@ -367,6 +377,32 @@ THX_DEVICE void rows_by_keys_a(const uint32_t (&af)[4], const thx_bf16* Xt, int 
     thx_mma_bf16_16816(acc[e], af, bf);
   }
 }
+// The same with X^T's rows staged (copy_values: [D][kFlashValueStride], the tile's keys from 0,
+// zero past m8), at the tile's keys k0 ..
+template <int D>
+THX_DEVICE void rows_by_staged_keys(const uint32_t (&af)[4], const thx_bf16* S, int k0, int d, const Lane& L,
+                                    float (&acc)[D / 8][4]) {
+#pragma unroll
+  for (int e = 0; e < D / 8; ++e) {
+    if (8 * e >= d) continue;
+    const thx_bf16* col = S + (8 * e + L.g) * kFlashValueStride + k0 + 2 * L.t;
+    const uint32_t bf[2] = {thx_load_word(col), thx_load_word(col + 8)};
+    thx_mma_bf16_16816(acc[e], af, bf);
+  }
+}
+// V^T's 64 keys t0 .. of one head (Vt at the example's head: rows d < d_v of m8 keys; zero past m8
+// and d_v) into a warp's staged values S ([DV][kFlashValueStride]) by cp.async, as one group.
+template <int DV>
+THX_DEVICE void copy_values(const thx_bf16* Vt, int m8, int d_v, int t0, thx_bf16* S, const Lane& L) {
+#pragma unroll 1
+  for (int e = L.l; e < DV * 8; e += 32) {  // (rows of 8 pieces of 8 keys)
+    const int row = e / 8, key = t0 + 8 * (e % 8);
+    thx_bf16* to = S + row * kFlashValueStride + 8 * (e % 8);
+    if (row < d_v && key < m8) thx_cp_async16(to, Vt + row * m8 + key);
+    else thx_zero16(to);
+  }
+  thx_cp_async_commit();
+}
 // The same with A from a backward stage at one head (S at the head: flash_back_stage_at's [key][row]
 // there; matrix j of lane 8 j + r: keys 8 (j / 2) + r, rows 8 (j % 2) on): the backward's.
 template <int D>
@@ -444,8 +480,12 @@ template <int H, int DV>
 THX_DEVICE void accumulate_tile(const FlashArgs<thx_bf16>& a, const Shared& s, int bb, int i0, int t0, const Lane& L,
                                 float (&o)[H / 4][DV / 8][4]) {
   const int jw = t0 + 16 * L.w;
+  if (jw < a.m) stage_products<H>(a, s, bb, jw, L);
+  if constexpr (flash_values_staged(H))  // the warp's first two heads of V, landing during the keys' loop
+    for (int hi = 0; hi < 2 && L.w + kFlashWarps * hi < a.h_v; ++hi)
+      copy_values<DV>(a.Vt + (int64_t(bb) * a.h_v + L.w + kFlashWarps * hi) * a.d_v * a.m8, a.m8, a.d_v, t0,
+                      staged_values<H, DV>(a, s, L) + hi * DV * kFlashValueStride, L);
   if (jw < a.m) {
-    stage_products<H>(a, s, bb, jw, L);
     thx_bf16* S = s.stage + L.w * H * kFlashStageHead;
     for (int kl = 0; kl < 16 && jw + kl < a.m; ++kl) {
       float c[H / 8][4], u[H / 16][2][4];
@@ -467,8 +507,23 @@ THX_DEVICE void accumulate_tile(const FlashArgs<thx_bf16>& a, const Shared& s, i
     if (v >= a.h_v) continue;
     const thx_bf16* Vt = a.Vt + (int64_t(bb) * a.h_v + v) * a.d_v * a.m8;
     const thx_bf16* at = s.stage + row_at[hi % 2] + (hi / 2) * 8 * kFlashStageHead;
-    for (int ks = 0; ks < kFlashWarps && t0 + 16 * ks < a.m; ++ks)
-      stage_rows_by_keys<DV>(at + ks * H * kFlashStageHead, Vt, a.m8, t0 + 16 * ks, a.d_v, L, o[hi]);
+    if constexpr (flash_values_staged(H)) {
+      // (head hi's values in buffer hi % 2: wait for its group, the next head's may stay in flight)
+      if (v + kFlashWarps < a.h_v) thx_cp_async_wait<1>();
+      else thx_cp_async_wait<0>();
+      thx_syncwarp();
+      thx_bf16* S = staged_values<H, DV>(a, s, L) + hi % 2 * DV * kFlashValueStride;
+      for (int ks = 0; ks < kFlashWarps && t0 + 16 * ks < a.m; ++ks) {
+        uint32_t af[4];
+        thx_ldmatrix<4, true>(af, at + ks * H * kFlashStageHead);
+        rows_by_staged_keys<DV>(af, S, 16 * ks, a.d_v, L, o[hi]);
+      }
+      thx_syncwarp();  // the buffer is read: head hi + 2's values go there
+      if (v + 2 * kFlashWarps < a.h_v) copy_values<DV>(Vt + 2 * kFlashWarps * a.d_v * a.m8, a.m8, a.d_v, t0, S, L);
+    } else {
+      for (int ks = 0; ks < kFlashWarps && t0 + 16 * ks < a.m; ++ks)
+        stage_rows_by_keys<DV>(at + ks * H * kFlashStageHead, Vt, a.m8, t0 + 16 * ks, a.d_v, L, o[hi]);
+    }
   }
   __syncthreads();  // before the next tile's products overwrite the stages
 }
