@@ -4,9 +4,9 @@
 //
 // How the layouts meet (PTX ISA, "Matrix Fragments for mma.m16n8k16"; lane l, g = l / 4, t = l % 4):
 //  - J^T = K Q^T per head, [16 keys, 16 rows], A = the warp's keys of K (staged in shared memory
-//    a head ahead by cp.async: copy_keys), B = Q^T from shared memory. Both read 4 consecutive d a lane (8 bytes: k slots 2t, 2t + 1,
-//    2t + 8, 2t + 9 hold d 4t .. 4t + 3), which permutes k alike in both and so changes no sum but
-//    its order. Its output pairs neighbouring rows: stored as words into the stage [head][key][row].
+//    a head ahead by cp.async: copy_keys), B = Q^T from shared memory. Both read 4 consecutive d a
+//    lane (8 bytes: k slots 2t, 2t + 1, 2t + 8, 2t + 9 hold d 4t .. 4t + 3), which permutes k alike
+//    in both and so changes no sum but its order. Its output pairs neighbouring rows: stored as words into the stage [head][key][row].
 //  - For each of its 16 keys, a warp mixes the key's 16 rows: A = J [16 rows, heads] by
 //    ldmatrix.trans from the stage, times P_l (rows_tc::mix) -> L [16 rows, H] as a product's output:
 //    rows g, g + 8, heads 8 nt + 2 t (+1). Each (row, head) stays in one lane for every key, so the
@@ -165,6 +165,12 @@ THX_DEVICE void store_keys(thx_bf16* S, int head, const Lane& L, const float (&c
   }
 }
 
+// The block's staged keys (flash_layout: they follow the rows' LSE; then the staged values).
+template <int H>
+THX_DEVICE thx_bf16* staged_keys_at(const Shared& s) {
+  return reinterpret_cast<thx_bf16*>(s.lse + kFlashRows * (H + kFlashLsePad));
+}
+
 // This warp's stage <- J^T of its keys jw .. jw + 15 (zero past m) and the block's rows, every head
 // < h_k, as bf16 [head][key][row] (flash_stage_at). The keys of K come through the warp's two
 // staged heads (copy_keys): the next head's are copied in while this one's products run.
@@ -174,8 +180,7 @@ THX_DEVICE void stage_products(const FlashArgs<thx_bf16>& a, const Shared& s, in
   // staged keys, in registers over the kernel's loops, and spilled at 48 heads)
   const int w = thx_opaque(L.w), ks = thx_opaque(flash_key_stride(a.d_k)), qd = thx_opaque(a.h_k * a.d_k);
   thx_bf16* S = s.stage + w * H * kFlashStageHead;
-  // (the staged keys follow the rows' LSE: flash_layout)
-  thx_bf16* keys = reinterpret_cast<thx_bf16*>(s.lse + kFlashRows * (H + kFlashLsePad)) + w * 2 * 16 * ks;
+  thx_bf16* keys = staged_keys_at<H>(s) + w * 2 * 16 * ks;
   const thx_bf16* K = a.K + int64_t(bb) * a.m * qd;
   thx_syncwarp();  // the warp's earlier reads of its stage and its staged keys are done
   copy_keys(K, qd, a.m, jw, a.d_k, keys, ks, L);
@@ -196,8 +201,7 @@ THX_DEVICE void stage_products(const FlashArgs<thx_bf16>& a, const Shared& s, in
 template <int H, int DV>
 THX_DEVICE thx_bf16* staged_values(const FlashArgs<thx_bf16>& a, const Shared& s, const Lane& L) {
   const int ks = thx_opaque(flash_key_stride(a.d_k)), w = thx_opaque(L.w);
-  thx_bf16* keys = reinterpret_cast<thx_bf16*>(s.lse + kFlashRows * (H + kFlashLsePad));
-  return keys + kFlashWarps * 2 * 16 * ks + w * 2 * DV * kFlashValueStride;
+  return staged_keys_at<H>(s) + kFlashWarps * 2 * 16 * ks + w * 2 * DV * kFlashValueStride;
 }
 
 // a <- J [16 rows, heads] at key kl of a backward stage S (flash_back_stage_at), by ldmatrix.trans:
@@ -365,30 +369,37 @@ THX_DEVICE void store_heads(thx_bf16* S, int kl, const Lane& L, const float (&u)
 // acc[e] += A B over 16 keys key0 ..: A = [16 rows, 16 keys] by ldmatrix.trans from af, B = X^T's
 // rows d (X^T [d][m8] in global memory at the head, zero from key m on; words of two keys), 8
 // columns a tile e, for 8 e < d.
+// (b(e, bf): B's two words for tile e)
+template <int D, class B>
+THX_DEVICE void rows_by_keys_of(const uint32_t (&af)[4], const B& b, int d, float (&acc)[D / 8][4]) {
+#pragma unroll
+  for (int e = 0; e < D / 8; ++e) {
+    if (8 * e >= d) continue;
+    uint32_t bf[2];
+    b(e, bf);
+    thx_mma_bf16_16816(acc[e], af, bf);
+  }
+}
 template <int D>
 THX_DEVICE void rows_by_keys_a(const uint32_t (&af)[4], const thx_bf16* Xt, int m8, int key0, int d, const Lane& L,
                                float (&acc)[D / 8][4]) {
   const int key = key0 + 2 * L.t;
-#pragma unroll
-  for (int e = 0; e < D / 8; ++e) {
-    if (8 * e >= d) continue;
+  auto b = [&](int e, uint32_t (&bf)[2]) {
     const thx_bf16* col = Xt + (8 * e + L.g) * m8;
-    const uint32_t bf[2] = {key < m8 ? thx_load_word(col + key) : 0u, key + 8 < m8 ? thx_load_word(col + key + 8) : 0u};
-    thx_mma_bf16_16816(acc[e], af, bf);
-  }
+    bf[0] = key < m8 ? thx_load_word(col + key) : 0u, bf[1] = key + 8 < m8 ? thx_load_word(col + key + 8) : 0u;
+  };
+  rows_by_keys_of<D>(af, b, d, acc);
 }
 // The same with X^T's rows staged (copy_values: [D][kFlashValueStride], the tile's keys from 0,
 // zero past m8), at the tile's keys k0 ..
 template <int D>
 THX_DEVICE void rows_by_staged_keys(const uint32_t (&af)[4], const thx_bf16* S, int k0, int d, const Lane& L,
                                     float (&acc)[D / 8][4]) {
-#pragma unroll
-  for (int e = 0; e < D / 8; ++e) {
-    if (8 * e >= d) continue;
+  auto b = [&](int e, uint32_t (&bf)[2]) {
     const thx_bf16* col = S + (8 * e + L.g) * kFlashValueStride + k0 + 2 * L.t;
-    const uint32_t bf[2] = {thx_load_word(col), thx_load_word(col + 8)};
-    thx_mma_bf16_16816(acc[e], af, bf);
-  }
+    bf[0] = thx_load_word(col), bf[1] = thx_load_word(col + 8);
+  };
+  rows_by_keys_of<D>(af, b, d, acc);
 }
 // V^T's 64 keys t0 .. of one head (Vt at the example's head: rows d < d_v of m8 keys; zero past m8
 // and d_v) into a warp's staged values S ([DV][kFlashValueStride]) by cp.async, as one group.
