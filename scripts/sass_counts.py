@@ -49,6 +49,8 @@ def main():
     ap.add_argument("csv")
     ap.add_argument("--top", type=int, default=25)
     args = ap.parse_args()
+    if args.top < 1:
+        fail(f"--top {args.top}: allowed: 1 or more")
     opener = gzip.open if args.csv.endswith(".gz") else open
     try:
         with opener(args.csv, "rt", newline="") as f:
