@@ -5,6 +5,7 @@
 
 #include "attention/attention.h"
 #include "attention/blas.h"
+#include "attention/optional_tensor.h"
 #include "attention/kernels.h"
 #include "attention/tiled.h"
 #include "common/parallel.h"
@@ -45,8 +46,6 @@ struct Rows {  // row (b, h, i) of a [b,h,n,m] view
 
 // LibTorch 1.13's Function::apply cannot take undefined tensors: absent operands travel as
 // empty placeholders and turn back into undefined tensors inside.
-Tensor placeholder(const Tensor& t) { return t.defined() ? t : torch::empty({0}); }
-Tensor present(const Tensor& t) { return t.numel() > 0 ? t : Tensor(); }
 const float* ptr(const Tensor& t) { return t.defined() ? t.data_ptr<float>() : nullptr; }
 
 bool is(const Tensor& t, torch::ScalarType dtype) { return t.defined() && t.scalar_type() == dtype; }

@@ -7,6 +7,7 @@
 #include <type_traits>
 
 #include "attention/cuda/th_rows_args.h"
+#include "attention/optional_tensor.h"
 
 namespace thx {
 namespace {
@@ -16,8 +17,6 @@ using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
 Tensor as_fp32(const Tensor& t) { return t.scalar_type() == torch::kFloat64 ? t : t.to(torch::kFloat32); }
-Tensor placeholder(const Tensor& t) { return t.defined() ? t : torch::empty({0}); }
-Tensor present(const Tensor& t) { return t.numel() > 0 ? t : Tensor(); }
 
 // t (broadcastable to [b,h,n,m]) as 4 dims, and its rows [i0, i0+ni) where it has rows.
 Tensor four(const Tensor& t) {

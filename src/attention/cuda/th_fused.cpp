@@ -6,6 +6,8 @@
 #include <type_traits>
 #include <utility>
 
+#include "attention/optional_tensor.h"
+
 namespace thx {
 namespace {
 
@@ -15,8 +17,6 @@ using torch::autograd::variable_list;
 using cuda_th::Args;
 using cuda_th::Launcher;
 
-Tensor placeholder(const Tensor& t) { return t.defined() ? t : torch::empty({0}); }
-Tensor present(const Tensor& t) { return t.numel() > 0 ? t : Tensor(); }
 Tensor four(Tensor t) {
   while (t.dim() < 4) t = t.unsqueeze(0);
   return t;
