@@ -168,9 +168,10 @@ int main(int argc, char** argv) {
                                            "kernels' mixings as fp32 FMAs) | tiled-aten (the same, ATen between "
                                            "them) | flash (bf16 as flash-style kernels on tensor cores, forward "
                                            "and backward, else tiled) | fused (thx's "
-                                           "fused CUDA kernels where built, else tiled) | batched (ATen, every "
-                                           "[b,h,n,m] tensor kept)")
-      ->check(CLI::IsMember({"fused", "tiled", "tiled-fma", "tiled-aten", "flash", "batched"}))
+                                           "fused CUDA kernels where built, else tiled) | folded (the mixings "
+                                           "folded into Q and V: cuBLAS's large products, the weights kept) | "
+                                           "batched (ATen, every [b,h,n,m] tensor kept)")
+      ->check(CLI::IsMember({"fused", "tiled", "tiled-fma", "tiled-aten", "flash", "folded", "batched"}))
       ->capture_default_str();
   // The global options above are also taken after the subcommand (unknown to it, they fall
   // through to thx's own), and each subcommand's help names them.

@@ -3,6 +3,7 @@
 // the reference of the blocked algorithm (blocked_test.cpp) and of the fused CUDA kernels
 // (fused_th_emu_test.cpp).
 #pragma once
+#include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include <cmath>
@@ -48,6 +49,24 @@ inline Inputs inputs(const Case& c, Extra e, torch::Dtype dtype, int64_t dk = 4,
     in.mask = (torch::arange(m).view({1, m}) < torch::tensor({int64_t{3}, m}).view({b, 1})).view({b, 1, 1, m});
   if (e == Extra::causal) in.mask = torch::ones({n, m}, torch::kBool).tril().view({1, 1, n, m});
   return in;
+}
+
+// The first case (talking-heads) in float64 with a padding mask under which example 0 sees no key.
+inline Inputs no_key_in_example_0() {
+  torch::manual_seed(11);
+  Inputs in = inputs(variant_cases().front(), Extra::padding, torch::kFloat64);
+  in.mask = in.mask.clone();
+  in.mask[0].fill_(false);
+  return in;
+}
+// What a path that zeroes such rows must give (ATen's softmax gives NaN there): O = 0 and no
+// gradient through example 0, every gradient finite, example 1 as the reference's `O_ref`.
+inline void expect_rows_without_keys_zero(const torch::Tensor& O, const torch::Tensor& dQ,
+                                          const std::vector<torch::Tensor>& grads, const torch::Tensor& O_ref) {
+  EXPECT_TRUE(torch::all(O[0] == 0).item<bool>());
+  EXPECT_TRUE(torch::all(dQ[0] == 0).item<bool>());
+  for (const torch::Tensor& t : grads) EXPECT_TRUE(torch::all(torch::isfinite(t)).item<bool>());
+  EXPECT_LE((O[1] - O_ref[1]).abs().max().item<double>(), 1e-12 + 1e-10 * O_ref[1].abs().max().item<double>());
 }
 
 // The inputs on `device` (a GPU test's copies of a problem drawn on the CPU).

@@ -84,6 +84,10 @@ TEST(Cli, BadBenchFlagsExitTwo) {
   EXPECT_TRUE(refused(run_thx("bench attention --fma --th-path batched"), "thx: error: --fma", "--th-path batched"));
   EXPECT_TRUE(refused(run_thx("--th-path tiled-aten bench attention --fma"), "thx: error: --fma is an option of thx's "
                                                                              "kernels", "--th-path tiled-aten leaves"));
+  EXPECT_TRUE(refused(run_thx("--th-path folded bench attention --fma"), "thx: error: --fma is an option of thx's "
+                                                                         "kernels", "--th-path folded leaves"));
+  EXPECT_TRUE(refused(run_thx("--th-path folded bench attention --tiled"), "thx: error: --th-path folded excludes "
+                                                                           "--tiled", ""));
   EXPECT_TRUE(refused(run_thx("--th-path flash bench attention --fma"), "thx: error: --fma runs thx's kernels as fp32 "
                                                                         "FMAs; --th-path flash runs on tensor cores",
                       ""));

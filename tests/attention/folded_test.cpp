@@ -1,0 +1,249 @@
+// The folded products (src/attention/folded.h, `thx --th-path folded`: P_l folded into Q, P_w
+// into V, every multiply one large product) against the paper's section 4 core written as
+// einsums with the paper's layout (heads last) and differentiated by autograd (core_problems.h):
+// O and the gradients of Q, K, V, P_l, P_w and the bias, for talking-heads (h_k != h != h_v),
+// both hybrids and multi-head, with and without a bias, padding and causal masks, n != m.
+//
+// Tolerances:
+// - float64: 1e-12 + 1e-10 x max|reference|, the same sums in other orders (a wrong formula moves
+//   a result by far more: the control below changes one gradient by 1e-6 of its size and fails).
+// - float32 inputs against the float64 core on the same values: 2e-6 + 2e-5 x max|reference| (fp32
+//   rounding of sums of a few dozen O(1) products, as the attention reference tests).
+// - bf16 (Q, K, V, dO bf16; P_l, P_w and the bias fp32) against the float64 core on the same
+//   values. The folded path rounds Q' = P_l Q, the logits, the weights and V' = P_w V to bf16
+//   (2^-9 relative each), where the batched composition a GPU runs (attention_core_reference:
+//   the per-head products in bf16, the rest in fp32) rounds J = Q K^T, U and the weights' product
+//   with V: the same number of roundings of the same size, at other places. Each output's largest
+//   error must be within 3 x the batched composition's own plus 2^-8 of its largest value, and
+//   within 3e-2 of that value (the tiled path's bound against the batched composition).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <tuple>
+
+#include "attention/config.h"
+#include "attention/folded.h"
+#include "attention/fused.h"
+#include "core_problems.h"
+#include "test_util.h"
+
+namespace thx::test {
+namespace {
+namespace THX_FILE_ID {
+
+using torch::Tensor;
+
+using core::Case;
+using core::Extra;
+using core::Inputs;
+using core::inputs;
+
+// O and every gradient, in one order (Q, K, V, P_l, P_w, bias), undefined where an input is.
+struct Result {
+  Tensor O, dQ, dK, dV, dP_l, dP_w, dbias;
+  std::vector<std::tuple<Tensor, const char*>> all() const {
+    return {{O, "O"}, {dQ, "dQ"}, {dK, "dK"}, {dV, "dV"}, {dP_l, "dP_l"}, {dP_w, "dP_w"}, {dbias, "dbias"}};
+  }
+};
+
+using Core = Tensor (*)(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                        const Tensor&);
+Result differentiate(const Inputs& in, Core core) {
+  auto leaf = [](const Tensor& t) { return t.defined() ? t.detach().clone().requires_grad_(true) : t; };
+  Tensor Q = leaf(in.Q), K = leaf(in.K), V = leaf(in.V), P_l = leaf(in.P_l), P_w = leaf(in.P_w), bias = leaf(in.bias);
+  const Tensor O = core(Q, K, V, P_l, P_w, bias, in.mask);
+  (O * in.dO).sum().backward();
+  auto grad = [](const Tensor& t) { return t.defined() ? t.grad() : t; };
+  return {O.detach(), grad(Q), grad(K), grad(V), grad(P_l), grad(P_w), grad(bias)};
+}
+Tensor paper(const Tensor& Q, const Tensor& K, const Tensor& V, const Tensor& P_l, const Tensor& P_w,
+             const Tensor& bias, const Tensor& mask) {
+  return core::paper_core(Q, K, V, P_l, P_w, bias, mask).first;
+}
+Result reference(const Inputs& in) { return differentiate(in, paper); }
+Result folded(const Inputs& in) { return differentiate(in, folded_attention_core); }
+
+// The inputs in float64, for the reference of a lower precision's run on the same values.
+Inputs as_float64(const Inputs& in) {
+  auto wide = [](const Tensor& t) { return t.defined() && t.is_floating_point() ? t.to(torch::kFloat64) : t; };
+  return {wide(in.Q), wide(in.K), wide(in.V), wide(in.P_l), wide(in.P_w), wide(in.bias), in.mask, wide(in.dO)};
+}
+
+void expect_same(const Result& got, const Result& r, double atol, double rtol) {
+  const auto g = got.all(), w = r.all();
+  for (size_t i = 0; i < g.size(); ++i) {
+    const auto& [a, name] = g[i];
+    const Tensor& b = std::get<0>(w[i]);
+    ASSERT_EQ(a.defined(), b.defined()) << name;
+    if (b.defined()) EXPECT_TRUE(close(a, b, atol, rtol)) << name;
+  }
+}
+
+double max_error(const Tensor& a, const Tensor& b) {
+  return (a.to(torch::kFloat64) - b.to(torch::kFloat64)).abs().max().item<double>();
+}
+
+const std::vector<Extra>& extras() {
+  static const std::vector<Extra> e = {Extra::none, Extra::bias, Extra::padding, Extra::causal, Extra::bias_padding};
+  return e;
+}
+
+TEST(Folded, Float64EqualsThePapersCoreForEveryVariantAndMask) {
+  for (const Case& c : core::variant_cases())
+    for (Extra e : extras()) {
+      SCOPED_TRACE(c.name + " extra " + std::to_string(int(e)));
+      torch::manual_seed(11);
+      const Inputs in = inputs(c, e, torch::kFloat64);
+      expect_same(folded(in), reference(in), 1e-12, 1e-10);
+    }
+  // Every broadcast of the bias (T5's [1,h,n,m], one per example, 3 dims, one value a key), and
+  // widths of heads that differ from each other (d_k 8, d_v 2).
+  for (const std::vector<int64_t>& shape : std::vector<std::vector<int64_t>>{{2, 1, 7, 5}, {5, 7, 5}, {1, 1, 1, 5}}) {
+    SCOPED_TRACE(c10::str(c10::IntArrayRef(shape)));
+    torch::manual_seed(5);
+    Inputs in = inputs(core::variant_cases().front(), Extra::none, torch::kFloat64, 8, 2);
+    in.bias = torch::randn(shape, torch::kFloat64);
+    expect_same(folded(in), reference(in), 1e-12, 1e-10);
+  }
+}
+
+// The control: the float64 bound catches a gradient off by 1e-6 of its size (the folded path's
+// dP_l scaled so), so a dropped or misplaced term of any gradient cannot pass it.
+TEST(Folded, Float64BoundFailsAGradientOffByOnePartInAMillion) {
+  torch::manual_seed(11);
+  const Inputs in = inputs(core::variant_cases().front(), Extra::bias_padding, torch::kFloat64);
+  const Result r = reference(in);
+  Result got = folded(in);
+  EXPECT_TRUE(close(got.dP_l, r.dP_l, 1e-12, 1e-10));
+  got.dP_l = got.dP_l * (1 + 1e-6);
+  EXPECT_FALSE(close(got.dP_l, r.dP_l, 1e-12, 1e-10));
+}
+
+TEST(Folded, Float32WithinItsRoundingOfTheFloat64Core) {
+  for (const Case& c : core::variant_cases())
+    for (Extra e : {Extra::bias_padding, Extra::causal}) {
+      SCOPED_TRACE(c.name + " extra " + std::to_string(int(e)));
+      torch::manual_seed(11);
+      const Inputs in = inputs(c, e, torch::kFloat32);
+      const Result got = folded(in);
+      EXPECT_EQ(got.O.scalar_type(), torch::kFloat32);
+      expect_same(got, reference(as_float64(in)), 2e-6, 2e-5);
+    }
+}
+
+// bf16 against float64 on the same values, beside the batched composition (see the header).
+void expect_bf16_bound(const Inputs& in) {
+  const Result got = folded(in), batched = differentiate(in, attention_core_reference),
+               r = reference(as_float64(in));
+  EXPECT_EQ(got.O.scalar_type(), torch::kBFloat16);
+  EXPECT_EQ(got.dQ.scalar_type(), torch::kBFloat16);
+  EXPECT_EQ(got.dK.scalar_type(), torch::kBFloat16);
+  EXPECT_EQ(got.dV.scalar_type(), torch::kBFloat16);
+  const auto g = got.all(), bt = batched.all(), w = r.all();
+  for (size_t i = 0; i < g.size(); ++i) {
+    const auto& [a, name] = g[i];
+    const Tensor &b = std::get<0>(w[i]), &c = std::get<0>(bt[i]);
+    ASSERT_EQ(a.defined(), b.defined()) << name;
+    if (!b.defined()) continue;
+    const double scale = b.abs().max().item<double>(), err = max_error(a, b), theirs = max_error(c, b);
+    EXPECT_LE(err, 3 * theirs + std::ldexp(scale, -8)) << name << ": the batched composition's error " << theirs;
+    EXPECT_LE(err, 3e-2 * scale) << name;
+  }
+}
+
+TEST(Folded, Bf16NoFartherFromFloat64ThanTheBatchedComposition) {
+  for (const Case& c : core::variant_cases())
+    for (Extra e : {Extra::bias_padding, Extra::causal}) {
+      SCOPED_TRACE(c.name + " extra " + std::to_string(int(e)));
+      torch::manual_seed(11);
+      Inputs in = inputs(c, e, torch::kFloat32);
+      for (Tensor* t : {&in.Q, &in.K, &in.V, &in.dO}) *t = t->to(torch::kBFloat16);
+      expect_bf16_bound(in);
+    }
+}
+
+// ATen's softmax gives NaN for a row with no key: the folded path gives O = 0 there and no
+// gradient through it, as the tiled path and the blocked algorithm do (without its zeroing of
+// such rows every output and gradient is NaN).
+TEST(Folded, ARowWithEveryKeyMaskedIsZeroNotNaN) {
+  const Inputs in = core::no_key_in_example_0();
+  const Result got = folded(in);
+  core::expect_rows_without_keys_zero(got.O, got.dQ, {got.dK, got.dV, got.dP_l, got.dP_w}, reference(in).O);
+}
+
+// Heads that do not fit (V's heads without P_w, Q's against P_l, K's against Q's), and Q, K, V of
+// two dtypes, are refused before anything runs, each in one line; the valid twin runs.
+TEST(Folded, RefusesWhatDoesNotFit) {
+  torch::manual_seed(11);
+  const Inputs th = inputs(core::variant_cases().front(), Extra::none, torch::kFloat64);  // h_k 3, h 5, h_v 2
+  auto refusal = [](const Inputs& in) -> std::string {
+    try {
+      folded_attention_core(in.Q, in.K, in.V, in.P_l, in.P_w, in.bias, in.mask);
+    } catch (const c10::Error& e) {
+      return e.what_without_backtrace();
+    }
+    return "";
+  };
+  EXPECT_EQ(refusal(th), "");
+  Inputs no_pw = th;
+  no_pw.P_w = Tensor();  // V's 2 heads are not h = 5
+  EXPECT_NE(refusal(no_pw).find("do not fit"), std::string::npos);
+  Inputs no_pl = th;
+  no_pl.P_l = Tensor();  // h = Q's 3 heads, P_w's rows are 5
+  EXPECT_NE(refusal(no_pl).find("do not fit"), std::string::npos);
+  Inputs k_heads = th;
+  k_heads.K = torch::cat({th.K, th.K}, 2);
+  EXPECT_NE(refusal(k_heads).find("do not fit"), std::string::npos);
+  Inputs dtypes = th;
+  dtypes.V = th.V.to(torch::kFloat32);
+  EXPECT_NE(refusal(dtypes).find("one floating dtype"), std::string::npos);
+}
+
+// `thx --th-path folded` routes the talking-heads family off the CPU to the folded products, which
+// keep the weights (the memory check's lower bound counts them), and leaves multi-head on SDPA;
+// the other paths keep nothing of that size. (The routing itself runs on a GPU: FoldedOnCuda.)
+TEST(Folded, ThPathFoldedKeepsTheWeightsOffTheCpu) {
+  AttentionConfig c;
+  c.h = 4, c.variant = "multi_head";
+  const AttentionDims mh = resolve(c, 32, 32, 32);
+  c.variant = "talking_heads";
+  const AttentionDims th = resolve(c, 32, 32, 32);
+  const torch::Device cuda(torch::kCUDA);
+  set_th_path("folded");
+  EXPECT_TRUE(keeps_attention_weights(th, cuda));
+  const bool mh_folded = keeps_attention_weights(mh, cuda);
+  set_th_path("tiled", false);
+  EXPECT_FALSE(keeps_attention_weights(th, cuda));
+  EXPECT_EQ(keeps_attention_weights(mh, cuda), mh_folded);  // multi-head's route is not the path's
+  EXPECT_TRUE(keeps_attention_weights(th, torch::Device(torch::kCPU)));
+}
+
+// On a GPU (skipped elsewhere): every variant and mask in fp32 (cuBLAS without TF32, LibTorch's
+// default) against float64 with float32's bound, and in bf16 within the bound above; then the
+// route: attention_core under `--th-path folded` equals folded_attention_core bit for bit.
+TEST(FoldedOnCuda, EqualsThePapersCoreForEveryVariantMaskAndDtype) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  const torch::Device cuda(torch::kCUDA);
+  for (const Case& c : core::variant_cases())
+    for (Extra e : {Extra::none, Extra::bias_padding, Extra::causal}) {
+      SCOPED_TRACE(c.name + " extra " + std::to_string(int(e)));
+      torch::manual_seed(11);
+      const Inputs in = inputs(c, e, torch::kFloat32), on_gpu = core::to_device(in, cuda);
+      const Result got = folded(on_gpu);
+      EXPECT_TRUE(got.O.is_cuda());
+      expect_same(got, reference(as_float64(on_gpu)), 2e-6, 2e-5);
+      Inputs bf16 = on_gpu;
+      for (Tensor* t : {&bf16.Q, &bf16.K, &bf16.V, &bf16.dO}) *t = t->to(torch::kBFloat16);
+      expect_bf16_bound(bf16);
+    }
+  torch::manual_seed(11);
+  const Inputs in = core::to_device(inputs(core::variant_cases().front(), Extra::bias_padding, torch::kFloat32), cuda);
+  set_th_path("folded");
+  const Tensor routed = attention_core(in.Q, in.K, in.V, in.P_l, in.P_w, in.bias, in.mask);
+  set_th_path("tiled", false);
+  EXPECT_TRUE(torch::equal(routed, folded_attention_core(in.Q, in.K, in.V, in.P_l, in.P_w, in.bias, in.mask)));
+}
+
+}  // namespace THX_FILE_ID
+}  // namespace
+}  // namespace thx::test
