@@ -271,10 +271,13 @@ pid_t launch_run(const Planned& p, const SweepOptions& o, int64_t threads, int64
   std::vector<std::string> args;
   // Debian 12's torchrun needs --redirects/--tee of one stream (README). Not --standalone:
   // its rendezvous is always port 29400, where a second run at once would join the first's;
-  // each run's own store on a free loopback port instead (torchrun's documented way).
+  // each run's own store on a free loopback port instead (torchrun's documented way). The ranks'
+  // logs go to the run's torchrun/ (without --log_dir torchrun makes a torchelastic_* folder in
+  // TMPDIR for them at every launch and never removes it).
   if (ranks > 1)
     args = {"torchrun", "--nnodes", "1", "--rdzv_backend", "c10d", "--rdzv_endpoint", "127.0.0.1:0", "--rdzv_id",
-            p.run->name, "--nproc_per_node", std::to_string(ranks), "--redirects", "2", "--tee", "2", "--no_python"};
+            p.run->name, "--nproc_per_node", std::to_string(ranks), "--redirects", "2", "--tee", "2",
+            "--log_dir", (fs::path(p.dir) / "torchrun").string(), "--no_python"};
   // The sweep's own --device goes to every run (a run's train.device still decides).
   args.insert(args.end(), {o.thx_binary, "--threads", std::to_string(threads), "--device", device_request(),
                            "pretrain", "--config", cfg, "--run-dir", p.dir, "--resume"});

@@ -28,11 +28,19 @@ inline int free_port() {
   return ntohs(a.sin_port);
 }
 
-// `torchrun <launch> --no_python thx --threads 1 <args>`, killed after `limit_s` seconds.
+// `torchrun <launch> --no_python <program>`, killed after `limit_s` seconds, with a TMPDIR of its
+// own, removed after it: torchrun's agent keeps each launch's logs (--redirects, --tee) in a
+// torchelastic_* folder of TMPDIR and never removes it (each CI run left nine in /tmp).
+inline RunResult run_torchrun_program(const std::string& launch, const std::string& program, int limit_s = 90) {
+  const TempDir tmp;
+  return run_command(fmt::format("TMPDIR={} timeout -k 5 {} torchrun {} --redirects 2 --tee 2 --no_python {} 2>&1",
+                                 tmp.path.string(), limit_s, launch, program));
+}
+
+// `torchrun <launch> --no_python thx --threads 1 <args>`, as above.
 // THX_TEST_SHOW=1 prints what the launch printed.
 inline RunResult run_torchrun(const std::string& launch, const std::string& args, int limit_s = 90) {
-  RunResult r = run_command(fmt::format("timeout -k 5 {} torchrun {} --redirects 2 --tee 2 --no_python {} --threads 1 {} 2>&1",
-                                        limit_s, launch, THX_BINARY, args));
+  RunResult r = run_torchrun_program(launch, fmt::format("{} --threads 1 {}", THX_BINARY, args), limit_s);
   if (std::getenv("THX_TEST_SHOW")) std::fprintf(stderr, "%s\n", r.out.c_str());
   return r;
 }

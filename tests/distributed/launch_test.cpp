@@ -129,8 +129,7 @@ TEST_F(Launch, RanksWithDifferentConfigsStopBeforeWork) {
       "#!/bin/sh\nif [ \"$RANK\" = 1 ]; then c={}; else c={}; fi\nexec {} --threads 1 pretrain --config $c --run-dir {}\n",
       second, config, THX_BINARY, dir.file("x")));
   std::filesystem::permissions(script, std::filesystem::perms::owner_all);
-  const RunResult r = run_command(fmt::format("timeout -k 5 90 torchrun {} --redirects 2 --tee 2 --no_python {} 2>&1",
-                                              two_ranks(), script));
+  const RunResult r = run_torchrun_program(two_ranks(), script);
   EXPECT_NE(r.code, 0);
   EXPECT_NE(r.out.find("thx: error: rank 1 resolved config differs from rank 0's"), std::string::npos) << r.out;
   EXPECT_FALSE(std::filesystem::exists(dir.file("x")));
