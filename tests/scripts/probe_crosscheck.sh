@@ -24,4 +24,5 @@ probe pw --set attention.variant=project_weights --set attention.h=4 --set atten
 probe gb --set attention.variant=general_bilinear --set attention.h=3 --mask padding --bias
 probe dyn --set attention.variant=talking_heads --set attention.h=4 \
   --set "attention.dynamic=[X_l,M_l,X_w,M_w]" --mask causal --bias --seed 3
-exec "$py" "$here/probe_check.py" "$dir"/*.h5
+# (not exec: the trap above removes the folder when the shell exits)
+"$py" "$here/probe_check.py" "$dir"/*.h5
