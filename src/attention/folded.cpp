@@ -75,11 +75,6 @@ struct Folded {
     return W;
   }
 
-  // sum_{dims} a * c in fp32 (fp64), the products rounded to the operands' dtype (as a product's
-  // output is); the gradients' contractions over the folded dim.
-  Tensor sum_of_products(const Tensor& a, const Tensor& c, at::IntArrayRef dims) const {
-    return (a * c.to(dt)).sum(dims, false, ct);
-  }
   // dL [b,n,h,m] summed to the bias's shape, in fp32 (fp64).
   Tensor bias_grad(const Tensor& dL, at::IntArrayRef sizes) const {
     const Tensor d = dL.permute({0, 2, 1, 3});  // [b,h,n,m]
@@ -106,13 +101,22 @@ struct FoldedFn : torch::autograd::Function<FoldedFn> {
     const Tensor P_l = present(s[3]), P_w = present(s[4]), bias = present(s[5]);
     const Folded f(Q, K, V, P_l, P_w, bias, present(s[6]));
     const Tensor dO = grads[0].to(f.dt).reshape({f.b, f.n, f.hv * f.dv});
+    // The sums over the folded dim come from the transposed products dV'^T and dQ'^T, whose rows
+    // are then [heads, keys] or [(d, rows), heads] matrices a batch: each sum is one batched
+    // product with a vector a matrix, one pass over them and nothing of their size made again.
     Tensor dV, dP_w, dWc;
-    {  // through O = W V': dW = dO V'^T, dV' = W^T dO, then V' = P_w V
+    {  // through O = W V': dW = dO V'^T, dV'^T = dO^T W, then V' = P_w V
       dWc = torch::bmm(dO, f.values(V).transpose(1, 2));  // [b, n, h m]
-      const Tensor dVf =
-          torch::bmm(W.view({f.b, f.n, f.h * f.m}).transpose(1, 2), dO).view({f.b, f.h, f.m, f.hv, f.dv});
-      dV = f.sum_of_products(dVf, f.Pw.reshape({1, f.h, 1, f.hv, 1}), {1}).to(f.dt);
-      if (P_w.defined()) dP_w = f.sum_of_products(dVf, V.unsqueeze(1), {0, 2, 4}).to(s[4].scalar_type());
+      const Tensor dVt = torch::bmm(dO.transpose(1, 2), W.view({f.b, f.n, f.h * f.m}))
+                             .view({f.b * f.hv * f.dv, f.h, f.m});  // dV'^T[(b,v,e), h, m]
+      // dV[b,m,v,e] = sum_h P_w[h,v] dV'^T[b,v,e,h,m]
+      const Tensor pw = f.Pw.t().to(f.dt).reshape({1, f.hv, 1, 1, f.h}).expand({f.b, f.hv, f.dv, 1, f.h});
+      dV = torch::bmm(pw.reshape({-1, 1, f.h}), dVt).view({f.b, f.hv, f.dv, f.m}).permute({0, 3, 1, 2}).contiguous();
+      if (P_w.defined()) {  // dP_w[h,v] = sum_{b,e,m} dV'^T[b,v,e,h,m] V[b,m,v,e]
+        const Tensor Vt = V.permute({0, 2, 3, 1}).contiguous().view({-1, f.m, 1});
+        dP_w = torch::bmm(dVt, Vt).view({f.b, f.hv, f.dv, f.h}).sum(std::vector<int64_t>{0, 2}, false, f.ct);
+        dP_w = dP_w.t().to(s[4].scalar_type());
+      }
     }
     // The softmax: dL = W (dW - sum W dW), 0 where a row had no key (W = 0).
     const Tensor dL = at::_softmax_backward_data(dWc.view({f.b, f.n, f.h, f.m}), W, -1, f.dt);
@@ -120,12 +124,19 @@ struct FoldedFn : torch::autograd::Function<FoldedFn> {
     Tensor dbias;
     if (bias.defined()) dbias = f.bias_grad(dL, s[5].sizes()).to(s[5].scalar_type());
     const Tensor dLd = dL.view({f.b, f.n * f.h, f.m});
-    // Through L = Q' K^T: dQ' = dL K, dK = dL^T Q', then Q' = P_l Q.
+    // Through L = Q' K^T: dK = dL^T Q', dQ'^T = K^T dL^T, then Q' = P_l Q.
     const Tensor dK = torch::bmm(dLd.transpose(1, 2), f.queries(Q)).view({f.b, f.m, f.hk, f.dk});
-    const Tensor dQf = torch::bmm(dLd, f.keys(K)).view({f.b, f.n, f.h, f.hk, f.dk});
-    const Tensor dQ = f.sum_of_products(dQf, f.Pl.t().reshape({1, 1, f.h, f.hk, 1}), {2}).to(f.dt);
+    const Tensor dQt = torch::bmm(f.keys(K).transpose(1, 2), dLd.transpose(1, 2))
+                           .view({f.b * f.hk, f.dk * f.n, f.h});  // dQ'^T[(b,k), (d,n), h]
+    // dQ[b,n,k,d] = sum_h P_l[k,h] dQ'^T[b,k,d,n,h]
+    const Tensor pl = f.Pl.to(f.dt).reshape({1, f.hk, f.h, 1}).expand({f.b, f.hk, f.h, 1});
+    const Tensor dQ =
+        torch::bmm(dQt, pl.reshape({-1, f.h, 1})).view({f.b, f.hk, f.dk, f.n}).permute({0, 3, 1, 2}).contiguous();
     Tensor dP_l;
-    if (P_l.defined()) dP_l = f.sum_of_products(dQf, Q.unsqueeze(2), {0, 1, 4}).t().to(s[3].scalar_type());
+    if (P_l.defined()) {  // dP_l[k,h] = sum_{b,d,n} Q[b,n,k,d] dQ'^T[b,k,d,n,h]
+      const Tensor Qt = Q.permute({0, 2, 3, 1}).contiguous().view({-1, 1, f.dk * f.n});
+      dP_l = torch::bmm(Qt, dQt).view({f.b, f.hk, f.h}).sum(0, false, f.ct).to(s[3].scalar_type());
+    }
     return {dQ, dK, dV, dP_l, dP_w, dbias, Tensor()};
   }
 };

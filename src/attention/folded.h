@@ -15,8 +15,9 @@
 // Q' and V' ([b,n,h,h_k d_k] and [b,h,m,h_v d_v], O(n)) are made again. Numerics: Q' and V' are
 // products made in fp32 and rounded once to the operands' dtype; the logits and weights are in
 // that dtype, as a product's output is (the bias added in fp32, rounded once), the softmax's
-// statistics in fp32 (ATen's); every gradient sum in fp32 (fp64 for fp64). A row whose every key
-// is masked gets O = 0 and no gradient, as on the tiled path.
+// statistics in fp32 (ATen's); the gradients' sums over the folded dim are batched products in
+// that dtype too, P_l's and P_w's then summed over the examples in fp32 (fp64 for fp64). A row
+// whose every key is masked gets O = 0 and no gradient, as on the tiled path.
 #pragma once
 #include <torch/torch.h>
 
