@@ -1,6 +1,7 @@
 #include "attention/folded.h"
 
 #include <limits>
+#include <vector>
 
 #include "attention/optional_tensor.h"
 
@@ -11,12 +12,11 @@ using torch::Tensor;
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-
 // The problem's sizes and its fp32 (or fp64) matrices: P_l and P_w (the identity where absent),
 // the bias and mask as 4 dims, [b,h,n,m] broadcastable.
 struct Folded {
   int64_t b, n, m, hk, dk, h, hv, dv;
-  torch::ScalarType dt, ct;  // the operands' dtype, and that of the logits, softmax and sums
+  torch::ScalarType dt, ct;  // the operands' dtype; fp32 (fp64): the bias's and P_l's, P_w's sums
   Tensor Pl, Pw, bias, mask;
 
   Folded(const Tensor& Q, const Tensor& K, const Tensor& V, const Tensor& P_l, const Tensor& P_w, const Tensor& b4,
