@@ -1,15 +1,19 @@
 // core_problems.h: small attention-core problems (Q, K, V, P_l, P_w, bias, mask, dO) and the
 // paper's section 4 core written as einsums with the paper's layout, differentiated by autograd:
-// the reference of the blocked algorithm (blocked_test.cpp) and of the fused CUDA kernels
-// (fused_th_emu_test.cpp).
+// the reference of the blocked algorithm (blocked_test.cpp), of the fused CUDA kernels
+// (fused_th_emu_test.cpp) and of the folded products (folded_test.cpp); and the harness that
+// differentiates a core and compares its O and gradients.
 #pragma once
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include <cmath>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
+
+#include "test_util.h"
 
 namespace thx::test::core {
 
@@ -92,6 +96,56 @@ inline std::pair<torch::Tensor, torch::Tensor> paper_core(const torch::Tensor& Q
   const torch::Tensor W = torch::softmax(L, 2);                                        // over m
   const torch::Tensor U = P_w.defined() ? torch::einsum("bnms,st->bnmt", {W, P_w}) : W;  // U = W·P_w
   return {torch::einsum("bnmt,bmte->bnte", {U, V}), L};                                 // O = U·V
+}
+
+// O and the gradients of sum(O dO) in Q, K, V, P_l, P_w and the bias (undefined where that
+// input is), each with its name.
+struct Result {
+  torch::Tensor O, dQ, dK, dV, dP_l, dP_w, dbias;
+  std::vector<std::tuple<torch::Tensor, const char*>> all() const {
+    return {{O, "O"}, {dQ, "dQ"}, {dK, "dK"}, {dV, "dV"}, {dP_l, "dP_l"}, {dP_w, "dP_w"}, {dbias, "dbias"}};
+  }
+};
+
+// `core` (a differentiable attention core taking Q, K, V, P_l, P_w, bias, mask) under autograd,
+// with the inputs as they are; sum(O dO) is formed in float64 (dO as drawn).
+template <typename Core>
+Result gradients(const Inputs& in, const Core& core) {
+  auto leaf = [](const torch::Tensor& t) { return t.defined() ? t.detach().clone().requires_grad_(true) : t; };
+  torch::Tensor Q = leaf(in.Q), K = leaf(in.K), V = leaf(in.V), P_l = leaf(in.P_l), P_w = leaf(in.P_w);
+  torch::Tensor bias = leaf(in.bias);
+  const torch::Tensor O = core(Q, K, V, P_l, P_w, bias, in.mask);
+  (O.to(torch::kFloat64) * in.dO.to(torch::kFloat64)).sum().backward();
+  auto grad = [](const torch::Tensor& t) { return t.defined() ? t.grad() : t; };
+  return {O.detach(), grad(Q), grad(K), grad(V), grad(P_l), grad(P_w), grad(bias)};
+}
+
+// The inputs with Q, K, V in `dtype` and P_l, P_w and the bias in it too, or in fp32 for bf16
+// (what a bf16 model hands its attention); dO and the mask as they are.
+inline Inputs in_dtype(const Inputs& in, torch::Dtype dtype) {
+  const torch::Dtype wide = dtype == torch::kBFloat16 ? torch::kFloat32 : dtype;
+  auto to = [](const torch::Tensor& t, torch::Dtype d) { return t.defined() ? t.to(d) : t; };
+  return {to(in.Q, dtype), to(in.K, dtype), to(in.V, dtype), to(in.P_l, wide), to(in.P_w, wide), to(in.bias, wide),
+          in.mask, in.dO};
+}
+
+// The paper's core as a core: O alone.
+inline torch::Tensor paper_output(const torch::Tensor& Q, const torch::Tensor& K, const torch::Tensor& V,
+                                  const torch::Tensor& P_l, const torch::Tensor& P_w, const torch::Tensor& bias,
+                                  const torch::Tensor& mask) {
+  return paper_core(Q, K, V, P_l, P_w, bias, mask).first;
+}
+
+// Each of O and the gradients within atol + rtol x max|reference| (compared in float64), and
+// defined exactly where the reference's is.
+inline void expect_same(const Result& got, const Result& r, double atol, double rtol) {
+  const auto g = got.all(), w = r.all();
+  for (size_t i = 0; i < g.size(); ++i) {
+    const auto& [a, name] = g[i];
+    const torch::Tensor& b = std::get<0>(w[i]);
+    ASSERT_EQ(a.defined(), b.defined()) << name;
+    if (b.defined()) EXPECT_TRUE(close(a.to(torch::kFloat64), b, atol, rtol)) << name;
+  }
 }
 
 }  // namespace thx::test::core

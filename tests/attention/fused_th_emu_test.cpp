@@ -44,41 +44,18 @@ const std::vector<Case> kCases = {{"talking_heads", 3, 5, 2, true, true},
                                   {"project_logits", 3, 5, 5, true, false},
                                   {"project_weights", 5, 5, 2, false, true}};
 
-Tensor paper_core(const Tensor& Q, const Tensor& K, const Tensor& V, const Tensor& P_l, const Tensor& P_w,
-                  const Tensor& bias, const Tensor& mask) {
-  return core::paper_core(Q, K, V, P_l, P_w, bias, mask).first;
-}
+using core::expect_same;
+using core::Result;
 
-struct Result {
-  Tensor O, dQ, dK, dV, dP_l, dP_w, dbias;
-};
-
+// `core` under autograd with Q, K, V in `dtype` (P_l, P_w and the bias in fp32 for bf16).
 template <typename Core>
 Result differentiate(const Inputs& in, torch::Dtype dtype, const Core& core) {
-  auto leaf = [&](const Tensor& t) { return t.defined() ? t.detach().to(dtype).requires_grad_(true) : t; };
-  auto leaf_param = [&](const Tensor& t) {
-    return t.defined() ? t.detach().to(dtype == torch::kBFloat16 ? torch::kFloat32 : dtype).requires_grad_(true) : t;
-  };
-  Tensor Q = leaf(in.Q), K = leaf(in.K), V = leaf(in.V);
-  Tensor P_l = leaf_param(in.P_l), P_w = leaf_param(in.P_w), bias = leaf_param(in.bias);
-  const Tensor O = core(Q, K, V, P_l, P_w, bias, in.mask);
-  (O.to(torch::kFloat64) * in.dO.to(torch::kFloat64)).sum().backward();
-  auto grad = [](const Tensor& t) { return t.defined() ? t.grad() : t; };
-  return {O.detach(), grad(Q), grad(K), grad(V), grad(P_l), grad(P_w), grad(bias)};
+  return core::gradients(core::in_dtype(in, dtype), core);
 }
 
-Result reference(const Inputs& in) { return differentiate(in, torch::kFloat64, paper_core); }
+Result reference(const Inputs& in) { return differentiate(in, torch::kFloat64, core::paper_output); }
 Result fused(const Inputs& in, torch::Dtype dtype, const cuda_th::Launcher& l, ThTiles tiles) {
   return differentiate(in, dtype, [&](auto&... a) { return fused_th_attention_core(a..., l, tiles); });
-}
-
-void expect_same(const Result& got, const Result& r, double atol, double rtol) {
-  for (auto [g, w, name] : {std::tuple{got.O, r.O, "O"}, {got.dQ, r.dQ, "dQ"}, {got.dK, r.dK, "dK"},
-                            {got.dV, r.dV, "dV"}, {got.dP_l, r.dP_l, "dP_l"}, {got.dP_w, r.dP_w, "dP_w"},
-                            {got.dbias, r.dbias, "dbias"}}) {
-    ASSERT_EQ(g.defined(), w.defined()) << name;
-    if (w.defined()) EXPECT_TRUE(close(g.to(torch::kFloat64), w, atol, rtol)) << name;
-  }
 }
 
 std::string trace(const Case& c, Extra e, ThTiles t, int threads) {
