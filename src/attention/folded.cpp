@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "attention/optional_tensor.h"
+#include "common/torch_compat.h"
 
 namespace thx {
 namespace {
@@ -104,6 +105,9 @@ struct FoldedFn : torch::autograd::Function<FoldedFn> {
     // The sums over the folded dim come from the transposed products dV'^T and dQ'^T, whose rows
     // are then [heads, keys] or [(d, rows), heads] matrices a batch: each sum is one batched
     // product with a vector a matrix, one pass over them and nothing of their size made again.
+    // dP_l's and dP_w's products are written in fp32 where LibTorch can (compat::bmm_wide: bf16
+    // operands on CUDA with LibTorch 2.8+), so that their sums over (b, e, m) and (b, d, n) are
+    // rounded once, to fp32; elsewhere each batch's sum is rounded to the operands' dtype first.
     Tensor dV, dP_w, dWc;
     {  // through O = W V': dW = dO V'^T, dV'^T = dO^T W, then V' = P_w V
       dWc = torch::bmm(dO, f.values(V).transpose(1, 2));  // [b, n, h m]
@@ -114,7 +118,7 @@ struct FoldedFn : torch::autograd::Function<FoldedFn> {
       dV = torch::bmm(pw.reshape({-1, 1, f.h}), dVt).view({f.b, f.hv, f.dv, f.m}).permute({0, 3, 1, 2}).contiguous();
       if (P_w.defined()) {  // dP_w[h,v] = sum_{b,e,m} dV'^T[b,v,e,h,m] V[b,m,v,e]
         const Tensor Vt = V.permute({0, 2, 3, 1}).contiguous().view({-1, f.m, 1});
-        dP_w = torch::bmm(dVt, Vt).view({f.b, f.hv, f.dv, f.h}).sum(std::vector<int64_t>{0, 2}, false, f.ct);
+        dP_w = compat::bmm_wide(dVt, Vt, f.ct).view({f.b, f.hv, f.dv, f.h}).sum(std::vector<int64_t>{0, 2});
         dP_w = dP_w.t().to(s[4].scalar_type());
       }
     }
@@ -135,7 +139,7 @@ struct FoldedFn : torch::autograd::Function<FoldedFn> {
     Tensor dP_l;
     if (P_l.defined()) {  // dP_l[k,h] = sum_{b,d,n} Q[b,n,k,d] dQ'^T[b,k,d,n,h]
       const Tensor Qt = Q.permute({0, 2, 3, 1}).contiguous().view({-1, 1, f.dk * f.n});
-      dP_l = torch::bmm(Qt, dQt).view({f.b, f.hk, f.h}).sum(0, false, f.ct).to(s[3].scalar_type());
+      dP_l = compat::bmm_wide(Qt, dQt, f.ct).view({f.b, f.hk, f.h}).sum(0).to(s[3].scalar_type());
     }
     return {dQ, dK, dV, dP_l, dP_w, dbias, Tensor()};
   }

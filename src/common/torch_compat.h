@@ -14,6 +14,9 @@
 //                          (skip_all_reduce_unused_params, use_python_reducer); later ones drop
 //                          the per-bucket limits (some then take a list of byte caps).
 //   scaled_dot_product_attention   2.x only (THX_HAVE_SDPA).
+//   at::bmm(a, b, out_dtype)        2.8+ (bmm.dtype in native_functions.yaml, a CUDA kernel only):
+//                                   a bf16 or fp16 product written in fp32, as cuBLAS sums it.
+//                                   Found by overload, not by version (bmm_wide below).
 //   CUDA memory statistics          c10::cuda::CUDACachingAllocator, only where LibTorch has CUDA
 //                                   (THX_CUDA, set by CMake when it finds torch_cuda).
 //
@@ -24,6 +27,7 @@
 #include <torch/version.h>
 
 #include <type_traits>
+#include <utility>
 
 #if TORCH_VERSION_MAJOR >= 2
 #define THX_TORCH2 1
@@ -37,6 +41,42 @@ namespace thx::compat {
 
 template <class...>
 inline constexpr bool kNever = false;
+
+// ---- a bf16 product's sums kept in fp32 ----------------------------------------------------
+// bmm_wide(a, b, out): the batched product a b in dtype `out`. Where LibTorch has bmm.dtype and
+// a, b are bf16 or fp16 on CUDA and `out` is fp32, cuBLAS's fp32 sums are written as they are
+// (bgemm<bf16, float>: one rounding, to fp32). Elsewhere the product in the operands' dtype,
+// then widened: the sums rounded to the operands' dtype first. (1.13 has no such product; on
+// the CPU bmm.dtype has no kernel.) The overload is found at compile time: a LibTorch without it
+// takes the second, whatever its version says.
+namespace detail {
+template <class T>
+auto bmm_out_dtype(const T& a, const T& b, at::ScalarType out, int) -> decltype(at::bmm(a, b, out)) {
+  return at::bmm(a, b, out);
+}
+template <class T>
+at::Tensor bmm_out_dtype(const T& a, const T& b, at::ScalarType out, long) {
+  return at::bmm(a, b).to(out);
+}
+template <class T>
+constexpr auto has_bmm_out_dtype(int) -> decltype(at::bmm(std::declval<T>(), std::declval<T>(), at::kFloat), true) {
+  return true;
+}
+template <class T>
+constexpr bool has_bmm_out_dtype(long) {
+  return false;
+}
+}  // namespace detail
+
+// Whether this LibTorch has bmm.dtype (true on the GPU machines' 2.11, false on Debian's 1.13).
+inline constexpr bool kHaveBmmOutDtype = detail::has_bmm_out_dtype<at::Tensor>(0);
+
+inline at::Tensor bmm_wide(const at::Tensor& a, const at::Tensor& b, at::ScalarType out) {
+  const auto in = a.scalar_type();
+  const bool reduced = in == at::kBFloat16 || in == at::kHalf;
+  if (a.is_cuda() && reduced && out == at::kFloat) return detail::bmm_out_dtype(a, b, out, 0);
+  return at::bmm(a, b).to(out);
+}
 
 }  // namespace thx::compat
 

@@ -1,0 +1,58 @@
+// compat::bmm_wide (common/torch_compat.h): a batched product written in a wider dtype. Off the
+// GPU (and on a LibTorch without bmm.dtype) it is the product in the operands' dtype, widened,
+// bit for bit. On a GPU with LibTorch 2.8+ a bf16 product comes back with cuBLAS's fp32 sums:
+// within fp32's rounding of the float64 product, where the same product rounded to bf16 is 2^7
+// times farther (the control: the fallback would fail the bound). The overload's detection is
+// checked against the version that added it.
+#include <cmath>
+
+#include "common/torch_compat.h"
+#include "test_util.h"
+
+namespace thx::test {
+namespace {
+namespace THX_FILE_ID {
+
+using torch::Tensor;
+
+double max_error(const Tensor& a, const Tensor& b) {
+  return (a.to(torch::kFloat64) - b.to(torch::kFloat64)).abs().max().item<double>();
+}
+
+TEST(TorchCompat, BmmOutDtypeIsFoundWhereLibTorchAddedIt) {
+  const bool added = TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 8);
+  EXPECT_EQ(compat::kHaveBmmOutDtype, added) << "LibTorch " << TORCH_VERSION;
+}
+
+TEST(TorchCompat, BmmWideOnTheCpuIsTheProductWidened) {
+  torch::manual_seed(3);
+  const Tensor a = torch::randn({3, 5, 64}).to(torch::kBFloat16), b = torch::randn({3, 64, 1}).to(torch::kBFloat16);
+  const Tensor wide = compat::bmm_wide(a, b, torch::kFloat32);
+  EXPECT_EQ(wide.scalar_type(), torch::kFloat32);
+  EXPECT_TRUE(torch::equal(wide, torch::bmm(a, b).to(torch::kFloat32)));
+  const Tensor a64 = a.to(torch::kFloat64), b64 = b.to(torch::kFloat64);
+  EXPECT_TRUE(torch::equal(compat::bmm_wide(a64, b64, torch::kFloat64), torch::bmm(a64, b64)));
+}
+
+// The folded path's shapes: a matrix times a vector a batch ([N, h, m] x [N, m, 1]) and a vector
+// times a matrix ([N, 1, k] x [N, k, h]), sums of 4096 bf16 products each.
+TEST(TorchCompatOnCuda, BmmWideKeepsCublasFp32Sums) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  if (!compat::kHaveBmmOutDtype) GTEST_SKIP() << "LibTorch " << TORCH_VERSION << " has no bmm.dtype";
+  torch::manual_seed(3);
+  const auto bf16 = torch::TensorOptions().device(torch::kCUDA).dtype(torch::kBFloat16);
+  for (const auto& [sa, sb] : {std::pair<std::vector<int64_t>, std::vector<int64_t>>{{8, 12, 4096}, {8, 4096, 1}},
+                               {{8, 1, 4096}, {8, 4096, 12}}}) {
+    const Tensor a = torch::randn(sa, bf16), b = torch::randn(sb, bf16);
+    const Tensor exact = torch::bmm(a.to(torch::kFloat64), b.to(torch::kFloat64));
+    const Tensor wide = compat::bmm_wide(a, b, torch::kFloat32);
+    ASSERT_EQ(wide.scalar_type(), torch::kFloat32);
+    const double scale = exact.abs().max().item<double>();
+    EXPECT_LE(max_error(wide, exact), std::ldexp(scale, -16));
+    EXPECT_GT(max_error(torch::bmm(a, b), exact), std::ldexp(scale, -16)) << "the control: bf16's rounding";
+  }
+}
+
+}  // namespace THX_FILE_ID
+}  // namespace
+}  // namespace thx::test
