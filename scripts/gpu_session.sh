@@ -22,11 +22,12 @@
 #                                    bias (ncu's source page as CSV, beside the SASS), the
 #                                    attention benchmark (talking-heads on the flash
 #                                    kernels, on the tiled path with thx's row kernels, on the
-#                                    folded products, batched;
+#                                    heads-major products (gemm), on the folded products, batched;
 #                                    GPU_ATTENTION_PATHS adds tiled-fma, tiled-aten and fused, which
 #                                    the fourth session measured), the whole-step benchmark at base
 #                                    size in bf16 with the compiled PyTorch peer (its talking-heads
-#                                    rows again with the flash kernels, the folded products and
+#                                    rows again with the flash kernels, the heads-major and the
+#                                    folded products and
 #                                    with ATen between the products), the mini T5 on the GPU
 #                                    (fp32, bf16) beside the CPU,
 #                                    the rest of the unit suite, the talking-heads rows on the fused
@@ -83,7 +84,7 @@ run() {
   # (GPU_PHASES="bench-train unit-suite", say).
   local deadline=$((SECONDS + ${GPU_DEADLINE_S:-560}))
   local default_phases="build sass cuda-tests sanitize ncu ncu-source bench-attention bench-train"
-  default_phases+=" bench-train-flash bench-train-folded mini-t5 unit-suite"
+  default_phases+=" bench-train-flash bench-train-gemm bench-train-folded mini-t5 unit-suite"
   local phases=${GPU_PHASES:-$default_phases bench-train-aten bench-train-fused cuda-debug}
   printf '| phase | exit | seconds | last line of its log |\n|---|---:|---:|---|\n' > "$summary"
   {
@@ -269,8 +270,9 @@ run() {
       exit \$failed"
     # One layer in bf16 at h = 12, 24, 48 (issue 31's grid): talking-heads on the flash kernels
     # (where their tests passed), on the tiled path with thx's row kernels (the default: bf16
-    # mixings on tensor cores), on the folded products (the mixings folded into Q and V: cuBLAS
-    # alone), with the row kernels' fp32 FMAs (tiled-fma), with ATen between its
+    # mixings on tensor cores), on the heads-major products (gemm: the mixings as cuBLAS products
+    # over the n m positions, in bf16), on the folded products (the mixings folded into Q and V:
+    # cuBLAS alone), with the row kernels' fp32 FMAs (tiled-fma), with ATen between its
     # products instead (tiled-aten, the default before them), on thx's fused kernels (bf16
     # products on tensor cores) and on the
     # batched composition (GPU_ATTENTION_PATHS adds fma: the fused kernels with version 1's FMAs,
@@ -281,7 +283,7 @@ run() {
     # "show where"). The flash kernels and the row kernels also with T5's relative position bias
     # (--bias) at n = 2048: what the bias's loads and its gradient cost them, which every T5 layer
     # pays and the rows without it do not show. A path that fails does not stop the others.
-    local paths=${GPU_ATTENTION_PATHS:-flash tiled folded batched}
+    local paths=${GPU_ATTENTION_PATHS:-flash tiled gemm folded batched}
     [ "$flash_ok" = 1 ] || paths=${paths/flash/}
     phase bench-attention 170 bash -c "
       bench() { $thx --device cuda bench attention --precision bf16 --heads 12,24,48 \"\$@\"; }
@@ -310,6 +312,10 @@ run() {
     # default on the same machine.
     [ "$flash_ok" = 1 ] && phase bench-train-flash 60 "$thx" --device cuda --th-path flash bench train \
       --config configs/t5/mini.yaml --precision bf16 --base --base-only --base-heads 12,48 --out "$OUT/train-flash.md"
+    # The talking-heads rows on the heads-major products (the mixings as cuBLAS products in bf16,
+    # the weights kept), for their ratio to the default on the same machine.
+    phase bench-train-gemm 60 "$thx" --device cuda --th-path gemm bench train \
+      --config configs/t5/mini.yaml --precision bf16 --base --base-only --base-heads 12,48 --out "$OUT/train-gemm.md"
     # The talking-heads rows on the folded products (cuBLAS's large products, the weights kept),
     # for their ratio to the default on the same machine.
     phase bench-train-folded 60 "$thx" --device cuda --th-path folded bench train \

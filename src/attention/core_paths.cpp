@@ -1,9 +1,9 @@
 // core_paths.cpp: which path attention_core takes (attention/fused.h: the switches, `--th-path`).
 // On the CPU the fused row-kernel cores of fused.cpp where they take the call; on CUDA,
 // multi-head by ATen's scaled_dot_product_attention and the talking-heads family by the fused
-// kernels (cuda/th_fused.h), the flash kernels, blocks of query rows (tiled.h) or the folded
-// products (folded.h); else the ATen composition attention_core_reference. One place decides,
-// for every caller.
+// kernels (cuda/th_fused.h), the flash kernels, blocks of query rows (tiled.h), the folded
+// products (folded.h) or the heads-major products (heads_gemm.h); else the ATen composition
+// attention_core_reference. One place decides, for every caller.
 #include <atomic>
 #include <limits>
 #include <string>
@@ -13,6 +13,7 @@
 #include "attention/cuda/th_rows_args.h"
 #include "attention/folded.h"
 #include "attention/fused.h"
+#include "attention/heads_gemm.h"
 #include "attention/tiled.h"
 #include "common/torch_compat.h"
 
@@ -22,7 +23,8 @@ using torch::Tensor;
 
 namespace {
 std::atomic<bool> g_sdpa{true}, g_tiled{true}, g_th_kernels{false};  // (th_path's default: tiled)
-std::atomic<bool> g_row_kernels{true}, g_row_tensor_cores{true}, g_flash_kernels{false}, g_folded{false};
+std::atomic<bool> g_row_kernels{true}, g_row_tensor_cores{true}, g_flash_kernels{false}, g_folded{false},
+    g_gemm{false};
 }  // namespace
 void set_sdpa_attention(bool enabled) { g_sdpa = enabled; }
 void set_tiled_attention(bool enabled) { g_tiled = enabled; }
@@ -31,6 +33,7 @@ void set_tiled_row_kernels(bool enabled) { g_row_kernels = enabled; }
 void set_row_tensor_cores(bool enabled) { g_row_tensor_cores = enabled; }
 void set_flash_kernels(bool enabled) { g_flash_kernels = enabled; }
 void set_folded_attention(bool enabled) { g_folded = enabled; }
+void set_heads_gemm_attention(bool enabled) { g_gemm = enabled; }
 namespace {
 bool row_tensor_cores() { return g_row_tensor_cores && th_tensor_cores(); }
 }  // namespace
@@ -47,12 +50,18 @@ std::string folded_path_description() {
   return "the folded products (P_l folded into Q, P_w into V; cuBLAS's products, ATen's softmax; the weights kept)";
 }
 
+std::string heads_gemm_path_description() {
+  return "heads-major products in the operands' dtype (the mixings as cuBLAS GEMMs over n m; ATen's softmax; the "
+         "weights kept)";
+}
+
 namespace {
 std::string g_th_path = "tiled";  // set once, before any command runs
 bool g_th_path_chosen = false;
 }  // namespace
 void set_th_path(const std::string& path, bool chosen) {
-  TORCH_CHECK(path == "fused" || tiled_path(path) || path == "batched" || path == "folded", "set_th_path: ", path);
+  TORCH_CHECK(path == "fused" || tiled_path(path) || path == "batched" || path == "folded" || path == "gemm",
+              "set_th_path: ", path);
   g_th_path = path, g_th_path_chosen = chosen;
   set_tiled_attention(path != "batched");
   set_th_kernels(path == "fused");
@@ -60,6 +69,7 @@ void set_th_path(const std::string& path, bool chosen) {
   set_row_tensor_cores(path != "tiled-fma");
   set_flash_kernels(path == "flash");
   set_folded_attention(path == "folded");
+  set_heads_gemm_attention(path == "gemm");
 }
 const std::string& th_path() { return g_th_path; }
 bool th_path_chosen() { return g_th_path_chosen; }
@@ -68,7 +78,7 @@ bool keeps_attention_weights(const AttentionDims& d, const torch::Device& device
   // (attention_core's routes below, and projected.cpp's for dropout and dynamic projections)
   if (device.is_cpu() || d.d_k == 0 || d.any_dynamic() || d.dropout > 0) return true;
   if (!d.has_P_l() && !d.has_P_w()) return !(THX_HAVE_SDPA && device.is_cuda() && g_sdpa);
-  return !g_tiled || g_folded;
+  return !g_tiled || g_folded || g_gemm;
 }
 
 Tensor attention_core(const Tensor& Q, const Tensor& K, const Tensor& V, const Tensor& P_l,
@@ -90,9 +100,12 @@ Tensor attention_core(const Tensor& Q, const Tensor& K, const Tensor& V, const T
   // The talking-heads family off the CPU: thx's fused CUDA kernels (cuda/th_fused.h) where built
   // and the problem is one they take, else blocks of query rows (tiled.h: cuBLAS's products, thx's
   // row kernels between them where built); neither keeps anything of size [b,h,n,m]. Or, where
-  // chosen (`--th-path folded`), the folded products (folded.h), which keep the weights.
+  // chosen (`--th-path folded`), the folded products (folded.h), or (`--th-path gemm`) the
+  // heads-major products (heads_gemm.h), which keep the weights.
   if ((P_l.defined() || P_w.defined()) && !Q.device().is_cpu() && g_folded)
     return folded_attention_core(Q, K, V, P_l, P_w, bias, mask);
+  if ((P_l.defined() || P_w.defined()) && !Q.device().is_cpu() && g_gemm)
+    return heads_gemm_attention_core(Q, K, V, P_l, P_w, bias, mask);
   if ((P_l.defined() || P_w.defined()) && !Q.device().is_cpu() && g_tiled) {
     const cuda_th::Launcher* kernels = Q.is_cuda() && g_th_kernels ? cuda_th_launcher() : nullptr;
     if (kernels && fused_th_unsupported(Q, K, V, P_l, P_w, bias, mask, *kernels).empty())

@@ -1,9 +1,9 @@
 #include "attention/folded.h"
 
-#include <limits>
 #include <vector>
 
 #include "attention/optional_tensor.h"
+#include "attention/th_problem.h"
 #include "common/torch_compat.h"
 
 namespace thx {
@@ -13,40 +13,11 @@ using torch::Tensor;
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-// The problem's sizes and its fp32 (or fp64) matrices: P_l and P_w (the identity where absent),
-// the bias and mask as 4 dims, [b,h,n,m] broadcastable.
-struct Folded {
-  int64_t b, n, m, hk, dk, h, hv, dv;
-  torch::ScalarType dt, ct;  // the operands' dtype; fp32 (fp64): the bias's and P_l's, P_w's sums
-  Tensor Pl, Pw, bias, mask;
+constexpr const char* kFoldedName = "folded attention";  // in a refusal
 
-  Folded(const Tensor& Q, const Tensor& K, const Tensor& V, const Tensor& P_l, const Tensor& P_w, const Tensor& b4,
-         const Tensor& m4) {
-    TORCH_CHECK(Q.dim() == 4 && K.dim() == 4 && V.dim() == 4, "folded attention: Q, K, V must be [b,n,heads,dim]");
-    b = Q.size(0), n = Q.size(1), m = K.size(1), hk = Q.size(2), dk = Q.size(3), hv = V.size(2), dv = V.size(3);
-    h = P_l.defined() ? P_l.size(1) : hk;
-    TORCH_CHECK(K.size(0) == b && V.size(0) == b && V.size(1) == m && K.size(3) == dk,
-                "folded attention: Q ", Q.sizes(), ", K ", K.sizes(), " and V ", V.sizes(), " do not fit");
-    TORCH_CHECK(K.size(2) == hk && (!P_l.defined() || P_l.size(0) == hk) &&
-                    (P_w.defined() ? P_w.size(0) == h && P_w.size(1) == hv : hv == h),
-                "folded attention: heads of Q ", hk, ", K ", K.size(2), ", V ", hv, " do not fit P_l ",
-                P_l.defined() ? P_l.sizes() : at::IntArrayRef{}, " and P_w ",
-                P_w.defined() ? P_w.sizes() : at::IntArrayRef{}, " (without P_l, h = Q's heads; without P_w, V's = h)");
-    dt = Q.scalar_type();
-    TORCH_CHECK(K.scalar_type() == dt && V.scalar_type() == dt && at::isFloatingType(dt),
-                "folded attention: Q, K and V must have one floating dtype");
-    ct = dt == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32;
-    const auto wide = Q.options().dtype(ct);
-    Pl = P_l.defined() ? P_l.to(wide) : torch::eye(hk, wide);
-    Pw = P_w.defined() ? P_w.to(wide) : torch::eye(h, wide);
-    auto four = [](Tensor t) {
-      while (t.defined() && t.dim() < 4) t = t.unsqueeze(0);
-      return t;
-    };
-    bias = b4.defined() ? four(b4.to(wide)) : b4;
-    mask = four(m4);
-    TORCH_CHECK(!mask.defined() || mask.scalar_type() == torch::kBool, "folded attention: the mask must be bool");
-  }
+// The problem (th_problem.h) and its folded operands, in [b,n,h,m] order.
+struct Folded : ThProblem {
+  using ThProblem::ThProblem;
 
   // Q' [b, n h, h_k d_k] in the operands' dtype: Q'[n,h,k,d] = P_l[k,h] Q[n,k,d], each product
   // made in fp32 and rounded once (a product of a bf16 and an fp32 needs no more).
@@ -63,33 +34,16 @@ struct Folded {
   }
   Tensor keys(const Tensor& K) const { return K.reshape({b, m, hk * dk}); }
 
-  // The weights W [b,n,h,m] in the operands' dtype from the folded logits (the same): bias and
-  // mask added, ATen's softmax over the keys (its statistics in fp32 for bf16), a row with no key
-  // 0 (softmax: NaN).
+  // The weights W [b,n,h,m] in the operands' dtype from the folded logits (the same).
   Tensor weights(const Tensor& Q, const Tensor& K) const {
-    Tensor L = torch::bmm(queries(Q), keys(K).transpose(1, 2)).view({b, n, h, m});
-    if (bias.defined()) L.add_(bias.permute({0, 2, 1, 3}));
-    if (mask.defined())
-      L.masked_fill_(mask.permute({0, 2, 1, 3}).logical_not(), -std::numeric_limits<double>::infinity());
-    Tensor W = at::_softmax(L, -1, false);
-    if (mask.defined()) W.masked_fill_(mask.any(-1, true).logical_not().permute({0, 2, 1, 3}), 0.);
-    return W;
-  }
-
-  // dL [b,n,h,m] summed to the bias's shape, in fp32 (fp64).
-  Tensor bias_grad(const Tensor& dL, at::IntArrayRef sizes) const {
-    const Tensor d = dL.permute({0, 2, 1, 3});  // [b,h,n,m]
-    std::vector<int64_t> dims;
-    for (int64_t i = 0; i < 4; ++i)
-      if (bias.size(i) == 1 && d.size(i) != 1) dims.push_back(i);
-    return (dims.empty() ? d.to(ct) : d.sum(dims, true, ct)).reshape(sizes);
+    return weights_from(torch::bmm(queries(Q), keys(K).transpose(1, 2)).view({b, n, h, m}), {0, 2, 1, 3});
   }
 };
 
 struct FoldedFn : torch::autograd::Function<FoldedFn> {
   static Tensor forward(AutogradContext* ctx, const Tensor& Q, const Tensor& K, const Tensor& V, const Tensor& P_l_in,
                         const Tensor& P_w_in, const Tensor& bias_in, const Tensor& mask_in) {
-    const Folded f(Q, K, V, present(P_l_in), present(P_w_in), present(bias_in), present(mask_in));
+    const Folded f(kFoldedName, Q, K, V, present(P_l_in), present(P_w_in), present(bias_in), present(mask_in));
     const Tensor W = f.weights(Q, K);  // [b,n,h,m]
     const Tensor O = torch::bmm(W.view({f.b, f.n, f.h * f.m}), f.values(V));
     ctx->save_for_backward({Q, K, V, P_l_in, P_w_in, bias_in, mask_in, W});
@@ -100,7 +54,7 @@ struct FoldedFn : torch::autograd::Function<FoldedFn> {
     const auto s = ctx->get_saved_variables();
     const Tensor &Q = s[0], &K = s[1], &V = s[2], &W = s[7];
     const Tensor P_l = present(s[3]), P_w = present(s[4]), bias = present(s[5]);
-    const Folded f(Q, K, V, P_l, P_w, bias, present(s[6]));
+    const Folded f(kFoldedName, Q, K, V, P_l, P_w, bias, present(s[6]));
     const Tensor dO = grads[0].to(f.dt).reshape({f.b, f.n, f.hv * f.dv});
     // The sums over the folded dim come from the transposed products dV'^T and dQ'^T, whose rows
     // are then [heads, keys] or [(d, rows), heads] matrices a batch: each sum is one batched
@@ -126,7 +80,7 @@ struct FoldedFn : torch::autograd::Function<FoldedFn> {
     const Tensor dL = at::_softmax_backward_data(dWc.view({f.b, f.n, f.h, f.m}), W, -1, f.dt);
     dWc = Tensor();
     Tensor dbias;
-    if (bias.defined()) dbias = f.bias_grad(dL, s[5].sizes()).to(s[5].scalar_type());
+    if (bias.defined()) dbias = f.bias_grad(dL.permute({0, 2, 1, 3}), s[5].sizes()).to(s[5].scalar_type());
     const Tensor dLd = dL.view({f.b, f.n * f.h, f.m});
     // Through L = Q' K^T: dK = dL^T Q', dQ'^T = K^T dL^T, then Q' = P_l Q.
     const Tensor dK = torch::bmm(dLd.transpose(1, 2), f.queries(Q)).view({f.b, f.m, f.hk, f.dk});

@@ -95,6 +95,12 @@ void set_flash_kernels(bool enabled);
 void set_folded_attention(bool enabled);
 // The folded products in a benchmark's words.
 std::string folded_path_description();
+// The talking-heads family off the CPU as heads-major products in the operands' dtype
+// (attention/heads_gemm.h: the mixings as cuBLAS GEMMs over the n m positions, the weights kept
+// for backward; true: `thx --th-path gemm`), ahead of the tiled path (default false).
+void set_heads_gemm_attention(bool enabled);
+// The heads-major products in a benchmark's words.
+std::string heads_gemm_path_description();
 // The tiled path in a benchmark's words: its products, and what runs between them now.
 std::string tiled_path_description();
 // What a user asked for (`thx --th-path`): "tiled" (the default: thx's row kernels between
@@ -102,8 +108,8 @@ std::string tiled_path_description();
 // kernels' fp32 FMAs for bf16 too: set_row_tensor_cores(false)), "tiled-aten" (the same path with
 // ATen's composition between them: no thx kernel), "flash" (tiled with the flash kernels:
 // set_flash_kernels(true)), "fused" (thx's fused CUDA kernels where built and the problem is
-// theirs, else tiled), "folded" (set_folded_attention(true)) or "batched"; sets the six switches
-// above.
+// theirs, else tiled), "folded" (set_folded_attention(true)), "gemm"
+// (set_heads_gemm_attention(true)) or "batched"; sets the seven switches above.
 // `chosen`: named by the user, not the default (a benchmark's own path flags may then not
 // contradict it). Tiled is the default because it measured faster than the fused kernels on an
 // H100 at 7 of 9 layer shapes (3-5x at n = 8192) and keeps no [b,h,n,m] tensor, unlike batched
@@ -115,9 +121,9 @@ bool th_path_chosen();
 // (what the memory check's lower bound counts, models/spec.h): on the CPU, yes (the fused cores
 // keep W, and J and U where the mixings need them); off it, no for multi-head through
 // scaled_dot_product_attention and for the talking-heads family on the tiled path or the fused
-// kernels (the default), yes for the batched composition (`--th-path batched`), the folded
-// products (`--th-path folded`: the weights), the dynamic projections, attention dropout and
-// general bilinear, which take ATen's composition everywhere.
+// kernels (the default), yes for the batched composition (`--th-path batched`), the folded and
+// the heads-major products (`--th-path folded`, `--th-path gemm`: the weights), the dynamic
+// projections, attention dropout and general bilinear, which take ATen's composition everywhere.
 bool keeps_attention_weights(const AttentionDims& dims, const torch::Device& device);
 // Whether `path` (a --th-path value) is one of the tiled path's four forms.
 inline bool tiled_path(const std::string& path) {

@@ -170,8 +170,9 @@ int main(int argc, char** argv) {
                                            "and backward, else tiled) | fused (thx's "
                                            "fused CUDA kernels where built, else tiled) | folded (the mixings "
                                            "folded into Q and V: cuBLAS's large products, the weights kept) | "
-                                           "batched (ATen, every [b,h,n,m] tensor kept)")
-      ->check(CLI::IsMember({"fused", "tiled", "tiled-fma", "tiled-aten", "flash", "folded", "batched"}))
+                                           "gemm (heads-major, the mixings as cuBLAS products in the operands' "
+                                           "dtype, the weights kept) | batched (ATen, every [b,h,n,m] tensor kept)")
+      ->check(CLI::IsMember({"fused", "tiled", "tiled-fma", "tiled-aten", "flash", "folded", "gemm", "batched"}))
       ->capture_default_str();
   // The global options above are also taken after the subcommand (unknown to it, they fall
   // through to thx's own), and each subcommand's help names them.

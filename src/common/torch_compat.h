@@ -43,12 +43,14 @@ template <class...>
 inline constexpr bool kNever = false;
 
 // ---- a bf16 product's sums kept in fp32 ----------------------------------------------------
-// bmm_wide(a, b, out): the batched product a b in dtype `out`. Where LibTorch has bmm.dtype and
-// a, b are bf16 or fp16 on CUDA and `out` is fp32, cuBLAS's fp32 sums are written as they are
-// (bgemm<bf16, float>: one rounding, to fp32). Elsewhere the product in the operands' dtype,
-// then widened: the sums rounded to the operands' dtype first. (1.13 has no such product; on
-// the CPU bmm.dtype has no kernel.) The overload is found at compile time: a LibTorch without it
-// takes the second, whatever its version says.
+// bmm_wide(a, b, out): the batched product a b in dtype `out`, its sums never rounded to the
+// operands' narrower dtype. Where LibTorch has bmm.dtype and a, b are bf16 or fp16 on CUDA and
+// `out` is fp32, cuBLAS's fp32 sums are written as they are (bgemm<bf16, float>: one rounding, to
+// fp32). Elsewhere (the CPU, where bmm.dtype has no kernel; 1.13, which has none at all) the
+// operands are widened to `out` first and multiplied there: a bf16 product is exact in fp32, so
+// that is the same model (fp32 sums of exact products, in another order), at the cost of a wide
+// copy of each operand. The overload is found at compile time: a LibTorch without it takes the
+// fallback, whatever its version says.
 namespace detail {
 template <class T>
 auto bmm_out_dtype(const T& a, const T& b, at::ScalarType out, int) -> decltype(at::bmm(a, b, out)) {
@@ -74,8 +76,9 @@ inline constexpr bool kHaveBmmOutDtype = detail::has_bmm_out_dtype<at::Tensor>(0
 inline at::Tensor bmm_wide(const at::Tensor& a, const at::Tensor& b, at::ScalarType out) {
   const auto in = a.scalar_type();
   const bool reduced = in == at::kBFloat16 || in == at::kHalf;
-  if (a.is_cuda() && reduced && out == at::kFloat) return detail::bmm_out_dtype(a, b, out, 0);
-  return at::bmm(a, b).to(out);
+  if (a.is_cuda() && reduced && out == at::kFloat && kHaveBmmOutDtype) return detail::bmm_out_dtype(a, b, out, 0);
+  if (in == out) return at::bmm(a, b);
+  return at::bmm(a.to(out), b.to(out));
 }
 
 }  // namespace thx::compat

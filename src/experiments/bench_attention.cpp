@@ -340,10 +340,11 @@ std::string bench_attention(const BenchAttentionOptions& options) {
   const std::string path =
       opt.batched ? "batched" : opt.tiled && !tiled_path(th_path()) ? "tiled" : opt.fused ? "fused" : th_path();
   opt.batched = path == "batched", opt.tiled = tiled_path(path);
-  const bool folded = path == "folded";
+  const bool folded = path == "folded", gemm = path == "gemm";
   set_tiled_attention(!opt.batched);
   set_folded_attention(folded);
-  set_th_kernels(!opt.batched && !opt.tiled && !folded);
+  set_heads_gemm_attention(gemm);
+  set_th_kernels(!opt.batched && !opt.tiled && !folded && !gemm);
   set_th_tensor_cores(!opt.fma);
   set_th_padded_heads(!opt.unpadded);
   set_th_launch(opt.th_launch);
@@ -355,11 +356,12 @@ std::string bench_attention(const BenchAttentionOptions& options) {
   const std::string th_path = !gpu           ? "the CPU cores"
                               : opt.batched ? "the batched ATen composition"
                               : folded ? folded_path_description()
+                              : gemm ? heads_gemm_path_description()
                               : opt.tiled || !cuda_th_launcher() ? tiled_path_description()
                               : opt.fma ? "thx's fused CUDA kernels, bf16 products as fp32 FMAs (version 1)"
                                         : "thx's fused CUDA kernels (bf16 products on tensor cores, sm_80+)";
   log->info("talking-heads on {}", th_path);
-  const bool fused = gpu && !opt.batched && !opt.tiled && !folded && cuda_th_launcher();
+  const bool fused = gpu && !opt.batched && !opt.tiled && !folded && !gemm && cuda_th_launcher();
   if (fused) check_forced_launch(opt, precisions);
   const int64_t peak_size = gpu ? 8192 : 2048;
   std::map<std::string, double> peaks;

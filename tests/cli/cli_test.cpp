@@ -88,6 +88,10 @@ TEST(Cli, BadBenchFlagsExitTwo) {
                                                                          "kernels", "--th-path folded leaves"));
   EXPECT_TRUE(refused(run_thx("--th-path folded bench attention --tiled"), "thx: error: --th-path folded excludes "
                                                                            "--tiled", ""));
+  EXPECT_TRUE(refused(run_thx("--th-path gemm bench attention --fma"), "thx: error: --fma is an option of thx's "
+                                                                       "kernels", "--th-path gemm leaves"));
+  EXPECT_TRUE(
+      refused(run_thx("--th-path gemm bench train --tiled"), "thx: error: --th-path gemm excludes --tiled", ""));
   EXPECT_TRUE(refused(run_thx("--th-path flash bench attention --fma"), "thx: error: --fma runs thx's kernels as fp32 "
                                                                         "FMAs; --th-path flash runs on tensor cores",
                       ""));

@@ -1,6 +1,6 @@
 // compat::bmm_wide (common/torch_compat.h): a batched product written in a wider dtype. Off the
-// GPU (and on a LibTorch without bmm.dtype) it is the product in the operands' dtype, widened,
-// bit for bit. On a GPU with LibTorch 2.8+ a bf16 product comes back with cuBLAS's fp32 sums:
+// GPU (and on a LibTorch without bmm.dtype) it is the product of the operands widened, bit for
+// bit. On a GPU with LibTorch 2.8+ a bf16 product comes back with cuBLAS's fp32 sums:
 // within fp32's rounding of the float64 product, where the same product rounded to bf16 is 2^7
 // times farther (the control: the fallback would fail the bound). The overload's detection is
 // checked against the version that added it.
@@ -24,12 +24,13 @@ TEST(TorchCompat, BmmOutDtypeIsFoundWhereLibTorchAddedIt) {
   EXPECT_EQ(compat::kHaveBmmOutDtype, added) << "LibTorch " << TORCH_VERSION;
 }
 
-TEST(TorchCompat, BmmWideOnTheCpuIsTheProductWidened) {
+TEST(TorchCompat, BmmWideOnTheCpuIsTheProductOfTheOperandsWidened) {
   torch::manual_seed(3);
   const Tensor a = torch::randn({3, 5, 64}).to(torch::kBFloat16), b = torch::randn({3, 64, 1}).to(torch::kBFloat16);
   const Tensor wide = compat::bmm_wide(a, b, torch::kFloat32);
   EXPECT_EQ(wide.scalar_type(), torch::kFloat32);
-  EXPECT_TRUE(torch::equal(wide, torch::bmm(a, b).to(torch::kFloat32)));
+  EXPECT_TRUE(torch::equal(wide, torch::bmm(a.to(torch::kFloat32), b.to(torch::kFloat32))));
+  EXPECT_FALSE(torch::equal(wide, torch::bmm(a, b).to(torch::kFloat32)));  // not rounded to bf16 first
   const Tensor a64 = a.to(torch::kFloat64), b64 = b.to(torch::kFloat64);
   EXPECT_TRUE(torch::equal(compat::bmm_wide(a64, b64, torch::kFloat64), torch::bmm(a64, b64)));
 }

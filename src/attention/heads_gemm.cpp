@@ -1,0 +1,93 @@
+#include "attention/heads_gemm.h"
+
+#include "attention/optional_tensor.h"
+#include "attention/th_problem.h"
+#include "common/torch_compat.h"
+
+namespace thx {
+namespace {
+
+using torch::Tensor;
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+constexpr const char* kGemmName = "gemm attention";  // in a refusal
+
+// The problem (th_problem.h) and its steps, heads-major.
+struct HeadsGemm : ThProblem {
+  using ThProblem::ThProblem;
+
+  // T [b,g,n,m] mixed across heads by P [g,g2] (fp32; rounded to T's dtype) -> [b,g2,n,m]: one
+  // product [g2, g] x [g, n m] an example, P^T shared by the batch.
+  Tensor mix(const Tensor& T, const Tensor& P) const {
+    const int64_t g = P.size(0), g2 = P.size(1);
+    return torch::bmm(P.t().to(dt).expand({b, g2, g}), T.reshape({b, g, n * m})).view({b, g2, n, m});
+  }
+  // P's gradient from the mixing's input T [b,g,n,m] and its output's gradient dT [b,g2,n,m]:
+  // sum over the examples and positions of T dT^T, in fp32 (fp64), [g, g2] in P's dtype.
+  Tensor mix_grad(const Tensor& T, const Tensor& dT, torch::ScalarType out) const {
+    const Tensor per_example = compat::bmm_wide(T.reshape({b, T.size(1), n * m}),
+                                                dT.reshape({b, dT.size(1), n * m}).transpose(1, 2), ct);
+    return per_example.sum(0).to(out);
+  }
+  static Tensor heads(const Tensor& X) { return X.transpose(1, 2); }  // [b,n,g,d] -> [b,g,n,d]
+  Tensor logits(const Tensor& Q, const Tensor& K) const {              // J [b,h_k,n,m]
+    return torch::matmul(heads(Q), heads(K).transpose(2, 3));
+  }
+};
+
+struct HeadsGemmFn : torch::autograd::Function<HeadsGemmFn> {
+  static Tensor forward(AutogradContext* ctx, const Tensor& Q, const Tensor& K, const Tensor& V, const Tensor& P_l_in,
+                        const Tensor& P_w_in, const Tensor& bias_in, const Tensor& mask_in) {
+    const Tensor P_l = present(P_l_in), P_w = present(P_w_in);
+    const HeadsGemm f(kGemmName, Q, K, V, P_l, P_w, present(bias_in), present(mask_in));
+    Tensor L = f.logits(Q, K);
+    if (P_l.defined()) L = f.mix(L, f.Pl);
+    const Tensor W = f.weights_from(L, {0, 1, 2, 3});  // [b,h,n,m]
+    L = Tensor();
+    const Tensor U = P_w.defined() ? f.mix(W, f.Pw) : W;
+    ctx->save_for_backward({Q, K, V, P_l_in, P_w_in, bias_in, mask_in, W});
+    return torch::matmul(U, HeadsGemm::heads(V)).transpose(1, 2);  // [b,n,h_v,d_v]
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto s = ctx->get_saved_variables();
+    const Tensor &Q = s[0], &K = s[1], &V = s[2], &W = s[7];
+    const Tensor P_l = present(s[3]), P_w = present(s[4]), bias = present(s[5]);
+    const HeadsGemm f(kGemmName, Q, K, V, P_l, P_w, bias, present(s[6]));
+    const Tensor dO = HeadsGemm::heads(grads[0].to(f.dt));  // [b,h_v,n,d_v]
+    Tensor dV, dP_w, dW;
+    {  // through O = U V and U = P_w^T W (U made again)
+      const Tensor U = P_w.defined() ? f.mix(W, f.Pw) : W;
+      dV = torch::matmul(U.transpose(2, 3), dO).transpose(1, 2);  // [b,m,h_v,d_v]
+      const Tensor dU = torch::matmul(dO, HeadsGemm::heads(V).transpose(2, 3));
+      if (P_w.defined()) {
+        dP_w = f.mix_grad(W, dU, s[4].scalar_type());
+        dW = f.mix(dU, f.Pw.t());
+      } else {
+        dW = dU;
+      }
+    }
+    // The softmax: dL = W (dW - sum W dW), 0 where a row had no key (W = 0).
+    const Tensor dL = at::_softmax_backward_data(dW, W, -1, f.dt);
+    dW = Tensor();
+    Tensor dbias, dP_l, dJ = dL;
+    if (bias.defined()) dbias = f.bias_grad(dL, s[5].sizes()).to(s[5].scalar_type());
+    if (P_l.defined()) {  // through L = P_l^T J (J made again)
+      dP_l = f.mix_grad(f.logits(Q, K), dL, s[3].scalar_type());
+      dJ = f.mix(dL, f.Pl.t());
+    }
+    const Tensor dQ = torch::matmul(dJ, HeadsGemm::heads(K)).transpose(1, 2);
+    const Tensor dK = torch::matmul(dJ.transpose(2, 3), HeadsGemm::heads(Q)).transpose(1, 2);
+    return {dQ, dK, dV, dP_l, dP_w, dbias, Tensor()};
+  }
+};
+
+}  // namespace
+
+Tensor heads_gemm_attention_core(const Tensor& Q, const Tensor& K, const Tensor& V, const Tensor& P_l,
+                                 const Tensor& P_w, const Tensor& bias, const Tensor& mask) {
+  return HeadsGemmFn::apply(Q, K, V, placeholder(P_l), placeholder(P_w), placeholder(bias), placeholder(mask));
+}
+
+}  // namespace thx
