@@ -160,18 +160,24 @@ run() {
     # the mini T5 and the whole-step rows take the row kernels' FMAs (--th-path tiled-fma); where
     # the FMAs' failed, ATen between the products (--th-path tiled-aten), so that the session
     # still measures the rest. bench-train-fused and bench-train-flash time the fused kernels and
-    # the flash kernels only where their tests passed. The summary says which.
-    th_path=tiled; fused_ok=1; flash_ok=1
+    # the flash kernels only where their tests passed. The summary says which. GPU_TH_PATH names
+    # the path of mini-t5 and bench-train instead (GPU_TH_PATH=gemm: the whole step with the peer
+    # beside, on the heads-major products), whatever the tests said.
+    th_path=${GPU_TH_PATH:-tiled}; fused_ok=1; flash_ok=1
+    [ -n "${GPU_TH_PATH:-}" ] &&
+      printf '| (GPU_TH_PATH) | - | - | mini-t5 and bench-train take --th-path %s |\n' "$th_path" >> "$summary"
     # The primitives' probe first: where it failed, the emulator that proved the kernels on the CPU
     # does not model that primitive as this GPU runs it, and its log names which.
     grep -m 1 "^primitives: " "$OUT/cuda-tests.log" 2>/dev/null | cut -c1-300 | tr '|' '/' |
       sed 's/^/| (cuda-tests) | - | - | /; s/$/ |/' >> "$summary"
-    if grep -qE "== TiledRowKernelsTcOnCuda[.][*]: exit [1-9]" "$OUT/cuda-tests.log" 2>/dev/null; then
+    if [ -z "${GPU_TH_PATH:-}" ] &&
+        grep -qE "== TiledRowKernelsTcOnCuda[.][*]: exit [1-9]" "$OUT/cuda-tests.log" 2>/dev/null; then
       th_path=tiled-fma
       printf '| (row kernels on tensor cores failed) | - | - | mini-t5 and bench-train take --th-path tiled-fma |\n' \
         >> "$summary"
     fi
-    if grep -qE "== TiledRowKernelsOnCuda[.][*]: exit [1-9]" "$OUT/cuda-tests.log" 2>/dev/null; then
+    if [ -z "${GPU_TH_PATH:-}" ] &&
+        grep -qE "== TiledRowKernelsOnCuda[.][*]: exit [1-9]" "$OUT/cuda-tests.log" 2>/dev/null; then
       th_path=tiled-aten
       printf '| (row kernels failed) | - | - | mini-t5 and bench-train take --th-path tiled-aten |\n' >> "$summary"
     fi
