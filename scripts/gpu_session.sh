@@ -286,7 +286,7 @@ run() {
     # reference (it keeps [b,h,n,m] tensors of 13 GB each at 48 heads), and flash and batched at
     # n = 8192 batch 8 too, where the batched composition's [b,h,n,m] tensors cannot fit (6.4 GB
     # each at 48 heads, batch 1): a variant out of memory is its row, the others go on (issue 31's
-    # "show where"). The flash kernels and the row kernels also with T5's relative position bias
+    # "show where"). The flash kernels, the row kernels and gemm also with T5's relative position bias
     # (--bias) at n = 2048: what the bias's loads and its gradient cost them, which every T5 layer
     # pays and the rows without it do not show. A path that fails does not stop the others.
     local paths=${GPU_ATTENTION_PATHS:-flash tiled gemm folded batched}
@@ -299,7 +299,7 @@ run() {
         for n in 512 2048; do bench --n \$n --batch 8 \$flag --out $OUT/attention-\$path-n\$n.md || failed=1; done
         case \$path in fma) ;; *) bench --n 8192 --batch 1 --no-reference \$flag --out $OUT/attention-\$path-n8192.md || failed=1 ;; esac
         case \$path in flash|batched) bench --n 8192 --batch 8 --no-reference \$flag --out $OUT/attention-\$path-n8192-b8.md || failed=1 ;; esac
-        case \$path in flash|tiled)
+        case \$path in flash|tiled|gemm)
           bench --n 2048 --batch 8 --bias --no-reference \$flag --out $OUT/attention-\$path-bias-n2048.md || failed=1 ;;
         esac
       done
@@ -319,9 +319,10 @@ run() {
     [ "$flash_ok" = 1 ] && phase bench-train-flash 60 "$thx" --device cuda --th-path flash bench train \
       --config configs/t5/mini.yaml --precision bf16 --base --base-only --base-heads 12,48 --out "$OUT/train-flash.md"
     # The talking-heads rows on the heads-major products (the mixings as cuBLAS products in bf16,
-    # the weights kept), for their ratio to the default on the same machine.
-    phase bench-train-gemm 60 "$thx" --device cuda --th-path gemm bench train \
-      --config configs/t5/mini.yaml --precision bf16 --base --base-only --base-heads 12,48 --out "$OUT/train-gemm.md"
+    # the weights kept), for their ratio to the default on the same machine, at the issue's three
+    # head counts.
+    phase bench-train-gemm 90 "$thx" --device cuda --th-path gemm bench train \
+      --config configs/t5/mini.yaml --precision bf16 --base --base-only --base-heads 12,24,48 --out "$OUT/train-gemm.md"
     # The talking-heads rows on the folded products (cuBLAS's large products, the weights kept),
     # for their ratio to the default on the same machine.
     phase bench-train-folded 60 "$thx" --device cuda --th-path folded bench train \
