@@ -22,7 +22,8 @@
 #                                    bias (ncu's source page as CSV, beside the SASS), the
 #                                    attention benchmark (talking-heads on the flash
 #                                    kernels, on the tiled path with thx's row kernels, on the
-#                                    heads-major products (gemm), on the folded products, batched;
+#                                    heads-major products (gemm), on the tiled path with their
+#                                    composition (tiled-gemm), on the folded products, batched;
 #                                    GPU_ATTENTION_PATHS adds tiled-fma, tiled-aten and fused, which
 #                                    the fourth session measured), the whole-step benchmark at base
 #                                    size in bf16 with the compiled PyTorch peer (its talking-heads
@@ -84,7 +85,7 @@ run() {
   # (GPU_PHASES="bench-train unit-suite", say).
   local deadline=$((SECONDS + ${GPU_DEADLINE_S:-560}))
   local default_phases="build sass cuda-tests sanitize ncu ncu-source bench-attention bench-train"
-  default_phases+=" bench-train-flash bench-train-gemm bench-train-folded mini-t5 unit-suite"
+  default_phases+=" bench-train-flash bench-train-gemm bench-train-tiled-gemm bench-train-folded mini-t5 unit-suite"
   local phases=${GPU_PHASES:-$default_phases bench-train-aten bench-train-fused cuda-debug}
   printf '| phase | exit | seconds | last line of its log |\n|---|---:|---:|---|\n' > "$summary"
   {
@@ -277,19 +278,19 @@ run() {
     # One layer in bf16 at h = 12, 24, 48 (issue 31's grid): talking-heads on the flash kernels
     # (where their tests passed), on the tiled path with thx's row kernels (the default: bf16
     # mixings on tensor cores), on the heads-major products (gemm: the mixings as cuBLAS products
-    # over the n m positions, in bf16), on the folded products (the mixings folded into Q and V:
-    # cuBLAS alone), with the row kernels' fp32 FMAs (tiled-fma), with ATen between its
-    # products instead (tiled-aten, the default before them), on thx's fused kernels (bf16
-    # products on tensor cores) and on the
-    # batched composition (GPU_ATTENTION_PATHS adds fma: the fused kernels with version 1's FMAs,
-    # the slowest), at n = 512 and 2048 (batch 8); at n = 8192 batch 1 without the einsum
-    # reference (it keeps [b,h,n,m] tensors of 13 GB each at 48 heads), and flash and batched at
-    # n = 8192 batch 8 too, where the batched composition's [b,h,n,m] tensors cannot fit (6.4 GB
-    # each at 48 heads, batch 1): a variant out of memory is its row, the others go on (issue 31's
-    # "show where"). The flash kernels, the row kernels and gemm also with T5's relative position bias
+    # over the n m positions, in bf16), on the tiled path with that composition between its
+    # products (tiled-gemm), on the folded products (the mixings folded into Q and V: cuBLAS
+    # alone) and on the batched composition (GPU_ATTENTION_PATHS adds tiled-fma: the row kernels'
+    # fp32 FMAs, tiled-aten: ATen between the products in fp32, the default before the row
+    # kernels, fused: thx's fused kernels, and fma: those with version 1's FMAs, the slowest), at
+    # n = 512 and 2048 (batch 8); at n = 8192 batch 1 without the einsum reference (it keeps
+    # [b,h,n,m] tensors of 13 GB each at 48 heads), and flash, tiled-gemm and batched at n = 8192
+    # batch 8 too, where the batched composition's [b,h,n,m] tensors cannot fit (6.4 GB each at 48
+    # heads, batch 1): a variant out of memory is its row, the others go on (issue 31's "show
+    # where"). The flash kernels, the row kernels and gemm also with T5's relative position bias
     # (--bias) at n = 2048: what the bias's loads and its gradient cost them, which every T5 layer
     # pays and the rows without it do not show. A path that fails does not stop the others.
-    local paths=${GPU_ATTENTION_PATHS:-flash tiled gemm folded batched}
+    local paths=${GPU_ATTENTION_PATHS:-flash tiled gemm tiled-gemm folded batched}
     [ "$flash_ok" = 1 ] || paths=${paths/flash/}
     phase bench-attention 170 bash -c "
       bench() { $thx --device cuda bench attention --precision bf16 --heads 12,24,48 \"\$@\"; }
@@ -298,7 +299,9 @@ run() {
         flag=\"--th-path \$path\"; [ \$path = fma ] && flag=\"--th-path fused --fma\"
         for n in 512 2048; do bench --n \$n --batch 8 \$flag --out $OUT/attention-\$path-n\$n.md || failed=1; done
         case \$path in fma) ;; *) bench --n 8192 --batch 1 --no-reference \$flag --out $OUT/attention-\$path-n8192.md || failed=1 ;; esac
-        case \$path in flash|batched) bench --n 8192 --batch 8 --no-reference \$flag --out $OUT/attention-\$path-n8192-b8.md || failed=1 ;; esac
+        case \$path in flash|batched|tiled-gemm)
+          bench --n 8192 --batch 8 --no-reference \$flag --out $OUT/attention-\$path-n8192-b8.md || failed=1 ;;
+        esac
         case \$path in flash|tiled|gemm)
           bench --n 2048 --batch 8 --bias --no-reference \$flag --out $OUT/attention-\$path-bias-n2048.md || failed=1 ;;
         esac
@@ -323,6 +326,11 @@ run() {
     # head counts.
     phase bench-train-gemm 90 "$thx" --device cuda --th-path gemm bench train \
       --config configs/t5/mini.yaml --precision bf16 --base --base-only --base-heads 12,24,48 --out "$OUT/train-gemm.md"
+    # And on the tiled path with the same composition between its products, blocks of query rows
+    # (nothing of size [b,h,n,m] kept; the forward made again in the backward).
+    phase bench-train-tiled-gemm 90 "$thx" --device cuda --th-path tiled-gemm bench train \
+      --config configs/t5/mini.yaml --precision bf16 --base --base-only --base-heads 12,24,48 \
+      --out "$OUT/train-tiled-gemm.md"
     # The talking-heads rows on the folded products (cuBLAS's large products, the weights kept),
     # for their ratio to the default on the same machine.
     phase bench-train-folded 60 "$thx" --device cuda --th-path folded bench train \

@@ -24,7 +24,7 @@ using torch::Tensor;
 namespace {
 std::atomic<bool> g_sdpa{true}, g_tiled{true}, g_th_kernels{false};  // (th_path's default: tiled)
 std::atomic<bool> g_row_kernels{true}, g_row_tensor_cores{true}, g_flash_kernels{false}, g_folded{false},
-    g_gemm{false};
+    g_gemm{false}, g_tiled_narrow{false};
 }  // namespace
 void set_sdpa_attention(bool enabled) { g_sdpa = enabled; }
 void set_tiled_attention(bool enabled) { g_tiled = enabled; }
@@ -34,11 +34,15 @@ void set_row_tensor_cores(bool enabled) { g_row_tensor_cores = enabled; }
 void set_flash_kernels(bool enabled) { g_flash_kernels = enabled; }
 void set_folded_attention(bool enabled) { g_folded = enabled; }
 void set_heads_gemm_attention(bool enabled) { g_gemm = enabled; }
+void set_tiled_narrow(bool enabled) { g_tiled_narrow = enabled; }
 namespace {
 bool row_tensor_cores() { return g_row_tensor_cores && th_tensor_cores(); }
 }  // namespace
 std::string tiled_path_description() {
-  if (!g_row_kernels || !cuda_th_rows_launcher()) return "the tiled path (cuBLAS products, ATen's composition between)";
+  if (!g_row_kernels || !cuda_th_rows_launcher())
+    return g_tiled_narrow ? "the tiled path (cuBLAS products, ATen's composition between in the operands' dtype: bf16 "
+                            "mixings as cuBLAS products)"
+                          : "the tiled path (cuBLAS products, ATen's composition between)";
   if (g_flash_kernels && row_tensor_cores())
     return "thx's flash kernels (bf16 on tensor cores, forward and backward; else the tiled path: cuBLAS products, "
            "thx's row kernels between)";
@@ -65,7 +69,8 @@ void set_th_path(const std::string& path, bool chosen) {
   g_th_path = path, g_th_path_chosen = chosen;
   set_tiled_attention(path != "batched");
   set_th_kernels(path == "fused");
-  set_tiled_row_kernels(path != "tiled-aten");
+  set_tiled_row_kernels(path != "tiled-aten" && path != "tiled-gemm");
+  set_tiled_narrow(path == "tiled-gemm");
   set_row_tensor_cores(path != "tiled-fma");
   set_flash_kernels(path == "flash");
   set_folded_attention(path == "folded");
@@ -112,7 +117,7 @@ Tensor attention_core(const Tensor& Q, const Tensor& K, const Tensor& V, const T
       return fused_th_attention_core(Q, K, V, P_l, P_w, bias, mask, *kernels);
     const cuda_th::RowsLauncher* rows =
         Q.is_cuda() && g_row_kernels ? cuda_th_rows_launcher(row_tensor_cores(), g_flash_kernels) : nullptr;
-    return tiled_attention_core(Q, K, V, P_l, P_w, bias, mask, 0, rows);
+    return tiled_attention_core(Q, K, V, P_l, P_w, bias, mask, 0, rows, g_tiled_narrow);
   }
   const Tensor O = cpu_attention_core(Q, K, V, P_l, P_w, bias, mask);
   return O.defined() ? O : attention_core_reference(Q, K, V, P_l, P_w, bias, mask);

@@ -101,15 +101,19 @@ std::string folded_path_description();
 void set_heads_gemm_attention(bool enabled);
 // The heads-major products in a benchmark's words.
 std::string heads_gemm_path_description();
+// On the tiled path with ATen between its products: that composition in the operands' dtype
+// (true: `thx --th-path tiled-gemm`; tiled.h's `narrow`), or in fp32 (default false).
+void set_tiled_narrow(bool enabled);
 // The tiled path in a benchmark's words: its products, and what runs between them now.
 std::string tiled_path_description();
 // What a user asked for (`thx --th-path`): "tiled" (the default: thx's row kernels between
 // cuBLAS's products where built, bf16 mixings on tensor cores), "tiled-fma" (the same with the row
 // kernels' fp32 FMAs for bf16 too: set_row_tensor_cores(false)), "tiled-aten" (the same path with
-// ATen's composition between them: no thx kernel), "flash" (tiled with the flash kernels:
+// ATen's composition between them: no thx kernel), "tiled-gemm" (the same in the operands'
+// dtype: set_tiled_narrow(true)), "flash" (tiled with the flash kernels:
 // set_flash_kernels(true)), "fused" (thx's fused CUDA kernels where built and the problem is
 // theirs, else tiled), "folded" (set_folded_attention(true)), "gemm"
-// (set_heads_gemm_attention(true)) or "batched"; sets the seven switches above.
+// (set_heads_gemm_attention(true)) or "batched"; sets the eight switches above.
 // `chosen`: named by the user, not the default (a benchmark's own path flags may then not
 // contradict it). Tiled is the default because it measured faster than the fused kernels on an
 // H100 at 7 of 9 layer shapes (3-5x at n = 8192) and keeps no [b,h,n,m] tensor, unlike batched
@@ -125,9 +129,9 @@ bool th_path_chosen();
 // the heads-major products (`--th-path folded`, `--th-path gemm`: the weights), the dynamic
 // projections, attention dropout and general bilinear, which take ATen's composition everywhere.
 bool keeps_attention_weights(const AttentionDims& dims, const torch::Device& device);
-// Whether `path` (a --th-path value) is one of the tiled path's four forms.
+// Whether `path` (a --th-path value) is one of the tiled path's five forms.
 inline bool tiled_path(const std::string& path) {
-  return path == "tiled" || path == "tiled-fma" || path == "tiled-aten" || path == "flash";
+  return path == "tiled" || path == "tiled-fma" || path == "tiled-aten" || path == "tiled-gemm" || path == "flash";
 }
 
 }  // namespace thx

@@ -8,6 +8,7 @@
 
 #include "attention/cuda/th_rows_args.h"
 #include "attention/optional_tensor.h"
+#include "common/torch_compat.h"
 
 namespace thx {
 namespace {
@@ -26,10 +27,13 @@ Tensor four(const Tensor& t) {
 }
 Tensor rows(const Tensor& t, int64_t i0, int64_t ni) { return t.size(2) == 1 ? t : t.narrow(2, i0, ni); }
 
-// sum_b A[b] B[b]^T over [b, g, I*m] x [b, g2, I*m] -> [g, g2]: a projection's gradient.
+// sum_b A[b] B[b]^T over [b, g, I*m] x [b, g2, I*m] -> [g, g2]: a projection's gradient. bf16 A
+// and B (the narrow element-wise work): each example's product written in fp32 (compat::bmm_wide).
 Tensor projection_grad(const Tensor& A, const Tensor& B) {
   const int64_t b = A.size(0), im = A.size(2) * A.size(3);
-  return torch::matmul(A.reshape({b, A.size(1), im}), B.reshape({b, B.size(1), im}).transpose(1, 2)).sum(0);
+  const Tensor A3 = A.reshape({b, A.size(1), im}), B3t = B.reshape({b, B.size(1), im}).transpose(1, 2);
+  if (A.scalar_type() == torch::kFloat32 || A.scalar_type() == torch::kFloat64) return torch::matmul(A3, B3t).sum(0);
+  return compat::bmm_wide(A3, B3t, torch::kFloat32).sum(0);
 }
 
 // What a block of rows' element-wise work (between J = Q K^T and U V) leaves for the products and
@@ -37,7 +41,7 @@ Tensor projection_grad(const Tensor& A, const Tensor& B) {
 // block's gradients of P_l and P_w (the row kernels sum them) or what ATen sums them from: W and
 // dL (fp32) and the fp32 copies of J and dU; dL (fp32) where the bias needs it.
 struct Rows {
-  Tensor U, dJ, W, dL, J32, dU32, dP_l, dP_w;
+  Tensor U, dJ, W, dL, J32, dU32, dP_l, dP_w;  // (J32, dU32: in the operands' dtype where narrow)
 };
 
 // The problem in heads-major views: Qh [b,h_k,n,d_k], Kh [b,h_k,m,d_k], Vh [b,h_v,m,d_v].
@@ -46,6 +50,15 @@ struct Problem {
   int64_t block;
   const cuda_th::RowsLauncher* kernels;  // the row kernels (th_rows_args.h), or null: ATen
   int64_t h;
+  // ATen's element-wise work in the operands' dtype (`--th-path tiled-gemm`): J, the logits, W, U
+  // and their gradients as the products give them, the mixings products of that dtype (P_l and
+  // P_w rounded to it), the softmax's statistics in fp32 (ATen's), the bias's and the mixings'
+  // gradient sums in fp32. Else (the default) all of it in fp32.
+  bool narrow = false;
+
+  // T mixed by P (fp32) in T's dtype where narrow, else in fp32.
+  Tensor mix(const Tensor& T, const Tensor& P) const { return mix_heads(T, narrow ? P.to(T.scalar_type()) : P); }
+  Tensor work(const Tensor& t) const { return narrow ? t : as_fp32(t); }
 
   // Heads-major copies, once, for the blocks of rows (not for the flash kernels): a batched product
   // cannot take [b,n,h,d] transposed as one batch stride, and would copy it again for every block.
@@ -56,8 +69,8 @@ struct Problem {
   Tensor products(int64_t i0, int64_t ni) const { return torch::matmul(Qh.narrow(2, i0, ni), Kh.transpose(2, 3)); }
   // The logits L [b,h,I,m] of rows [i0, i0+ni) from J in fp32 (or fp64).
   Tensor logits(const Tensor& J, int64_t i0, int64_t ni) const {
-    Tensor L = P_l.defined() ? mix_heads(J, P_l) : J;
-    if (bias.defined()) L = P_l.defined() ? L.add_(rows(bias, i0, ni)) : L + rows(bias, i0, ni);
+    Tensor L = P_l.defined() ? mix(J, P_l) : narrow && bias.defined() ? J.clone() : J;
+    if (bias.defined()) L = P_l.defined() || narrow ? L.add_(rows(bias, i0, ni)) : L + rows(bias, i0, ni);
     if (mask.defined()) L.masked_fill_(rows(mask, i0, ni).logical_not(), -std::numeric_limits<double>::infinity());
     return L;
   }
@@ -74,15 +87,15 @@ struct Problem {
   // ATen's element-wise work; forward fills U only.
   Rows aten_rows(const Tensor& J, const Tensor& dU, int64_t i0, int64_t ni) const {
     Rows r;
-    r.J32 = as_fp32(J);
+    r.J32 = work(J);
     const Tensor W = weights(logits(r.J32, i0, ni), i0, ni);  // [b,h,I,m]
-    r.U = (P_w.defined() ? mix_heads(W, P_w) : W).to(Vh.scalar_type());
+    r.U = (P_w.defined() ? mix(W, P_w) : W).to(Vh.scalar_type());
     if (!dU.defined()) return r;
-    r.dU32 = as_fp32(dU);
-    const Tensor dW = P_w.defined() ? mix_heads(r.dU32, P_w.t()) : r.dU32;  // [b,h,I,m]
+    r.dU32 = work(dU);
+    const Tensor dW = P_w.defined() ? mix(r.dU32, P_w.t()) : r.dU32;  // [b,h,I,m]
     r.W = W;
     r.dL = at::_softmax_backward_data(dW, W, -1, W.scalar_type());  // W * (dW - sum W dW)
-    r.dJ = (P_l.defined() ? mix_heads(r.dL, P_l.t()) : r.dL).to(Qh.scalar_type());
+    r.dJ = (P_l.defined() ? mix(r.dL, P_l.t()) : r.dL).to(Qh.scalar_type());
     return r;
   }
 
@@ -170,7 +183,8 @@ Rows Problem::kernel_rows(const Tensor& J, const Tensor& dU, int64_t i0, int64_t
 }
 
 Problem problem(const Tensor& Q, const Tensor& K, const Tensor& V, const Tensor& P_l, const Tensor& P_w,
-                const Tensor& bias, const Tensor& mask, int64_t block_rows, const cuda_th::RowsLauncher* kernels) {
+                const Tensor& bias, const Tensor& mask, int64_t block_rows, const cuda_th::RowsLauncher* kernels,
+                bool narrow) {
   TORCH_CHECK(Q.dim() == 4 && K.dim() == 4 && V.dim() == 4, "tiled attention: Q, K, V must be [b,n,heads,dim]");
   // (the row and flash kernels index every plane by these counts: a mismatch would read and write past them)
   const int64_t h_k = Q.size(2), h = P_l.defined() ? P_l.size(1) : h_k, h_v = V.size(2);
@@ -193,7 +207,8 @@ Problem problem(const Tensor& Q, const Tensor& K, const Tensor& V, const Tensor&
             four(mask),
             block_rows,
             kernels,
-            P_l.defined() ? P_l.size(1) : Q.size(2)};
+            P_l.defined() ? P_l.size(1) : Q.size(2),
+            narrow && !kernels};
   const int64_t n = Q.size(1), m = K.size(1);
   if (p.block <= 0) {
     const int64_t heads = std::max({Q.size(2), V.size(2), p.h});
@@ -304,20 +319,21 @@ torch::autograd::variable_list flash_backward(const Problem& p, const std::vecto
     if (p.P_w.defined()) dP_w = total.narrow(0, nl, p.h * h_v).view({p.h, h_v}).to(saved[4].scalar_type());
   }
   if (dbias.defined()) dbias = dbias.sum_to_size(saved[5].sizes()).to(saved[5].scalar_type());
-  return {dQ.to(Q.scalar_type()), dK, dV, dP_l, dP_w, dbias, Tensor(), Tensor(), Tensor()};
+  return {dQ.to(Q.scalar_type()), dK, dV, dP_l, dP_w, dbias, Tensor(), Tensor(), Tensor(), Tensor()};
 }
 
 struct TiledFn : torch::autograd::Function<TiledFn> {
   static Tensor forward(AutogradContext* ctx, const Tensor& Q, const Tensor& K, const Tensor& V, const Tensor& P_l_in,
                         const Tensor& P_w_in, const Tensor& bias_in, const Tensor& mask_in, int64_t block_rows,
-                        int64_t kernels_in) {
+                        int64_t kernels_in, bool narrow) {
     const Tensor P_l = present(P_l_in), P_w = present(P_w_in), bias = present(bias_in), mask = present(mask_in);
     const auto* kernels = reinterpret_cast<const cuda_th::RowsLauncher*>(static_cast<intptr_t>(kernels_in));
-    Problem p = problem(Q, K, V, P_l, P_w, bias, mask, block_rows, kernels);
+    Problem p = problem(Q, K, V, P_l, P_w, bias, mask, block_rows, kernels, narrow);
     const int64_t b = Q.size(0), n = Q.size(1);
     // The rows' LSE where the row kernels run (they keep it for their backward), else nothing.
     const Tensor lse = p.kernels ? torch::empty({b, p.h, n}, Q.options().dtype(torch::kFloat32)) : Tensor();
     ctx->saved_data["block"] = p.block;
+    ctx->saved_data["narrow"] = narrow;
     ctx->saved_data["kernels"] = p.kernels ? kernels_in : int64_t{0};
     const Tensor flash = p.kernels ? flash_forward(p, Q, K, V, lse) : Tensor();
     ctx->saved_data["flash"] = flash.defined();
@@ -342,7 +358,8 @@ struct TiledFn : torch::autograd::Function<TiledFn> {
     const Tensor P_l = present(s[3]), P_w = present(s[4]), bias = present(s[5]), mask = present(s[6]);
     const auto* kernels =
         reinterpret_cast<const cuda_th::RowsLauncher*>(static_cast<intptr_t>(ctx->saved_data["kernels"].toInt()));
-    Problem p = problem(Q, K, V, P_l, P_w, bias, mask, ctx->saved_data["block"].toInt(), kernels);
+    Problem p = problem(Q, K, V, P_l, P_w, bias, mask, ctx->saved_data["block"].toInt(), kernels,
+                        ctx->saved_data["narrow"].toBool());
     TORCH_CHECK(!p.kernels == !lse.defined(), "tiled attention: the backward's path differs from its forward's");
     if (ctx->saved_data["flash"].toBool()) {
       variable_list flash = flash_backward(p, s, grads[0]);
@@ -365,10 +382,10 @@ struct TiledFn : torch::autograd::Function<TiledFn> {
       if (P_w.defined())
         dP_w.add_(r.dP_w.defined() ? r.dP_w : projection_grad(r.W, r.dU32.defined() ? r.dU32 : as_fp32(dU)));
       if (bias.defined()) {
-        Tensor share = r.dL;  // summed over the dims the bias broadcasts along
+        Tensor share = r.dL;  // summed over the dims the bias broadcasts along (in fp32 where narrow)
         for (int64_t d : {0, 1, 3})
-          if (p.bias.size(d) == 1) share = share.sum(d, true);
-        if (p.bias.size(2) == 1) dbias.add_(share.sum(2, true));
+          if (p.bias.size(d) == 1) share = share.sum(d, true, dbias.scalar_type());
+        if (p.bias.size(2) == 1) dbias.add_(share.sum(2, true, dbias.scalar_type()));
         else dbias.narrow(2, i0, ni).add_(share);
       }
       if (P_l.defined())
@@ -379,7 +396,7 @@ struct TiledFn : torch::autograd::Function<TiledFn> {
     if (dbias.defined()) dbias = dbias.sum_to_size(s[5].sizes()).to(s[5].scalar_type());
     return {dQh.transpose(1, 2), dKh.to(K.scalar_type()).transpose(1, 2), dVh.to(V.scalar_type()).transpose(1, 2),
             P_l.defined() ? dP_l.to(s[3].scalar_type()) : Tensor(), P_w.defined() ? dP_w.to(s[4].scalar_type()) : Tensor(),
-            dbias, Tensor(), Tensor(), Tensor()};
+            dbias, Tensor(), Tensor(), Tensor(), Tensor()};
   }
 };
 
@@ -405,9 +422,9 @@ std::string tiled_rows_unsupported(const Tensor& Q, const Tensor& K, const Tenso
 
 Tensor tiled_attention_core(const Tensor& Q, const Tensor& K, const Tensor& V, const Tensor& P_l, const Tensor& P_w,
                             const Tensor& bias, const Tensor& mask, int64_t block_rows,
-                            const cuda_th::RowsLauncher* kernels) {
+                            const cuda_th::RowsLauncher* kernels, bool narrow) {
   return TiledFn::apply(Q, K, V, placeholder(P_l), placeholder(P_w), placeholder(bias), placeholder(mask), block_rows,
-                        static_cast<int64_t>(reinterpret_cast<intptr_t>(kernels)));
+                        static_cast<int64_t>(reinterpret_cast<intptr_t>(kernels)), narrow);
 }
 
 #if !THX_CUDA_KERNELS

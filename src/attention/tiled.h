@@ -33,11 +33,14 @@ torch::Tensor mix_heads(const torch::Tensor& T, const torch::Tensor& P);
 // as keep one [b, heads, rows, m] fp32 tensor within 512 MiB. kernels: the row kernels' launcher
 // (CUDA's, cuda_th_rows_launcher(), for CUDA tensors; the tests', the CPU emulator), used where
 // tiled_rows_unsupported says "", else ATen's composition; the autograd node keeps its address for
-// the backward, so it must outlive that (CUDA's is static).
+// the backward, so it must outlive that (CUDA's is static). narrow: ATen's composition in the
+// operands' dtype (`--th-path tiled-gemm`: for bf16 the mixings are bf16 products on tensor cores,
+// P_l and P_w rounded to bf16, and every [b,h,I,m] tensor half the size; the softmax's statistics
+// and the bias's and mixings' gradient sums stay fp32), not in fp32 as the numerics below say.
 torch::Tensor tiled_attention_core(const torch::Tensor& Q, const torch::Tensor& K, const torch::Tensor& V,
                                    const torch::Tensor& P_l, const torch::Tensor& P_w, const torch::Tensor& bias,
                                    const torch::Tensor& mask, int64_t block_rows = 0,
-                                   const cuda_th::RowsLauncher* kernels = nullptr);
+                                   const cuda_th::RowsLauncher* kernels = nullptr, bool narrow = false);
 
 // Why the row kernels do not take this problem, or "" where they do: Q, K, V of one dtype, fp32
 // or bf16; at most cuda_th::kRowHeadsMax heads of each kind; a bool mask.

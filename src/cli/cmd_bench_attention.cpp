@@ -108,7 +108,9 @@ struct BenchAttentionCommand : Command {
       for (const auto& [option, name] : fused_only)
         if (option->count() > 0)
           throw InputError(fmt::format("{} is an option of the fused kernels, which --th-path {} leaves", name, path));
-    if ((path == "batched" || path == "tiled-aten" || path == "folded" || path == "gemm") && fma_->count() > 0)
+    const bool aten_only = path == "batched" || path == "tiled-aten" || path == "tiled-gemm" || path == "folded" ||
+                           path == "gemm";
+    if (aten_only && fma_->count() > 0)
       throw InputError(fmt::format("--fma is an option of thx's kernels, which --th-path {} leaves", path));
     if (path == "flash" && fma_->count() > 0)
       throw InputError("--fma runs thx's kernels as fp32 FMAs; --th-path flash runs on tensor cores");

@@ -166,13 +166,15 @@ int main(int argc, char** argv) {
                                            "cuBLAS's products, thx's row kernels between them where built, bf16 "
                                            "mixings on tensor cores: the default) | tiled-fma (the same, the row "
                                            "kernels' mixings as fp32 FMAs) | tiled-aten (the same, ATen between "
-                                           "them) | flash (bf16 as flash-style kernels on tensor cores, forward "
-                                           "and backward, else tiled) | fused (thx's "
+                                           "them) | tiled-gemm (the same in the operands' dtype: bf16 mixings as "
+                                           "cuBLAS products) | flash (bf16 as flash-style kernels on tensor "
+                                           "cores, forward and backward, else tiled) | fused (thx's "
                                            "fused CUDA kernels where built, else tiled) | folded (the mixings "
                                            "folded into Q and V: cuBLAS's large products, the weights kept) | "
                                            "gemm (heads-major, the mixings as cuBLAS products in the operands' "
                                            "dtype, the weights kept) | batched (ATen, every [b,h,n,m] tensor kept)")
-      ->check(CLI::IsMember({"fused", "tiled", "tiled-fma", "tiled-aten", "flash", "folded", "gemm", "batched"}))
+      ->check(CLI::IsMember(
+          {"fused", "tiled", "tiled-fma", "tiled-aten", "tiled-gemm", "flash", "folded", "gemm", "batched"}))
       ->capture_default_str();
   // The global options above are also taken after the subcommand (unknown to it, they fall
   // through to thx's own), and each subcommand's help names them.

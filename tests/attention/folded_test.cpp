@@ -36,6 +36,7 @@
 #include "attention/folded.h"
 #include "attention/fused.h"
 #include "attention/heads_gemm.h"
+#include "attention/tiled.h"
 #include "core_problems.h"
 #include "test_util.h"
 
@@ -195,7 +196,7 @@ void expect_a_row_without_keys_zero(Core core) {
 
 // Heads that do not fit (V's heads without P_w, Q's against P_l, K's against Q's), and Q, K, V of
 // two dtypes, are refused before anything runs, each in one line; the valid twin runs.
-void expect_refusals(Core core) {
+void expect_refusals(Core core, bool one_dtype = true) {
   torch::manual_seed(11);
   const Inputs th = inputs(core::variant_cases().front(), Extra::none, torch::kFloat64);  // h_k 3, h 5, h_v 2
   auto refusal = [core](const Inputs& in) -> std::string {
@@ -216,6 +217,7 @@ void expect_refusals(Core core) {
   Inputs k_heads = th;
   k_heads.K = torch::cat({th.K, th.K}, 2);
   EXPECT_NE(refusal(k_heads).find("do not fit"), std::string::npos);
+  if (!one_dtype) return;  // (the tiled path takes V in another dtype than Q and K)
   Inputs dtypes = th;
   dtypes.V = th.V.to(torch::kFloat32);
   EXPECT_NE(refusal(dtypes).find("one floating dtype"), std::string::npos);
@@ -285,6 +287,18 @@ TEST(FoldedOnCuda, EqualsThePapersCoreForEveryVariantMaskAndDtype) {
   expect_on_cuda(folded_attention_core, "folded");
 }
 
+// The tiled path with ATen's composition between its products in the operands' dtype (`--th-path
+// tiled-gemm`), in blocks of 3 query rows (blocking that the full-row paths above do not have), or
+// as many rows as the path picks (the route's own).
+Tensor tiled_gemm(const Tensor& Q, const Tensor& K, const Tensor& V, const Tensor& P_l, const Tensor& P_w,
+                  const Tensor& bias, const Tensor& mask) {
+  return tiled_attention_core(Q, K, V, P_l, P_w, bias, mask, 3, nullptr, true);
+}
+Tensor tiled_gemm_auto(const Tensor& Q, const Tensor& K, const Tensor& V, const Tensor& P_l, const Tensor& P_w,
+                       const Tensor& bias, const Tensor& mask) {
+  return tiled_attention_core(Q, K, V, P_l, P_w, bias, mask, 0, nullptr, true);
+}
+
 TEST(HeadsGemm, Float64EqualsThePapersCoreForEveryVariantAndMask) {
   expect_float64_equals_the_papers_core(heads_gemm_attention_core);
 }
@@ -317,6 +331,32 @@ TEST(HeadsGemm, ThPathGemmKeepsTheWeightsOffTheCpu) { expect_the_path_keeps_the_
 TEST(HeadsGemmOnCuda, EqualsThePapersCoreForEveryVariantMaskAndDtype) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   expect_on_cuda(heads_gemm_attention_core, "gemm");
+}
+
+TEST(TiledGemm, Float64EqualsThePapersCoreForEveryVariantAndMask) { expect_float64_equals_the_papers_core(tiled_gemm); }
+TEST(TiledGemm, StridedInputsGiveTheSameNumbers) { expect_strided_inputs_give_the_same_numbers(tiled_gemm); }
+TEST(TiledGemm, Float64BoundFailsAGradientOffByOnePartInAMillion) {
+  expect_the_bound_fails_a_gradient_off_by_one_part_in_a_million(tiled_gemm);
+}
+TEST(TiledGemm, Float32WithinItsRoundingOfTheFloat64Core) { expect_float32_within_its_rounding(tiled_gemm); }
+TEST(TiledGemm, Bf16NoFartherFromFloat64ThanTheBatchedComposition) {
+  expect_bf16_no_farther_than_the_batched_composition(tiled_gemm);
+}
+// The switch does what it says: in bf16 the narrow composition's P_l gradient is not the fp32
+// composition's (it rounds J, W, dW and dL to bf16), and in fp32 both are one computation, bit for bit.
+TEST(TiledGemm, NarrowDiffersFromTheFp32CompositionOnlyBelowFp32) {
+  auto fp32_composition = [](auto&... a) { return tiled_attention_core(a..., 3, nullptr, false); };
+  torch::manual_seed(11);
+  Inputs in = inputs(core::variant_cases().front(), Extra::bias_padding, torch::kFloat32);
+  EXPECT_TRUE(torch::equal(run(tiled_gemm, in).dP_l, gradients(in, fp32_composition).dP_l));
+  for (Tensor* t : {&in.Q, &in.K, &in.V, &in.dO}) *t = t->to(torch::kBFloat16);
+  EXPECT_FALSE(torch::equal(run(tiled_gemm, in).dP_l, gradients(in, fp32_composition).dP_l));
+}
+TEST(TiledGemm, ARowWithEveryKeyMaskedIsZeroNotNaN) { expect_a_row_without_keys_zero(tiled_gemm); }
+TEST(TiledGemm, RefusesWhatDoesNotFit) { expect_refusals(tiled_gemm, false); }
+TEST(TiledGemmOnCuda, EqualsThePapersCoreForEveryVariantMaskAndDtype) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  expect_on_cuda(tiled_gemm_auto, "tiled-gemm");
 }
 
 }  // namespace THX_FILE_ID

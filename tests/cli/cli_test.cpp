@@ -88,6 +88,8 @@ TEST(Cli, BadBenchFlagsExitTwo) {
                                                                          "kernels", "--th-path folded leaves"));
   EXPECT_TRUE(refused(run_thx("--th-path folded bench attention --tiled"), "thx: error: --th-path folded excludes "
                                                                            "--tiled", ""));
+  EXPECT_TRUE(refused(run_thx("--th-path tiled-gemm bench attention --fma"), "thx: error: --fma is an option of thx's "
+                                                                             "kernels", "--th-path tiled-gemm leaves"));
   EXPECT_TRUE(refused(run_thx("--th-path gemm bench attention --fma"), "thx: error: --fma is an option of thx's "
                                                                        "kernels", "--th-path gemm leaves"));
   EXPECT_TRUE(
