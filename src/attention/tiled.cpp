@@ -58,7 +58,9 @@ struct Problem {
 
   // T mixed by P (fp32) in T's dtype where narrow, else in fp32.
   Tensor mix(const Tensor& T, const Tensor& P) const { return mix_heads(T, narrow ? P.to(T.scalar_type()) : P); }
-  Tensor work(const Tensor& t) const { return narrow ? t : as_fp32(t); }
+  // A product's output (J, dU) as the element-wise work takes it: in Q's dtype where narrow (one
+  // dtype for all of it where V's differs), else in fp32.
+  Tensor work(const Tensor& t) const { return narrow ? t.to(Qh.scalar_type()) : as_fp32(t); }
 
   // Heads-major copies, once, for the blocks of rows (not for the flash kernels): a batched product
   // cannot take [b,n,h,d] transposed as one batch stride, and would copy it again for every block.
