@@ -2,6 +2,7 @@
 
 #include "attention/optional_tensor.h"
 #include "attention/th_problem.h"
+#include "attention/tiled.h"
 #include "common/torch_compat.h"
 
 namespace thx {
@@ -18,11 +19,8 @@ struct HeadsGemm : ThProblem {
   using ThProblem::ThProblem;
 
   // T [b,g,n,m] mixed across heads by P [g,g2] (fp32; rounded to T's dtype) -> [b,g2,n,m]: one
-  // product [g2, g] x [g, n m] an example, P^T shared by the batch.
-  Tensor mix(const Tensor& T, const Tensor& P) const {
-    const int64_t g = P.size(0), g2 = P.size(1);
-    return torch::bmm(P.t().to(dt).expand({b, g2, g}), T.reshape({b, g, n * m})).view({b, g2, n, m});
-  }
+  // product [g2, g] x [g, n m] an example, P^T shared by the batch (tiled.h).
+  static Tensor mix(const Tensor& T, const Tensor& P) { return mix_heads_aligned(T, P); }
   // P's gradient from the mixing's input T [b,g,n,m] and its output's gradient dT [b,g2,n,m]:
   // sum over the examples and positions of T dT^T, in fp32 (fp64), [g, g2] in P's dtype.
   Tensor mix_grad(const Tensor& T, const Tensor& dT, torch::ScalarType out) const {

@@ -56,8 +56,12 @@ struct Problem {
   // gradient sums in fp32. Else (the default) all of it in fp32.
   bool narrow = false;
 
-  // T mixed by P (fp32) in T's dtype where narrow, else in fp32.
-  Tensor mix(const Tensor& T, const Tensor& P) const { return mix_heads(T, narrow ? P.to(T.scalar_type()) : P); }
+  // T mixed by P (fp32) in T's dtype where narrow (for fp32 and fp64 T, mix_heads: the same bits as
+  // without the switch), else in fp32.
+  Tensor mix(const Tensor& T, const Tensor& P) const {
+    const bool reduced = T.scalar_type() != torch::kFloat32 && T.scalar_type() != torch::kFloat64;
+    return narrow && reduced ? mix_heads_aligned(T, P) : mix_heads(T, P);
+  }
   // A product's output (J, dU) as the element-wise work takes it: in Q's dtype where narrow (one
   // dtype for all of it where V's differs), else in fp32.
   Tensor work(const Tensor& t) const { return narrow ? t.to(Qh.scalar_type()) : as_fp32(t); }
@@ -407,6 +411,13 @@ struct TiledFn : torch::autograd::Function<TiledFn> {
 Tensor mix_heads(const Tensor& T, const Tensor& P) {
   const int64_t b = T.size(0), g = T.size(1), i = T.size(2), m = T.size(3);
   return torch::matmul(P.t(), T.reshape({b, g, i * m})).view({b, P.size(1), i, m});
+}
+
+Tensor mix_heads_aligned(const Tensor& T, const Tensor& P) {
+  const int64_t b = T.size(0), g = P.size(0), g2 = P.size(1), i = T.size(2), m = T.size(3);
+  Tensor padded = torch::empty({g, (g2 + 7) / 8 * 8}, T.options());  // P [g, g2] in its first g2 columns
+  Tensor Pt = padded.narrow(1, 0, g2).copy_(P).t();                   // [g2, g], leading dimension 8k
+  return torch::bmm(Pt.expand({b, g2, g}), T.reshape({b, g, i * m})).view({b, g2, i, m});
 }
 
 std::string tiled_rows_unsupported(const Tensor& Q, const Tensor& K, const Tensor& V, const Tensor& P_l,

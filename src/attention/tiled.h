@@ -26,6 +26,11 @@ struct RowsLauncher;
 // [b,g,I,m] mixed across heads by P [g,g2] -> [b,g2,I,m]: P^T times T[b] seen as [g, I*m], one
 // batched product with the heads as its inner dim (no permuted copy of T; shared with fused.cpp).
 torch::Tensor mix_heads(const torch::Tensor& T, const torch::Tensor& P);
+// The same in T's dtype (P rounded to it; the heads-major and narrow tiled paths' mixings), one
+// batched product with P^T shared by the batch and laid out for cuBLAS: P^T's leading dimension
+// padded to a multiple of 8 elements (16 bytes in bf16), so that at 12 heads (24-byte rows) the
+// product may still take cuBLAS's kernels that need 16-byte alignment. The padding is never read.
+torch::Tensor mix_heads_aligned(const torch::Tensor& T, const torch::Tensor& P);
 
 // Q [b,n,h_k,d_k], K [b,m,h_k,d_k], V [b,m,h_v,d_v], P_l [h_k,h], P_w [h,h_v] (either may be
 // undefined), bias broadcastable to [b,h,n,m], mask bool broadcastable to [b,h,n,m] -> O
