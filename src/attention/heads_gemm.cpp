@@ -3,7 +3,6 @@
 #include "attention/optional_tensor.h"
 #include "attention/th_problem.h"
 #include "attention/tiled.h"
-#include "common/torch_compat.h"
 
 namespace thx {
 namespace {
@@ -21,12 +20,9 @@ struct HeadsGemm : ThProblem {
   // T [b,g,n,m] mixed across heads by P [g,g2] (fp32; rounded to T's dtype) -> [b,g2,n,m]: one
   // product [g2, g] x [g, n m] an example, P^T shared by the batch (tiled.h).
   static Tensor mix(const Tensor& T, const Tensor& P) { return mix_heads_aligned(T, P); }
-  // P's gradient from the mixing's input T [b,g,n,m] and its output's gradient dT [b,g2,n,m]:
-  // sum over the examples and positions of T dT^T, in fp32 (fp64), [g, g2] in P's dtype.
-  Tensor mix_grad(const Tensor& T, const Tensor& dT, torch::ScalarType out) const {
-    const Tensor per_example = compat::bmm_wide(T.reshape({b, T.size(1), n * m}),
-                                                dT.reshape({b, dT.size(1), n * m}).transpose(1, 2), ct);
-    return per_example.sum(0).to(out);
+  // P's gradient from the mixing's input T and its output's gradient dT (tiled.h), in P's dtype.
+  static Tensor mix_grad(const Tensor& T, const Tensor& dT, torch::ScalarType out) {
+    return projection_grad(T, dT).to(out);
   }
   static Tensor heads(const Tensor& X) { return X.transpose(1, 2); }  // [b,n,g,d] -> [b,g,n,d]
   Tensor logits(const Tensor& Q, const Tensor& K) const {              // J [b,h_k,n,m]

@@ -27,14 +27,6 @@ Tensor four(const Tensor& t) {
 }
 Tensor rows(const Tensor& t, int64_t i0, int64_t ni) { return t.size(2) == 1 ? t : t.narrow(2, i0, ni); }
 
-// sum_b A[b] B[b]^T over [b, g, I*m] x [b, g2, I*m] -> [g, g2]: a projection's gradient. bf16 A
-// and B (the narrow element-wise work): each example's product written in fp32 (compat::bmm_wide).
-Tensor projection_grad(const Tensor& A, const Tensor& B) {
-  const int64_t b = A.size(0), im = A.size(2) * A.size(3);
-  const Tensor A3 = A.reshape({b, A.size(1), im}), B3t = B.reshape({b, B.size(1), im}).transpose(1, 2);
-  if (A.scalar_type() == torch::kFloat32 || A.scalar_type() == torch::kFloat64) return torch::matmul(A3, B3t).sum(0);
-  return compat::bmm_wide(A3, B3t, torch::kFloat32).sum(0);
-}
 
 // What a block of rows' element-wise work (between J = Q K^T and U V) leaves for the products and
 // the projections' gradients: U (in V's dtype); backward also dJ (in Q's dtype), and either the
@@ -411,6 +403,13 @@ struct TiledFn : torch::autograd::Function<TiledFn> {
 Tensor mix_heads(const Tensor& T, const Tensor& P) {
   const int64_t b = T.size(0), g = T.size(1), i = T.size(2), m = T.size(3);
   return torch::matmul(P.t(), T.reshape({b, g, i * m})).view({b, P.size(1), i, m});
+}
+
+Tensor projection_grad(const Tensor& A, const Tensor& B) {
+  const int64_t b = A.size(0), im = A.size(2) * A.size(3);
+  const Tensor A3 = A.reshape({b, A.size(1), im}), B3t = B.reshape({b, B.size(1), im}).transpose(1, 2);
+  if (A.scalar_type() == torch::kFloat32 || A.scalar_type() == torch::kFloat64) return torch::matmul(A3, B3t).sum(0);
+  return compat::bmm_wide(A3, B3t, torch::kFloat32).sum(0);
 }
 
 Tensor mix_heads_aligned(const Tensor& T, const Tensor& P) {

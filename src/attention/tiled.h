@@ -31,6 +31,10 @@ torch::Tensor mix_heads(const torch::Tensor& T, const torch::Tensor& P);
 // padded to a multiple of 8 elements (16 bytes in bf16), so that at 12 heads (24-byte rows) the
 // product may still take cuBLAS's kernels that need 16-byte alignment. The padding is never read.
 torch::Tensor mix_heads_aligned(const torch::Tensor& T, const torch::Tensor& P);
+// A mixing's gradient from its input A [b,g,I,m] and its output's gradient B [b,g2,I,m]: sum_b
+// A[b] B[b]^T over the I m positions -> [g, g2], in A's dtype for fp32 and fp64, else in fp32
+// with each example's product written in fp32 (compat::bmm_wide: no sum rounded to bf16).
+torch::Tensor projection_grad(const torch::Tensor& A, const torch::Tensor& B);
 
 // Q [b,n,h_k,d_k], K [b,m,h_k,d_k], V [b,m,h_v,d_v], P_l [h_k,h], P_w [h,h_v] (either may be
 // undefined), bias broadcastable to [b,h,n,m], mask bool broadcastable to [b,h,n,m] -> O
