@@ -82,45 +82,30 @@ TEST(Cli, BadBenchFlagsExitTwo) {
   EXPECT_TRUE(refused(run_thx("--th-path tiled bench attention --th-atomics in-order"), "thx: error: --th-atomics",
                       "which --th-path tiled leaves"));
   EXPECT_TRUE(refused(run_thx("bench attention --fma --th-path batched"), "thx: error: --fma", "--th-path batched"));
-  EXPECT_TRUE(refused(run_thx("--th-path tiled-aten bench attention --fma"), "thx: error: --fma is an option of thx's "
-                                                                             "kernels", "--th-path tiled-aten leaves"));
-  EXPECT_TRUE(refused(run_thx("--th-path folded bench attention --fma"), "thx: error: --fma is an option of thx's "
-                                                                         "kernels", "--th-path folded leaves"));
-  EXPECT_TRUE(refused(run_thx("--th-path folded bench attention --tiled"), "thx: error: --th-path folded excludes "
-                                                                           "--tiled", ""));
-  EXPECT_TRUE(refused(run_thx("--th-path tiled-gemm bench attention --fma"), "thx: error: --fma is an option of thx's "
-                                                                             "kernels", "--th-path tiled-gemm leaves"));
-  EXPECT_TRUE(refused(run_thx("--th-path gemm bench attention --fma"), "thx: error: --fma is an option of thx's "
-                                                                       "kernels", "--th-path gemm leaves"));
-  EXPECT_TRUE(
-      refused(run_thx("--th-path gemm bench train --tiled"), "thx: error: --th-path gemm excludes --tiled", ""));
+  for (const std::string path : {"tiled-aten", "tiled-gemm", "folded", "gemm"})  // ATen's operations alone
+    EXPECT_TRUE(refused(run_thx("--th-path " + path + " bench attention --fma"),
+                        "thx: error: --fma is an option of thx's kernels", "--th-path " + path + " leaves"));
   EXPECT_TRUE(refused(run_thx("--th-path flash bench attention --fma"), "thx: error: --fma runs thx's kernels as fp32 "
                                                                         "FMAs; --th-path flash runs on tensor cores",
                       ""));
-  EXPECT_TRUE(refused(run_thx("--th-path flash --device cuda bench train --tiled"), "thx: error: --device cuda",
-                      ""));  // flash is a tiled path
   EXPECT_TRUE(refused(run_thx("--th-path tiled --device cuda bench attention --fma"), "thx: error: --device cuda",
                       ""));  // --fma is the row kernels' option too: past the path check, refused for the device
   EXPECT_TRUE(refused(run_thx("bench attention --th-unpadded --th-path tiled"), "thx: error: --th-unpadded",
                       "--th-path tiled"));
-  EXPECT_TRUE(refused(run_thx("--th-path batched bench attention --tiled"), "thx: error: --th-path batched excludes "
-                                                                            "--tiled", ""));
-  EXPECT_TRUE(refused(run_thx("--th-path batched bench train --tiled"), "thx: error: --th-path batched excludes "
-                                                                        "--tiled", ""));
-  EXPECT_TRUE(refused(run_thx("--th-path fused bench attention --tiled"), "thx: error: --th-path fused excludes "
-                                                                          "--tiled", ""));
-  EXPECT_TRUE(refused(run_thx("--th-path fused bench train --tiled"), "thx: error: --th-path fused excludes --tiled",
-                      ""));
+  // The paths that are not the tiled path's forms exclude --tiled, in either benchmark.
+  for (const std::string path : {"batched", "fused", "folded", "gemm"})
+    for (const char* bench : {" bench attention --tiled", " bench train --tiled"})
+      EXPECT_TRUE(refused(run_thx("--th-path " + path + bench), "thx: error: --th-path " + path + " excludes --tiled",
+                          ""));
   for (const char* own : {"attention --batched", "attention --tiled", "attention --fma",
                           "attention --th-atomics in-order", "attention --th-unpadded", "train --tiled"})  // on the CPU
     EXPECT_TRUE(refused(run_thx(std::string("bench ") + own), "thx: error: --",
                         "chooses or tunes a GPU path of talking-heads; on the CPU it runs on thx's CPU cores"))
         << own;
-  EXPECT_TRUE(refused(run_thx("--th-path tiled-aten --device cuda bench attention --tiled"), "thx: error: --device cuda",
-                      ""));  // tiled-aten is a tiled path
-  EXPECT_TRUE(refused(run_thx("--th-path tiled-aten --device cuda bench train --tiled"), "thx: error: --device cuda", ""));
-  EXPECT_TRUE(
-      refused(run_thx("--th-path tiled-fma --device cuda bench train --tiled"), "thx: error: --device cuda", ""));
+  // The tiled path's forms take --tiled: past the path check, refused for the device.
+  for (const std::string path : {"tiled-aten", "tiled-fma", "tiled-gemm", "flash"})
+    for (const char* bench : {" bench attention --tiled", " bench train --tiled"})
+      EXPECT_TRUE(refused(run_thx("--th-path " + path + " --device cuda" + bench), "thx: error: --device cuda", ""));
   for (const char* own : {"--batched", "--th-atomics in-order", "--th-unpadded"})  // past the path check: refused for the device
     EXPECT_TRUE(refused(run_thx(std::string("--device cuda bench attention ") + own), "thx: error: --device cuda", ""))
         << own;
