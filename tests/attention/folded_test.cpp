@@ -1,7 +1,9 @@
-// The folded products (src/attention/folded.h, `thx --th-path folded`: P_l folded into Q, P_w
-// into V, every multiply one large product) and the heads-major products (heads_gemm.h, `thx
-// --th-path gemm`: the mixings as products over the n m positions, in the operands' dtype), each
-// test on both, against the paper's section 4 core written as
+// The three talking-heads paths of ATen's operations alone, each test on each (AtenPath, suffixed
+// folded, gemm and tiled_gemm): the folded products (src/attention/folded.h, `--th-path folded`:
+// P_l folded into Q, P_w into V, every multiply one large product), the heads-major products
+// (heads_gemm.h, `--th-path gemm`: the mixings as products over the n m positions, in the
+// operands' dtype) and the tiled path with that composition in blocks of rows (tiled.h, `--th-path
+// tiled-gemm`), against the paper's section 4 core written as
 // einsums with the paper's layout (heads last) and differentiated by autograd (core_problems.h):
 // O and the gradients of Q, K, V, P_l, P_w and the bias, for talking-heads (h_k != h != h_v),
 // both hybrids and multi-head, with and without a bias, padding and causal masks, n != m.
@@ -19,14 +21,14 @@
 //   error must be within 3 x the batched composition's own plus 2^-8 of its largest value, and
 //   within 3e-2 of that value (the tiled path's bound against the batched composition). The
 //   heads-major path rounds J, the logits, the weights, U and, in the backward, dU, dW and dL.
-// - bf16, dP_l (both paths): dP_l[k,h] sums J_k dL_h over every (b, n, m), and each row of dL sums
+// - bf16, dP_l (every path): dP_l[k,h] sums J_k dL_h over every (b, n, m), and each row of dL sums
 //   to zero (the softmax), so its terms cancel: on these problems the sum of their sizes is up to
 //   150x the largest |dP_l|, and a relative rounding of J or dL moves dP_l by that sum's share,
 //   not by dP_l's. So each element is judged against its condition kappa (the sum of the sizes
 //   of the terms that roundings of J, W, dW and dL perturb, dP_l_condition below): within 2^-9
 //   kappa, one bf16 rounding of every term all in one direction. Measured: 0.08-0.45 of it
-//   (heads-major), 0.10-0.18 (folded); a wrong formula moves dP_l by its own size, which the
-//   float64 test catches.
+//   (heads-major), 0.10-0.18 (folded); dP_l off by 10% fails it (the control), and a wrong
+//   formula moves dP_l by its own size, which the float64 test catches.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -225,10 +227,10 @@ void expect_refusals(Core core, bool one_dtype = true) {
     EXPECT_NO_THROW(run(core, dtypes));
 }
 
-// `thx --th-path folded` routes the talking-heads family off the CPU to the folded products, which
-// keep the weights (the memory check's lower bound counts them), and leaves multi-head on SDPA;
-// the other paths keep nothing of that size. (The routing itself runs on a GPU: FoldedOnCuda.)
-void expect_the_path_keeps_the_weights_off_the_cpu(const std::string& path) {
+// `thx --th-path <path>` routes the talking-heads family off the CPU to the path, which keeps the
+// weights or not (the memory check's lower bound counts them), and leaves multi-head on SDPA; the
+// default keeps nothing of that size. (The routing itself runs on a GPU: AtenPathOnCuda.)
+void expect_the_path_keeps_the_weights_off_the_cpu(const std::string& path, bool keeps) {
   AttentionConfig c;
   c.h = 4, c.variant = "multi_head";
   const AttentionDims mh = resolve(c, 32, 32, 32);
@@ -236,11 +238,11 @@ void expect_the_path_keeps_the_weights_off_the_cpu(const std::string& path) {
   const AttentionDims th = resolve(c, 32, 32, 32);
   const torch::Device cuda(torch::kCUDA);
   set_th_path(path);
-  EXPECT_TRUE(keeps_attention_weights(th, cuda));
-  const bool mh_folded = keeps_attention_weights(mh, cuda);
+  EXPECT_EQ(keeps_attention_weights(th, cuda), keeps);
+  const bool mh_on_path = keeps_attention_weights(mh, cuda);
   set_th_path("tiled", false);
   EXPECT_FALSE(keeps_attention_weights(th, cuda));
-  EXPECT_EQ(keeps_attention_weights(mh, cuda), mh_folded);  // multi-head's route is not the path's
+  EXPECT_EQ(keeps_attention_weights(mh, cuda), mh_on_path);  // multi-head's route is not the path's
   EXPECT_TRUE(keeps_attention_weights(th, torch::Device(torch::kCPU)));
 }
 
@@ -269,29 +271,9 @@ void expect_on_cuda(Core core, const std::string& path) {
   EXPECT_TRUE(torch::equal(routed, core(in.Q, in.K, in.V, in.P_l, in.P_w, in.bias, in.mask)));
 }
 
-// Each test above, on the folded products and on the heads-major ones.
-TEST(Folded, Float64EqualsThePapersCoreForEveryVariantAndMask) {
-  expect_float64_equals_the_papers_core(folded_attention_core);
-}
-TEST(Folded, StridedInputsGiveTheSameNumbers) { expect_strided_inputs_give_the_same_numbers(folded_attention_core); }
-TEST(Folded, Float64BoundFailsAGradientOffByOnePartInAMillion) {
-  expect_the_bound_fails_a_gradient_off_by_one_part_in_a_million(folded_attention_core);
-}
-TEST(Folded, Float32WithinItsRoundingOfTheFloat64Core) { expect_float32_within_its_rounding(folded_attention_core); }
-TEST(Folded, Bf16NoFartherFromFloat64ThanTheBatchedComposition) {
-  expect_bf16_no_farther_than_the_batched_composition(folded_attention_core);
-}
-TEST(Folded, ARowWithEveryKeyMaskedIsZeroNotNaN) { expect_a_row_without_keys_zero(folded_attention_core); }
-TEST(Folded, RefusesWhatDoesNotFit) { expect_refusals(folded_attention_core); }
-TEST(Folded, ThPathFoldedKeepsTheWeightsOffTheCpu) { expect_the_path_keeps_the_weights_off_the_cpu("folded"); }
-TEST(FoldedOnCuda, EqualsThePapersCoreForEveryVariantMaskAndDtype) {
-  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
-  expect_on_cuda(folded_attention_core, "folded");
-}
-
 // The tiled path with ATen's composition between its products in the operands' dtype (`--th-path
-// tiled-gemm`), in blocks of 3 query rows (blocking that the full-row paths above do not have), or
-// as many rows as the path picks (the route's own).
+// tiled-gemm`), in blocks of 3 query rows (blocking that the full-row paths do not have), or as
+// many rows as the path picks (the route's own).
 Tensor tiled_gemm(const Tensor& Q, const Tensor& K, const Tensor& V, const Tensor& P_l, const Tensor& P_w,
                   const Tensor& bias, const Tensor& mask) {
   return tiled_attention_core(Q, K, V, P_l, P_w, bias, mask, 3, nullptr, true);
@@ -301,51 +283,63 @@ Tensor tiled_gemm_auto(const Tensor& Q, const Tensor& K, const Tensor& V, const 
   return tiled_attention_core(Q, K, V, P_l, P_w, bias, mask, 0, nullptr, true);
 }
 
-TEST(HeadsGemm, Float64EqualsThePapersCoreForEveryVariantAndMask) {
-  expect_float64_equals_the_papers_core(heads_gemm_attention_core);
+// The three paths of ATen's operations alone, each test above on each.
+struct Path {
+  const char* name;  // the tests' suffix
+  Core core, routed;  // the core as tested; the core `--th-path` routes to (the same, or tiled-gemm's own blocks)
+  const char* th_path;
+  bool one_dtype, keeps_weights;
+};
+const std::vector<Path>& paths() {
+  static const std::vector<Path> p = {
+      {"folded", folded_attention_core, folded_attention_core, "folded", true, true},
+      {"gemm", heads_gemm_attention_core, heads_gemm_attention_core, "gemm", true, true},
+      {"tiled_gemm", tiled_gemm, tiled_gemm_auto, "tiled-gemm", false, false}};
+  return p;
 }
-TEST(HeadsGemm, StridedInputsGiveTheSameNumbers) {
-  expect_strided_inputs_give_the_same_numbers(heads_gemm_attention_core);
+std::string path_name(const ::testing::TestParamInfo<Path>& info) { return info.param.name; }
+void PrintTo(const Path& p, std::ostream* os) { *os << p.th_path; }
+
+class AtenPath : public ::testing::TestWithParam<Path> {};
+TEST_P(AtenPath, Float64EqualsThePapersCoreForEveryVariantAndMask) {
+  expect_float64_equals_the_papers_core(GetParam().core);
 }
-TEST(HeadsGemm, Float64BoundFailsAGradientOffByOnePartInAMillion) {
-  expect_the_bound_fails_a_gradient_off_by_one_part_in_a_million(heads_gemm_attention_core);
+TEST_P(AtenPath, StridedInputsGiveTheSameNumbers) { expect_strided_inputs_give_the_same_numbers(GetParam().core); }
+TEST_P(AtenPath, Float64BoundFailsAGradientOffByOnePartInAMillion) {
+  expect_the_bound_fails_a_gradient_off_by_one_part_in_a_million(GetParam().core);
 }
-TEST(HeadsGemm, Float32WithinItsRoundingOfTheFloat64Core) {
-  expect_float32_within_its_rounding(heads_gemm_attention_core);
+TEST_P(AtenPath, Float32WithinItsRoundingOfTheFloat64Core) { expect_float32_within_its_rounding(GetParam().core); }
+TEST_P(AtenPath, Bf16NoFartherFromFloat64ThanTheBatchedComposition) {
+  expect_bf16_no_farther_than_the_batched_composition(GetParam().core);
 }
-TEST(HeadsGemm, Bf16NoFartherFromFloat64ThanTheBatchedComposition) {
-  expect_bf16_no_farther_than_the_batched_composition(heads_gemm_attention_core);
-}
-// The control of dP_l's bf16 bound: the heads-major path's dP_l off by 10% of itself fails it (here
-// the bound allows about 4%: dP_l's terms cancel to 1/20 of their sizes or less, and the batched
+// The control of dP_l's bf16 bound: the path's dP_l off by 10% of itself fails it (here the bound
+// allows about 4%: dP_l's terms cancel to 1/20 of their sizes or less, and the batched
 // composition's own error is 1-3% of the largest |dP_l|).
-TEST(HeadsGemm, Bf16ConditionBoundFailsADP_lOffByTenPercent) {
+TEST_P(AtenPath, Bf16ConditionBoundFailsADP_lOffByTenPercent) {
   torch::manual_seed(11);
   Inputs in = inputs(core::variant_cases().front(), Extra::bias_padding, torch::kFloat32);
   for (Tensor* t : {&in.Q, &in.K, &in.V, &in.dO}) *t = t->to(torch::kBFloat16);
-  const Tensor got = run(heads_gemm_attention_core, in).dP_l, ref = reference(as_float64(in)).dP_l;
+  const Tensor got = run(GetParam().core, in).dP_l, ref = reference(as_float64(in)).dP_l;
   EXPECT_LE(dP_l_error_in_condition_units(got, ref, in), std::ldexp(1.0, -9));
   EXPECT_GT(dP_l_error_in_condition_units(got * 1.1, ref, in), std::ldexp(1.0, -9));
 }
-TEST(HeadsGemm, ARowWithEveryKeyMaskedIsZeroNotNaN) { expect_a_row_without_keys_zero(heads_gemm_attention_core); }
-TEST(HeadsGemm, RefusesWhatDoesNotFit) { expect_refusals(heads_gemm_attention_core); }
-TEST(HeadsGemm, ThPathGemmKeepsTheWeightsOffTheCpu) { expect_the_path_keeps_the_weights_off_the_cpu("gemm"); }
-TEST(HeadsGemmOnCuda, EqualsThePapersCoreForEveryVariantMaskAndDtype) {
-  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
-  expect_on_cuda(heads_gemm_attention_core, "gemm");
+TEST_P(AtenPath, ARowWithEveryKeyMaskedIsZeroNotNaN) { expect_a_row_without_keys_zero(GetParam().core); }
+TEST_P(AtenPath, RefusesWhatDoesNotFit) { expect_refusals(GetParam().core, GetParam().one_dtype); }
+TEST_P(AtenPath, ThPathKeepsTheWeightsOffTheCpuOrNot) {
+  expect_the_path_keeps_the_weights_off_the_cpu(GetParam().th_path, GetParam().keeps_weights);
 }
+INSTANTIATE_TEST_SUITE_P(Cores, AtenPath, ::testing::ValuesIn(paths()), path_name);
 
-TEST(TiledGemm, Float64EqualsThePapersCoreForEveryVariantAndMask) { expect_float64_equals_the_papers_core(tiled_gemm); }
-TEST(TiledGemm, StridedInputsGiveTheSameNumbers) { expect_strided_inputs_give_the_same_numbers(tiled_gemm); }
-TEST(TiledGemm, Float64BoundFailsAGradientOffByOnePartInAMillion) {
-  expect_the_bound_fails_a_gradient_off_by_one_part_in_a_million(tiled_gemm);
+class AtenPathOnCuda : public ::testing::TestWithParam<Path> {};
+TEST_P(AtenPathOnCuda, EqualsThePapersCoreForEveryVariantMaskAndDtype) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  expect_on_cuda(GetParam().routed, GetParam().th_path);
 }
-TEST(TiledGemm, Float32WithinItsRoundingOfTheFloat64Core) { expect_float32_within_its_rounding(tiled_gemm); }
-TEST(TiledGemm, Bf16NoFartherFromFloat64ThanTheBatchedComposition) {
-  expect_bf16_no_farther_than_the_batched_composition(tiled_gemm);
-}
-// The switch does what it says: in bf16 the narrow composition's P_l gradient is not the fp32
-// composition's (it rounds J, W, dW and dL to bf16), and in fp32 both are one computation, bit for bit.
+INSTANTIATE_TEST_SUITE_P(Cores, AtenPathOnCuda, ::testing::ValuesIn(paths()), path_name);
+
+// tiled-gemm's switch does what it says: in bf16 the narrow composition's P_l gradient is not the
+// fp32 composition's (it rounds J, W, dW and dL to bf16), and in fp32 both are one computation, bit
+// for bit.
 TEST(TiledGemm, NarrowDiffersFromTheFp32CompositionOnlyBelowFp32) {
   auto fp32_composition = [](auto&... a) { return tiled_attention_core(a..., 3, nullptr, false); };
   torch::manual_seed(11);
@@ -353,12 +347,6 @@ TEST(TiledGemm, NarrowDiffersFromTheFp32CompositionOnlyBelowFp32) {
   EXPECT_TRUE(torch::equal(run(tiled_gemm, in).dP_l, gradients(in, fp32_composition).dP_l));
   for (Tensor* t : {&in.Q, &in.K, &in.V, &in.dO}) *t = t->to(torch::kBFloat16);
   EXPECT_FALSE(torch::equal(run(tiled_gemm, in).dP_l, gradients(in, fp32_composition).dP_l));
-}
-TEST(TiledGemm, ARowWithEveryKeyMaskedIsZeroNotNaN) { expect_a_row_without_keys_zero(tiled_gemm); }
-TEST(TiledGemm, RefusesWhatDoesNotFit) { expect_refusals(tiled_gemm, false); }
-TEST(TiledGemmOnCuda, EqualsThePapersCoreForEveryVariantMaskAndDtype) {
-  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
-  expect_on_cuda(tiled_gemm_auto, "tiled-gemm");
 }
 
 }  // namespace THX_FILE_ID
