@@ -24,10 +24,10 @@ struct HeadsGemm : ThProblem {
   static Tensor mix_grad(const Tensor& T, const Tensor& dT, torch::ScalarType out) {
     return projection_grad(T, dT).to(out);
   }
-  static Tensor heads(const Tensor& X) { return X.transpose(1, 2); }  // [b,n,g,d] -> [b,g,n,d]
-  Tensor logits(const Tensor& Q, const Tensor& K) const {              // J [b,h_k,n,m]
-    return torch::matmul(heads(Q), heads(K).transpose(2, 3));
-  }
+  // X [b,n,g,d] as a heads-major copy [b,g,n,d], made once a pass: a batched product cannot take
+  // the transposed view as one batch stride and would copy it at every product that reads it.
+  static Tensor heads(const Tensor& X) { return X.transpose(1, 2).contiguous(); }
+  static Tensor logits(const Tensor& Qh, const Tensor& Kh) { return torch::matmul(Qh, Kh.transpose(2, 3)); }
 };
 
 struct HeadsGemmFn : torch::autograd::Function<HeadsGemmFn> {
@@ -35,7 +35,7 @@ struct HeadsGemmFn : torch::autograd::Function<HeadsGemmFn> {
                         const Tensor& P_w_in, const Tensor& bias_in, const Tensor& mask_in) {
     const Tensor P_l = present(P_l_in), P_w = present(P_w_in);
     const HeadsGemm f(kGemmName, Q, K, V, P_l, P_w, present(bias_in), present(mask_in));
-    Tensor L = f.logits(Q, K);
+    Tensor L = HeadsGemm::logits(HeadsGemm::heads(Q), HeadsGemm::heads(K));  // J [b,h_k,n,m]
     if (P_l.defined()) L = f.mix(L, f.Pl);
     const Tensor W = f.weights_from(L, {0, 1, 2, 3});  // [b,h,n,m]
     L = Tensor();
@@ -50,6 +50,7 @@ struct HeadsGemmFn : torch::autograd::Function<HeadsGemmFn> {
     const Tensor P_l = present(s[3]), P_w = present(s[4]), bias = present(s[5]);
     const HeadsGemm f(kGemmName, Q, K, V, P_l, P_w, bias, present(s[6]));
     const Tensor dO = HeadsGemm::heads(grads[0].to(f.dt));  // [b,h_v,n,d_v]
+    const Tensor Qh = HeadsGemm::heads(Q), Kh = HeadsGemm::heads(K);
     Tensor dV, dP_w, dW;
     {  // through O = U V and U = P_w^T W (U made again)
       const Tensor U = P_w.defined() ? f.mix(W, f.Pw) : W;
@@ -68,11 +69,11 @@ struct HeadsGemmFn : torch::autograd::Function<HeadsGemmFn> {
     Tensor dbias, dP_l, dJ = dL;
     if (bias.defined()) dbias = f.bias_grad(dL, s[5].sizes()).to(s[5].scalar_type());
     if (P_l.defined()) {  // through L = P_l^T J (J made again)
-      dP_l = f.mix_grad(f.logits(Q, K), dL, s[3].scalar_type());
+      dP_l = f.mix_grad(HeadsGemm::logits(Qh, Kh), dL, s[3].scalar_type());
       dJ = f.mix(dL, f.Pl.t());
     }
-    const Tensor dQ = torch::matmul(dJ, HeadsGemm::heads(K)).transpose(1, 2);
-    const Tensor dK = torch::matmul(dJ.transpose(2, 3), HeadsGemm::heads(Q)).transpose(1, 2);
+    const Tensor dQ = torch::matmul(dJ, Kh).transpose(1, 2);
+    const Tensor dK = torch::matmul(dJ.transpose(2, 3), Qh).transpose(1, 2);
     return {dQ, dK, dV, dP_l, dP_w, dbias, Tensor()};
   }
 };
