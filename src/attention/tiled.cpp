@@ -414,7 +414,9 @@ Tensor projection_grad(const Tensor& A, const Tensor& B) {
 
 Tensor mix_heads_aligned(const Tensor& T, const Tensor& P) {
   const int64_t b = T.size(0), g = P.size(0), g2 = P.size(1), i = T.size(2), m = T.size(3);
-  Tensor padded = torch::empty({g, (g2 + 7) / 8 * 8}, T.options());  // P [g, g2] in its first g2 columns
+  // P [g, g2] in the first g2 columns; NaN past them, so that a product that read the padding
+  // would show it in every test
+  Tensor padded = torch::full({g, (g2 + 7) / 8 * 8}, std::numeric_limits<double>::quiet_NaN(), T.options());
   Tensor Pt = padded.narrow(1, 0, g2).copy_(P).t();                   // [g2, g], leading dimension 8k
   return torch::bmm(Pt.expand({b, g2, g}), T.reshape({b, g, i * m})).view({b, g2, i, m});
 }
