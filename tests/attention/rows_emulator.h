@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "attention/cuda/th_flash_backward.cuh"
-#include "attention/cuda/th_flash_kernels.cuh"
+#include "attention/cuda/th_flash_forward_for.cuh"
 #include "attention/cuda/th_rows_kernels.cuh"
 #include "attention/cuda/th_rows_tc_kernels.cuh"
 #include "attention/tiled.h"

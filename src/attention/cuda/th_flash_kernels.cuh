@@ -570,13 +570,4 @@ __global__ void THX_LAUNCH_BOUNDS(kFlashThreads, 1) flash_forward_kernel(FlashAr
 
 }  // namespace flash
 
-// The flash forward for bucket (H, DV) (flash_bucket's).
-inline auto flash_kernel_for(int H, int DV) {
-  using K = void (*)(FlashArgs<thx_bf16>);
-  if (H == 16) return DV == 16 ? K(flash::flash_forward_kernel<16, 16>)
-                      : DV == 32 ? K(flash::flash_forward_kernel<16, 32>) : K(flash::flash_forward_kernel<16, 64>);
-  if (H == 32) return DV == 16 ? K(flash::flash_forward_kernel<32, 16>) : K(flash::flash_forward_kernel<32, 32>);
-  return K(flash::flash_forward_kernel<48, 16>);
-}
-
 }  // namespace thx::cuda_th

@@ -184,3 +184,18 @@ namespace thx {
 // cores: `thx --th-path flash`).
 const cuda_th::RowsLauncher* cuda_th_rows_launcher(bool tensor_cores = true, bool flash = false);
 }  // namespace thx
+
+namespace thx::cuda_th {
+// CUDA's launches behind that launcher (th_launch.cuh), each group of kernels in a .cu file of its
+// own so that nvcc compiles them side by side: the FMA row kernels (fp32 th_rows.cu, bf16
+// th_rows_bf16.cu), those on tensor cores (th_rows_tc.cu) and the flash kernels
+// (th_flash_forward.cu, th_flash_backward.cu).
+template <typename T, bool Backward>
+void launch_rows(const RowsArgs<T>& a, int H, unsigned grid_x, unsigned grid_y, int threads, int64_t bytes);
+template <bool Backward>
+void launch_rows_tc(const RowsArgs<thx_bf16>& a, int H, unsigned grid_x, unsigned grid_y, int threads, int64_t bytes);
+void launch_flash_forward(const FlashArgs<thx_bf16>& a, int H, int DV, unsigned grid_x, unsigned grid_y,
+                          int64_t bytes);
+void launch_flash_backward(const FlashBackArgs<thx_bf16>& a, int H, int D, bool grads, unsigned grid_x,
+                           unsigned grid_y, int64_t bytes);
+}  // namespace thx::cuda_th

@@ -1,5 +1,5 @@
 // th_rows_kernels.cuh: the talking-heads row kernels (th_rows_args.h says what they do), written
-// once for nvcc (th_rows.cu), clang's PTX check and the CPU emulator (common/cuda_compat.h).
+// once for nvcc (th_rows.cu, th_rows_bf16.cu), clang's PTX check and the CPU emulator (common/cuda_compat.h).
 //
 // A block takes query rows of one example in turn; its threads take the keys, one column of every
 // head at a time. A thread mixes heads as a matrix-vector product whose output vector is its own
