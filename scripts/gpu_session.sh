@@ -127,6 +127,10 @@ run() {
     phases="$phases build-fallback"
     phase build-fallback 200 env "${fallback[@]}" scripts/gpu_build.sh build
   fi
+  # Where the build's time went (its longest steps, from ninja's log: start, end, ms), so that a
+  # later session can shorten what bounds it; the build takes a quarter of a session's device time.
+  [ -f build-gpu/.ninja_log ] && awk -F'\t' 'NR > 1 { printf "%7.1f s  %s\n", ($2 - $1) / 1000, $4 }' \
+    build-gpu/.ninja_log | sort -rn | head -n 25 > "$OUT/build-steps.txt"
   export LD_LIBRARY_PATH="$PWD/$CARRY/root/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   local thx=build-gpu/thx prep="$CARRY/prepared"
   if [ -x "$thx" ]; then
