@@ -24,7 +24,7 @@ using torch::Tensor;
 namespace {
 std::atomic<bool> g_sdpa{true}, g_tiled{true}, g_th_kernels{false};  // (th_path's default: tiled)
 std::atomic<bool> g_row_kernels{true}, g_row_tensor_cores{true}, g_flash_kernels{false}, g_folded{false},
-    g_gemm{false}, g_tiled_narrow{false};
+    g_gemm{false}, g_tiled_narrow{false}, g_th_paths_on_cpu{false};
 }  // namespace
 void set_sdpa_attention(bool enabled) { g_sdpa = enabled; }
 void set_tiled_attention(bool enabled) { g_tiled = enabled; }
@@ -35,6 +35,7 @@ void set_flash_kernels(bool enabled) { g_flash_kernels = enabled; }
 void set_folded_attention(bool enabled) { g_folded = enabled; }
 void set_heads_gemm_attention(bool enabled) { g_gemm = enabled; }
 void set_tiled_narrow(bool enabled) { g_tiled_narrow = enabled; }
+void set_th_paths_on_cpu(bool enabled) { g_th_paths_on_cpu = enabled; }
 namespace {
 bool row_tensor_cores() { return g_row_tensor_cores && th_tensor_cores(); }
 }  // namespace
@@ -107,11 +108,10 @@ Tensor attention_core(const Tensor& Q, const Tensor& K, const Tensor& V, const T
   // row kernels between them where built); neither keeps anything of size [b,h,n,m]. Or, where
   // chosen (`--th-path folded`), the folded products (folded.h), or (`--th-path gemm`) the
   // heads-major products (heads_gemm.h), which keep the weights.
-  if ((P_l.defined() || P_w.defined()) && !Q.device().is_cpu() && g_folded)
-    return folded_attention_core(Q, K, V, P_l, P_w, bias, mask);
-  if ((P_l.defined() || P_w.defined()) && !Q.device().is_cpu() && g_gemm)
-    return heads_gemm_attention_core(Q, K, V, P_l, P_w, bias, mask);
-  if ((P_l.defined() || P_w.defined()) && !Q.device().is_cpu() && g_tiled) {
+  const bool th_off_cpu = (P_l.defined() || P_w.defined()) && (!Q.device().is_cpu() || g_th_paths_on_cpu);
+  if (th_off_cpu && g_folded) return folded_attention_core(Q, K, V, P_l, P_w, bias, mask);
+  if (th_off_cpu && g_gemm) return heads_gemm_attention_core(Q, K, V, P_l, P_w, bias, mask);
+  if (th_off_cpu && g_tiled) {
     const cuda_th::Launcher* kernels = Q.is_cuda() && g_th_kernels ? cuda_th_launcher() : nullptr;
     if (kernels && fused_th_unsupported(Q, K, V, P_l, P_w, bias, mask, *kernels).empty())
       return fused_th_attention_core(Q, K, V, P_l, P_w, bias, mask, *kernels);

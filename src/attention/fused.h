@@ -106,6 +106,10 @@ std::string heads_gemm_path_description();
 void set_tiled_narrow(bool enabled);
 // The tiled path in a benchmark's words: its products, and what runs between them now.
 std::string tiled_path_description();
+// CPU tensors of the talking-heads family take the path set_th_path chose, as off the CPU
+// (true), not the CPU's own cores (default false). For the tests: a whole model's step through
+// the ATen-only paths (tiled-aten, tiled-gemm, gemm, folded), which a GPU would run, on the CPU.
+void set_th_paths_on_cpu(bool enabled);
 // What a user asked for (`thx --th-path`): "tiled" (the default: thx's row kernels between
 // cuBLAS's products where built, bf16 mixings on tensor cores), "tiled-fma" (the same with the row
 // kernels' fp32 FMAs for bf16 too: set_row_tensor_cores(false)), "tiled-aten" (the same path with

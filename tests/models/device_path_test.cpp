@@ -9,6 +9,7 @@
 // sums in yet another order; TF32 is off, LibTorch's default for fp32 matmuls).
 #include <gtest/gtest.h>
 
+#include "attention/fused.h"
 #include "common/precision.h"
 #include "common/runtime.h"
 #include "models/encoder.h"
@@ -23,9 +24,19 @@ namespace thx::test {
 namespace {
 namespace THX_FILE_ID {
 
+// The CPU kernels off; with th_path, the talking-heads family on that ATen-only path (`--th-path`),
+// which a GPU would take, for CPU tensors too (set_th_paths_on_cpu).
 struct KernelsOff {
-  KernelsOff() { set_cpu_kernels(false); }
-  ~KernelsOff() { set_cpu_kernels(true); }
+  explicit KernelsOff(const char* aten_path) : path(th_path()), chosen(th_path_chosen()) {
+    set_cpu_kernels(false);
+    if (aten_path) set_th_path(aten_path, false), set_th_paths_on_cpu(true);
+  }
+  ~KernelsOff() {
+    set_cpu_kernels(true);
+    set_th_paths_on_cpu(false), set_th_path(path, chosen);
+  }
+  const std::string path;
+  const bool chosen;
 };
 
 struct Step {
@@ -58,17 +69,18 @@ Step step(torch::nn::Module& m, const std::vector<std::pair<std::string, torch::
 }
 
 // forward(device): the loss with the batch on that device. `other`: the CPU (the ATen path,
-// the CPU kernels off) or a GPU (the model moved there and back).
+// the CPU kernels off; the talking-heads family on th_path where named) or a GPU (the model
+// moved there and back).
 template <class Forward>
 void expect_same_step(torch::nn::Module& m, const std::vector<std::pair<std::string, torch::Tensor>>& params,
-                      Forward forward, const torch::Device& other = torch::Device(torch::kCPU)) {
+                      Forward forward, const torch::Device& other, const char* th_path = nullptr) {
   std::vector<torch::Tensor> start;
   for (const auto& [k, p] : params) start.push_back(p.detach().clone());
   m.train();
   const Step cpu = step(m, params, start, [&] { return forward(torch::Device(torch::kCPU)); });
   Step device;
   if (other.is_cpu()) {
-    KernelsOff off;
+    KernelsOff off(th_path);
     device = step(m, params, start, [&] { return forward(other); });
   } else {
     m.to(other);
@@ -94,7 +106,7 @@ void expect_same_step(torch::nn::Module& m, const std::vector<std::pair<std::str
   }
 }
 
-void t5_step(const torch::Device& other) {
+void t5_step(const torch::Device& other, const char* th_path = nullptr) {
   for (const char* variant : {"multi_head", "talking_heads"}) {
     SCOPED_TRACE(variant);
     PretrainConfig c = tiny_pretrain("unused", 1);
@@ -108,11 +120,12 @@ void t5_step(const torch::Device& other) {
     const torch::Tensor decoder = torch::cat({torch::zeros({4, 1}, torch::kInt64), targets.narrow(1, 0, 7)}, 1);
     expect_same_step(
         *model, model->named_parameters_by_path(),
-        [&](const torch::Device& d) { return model->forward(inputs.to(d), decoder.to(d), targets.to(d)).loss; }, other);
+        [&](const torch::Device& d) { return model->forward(inputs.to(d), decoder.to(d), targets.to(d)).loss; }, other,
+        th_path);
   }
 }
 
-void albert_step(const torch::Device& other) {
+void albert_step(const torch::Device& other, const char* th_path = nullptr) {
   PretrainConfig c = tiny_albert_pretrain("unused", 1);
   torch::manual_seed(4);
   EncoderModel model(resolve_model_spec(c.model, c.attention), 120, true);
@@ -124,11 +137,25 @@ void albert_step(const torch::Device& other) {
       [&](const torch::Device& d) {
         return model->forward(ids.to(d), types.to(d), positions.to(d), targets.to(d), labels.to(d)).loss;
       },
-      other);
+      other, th_path);
 }
 
 TEST(DevicePath, T5StepOnTheAtenPathEqualsTheCpuKernels) { t5_step(torch::Device(torch::kCPU)); }
 TEST(DevicePath, AlbertStepOnTheAtenPathEqualsTheCpuKernels) { albert_step(torch::Device(torch::kCPU)); }
+
+// The ATen-only talking-heads paths a GPU takes where asked (`--th-path` tiled-aten, tiled-gemm,
+// gemm, folded), on the CPU: a whole T5's and ALBERT's step through each, against the CPU kernels,
+// with the bounds above. Their cores are proven against the paper's einsum alone
+// (tests/attention/folded_test.cpp); this is the model around them, as a GPU's whole-step
+// benchmark first meets it: T5's relative bias shared by the layers and its gradient, padding
+// and causal masks, cross-attention (n != m), Q, K and V as the projections give them.
+TEST(DevicePath, T5AndAlbertStepsOnEachAtenOnlyThPathEqualTheCpuKernels) {
+  for (const char* path : {"tiled-aten", "tiled-gemm", "gemm", "folded"}) {
+    SCOPED_TRACE(path);
+    t5_step(torch::Device(torch::kCPU), path);
+    albert_step(torch::Device(torch::kCPU), path);
+  }
+}
 
 TEST(DevicePath, T5StepOnCudaEqualsTheCpuKernels) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
