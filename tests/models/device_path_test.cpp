@@ -24,16 +24,17 @@ namespace thx::test {
 namespace {
 namespace THX_FILE_ID {
 
-// The CPU kernels off; with th_path, the talking-heads family on that ATen-only path (`--th-path`),
-// which a GPU would take, for CPU tensors too (set_th_paths_on_cpu).
-struct KernelsOff {
-  explicit KernelsOff(const char* aten_path) : path(th_path()), chosen(th_path_chosen()) {
-    set_cpu_kernels(false);
-    if (aten_path) set_th_path(aten_path, false), set_th_paths_on_cpu(true);
+// The talking-heads family on `aten_path` (`--th-path`; none: as it was) on `device`: on the
+// CPU, the CPU kernels off, and the path a GPU would take for CPU tensors too
+// (set_th_paths_on_cpu).
+struct OtherPath {
+  OtherPath(const torch::Device& device, const char* aten_path) : path(th_path()), chosen(th_path_chosen()) {
+    if (device.is_cpu()) set_cpu_kernels(false), set_th_paths_on_cpu(aten_path != nullptr);
+    if (aten_path) set_th_path(aten_path, false);
   }
-  ~KernelsOff() {
-    set_cpu_kernels(true);
-    set_th_paths_on_cpu(false), set_th_path(path, chosen);
+  ~OtherPath() {
+    set_cpu_kernels(true), set_th_paths_on_cpu(false);
+    set_th_path(path, chosen);
   }
   const std::string path;
   const bool chosen;
@@ -69,8 +70,8 @@ Step step(torch::nn::Module& m, const std::vector<std::pair<std::string, torch::
 }
 
 // forward(device): the loss with the batch on that device. `other`: the CPU (the ATen path,
-// the CPU kernels off; the talking-heads family on th_path where named) or a GPU (the model
-// moved there and back).
+// the CPU kernels off) or a GPU (the model moved there and back); either with the talking-heads
+// family on th_path where named.
 template <class Forward>
 void expect_same_step(torch::nn::Module& m, const std::vector<std::pair<std::string, torch::Tensor>>& params,
                       Forward forward, const torch::Device& other, const char* th_path = nullptr) {
@@ -79,8 +80,8 @@ void expect_same_step(torch::nn::Module& m, const std::vector<std::pair<std::str
   m.train();
   const Step cpu = step(m, params, start, [&] { return forward(torch::Device(torch::kCPU)); });
   Step device;
+  OtherPath route(other, th_path);
   if (other.is_cpu()) {
-    KernelsOff off(th_path);
     device = step(m, params, start, [&] { return forward(other); });
   } else {
     m.to(other);
@@ -149,12 +150,21 @@ TEST(DevicePath, AlbertStepOnTheAtenPathEqualsTheCpuKernels) { albert_step(torch
 // (tests/attention/folded_test.cpp); this is the model around them, as a GPU's whole-step
 // benchmark first meets it: T5's relative bias shared by the layers and its gradient, padding
 // and causal masks, cross-attention (n != m), Q, K and V as the projections give them.
-TEST(DevicePath, T5AndAlbertStepsOnEachAtenOnlyThPathEqualTheCpuKernels) {
+// On a GPU the same, fp32 through cuBLAS (TF32 off): what bench-train-gemm and its kind then
+// run in bf16.
+void steps_on_each_aten_path(const torch::Device& device) {
   for (const char* path : {"tiled-aten", "tiled-gemm", "gemm", "folded"}) {
     SCOPED_TRACE(path);
-    t5_step(torch::Device(torch::kCPU), path);
-    albert_step(torch::Device(torch::kCPU), path);
+    t5_step(device, path);
+    albert_step(device, path);
   }
+}
+TEST(DevicePath, T5AndAlbertStepsOnEachAtenOnlyThPathEqualTheCpuKernels) {
+  steps_on_each_aten_path(torch::Device(torch::kCPU));
+}
+TEST(DevicePath, T5AndAlbertStepsOnCudaOnEachAtenOnlyThPathEqualTheCpuKernels) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  steps_on_each_aten_path(torch::Device(torch::kCUDA, 0));
 }
 
 TEST(DevicePath, T5StepOnCudaEqualsTheCpuKernels) {
