@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <optional>
@@ -113,6 +114,11 @@ void init(const LaunchEnv& env, double timeout_s) {
   auto group = std::make_unique<Group>();
   group->env = env, group->timeout_s = timeout_s;
   set_log_rank(env.rank);
+  // Gloo's TCP pairs and c10d's store write to the other ranks' sockets. Once a rank has died, the
+  // default SIGPIPE would kill this one at its next write (exit -13, seen in CI), before the failed
+  // collective is diagnosed (`rank N stopped`, below); CPython, which torchrun's workers usually
+  // are, ignores SIGPIPE from its start. Ignored, the write fails with EPIPE and Gloo throws.
+  std::signal(SIGPIPE, SIG_IGN);
   try {
     group->store = make_store(env, timeout_s, !env.agent_store && env.rank == 0, true);
     const std::chrono::milliseconds timeout(int64_t(timeout_s * 1000));

@@ -47,6 +47,14 @@ pid_t find_rank(const std::string& run_dir, int rank) {
   return -1;
 }
 
+// Whether process `pid` ignores SIGPIPE (the SigIgn mask of /proc/<pid>/status, bit SIGPIPE - 1).
+bool ignores_sigpipe(pid_t pid) {
+  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(status, line);)
+    if (line.rfind("SigIgn:", 0) == 0) return (std::stoull(line.substr(7), nullptr, 16) >> (SIGPIPE - 1)) & 1;
+  return false;
+}
+
 struct Faults : ::testing::Test {
   TempDir dir;
   std::string config;
@@ -80,6 +88,10 @@ struct Faults : ::testing::Test {
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
     EXPECT_GT(victim, 0) << "rank " << rank << " was not found after the first checkpoint";
+    // The rank that lives on writes to the dead one's sockets: it must ignore SIGPIPE, or that
+    // write kills it before it can say which rank stopped (dist.cpp's init).
+    if (const pid_t other = find_rank(dir.file(run), rank == 0 ? 1 : 0); victim > 0 && other > 0)
+      EXPECT_TRUE(ignores_sigpipe(other)) << "rank " << (rank == 0 ? 1 : 0);
     if (victim > 0) ::kill(victim, sig);
     const auto killed = std::chrono::steady_clock::now();
     RunResult r = job.get();
