@@ -127,10 +127,15 @@ run() {
     phases="$phases build-fallback"
     phase build-fallback 200 env "${fallback[@]}" scripts/gpu_build.sh build
   fi
-  # Where the build's time went (its longest steps, from ninja's log: start, end, ms), so that a
-  # later session can shorten what bounds it; the build takes a quarter of a session's device time.
-  [ -f build-gpu/.ninja_log ] && awk -F'\t' 'NR > 1 { printf "%7.1f s  %s\n", ($2 - $1) / 1000, $4 }' \
-    build-gpu/.ninja_log | sort -rn | head -n 25 > "$OUT/build-steps.txt"
+  # Where the build's time went, so that a later session can shorten what bounds it (the build
+  # takes a quarter of a session's device time): its longest steps (from ninja's log: start, end,
+  # ms), and the log with build.ninja (build-ninja.tgz: `scripts/ninja_replay.py DIR --chain` on
+  # the CPU machines replays it and names the chain of steps that ends last).
+  if [ -f build-gpu/.ninja_log ]; then
+    awk -F'\t' 'NR > 1 { printf "%7.1f s  %s\n", ($2 - $1) / 1000, $4 }' build-gpu/.ninja_log | sort -rn |
+      head -n 25 > "$OUT/build-steps.txt"
+    tar czf "$OUT/build-ninja.tgz" -C build-gpu .ninja_log build.ninja
+  fi
   export LD_LIBRARY_PATH="$PWD/$CARRY/root/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   local thx=build-gpu/thx prep="$CARRY/prepared"
   if [ -x "$thx" ]; then
