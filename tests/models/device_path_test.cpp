@@ -6,7 +6,9 @@
 // gradient is only rounding residue, must stay at residue on both paths.
 // Where a GPU is (the *OnCuda tests; skipped elsewhere), the same step with the model, its
 // batch and Adafactor's state on CUDA meets the same bounds against the CPU kernels (cuBLAS
-// sums in yet another order; TF32 is off, LibTorch's default for fp32 matmuls).
+// sums in yet another order; TF32 is off, LibTorch's default for fp32 matmuls). The same steps
+// again with the talking-heads family on each ATen-only path a GPU may take (`--th-path`
+// tiled-aten, tiled-gemm, gemm, folded), on the CPU (set_th_paths_on_cpu) and on a GPU.
 #include <gtest/gtest.h>
 
 #include "attention/fused.h"
