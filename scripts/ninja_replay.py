@@ -6,8 +6,9 @@
 Reads BUILD_DIR/build.ninja (the edges and their inputs) and BUILD_DIR/.ninja_log (each step's
 logged duration; the last entry of an output wins) and replays the build: every edge starts when
 its inputs are done and a worker is free, in build.ninja's order, as Ninja picks them. Prints the
-replayed wall time and the sum of the steps; with --chain, the chain of steps that ends last
-(what a faster or split step would shorten). The durations are what the logged build measured:
+replayed wall time and the sum of the steps, the two bounds on it (the longest chain, with a
+worker for every step; the steps' sum over the workers); with --chain, the chain of steps that
+ends last (what a faster or split step would shorten). The durations are what the logged build measured:
 a build run with more jobs than cores logs each step slower than it runs alone. gpu_session.sh
 brings a GPU build's log and build.ninja back (build-ninja.tgz). Standard library only.
 """
@@ -98,6 +99,9 @@ def main():
         sys.exit(f"ninja_replay: {len(edges) - len(finish)} edges never became ready in {a.build_dir}")
     end = max(finish, key=finish.get)
     print(f"{a.workers} workers: {finish[end]:.1f} s (the steps sum to {sum(seconds):.1f} s)")
+    unlimited, _ = replay(edges, seconds, len(edges))
+    print(f"bounds: {max(unlimited.values()):.1f} s with a worker for every step, "
+          f"{sum(seconds) / a.workers:.1f} s of steps per worker")
     if a.chain:
         e = end
         while e is not None:

@@ -42,6 +42,10 @@ TEST(NinjaReplay, ReplaysTheLoggedStepsOnNWorkersAndNamesTheChain) {
     EXPECT_EQ(r.code, 0) << r.out;
     EXPECT_NE(r.out.find(expected), std::string::npos) << r.out;
   }
+  // The bounds: the chain header, c, link takes 8 s on enough workers; 15 s of steps on 2 is 7.5 each.
+  const RunResult two = replay(dir.path, "--workers 2");
+  EXPECT_NE(two.out.find("bounds: 8.0 s with a worker for every step, 7.5 s of steps per worker"), std::string::npos)
+      << two.out;
   const RunResult chain = replay(dir.path, "--workers 3 --chain");
   EXPECT_NE(chain.out.find("      8.0 s     1.0 s  app\n      7.0 s     2.0 s  c.o\n      5.0 s     5.0 s  gen.h\n"),
             std::string::npos)
