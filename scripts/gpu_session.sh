@@ -17,7 +17,8 @@
 #                                    definitions, whose line goes to the summary), compute-sanitizer
 #                                    on thx's kernels, Nsight Compute on the row kernels and the
 #                                    flash kernels (GPU_NCU_PATHS) and every kernel of the tiled
-#                                    path timed, each SASS instruction's executions in the row
+#                                    and heads-major paths timed (GPU_NCU_KERNEL_PATHS), each SASS
+#                                    instruction's executions in the row
 #                                    kernels and the flash forward and backward with T5's
 #                                    bias (ncu's source page as CSV, beside the SASS), the
 #                                    attention benchmark (talking-heads on the flash
@@ -228,15 +229,18 @@ run() {
     # GPU_NCU_PATHS (default: tiled, the default path, then flash): the row kernels' first forward
     # and first backward launch (the tiled path launches them once a block of rows), the flash
     # kernels' forward and the backward's passes D and G, the fused kernels' forward and backward.
-    # Then where the tiled path's time goes at 48 heads: every kernel of one layer's run timed
-    # alone (gpu__time_duration, summed by kernel name: cuBLAS's products, the row kernels, ATen's
-    # element-wise kernels between), with the warp instructions each executed (smsp__inst_executed:
-    # over the layer's 1.6 G elements, the instructions an element costs, which the fifth session
-    # cut on the CPU; docs/tiled_row_kernels.md, "Per-element work"). The fourth session found the
-    # flash kernels latency-bound at low occupancy (docs/fused_talking_heads.md); the row kernels
-    # had no profile yet.
-    local ncu_paths=${GPU_NCU_PATHS:-tiled flash}
-    phase ncu $((50 * $(wc -w <<< "$ncu_paths") + 40)) bash -c "
+    # Then where each path in GPU_NCU_KERNEL_PATHS spends a layer at 48 heads (default: tiled, and
+    # gemm, whose cuBLAS mixings over 12 to 48 heads and ATen softmax are only estimated): every
+    # kernel of one layer's run timed alone (gpu__time_duration, summed by kernel name: cuBLAS's
+    # products, the row kernels, ATen's element-wise kernels), with the warp instructions each
+    # executed (smsp__inst_executed: for the row kernels, over the layer's 1.6 G elements, the
+    # instructions an element costs, which the fifth session cut on the CPU;
+    # docs/tiled_row_kernels.md, "Per-element work"). The fourth session found the flash kernels
+    # latency-bound at low occupancy (docs/fused_talking_heads.md); the row kernels had no profile
+    # yet. GPU_NCU_PATHS=none: the timings alone.
+    local ncu_paths=${GPU_NCU_PATHS:-tiled flash} kernel_paths=${GPU_NCU_KERNEL_PATHS:-tiled gemm}
+    [ "$ncu_paths" = none ] && ncu_paths=
+    phase ncu $((50 * $(wc -w <<< "$ncu_paths") + 45 * $(wc -w <<< "$kernel_paths") + 10)) bash -c "
       ncu=\$(command -v ncu || echo /usr/local/cuda/bin/ncu)
       sections='--section SpeedOfLight --section MemoryWorkloadAnalysis --section MemoryWorkloadAnalysis_Tables
         --section ComputeWorkloadAnalysis --section Occupancy --section SchedulerStats --section WarpStateStats
@@ -258,10 +262,12 @@ run() {
           esac
         done
       done
-      echo '== ncu: every kernel of the tiled path at h = 48, timed alone'
-      timeout 90 \$ncu --metrics gpu__time_duration.sum,smsp__inst_executed.sum --print-summary per-kernel \
-        $thx --device cuda --th-path tiled bench attention --precision bf16 --heads 48 --n 2048 --batch 8 \
-        --reps 1 --no-reference"
+      for path in $kernel_paths; do
+        echo \"== ncu: every kernel of --th-path \$path at h = 48, timed alone\"
+        timeout 90 \$ncu --metrics gpu__time_duration.sum,smsp__inst_executed.sum --print-summary per-kernel \
+          $thx --device cuda --th-path \$path bench attention --precision bf16 --heads 48 --n 2048 --batch 8 \
+          --reps 1 --no-reference
+      done"
     # Each SASS instruction's executions and stalls (Nsight Compute's source page as CSV, to read on
     # the CPU machines beside thx-sass.txt.gz): the row kernels forward and backward, the flash
     # forward and the flash backward's pass G (its second launch: pass D is the first) at h = 48,
