@@ -19,7 +19,9 @@ struct HeadsGemm : ThProblem {
 
   // T [b,g,n,m] mixed across heads by P [g,g2] (fp32; rounded to T's dtype) -> [b,g2,n,m]: one
   // product [g2, g] x [g, n m] an example, P^T shared by the batch (tiled.h).
-  static Tensor mix(const Tensor& T, const Tensor& P) { return mix_heads_aligned(T, P); }
+  static Tensor mix(const Tensor& T, const Tensor& P) {
+    return mix_heads_aligned(T, aligned_mixing(P, T.scalar_type()));
+  }
   // P's gradient from the mixing's input T and its output's gradient dT (tiled.h), in P's dtype.
   static Tensor mix_grad(const Tensor& T, const Tensor& dT, torch::ScalarType out) {
     return projection_grad(T, dT).to(out);

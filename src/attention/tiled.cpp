@@ -47,12 +47,17 @@ struct Problem {
   // P_w rounded to it), the softmax's statistics in fp32 (ATen's), the bias's and the mixings'
   // gradient sums in fp32. Else (the default) all of it in fp32.
   bool narrow = false;
+  // Where narrow and the operands are bf16 (or fp16): P_l, P_l^T, P_w, P_w^T as mix_heads_aligned
+  // takes them (aligned_mixing), made once for every block; else undefined.
+  Tensor A_l, A_lt, A_w, A_wt;
 
-  // T mixed by P (fp32) in T's dtype where narrow (for fp32 and fp64 T, mix_heads: the same bits as
-  // without the switch), else in fp32.
-  Tensor mix(const Tensor& T, const Tensor& P) const {
+  // T mixed by P (fp32; A: P's aligned form) in T's dtype where narrow (for fp32 and fp64 T,
+  // mix_heads: the same bits as without the switch), else in fp32.
+  Tensor mix(const Tensor& T, const Tensor& P, const Tensor& A) const {
     const bool reduced = T.scalar_type() != torch::kFloat32 && T.scalar_type() != torch::kFloat64;
-    return narrow && reduced ? mix_heads_aligned(T, P) : mix_heads(T, P);
+    if (!narrow || !reduced) return mix_heads(T, P);
+    const bool made = A.defined() && A.scalar_type() == T.scalar_type();
+    return mix_heads_aligned(T, made ? A : aligned_mixing(P, T.scalar_type()));
   }
   // A product's output (J, dU) as the element-wise work takes it: in Q's dtype where narrow (one
   // dtype for all of it where V's differs), else in fp32.
@@ -67,7 +72,7 @@ struct Problem {
   Tensor products(int64_t i0, int64_t ni) const { return torch::matmul(Qh.narrow(2, i0, ni), Kh.transpose(2, 3)); }
   // The logits L [b,h,I,m] of rows [i0, i0+ni) from J in fp32 (or fp64).
   Tensor logits(const Tensor& J, int64_t i0, int64_t ni) const {
-    Tensor L = P_l.defined() ? mix(J, P_l) : narrow && bias.defined() ? J.clone() : J;
+    Tensor L = P_l.defined() ? mix(J, P_l, A_l) : narrow && bias.defined() ? J.clone() : J;
     if (bias.defined()) L = P_l.defined() || narrow ? L.add_(rows(bias, i0, ni)) : L + rows(bias, i0, ni);
     if (mask.defined()) L.masked_fill_(rows(mask, i0, ni).logical_not(), -std::numeric_limits<double>::infinity());
     return L;
@@ -87,13 +92,13 @@ struct Problem {
     Rows r;
     r.J32 = work(J);
     const Tensor W = weights(logits(r.J32, i0, ni), i0, ni);  // [b,h,I,m]
-    r.U = (P_w.defined() ? mix(W, P_w) : W).to(Vh.scalar_type());
+    r.U = (P_w.defined() ? mix(W, P_w, A_w) : W).to(Vh.scalar_type());
     if (!dU.defined()) return r;
     r.dU32 = work(dU);
-    const Tensor dW = P_w.defined() ? mix(r.dU32, P_w.t()) : r.dU32;  // [b,h,I,m]
+    const Tensor dW = P_w.defined() ? mix(r.dU32, P_w.t(), A_wt) : r.dU32;  // [b,h,I,m]
     r.W = W;
     r.dL = at::_softmax_backward_data(dW, W, -1, W.scalar_type());  // W * (dW - sum W dW)
-    r.dJ = (P_l.defined() ? mix(r.dL, P_l.t()) : r.dL).to(Qh.scalar_type());
+    r.dJ = (P_l.defined() ? mix(r.dL, P_l.t(), A_lt) : r.dL).to(Qh.scalar_type());
     return r;
   }
 
@@ -214,6 +219,11 @@ Problem problem(const Tensor& Q, const Tensor& K, const Tensor& V, const Tensor&
     p.block = std::max<int64_t>(16, (int64_t{512} << 20) / per_row);
   }
   p.block = std::min(p.block, std::max<int64_t>(n, 1));
+  const auto dt = Q.scalar_type();
+  if (p.narrow && dt != torch::kFloat32 && dt != torch::kFloat64) {
+    if (p.P_l.defined()) p.A_l = aligned_mixing(p.P_l, dt), p.A_lt = aligned_mixing(p.P_l.t(), dt);
+    if (p.P_w.defined()) p.A_w = aligned_mixing(p.P_w, dt), p.A_wt = aligned_mixing(p.P_w.t(), dt);
+  }
   return p;
 }
 
@@ -412,12 +422,17 @@ Tensor projection_grad(const Tensor& A, const Tensor& B) {
   return compat::bmm_wide(A3, B3t, torch::kFloat32).sum(0);
 }
 
-Tensor mix_heads_aligned(const Tensor& T, const Tensor& P) {
-  const int64_t b = T.size(0), g = P.size(0), g2 = P.size(1), i = T.size(2), m = T.size(3);
-  // P [g, g2] in the first g2 columns; NaN past them, so that a product that read the padding
-  // would show it in every test
-  Tensor padded = torch::full({g, (g2 + 7) / 8 * 8}, std::numeric_limits<double>::quiet_NaN(), T.options());
-  Tensor Pt = padded.narrow(1, 0, g2).copy_(P).t();                   // [g2, g], leading dimension 8k
+Tensor aligned_mixing(const Tensor& P, torch::ScalarType dtype) {
+  const int64_t g = P.size(0), g2 = P.size(1);
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  Tensor padded = torch::full({g, (g2 + 7) / 8 * 8}, nan, P.options().dtype(dtype));
+  return padded.narrow(1, 0, g2).copy_(P).t();  // [g2, g], leading dimension 8k
+}
+
+Tensor mix_heads_aligned(const Tensor& T, const Tensor& Pt) {
+  TORCH_CHECK(Pt.scalar_type() == T.scalar_type() && Pt.size(1) == T.size(1), "mix_heads_aligned: P^T ", Pt.sizes(),
+              " ", Pt.scalar_type(), " for T ", T.sizes(), " ", T.scalar_type());
+  const int64_t b = T.size(0), g = Pt.size(1), g2 = Pt.size(0), i = T.size(2), m = T.size(3);
   return torch::bmm(Pt.expand({b, g2, g}), T.reshape({b, g, i * m})).view({b, g2, i, m});
 }
 

@@ -26,11 +26,15 @@ struct RowsLauncher;
 // [b,g,I,m] mixed across heads by P [g,g2] -> [b,g2,I,m]: P^T times T[b] seen as [g, I*m], one
 // batched product with the heads as its inner dim (no permuted copy of T; shared with fused.cpp).
 torch::Tensor mix_heads(const torch::Tensor& T, const torch::Tensor& P);
-// The same in T's dtype (P rounded to it; the heads-major and narrow tiled paths' mixings), one
-// batched product with P^T shared by the batch and laid out for cuBLAS: P^T's leading dimension
-// padded to a multiple of 8 elements (16 bytes in bf16), so that at 12 heads (24-byte rows) the
-// product may still take cuBLAS's kernels that need 16-byte alignment. The padding is never read.
-torch::Tensor mix_heads_aligned(const torch::Tensor& T, const torch::Tensor& P);
+// The same in T's dtype (the heads-major and narrow tiled paths' mixings): one batched product
+// with Pt = aligned_mixing(P, T's dtype) shared by the batch.
+torch::Tensor mix_heads_aligned(const torch::Tensor& T, const torch::Tensor& Pt);
+// P [g,g2] as mix_heads_aligned takes it: P^T [g2,g] rounded to `dtype`, laid out for cuBLAS with
+// its leading dimension padded to a multiple of 8 elements (16 bytes in bf16), so that at 12 heads
+// (24-byte rows) the product may still take cuBLAS's kernels that need 16-byte alignment. The
+// padding is NaN and never read (a product that read it would show it in every test). Made once a
+// problem where a path mixes many blocks (tiled.cpp), not once a block.
+torch::Tensor aligned_mixing(const torch::Tensor& P, torch::ScalarType dtype);
 // A mixing's gradient from its input A [b,g,I,m] and its output's gradient B [b,g2,I,m]: sum_b
 // A[b] B[b]^T over the I m positions -> [g, g2], in A's dtype for fp32 and fp64, else in fp32
 // with each example's product written in fp32 (compat::bmm_wide: no sum rounded to bf16).
