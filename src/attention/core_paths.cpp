@@ -80,11 +80,22 @@ void set_th_path(const std::string& path, bool chosen) {
 const std::string& th_path() { return g_th_path; }
 bool th_path_chosen() { return g_th_path_chosen; }
 
-bool keeps_attention_weights(const AttentionDims& d, const torch::Device& device) {
+namespace {
+// keeps_attention_weights's rule, the talking-heads family's route given: on the tiled path (or
+// the fused kernels) or not, and with the folded or heads-major products chosen or not.
+bool keeps_weights(const AttentionDims& d, const torch::Device& device, bool tiled, bool folded_or_gemm) {
   // (attention_core's routes below, and projected.cpp's for dropout and dynamic projections)
   if (device.is_cpu() || d.d_k == 0 || d.any_dynamic() || d.dropout > 0) return true;
   if (!d.has_P_l() && !d.has_P_w()) return !(THX_HAVE_SDPA && device.is_cuda() && g_sdpa);
-  return !g_tiled || g_folded || g_gemm;
+  return !tiled || folded_or_gemm;
+}
+}  // namespace
+
+bool keeps_attention_weights(const AttentionDims& d, const torch::Device& device) {
+  return keeps_weights(d, device, g_tiled, g_folded || g_gemm);
+}
+bool keeps_attention_weights_on_tiled_path(const AttentionDims& d, const torch::Device& device) {
+  return keeps_weights(d, device, true, false);
 }
 
 Tensor attention_core(const Tensor& Q, const Tensor& K, const Tensor& V, const Tensor& P_l,

@@ -133,6 +133,9 @@ bool th_path_chosen();
 // the heads-major products (`--th-path folded`, `--th-path gemm`: the weights), the dynamic
 // projections, attention dropout and general bilinear, which take ATen's composition everywhere.
 bool keeps_attention_weights(const AttentionDims& dims, const torch::Device& device);
+// The same on the tiled path (`--th-path tiled`, whichever path is chosen): what a run that keeps
+// them only by its path's choice (batched, folded, gemm) would keep there.
+bool keeps_attention_weights_on_tiled_path(const AttentionDims& dims, const torch::Device& device);
 // Whether `path` (a --th-path value) is one of the tiled path's five forms.
 inline bool tiled_path(const std::string& path) {
   return path == "tiled" || path == "tiled-fma" || path == "tiled-aten" || path == "tiled-gemm" || path == "flash";

@@ -63,7 +63,7 @@ std::pair<double, double> bound(const Sizes& z) {
 
 MemoryBound training_memory_lower_bound(const ModelSpec& spec, int64_t vocab, int64_t rows, int64_t n_in,
                                         int64_t n_out, const MemoryKeys& names, bool recompute,
-                                        const torch::Device& device) {
+                                        const torch::Device& device, bool on_tiled_path) {
   const ModelConfig& m = spec.model;
   auto per_d = [](const AttentionDims& a) {  // P_q, P_k, P_v, P_o (general bilinear: P, Q) / d
     if (a.d_k == 0) return 2.0 * double(a.d_M) * double(a.h);
@@ -76,7 +76,11 @@ MemoryBound training_memory_lower_bound(const ModelSpec& spec, int64_t vocab, in
   z.units = m.type == "albert" ? double(m.hidden_groups) : z.enc;
   z.E = m.encoder_only() && m.embedding_size > 0 ? double(m.embedding_size) : z.d;
   z.h_enc = double(spec.encoder_self.h), z.att_enc = per_d(spec.encoder_self);
-  auto keeps = [&](const AttentionDims& a) { return keeps_attention_weights(a, device) ? 1.0 : 0.0; };
+  auto keeps = [&](const AttentionDims& a) {
+    return (on_tiled_path ? keeps_attention_weights_on_tiled_path(a, device) : keeps_attention_weights(a, device))
+               ? 1.0
+               : 0.0;
+  };
   z.keep_enc = keeps(spec.encoder_self);
   z.recompute = recompute && m.encoder_only();
   if (!m.encoder_only()) {
@@ -103,18 +107,40 @@ MemoryBound training_memory_lower_bound(const ModelSpec& spec, int64_t vocab, in
   return b;
 }
 
+std::string th_path_memory_advice(const ModelSpec& spec, const torch::Device& device) {
+  std::vector<const AttentionDims*> layers = {&spec.encoder_self};
+  if (!spec.model.encoder_only()) layers.push_back(&spec.decoder_self), layers.push_back(&spec.encoder_decoder);
+  for (const AttentionDims* a : layers)
+    if (keeps_attention_weights(*a, device) && !keeps_attention_weights_on_tiled_path(*a, device))
+      return fmt::format("take `--th-path tiled`, which keeps none of the talking-heads weights [b,h,n,m] for "
+                         "backward (`--th-path {}` keeps them)", th_path());
+  return "";
+}
+
+std::string training_memory_refusal(const ModelSpec& spec, int64_t vocab, int64_t rows, int64_t n_in, int64_t n_out,
+                                    const MemoryKeys& names, const std::map<std::string, int64_t>& values,
+                                    const torch::Device& device, double have) {
+  const MemoryBound b = training_memory_lower_bound(spec, vocab, rows, n_in, n_out, names, false, device);
+  if (have <= 0 || !(b.parameters + b.activations > have)) return "";
+  const auto it = values.find(b.key);
+  const std::string named = it == values.end() ? b.key : fmt::format("{} {}", b.key, it->second);
+  std::string advice = th_path_memory_advice(spec, device);
+  if (!advice.empty()) {
+    const MemoryBound t = training_memory_lower_bound(spec, vocab, rows, n_in, n_out, names, false, device, true);
+    advice = fmt::format("; {}: at least {:.4g} GB there", advice, (t.parameters + t.activations) / 1e9);
+  }
+  return fmt::format("{}: training needs at least {:.4g} GB of memory (parameters and gradients {:.4g} GB, "
+                     "activations of a micro-batch {:.4g} GB), more than {} {:.1f} GB{}; nothing was allocated",
+                     named, (b.parameters + b.activations) / 1e9, b.parameters / 1e9, b.activations / 1e9,
+                     memory_owner(device), have / 1e9, advice);
+}
+
 void check_training_memory(const ModelSpec& spec, int64_t vocab, int64_t rows, int64_t n_in, int64_t n_out,
                            const MemoryKeys& names, const std::map<std::string, int64_t>& values,
                            const torch::Device& device) {
-  const MemoryBound b = training_memory_lower_bound(spec, vocab, rows, n_in, n_out, names, false, device);
-  const double have = memory_bytes(device);
-  if (have <= 0 || !(b.parameters + b.activations > have)) return;
-  const auto it = values.find(b.key);
-  const std::string named = it == values.end() ? b.key : fmt::format("{} {}", b.key, it->second);
-  throw InputError(fmt::format("{}: training needs at least {:.4g} GB of memory (parameters and gradients {:.4g} GB, "
-                               "activations of a micro-batch {:.4g} GB), more than {} {:.1f} GB; nothing "
-                               "was allocated", named, (b.parameters + b.activations) / 1e9, b.parameters / 1e9,
-                               b.activations / 1e9, memory_owner(device), have / 1e9));
+  const std::string refusal =
+      training_memory_refusal(spec, vocab, rows, n_in, n_out, names, values, device, memory_bytes(device));
+  if (!refusal.empty()) throw InputError(refusal);
 }
 
 }  // namespace thx

@@ -51,13 +51,25 @@ struct MemoryBound {
 // With `recompute` (an encoder's model.recompute) the activations are the layers' inputs and
 // one layer's own: what the backward pass then keeps at once. The attention weights [h, n, m] of
 // an example are counted for the attentions that keep them for backward on `device`
-// (keeps_attention_weights, attention/fused.h: on a GPU, none on the default paths).
+// (keeps_attention_weights, attention/fused.h: on a GPU, none on the default paths), or with
+// `on_tiled_path`, those that would keep them on the tiled path (`--th-path tiled`).
 MemoryBound training_memory_lower_bound(const ModelSpec& spec, int64_t vocab, int64_t rows, int64_t n_in,
                                         int64_t n_out, const MemoryKeys& names = {}, bool recompute = false,
-                                        const torch::Device& device = torch::Device(torch::kCPU));
-// InputError "<key> <value>: training needs at least X GB of memory (...), more than this
-// machine's Y GB; nothing was allocated" when the bound exceeds the memory of `device` (the
-// machine's, or a GPU's own). `values` gives the values of the keys the message may name.
+                                        const torch::Device& device = torch::Device(torch::kCPU),
+                                        bool on_tiled_path = false);
+// Where an attention of `spec` keeps its weights [b,h,n,m] for backward on `device` only because
+// of the chosen `--th-path` (batched, folded, gemm: on a GPU), what a line about memory adds:
+// "take `--th-path tiled`, which keeps none of the talking-heads weights [b,h,n,m] for backward
+// (`--th-path gemm` keeps them)"; else "".
+std::string th_path_memory_advice(const ModelSpec& spec, const torch::Device& device);
+// "<key> <value>: training needs at least X GB of memory (...), more than this machine's Y GB;
+// nothing was allocated" when the bound exceeds `have` bytes of `device` (the machine's, or a
+// GPU's own), with th_path_memory_advice and the tiled path's bound where it applies; else "".
+// `values` gives the values of the keys the message may name.
+std::string training_memory_refusal(const ModelSpec& spec, int64_t vocab, int64_t rows, int64_t n_in, int64_t n_out,
+                                    const MemoryKeys& names, const std::map<std::string, int64_t>& values,
+                                    const torch::Device& device, double have);
+// InputError with training_memory_refusal's line where the bound exceeds the memory of `device`.
 void check_training_memory(const ModelSpec& spec, int64_t vocab, int64_t rows, int64_t n_in, int64_t n_out,
                            const MemoryKeys& names, const std::map<std::string, int64_t>& values,
                            const torch::Device& device);

@@ -133,6 +133,11 @@ TEST(Cuda, OutOfMemoryIsOneLine) {
             std::string::npos)
       << r.out;
   EXPECT_NE(r.out.find("raise train.grad_accum"), std::string::npos) << r.out;
+  // The batched path alone keeps those tensors: the line offers the one that keeps none.
+  EXPECT_NE(r.out.find("or take `--th-path tiled`, which keeps none of the talking-heads weights [b,h,n,m] for "
+                       "backward (`--th-path batched` keeps them)"),
+            std::string::npos)
+      << r.out;
 }
 
 }  // namespace THX_FILE_ID

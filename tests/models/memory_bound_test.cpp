@@ -5,6 +5,8 @@
 // talking-heads family on the tiled path keep none, so a long sequence that those paths train in
 // a few GB is not refused for weights they never hold (n = 8192 at 48 heads: 155 GB a T5-base
 // example counted that way, against the 1.6-1.8 GB the flash kernels took for a layer of 8).
+// Where the chosen --th-path alone keeps them (batched, folded, gemm), a line about memory offers
+// the tiled path and its bound.
 #include <gtest/gtest.h>
 
 #include "attention/fused.h"
@@ -72,6 +74,66 @@ TEST(MemoryBound, OnAGpuTheBatchedCompositionDropoutAndDynamicProjectionsKeepThe
   EXPECT_DOUBLE_EQ(bound(spec_of(dropout, mh_dropout, dynamic), kCuda), expected(true, true, true));
   EXPECT_DOUBLE_EQ(bound(spec_of(variant("general_bilinear"), variant("multi_head"), variant("talking_heads")), kCuda),
                    expected(true, !THX_HAVE_SDPA, false));
+}
+
+TEST(MemoryBound, OnAGpuTheFoldedAndHeadsMajorProductsKeepThem) {
+  const ModelSpec s = spec_of(variant("talking_heads"), variant("multi_head"), variant("project_logits"));
+  for (const char* path : {"folded", "gemm"}) {
+    SCOPED_TRACE(path);
+    set_th_path(path, false);
+    EXPECT_DOUBLE_EQ(bound(s, kCuda), expected(true, !THX_HAVE_SDPA, true));
+    // As on the tiled path, whichever is chosen: what the advice below offers.
+    EXPECT_DOUBLE_EQ(training_memory_lower_bound(s, kVocab, kRows, kIn, kOut, {}, false, kCuda, true).activations,
+                     expected(false, !THX_HAVE_SDPA, false));
+  }
+  set_th_path("tiled", false);
+}
+
+// A line about memory offers the tiled path where the chosen one alone keeps the weights.
+TEST(MemoryBound, TheAdviceNamesTheTiledPathWhereOnlyThePathKeepsTheWeights) {
+  const ModelSpec th = spec_of(variant("talking_heads"), variant("multi_head"), variant("multi_head"));
+  for (const char* path : {"batched", "folded", "gemm"}) {
+    set_th_path(path, false);
+    EXPECT_EQ(th_path_memory_advice(th, kCuda),
+              fmt::format("take `--th-path tiled`, which keeps none of the talking-heads weights [b,h,n,m] for "
+                          "backward (`--th-path {}` keeps them)", path));
+    EXPECT_EQ(th_path_memory_advice(th, kCpu), "") << "the CPU's cores keep them on every path";
+  }
+  // Where the tiled path keeps them too, or no attention is of the family, there is nothing to offer.
+  AttentionConfig dropout = variant("talking_heads");
+  dropout.dropout = 0.1;
+  EXPECT_EQ(th_path_memory_advice(spec_of(dropout, variant("multi_head"), variant("multi_head")), kCuda), "");
+  EXPECT_EQ(th_path_memory_advice(spec_of(variant("multi_head"), variant("multi_head"), variant("multi_head")), kCuda),
+            "");
+  for (const char* path : {"tiled", "tiled-gemm", "flash", "fused"}) {
+    set_th_path(path, false);
+    EXPECT_EQ(th_path_memory_advice(th, kCuda), "") << path;
+  }
+  set_th_path("tiled", false);
+}
+
+// The refusal before training: the chosen path's bound against the memory, and the tiled path's.
+TEST(MemoryBound, TheRefusalGivesTheTiledPathsBoundWhereThePathKeepsTheWeights) {
+  const ModelSpec s = spec_of(variant("talking_heads"), variant("talking_heads"), variant("talking_heads"));
+  const std::map<std::string, int64_t> values = {{"train.batch_size", kRows}};
+  set_th_path("gemm", false);
+  const MemoryBound kept = training_memory_lower_bound(s, kVocab, kRows, kIn, kOut, {}, false, kCuda);
+  const MemoryBound tiled = training_memory_lower_bound(s, kVocab, kRows, kIn, kOut, {}, false, kCuda, true);
+  const double total = kept.parameters + kept.activations, less = tiled.parameters + tiled.activations;
+  ASSERT_LT(less, total);
+  const double have = (less + total) / 2;
+  EXPECT_EQ(training_memory_refusal(s, kVocab, kRows, kIn, kOut, {}, values, kCuda, have),
+            fmt::format("{}: training needs at least {:.4g} GB of memory (parameters and gradients {:.4g} GB, "
+                        "activations of a micro-batch {:.4g} GB), more than GPU 0's {:.1f} GB; take `--th-path "
+                        "tiled`, which keeps none of the talking-heads weights [b,h,n,m] for backward (`--th-path "
+                        "gemm` keeps them): at least {:.4g} GB there; nothing was allocated",
+                        kept.key == "train.batch_size" ? "train.batch_size 4" : kept.key, total / 1e9,
+                        kept.parameters / 1e9, kept.activations / 1e9, have / 1e9, less / 1e9));
+  EXPECT_EQ(training_memory_refusal(s, kVocab, kRows, kIn, kOut, {}, values, kCuda, total * 1.01), "");
+  set_th_path("tiled", false);
+  const std::string on_tiled = training_memory_refusal(s, kVocab, kRows, kIn, kOut, {}, values, kCuda, less / 2);
+  EXPECT_NE(on_tiled.find("; nothing was allocated"), std::string::npos) << on_tiled;
+  EXPECT_EQ(on_tiled.find("--th-path"), std::string::npos) << on_tiled;
 }
 
 TEST(MemoryBound, WithRecomputeOneEncoderLayersWeightsCountWhereKept) {
