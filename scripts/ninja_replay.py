@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """ninja_replay.py: how long a finished Ninja build would take on N cores, and what bounds it.
 
-    scripts/ninja_replay.py BUILD_DIR [--workers 16] [--chain]
+    scripts/ninja_replay.py BUILD_DIR [--workers 16] [--chain] [--targets T ...]
 
 Reads BUILD_DIR/build.ninja (the edges and their inputs) and BUILD_DIR/.ninja_log (each step's
 logged duration; the last entry of an output wins) and replays the build: every edge starts when
@@ -10,7 +10,8 @@ replayed wall time and the sum of the steps, the two bounds on it (the longest c
 worker for every step; the steps' sum over the workers); with --chain, the chain of steps that
 ends last (what a faster or split step would shorten). The durations are what the logged build measured:
 a build run with more jobs than cores logs each step slower than it runs alone. gpu_session.sh
-brings a GPU build's log and build.ninja back (build-ninja.tgz). Standard library only.
+brings a GPU build's log and build.ninja back (build-ninja.tgz). With --targets, only the steps
+those outputs need (what `cmake --build DIR --target T ...` would run). Standard library only.
 """
 import argparse
 import heapq
@@ -44,6 +45,23 @@ def durations_of(ninja_log):
         if len(fields) >= 4:
             out[fields[3]] = (int(fields[1]) - int(fields[0])) / 1000
     return out
+
+
+def needed_by(edges, targets):
+    """The edges (in their order) that building `targets` runs, or the first target no edge makes."""
+    producer = {o: i for i, (outs, _) in enumerate(edges) for o in outs}
+    todo, keep = [], set()
+    for t in targets:
+        if t not in producer:
+            return None, t
+        todo.append(producer[t])
+    while todo:
+        e = todo.pop()
+        if e in keep:
+            continue
+        keep.add(e)
+        todo += [producer[i] for i in edges[e][1] if i in producer]
+    return [edges[e] for e in sorted(keep)], None
 
 
 def replay(edges, seconds, workers):
@@ -80,6 +98,7 @@ def main():
     ap.add_argument("build_dir")
     ap.add_argument("--workers", type=int, default=16)
     ap.add_argument("--chain", action="store_true", help="print the chain of steps that ends last")
+    ap.add_argument("--targets", nargs="+", metavar="T", help="only the steps these outputs need")
     a = ap.parse_args()
     for name in ("build.ninja", ".ninja_log"):
         if not os.path.isfile(os.path.join(a.build_dir, name)):
@@ -90,6 +109,12 @@ def main():
         print(f"ninja_replay: --workers {a.workers}: at least 1", file=sys.stderr)
         sys.exit(2)
     edges = edges_of(os.path.join(a.build_dir, "build.ninja"))
+    if a.targets:
+        edges, unknown = needed_by(edges, a.targets)
+        if unknown is not None:
+            print(f"ninja_replay: --targets {unknown}: no step of {os.path.join(a.build_dir, 'build.ninja')} "
+                  "makes it (an output as build.ninja names it: thx, thx_tests, ...)", file=sys.stderr)
+            sys.exit(2)
     logged = durations_of(os.path.join(a.build_dir, ".ninja_log"))
     prefix = os.path.abspath(a.build_dir) + "/"
     key = lambda o: o[len(prefix):] if o.startswith(prefix) else o

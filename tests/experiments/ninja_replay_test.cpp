@@ -1,7 +1,7 @@
 // scripts/ninja_replay.py (a finished build replayed on N workers: what a GPU machine's build
 // waits for) on a hand-made build: two files compile while a generated header is made, a third
 // file waits for the header, then the link. Times worked out by hand for 1, 2 and 3 workers, the
-// chain that ends last, and bad input in one line, exit 2.
+// chain that ends last, a subset of targets, and bad input in one line, exit 2.
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
@@ -51,6 +51,16 @@ TEST(NinjaReplay, ReplaysTheLoggedStepsOnNWorkersAndNamesTheChain) {
             std::string::npos)
       << chain.out;
   EXPECT_EQ(chain.out.find("a.o"), std::string::npos) << chain.out;
+
+  // Only what b.o needs (3 s), or the link needs (all but the phony `all`: 15 s on one worker).
+  const RunResult b = replay(dir.path, "--workers 1 --targets b.o");
+  EXPECT_NE(b.out.find("1 workers: 3.0 s (the steps sum to 3.0 s)"), std::string::npos) << b.out;
+  const RunResult c = replay(dir.path, "--workers 2 --targets c.o a.o");
+  EXPECT_NE(c.out.find("2 workers: 7.0 s (the steps sum to 11.0 s)"), std::string::npos) << c.out;
+  const RunResult unknown = replay(dir.path, "--targets b.o nope");
+  EXPECT_EQ(unknown.code, 2) << unknown.out;
+  EXPECT_NE(unknown.out.find("--targets nope: no step of "), std::string::npos) << unknown.out;
+  EXPECT_EQ(std::count(unknown.out.begin(), unknown.out.end(), '\n'), 1) << unknown.out;
 
   fs::remove(dir.path / ".ninja_log");
   const RunResult missing = replay(dir.path, "");
