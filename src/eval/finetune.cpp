@@ -71,7 +71,8 @@ CheckedModel check_model(const PretrainConfig& pretrained, const std::string& to
                           {{"finetune.batch_size", f->batch_size}, {"finetune.inputs_length", f->inputs_length},
                            {"finetune.targets_length", f->targets_length}, {"model.d_ff", pc.model.d_ff},
                            {"model.vocab_size", vocab}, {"model.d_model", pc.model.d_model},
-                           {"attention.h", spec.encoder_self.h}}, device);
+                           {"attention.h", spec.encoder_self.h}},
+                          device, train_precision(*f, pretrained) == "bf16");
   }
   // With model.vocab_size 0 the vocabulary is the tokenizer's: a mismatch is the tokenizer's.
   auto copy = [&](const std::vector<std::pair<std::string, torch::Tensor>>& params) {

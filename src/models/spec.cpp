@@ -41,11 +41,12 @@ struct Sizes {
   double h_enc, h_dec, h_cross, att_enc, att_dec, att_cross;     // heads; projection size of a layer / d
   double keep_enc = 1, keep_dec = 1, keep_cross = 1;  // 1: the attention keeps its weights for backward
   bool recompute = false;  // model.recompute: an encoder keeps its layers' inputs, and one layer at a time
+  double act_bytes = 4;    // an activation's bytes: fp32, or (bf16 runs) 2
 };
 
 // {parameters and gradients, activations of a micro-batch}, in bytes (fp32).
 std::pair<double, double> bound(const Sizes& z) {
-  const double f = 4.0;
+  const double f = 4.0;  // the parameters and their gradients: fp32 in every precision
   const double params = z.vocab * z.E + (z.units + z.dec) * 2 * z.d * z.ff +
                         z.d * (z.units * z.att_enc + z.dec * (z.att_dec + z.att_cross));
   const double positions = z.enc * z.n_in + z.dec * z.n_out;  // layer runs x positions
@@ -56,14 +57,14 @@ std::pair<double, double> bound(const Sizes& z) {
                           ? z.enc * z.n_in * z.d + std::min(z.enc, 1.0) * (z.n_in * (z.d + z.ff) + enc_weights)
                           : positions * (z.d + z.ff) + weights;
   const double activations = z.rows * (kept + z.n_out * z.vocab);
-  return {2 * f * params, f * activations};
+  return {2 * f * params, z.act_bytes * activations};
 }
 
 }  // namespace
 
 MemoryBound training_memory_lower_bound(const ModelSpec& spec, int64_t vocab, int64_t rows, int64_t n_in,
                                         int64_t n_out, const MemoryKeys& names, bool recompute,
-                                        const torch::Device& device, bool on_tiled_path) {
+                                        const torch::Device& device, bool on_tiled_path, bool bf16) {
   const ModelConfig& m = spec.model;
   auto per_d = [](const AttentionDims& a) {  // P_q, P_k, P_v, P_o (general bilinear: P, Q) / d
     if (a.d_k == 0) return 2.0 * double(a.d_M) * double(a.h);
@@ -72,6 +73,7 @@ MemoryBound training_memory_lower_bound(const ModelSpec& spec, int64_t vocab, in
   Sizes z{};
   z.d = double(m.d_model), z.ff = double(m.d_ff), z.vocab = double(vocab), z.rows = double(rows);
   z.n_in = double(n_in), z.n_out = double(n_out);
+  z.act_bytes = bf16 ? 2.0 : 4.0;
   z.enc = double(m.encoder_layers), z.dec = m.encoder_only() ? 0.0 : double(m.decoder_layers);
   z.units = m.type == "albert" ? double(m.hidden_groups) : z.enc;
   z.E = m.encoder_only() && m.embedding_size > 0 ? double(m.embedding_size) : z.d;
@@ -119,14 +121,15 @@ std::string th_path_memory_advice(const ModelSpec& spec, const torch::Device& de
 
 std::string training_memory_refusal(const ModelSpec& spec, int64_t vocab, int64_t rows, int64_t n_in, int64_t n_out,
                                     const MemoryKeys& names, const std::map<std::string, int64_t>& values,
-                                    const torch::Device& device, double have) {
-  const MemoryBound b = training_memory_lower_bound(spec, vocab, rows, n_in, n_out, names, false, device);
+                                    const torch::Device& device, double have, bool bf16) {
+  const MemoryBound b = training_memory_lower_bound(spec, vocab, rows, n_in, n_out, names, false, device, false, bf16);
   if (have <= 0 || !(b.parameters + b.activations > have)) return "";
   const auto it = values.find(b.key);
   const std::string named = it == values.end() ? b.key : fmt::format("{} {}", b.key, it->second);
   std::string advice = th_path_memory_advice(spec, device);
   if (!advice.empty()) {
-    const MemoryBound t = training_memory_lower_bound(spec, vocab, rows, n_in, n_out, names, false, device, true);
+    const MemoryBound t =
+        training_memory_lower_bound(spec, vocab, rows, n_in, n_out, names, false, device, true, bf16);
     advice = fmt::format("; {}: at least {:.4g} GB there", advice, (t.parameters + t.activations) / 1e9);
   }
   return fmt::format("{}: training needs at least {:.4g} GB of memory (parameters and gradients {:.4g} GB, "
@@ -137,9 +140,9 @@ std::string training_memory_refusal(const ModelSpec& spec, int64_t vocab, int64_
 
 void check_training_memory(const ModelSpec& spec, int64_t vocab, int64_t rows, int64_t n_in, int64_t n_out,
                            const MemoryKeys& names, const std::map<std::string, int64_t>& values,
-                           const torch::Device& device) {
+                           const torch::Device& device, bool bf16) {
   const std::string refusal =
-      training_memory_refusal(spec, vocab, rows, n_in, n_out, names, values, device, memory_bytes(device));
+      training_memory_refusal(spec, vocab, rows, n_in, n_out, names, values, device, memory_bytes(device), bf16);
   if (!refusal.empty()) throw InputError(refusal);
 }
 

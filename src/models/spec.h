@@ -35,12 +35,14 @@ struct AttentionPaths {
 ModelSpec resolve_attention_spec(const ModelConfig& model, const T5Attention& attention, const AttentionPaths& paths);
 
 // A lower bound of the memory one training step needs, so that an absurd size is refused,
-// naming its key, before anything is allocated. Counted, in fp32: the parameters and their
-// gradients (optimizer state, which depends on the optimizer, is left out), and what one
-// micro-batch of `rows` examples must keep for the backward pass: each layer's input and
-// feed-forward hidden units, its attention weights, and the output logits, for inputs of `n_in`
-// positions and `n_out` outputs (T5: targets; BERT/ALBERT: the masked positions predicted).
-// Real use is higher. `key` names the setting whose reduction to 1 lowers the bound most.
+// naming its key, before anything is allocated. Counted: the parameters and their gradients in
+// fp32 (optimizer state, which depends on the optimizer, is left out), and what one micro-batch
+// of `rows` examples must keep for the backward pass, 4 bytes an element (`bf16`: 2, the least a
+// bf16 run keeps of each, the attention weights of the heads-major and folded products or of the
+// CPU's multi-head core among them): each layer's input and feed-forward hidden units, its
+// attention weights, and the output logits, for inputs of `n_in` positions and `n_out` outputs
+// (T5: targets; BERT/ALBERT: the masked positions predicted). Real use is higher. `key` names the
+// setting whose reduction to 1 lowers the bound most.
 struct MemoryKeys {  // the config keys of the sizes the caller takes from its own blocks
   std::string batch = "train.batch_size", inputs = "data.inputs_length", outputs = "data.targets_length";
 };
@@ -56,7 +58,7 @@ struct MemoryBound {
 MemoryBound training_memory_lower_bound(const ModelSpec& spec, int64_t vocab, int64_t rows, int64_t n_in,
                                         int64_t n_out, const MemoryKeys& names = {}, bool recompute = false,
                                         const torch::Device& device = torch::Device(torch::kCPU),
-                                        bool on_tiled_path = false);
+                                        bool on_tiled_path = false, bool bf16 = false);
 // Where an attention of `spec` keeps its weights [b,h,n,m] for backward on `device` only because
 // of the chosen `--th-path` (batched, folded, gemm: on a GPU), what a line about memory adds:
 // "take `--th-path tiled`, which keeps none of the talking-heads weights [b,h,n,m] for backward
@@ -68,10 +70,10 @@ std::string th_path_memory_advice(const ModelSpec& spec, const torch::Device& de
 // `values` gives the values of the keys the message may name.
 std::string training_memory_refusal(const ModelSpec& spec, int64_t vocab, int64_t rows, int64_t n_in, int64_t n_out,
                                     const MemoryKeys& names, const std::map<std::string, int64_t>& values,
-                                    const torch::Device& device, double have);
+                                    const torch::Device& device, double have, bool bf16 = false);
 // InputError with training_memory_refusal's line where the bound exceeds the memory of `device`.
 void check_training_memory(const ModelSpec& spec, int64_t vocab, int64_t rows, int64_t n_in, int64_t n_out,
                            const MemoryKeys& names, const std::map<std::string, int64_t>& values,
-                           const torch::Device& device);
+                           const torch::Device& device, bool bf16);
 
 }  // namespace thx

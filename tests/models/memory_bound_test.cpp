@@ -6,7 +6,7 @@
 // a few GB is not refused for weights they never hold (n = 8192 at 48 heads: 155 GB a T5-base
 // example counted that way, against the 1.6-1.8 GB the flash kernels took for a layer of 8).
 // Where the chosen --th-path alone keeps them (batched, folded, gemm), a line about memory offers
-// the tiled path and its bound.
+// the tiled path and its bound. A bf16 run's activations count 2 bytes each.
 #include <gtest/gtest.h>
 
 #include "attention/fused.h"
@@ -134,6 +134,23 @@ TEST(MemoryBound, TheRefusalGivesTheTiledPathsBoundWhereThePathKeepsTheWeights) 
   const std::string on_tiled = training_memory_refusal(s, kVocab, kRows, kIn, kOut, {}, values, kCuda, less / 2);
   EXPECT_NE(on_tiled.find("; nothing was allocated"), std::string::npos) << on_tiled;
   EXPECT_EQ(on_tiled.find("--th-path"), std::string::npos) << on_tiled;
+}
+
+// A bf16 run keeps at least 2 bytes of each activation (the heads-major products' and the CPU
+// multi-head core's weights are bf16 alone): its bound counts that, and no more; the parameters
+// and gradients stay fp32.
+TEST(MemoryBound, Bf16CountsTwoBytesAnActivation) {
+  const ModelSpec s = spec_of(variant("talking_heads"), variant("multi_head"), variant("project_logits"));
+  const MemoryBound fp32 = training_memory_lower_bound(s, kVocab, kRows, kIn, kOut, {}, false, kCpu);
+  const MemoryBound bf16 = training_memory_lower_bound(s, kVocab, kRows, kIn, kOut, {}, false, kCpu, false, true);
+  EXPECT_DOUBLE_EQ(fp32.activations, expected(true, true, true));
+  EXPECT_DOUBLE_EQ(bf16.activations, expected(true, true, true) / 2);
+  EXPECT_DOUBLE_EQ(bf16.parameters, fp32.parameters);
+  EXPECT_GT(fp32.parameters, 0);
+  // Memory between the two: refused in fp32, let through in bf16.
+  const double have = (fp32.parameters + fp32.activations + bf16.parameters + bf16.activations) / 2;
+  EXPECT_NE(training_memory_refusal(s, kVocab, kRows, kIn, kOut, {}, {}, kCpu, have), "");
+  EXPECT_EQ(training_memory_refusal(s, kVocab, kRows, kIn, kOut, {}, {}, kCpu, have, true), "");
 }
 
 TEST(MemoryBound, WithRecomputeOneEncoderLayersWeightsCountWhereKept) {
