@@ -130,7 +130,8 @@ std::string training_memory_refusal(const ModelSpec& spec, int64_t vocab, int64_
   if (!advice.empty()) {
     const MemoryBound t =
         training_memory_lower_bound(spec, vocab, rows, n_in, n_out, names, false, device, true, bf16);
-    advice = fmt::format("; {}: at least {:.4g} GB there", advice, (t.parameters + t.activations) / 1e9);
+    advice = fmt::format("; {}: at least {:.4g} GB there{}", advice, (t.parameters + t.activations) / 1e9,
+                         t.parameters + t.activations > have ? ", which does not fit either" : "");
   }
   return fmt::format("{}: training needs at least {:.4g} GB of memory (parameters and gradients {:.4g} GB, "
                      "activations of a micro-batch {:.4g} GB), more than {} {:.1f} GB{}; nothing was allocated",

@@ -130,6 +130,12 @@ TEST(MemoryBound, TheRefusalGivesTheTiledPathsBoundWhereThePathKeepsTheWeights) 
                         kept.key == "train.batch_size" ? "train.batch_size 4" : kept.key, total / 1e9,
                         kept.parameters / 1e9, kept.activations / 1e9, have / 1e9, less / 1e9));
   EXPECT_EQ(training_memory_refusal(s, kVocab, kRows, kIn, kOut, {}, values, kCuda, total * 1.01), "");
+  // Where the tiled path does not fit either, the line says so.
+  const std::string neither = training_memory_refusal(s, kVocab, kRows, kIn, kOut, {}, values, kCuda, less / 2);
+  EXPECT_NE(neither.find(fmt::format("(`--th-path gemm` keeps them): at least {:.4g} GB there, which does not fit "
+                                     "either; nothing was allocated", less / 1e9)),
+            std::string::npos)
+      << neither;
   set_th_path("tiled", false);
   const std::string on_tiled = training_memory_refusal(s, kVocab, kRows, kIn, kOut, {}, values, kCuda, less / 2);
   EXPECT_NE(on_tiled.find("; nothing was allocated"), std::string::npos) << on_tiled;
