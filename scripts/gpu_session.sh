@@ -176,7 +176,8 @@ run() {
     # beside, on the heads-major products), whatever the tests said.
     th_path=${GPU_TH_PATH:-tiled}; fused_ok=1; flash_ok=1
     [ -n "${GPU_TH_PATH:-}" ] &&
-      printf '| (GPU_TH_PATH) | - | - | mini-t5 and bench-train take --th-path %s |\n' "$th_path" >> "$summary"
+      printf '| (GPU_TH_PATH) | - | - | mini-t5, bench-train and base-pair take --th-path %s |\n' "$th_path" \
+        >> "$summary"
     # The primitives' probe first: where it failed, the emulator that proved the kernels on the CPU
     # does not model that primitive as this GPU runs it, and its log names which.
     grep -m 1 "^primitives: " "$OUT/cuda-tests.log" 2>/dev/null | cut -c1-300 | tr '|' '/' |
@@ -184,13 +185,15 @@ run() {
     if [ -z "${GPU_TH_PATH:-}" ] &&
         grep -qE "== TiledRowKernelsTcOnCuda[.][*]: exit [1-9]" "$OUT/cuda-tests.log" 2>/dev/null; then
       th_path=tiled-fma
-      printf '| (row kernels on tensor cores failed) | - | - | mini-t5 and bench-train take --th-path tiled-fma |\n' \
+      printf '| (row kernels on tensor cores failed) | - | - | %s take --th-path tiled-fma |\n' \
+        "mini-t5, bench-train and base-pair" \
         >> "$summary"
     fi
     if [ -z "${GPU_TH_PATH:-}" ] &&
         grep -qE "== TiledRowKernelsOnCuda[.][*]: exit [1-9]" "$OUT/cuda-tests.log" 2>/dev/null; then
       th_path=tiled-aten
-      printf '| (row kernels failed) | - | - | mini-t5 and bench-train take --th-path tiled-aten |\n' >> "$summary"
+      printf '| (row kernels failed) | - | - | %s take --th-path tiled-aten |\n' "mini-t5, bench-train and base-pair" \
+        >> "$summary"
     fi
     if grep -qE "== FlashOnCuda[.][*]: exit [1-9]" "$OUT/cuda-tests.log" 2>/dev/null; then
       flash_ok=0
@@ -413,12 +416,14 @@ run() {
     fi
     # Issue 34's optional pair, only when named (GPU_PHASES="build base-pair"): T5-base in bf16,
     # multi-head and talking-heads at 12 and 48 heads, batch 32, GPU_BASE_PAIR_STEPS steps each
-    # (default 300) on the carried corpus, their metrics.jsonl back for plot_curves.py.
+    # (default 300) on the carried corpus, their metrics.jsonl back for plot_curves.py;
+    # talking-heads on the session's path (GPU_TH_PATH, or what the tests left: above).
     phase base-pair 300 bash -c "
       set -e
       for run in multi_head:12 talking_heads:12 multi_head:48 talking_heads:48; do
         d=$OUT/base-\${run%:*}-h\${run#*:}
-        $thx --device cuda --log-level warn pretrain --config configs/t5/base.yaml --set data.prepared=$prep \
+        $thx --device cuda --th-path $th_path --log-level warn pretrain --config configs/t5/base.yaml \
+          --set data.prepared=$prep \
           --set attention.variant=\${run%:*} --set attention.h=\${run#*:} --set train.precision=bf16 \
           --set train.batch_size=32 --set train.steps=${GPU_BASE_PAIR_STEPS:-300} --set train.log_every=10 \
           --set eval.every=100 --set eval.examples=256 --set checkpoint.every=1000000 --run-dir \$d
