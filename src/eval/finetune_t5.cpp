@@ -306,9 +306,9 @@ int finetune_t5(const FinetuneJob& job) {
   o.metrics_file = (fs::path(job.out) / "metrics.jsonl").string();
   o.open_outputs = job.open_outputs, o.config = job.yaml, o.resume = job.resume, o.eval_if_finished = false;
   o.precision = train_precision(f, job.pretrained.config), o.eval_precision = eval_precision(f, job.pretrained.config);
-  o.train_memory_hint = "lower finetune.batch_size", o.eval_memory_hint = "lower finetune.eval_batch_size";
-  if (const std::string a = th_path_memory_advice(with_dropout(job.pretrained.config, f).spec, job.device); !a.empty())
-    o.train_memory_hint += ", or " + a;
+  o.train_memory_hint = with_th_path_advice("lower finetune.batch_size", with_dropout(job.pretrained.config, f).spec,
+                                            job.device);
+  o.eval_memory_hint = "lower finetune.eval_batch_size";
   const LoopResult r = train(t, o);
   if (!r.finished) return r.signal ? r.signal : SIGTERM;
   if (dist::rank() == 0) write_params((fs::path(job.out) / "model.h5").string(), t.model->named_parameters_by_path(),

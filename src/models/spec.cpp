@@ -119,6 +119,11 @@ std::string th_path_memory_advice(const ModelSpec& spec, const torch::Device& de
   return "";
 }
 
+std::string with_th_path_advice(const std::string& hint, const ModelSpec& spec, const torch::Device& device) {
+  const std::string advice = th_path_memory_advice(spec, device);
+  return advice.empty() ? hint : hint + ", or " + advice;
+}
+
 std::string training_memory_refusal(const ModelSpec& spec, int64_t vocab, int64_t rows, int64_t n_in, int64_t n_out,
                                     const MemoryKeys& names, const std::map<std::string, int64_t>& values,
                                     const torch::Device& device, double have, bool bf16) {

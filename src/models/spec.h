@@ -64,6 +64,9 @@ MemoryBound training_memory_lower_bound(const ModelSpec& spec, int64_t vocab, in
 // "take `--th-path tiled`, which keeps none of the talking-heads weights [b,h,n,m] for backward
 // (`--th-path gemm` keeps them)"; else "".
 std::string th_path_memory_advice(const ModelSpec& spec, const torch::Device& device);
+// An out-of-memory line's `hint` (what to change: "raise train.grad_accum ..."), with
+// th_path_memory_advice's offer after ", or " where it applies; else the hint as it is.
+std::string with_th_path_advice(const std::string& hint, const ModelSpec& spec, const torch::Device& device);
 // "<key> <value>: training needs at least X GB of memory (...), more than this machine's Y GB;
 // nothing was allocated" when the bound exceeds `have` bytes of `device` (the machine's, or a
 // GPU's own), with th_path_memory_advice and the tiled path's bound where it applies; else "".

@@ -353,8 +353,7 @@ PretrainResult run_pretrain(const PretrainConfig& c, const std::string& run_dir,
   o.config = c.yaml;
   o.resume = resume;
   o.precision = c.train.precision, o.eval_precision = c.eval.precision;
-  if (const std::string a = th_path_memory_advice(c.spec, s.model.device); !a.empty())
-    o.train_memory_hint += ", or " + a;
+  o.train_memory_hint = with_th_path_advice(o.train_memory_hint, c.spec, s.model.device);
   o.banner = "resolved config:\n" + c.yaml;
   describe(c, s.model, s.vocab, s.outputs);
   PretrainTrainee trainee(c, s);

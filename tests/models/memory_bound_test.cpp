@@ -109,6 +109,12 @@ TEST(MemoryBound, TheAdviceNamesTheTiledPathWhereOnlyThePathKeepsTheWeights) {
     set_th_path(path, false);
     EXPECT_EQ(th_path_memory_advice(th, kCuda), "") << path;
   }
+  // The out-of-memory line's hint (pretrain's, fine-tuning's): the offer after ", or ", or nothing.
+  const std::string hint = "raise train.grad_accum";
+  EXPECT_EQ(with_th_path_advice(hint, th, kCuda), hint);
+  set_th_path("gemm", false);
+  EXPECT_EQ(with_th_path_advice(hint, th, kCuda), hint + ", or " + th_path_memory_advice(th, kCuda));
+  EXPECT_EQ(with_th_path_advice(hint, th, kCpu), hint);
   set_th_path("tiled", false);
 }
 
