@@ -23,7 +23,7 @@
 #                                    bias (ncu's source page as CSV, beside the SASS), the
 #                                    attention benchmark (talking-heads on the flash
 #                                    kernels, on the tiled path with thx's row kernels, on the
-#                                    heads-major products (gemm), on the tiled path with their
+#                                    heads-major products (gemm, gemm-aten), on the tiled path with their
 #                                    composition (tiled-gemm), on the folded products, batched;
 #                                    GPU_ATTENTION_PATHS adds tiled-fma, tiled-aten and fused, which
 #                                    the fourth session measured), the whole-step benchmark at base
@@ -86,7 +86,8 @@ run() {
   # (GPU_PHASES="bench-train unit-suite", say).
   local deadline=$((SECONDS + ${GPU_DEADLINE_S:-560}))
   local default_phases="build sass cuda-tests sanitize ncu ncu-source bench-attention bench-train"
-  default_phases+=" bench-train-flash bench-train-gemm bench-train-tiled-gemm bench-train-folded mini-t5 unit-suite"
+  default_phases+=" bench-train-flash bench-train-gemm bench-train-gemm-aten bench-train-tiled-gemm bench-train-folded"
+  default_phases+=" mini-t5 unit-suite"
   local phases=${GPU_PHASES:-$default_phases bench-train-aten bench-train-fused cuda-debug}
   printf '| phase | exit | seconds | last line of its log |\n|---|---:|---:|---|\n' > "$summary"
   {
@@ -215,7 +216,7 @@ run() {
       cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer); failed=0
       for tool in memcheck racecheck; do
         for filter in "FlashOnCuda.Bf16*" \
-            "TiledRowKernelsTcOnCuda.*:TiledRowKernelsOnCuda.EqualsThePapersCore*:DevicePath.RmsNorm*" \
+            "TiledRowKernelsTcOnCuda.*:TiledRowKernelsOnCuda.EqualsThePapersCore*:RowsSoftmaxOnCuda.*:DevicePath.Rms*" \
             "FusedThOnCuda.EqualsThePapersCoreForEveryVariantMaskAndDtype"; do
           case $tool:$filter in racecheck:FusedTh*) continue ;; esac
           echo "== $tool: $filter"
@@ -296,19 +297,21 @@ run() {
     # One layer in bf16 at h = 12, 24, 48 (issue 31's grid): talking-heads on the flash kernels
     # (where their tests passed), on the tiled path with thx's row kernels (the default: bf16
     # mixings on tensor cores), on the heads-major products (gemm: the mixings as cuBLAS products
-    # over the n m positions, in bf16), on the tiled path with that composition between its
-    # products (tiled-gemm), on the folded products (the mixings folded into Q and V: cuBLAS
-    # alone) and on the batched composition (GPU_ATTENTION_PATHS adds tiled-fma: the row kernels'
-    # fp32 FMAs, tiled-aten: ATen between the products in fp32, the default before the row
-    # kernels, fused: thx's fused kernels, and fma: those with version 1's FMAs, the slowest), at
-    # n = 512 and 2048 (batch 8); at n = 8192 batch 1 without the einsum reference (it keeps
-    # [b,h,n,m] tensors of 13 GB each at 48 heads), and flash, tiled-gemm and batched at n = 8192
-    # batch 8 too, where the batched composition's [b,h,n,m] tensors cannot fit (6.4 GB each at 48
-    # heads, batch 1): a variant out of memory is its row, the others go on (issue 31's "show
-    # where"). The flash kernels, the row kernels and gemm also with T5's relative position bias
-    # (--bias) at n = 2048: what the bias's loads and its gradient cost them, which every T5 layer
-    # pays and the rows without it do not show. A path that fails does not stop the others.
-    local paths=${GPU_ATTENTION_PATHS:-flash tiled gemm tiled-gemm folded batched}
+    # over the n m positions, in bf16, the bias, mask and softmax in one row-kernel launch; and
+    # gemm-aten, the same with ATen's four passes for them: the launch's saving), on the tiled path
+    # with that composition between its products (tiled-gemm), on the folded products (the mixings
+    # folded into Q and V: cuBLAS alone) and on the batched composition (GPU_ATTENTION_PATHS adds
+    # tiled-fma: the row kernels' fp32 FMAs, tiled-aten: ATen between the products in fp32, the
+    # default before the row kernels, fused: thx's fused kernels, and fma: those with version 1's
+    # FMAs, the slowest), at n = 512 and 2048 (batch 8); at n = 8192 batch 1 without the einsum
+    # reference (it keeps [b,h,n,m] tensors of 13 GB each at 48 heads), and flash, tiled-gemm and
+    # batched at n = 8192 batch 8 too, where the batched composition's [b,h,n,m] tensors cannot fit
+    # (6.4 GB each at 48 heads, batch 1): a variant out of memory is its row, the others go on
+    # (issue 31's "show where"). The flash kernels, the row kernels and gemm (both) also with T5's
+    # relative position bias (--bias) at n = 2048: what the bias's loads and its gradient cost them,
+    # which every T5 layer pays and the rows without it do not show. A path that fails does not stop
+    # the others.
+    local paths=${GPU_ATTENTION_PATHS:-flash tiled gemm gemm-aten tiled-gemm folded batched}
     [ "$flash_ok" = 1 ] || paths=${paths/flash/}
     phase bench-attention 170 bash -c "
       bench() { $thx --device cuda bench attention --precision bf16 --heads 12,24,48 \"\$@\"; }
@@ -320,7 +323,7 @@ run() {
         case \$path in flash|batched|tiled-gemm)
           bench --n 8192 --batch 8 --no-reference \$flag --out $OUT/attention-\$path-n8192-b8.md || failed=1 ;;
         esac
-        case \$path in flash|tiled|gemm)
+        case \$path in flash|tiled|gemm|gemm-aten)
           bench --n 2048 --batch 8 --bias --no-reference \$flag --out $OUT/attention-\$path-bias-n2048.md || failed=1 ;;
         esac
       done
@@ -344,6 +347,10 @@ run() {
     # head counts.
     phase bench-train-gemm 90 "$thx" --device cuda --th-path gemm bench train \
       --config configs/t5/mini.yaml --precision bf16 --base --base-only --base-heads 12,24,48 --out "$OUT/train-gemm.md"
+    # The same with ATen's softmax (four passes where gemm's row kernel makes one): what that launch saves a step.
+    phase bench-train-gemm-aten 90 "$thx" --device cuda --th-path gemm-aten bench train \
+      --config configs/t5/mini.yaml --precision bf16 --base --base-only --base-heads 12,24,48 \
+      --out "$OUT/train-gemm-aten.md"
     # And on the tiled path with the same composition between its products, blocks of query rows
     # (nothing of size [b,h,n,m] kept; the forward made again in the backward).
     phase bench-train-tiled-gemm 90 "$thx" --device cuda --th-path tiled-gemm bench train \

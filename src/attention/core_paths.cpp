@@ -56,8 +56,10 @@ std::string folded_path_description() {
 }
 
 std::string heads_gemm_path_description() {
-  return "heads-major products in the operands' dtype (the mixings as cuBLAS GEMMs over n m; ATen's softmax; the "
-         "weights kept)";
+  const bool rows = g_row_kernels && cuda_th_rows_launcher();
+  return std::string("heads-major products in the operands' dtype (the mixings as cuBLAS GEMMs over n m; ") +
+         (rows ? "the bias, mask and softmax in one launch of thx's row kernels" : "ATen's softmax") +
+         "; the weights kept)";
 }
 
 namespace {
@@ -65,17 +67,17 @@ std::string g_th_path = "tiled";  // set once, before any command runs
 bool g_th_path_chosen = false;
 }  // namespace
 void set_th_path(const std::string& path, bool chosen) {
-  TORCH_CHECK(path == "fused" || tiled_path(path) || path == "batched" || path == "folded" || path == "gemm",
+  TORCH_CHECK(path == "fused" || tiled_path(path) || path == "batched" || path == "folded" || heads_gemm_path(path),
               "set_th_path: ", path);
   g_th_path = path, g_th_path_chosen = chosen;
   set_tiled_attention(path != "batched");
   set_th_kernels(path == "fused");
-  set_tiled_row_kernels(path != "tiled-aten" && path != "tiled-gemm");
+  set_tiled_row_kernels(path != "tiled-aten" && path != "tiled-gemm" && path != "gemm-aten");
   set_tiled_narrow(path == "tiled-gemm");
   set_row_tensor_cores(path != "tiled-fma");
   set_flash_kernels(path == "flash");
   set_folded_attention(path == "folded");
-  set_heads_gemm_attention(path == "gemm");
+  set_heads_gemm_attention(heads_gemm_path(path));
 }
 const std::string& th_path() { return g_th_path; }
 bool th_path_chosen() { return g_th_path_chosen; }
@@ -118,16 +120,17 @@ Tensor attention_core(const Tensor& Q, const Tensor& K, const Tensor& V, const T
   // and the problem is one they take, else blocks of query rows (tiled.h: cuBLAS's products, thx's
   // row kernels between them where built); neither keeps anything of size [b,h,n,m]. Or, where
   // chosen (`--th-path folded`), the folded products (folded.h), or (`--th-path gemm`) the
-  // heads-major products (heads_gemm.h), which keep the weights.
+  // heads-major products (heads_gemm.h: the softmax by thx's row kernels where built, `gemm-aten`
+  // by ATen's), which keep the weights.
   const bool th_off_cpu = (P_l.defined() || P_w.defined()) && (!Q.device().is_cpu() || g_th_paths_on_cpu);
   if (th_off_cpu && g_folded) return folded_attention_core(Q, K, V, P_l, P_w, bias, mask);
-  if (th_off_cpu && g_gemm) return heads_gemm_attention_core(Q, K, V, P_l, P_w, bias, mask);
+  const cuda_th::RowsLauncher* rows =
+      Q.is_cuda() && g_row_kernels ? cuda_th_rows_launcher(row_tensor_cores(), g_flash_kernels) : nullptr;
+  if (th_off_cpu && g_gemm) return heads_gemm_attention_core(Q, K, V, P_l, P_w, bias, mask, rows);
   if (th_off_cpu && g_tiled) {
     const cuda_th::Launcher* kernels = Q.is_cuda() && g_th_kernels ? cuda_th_launcher() : nullptr;
     if (kernels && fused_th_unsupported(Q, K, V, P_l, P_w, bias, mask, *kernels).empty())
       return fused_th_attention_core(Q, K, V, P_l, P_w, bias, mask, *kernels);
-    const cuda_th::RowsLauncher* rows =
-        Q.is_cuda() && g_row_kernels ? cuda_th_rows_launcher(row_tensor_cores(), g_flash_kernels) : nullptr;
     return tiled_attention_core(Q, K, V, P_l, P_w, bias, mask, 0, rows, g_tiled_narrow);
   }
   const Tensor O = cpu_attention_core(Q, K, V, P_l, P_w, bias, mask);

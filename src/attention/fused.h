@@ -97,7 +97,8 @@ void set_folded_attention(bool enabled);
 std::string folded_path_description();
 // The talking-heads family off the CPU as heads-major products in the operands' dtype
 // (attention/heads_gemm.h: the mixings as cuBLAS GEMMs over the n m positions, the weights kept
-// for backward; true: `thx --th-path gemm`), ahead of the tiled path (default false).
+// for backward; true: `thx --th-path gemm` and `gemm-aten`), ahead of the tiled path (default
+// false). Its softmax takes thx's row kernels where set_tiled_row_kernels leaves them on (gemm).
 void set_heads_gemm_attention(bool enabled);
 // The heads-major products in a benchmark's words.
 std::string heads_gemm_path_description();
@@ -108,7 +109,8 @@ void set_tiled_narrow(bool enabled);
 std::string tiled_path_description();
 // CPU tensors of the talking-heads family take the path set_th_path chose, as off the CPU
 // (true), not the CPU's own cores (default false). For the tests: a whole model's step through
-// the ATen-only paths (tiled-aten, tiled-gemm, gemm, folded), which a GPU would run, on the CPU.
+// the ATen-only paths (tiled-aten, tiled-gemm, gemm-aten, folded; gemm, whose row kernel runs on
+// CUDA tensors alone, is gemm-aten there), which a GPU would run, on the CPU.
 void set_th_paths_on_cpu(bool enabled);
 // What a user asked for (`thx --th-path`): "tiled" (the default: thx's row kernels between
 // cuBLAS's products where built, bf16 mixings on tensor cores), "tiled-fma" (the same with the row
@@ -117,7 +119,8 @@ void set_th_paths_on_cpu(bool enabled);
 // dtype: set_tiled_narrow(true)), "flash" (tiled with the flash kernels:
 // set_flash_kernels(true)), "fused" (thx's fused CUDA kernels where built and the problem is
 // theirs, else tiled), "folded" (set_folded_attention(true)), "gemm"
-// (set_heads_gemm_attention(true)) or "batched"; sets the eight switches above.
+// (set_heads_gemm_attention(true), the softmax by the row kernels), "gemm-aten" (the same with
+// ATen's softmax: set_tiled_row_kernels(false)) or "batched"; sets the eight switches above.
 // `chosen`: named by the user, not the default (a benchmark's own path flags may then not
 // contradict it). Tiled is the default because it measured faster than the fused kernels on an
 // H100 at 7 of 9 layer shapes (3-5x at n = 8192) and keeps no [b,h,n,m] tensor, unlike batched
@@ -140,5 +143,7 @@ bool keeps_attention_weights_on_tiled_path(const AttentionDims& dims, const torc
 inline bool tiled_path(const std::string& path) {
   return path == "tiled" || path == "tiled-fma" || path == "tiled-aten" || path == "tiled-gemm" || path == "flash";
 }
+// Whether `path` is one of the heads-major path's two forms (heads_gemm.h).
+inline bool heads_gemm_path(const std::string& path) { return path == "gemm" || path == "gemm-aten"; }
 
 }  // namespace thx

@@ -34,12 +34,15 @@ struct HeadsGemm : ThProblem {
 
 struct HeadsGemmFn : torch::autograd::Function<HeadsGemmFn> {
   static Tensor forward(AutogradContext* ctx, const Tensor& Q, const Tensor& K, const Tensor& V, const Tensor& P_l_in,
-                        const Tensor& P_w_in, const Tensor& bias_in, const Tensor& mask_in) {
+                        const Tensor& P_w_in, const Tensor& bias_in, const Tensor& mask_in, int64_t kernels_in) {
     const Tensor P_l = present(P_l_in), P_w = present(P_w_in);
     const HeadsGemm f(kGemmName, Q, K, V, P_l, P_w, present(bias_in), present(mask_in));
     Tensor L = HeadsGemm::logits(HeadsGemm::heads(Q), HeadsGemm::heads(K));  // J [b,h_k,n,m]
     if (P_l.defined()) L = f.mix(L, f.Pl);
-    const Tensor W = f.weights_from(L, {0, 1, 2, 3});  // [b,h,n,m]
+    // The bias, the mask and the softmax: one row-kernel launch where given and it takes L, else ATen's four passes.
+    const auto* kernels = reinterpret_cast<const cuda_th::RowsLauncher*>(static_cast<intptr_t>(kernels_in));
+    Tensor W = rows_softmax(L, f.bias, f.mask, kernels);  // [b,h,n,m]
+    if (!W.defined()) W = f.weights_from(L, {0, 1, 2, 3});
     L = Tensor();
     const Tensor U = P_w.defined() ? f.mix(W, f.Pw) : W;
     ctx->save_for_backward({Q, K, V, P_l_in, P_w_in, bias_in, mask_in, W});
@@ -76,15 +79,17 @@ struct HeadsGemmFn : torch::autograd::Function<HeadsGemmFn> {
     }
     const Tensor dQ = torch::matmul(dJ, Kh).transpose(1, 2);
     const Tensor dK = torch::matmul(dJ.transpose(2, 3), Qh).transpose(1, 2);
-    return {dQ, dK, dV, dP_l, dP_w, dbias, Tensor()};
+    return {dQ, dK, dV, dP_l, dP_w, dbias, Tensor(), Tensor()};
   }
 };
 
 }  // namespace
 
 Tensor heads_gemm_attention_core(const Tensor& Q, const Tensor& K, const Tensor& V, const Tensor& P_l,
-                                 const Tensor& P_w, const Tensor& bias, const Tensor& mask) {
-  return HeadsGemmFn::apply(Q, K, V, placeholder(P_l), placeholder(P_w), placeholder(bias), placeholder(mask));
+                                 const Tensor& P_w, const Tensor& bias, const Tensor& mask,
+                                 const cuda_th::RowsLauncher* kernels) {
+  return HeadsGemmFn::apply(Q, K, V, placeholder(P_l), placeholder(P_w), placeholder(bias), placeholder(mask),
+                            static_cast<int64_t>(reinterpret_cast<intptr_t>(kernels)));
 }
 
 }  // namespace thx

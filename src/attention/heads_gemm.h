@@ -4,7 +4,7 @@
 // The paper's composition, each step one cuBLAS product or one ATen pass over [b,h,n,m]:
 //   J = Q_k K_k^T per head             [b,h_k,n,m]   (a batched product, K = d_k)
 //   L = P_l^T J per example            [b,h,n,m]     (one product [h, h_k] x [h_k, n m])
-//   W = softmax(L + bias, masked)      [b,h,n,m]     (ATen's softmax, fp32 statistics)
+//   W = softmax(L + bias, masked)      [b,h,n,m]     (one row-kernel launch, or ATen's softmax)
 //   U = P_w^T W per example            [b,h_v,n,m]   (one product [h_v, h] x [h, n m])
 //   O = U_v V_v per head               [b,n,h_v,d_v]
 // Heads-major, so no step transposes a [b,h,n,m] tensor, and the mixings are products with
@@ -18,19 +18,32 @@
 // gradients are products over the n m positions ([h, n m] x [n m, h_v] per example), written
 // in fp32 where LibTorch can (compat::bmm_wide) and summed over the examples in fp32.
 //
+// The softmax: where a launcher of thx's row kernels is given (`--th-path gemm` on a GPU of a
+// build with them) and they take L, one launch of their forward with neither mixing
+// (tiled.h, rows_softmax): it reads L twice and writes W once, the bias added and the statistics
+// kept in fp32. Else (`--th-path gemm-aten`, or a build without them) ATen's composition: the bias
+// added in place, the mask, ATen's softmax, the rows without keys zeroed, four passes that each
+// read and write [b,h,n,m].
+//
 // Numerics: J, L, W, U and their gradients are in the operands' dtype, as a product's output is;
 // P_l and P_w enter the mixings' products rounded to that dtype (as autocast rounds a weight);
-// the bias is added in fp32 and rounded once; ATen's softmax keeps its statistics in fp32. A row
-// whose every key is masked gets O = 0 and no gradient, as on the tiled and folded paths.
+// the bias is added in fp32 (ATen's composition rounds the sum to L's dtype, the row kernel does
+// not); the softmax keeps its statistics in fp32. A row whose every key is masked gets O = 0 and
+// no gradient, as on the tiled and folded paths.
 #pragma once
 #include <torch/torch.h>
 
 namespace thx {
+namespace cuda_th {
+struct RowsLauncher;
+}
 
 // Takes and gives what folded_attention_core does (folded.h: the shapes, the mask's sense, the
-// gradients); an undefined P_l or P_w is no mixing. Any device; ATen's operations only.
+// gradients); an undefined P_l or P_w is no mixing. Any device. kernels: the row kernels' launcher
+// for the softmax (CUDA's for CUDA tensors, the tests' emulator), or null: ATen's operations only.
+// The autograd node does not keep it (the backward is ATen's).
 torch::Tensor heads_gemm_attention_core(const torch::Tensor& Q, const torch::Tensor& K, const torch::Tensor& V,
                                         const torch::Tensor& P_l, const torch::Tensor& P_w, const torch::Tensor& bias,
-                                        const torch::Tensor& mask);
+                                        const torch::Tensor& mask, const cuda_th::RowsLauncher* kernels = nullptr);
 
 }  // namespace thx

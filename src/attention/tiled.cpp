@@ -126,7 +126,7 @@ void contiguous_broadcast_strides(at::IntArrayRef sizes, int64_t (&s)[4]) {
 template <typename T>
 Rows Problem::kernel_rows(const Tensor& J, const Tensor& dU, int64_t i0, int64_t ni, const Tensor& lse) const {
   const bool backward = dU.defined();
-  const int64_t b = J.size(0), h_k = J.size(1), m = J.size(3), h_v = Vh.size(1);
+  const int64_t b = J.size(0), h_k = J.size(1), m = J.size(3), h_v = P_w.defined() ? P_w.size(1) : h;
   const auto planes = J.options();
   Rows r;
   r.U = torch::empty({b, h_v, ni, m}, planes);
@@ -454,6 +454,23 @@ Tensor tiled_attention_core(const Tensor& Q, const Tensor& K, const Tensor& V, c
                             const cuda_th::RowsLauncher* kernels, bool narrow) {
   return TiledFn::apply(Q, K, V, placeholder(P_l), placeholder(P_w), placeholder(bias), placeholder(mask), block_rows,
                         static_cast<int64_t>(reinterpret_cast<intptr_t>(kernels)), narrow);
+}
+
+Tensor rows_softmax(const Tensor& L, const Tensor& bias, const Tensor& mask, const cuda_th::RowsLauncher* kernels) {
+  const auto t = L.scalar_type();
+  if (!kernels || L.dim() != 4 || (t != torch::kFloat32 && t != torch::kBFloat16) || !L.is_contiguous() ||
+      L.size(1) > cuda_th::kRowHeadsMax || (mask.defined() && mask.scalar_type() != torch::kBool) ||
+      std::max({L.size(0), L.size(2), L.size(3)}) > std::numeric_limits<int>::max() / 2)
+    return Tensor();
+  const int64_t b = L.size(0), h = L.size(1), n = L.size(2);
+  // The problem with neither mixing (h_k = h = h_v): the row kernels' forward is then the bias,
+  // the mask and the softmax alone, its U the weights.
+  Problem p{};
+  p.bias = four(bias.defined() ? bias.to(torch::kFloat32) : bias), p.mask = four(mask);
+  p.block = n, p.kernels = kernels, p.h = h;
+  const Tensor lse = torch::empty({b, h, n}, L.options().dtype(torch::kFloat32));
+  return t == torch::kBFloat16 ? p.kernel_rows<thx_bf16>(L, Tensor(), 0, n, lse).U
+                               : p.kernel_rows<float>(L, Tensor(), 0, n, lse).U;
 }
 
 #if !THX_CUDA_KERNELS

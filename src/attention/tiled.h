@@ -55,6 +55,16 @@ torch::Tensor tiled_attention_core(const torch::Tensor& Q, const torch::Tensor& 
                                    const torch::Tensor& mask, int64_t block_rows = 0,
                                    const cuda_th::RowsLauncher* kernels = nullptr, bool narrow = false);
 
+// W = softmax over the keys of L [b,h,n,m] + bias (broadcastable, added in fp32), masked (bool,
+// broadcastable; true: attend), in L's dtype, by the row kernels' forward with neither mixing: one
+// launch, which reads L twice (the rows' LSE, then the weights) and writes W once, the softmax's
+// statistics in fp32; a row with no key gets 0. (ATen's composition of the same adds the bias,
+// masks, takes the softmax and zeroes such rows: four passes that each read and write [b,h,n,m].)
+// Undefined where `kernels` is null or L is not a contiguous fp32 or bf16 tensor of at most
+// cuda_th::kRowHeadsMax heads, or the mask not bool. The heads-major path's softmax (heads_gemm.h).
+torch::Tensor rows_softmax(const torch::Tensor& L, const torch::Tensor& bias, const torch::Tensor& mask,
+                           const cuda_th::RowsLauncher* kernels);
+
 // Why the row kernels do not take this problem, or "" where they do: Q, K, V of one dtype, fp32
 // or bf16; at most cuda_th::kRowHeadsMax heads of each kind; a bool mask.
 std::string tiled_rows_unsupported(const torch::Tensor& Q, const torch::Tensor& K, const torch::Tensor& V,

@@ -172,9 +172,11 @@ int main(int argc, char** argv) {
                                            "fused CUDA kernels where built, else tiled) | folded (the mixings "
                                            "folded into Q and V: cuBLAS's large products, the weights kept) | "
                                            "gemm (heads-major, the mixings as cuBLAS products in the operands' "
-                                           "dtype, the weights kept) | batched (ATen, every [b,h,n,m] tensor kept)")
-      ->check(CLI::IsMember(
-          {"fused", "tiled", "tiled-fma", "tiled-aten", "tiled-gemm", "flash", "folded", "gemm", "batched"}))
+                                           "dtype, the bias, mask and softmax in one launch of thx's row kernels "
+                                           "where built, the weights kept) | gemm-aten (the same, ATen's softmax) "
+                                           "| batched (ATen, every [b,h,n,m] tensor kept)")
+      ->check(CLI::IsMember({"fused", "tiled", "tiled-fma", "tiled-aten", "tiled-gemm", "flash", "folded", "gemm",
+                             "gemm-aten", "batched"}))
       ->capture_default_str();
   // The global options above are also taken after the subcommand (unknown to it, they fall
   // through to thx's own), and each subcommand's help names them.

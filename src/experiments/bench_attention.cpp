@@ -340,7 +340,7 @@ std::string bench_attention(const BenchAttentionOptions& options) {
   const std::string path =
       opt.batched ? "batched" : opt.tiled && !tiled_path(th_path()) ? "tiled" : opt.fused ? "fused" : th_path();
   opt.batched = path == "batched", opt.tiled = tiled_path(path);
-  const bool folded = path == "folded", gemm = path == "gemm";
+  const bool folded = path == "folded", gemm = heads_gemm_path(path);
   set_tiled_attention(!opt.batched);
   set_folded_attention(folded);
   set_heads_gemm_attention(gemm);

@@ -328,14 +328,14 @@ void t5_base_rows(TrainBench& bench, const PretrainConfig& c, int64_t batch, boo
 
 std::string bench_train(const BenchTrainOptions& options) {
   BenchTrainOptions o = options;
-  o.tiled = o.tiled || th_path() != "fused";  // `thx --th-path tiled|batched|folded|gemm`: not the fused kernels
+  o.tiled = o.tiled || th_path() != "fused";  // `--th-path tiled|batched|folded|gemm...`: not the fused kernels
   set_th_kernels(!o.tiled);
   TrainBench bench(o);
   if (bench.gpu())
     thx::log("bench")->info("talking-heads on the GPU: {}",
                             th_path() == "batched"            ? "the batched ATen composition"
                             : th_path() == "folded"           ? folded_path_description()
-                            : th_path() == "gemm"             ? heads_gemm_path_description()
+                            : heads_gemm_path(th_path())      ? heads_gemm_path_description()
                             : o.tiled || !cuda_th_launcher() ? tiled_path_description()
                                                              : "thx's fused CUDA kernels");
   const PretrainConfig& c = o.config;

@@ -1,9 +1,10 @@
-// The three talking-heads paths of ATen's operations alone, each test on each (AtenPath, suffixed
-// folded, gemm and tiled_gemm): the folded products (src/attention/folded.h, `--th-path folded`:
+// The talking-heads paths made of ATen's operations, each test on each (AtenPath, suffixed folded,
+// gemm_aten, gemm and tiled_gemm): the folded products (src/attention/folded.h, `--th-path folded`:
 // P_l folded into Q, P_w into V, every multiply one large product), the heads-major products
-// (heads_gemm.h, `--th-path gemm`: the mixings as products over the n m positions, in the
-// operands' dtype) and the tiled path with that composition in blocks of rows (tiled.h, `--th-path
-// tiled-gemm`), against the paper's section 4 core written as
+// (heads_gemm.h, `--th-path gemm-aten`: the mixings as products over the n m positions, in the
+// operands' dtype), the same with its softmax by thx's row kernels (`--th-path gemm`; here on the
+// CPU emulator, fp32 and bf16; fp64 is ATen's) and the tiled path with that composition in blocks
+// of rows (tiled.h, `--th-path tiled-gemm`), against the paper's section 4 core written as
 // einsums with the paper's layout (heads last) and differentiated by autograd (core_problems.h):
 // O and the gradients of Q, K, V, P_l, P_w and the bias, for talking-heads (h_k != h != h_v),
 // both hybrids and multi-head, with and without a bias, padding and causal masks, n != m.
@@ -38,8 +39,10 @@
 #include "attention/folded.h"
 #include "attention/fused.h"
 #include "attention/heads_gemm.h"
+#include "attention/cuda/th_rows_args.h"
 #include "attention/tiled.h"
 #include "core_problems.h"
+#include "emulated_cores.h"
 #include "test_util.h"
 
 namespace thx::test {
@@ -283,7 +286,19 @@ Tensor tiled_gemm_auto(const Tensor& Q, const Tensor& K, const Tensor& V, const 
   return tiled_attention_core(Q, K, V, P_l, P_w, bias, mask, 0, nullptr, true);
 }
 
-// The three paths of ATen's operations alone, each test above on each.
+// The heads-major path: with ATen's softmax (`--th-path gemm-aten`), and as `--th-path gemm` routes
+// CUDA tensors, its softmax by CUDA's row kernels (on the CPU, heads_gemm_on_emulated_rows: the
+// same kernels on the emulator).
+Tensor gemm_aten(const Tensor& Q, const Tensor& K, const Tensor& V, const Tensor& P_l, const Tensor& P_w,
+                 const Tensor& bias, const Tensor& mask) {
+  return heads_gemm_attention_core(Q, K, V, P_l, P_w, bias, mask);
+}
+Tensor gemm_on_cuda(const Tensor& Q, const Tensor& K, const Tensor& V, const Tensor& P_l, const Tensor& P_w,
+                    const Tensor& bias, const Tensor& mask) {
+  return heads_gemm_attention_core(Q, K, V, P_l, P_w, bias, mask, cuda_th_rows_launcher());
+}
+
+// The paths, each test above on each.
 struct Path {
   const char* name;  // the tests' suffix
   Core core, routed;  // the core as tested; the core `--th-path` routes to (the same, or tiled-gemm's own blocks)
@@ -293,7 +308,8 @@ struct Path {
 const std::vector<Path>& paths() {
   static const std::vector<Path> p = {
       {"folded", folded_attention_core, folded_attention_core, "folded", true, true},
-      {"gemm", heads_gemm_attention_core, heads_gemm_attention_core, "gemm", true, true},
+      {"gemm_aten", gemm_aten, gemm_aten, "gemm-aten", true, true},
+      {"gemm", heads_gemm_on_emulated_rows, gemm_on_cuda, "gemm", true, true},
       {"tiled_gemm", tiled_gemm, tiled_gemm_auto, "tiled-gemm", false, false}};
   return p;
 }

@@ -67,17 +67,23 @@ inline cuda_th::RowsLauncher emulator_flash(int threads, int64_t limit = 227 * 1
   return l;
 }
 
-// O, dQ, dK, dV, dP_l, dP_w, dbias (undefined where absent) of the tiled path under autograd
-// (backward: false, O alone).
-inline std::vector<Tensor> run(const core::Inputs& in, int64_t block, const cuda_th::RowsLauncher* kernels,
-                               bool backward = true) {
+// O, dQ, dK, dV, dP_l, dP_w, dbias (undefined where absent) of a core (Q, K, V, P_l, P_w, bias,
+// mask -> O) under autograd (backward: false, O alone).
+template <typename Core>
+std::vector<Tensor> run_core(const core::Inputs& in, const Core& attention, bool backward = true) {
   auto leaf = [](const Tensor& t) { return t.defined() ? t.detach().clone().requires_grad_(true) : t; };
   Tensor Q = leaf(in.Q), K = leaf(in.K), V = leaf(in.V), P_l = leaf(in.P_l), P_w = leaf(in.P_w), bias = leaf(in.bias);
-  const Tensor O = tiled_attention_core(Q, K, V, P_l, P_w, bias, in.mask, block, kernels);
+  const Tensor O = attention(Q, K, V, P_l, P_w, bias, in.mask);
   if (!backward) return {O.detach()};
   (O.to(torch::kFloat64) * in.dO.to(torch::kFloat64)).sum().backward();
   auto grad = [](const Tensor& t) { return t.defined() ? t.grad() : t; };
   return {O.detach(), grad(Q), grad(K), grad(V), grad(P_l), grad(P_w), grad(bias)};
+}
+// The same of the tiled path.
+inline std::vector<Tensor> run(const core::Inputs& in, int64_t block, const cuda_th::RowsLauncher* kernels,
+                               bool backward = true) {
+  auto tiled = [&](const auto&... a) { return tiled_attention_core(a..., block, kernels); };
+  return run_core(in, tiled, backward);
 }
 
 inline core::Inputs to_cuda(const core::Inputs& in) { return core::to_device(in, torch::kCUDA); }

@@ -28,8 +28,10 @@
 #include <vector>
 
 #include "attention/fused.h"
+#include "attention/heads_gemm.h"
 #include "attention/tiled.h"
 #include "core_problems.h"
+#include "emulated_cores.h"
 #include "rows_emulator.h"
 #include "tc_bounds.h"
 #include "test_util.h"
@@ -421,6 +423,110 @@ TEST(TiledRowKernelsTc, Controls) {
     if (a[i].defined()) EXPECT_TRUE(torch::equal(a[i], b[i])) << i;
 }
 
+// ---- The heads-major path's softmax: the row kernels' forward with neither mixing ---------------
+// rows_softmax (tiled.h) gives W = softmax(L + bias, masked) of a [b,h,n,m] L, against the float64
+// softmax of the same values (L as given, the bias fp32, both widened):
+//  - fp32: within 1e-6 (W <= 1; fp32's exp and a sum of 70 terms in another order, some units of
+//    2^-24 each);
+//  - bf16 (L bf16, W rounded once to bf16): within 2^-8 |W64| + 2^-24: the rounding's 2^-9 of W,
+//    and the fp32 work before it (on a GPU the bf16 kernels' fast exp, about 2e-6 relative where
+//    a weight exceeds 2^-24) that may carry a value across a rounding boundary;
+//  - a masked key's weight exactly 0, a row without keys all 0;
+// for a width in each bucket of heads (3, 16, 33, 48, 64), 70 keys (two warps' chunks of 32 and
+// a last one of 6), on the FMAs and (bf16, up to 48 heads) the tensor cores, one launch each. The
+// control: the bias scaled by 1.01 (W moves by about 1% of itself) fails both bounds.
+// Then heads_gemm_attention_core with a launcher takes it for its forward (one launch, and none
+// for the backward, which is ATen's from the kept W), equal to ATen's softmax (no launcher) within
+// fp32's sums in another order; where the kernels do not take L, ATen's, bit for bit. (The whole
+// path against float64 in fp32 and bf16: Cores/AtenPath.*/gemm, folded_test.cpp, through
+// heads_gemm_on_emulated_rows below.)
+
+Tensor softmax64(const Tensor& L, const Tensor& bias, const Tensor& mask) {
+  const Tensor x = (L.to(torch::kFloat64) + bias.to(torch::kFloat64))
+                       .masked_fill(mask.logical_not(), -std::numeric_limits<double>::infinity());
+  return torch::softmax(x, -1).nan_to_num(0);  // (a row without keys: NaN, 0 as the kernels give)
+}
+bool within(const Tensor& W, const Tensor& W64, double rel, double abs) {
+  return ((W.to(torch::kFloat64) - W64).abs() <= W64.abs() * rel + abs).all().item<bool>();
+}
+
+TEST(RowsSoftmax, WithinOneRoundingOfTheFloat64SoftmaxInEveryBucketOfHeads) {
+  const cuda_th::RowsLauncher fma = emulator(32), tc = emulator_tc(64);
+  for (int64_t h : {3, 16, 33, 48, 64}) {
+    SCOPED_TRACE("heads " + std::to_string(h));
+    torch::manual_seed(int(h));
+    const Tensor L = torch::randn({2, h, 7, 70}) * 3, bias = torch::randn({1, h, 7, 70});
+    Tensor mask = torch::rand({2, 1, 7, 70}) > 0.3;
+    mask[1][0][3].fill_(false);  // example 1's row 3 sees no key
+    const Tensor want = softmax64(L, bias, mask), Lb = L.to(torch::kBFloat16), want_b = softmax64(Lb, bias, mask);
+    for (const cuda_th::RowsLauncher* k : {&fma, &tc}) {
+      const bool on_tc = k == &tc && h <= cuda_th::kRowTcHeadsMax;
+      SCOPED_TRACE(on_tc ? "tensor cores" : "FMAs");
+      int before = g_launches;
+      const Tensor W = rows_softmax(L, bias, mask, k);
+      EXPECT_EQ(g_launches - before, 1);
+      EXPECT_EQ(W.scalar_type(), torch::kFloat32);
+      EXPECT_TRUE(within(W, want, 0, 1e-6));
+      EXPECT_FALSE(within(rows_softmax(L, bias * 1.01, mask, k), want, 0, 1e-6));
+      before = g_tc_launches;
+      const Tensor Wb = rows_softmax(Lb, bias, mask, k);
+      EXPECT_EQ(g_tc_launches - before, on_tc ? 1 : 0);
+      EXPECT_EQ(Wb.scalar_type(), torch::kBFloat16);
+      EXPECT_TRUE(within(Wb, want_b, std::ldexp(1.0, -8), std::ldexp(1.0, -24)));
+      EXPECT_FALSE(within(rows_softmax(Lb, bias * 1.01, mask, k), want_b, std::ldexp(1.0, -8), std::ldexp(1.0, -24)));
+      for (const Tensor& w : {W, Wb}) {
+        EXPECT_TRUE(torch::all(w.masked_select(mask.logical_not().expand_as(w)) == 0).item<bool>());
+        EXPECT_TRUE(torch::all(w[1].select(1, 3) == 0).item<bool>());
+      }
+    }
+  }
+}
+
+// What the kernels do not take: no launch, undefined (the caller's ATen composition runs).
+TEST(RowsSoftmax, WhatTheyDoNotTakeIsLeftToAten) {
+  const cuda_th::RowsLauncher fma = emulator(32);
+  const Tensor L = torch::randn({2, 3, 4, 5}), bias = torch::randn({1, 3, 4, 5});
+  const Tensor mask = torch::rand({2, 1, 1, 5}) > 0.5;
+  const int before = g_launches;
+  EXPECT_TRUE(rows_softmax(L, bias, mask, &fma).defined());
+  EXPECT_EQ(g_launches - before, 1);
+  EXPECT_FALSE(rows_softmax(L, bias, mask, nullptr).defined());
+  EXPECT_FALSE(rows_softmax(L.to(torch::kFloat64), bias, mask, &fma).defined());
+  EXPECT_FALSE(rows_softmax(L.transpose(2, 3), bias, mask.transpose(2, 3), &fma).defined());
+  EXPECT_FALSE(rows_softmax(torch::randn({1, 65, 2, 2}), Tensor(), Tensor(), &fma).defined());
+  EXPECT_FALSE(rows_softmax(L, bias, mask.to(torch::kUInt8), &fma).defined());
+  EXPECT_EQ(g_launches - before, 1);
+}
+
+TEST(HeadsGemmRowSoftmax, OneForwardLaunchEqualsAtensSoftmax) {
+  const cuda_th::RowsLauncher fma = emulator(32);
+  for (const Case& c : cases())
+    for (Extra e : {Extra::none, Extra::bias_padding, Extra::causal, Extra::padding}) {
+      SCOPED_TRACE(c.name + " extra " + std::to_string(int(e)));
+      torch::manual_seed(11);
+      const Inputs in = inputs(c, e, torch::kFloat32);
+      auto gemm = [](const cuda_th::RowsLauncher* k) {
+        return [k](const auto&... a) { return heads_gemm_attention_core(a..., k); };
+      };
+      const int before = g_launches;
+      const std::vector<Tensor> got = run_core(in, gemm(&fma));
+      EXPECT_EQ(g_launches - before, 1);
+      expect_close(got, run_core(in, gemm(nullptr)), 1e-6, 1e-5);
+    }
+  for (auto dtype : {torch::kFloat64, torch::kFloat32}) {  // fp64, and 65 heads: ATen's
+    torch::manual_seed(11);
+    const Inputs in = dtype == torch::kFloat64 ? inputs(cases().front(), Extra::bias_padding, dtype)
+                                               : inputs(Case{"65", 3, 65, 2, true, true}, Extra::causal, dtype);
+    const int before = g_launches;
+    const std::vector<Tensor> got =
+        run_core(in, [&](const auto&... a) { return heads_gemm_attention_core(a..., &fma); });
+    EXPECT_EQ(g_launches, before);
+    const std::vector<Tensor> want = run_core(in, [](const auto&... a) { return heads_gemm_attention_core(a...); });
+    for (size_t i = 0; i < want.size(); ++i)
+      if (want[i].defined()) EXPECT_TRUE(torch::equal(got[i], want[i])) << i;
+  }
+}
+
 // On a GPU (where thx was built with its CUDA kernels): the same kernels through CUDA's launcher.
 // fp32 against the paper's core in float64 on the CPU (the bound above); bf16 on FMAs against
 // ATen's composition on the same GPU (3e-2 x max, as above), on tensor cores within the derived
@@ -472,27 +578,67 @@ TEST(TiledRowKernelsTcOnCuda, Bf16WithinTheDerivedBound) {
   EXPECT_FALSE(torch::equal(with_fma, core(tc)));
 }
 
+// At T5-base's widths on a GPU: h = 12 and 48 heads, b = 2 examples of n = 300 rows and keys
+// (which no block of threads divides), T5's [1,h,n,n] bias and a padding mask (example 0 sees 200
+// keys); body(h, b, n, options, bias, mask) after a seed.
+void at_t5_base_width(const std::function<void(int64_t, int64_t, int64_t, const torch::TensorOptions&, const Tensor&,
+                                               const Tensor&)>& body) {
+  for (int64_t h : {12, 48}) {
+    SCOPED_TRACE(h);
+    torch::manual_seed(3);
+    const int64_t b = 2, n = 300;
+    const auto o = torch::TensorOptions().device(torch::kCUDA);
+    const Tensor bias = torch::randn({1, h, n, n}, o);
+    const Tensor mask =
+        (torch::arange(n, o).view({1, n}) < torch::tensor({int64_t{200}, n}, o).view({b, 1})).view({b, 1, 1, n});
+    body(h, b, n, o, bias, mask);
+  }
+}
+
 TEST(TiledRowKernelsOnCuda, EqualAtensCompositionAtT5BaseWidth) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   const cuda_th::RowsLauncher* kernels = cuda_th_rows_launcher();
   if (!kernels) GTEST_SKIP() << "thx built without its CUDA kernels (THX_CUDA_KERNELS)";
-  for (int64_t h : {12, 48}) {
-    SCOPED_TRACE(h);
-    torch::manual_seed(3);
-    const int64_t b = 2, n = 300, d = 768 / h;
-    const auto o = torch::TensorOptions().device(torch::kCUDA);
+  at_t5_base_width([&](int64_t h, int64_t b, int64_t n, const torch::TensorOptions& o, const Tensor& bias,
+                       const Tensor& mask) {
+    const int64_t d = 768 / h;
     Inputs in;
     in.Q = torch::randn({b, n, h, d}, o) / std::sqrt(double(d)), in.K = torch::randn({b, n, h, d}, o);
     in.V = torch::randn({b, n, h, d}, o), in.dO = torch::randn({b, n, h, d}, o);
     in.P_l = torch::randn({h, h}, o) / std::sqrt(double(h)), in.P_w = torch::randn({h, h}, o) / std::sqrt(double(h));
-    in.bias = torch::randn({1, h, n, n}, o);
-    in.mask = (torch::arange(n, o).view({1, n}) < torch::tensor({int64_t{200}, n}, o).view({b, 1})).view({b, 1, 1, n});
+    in.bias = bias, in.mask = mask;
     expect_close(on_cpu(run(in, 0, kernels)), on_cpu(run(in, 0, nullptr)), 1e-6, 1e-5);
     const Tensor O = tiled_attention_core(in.Q, in.K, in.V, in.P_l, in.P_w, in.bias, in.mask, 0, kernels);
     EXPECT_TRUE(torch::equal(attention_core(in.Q, in.K, in.V, in.P_l, in.P_w, in.bias, in.mask), O));
-  }
+  });
+}
+
+// rows_softmax through CUDA's launcher at T5-base's widths (12 and 48 heads, 300 rows and keys,
+// which no block of threads divides; T5's [1,h,n,m] bias and a padding mask), within the bounds
+// above against the float64 softmax, fp32 and bf16 (on tensor cores at both widths).
+TEST(RowsSoftmaxOnCuda, WithinOneRoundingAtT5BaseWidth) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  const cuda_th::RowsLauncher* kernels = cuda_th_rows_launcher();
+  if (!kernels) GTEST_SKIP() << "thx built without its CUDA kernels (THX_CUDA_KERNELS)";
+  at_t5_base_width([&](int64_t h, int64_t b, int64_t n, const torch::TensorOptions& o, const Tensor& bias,
+                       const Tensor& mask) {
+    const Tensor L = torch::randn({b, h, n, n}, o) * 3, Lb = L.to(torch::kBFloat16);
+    const Tensor W = rows_softmax(L, bias, mask, kernels), Wb = rows_softmax(Lb, bias, mask, kernels);
+    ASSERT_TRUE(W.defined() && Wb.defined());
+    EXPECT_TRUE(within(W.cpu(), softmax64(L.cpu(), bias.cpu(), mask.cpu()), 0, 1e-6));
+    const double rel = std::ldexp(1.0, -8), abs = std::ldexp(1.0, -24);
+    EXPECT_TRUE(within(Wb.cpu(), softmax64(Lb.cpu(), bias.cpu(), mask.cpu()), rel, abs));
+  });
 }
 
 }  // namespace THX_FILE_ID
 }  // namespace
+
+torch::Tensor heads_gemm_on_emulated_rows(const torch::Tensor& Q, const torch::Tensor& K, const torch::Tensor& V,
+                                          const torch::Tensor& P_l, const torch::Tensor& P_w,
+                                          const torch::Tensor& bias, const torch::Tensor& mask) {
+  static const cuda_th::RowsLauncher kernels = rows_emu::emulator_tc(32);
+  return heads_gemm_attention_core(Q, K, V, P_l, P_w, bias, mask, &kernels);
+}
+
 }  // namespace thx::test

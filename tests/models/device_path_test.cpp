@@ -7,9 +7,12 @@
 // Where a GPU is (the *OnCuda tests; skipped elsewhere), the same step with the model, its
 // batch and Adafactor's state on CUDA meets the same bounds against the CPU kernels (cuBLAS
 // sums in yet another order; TF32 is off, LibTorch's default for fp32 matmuls). The same steps
-// again with the talking-heads family on each ATen-only path a GPU may take (`--th-path`
-// tiled-aten, tiled-gemm, gemm, folded), on the CPU (set_th_paths_on_cpu) and on a GPU.
+// again with the talking-heads family on each path of cuBLAS's products a GPU may take
+// (`--th-path` tiled-aten, tiled-gemm, gemm, folded; gemm-aten on a GPU), on the CPU
+// (set_th_paths_on_cpu) and on a GPU.
 #include <gtest/gtest.h>
+
+#include <vector>
 
 #include "attention/fused.h"
 #include "common/precision.h"
@@ -153,9 +156,12 @@ TEST(DevicePath, AlbertStepOnTheAtenPathEqualsTheCpuKernels) { albert_step(torch
 // benchmark first meets it: T5's relative bias shared by the layers and its gradient, padding
 // and causal masks, cross-attention (n != m), Q, K and V as the projections give them.
 // On a GPU the same, fp32 through cuBLAS (TF32 off): what bench-train-gemm and its kind then
-// run in bf16.
+// run in bf16. There gemm's softmax is thx's row kernel (rows_softmax), and gemm-aten is ATen's,
+// which gemm is on the CPU.
 void steps_on_each_aten_path(const torch::Device& device) {
-  for (const char* path : {"tiled-aten", "tiled-gemm", "gemm", "folded"}) {
+  std::vector<const char*> paths = {"tiled-aten", "tiled-gemm", "gemm", "folded"};
+  if (device.is_cuda()) paths.push_back("gemm-aten");
+  for (const char* path : paths) {
     SCOPED_TRACE(path);
     t5_step(device, path);
     albert_step(device, path);

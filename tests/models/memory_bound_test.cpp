@@ -78,7 +78,7 @@ TEST(MemoryBound, OnAGpuTheBatchedCompositionDropoutAndDynamicProjectionsKeepThe
 
 TEST(MemoryBound, OnAGpuTheFoldedAndHeadsMajorProductsKeepThem) {
   const ModelSpec s = spec_of(variant("talking_heads"), variant("multi_head"), variant("project_logits"));
-  for (const char* path : {"folded", "gemm"}) {
+  for (const char* path : {"folded", "gemm", "gemm-aten"}) {
     SCOPED_TRACE(path);
     set_th_path(path, false);
     EXPECT_DOUBLE_EQ(bound(s, kCuda), expected(true, !THX_HAVE_SDPA, true));
@@ -92,7 +92,7 @@ TEST(MemoryBound, OnAGpuTheFoldedAndHeadsMajorProductsKeepThem) {
 // A line about memory offers the tiled path where the chosen one alone keeps the weights.
 TEST(MemoryBound, TheAdviceNamesTheTiledPathWhereOnlyThePathKeepsTheWeights) {
   const ModelSpec th = spec_of(variant("talking_heads"), variant("multi_head"), variant("multi_head"));
-  for (const char* path : {"batched", "folded", "gemm"}) {
+  for (const char* path : {"batched", "folded", "gemm", "gemm-aten"}) {
     set_th_path(path, false);
     EXPECT_EQ(th_path_memory_advice(th, kCuda),
               fmt::format("take `--th-path tiled`, which keeps none of the talking-heads weights [b,h,n,m] for "
