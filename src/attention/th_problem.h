@@ -1,6 +1,7 @@
 // th_problem.h: one talking-heads core call's sizes and fp32 (fp64) matrices, checked once, for
 // the paths made of ATen's operations alone (folded.cpp, heads_gemm.cpp): P_l and P_w (the
-// identity where absent), the bias and mask as 4 dims, [b,h,n,m] broadcastable.
+// identity where absent), the bias and mask as 4 dims, [b,h,n,m] broadcastable; and the
+// softmax those paths and the tiled path's ATen composition (tiled.cpp) share.
 #pragma once
 #include <torch/torch.h>
 
@@ -8,6 +9,18 @@
 #include <vector>
 
 namespace thx {
+
+// The weights from the logits L, in L's dtype, L modified in place (the caller's own): the bias
+// added (broadcastable to L, either undefined), keys where the mask (bool, broadcastable) is false
+// set to -inf, ATen's softmax over the keys (its statistics in fp32 for bf16), a row with no key 0
+// (softmax: NaN). The bias and the mask in L's order of dims.
+inline torch::Tensor masked_softmax_in_place(torch::Tensor L, const torch::Tensor& bias, const torch::Tensor& mask) {
+  if (bias.defined()) L.add_(bias);
+  if (mask.defined()) L.masked_fill_(mask.logical_not(), -std::numeric_limits<double>::infinity());
+  torch::Tensor W = at::_softmax(L, -1, false);
+  if (mask.defined()) W.masked_fill_(mask.any(-1, true).logical_not(), 0.);
+  return W;
+}
 
 struct ThProblem {
   int64_t b, n, m, hk, dk, h, hv, dv;
@@ -43,15 +56,11 @@ struct ThProblem {
     TORCH_CHECK(!mask.defined() || mask.scalar_type() == torch::kBool, what, ": the mask must be bool");
   }
 
-  // The weights from the logits L (the operands' dtype; `order`: L's dims as [b,h,n,m]'s, {0, 1,
-  // 2, 3} heads-major, {0, 2, 1, 3} for [b,n,h,m]): the bias and mask added in place, ATen's
-  // softmax over the keys (its statistics in fp32 for bf16), a row with no key 0 (softmax: NaN).
+  // The weights from the logits L (the operands' dtype, modified in place; `order`: L's dims as
+  // [b,h,n,m]'s, {0, 1, 2, 3} heads-major, {0, 2, 1, 3} for [b,n,h,m]): masked_softmax_in_place.
   torch::Tensor weights_from(torch::Tensor L, at::IntArrayRef order) const {
-    if (bias.defined()) L.add_(bias.permute(order));
-    if (mask.defined()) L.masked_fill_(mask.permute(order).logical_not(), -std::numeric_limits<double>::infinity());
-    torch::Tensor W = at::_softmax(L, -1, false);
-    if (mask.defined()) W.masked_fill_(mask.any(-1, true).logical_not().permute(order), 0.);
-    return W;
+    auto ordered = [&](const torch::Tensor& t) { return t.defined() ? t.permute(order) : t; };
+    return masked_softmax_in_place(std::move(L), ordered(bias), ordered(mask));
   }
 
   // dL in [b,h,n,m] order (a view will do) summed to the bias's shape, in fp32 (fp64).

@@ -8,6 +8,7 @@
 
 #include "attention/cuda/th_rows_args.h"
 #include "attention/optional_tensor.h"
+#include "attention/th_problem.h"
 #include "common/torch_compat.h"
 
 namespace thx {
@@ -70,28 +71,22 @@ struct Problem {
   }
   // J = Q K^T of rows [i0, i0+ni), [b,h_k,I,m] in the operands' dtype.
   Tensor products(int64_t i0, int64_t ni) const { return torch::matmul(Qh.narrow(2, i0, ni), Kh.transpose(2, 3)); }
-  // The logits L [b,h,I,m] of rows [i0, i0+ni) from J in fp32 (or fp64).
-  Tensor logits(const Tensor& J, int64_t i0, int64_t ni) const {
-    Tensor L = P_l.defined() ? mix(J, P_l, A_l) : narrow && bias.defined() ? J.clone() : J;
-    if (bias.defined()) L = P_l.defined() || narrow ? L.add_(rows(bias, i0, ni)) : L + rows(bias, i0, ni);
-    if (mask.defined()) L.masked_fill_(rows(mask, i0, ni).logical_not(), -std::numeric_limits<double>::infinity());
-    return L;
-  }
-  // The weights W = softmax(L) of rows [i0, i0+ni) over the keys, by ATen's softmax, one kernel
-  // (logsumexp, then exp(L - LSE) in place, made about ten passes over [b,h,I,m]); the backward
-  // recomputes them the same way, so nothing is kept. A row with every key masked gets 0 (softmax:
-  // NaN).
-  Tensor weights(const Tensor& L, int64_t i0, int64_t ni) const {
-    Tensor W = at::_softmax(L, -1, false);
-    if (mask.defined()) W.masked_fill_(rows(mask, i0, ni).any(-1, true).logical_not(), 0.);
-    return W;
+  // The weights W [b,h,I,m] of rows [i0, i0+ni) from J (fp32, fp64, or the operands' dtype where
+  // narrow): the logits L (J mixed by P_l, which keeps J for P_l's gradient; else J itself, a
+  // block's own product, which nothing reads again), then the bias, the mask and ATen's softmax
+  // over the keys in place (masked_softmax_in_place, th_problem.h: a row with every key masked
+  // gets 0). The backward recomputes them the same way, so nothing is kept.
+  Tensor weights(const Tensor& J, int64_t i0, int64_t ni) const {
+    const Tensor L = P_l.defined() ? mix(J, P_l, A_l) : J;
+    return masked_softmax_in_place(L, bias.defined() ? rows(bias, i0, ni) : bias,
+                                   mask.defined() ? rows(mask, i0, ni) : mask);
   }
 
   // ATen's element-wise work; forward fills U only.
   Rows aten_rows(const Tensor& J, const Tensor& dU, int64_t i0, int64_t ni) const {
     Rows r;
     r.J32 = work(J);
-    const Tensor W = weights(logits(r.J32, i0, ni), i0, ni);  // [b,h,I,m]
+    const Tensor W = weights(r.J32, i0, ni);  // [b,h,I,m]
     r.U = (P_w.defined() ? mix(W, P_w, A_w) : W).to(Vh.scalar_type());
     if (!dU.defined()) return r;
     r.dU32 = work(dU);
