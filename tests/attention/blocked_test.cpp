@@ -26,11 +26,7 @@ namespace THX_FILE_ID {
 
 using torch::Tensor;
 
-using core::Case;
-using core::Extra;
-using core::Inputs;
-using core::inputs;
-using core::paper_core;
+using namespace core;  // (core_problems.h)
 
 const std::vector<Case>& cases() { return core::variant_cases(); }
 

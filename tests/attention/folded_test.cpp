@@ -51,14 +51,7 @@ namespace THX_FILE_ID {
 
 using torch::Tensor;
 
-using core::Case;
-using core::Extra;
-using core::Inputs;
-using core::inputs;
-
-using core::gradients;
-using core::expect_same;
-using core::Result;
+using namespace core;  // (core_problems.h)
 
 Result reference(const Inputs& in) { return gradients(in, core::paper_output); }
 // A path's core: the folded products or the heads-major ones (the same signature).

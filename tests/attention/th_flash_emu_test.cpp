@@ -36,11 +36,8 @@ namespace THX_FILE_ID {
 
 using torch::Tensor;
 
-using core::Case;
-using core::Extra;
-using core::Inputs;
-using core::tensor_core_bounds;
-using core::within_tc_bounds;
+using namespace core;  // (core_problems.h, tc_bounds.h)
+
 using namespace rows_emu;
 
 const std::vector<Case>& cases() { return core::variant_cases(); }

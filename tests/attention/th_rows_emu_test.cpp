@@ -42,12 +42,8 @@ namespace THX_FILE_ID {
 
 using torch::Tensor;
 
-using core::Case;
-using core::Extra;
-using core::Inputs;
-using core::inputs;
-using core::tensor_core_bounds;
-using core::within_tc_bounds;
+using namespace core;  // (core_problems.h, tc_bounds.h)
+
 using namespace rows_emu;  // the emulated launchers and their counts, run, to_cuda, on_cpu
 
 // The paper's core in float64 on the same inputs.
