@@ -39,9 +39,10 @@ struct HeadsGemmFn : torch::autograd::Function<HeadsGemmFn> {
     const HeadsGemm f(kGemmName, Q, K, V, P_l, P_w, present(bias_in), present(mask_in));
     Tensor L = HeadsGemm::logits(HeadsGemm::heads(Q), HeadsGemm::heads(K));  // J [b,h_k,n,m]
     if (P_l.defined()) L = f.mix(L, f.Pl);
-    // The bias, the mask and the softmax: one row-kernel launch where given and it takes L, else ATen's four passes.
+    // The bias, the mask and the softmax: one row-kernel launch where given, there is a bias or a
+    // mask to save passes over, and it takes L; else ATen's passes.
     const auto* kernels = reinterpret_cast<const cuda_th::RowsLauncher*>(static_cast<intptr_t>(kernels_in));
-    Tensor W = rows_softmax(L, f.bias, f.mask, kernels);  // [b,h,n,m]
+    Tensor W = f.bias.defined() || f.mask.defined() ? rows_softmax(L, f.bias, f.mask, kernels) : Tensor();
     if (!W.defined()) W = f.weights_from(L, {0, 1, 2, 3});
     L = Tensor();
     const Tensor U = P_w.defined() ? f.mix(W, f.Pw) : W;

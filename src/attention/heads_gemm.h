@@ -19,11 +19,12 @@
 // in fp32 where LibTorch can (compat::bmm_wide) and summed over the examples in fp32.
 //
 // The softmax: where a launcher of thx's row kernels is given (`--th-path gemm` on a GPU of a
-// build with them) and they take L, one launch of their forward with neither mixing
-// (tiled.h, rows_softmax): it reads L twice and writes W once, the bias added and the statistics
-// kept in fp32. Else (`--th-path gemm-aten`, or a build without them) ATen's composition: the bias
-// added in place, the mask, ATen's softmax, the rows without keys zeroed, four passes that each
-// read and write [b,h,n,m].
+// build with them), there is a bias or a mask (T5's every layer) and they take L, one launch of
+// their forward with neither mixing (tiled.h, rows_softmax): it reads L twice and writes W once,
+// the bias added and the statistics kept in fp32. Else (`--th-path gemm-aten`, a build without
+// them, or neither bias nor mask, where ATen's softmax alone is one pass each way) ATen's
+// composition: the bias added in place, the mask, ATen's softmax, the rows without keys zeroed,
+// up to four passes that each read and write [b,h,n,m].
 //
 // Numerics: J, L, W, U and their gradients are in the operands' dtype, as a product's output is;
 // P_l and P_w enter the mixings' products rounded to that dtype (as autocast rounds a weight);
