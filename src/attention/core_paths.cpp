@@ -35,7 +35,12 @@ void set_flash_kernels(bool enabled) { g_flash_kernels = enabled; }
 void set_folded_attention(bool enabled) { g_folded = enabled; }
 void set_heads_gemm_attention(bool enabled) { g_gemm = enabled; }
 void set_tiled_narrow(bool enabled) { g_tiled_narrow = enabled; }
-void set_th_paths_on_cpu(bool enabled) { g_th_paths_on_cpu = enabled; }
+namespace {
+std::atomic<const cuda_th::RowsLauncher*> g_cpu_rows{nullptr};  // set_th_paths_on_cpu's launcher
+}  // namespace
+void set_th_paths_on_cpu(bool enabled, const cuda_th::RowsLauncher* rows) {
+  g_th_paths_on_cpu = enabled, g_cpu_rows = enabled ? rows : nullptr;
+}
 namespace {
 bool row_tensor_cores() { return g_row_tensor_cores && th_tensor_cores(); }
 }  // namespace
@@ -124,8 +129,10 @@ Tensor attention_core(const Tensor& Q, const Tensor& K, const Tensor& V, const T
   // by ATen's), which keep the weights.
   const bool th_off_cpu = (P_l.defined() || P_w.defined()) && (!Q.device().is_cpu() || g_th_paths_on_cpu);
   if (th_off_cpu && g_folded) return folded_attention_core(Q, K, V, P_l, P_w, bias, mask);
-  const cuda_th::RowsLauncher* rows =
-      Q.is_cuda() && g_row_kernels ? cuda_th_rows_launcher(row_tensor_cores(), g_flash_kernels) : nullptr;
+  const cuda_th::RowsLauncher* rows = !g_row_kernels ? nullptr
+                                      : Q.is_cuda()   ? cuda_th_rows_launcher(row_tensor_cores(), g_flash_kernels)
+                                      : Q.is_cpu()    ? g_cpu_rows.load()  // (the tests' emulator, or null)
+                                                      : nullptr;
   if (th_off_cpu && g_gemm) return heads_gemm_attention_core(Q, K, V, P_l, P_w, bias, mask, rows);
   if (th_off_cpu && g_tiled) {
     const cuda_th::Launcher* kernels = Q.is_cuda() && g_th_kernels ? cuda_th_launcher() : nullptr;

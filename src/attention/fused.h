@@ -35,6 +35,9 @@
 namespace thx {
 
 struct AttentionDims;  // attention/config.h
+namespace cuda_th {
+struct RowsLauncher;  // attention/cuda/th_rows_args.h
+}
 
 torch::Tensor attention_core(const torch::Tensor& Q, const torch::Tensor& K,
                              const torch::Tensor& V, const torch::Tensor& P_l,
@@ -109,9 +112,11 @@ void set_tiled_narrow(bool enabled);
 std::string tiled_path_description();
 // CPU tensors of the talking-heads family take the path set_th_path chose, as off the CPU
 // (true), not the CPU's own cores (default false). For the tests: a whole model's step through
-// the ATen-only paths (tiled-aten, tiled-gemm, gemm-aten, folded; gemm, whose row kernel runs on
-// CUDA tensors alone, is gemm-aten there), which a GPU would run, on the CPU.
-void set_th_paths_on_cpu(bool enabled);
+// the paths a GPU would run, on the CPU: the ATen-only ones (tiled-aten, tiled-gemm, gemm-aten,
+// folded), and with `rows` (the row kernels' launcher: the tests' CPU emulator) those that run
+// them (tiled, gemm); without it tiled is tiled-aten there and gemm gemm-aten. The launcher must
+// outlive the autograd nodes made meanwhile (the tiled path's keeps its address).
+void set_th_paths_on_cpu(bool enabled, const cuda_th::RowsLauncher* rows = nullptr);
 // What a user asked for (`thx --th-path`): "tiled" (the default: thx's row kernels between
 // cuBLAS's products where built, bf16 mixings on tensor cores), "tiled-fma" (the same with the row
 // kernels' fp32 FMAs for bf16 too: set_row_tensor_cores(false)), "tiled-aten" (the same path with

@@ -631,11 +631,16 @@ TEST(RowsSoftmaxOnCuda, WithinOneRoundingAtT5BaseWidth) {
 }  // namespace THX_FILE_ID
 }  // namespace
 
+const cuda_th::RowsLauncher* emulated_rows_launcher() {
+  static const cuda_th::RowsLauncher kernels = rows_emu::emulator_tc(32);
+  return &kernels;
+}
+int emulated_row_launches() { return rows_emu::g_launches; }
+
 torch::Tensor heads_gemm_on_emulated_rows(const torch::Tensor& Q, const torch::Tensor& K, const torch::Tensor& V,
                                           const torch::Tensor& P_l, const torch::Tensor& P_w,
                                           const torch::Tensor& bias, const torch::Tensor& mask) {
-  static const cuda_th::RowsLauncher kernels = rows_emu::emulator_tc(32);
-  return heads_gemm_attention_core(Q, K, V, P_l, P_w, bias, mask, &kernels);
+  return heads_gemm_attention_core(Q, K, V, P_l, P_w, bias, mask, emulated_rows_launcher());
 }
 
 }  // namespace thx::test

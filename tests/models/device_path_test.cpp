@@ -14,6 +14,7 @@
 
 #include <vector>
 
+#include "attention/emulated_cores.h"
 #include "attention/fused.h"
 #include "common/precision.h"
 #include "common/runtime.h"
@@ -31,10 +32,11 @@ namespace THX_FILE_ID {
 
 // The talking-heads family on `aten_path` (`--th-path`; none: as it was) on `device`: on the
 // CPU, the CPU kernels off, and the path a GPU would take for CPU tensors too
-// (set_th_paths_on_cpu).
+// (set_th_paths_on_cpu), with the row kernels on the emulator where `rows` is given.
 struct OtherPath {
-  OtherPath(const torch::Device& device, const char* aten_path) : path(th_path()), chosen(th_path_chosen()) {
-    if (device.is_cpu()) set_cpu_kernels(false), set_th_paths_on_cpu(aten_path != nullptr);
+  OtherPath(const torch::Device& device, const char* aten_path, const cuda_th::RowsLauncher* rows = nullptr)
+      : path(th_path()), chosen(th_path_chosen()) {
+    if (device.is_cpu()) set_cpu_kernels(false), set_th_paths_on_cpu(aten_path != nullptr, rows);
     if (aten_path) set_th_path(aten_path, false);
   }
   ~OtherPath() {
@@ -76,16 +78,17 @@ Step step(torch::nn::Module& m, const std::vector<std::pair<std::string, torch::
 
 // forward(device): the loss with the batch on that device. `other`: the CPU (the ATen path,
 // the CPU kernels off) or a GPU (the model moved there and back); either with the talking-heads
-// family on th_path where named.
+// family on th_path where named (on the CPU through `rows`, the emulated row kernels, if given).
 template <class Forward>
 void expect_same_step(torch::nn::Module& m, const std::vector<std::pair<std::string, torch::Tensor>>& params,
-                      Forward forward, const torch::Device& other, const char* th_path = nullptr) {
+                      Forward forward, const torch::Device& other, const char* th_path = nullptr,
+                      const cuda_th::RowsLauncher* rows = nullptr) {
   std::vector<torch::Tensor> start;
   for (const auto& [k, p] : params) start.push_back(p.detach().clone());
   m.train();
   const Step cpu = step(m, params, start, [&] { return forward(torch::Device(torch::kCPU)); });
   Step device;
-  OtherPath route(other, th_path);
+  OtherPath route(other, th_path, rows);
   if (other.is_cpu()) {
     device = step(m, params, start, [&] { return forward(other); });
   } else {
@@ -112,7 +115,7 @@ void expect_same_step(torch::nn::Module& m, const std::vector<std::pair<std::str
   }
 }
 
-void t5_step(const torch::Device& other, const char* th_path = nullptr) {
+void t5_step(const torch::Device& other, const char* th_path = nullptr, const cuda_th::RowsLauncher* rows = nullptr) {
   for (const char* variant : {"multi_head", "talking_heads"}) {
     SCOPED_TRACE(variant);
     PretrainConfig c = tiny_pretrain("unused", 1);
@@ -127,11 +130,12 @@ void t5_step(const torch::Device& other, const char* th_path = nullptr) {
     expect_same_step(
         *model, model->named_parameters_by_path(),
         [&](const torch::Device& d) { return model->forward(inputs.to(d), decoder.to(d), targets.to(d)).loss; }, other,
-        th_path);
+        th_path, rows);
   }
 }
 
-void albert_step(const torch::Device& other, const char* th_path = nullptr) {
+void albert_step(const torch::Device& other, const char* th_path = nullptr,
+                 const cuda_th::RowsLauncher* rows = nullptr) {
   PretrainConfig c = tiny_albert_pretrain("unused", 1);
   torch::manual_seed(4);
   EncoderModel model(resolve_model_spec(c.model, c.attention), 120, true);
@@ -143,7 +147,7 @@ void albert_step(const torch::Device& other, const char* th_path = nullptr) {
       [&](const torch::Device& d) {
         return model->forward(ids.to(d), types.to(d), positions.to(d), targets.to(d), labels.to(d)).loss;
       },
-      other, th_path);
+      other, th_path, rows);
 }
 
 TEST(DevicePath, T5StepOnTheAtenPathEqualsTheCpuKernels) { t5_step(torch::Device(torch::kCPU)); }
@@ -169,6 +173,19 @@ void steps_on_each_aten_path(const torch::Device& device) {
 }
 TEST(DevicePath, T5AndAlbertStepsOnEachAtenOnlyThPathEqualTheCpuKernels) {
   steps_on_each_aten_path(torch::Device(torch::kCPU));
+}
+// The paths that run thx's row kernels on a GPU, tiled (the default: the mixings, bias, mask and
+// softmax between the products) and gemm (the bias, mask and softmax), with the kernels on the
+// CPU emulator (32 threads a block; fp32, so the FMAs): the same whole steps against the CPU
+// kernels with the same bounds, each route seen to launch them.
+TEST(DevicePath, T5AndAlbertStepsThroughTheEmulatedRowKernelsEqualTheCpuKernels) {
+  for (const char* path : {"tiled", "gemm"}) {
+    SCOPED_TRACE(path);
+    const int before = emulated_row_launches();
+    t5_step(torch::Device(torch::kCPU), path, emulated_rows_launcher());
+    albert_step(torch::Device(torch::kCPU), path, emulated_rows_launcher());
+    EXPECT_GT(emulated_row_launches(), before);
+  }
 }
 TEST(DevicePath, T5AndAlbertStepsOnCudaOnEachAtenOnlyThPathEqualTheCpuKernels) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
