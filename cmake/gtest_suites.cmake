@@ -17,8 +17,10 @@ set(costs BadInputCampaign 140 Cli 140 SweepRun 115 Precision 35 EncoderContext 
 # The suites that run kernels on the CUDA emulator (common/cuda_compat.h): each runs twice, its
 # threads taking turns in ascending order (the emulator's default) and, as a second test named
 # "<suite>.* descending", in descending order, so that a race between two threads shows in one of
-# them (emu::Order). tests/common/cuda_emulator_test.cpp checks that the list names every such suite.
+# them (emu::Order). tests/common/cuda_emulator_test.cpp checks that the list names every such suite
+# (each on a line of its own: `set(emulated ...)`, then `list(APPEND emulated ...)`).
 set(emulated Emulator CudaMma CudaPrimitives Flash TiledRowKernels TiledRowKernelsTc FusedThEmulated FusedThPadded RmsNormEmulated)
+list(APPEND emulated RowsSoftmax HeadsGemmRowSoftmax)
 set(text "")
 foreach(line IN LISTS lines)
   if(line MATCHES "^([A-Za-z_][A-Za-z0-9_/]*)\\.")

@@ -193,10 +193,11 @@ std::set<std::string> listed_suites(const std::filesystem::path& root) {
   std::string line;
   std::set<std::string> out;
   while (std::getline(in, line))
-    if (line.rfind("set(emulated ", 0) == 0) {
-      std::istringstream words(line.substr(13, line.find(')') - 13));
-      for (std::string w; words >> w;) out.insert(w);
-    }
+    for (const std::string head : {"set(emulated ", "list(APPEND emulated "})
+      if (line.rfind(head, 0) == 0) {
+        std::istringstream words(line.substr(head.size(), line.find(')') - head.size()));
+        for (std::string w; words >> w;) out.insert(w);
+      }
   return out;
 }
 
