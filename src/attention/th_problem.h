@@ -22,6 +22,17 @@ inline torch::Tensor masked_softmax_in_place(torch::Tensor L, const torch::Tenso
   return W;
 }
 
+// Refuses, in one line naming `what`, a bias or mask (`name`) that does not broadcast to `sizes`
+// ([b,h,n,m]): more dims than it, or a dim that is neither 1 nor its size. (A kernel reading
+// through the tensor's strides would read past it, or silently misread it.)
+inline void check_broadcasts(const char* what, const char* name, const torch::Tensor& t, at::IntArrayRef sizes) {
+  if (!t.defined()) return;
+  const int64_t dims = int64_t(sizes.size());
+  bool ok = t.dim() <= dims;
+  for (int64_t i = 1; ok && i <= t.dim(); ++i) ok = t.size(-i) == 1 || t.size(-i) == sizes[dims - i];
+  TORCH_CHECK(ok, what, ": the ", name, " ", t.sizes(), " does not broadcast to [b,h,n,m] = ", sizes);
+}
+
 struct ThProblem {
   int64_t b, n, m, hk, dk, h, hv, dv;
   torch::ScalarType dt, ct;  // the operands' dtype; fp32 (fp64): the bias's and P_l's, P_w's sums
@@ -43,6 +54,8 @@ struct ThProblem {
     dt = Q.scalar_type();
     TORCH_CHECK(K.scalar_type() == dt && V.scalar_type() == dt && at::isFloatingType(dt), what,
                 ": Q, K and V must have one floating dtype");
+    check_broadcasts(what, "bias", b4, {b, h, n, m});
+    check_broadcasts(what, "mask", m4, {b, h, n, m});
     ct = dt == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32;
     const auto wide = Q.options().dtype(ct);
     Pl = P_l.defined() ? P_l.to(wide) : torch::eye(hk, wide);

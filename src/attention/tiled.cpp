@@ -191,6 +191,8 @@ Problem problem(const Tensor& Q, const Tensor& K, const Tensor& V, const Tensor&
               "tiled attention: heads of Q ", h_k, ", K ", K.size(2), ", V ", h_v, " do not fit P_l ",
               P_l.defined() ? P_l.sizes() : at::IntArrayRef{}, " and P_w ",
               P_w.defined() ? P_w.sizes() : at::IntArrayRef{}, " (without P_l, h = Q's heads; without P_w, V's = h)");
+  check_broadcasts("tiled attention", "bias", bias, {Q.size(0), h, Q.size(1), K.size(1)});
+  check_broadcasts("tiled attention", "mask", mask, {Q.size(0), h, Q.size(1), K.size(1)});
   if (kernels && !tiled_rows_unsupported(Q, K, V, P_l, mask).empty()) kernels = nullptr;
   // The row kernels read P_l, P_w and the bias in fp32 (contiguous matrices; the bias through its
   // strides). The heads-major copies come with heads_major, where the blocks of rows need them.
@@ -457,6 +459,8 @@ Tensor rows_softmax(const Tensor& L, const Tensor& bias, const Tensor& mask, con
       L.size(1) > cuda_th::kRowHeadsMax || (mask.defined() && mask.scalar_type() != torch::kBool) ||
       std::max({L.size(0), L.size(2), L.size(3)}) > std::numeric_limits<int>::max() / 2)
     return Tensor();
+  check_broadcasts("rows_softmax", "bias", bias, L.sizes());
+  check_broadcasts("rows_softmax", "mask", mask, L.sizes());
   const int64_t b = L.size(0), h = L.size(1), n = L.size(2);
   // The problem with neither mixing (h_k = h = h_v): the row kernels' forward is then the bias,
   // the mask and the softmax alone, its U the weights.

@@ -61,7 +61,8 @@ torch::Tensor tiled_attention_core(const torch::Tensor& Q, const torch::Tensor& 
 // statistics in fp32; a row with no key gets 0. (ATen's composition of the same adds the bias,
 // masks, takes the softmax and zeroes such rows: four passes that each read and write [b,h,n,m].)
 // Undefined where `kernels` is null or L is not a contiguous fp32 or bf16 tensor of at most
-// cuda_th::kRowHeadsMax heads, or the mask not bool. The heads-major path's softmax (heads_gemm.h).
+// cuda_th::kRowHeadsMax heads, or the mask not bool; a bias or mask that does not broadcast to L
+// is refused in one line. The heads-major path's softmax (heads_gemm.h).
 torch::Tensor rows_softmax(const torch::Tensor& L, const torch::Tensor& bias, const torch::Tensor& mask,
                            const cuda_th::RowsLauncher* kernels);
 

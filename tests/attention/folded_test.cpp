@@ -192,8 +192,9 @@ void expect_a_row_without_keys_zero(Core core) {
   core::expect_rows_without_keys_zero(got.O, got.dQ, {got.dK, got.dV, got.dP_l, got.dP_w}, reference(in).O);
 }
 
-// Heads that do not fit (V's heads without P_w, Q's against P_l, K's against Q's), and Q, K, V of
-// two dtypes, are refused before anything runs, each in one line; the valid twin runs.
+// Heads that do not fit (V's heads without P_w, Q's against P_l, K's against Q's), a bias or a
+// mask that does not broadcast to [b,h,n,m], and Q, K, V of two dtypes, are refused before
+// anything runs, each in one line; the valid twin runs.
 void expect_refusals(Core core, bool one_dtype = true) {
   torch::manual_seed(11);
   const Inputs th = inputs(core::variant_cases().front(), Extra::none, torch::kFloat64);  // h_k 3, h 5, h_v 2
@@ -215,6 +216,13 @@ void expect_refusals(Core core, bool one_dtype = true) {
   Inputs k_heads = th;
   k_heads.K = torch::cat({th.K, th.K}, 2);
   EXPECT_NE(refusal(k_heads).find("do not fit"), std::string::npos);
+  Inputs bias = th;  // (m = 5 keys)
+  bias.bias = torch::zeros({1, 5, 7, 6}, torch::kFloat64);
+  EXPECT_NE(refusal(bias).find("the bias [1, 5, 7, 6] does not broadcast to [b,h,n,m] = [2, 5, 7, 5]"),
+            std::string::npos);
+  Inputs mask = th;
+  mask.mask = torch::ones({2, 1, 1, 4}, torch::kBool);
+  EXPECT_NE(refusal(mask).find("the mask [2, 1, 1, 4] does not broadcast"), std::string::npos);
   Inputs dtypes = th;
   dtypes.V = th.V.to(torch::kFloat32);
   if (one_dtype)

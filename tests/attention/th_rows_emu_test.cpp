@@ -479,7 +479,8 @@ TEST(RowsSoftmax, WithinOneRoundingOfTheFloat64SoftmaxInEveryBucketOfHeads) {
   }
 }
 
-// What the kernels do not take: no launch, undefined (the caller's ATen composition runs).
+// What the kernels do not take: no launch, undefined (the caller's ATen composition runs); what
+// nothing takes (a bias or mask that does not broadcast), one line.
 TEST(RowsSoftmax, WhatTheyDoNotTakeIsLeftToAten) {
   const cuda_th::RowsLauncher fma = emulator(32);
   const Tensor L = torch::randn({2, 3, 4, 5}), bias = torch::randn({1, 3, 4, 5});
@@ -492,6 +493,10 @@ TEST(RowsSoftmax, WhatTheyDoNotTakeIsLeftToAten) {
   EXPECT_FALSE(rows_softmax(L.transpose(2, 3), bias, mask.transpose(2, 3), &fma).defined());
   EXPECT_FALSE(rows_softmax(torch::randn({1, 65, 2, 2}), Tensor(), Tensor(), &fma).defined());
   EXPECT_FALSE(rows_softmax(L, bias, mask.to(torch::kUInt8), &fma).defined());
+  EXPECT_EQ(g_launches - before, 1);
+  // A bias or mask that does not broadcast to L is refused in one line (the kernel would read past it).
+  EXPECT_THROW(rows_softmax(L, torch::randn({1, 3, 4, 6}), mask, &fma), c10::Error);
+  EXPECT_THROW(rows_softmax(L, bias, torch::rand({2, 1, 2, 5}) > 0.5, &fma), c10::Error);
   EXPECT_EQ(g_launches - before, 1);
 }
 
