@@ -45,10 +45,12 @@ namespace {
 bool row_tensor_cores() { return g_row_tensor_cores && th_tensor_cores(); }
 }  // namespace
 std::string tiled_path_description() {
-  if (!g_row_kernels || !cuda_th_rows_launcher())
-    return g_tiled_narrow ? "the tiled path (cuBLAS products, ATen's composition between in the operands' dtype: bf16 "
-                            "mixings as cuBLAS products)"
-                          : "the tiled path (cuBLAS products, ATen's composition between)";
+  const bool rows = g_row_kernels && cuda_th_rows_launcher();
+  if (g_tiled_narrow)
+    return std::string("the tiled path (cuBLAS products; between them, in the operands' dtype, bf16 mixings as cuBLAS "
+                       "products and ") +
+           (rows ? "the bias, mask and softmax in one launch of thx's row kernels)" : "ATen's softmax)");
+  if (!rows) return "the tiled path (cuBLAS products, ATen's composition between)";
   if (g_flash_kernels && row_tensor_cores())
     return "thx's flash kernels (bf16 on tensor cores, forward and backward; else the tiled path: cuBLAS products, "
            "thx's row kernels between)";
@@ -77,7 +79,7 @@ void set_th_path(const std::string& path, bool chosen) {
   g_th_path = path, g_th_path_chosen = chosen;
   set_tiled_attention(path != "batched");
   set_th_kernels(path == "fused");
-  set_tiled_row_kernels(path != "tiled-aten" && path != "tiled-gemm" && path != "gemm-aten");
+  set_tiled_row_kernels(path != "tiled-aten" && path != "gemm-aten");
   set_tiled_narrow(path == "tiled-gemm");
   set_row_tensor_cores(path != "tiled-fma");
   set_flash_kernels(path == "flash");

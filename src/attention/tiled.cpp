@@ -51,6 +51,9 @@ struct Problem {
   // Where narrow and the operands are bf16 (or fp16): P_l, P_l^T, P_w, P_w^T as mix_heads_aligned
   // takes them (aligned_mixing), made once for every block; else undefined.
   Tensor A_l, A_lt, A_w, A_wt;
+  // Where narrow and a launcher was given that takes the problem: the row kernels for the bias,
+  // the mask and the softmax alone (rows_softmax), between the mixings' products; else null.
+  const cuda_th::RowsLauncher* softmax = nullptr;
 
   // T mixed by P (fp32; A: P's aligned form) in T's dtype where narrow (for fp32 and fp64 T,
   // mix_heads: the same bits as without the switch), else in fp32.
@@ -73,13 +76,15 @@ struct Problem {
   Tensor products(int64_t i0, int64_t ni) const { return torch::matmul(Qh.narrow(2, i0, ni), Kh.transpose(2, 3)); }
   // The weights W [b,h,I,m] of rows [i0, i0+ni) from J (fp32, fp64, or the operands' dtype where
   // narrow): the logits L (J mixed by P_l, which keeps J for P_l's gradient; else J itself, a
-  // block's own product, which nothing reads again), then the bias, the mask and ATen's softmax
-  // over the keys in place (masked_softmax_in_place, th_problem.h: a row with every key masked
-  // gets 0). The backward recomputes them the same way, so nothing is kept.
+  // block's own product, which nothing reads again), then the bias, the mask and the softmax over
+  // the keys: one launch of the row kernels (rows_softmax) where `softmax` is given and there is a
+  // bias or a mask, else ATen's, in place (masked_softmax_in_place, th_problem.h). A row with every
+  // key masked gets 0. The backward recomputes them the same way, so nothing is kept.
   Tensor weights(const Tensor& J, int64_t i0, int64_t ni) const {
     const Tensor L = P_l.defined() ? mix(J, P_l, A_l) : J;
-    return masked_softmax_in_place(L, bias.defined() ? rows(bias, i0, ni) : bias,
-                                   mask.defined() ? rows(mask, i0, ni) : mask);
+    const Tensor b = bias.defined() ? rows(bias, i0, ni) : bias, m = mask.defined() ? rows(mask, i0, ni) : mask;
+    const Tensor W = softmax && (b.defined() || m.defined()) ? rows_softmax(L, b, m, softmax) : Tensor();
+    return W.defined() ? W : masked_softmax_in_place(L, b, m);
   }
 
   // ATen's element-wise work; forward fills U only.
@@ -194,9 +199,14 @@ Problem problem(const Tensor& Q, const Tensor& K, const Tensor& V, const Tensor&
   check_broadcasts("tiled attention", "bias", bias, {Q.size(0), h, Q.size(1), K.size(1)});
   check_broadcasts("tiled attention", "mask", mask, {Q.size(0), h, Q.size(1), K.size(1)});
   if (kernels && !tiled_rows_unsupported(Q, K, V, P_l, mask).empty()) kernels = nullptr;
+  // Where narrow, the row kernels that take the problem take the bias, mask and softmax alone.
+  const cuda_th::RowsLauncher* softmax = narrow ? kernels : nullptr;
+  if (narrow) kernels = nullptr;
   // The row kernels read P_l, P_w and the bias in fp32 (contiguous matrices; the bias through its
   // strides). The heads-major copies come with heads_major, where the blocks of rows need them.
-  auto wide = [&](const Tensor& t) { return !t.defined() ? t : kernels ? t.to(torch::kFloat32) : as_fp32(t); };
+  auto wide = [&](const Tensor& t) {
+    return !t.defined() ? t : kernels || softmax ? t.to(torch::kFloat32) : as_fp32(t);
+  };
   auto matrix = [&](const Tensor& t) { return kernels && t.defined() ? wide(t).contiguous() : wide(t); };
   Problem p{Tensor(),
             Tensor(),
@@ -208,7 +218,8 @@ Problem problem(const Tensor& Q, const Tensor& K, const Tensor& V, const Tensor&
             block_rows,
             kernels,
             P_l.defined() ? P_l.size(1) : Q.size(2),
-            narrow && !kernels};
+            narrow};
+  p.softmax = softmax;
   const int64_t n = Q.size(1), m = K.size(1);
   if (p.block <= 0) {
     const int64_t heads = std::max({Q.size(2), V.size(2), p.h});
@@ -339,7 +350,8 @@ struct TiledFn : torch::autograd::Function<TiledFn> {
     const Tensor lse = p.kernels ? torch::empty({b, p.h, n}, Q.options().dtype(torch::kFloat32)) : Tensor();
     ctx->saved_data["block"] = p.block;
     ctx->saved_data["narrow"] = narrow;
-    ctx->saved_data["kernels"] = p.kernels ? kernels_in : int64_t{0};
+    // (with the softmax's kernels too: the backward makes W again as the forward made it)
+    ctx->saved_data["kernels"] = p.kernels || p.softmax ? kernels_in : int64_t{0};
     const Tensor flash = p.kernels ? flash_forward(p, Q, K, V, lse) : Tensor();
     ctx->saved_data["flash"] = flash.defined();
     if (flash.defined()) {

@@ -49,7 +49,10 @@ torch::Tensor projection_grad(const torch::Tensor& A, const torch::Tensor& B);
 // the backward, so it must outlive that (CUDA's is static). narrow: ATen's composition in the
 // operands' dtype (`--th-path tiled-gemm`: for bf16 the mixings are bf16 products on tensor cores,
 // P_l and P_w rounded to bf16, and every [b,h,I,m] tensor half the size; the softmax's statistics
-// and the bias's and mixings' gradient sums stay fp32), not in fp32 as the numerics below say.
+// and the bias's and mixings' gradient sums stay fp32), not in fp32 as the numerics below say;
+// with kernels, those take the bias, mask and softmax alone where there is a bias or a mask (one
+// launch a block, rows_softmax below: the sum of L and the bias not rounded to L's dtype), the
+// mixings staying cuBLAS's products.
 torch::Tensor tiled_attention_core(const torch::Tensor& Q, const torch::Tensor& K, const torch::Tensor& V,
                                    const torch::Tensor& P_l, const torch::Tensor& P_w, const torch::Tensor& bias,
                                    const torch::Tensor& mask, int64_t block_rows = 0,
@@ -62,7 +65,8 @@ torch::Tensor tiled_attention_core(const torch::Tensor& Q, const torch::Tensor& 
 // masks, takes the softmax and zeroes such rows: four passes that each read and write [b,h,n,m].)
 // Undefined where `kernels` is null or L is not a contiguous fp32 or bf16 tensor of at most
 // cuda_th::kRowHeadsMax heads, or the mask not bool; a bias or mask that does not broadcast to L
-// is refused in one line. The heads-major path's softmax (heads_gemm.h).
+// is refused in one line. The heads-major path's softmax (heads_gemm.h), and the narrow tiled
+// path's with kernels.
 torch::Tensor rows_softmax(const torch::Tensor& L, const torch::Tensor& bias, const torch::Tensor& mask,
                            const cuda_th::RowsLauncher* kernels);
 

@@ -108,12 +108,12 @@ struct BenchAttentionCommand : Command {
       for (const auto& [option, name] : fused_only)
         if (option->count() > 0)
           throw InputError(fmt::format("{} is an option of the fused kernels, which --th-path {} leaves", name, path));
-    const bool aten_only = path == "batched" || path == "tiled-aten" || path == "tiled-gemm" || path == "folded" ||
-                           path == "gemm-aten";
+    const bool aten_only = path == "batched" || path == "tiled-aten" || path == "folded" || path == "gemm-aten";
     if (aten_only && fma_->count() > 0)
       throw InputError(fmt::format("--fma is an option of thx's kernels, which --th-path {} leaves", path));
-    if (path == "gemm" && fma_->count() > 0)
-      throw InputError("--fma makes the row kernels' mixings fp32 FMAs; --th-path gemm mixes by cuBLAS products");
+    if ((path == "gemm" || path == "tiled-gemm") && fma_->count() > 0)
+      throw InputError(fmt::format("--fma makes the row kernels' mixings fp32 FMAs; --th-path {} mixes by cuBLAS "
+                                   "products", path));
     if (path == "flash" && fma_->count() > 0)
       throw InputError("--fma runs thx's kernels as fp32 FMAs; --th-path flash runs on tensor cores");
     if ((!tiled_path(path) && opt.tiled) || (path != "batched" && opt.batched))

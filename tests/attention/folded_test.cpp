@@ -1,10 +1,11 @@
 // The talking-heads paths made of ATen's operations, each test on each (AtenPath, suffixed folded,
-// gemm_aten, gemm and tiled_gemm): the folded products (src/attention/folded.h, `--th-path folded`:
+// gemm_aten, gemm, tiled_gemm_aten and tiled_gemm): the folded products (src/attention/folded.h, `--th-path folded`:
 // P_l folded into Q, P_w into V, every multiply one large product), the heads-major products
 // (heads_gemm.h, `--th-path gemm-aten`: the mixings as products over the n m positions, in the
 // operands' dtype), the same with its softmax by thx's row kernels (`--th-path gemm`; here on the
 // CPU emulator, fp32 and bf16; fp64 is ATen's) and the tiled path with that composition in blocks
-// of rows (tiled.h, `--th-path tiled-gemm`), against the paper's section 4 core written as
+// of rows (tiled.h), with ATen's softmax (tiled_gemm_aten: a build without thx's CUDA kernels) and
+// the row kernels' (`--th-path tiled-gemm`), against the paper's section 4 core written as
 // einsums with the paper's layout (heads last) and differentiated by autograd (core_problems.h):
 // O and the gradients of Q, K, V, P_l, P_w and the bias, for talking-heads (h_k != h != h_v),
 // both hybrids and multi-head, with and without a bias, padding and causal masks, n != m.
@@ -252,8 +253,9 @@ void expect_the_path_keeps_the_weights_off_the_cpu(const std::string& path, bool
 
 // On a GPU (skipped elsewhere): every variant and mask in fp32 (cuBLAS without TF32, LibTorch's
 // default) against float64 with float32's bound, and in bf16 within the bound above; then the
-// route: attention_core under `--th-path <path>` equals the path's core bit for bit.
-void expect_on_cuda(Core core, const std::string& path) {
+// route: attention_core under `--th-path <path>` (where one routes there) equals the path's core
+// bit for bit.
+void expect_on_cuda(Core core, const char* path) {
   const torch::Device cuda(torch::kCUDA);
   for (const Case& c : core::variant_cases())
     for (Extra e : {Extra::none, Extra::bias_padding, Extra::causal}) {
@@ -267,6 +269,7 @@ void expect_on_cuda(Core core, const std::string& path) {
       for (Tensor* t : {&bf16.Q, &bf16.K, &bf16.V, &bf16.dO}) *t = t->to(torch::kBFloat16);
       expect_bf16_bound(core, bf16);
     }
+  if (!path) return;  // (no --th-path routes there)
   torch::manual_seed(11);
   const Inputs in = core::to_device(inputs(core::variant_cases().front(), Extra::bias_padding, torch::kFloat32), cuda);
   set_th_path(path);
@@ -275,16 +278,22 @@ void expect_on_cuda(Core core, const std::string& path) {
   EXPECT_TRUE(torch::equal(routed, core(in.Q, in.K, in.V, in.P_l, in.P_w, in.bias, in.mask)));
 }
 
-// The tiled path with ATen's composition between its products in the operands' dtype (`--th-path
-// tiled-gemm`), in blocks of 3 query rows (blocking that the full-row paths do not have), or as
-// many rows as the path picks (the route's own).
-Tensor tiled_gemm(const Tensor& Q, const Tensor& K, const Tensor& V, const Tensor& P_l, const Tensor& P_w,
-                  const Tensor& bias, const Tensor& mask) {
+// The tiled path with ATen's composition between its products in the operands' dtype, in blocks
+// of 3 query rows (blocking that the full-row paths do not have): as a build without thx's CUDA
+// kernels runs it (ATen's softmax), and as `--th-path tiled-gemm` runs it with them (the bias,
+// mask and softmax by the row kernels: on the CPU, on the emulator; on a GPU the route's own,
+// with as many rows as the path picks, through CUDA's launcher).
+Tensor tiled_gemm_aten(const Tensor& Q, const Tensor& K, const Tensor& V, const Tensor& P_l, const Tensor& P_w,
+                       const Tensor& bias, const Tensor& mask) {
   return tiled_attention_core(Q, K, V, P_l, P_w, bias, mask, 3, nullptr, true);
 }
-Tensor tiled_gemm_auto(const Tensor& Q, const Tensor& K, const Tensor& V, const Tensor& P_l, const Tensor& P_w,
-                       const Tensor& bias, const Tensor& mask) {
-  return tiled_attention_core(Q, K, V, P_l, P_w, bias, mask, 0, nullptr, true);
+Tensor tiled_gemm(const Tensor& Q, const Tensor& K, const Tensor& V, const Tensor& P_l, const Tensor& P_w,
+                  const Tensor& bias, const Tensor& mask) {
+  return tiled_attention_core(Q, K, V, P_l, P_w, bias, mask, 3, emulated_rows_launcher(), true);
+}
+Tensor tiled_gemm_on_cuda(const Tensor& Q, const Tensor& K, const Tensor& V, const Tensor& P_l, const Tensor& P_w,
+                          const Tensor& bias, const Tensor& mask) {
+  return tiled_attention_core(Q, K, V, P_l, P_w, bias, mask, 0, cuda_th_rows_launcher(), true);
 }
 
 // The heads-major path: with ATen's softmax (`--th-path gemm-aten`), and as `--th-path gemm` routes
@@ -302,8 +311,8 @@ Tensor gemm_on_cuda(const Tensor& Q, const Tensor& K, const Tensor& V, const Ten
 // The paths, each test above on each.
 struct Path {
   const char* name;  // the tests' suffix
-  Core core, routed;  // the core as tested; the core `--th-path` routes to (the same, or tiled-gemm's own blocks)
-  const char* th_path;
+  Core core, routed;  // the core as tested; the core `--th-path` routes a GPU's tensors to
+  const char* th_path;  // (null: no `--th-path` routes there, a build without thx's CUDA kernels does)
   bool one_dtype, keeps_weights;
 };
 const std::vector<Path>& paths() {
@@ -311,11 +320,12 @@ const std::vector<Path>& paths() {
       {"folded", folded_attention_core, folded_attention_core, "folded", true, true},
       {"gemm_aten", gemm_aten, gemm_aten, "gemm-aten", true, true},
       {"gemm", heads_gemm_on_emulated_rows, gemm_on_cuda, "gemm", true, true},
-      {"tiled_gemm", tiled_gemm, tiled_gemm_auto, "tiled-gemm", false, false}};
+      {"tiled_gemm_aten", tiled_gemm_aten, tiled_gemm_aten, nullptr, false, false},
+      {"tiled_gemm", tiled_gemm, tiled_gemm_on_cuda, "tiled-gemm", false, false}};
   return p;
 }
 std::string path_name(const ::testing::TestParamInfo<Path>& info) { return info.param.name; }
-void PrintTo(const Path& p, std::ostream* os) { *os << p.th_path; }
+void PrintTo(const Path& p, std::ostream* os) { *os << (p.th_path ? p.th_path : p.name); }
 
 class AtenPath : public ::testing::TestWithParam<Path> {};
 TEST_P(AtenPath, Float64EqualsThePapersCoreForEveryVariantAndMask) {
@@ -343,6 +353,7 @@ TEST_P(AtenPath, Bf16ConditionBoundFailsADP_lOffByTenPercent) {
 TEST_P(AtenPath, ARowWithEveryKeyMaskedIsZeroNotNaN) { expect_a_row_without_keys_zero(GetParam().core); }
 TEST_P(AtenPath, RefusesWhatDoesNotFit) { expect_refusals(GetParam().core, GetParam().one_dtype); }
 TEST_P(AtenPath, ThPathKeepsTheWeightsOffTheCpuOrNot) {
+  if (!GetParam().th_path) GTEST_SKIP() << "no --th-path routes there";
   expect_the_path_keeps_the_weights_off_the_cpu(GetParam().th_path, GetParam().keeps_weights);
 }
 INSTANTIATE_TEST_SUITE_P(Cores, AtenPath, ::testing::ValuesIn(paths()), path_name);
@@ -361,9 +372,9 @@ TEST(TiledGemm, NarrowDiffersFromTheFp32CompositionOnlyBelowFp32) {
   auto fp32_composition = [](auto&... a) { return tiled_attention_core(a..., 3, nullptr, false); };
   torch::manual_seed(11);
   Inputs in = inputs(core::variant_cases().front(), Extra::bias_padding, torch::kFloat32);
-  EXPECT_TRUE(torch::equal(run(tiled_gemm, in).dP_l, gradients(in, fp32_composition).dP_l));
+  EXPECT_TRUE(torch::equal(run(tiled_gemm_aten, in).dP_l, gradients(in, fp32_composition).dP_l));
   for (Tensor* t : {&in.Q, &in.K, &in.V, &in.dO}) *t = t->to(torch::kBFloat16);
-  EXPECT_FALSE(torch::equal(run(tiled_gemm, in).dP_l, gradients(in, fp32_composition).dP_l));
+  EXPECT_FALSE(torch::equal(run(tiled_gemm_aten, in).dP_l, gradients(in, fp32_composition).dP_l));
 }
 
 }  // namespace THX_FILE_ID

@@ -82,11 +82,13 @@ TEST(Cli, BadBenchFlagsExitTwo) {
   EXPECT_TRUE(refused(run_thx("--th-path tiled bench attention --th-atomics in-order"), "thx: error: --th-atomics",
                       "which --th-path tiled leaves"));
   EXPECT_TRUE(refused(run_thx("bench attention --fma --th-path batched"), "thx: error: --fma", "--th-path batched"));
-  for (const std::string path : {"tiled-aten", "tiled-gemm", "folded", "gemm-aten"})  // ATen's operations alone
+  for (const std::string path : {"tiled-aten", "folded", "gemm-aten"})  // ATen's operations alone
     EXPECT_TRUE(refused(run_thx("--th-path " + path + " bench attention --fma"),
                         "thx: error: --fma is an option of thx's kernels", "--th-path " + path + " leaves"));
-  EXPECT_TRUE(refused(run_thx("--th-path gemm bench attention --fma"),
-                      "thx: error: --fma makes the row kernels' mixings fp32 FMAs", "mixes by cuBLAS products"));
+  for (const std::string path : {"gemm", "tiled-gemm"})  // the row kernels' softmax alone
+    EXPECT_TRUE(refused(run_thx("--th-path " + path + " bench attention --fma"),
+                        "thx: error: --fma makes the row kernels' mixings fp32 FMAs",
+                        "--th-path " + path + " mixes by cuBLAS products"));
   EXPECT_TRUE(refused(run_thx("--th-path flash bench attention --fma"), "thx: error: --fma runs thx's kernels as fp32 "
                                                                         "FMAs; --th-path flash runs on tensor cores",
                       ""));

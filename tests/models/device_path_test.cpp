@@ -175,11 +175,11 @@ TEST(DevicePath, T5AndAlbertStepsOnEachAtenOnlyThPathEqualTheCpuKernels) {
   steps_on_each_aten_path(torch::Device(torch::kCPU));
 }
 // The paths that run thx's row kernels on a GPU, tiled (the default: the mixings, bias, mask and
-// softmax between the products) and gemm (the bias, mask and softmax), with the kernels on the
+// softmax between the products), tiled-gemm and gemm (the bias, mask and softmax), with the kernels on the
 // CPU emulator (32 threads a block; fp32, so the FMAs): the same whole steps against the CPU
 // kernels with the same bounds, each route seen to launch them.
 TEST(DevicePath, T5AndAlbertStepsThroughTheEmulatedRowKernelsEqualTheCpuKernels) {
-  for (const char* path : {"tiled", "gemm"}) {
+  for (const char* path : {"tiled", "tiled-gemm", "gemm"}) {
     SCOPED_TRACE(path);
     const int before = emulated_row_launches();
     t5_step(torch::Device(torch::kCPU), path, emulated_rows_launcher());
