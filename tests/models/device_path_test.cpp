@@ -160,8 +160,8 @@ TEST(DevicePath, AlbertStepOnTheAtenPathEqualsTheCpuKernels) { albert_step(torch
 // benchmark first meets it: T5's relative bias shared by the layers and its gradient, padding
 // and causal masks, cross-attention (n != m), Q, K and V as the projections give them.
 // On a GPU the same, fp32 through cuBLAS (TF32 off): what bench-train-gemm and its kind then
-// run in bf16. There gemm's softmax is thx's row kernel (rows_softmax), and gemm-aten is ATen's,
-// which gemm is on the CPU.
+// run in bf16. There gemm's and tiled-gemm's softmax is thx's row kernel (rows_softmax), and
+// gemm-aten's ATen's, as gemm's and tiled-gemm's is on the CPU (the emulated kernels: below).
 void steps_on_each_aten_path(const torch::Device& device) {
   std::vector<const char*> paths = {"tiled-aten", "tiled-gemm", "gemm", "folded"};
   if (device.is_cuda()) paths.push_back("gemm-aten");
