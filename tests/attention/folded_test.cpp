@@ -1,5 +1,6 @@
-// The talking-heads paths made of ATen's operations, each test on each (AtenPath, suffixed folded,
-// gemm_aten, gemm, tiled_gemm_aten and tiled_gemm): the folded products (src/attention/folded.h, `--th-path folded`:
+// The talking-heads paths made of cuBLAS's products and ATen's operations (on two, with the row
+// kernels' softmax), each test on each (AtenPath, suffixed folded, gemm_aten, gemm,
+// tiled_gemm_aten and tiled_gemm): the folded products (src/attention/folded.h, `--th-path folded`:
 // P_l folded into Q, P_w into V, every multiply one large product), the heads-major products
 // (heads_gemm.h, `--th-path gemm-aten`: the mixings as products over the n m positions, in the
 // operands' dtype), the same with its softmax by thx's row kernels (`--th-path gemm`; here on the
