@@ -479,6 +479,40 @@ TEST(RowsSoftmax, WithinOneRoundingOfTheFloat64SoftmaxInEveryBucketOfHeads) {
   }
 }
 
+// Every broadcast of the bias and the mask the models and the tiled path's blocks hand it, read
+// through their strides: the bias one a key ([1,1,1,m]), one an example ([b,1,n,m]), 3-d
+// ([h,n,m]), T5's transposed storage ([1,h,n,m] seen from [m,n,h]) and a block's rows of a bias
+// (rows 2-4 of 7, as tiled-gemm's blocks narrow it); the mask padding ([b,1,1,m]) or causal
+// ([1,1,n,m]). fp32 on the FMAs and bf16 on the tensor cores, within the bounds above. (The whole
+// paths' float64 tests take these shapes too, but float64 is ATen's: this is the kernels'.)
+TEST(RowsSoftmax, EveryBroadcastOfTheBiasAndTheMask) {
+  const cuda_th::RowsLauncher fma = emulator(32), tc = emulator_tc(32);
+  const int64_t b = 2, h = 5, n = 3, m = 40;
+  torch::manual_seed(7);
+  const Tensor L = torch::randn({b, h, n, m}) * 3;
+  const Tensor tall = torch::randn({1, h, 7, m});
+  const std::vector<std::pair<const char*, Tensor>> biases = {
+      {"one a key", torch::randn({1, 1, 1, m})},
+      {"one an example", torch::randn({b, 1, n, m})},
+      {"3-d", torch::randn({h, n, m})},
+      {"transposed storage", torch::randn({m, n, h}).permute({2, 1, 0}).unsqueeze(0)},
+      {"a block's rows", tall.narrow(2, 2, n)}};
+  const Tensor padding =
+      (torch::arange(m).view({1, m}) < torch::tensor({int64_t{25}, m}).view({b, 1})).view({b, 1, 1, m});
+  const Tensor causal = torch::ones({n, m}, torch::kBool).tril(m - n).view({1, 1, n, m});
+  for (const auto& [name, bias] : biases)
+    for (const Tensor& mask : {padding, causal}) {
+      SCOPED_TRACE(std::string(name) + (mask.size(0) == b ? ", padding" : ", causal"));
+      EXPECT_TRUE(within(rows_softmax(L, bias, mask, &fma), softmax64(L, bias, mask), 0, 1e-6));
+      const Tensor Lb = L.to(torch::kBFloat16);
+      EXPECT_TRUE(within(rows_softmax(Lb, bias, mask, &tc), softmax64(Lb, bias, mask), std::ldexp(1.0, -8),
+                         std::ldexp(1.0, -24)));
+    }
+  // The control: the transposed bias shifted by one key fails the bound.
+  const Tensor t = biases[3].second;
+  EXPECT_FALSE(within(rows_softmax(L, torch::roll(t, 1, 3), padding, &fma), softmax64(L, t, padding), 0, 1e-6));
+}
+
 // What the kernels do not take: no launch, undefined (the caller's ATen composition runs); what
 // nothing takes (a bias or mask that does not broadcast), one line.
 TEST(RowsSoftmax, WhatTheyDoNotTakeIsLeftToAten) {
