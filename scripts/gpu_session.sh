@@ -233,15 +233,16 @@ run() {
     # GPU_NCU_PATHS (default: tiled, the default path, then flash): the row kernels' first forward
     # and first backward launch (the tiled path launches them once a block of rows), the flash
     # kernels' forward and the backward's passes D and G, the fused kernels' forward and backward.
-    # Then where each path in GPU_NCU_KERNEL_PATHS spends a layer at 48 heads (default: tiled, and
-    # gemm, whose cuBLAS mixings over 12 to 48 heads and ATen softmax are only estimated): every
-    # kernel of one layer's run timed alone (gpu__time_duration, summed by kernel name: cuBLAS's
-    # products, the row kernels, ATen's element-wise kernels), with the warp instructions each
-    # executed (smsp__inst_executed: for the row kernels, over the layer's 1.6 G elements, the
-    # instructions an element costs, which the fifth session cut on the CPU;
-    # docs/tiled_row_kernels.md, "Per-element work"). The fourth session found the flash kernels
-    # latency-bound at low occupancy (docs/fused_talking_heads.md); the row kernels had no profile
-    # yet. GPU_NCU_PATHS=none: the timings alone.
+    # Then where each path in GPU_NCU_KERNEL_PATHS spends a layer at 48 heads with T5's bias
+    # (default: tiled, and gemm, whose cuBLAS mixings over 12 to 48 heads and softmax kernel are only
+    # estimated): every kernel of one layer's run timed alone (gpu__time_duration, summed by kernel
+    # name: cuBLAS's products, the row kernels, thx's softmax, ATen's element-wise kernels), the
+    # bytes each moved to and from DRAM (dram__bytes: over its time, how near the memory's rate a
+    # kernel bound by it runs), with the warp instructions each executed (smsp__inst_executed: for
+    # the row kernels, over the layer's 1.6 G elements, the instructions an element costs, which
+    # the fifth session cut on the CPU; docs/tiled_row_kernels.md, "Per-element work"). The fourth
+    # session found the flash kernels latency-bound at low occupancy (docs/fused_talking_heads.md);
+    # the row kernels had no profile yet. GPU_NCU_PATHS=none: the timings alone.
     local ncu_paths=${GPU_NCU_PATHS:-tiled flash} kernel_paths=${GPU_NCU_KERNEL_PATHS:-tiled gemm}
     [ "$ncu_paths" = none ] && ncu_paths=
     phase ncu $((50 * $(wc -w <<< "$ncu_paths") + 45 * $(wc -w <<< "$kernel_paths") + 10)) bash -c "
@@ -267,10 +268,11 @@ run() {
         done
       done
       for path in $kernel_paths; do
-        echo \"== ncu: every kernel of --th-path \$path at h = 48, timed alone\"
-        timeout 90 \$ncu --metrics gpu__time_duration.sum,smsp__inst_executed.sum --print-summary per-kernel \
+        echo \"== ncu: every kernel of --th-path \$path at h = 48 with T5's bias, timed alone\"
+        timeout 90 \$ncu --metrics gpu__time_duration.sum,smsp__inst_executed.sum,dram__bytes.sum \
+          --print-summary per-kernel \
           $thx --device cuda --th-path \$path bench attention --precision bf16 --heads 48 --n 2048 --batch 8 \
-          --reps 1 --no-reference
+          --bias --reps 1 --no-reference
       done"
     # Each SASS instruction's executions and stalls (Nsight Compute's source page as CSV, to read on
     # the CPU machines beside thx-sass.txt.gz): the row kernels forward and backward, the flash
@@ -297,7 +299,7 @@ run() {
     # One layer in bf16 at h = 12, 24, 48 (issue 31's grid): talking-heads on the flash kernels
     # (where their tests passed), on the tiled path with thx's row kernels (the default: bf16
     # mixings on tensor cores), on the heads-major products (gemm: the mixings as cuBLAS products
-    # over the n m positions, in bf16, the bias, mask and softmax in one row-kernel launch; and
+    # over the n m positions, in bf16, the bias, mask and softmax in one launch of thx's kernel; and
     # gemm-aten, the same with ATen's four passes for them: the launch's saving), on the tiled path
     # with that composition between its products (tiled-gemm), on the folded products (the mixings
     # folded into Q and V: cuBLAS alone) and on the batched composition (GPU_ATTENTION_PATHS adds

@@ -84,7 +84,8 @@ void set_th_kernels(bool enabled);
 // On the tiled path: the work between its products by thx's row kernels (attention/cuda/
 // th_rows_args.h) where thx was built with them and they take the problem (default true), or by
 // ATen's composition (false: `thx --th-path tiled-aten`, `gemm-aten`). With set_tiled_narrow, and
-// on the heads-major path, they take the bias, mask and softmax alone (tiled.h, rows_softmax).
+// on the heads-major path, their launcher's softmax kernels take the bias, mask and softmax alone
+// (tiled.h, rows_softmax).
 void set_tiled_row_kernels(bool enabled);
 // On the tiled path with the row kernels: bf16 mixed on tensor cores where th_tensor_cores (cuda/
 // th_fused.h) also allows (default true), or as fp32 FMAs (false: `thx --th-path tiled-fma`).
@@ -102,13 +103,13 @@ std::string folded_path_description();
 // The talking-heads family off the CPU as heads-major products in the operands' dtype
 // (attention/heads_gemm.h: the mixings as cuBLAS GEMMs over the n m positions, the weights kept
 // for backward; true: `thx --th-path gemm` and `gemm-aten`), ahead of the tiled path (default
-// false). Its softmax takes thx's row kernels where set_tiled_row_kernels leaves them on (gemm).
+// false). Its softmax takes thx's softmax kernels where set_tiled_row_kernels leaves them on (gemm).
 void set_heads_gemm_attention(bool enabled);
 // The heads-major products in a benchmark's words.
 std::string heads_gemm_path_description();
 // On the tiled path: the work between its products as ATen's composition in the operands' dtype,
 // the mixings cuBLAS's products (true: `thx --th-path tiled-gemm`; tiled.h's `narrow`), its
-// softmax by the row kernels where set_tiled_row_kernels leaves them on; else as set_tiled_row_kernels
+// softmax by thx's softmax kernels where set_tiled_row_kernels leaves them on; else as set_tiled_row_kernels
 // says (default false).
 void set_tiled_narrow(bool enabled);
 // The tiled path in a benchmark's words: its products, and what runs between them now.
@@ -124,10 +125,10 @@ void set_th_paths_on_cpu(bool enabled, const cuda_th::RowsLauncher* rows = nullp
 // cuBLAS's products where built, bf16 mixings on tensor cores), "tiled-fma" (the same with the row
 // kernels' fp32 FMAs for bf16 too: set_row_tensor_cores(false)), "tiled-aten" (the same path with
 // ATen's composition between them: no thx kernel), "tiled-gemm" (ATen's composition in the
-// operands' dtype, the softmax by the row kernels: set_tiled_narrow(true)), "flash" (tiled with the flash kernels:
+// operands' dtype, the softmax by thx's kernels: set_tiled_narrow(true)), "flash" (tiled with the flash kernels:
 // set_flash_kernels(true)), "fused" (thx's fused CUDA kernels where built and the problem is
 // theirs, else tiled), "folded" (set_folded_attention(true)), "gemm"
-// (set_heads_gemm_attention(true), the softmax by the row kernels), "gemm-aten" (the same with
+// (set_heads_gemm_attention(true), the softmax by thx's kernels), "gemm-aten" (the same with
 // ATen's softmax: set_tiled_row_kernels(false)) or "batched"; sets the eight switches above.
 // `chosen`: named by the user, not the default (a benchmark's own path flags may then not
 // contradict it). Tiled is the default because it measured faster than the fused kernels on an

@@ -18,17 +18,17 @@
 // gradients are products over the n m positions ([h, n m] x [n m, h_v] per example), written
 // in fp32 where LibTorch can (compat::bmm_wide) and summed over the examples in fp32.
 //
-// The softmax: where a launcher of thx's row kernels is given (`--th-path gemm` on a GPU of a
-// build with them), there is a bias or a mask (T5's every layer) and they take L, one launch of
-// their forward with neither mixing (tiled.h, rows_softmax): it reads L twice and writes W once,
-// the bias added and the statistics kept in fp32. Else (`--th-path gemm-aten`, a build without
+// The softmax: where a launcher of thx's kernels is given (`--th-path gemm` on a GPU of a build
+// with them), there is a bias or a mask (T5's every layer) and its softmax kernels take L, one
+// launch of theirs (tiled.h, rows_softmax; a warp a row): it reads L once (up to 2,048 keys) and
+// writes W once, the bias added and the statistics kept in fp32. Else (`--th-path gemm-aten`, a build without
 // them, or neither bias nor mask, where ATen's softmax alone is one pass each way) ATen's
 // composition: the bias added in place, the mask, ATen's softmax, the rows without keys zeroed,
 // up to four passes that each read and write [b,h,n,m].
 //
 // Numerics: J, L, W, U and their gradients are in the operands' dtype, as a product's output is;
 // P_l and P_w enter the mixings' products rounded to that dtype (as autocast rounds a weight);
-// the bias is added in fp32 (ATen's composition rounds the sum to L's dtype, the row kernel does
+// the bias is added in fp32 (ATen's composition rounds the sum to L's dtype, the kernel does
 // not); the softmax keeps its statistics in fp32. A row whose every key is masked gets O = 0 and
 // no gradient, as on the tiled and folded paths.
 #pragma once
@@ -40,7 +40,7 @@ struct RowsLauncher;
 }
 
 // Takes and gives what folded_attention_core does (folded.h: the shapes, the mask's sense, the
-// gradients); an undefined P_l or P_w is no mixing. Any device. kernels: the row kernels' launcher
+// gradients); an undefined P_l or P_w is no mixing. Any device. kernels: thx's kernels' launcher
 // for the softmax (CUDA's for CUDA tensors, the tests' emulator), or null: ATen's operations only.
 // The autograd node does not keep it (the backward is ATen's).
 torch::Tensor heads_gemm_attention_core(const torch::Tensor& Q, const torch::Tensor& K, const torch::Tensor& V,

@@ -51,8 +51,8 @@ struct Problem {
   // Where narrow and the operands are bf16 (or fp16): P_l, P_l^T, P_w, P_w^T as mix_heads_aligned
   // takes them (aligned_mixing), made once for every block; else undefined.
   Tensor A_l, A_lt, A_w, A_wt;
-  // Where narrow and a launcher was given that takes the problem: the row kernels for the bias,
-  // the mask and the softmax alone (rows_softmax), between the mixings' products; else null.
+  // Where narrow and a launcher was given: its softmax kernels for the bias, the mask and the
+  // softmax alone (rows_softmax), between the mixings' products; else null.
   const cuda_th::RowsLauncher* softmax = nullptr;
 
   // T mixed by P (fp32; A: P's aligned form) in T's dtype where narrow (for fp32 and fp64 T,
@@ -77,9 +77,9 @@ struct Problem {
   // The weights W [b,h,I,m] of rows [i0, i0+ni) from J (fp32, fp64, or the operands' dtype where
   // narrow): the logits L (J mixed by P_l, which keeps J for P_l's gradient; else J itself, a
   // block's own product, which nothing reads again), then the bias, the mask and the softmax over
-  // the keys: one launch of the row kernels (rows_softmax) where `softmax` is given and there is a
-  // bias or a mask, else ATen's, in place (masked_softmax_in_place, th_problem.h). A row with every
-  // key masked gets 0. The backward recomputes them the same way, so nothing is kept.
+  // the keys: one launch of thx's softmax kernels (rows_softmax) where `softmax` is given and
+  // there is a bias or a mask, else ATen's, in place (masked_softmax_in_place, th_problem.h). A
+  // row with every key masked gets 0. The backward recomputes them the same way, so nothing is kept.
   Tensor weights(const Tensor& J, int64_t i0, int64_t ni) const {
     const Tensor L = P_l.defined() ? mix(J, P_l, A_l) : J;
     const Tensor b = bias.defined() ? rows(bias, i0, ni) : bias, m = mask.defined() ? rows(mask, i0, ni) : mask;
@@ -198,15 +198,13 @@ Problem problem(const Tensor& Q, const Tensor& K, const Tensor& V, const Tensor&
               P_w.defined() ? P_w.sizes() : at::IntArrayRef{}, " (without P_l, h = Q's heads; without P_w, V's = h)");
   check_broadcasts("tiled attention", "bias", bias, {Q.size(0), h, Q.size(1), K.size(1)});
   check_broadcasts("tiled attention", "mask", mask, {Q.size(0), h, Q.size(1), K.size(1)});
-  if (kernels && !tiled_rows_unsupported(Q, K, V, P_l, mask).empty()) kernels = nullptr;
-  // Where narrow, the row kernels that take the problem take the bias, mask and softmax alone.
+  // Where narrow, the launcher's softmax takes the bias, mask and softmax alone where it takes the
+  // block (rows_softmax says), and the row kernels nothing.
   const cuda_th::RowsLauncher* softmax = narrow ? kernels : nullptr;
-  if (narrow) kernels = nullptr;
+  if (narrow || (kernels && !tiled_rows_unsupported(Q, K, V, P_l, mask).empty())) kernels = nullptr;
   // The row kernels read P_l, P_w and the bias in fp32 (contiguous matrices; the bias through its
   // strides). The heads-major copies come with heads_major, where the blocks of rows need them.
-  auto wide = [&](const Tensor& t) {
-    return !t.defined() ? t : kernels || softmax ? t.to(torch::kFloat32) : as_fp32(t);
-  };
+  auto wide = [&](const Tensor& t) { return !t.defined() ? t : kernels ? t.to(torch::kFloat32) : as_fp32(t); };
   auto matrix = [&](const Tensor& t) { return kernels && t.defined() ? wide(t).contiguous() : wide(t); };
   Problem p{Tensor(),
             Tensor(),
@@ -465,23 +463,47 @@ Tensor tiled_attention_core(const Tensor& Q, const Tensor& K, const Tensor& V, c
                         static_cast<int64_t>(reinterpret_cast<intptr_t>(kernels)), narrow);
 }
 
+namespace {
+// rows_softmax's launch for L's dtype T: W like L, a warp a row.
+template <typename T>
+Tensor softmax_launch(const Tensor& L, const Tensor& bias, const Tensor& mask, const cuda_th::RowsLauncher& k) {
+  const int64_t b = L.size(0), h = L.size(1), n = L.size(2), m = L.size(3);
+  Tensor W = torch::empty_like(L);
+  cuda_th::RowsArgs<T> a;
+  a.J = static_cast<const T*>(L.data_ptr()), a.U = static_cast<T*>(W.data_ptr());
+  if (bias.defined()) a.bias = bias.data_ptr<float>(), broadcast_strides(bias, a.bias_stride);
+  if (mask.defined()) {
+    a.mask = reinterpret_cast<const uint8_t*>(mask.data_ptr<bool>());
+    broadcast_strides(mask, a.mask_stride);
+  }
+  a.b = int(b), a.h_k = a.h = a.h_v = int(h), a.rows = int(n), a.m = int(m);
+  // Keys in pairs where every row starts at a pair's alignment: m even, L and W so aligned.
+  const auto pair_aligned = [](const Tensor& t) {
+    return reinterpret_cast<uintptr_t>(t.data_ptr()) % (2 * sizeof(T)) == 0;
+  };
+  const bool pairs = m % 2 == 0 && pair_aligned(L) && pair_aligned(W);
+  constexpr int64_t warps = cuda_th::kSoftmaxThreads / 32;
+  const auto grid = unsigned((b * h * n + warps - 1) / warps);
+  const int cache = cuda_th::softmax_cache(m, pairs);
+  if constexpr (std::is_same_v<T, float>) k.softmax_f32(a, cache, pairs, grid);
+  else k.softmax_bf16(a, cache, pairs, grid);
+  return W;
+}
+}  // namespace
+
 Tensor rows_softmax(const Tensor& L, const Tensor& bias, const Tensor& mask, const cuda_th::RowsLauncher* kernels) {
   const auto t = L.scalar_type();
-  if (!kernels || L.dim() != 4 || (t != torch::kFloat32 && t != torch::kBFloat16) || !L.is_contiguous() ||
-      L.size(1) > cuda_th::kRowHeadsMax || (mask.defined() && mask.scalar_type() != torch::kBool) ||
-      std::max({L.size(0), L.size(2), L.size(3)}) > std::numeric_limits<int>::max() / 2)
+  const bool bf16 = t == torch::kBFloat16;
+  if (!kernels || !(bf16 ? kernels->softmax_bf16 != nullptr : kernels->softmax_f32 != nullptr) || L.dim() != 4 ||
+      (t != torch::kFloat32 && !bf16) || !L.is_contiguous() || L.numel() == 0 ||
+      (mask.defined() && mask.scalar_type() != torch::kBool) ||
+      std::max({L.size(0), L.size(1), L.size(2), L.size(3)}) > std::numeric_limits<int>::max() / 2 ||
+      L.numel() / L.size(3) / (cuda_th::kSoftmaxThreads / 32) >= std::numeric_limits<int>::max())
     return Tensor();
   check_broadcasts("rows_softmax", "bias", bias, L.sizes());
   check_broadcasts("rows_softmax", "mask", mask, L.sizes());
-  const int64_t b = L.size(0), h = L.size(1), n = L.size(2);
-  // The problem with neither mixing (h_k = h = h_v): the row kernels' forward is then the bias,
-  // the mask and the softmax alone, its U the weights.
-  Problem p{};
-  p.bias = four(bias.defined() ? bias.to(torch::kFloat32) : bias), p.mask = four(mask);
-  p.block = n, p.kernels = kernels, p.h = h;
-  const Tensor lse = torch::empty({b, h, n}, L.options().dtype(torch::kFloat32));
-  return t == torch::kBFloat16 ? p.kernel_rows<thx_bf16>(L, Tensor(), 0, n, lse).U
-                               : p.kernel_rows<float>(L, Tensor(), 0, n, lse).U;
+  const Tensor b = four(bias.defined() ? bias.to(torch::kFloat32) : bias), m = four(mask);
+  return bf16 ? softmax_launch<thx_bf16>(L, b, m, *kernels) : softmax_launch<float>(L, b, m, *kernels);
 }
 
 #if !THX_CUDA_KERNELS

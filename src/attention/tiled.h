@@ -50,23 +50,23 @@ torch::Tensor projection_grad(const torch::Tensor& A, const torch::Tensor& B);
 // operands' dtype (`--th-path tiled-gemm`: for bf16 the mixings are bf16 products on tensor cores,
 // P_l and P_w rounded to bf16, and every [b,h,I,m] tensor half the size; the softmax's statistics
 // and the bias's and mixings' gradient sums stay fp32), not in fp32 as the numerics below say;
-// with kernels, those take the bias, mask and softmax alone where there is a bias or a mask (one
-// launch a block, rows_softmax below: the sum of L and the bias not rounded to L's dtype), the
-// mixings staying cuBLAS's products.
+// with kernels, their softmax kernels take the bias, mask and softmax alone where there is a bias or
+// a mask (one launch a block, rows_softmax below: the sum of L and the bias not rounded to L's
+// dtype), the mixings staying cuBLAS's products.
 torch::Tensor tiled_attention_core(const torch::Tensor& Q, const torch::Tensor& K, const torch::Tensor& V,
                                    const torch::Tensor& P_l, const torch::Tensor& P_w, const torch::Tensor& bias,
                                    const torch::Tensor& mask, int64_t block_rows = 0,
                                    const cuda_th::RowsLauncher* kernels = nullptr, bool narrow = false);
 
 // W = softmax over the keys of L [b,h,n,m] + bias (broadcastable, added in fp32), masked (bool,
-// broadcastable; true: attend), in L's dtype, by the row kernels' forward with neither mixing: one
-// launch, which reads L twice (the rows' LSE, then the weights) and writes W once, the softmax's
-// statistics in fp32; a row with no key gets 0. (ATen's composition of the same adds the bias,
-// masks, takes the softmax and zeroes such rows: four passes that each read and write [b,h,n,m].)
-// Undefined where `kernels` is null or L is not a contiguous fp32 or bf16 tensor of at most
-// cuda_th::kRowHeadsMax heads, or the mask not bool; a bias or mask that does not broadcast to L
-// is refused in one line. The heads-major path's softmax (heads_gemm.h), and the narrow tiled
-// path's with kernels.
+// broadcastable; true: attend), in L's dtype, by the launcher's softmax kernels
+// (cuda/th_softmax_kernels.cuh: a warp a row): one launch, which reads L once (twice for rows of
+// more than 2,048 keys) and writes W once, the softmax's statistics in fp32; a row with no key
+// gets 0. (ATen's composition of the same adds the bias, masks, takes the softmax and zeroes such
+// rows: four passes that each read and write [b,h,n,m].) Undefined where `kernels` is null or has
+// no softmax kernels, L is not a contiguous, non-empty fp32 or bf16 tensor, or the mask not bool;
+// a bias or mask that does not broadcast to L is refused in one line. The heads-major path's
+// softmax (heads_gemm.h), and the narrow tiled path's with kernels.
 torch::Tensor rows_softmax(const torch::Tensor& L, const torch::Tensor& bias, const torch::Tensor& mask,
                            const cuda_th::RowsLauncher* kernels);
 

@@ -1,5 +1,5 @@
-// rows_emulator.h: the tiled path's row kernels (and the flash kernels) run by the CPU emulator
-// of common/cuda_compat.h as launchers, with counts of their launches, and the tiled path's
+// rows_emulator.h: the tiled path's row kernels (and the flash and softmax kernels) run by the CPU
+// emulator of common/cuda_compat.h as launchers, with counts of their launches, and the tiled path's
 // results under autograd: what th_rows_emu_test.cpp and th_flash_emu_test.cpp share.
 #pragma once
 #include <torch/torch.h>
@@ -11,6 +11,7 @@
 #include "attention/cuda/th_flash_forward_for.cuh"
 #include "attention/cuda/th_rows_kernels.cuh"
 #include "attention/cuda/th_rows_tc_kernels.cuh"
+#include "attention/cuda/th_softmax_kernels.cuh"
 #include "attention/tiled.h"
 #include "core_problems.h"
 
@@ -18,9 +19,12 @@ namespace thx::test::rows_emu {
 
 using torch::Tensor;
 
-// Launches of any row kernel, of the tensor-core ones, of the flash forward and of the flash
-// backward's passes.
-inline std::atomic<int> g_launches{0}, g_tc_launches{0}, g_flash_launches{0}, g_flash_back_launches{0};
+// Launches of any row or softmax kernel, of the tensor-core ones, of the flash forward, of the
+// flash backward's passes and of the softmax kernels.
+inline std::atomic<int> g_launches{0}, g_tc_launches{0}, g_flash_launches{0}, g_flash_back_launches{0},
+    g_softmax_launches{0};
+// The last softmax launch's keys kept a lane (softmax_cache) and whether it took keys in pairs.
+inline std::atomic<int> g_softmax_cache{-1}, g_softmax_pairs{-1};
 
 template <typename T, bool Backward>
 void emulate(const cuda_th::RowsArgs<T>& a, int H, unsigned gx, unsigned gy, int threads, int64_t bytes) {
@@ -28,9 +32,19 @@ void emulate(const cuda_th::RowsArgs<T>& a, int H, unsigned gx, unsigned gy, int
   emu::launch({gx, gy, 1}, threads, size_t(bytes), [&a, H] { cuda_th::rows_kernel_for<T, Backward>(H)(a); });
 }
 
+// The heads-major path's softmax kernels (th_softmax_kernels.cuh).
+template <typename T>
+void emulate_softmax(const cuda_th::RowsArgs<T>& a, int cache, bool pairs, unsigned gx) {
+  ++g_launches, ++g_softmax_launches, g_softmax_cache = cache, g_softmax_pairs = pairs;
+  emu::launch({gx, 1, 1}, cuda_th::kSoftmaxThreads, 0,
+              [&a, cache, pairs] { cuda_th::softmax_kernel_for<T>(cache, pairs)(a); });
+}
+
 inline cuda_th::RowsLauncher emulator(int threads, int64_t group_rows_from = 4096) {
-  return {threads, group_rows_from, emulate<float, false>, emulate<thx_bf16, false>, emulate<float, true>,
-          emulate<thx_bf16, true>};
+  cuda_th::RowsLauncher l{threads, group_rows_from, emulate<float, false>, emulate<thx_bf16, false>,
+                          emulate<float, true>, emulate<thx_bf16, true>};
+  l.softmax_f32 = emulate_softmax<float>, l.softmax_bf16 = emulate_softmax<thx_bf16>;
+  return l;
 }
 
 // The same with bf16 on tensor cores (th_rows_tc_kernels.cuh).

@@ -419,18 +419,20 @@ TEST(TiledRowKernelsTc, Controls) {
     if (a[i].defined()) EXPECT_TRUE(torch::equal(a[i], b[i])) << i;
 }
 
-// ---- The heads-major path's softmax: the row kernels' forward with neither mixing ---------------
+// ---- The heads-major path's softmax: a warp a row (th_softmax_kernels.cuh) ------------------------
 // rows_softmax (tiled.h) gives W = softmax(L + bias, masked) of a [b,h,n,m] L, against the float64
 // softmax of the same values (L as given, the bias fp32, both widened):
-//  - fp32: within 1e-6 (W <= 1; fp32's exp and a sum of 70 terms in another order, some units of
-//    2^-24 each);
+//  - fp32: within 1e-6 (W <= 1; fp32's exp and a sum of up to 2,101 terms in another order, some
+//    units of 2^-24 each);
 //  - bf16 (L bf16, W rounded once to bf16): within 2^-8 |W64| + 2^-24: the rounding's 2^-9 of W,
 //    and the fp32 work before it (on a GPU the bf16 kernels' fast exp, about 2e-6 relative where
 //    a weight exceeds 2^-24) that may carry a value across a rounding boundary;
 //  - a masked key's weight exactly 0, a row without keys all 0;
-// for a width in each bucket of heads (3, 16, 33, 48, 64), 70 keys (two warps' chunks of 32 and
-// a last one of 6), on the FMAs and (bf16, up to 48 heads) the tensor cores, one launch each. The
-// control: the bias scaled by 1.01 (W moves by about 1% of itself) fails both bounds.
+// for each kernel: rows whose keys stay in registers (up to 512, and 2,048 in pairs or 1,024 one at
+// a time) and longer ones (L read twice), keys in pairs (m even, L aligned) and one at a time (m
+// odd, or L one element off its pair's alignment), heads from 3 to 65 (no bucket of heads: a warp
+// takes one head's row); one launch each. The control: the bias scaled by 1.01 (W moves by
+// about 1% of itself) fails both bounds.
 // Then heads_gemm_attention_core with a launcher takes it for its forward where there is a bias or
 // a mask (one launch, and none for the backward, which is ATen's from the kept W; without either,
 // ATen's softmax alone, one pass each way), equal to ATen's softmax (no launcher) within
@@ -446,35 +448,47 @@ Tensor softmax64(const Tensor& L, const Tensor& bias, const Tensor& mask) {
 bool within(const Tensor& W, const Tensor& W64, double rel, double abs) {
   return ((W.to(torch::kFloat64) - W64).abs() <= W64.abs() * rel + abs).all().item<bool>();
 }
+// t as a contiguous tensor whose data starts one element past an allocation's start.
+Tensor one_element_off(const Tensor& t) {
+  const Tensor flat = torch::empty({t.numel() + 1}, t.options());
+  Tensor off = flat.narrow(0, 1, t.numel()).view(t.sizes());
+  off.copy_(t);
+  return off;
+}
 
-TEST(RowsSoftmax, WithinOneRoundingOfTheFloat64SoftmaxInEveryBucketOfHeads) {
-  const cuda_th::RowsLauncher fma = emulator(32), tc = emulator_tc(64);
-  for (int64_t h : {3, 16, 33, 48, 64}) {
-    SCOPED_TRACE("heads " + std::to_string(h));
-    torch::manual_seed(int(h));
-    const Tensor L = torch::randn({2, h, 7, 70}) * 3, bias = torch::randn({1, h, 7, 70});
-    Tensor mask = torch::rand({2, 1, 7, 70}) > 0.3;
-    mask[1][0][3].fill_(false);  // example 1's row 3 sees no key
-    const Tensor want = softmax64(L, bias, mask), Lb = L.to(torch::kBFloat16), want_b = softmax64(Lb, bias, mask);
-    for (const cuda_th::RowsLauncher* k : {&fma, &tc}) {
-      const bool on_tc = k == &tc && h <= cuda_th::kRowTcHeadsMax;
-      SCOPED_TRACE(on_tc ? "tensor cores" : "FMAs");
-      int before = g_launches;
-      const Tensor W = rows_softmax(L, bias, mask, k);
-      EXPECT_EQ(g_launches - before, 1);
-      EXPECT_EQ(W.scalar_type(), torch::kFloat32);
-      EXPECT_TRUE(within(W, want, 0, 1e-6));
-      EXPECT_FALSE(within(rows_softmax(L, bias * 1.01, mask, k), want, 0, 1e-6));
-      before = g_tc_launches;
-      const Tensor Wb = rows_softmax(Lb, bias, mask, k);
-      EXPECT_EQ(g_tc_launches - before, on_tc ? 1 : 0);
-      EXPECT_EQ(Wb.scalar_type(), torch::kBFloat16);
-      EXPECT_TRUE(within(Wb, want_b, std::ldexp(1.0, -8), std::ldexp(1.0, -24)));
-      EXPECT_FALSE(within(rows_softmax(Lb, bias * 1.01, mask, k), want_b, std::ldexp(1.0, -8), std::ldexp(1.0, -24)));
-      for (const Tensor& w : {W, Wb}) {
-        EXPECT_TRUE(torch::all(w.masked_select(mask.logical_not().expand_as(w)) == 0).item<bool>());
-        EXPECT_TRUE(torch::all(w[1].select(1, 3) == 0).item<bool>());
-      }
+TEST(RowsSoftmax, WithinOneRoundingOfTheFloat64SoftmaxForEveryKernel) {
+  const cuda_th::RowsLauncher kernels = emulator(32);
+  struct Shape {
+    int64_t h, n, m;
+    bool off;  // L one element past its allocation's start
+    int cache, pairs;  // the kernel it must take
+  };
+  for (const Shape& x : std::vector<Shape>{{3, 7, 70, false, 16, 1}, {65, 3, 70, false, 16, 1},
+                                           {16, 5, 71, false, 16, 0}, {4, 3, 70, true, 16, 0},
+                                           {5, 3, 600, false, 64, 1}, {5, 3, 601, false, 32, 0},
+                                           {2, 2, 2100, false, 0, 1}, {2, 2, 2101, false, 0, 0}}) {
+    SCOPED_TRACE("heads " + std::to_string(x.h) + ", keys " + std::to_string(x.m) + (x.off ? ", off" : ""));
+    torch::manual_seed(int(x.h * x.m));
+    const Tensor L = torch::randn({2, x.h, x.n, x.m}) * 3, bias = torch::randn({1, x.h, x.n, x.m});
+    Tensor mask = torch::rand({2, 1, x.n, x.m}) > 0.3;
+    mask[1][0][x.n - 1].fill_(false);  // example 1's last row sees no key
+    const Tensor Lb = L.to(torch::kBFloat16), want = softmax64(L, bias, mask), want_b = softmax64(Lb, bias, mask);
+    const double rel = std::ldexp(1.0, -8), abs = std::ldexp(1.0, -24);
+    for (const bool bf16 : {false, true}) {
+      SCOPED_TRACE(bf16 ? "bf16" : "fp32");
+      const Tensor in = x.off ? one_element_off(bf16 ? Lb : L) : bf16 ? Lb : L;
+      const int before = g_softmax_launches;
+      const Tensor W = rows_softmax(in, bias, mask, &kernels);
+      EXPECT_EQ(g_softmax_launches - before, 1);
+      EXPECT_EQ(g_softmax_cache, x.cache);
+      EXPECT_EQ(g_softmax_pairs, x.pairs);
+      ASSERT_TRUE(W.defined());
+      EXPECT_EQ(W.scalar_type(), in.scalar_type());
+      EXPECT_TRUE(bf16 ? within(W, want_b, rel, abs) : within(W, want, 0, 1e-6));
+      const Tensor moved = rows_softmax(in, bias * 1.01, mask, &kernels);
+      EXPECT_FALSE(bf16 ? within(moved, want_b, rel, abs) : within(moved, want, 0, 1e-6));
+      EXPECT_TRUE(torch::all(W.masked_select(mask.logical_not().expand_as(W)) == 0).item<bool>());
+      EXPECT_TRUE(torch::all(W[1].select(1, x.n - 1) == 0).item<bool>());
     }
   }
 }
@@ -483,10 +497,10 @@ TEST(RowsSoftmax, WithinOneRoundingOfTheFloat64SoftmaxInEveryBucketOfHeads) {
 // through their strides: the bias one a key ([1,1,1,m]), one an example ([b,1,n,m]), 3-d
 // ([h,n,m]), T5's transposed storage ([1,h,n,m] seen from [m,n,h]) and a block's rows of a bias
 // (rows 2-4 of 7, as tiled-gemm's blocks narrow it); the mask padding ([b,1,1,m]) or causal
-// ([1,1,n,m]). fp32 on the FMAs and bf16 on the tensor cores, within the bounds above. (The whole
-// paths' float64 tests take these shapes too, but float64 is ATen's: this is the kernels'.)
+// ([1,1,n,m]). fp32 and bf16, within the bounds above. (The whole paths' float64 tests take these
+// shapes too, but float64 is ATen's: this is the kernels'.)
 TEST(RowsSoftmax, EveryBroadcastOfTheBiasAndTheMask) {
-  const cuda_th::RowsLauncher fma = emulator(32), tc = emulator_tc(32);
+  const cuda_th::RowsLauncher kernels = emulator(32);
   const int64_t b = 2, h = 5, n = 3, m = 40;
   torch::manual_seed(7);
   const Tensor L = torch::randn({b, h, n, m}) * 3;
@@ -503,40 +517,45 @@ TEST(RowsSoftmax, EveryBroadcastOfTheBiasAndTheMask) {
   for (const auto& [name, bias] : biases)
     for (const Tensor& mask : {padding, causal}) {
       SCOPED_TRACE(std::string(name) + (mask.size(0) == b ? ", padding" : ", causal"));
-      EXPECT_TRUE(within(rows_softmax(L, bias, mask, &fma), softmax64(L, bias, mask), 0, 1e-6));
+      EXPECT_TRUE(within(rows_softmax(L, bias, mask, &kernels), softmax64(L, bias, mask), 0, 1e-6));
       const Tensor Lb = L.to(torch::kBFloat16);
-      EXPECT_TRUE(within(rows_softmax(Lb, bias, mask, &tc), softmax64(Lb, bias, mask), std::ldexp(1.0, -8),
+      EXPECT_TRUE(within(rows_softmax(Lb, bias, mask, &kernels), softmax64(Lb, bias, mask), std::ldexp(1.0, -8),
                          std::ldexp(1.0, -24)));
     }
   // The control: the transposed bias shifted by one key fails the bound.
   const Tensor t = biases[3].second;
-  EXPECT_FALSE(within(rows_softmax(L, torch::roll(t, 1, 3), padding, &fma), softmax64(L, t, padding), 0, 1e-6));
+  EXPECT_FALSE(within(rows_softmax(L, torch::roll(t, 1, 3), padding, &kernels), softmax64(L, t, padding), 0, 1e-6));
 }
 
 // What the kernels do not take: no launch, undefined (the caller's ATen composition runs); what
 // nothing takes (a bias or mask that does not broadcast), one line.
 TEST(RowsSoftmax, WhatTheyDoNotTakeIsLeftToAten) {
-  const cuda_th::RowsLauncher fma = emulator(32);
+  const cuda_th::RowsLauncher kernels = emulator(32);
+  cuda_th::RowsLauncher without = kernels;
+  without.softmax_f32 = nullptr, without.softmax_bf16 = nullptr;
   const Tensor L = torch::randn({2, 3, 4, 5}), bias = torch::randn({1, 3, 4, 5});
   const Tensor mask = torch::rand({2, 1, 1, 5}) > 0.5;
   const int before = g_launches;
-  EXPECT_TRUE(rows_softmax(L, bias, mask, &fma).defined());
+  EXPECT_TRUE(rows_softmax(L, bias, mask, &kernels).defined());
   EXPECT_EQ(g_launches - before, 1);
   EXPECT_FALSE(rows_softmax(L, bias, mask, nullptr).defined());
-  EXPECT_FALSE(rows_softmax(L.to(torch::kFloat64), bias, mask, &fma).defined());
-  EXPECT_FALSE(rows_softmax(L.transpose(2, 3), bias, mask.transpose(2, 3), &fma).defined());
-  EXPECT_FALSE(rows_softmax(torch::randn({1, 65, 2, 2}), Tensor(), Tensor(), &fma).defined());
-  EXPECT_FALSE(rows_softmax(L, bias, mask.to(torch::kUInt8), &fma).defined());
+  EXPECT_FALSE(rows_softmax(L, bias, mask, &without).defined());
+  EXPECT_FALSE(rows_softmax(L.to(torch::kFloat64), bias, mask, &kernels).defined());
+  EXPECT_FALSE(rows_softmax(L.transpose(2, 3), bias, mask.transpose(2, 3), &kernels).defined());
+  EXPECT_FALSE(rows_softmax(torch::randn({2, 3, 0, 5}), Tensor(), Tensor(), &kernels).defined());
+  EXPECT_FALSE(rows_softmax(L, bias, mask.to(torch::kUInt8), &kernels).defined());
   EXPECT_EQ(g_launches - before, 1);
   // A bias or mask that does not broadcast to L is refused in one line (the kernel would read past it).
-  EXPECT_THROW(rows_softmax(L, torch::randn({1, 3, 4, 6}), mask, &fma), c10::Error);
-  EXPECT_THROW(rows_softmax(L, bias, torch::rand({2, 1, 2, 5}) > 0.5, &fma), c10::Error);
+  EXPECT_THROW(rows_softmax(L, torch::randn({1, 3, 4, 6}), mask, &kernels), c10::Error);
+  EXPECT_THROW(rows_softmax(L, bias, torch::rand({2, 1, 2, 5}) > 0.5, &kernels), c10::Error);
   EXPECT_EQ(g_launches - before, 1);
 }
 
 TEST(HeadsGemmRowSoftmax, OneForwardLaunchEqualsAtensSoftmax) {
-  const cuda_th::RowsLauncher fma = emulator(32);
-  for (const Case& c : cases())
+  const cuda_th::RowsLauncher kernels = emulator(32);
+  std::vector<Case> all = cases();
+  all.push_back(Case{"65", 3, 65, 2, true, true});  // (past the row kernels' 64 heads: the softmax's)
+  for (const Case& c : all)
     for (Extra e : {Extra::none, Extra::bias_padding, Extra::causal, Extra::padding}) {
       SCOPED_TRACE(c.name + " extra " + std::to_string(int(e)));
       torch::manual_seed(11);
@@ -544,23 +563,21 @@ TEST(HeadsGemmRowSoftmax, OneForwardLaunchEqualsAtensSoftmax) {
       auto gemm = [](const cuda_th::RowsLauncher* k) {
         return [k](const auto&... a) { return heads_gemm_attention_core(a..., k); };
       };
-      const int before = g_launches;
-      const std::vector<Tensor> got = run_core(in, gemm(&fma));
+      const int before = g_launches, softmax = g_softmax_launches;
+      const std::vector<Tensor> got = run_core(in, gemm(&kernels));
       EXPECT_EQ(g_launches - before, e == Extra::none ? 0 : 1);  // (without bias or mask: ATen's softmax)
+      EXPECT_EQ(g_softmax_launches - softmax, g_launches - before);
       expect_close(got, run_core(in, gemm(nullptr)), 1e-6, 1e-5);
     }
-  for (auto dtype : {torch::kFloat64, torch::kFloat32}) {  // fp64, and 65 heads: ATen's
-    torch::manual_seed(11);
-    const Inputs in = dtype == torch::kFloat64 ? inputs(cases().front(), Extra::bias_padding, dtype)
-                                               : inputs(Case{"65", 3, 65, 2, true, true}, Extra::causal, dtype);
-    const int before = g_launches;
-    const std::vector<Tensor> got =
-        run_core(in, [&](const auto&... a) { return heads_gemm_attention_core(a..., &fma); });
-    EXPECT_EQ(g_launches, before);
-    const std::vector<Tensor> want = run_core(in, [](const auto&... a) { return heads_gemm_attention_core(a...); });
-    for (size_t i = 0; i < want.size(); ++i)
-      if (want[i].defined()) EXPECT_TRUE(torch::equal(got[i], want[i])) << i;
-  }
+  torch::manual_seed(11);  // fp64: ATen's
+  const Inputs in = inputs(cases().front(), Extra::bias_padding, torch::kFloat64);
+  const int before = g_launches;
+  const std::vector<Tensor> got =
+      run_core(in, [&](const auto&... a) { return heads_gemm_attention_core(a..., &kernels); });
+  EXPECT_EQ(g_launches, before);
+  const std::vector<Tensor> want = run_core(in, [](const auto&... a) { return heads_gemm_attention_core(a...); });
+  for (size_t i = 0; i < want.size(); ++i)
+    if (want[i].defined()) EXPECT_TRUE(torch::equal(got[i], want[i])) << i;
 }
 
 // On a GPU (where thx was built with its CUDA kernels): the same kernels through CUDA's launcher.
@@ -650,8 +667,8 @@ TEST(TiledRowKernelsOnCuda, EqualAtensCompositionAtT5BaseWidth) {
 }
 
 // rows_softmax through CUDA's launcher at T5-base's widths (12 and 48 heads, 300 rows and keys,
-// which no block of threads divides; T5's [1,h,n,m] bias and a padding mask), within the bounds
-// above against the float64 softmax, fp32 and bf16 (on tensor cores at both widths).
+// which no block of four warps divides; T5's [1,h,n,m] bias and a padding mask), within the bounds
+// above against the float64 softmax, fp32 and bf16.
 TEST(RowsSoftmaxOnCuda, WithinOneRoundingAtT5BaseWidth) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   const cuda_th::RowsLauncher* kernels = cuda_th_rows_launcher();
@@ -664,6 +681,19 @@ TEST(RowsSoftmaxOnCuda, WithinOneRoundingAtT5BaseWidth) {
     EXPECT_TRUE(within(W.cpu(), softmax64(L.cpu(), bias.cpu(), mask.cpu()), 0, 1e-6));
     const double rel = std::ldexp(1.0, -8), abs = std::ldexp(1.0, -24);
     EXPECT_TRUE(within(Wb.cpu(), softmax64(Lb.cpu(), bias.cpu(), mask.cpu()), rel, abs));
+    // The other kernels: rows of 601 keys (kept in registers, one at a time) and 2,100 (L read
+    // twice, in pairs), T5's bias and a padding mask of their own.
+    for (int64_t m : {601, 2100}) {
+      SCOPED_TRACE("keys " + std::to_string(m));
+      const Tensor Lm = torch::randn({b, h, 3, m}, o) * 3, bias_m = torch::randn({1, h, 3, m}, o);
+      const Tensor mask_m = (torch::arange(m, o.dtype(torch::kLong)) < m - 100).view({1, 1, 1, m}).expand({b, 1, 1, m});
+      const Tensor Wm = rows_softmax(Lm, bias_m, mask_m, kernels);
+      const Tensor Wmb = rows_softmax(Lm.to(torch::kBFloat16), bias_m, mask_m, kernels);
+      ASSERT_TRUE(Wm.defined() && Wmb.defined());
+      EXPECT_TRUE(within(Wm.cpu(), softmax64(Lm.cpu(), bias_m.cpu(), mask_m.cpu()), 0, 1e-6));
+      const Tensor want_b = softmax64(Lm.to(torch::kBFloat16).cpu(), bias_m.cpu(), mask_m.cpu());
+      EXPECT_TRUE(within(Wmb.cpu(), want_b, rel, abs));
+    }
   });
 }
 

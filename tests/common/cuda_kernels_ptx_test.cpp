@@ -3,7 +3,8 @@
 // th_rows_tc_kernels.cuh and rms_norm_kernels.cuh for sm_80 to PTX with -Wall -Wextra -Werror,
 // and the PTX has every instantiation nvcc builds: the fused talking-heads forward and backward in
 // fp32, bf16 and bf16 on tensor cores, the row kernels' for each dtype and bucket of heads (and
-// bf16 on tensor cores for three), and the RMS norm's for each pair of x and y dtypes. PTX 7.0
+// bf16 on tensor cores for three), the flash kernels', the softmax's for each dtype, cache and
+// pairing, and the RMS norm's for each pair of x and y dtypes. PTX 7.0
 // (CUDA 11's) is asked for: the warp shuffles need PTX 6.0 or later, and clang cannot tell the
 // version from a CUDA it does not have.
 // This catches a syntax or type error in device code before a GPU session's nvcc does. clang 14
@@ -39,6 +40,7 @@ TEST(CudaKernels, CompileToPtxWithClang) {
                        "#include \"attention/cuda/th_rows_kernels.cuh\"\n"
                        "#include \"attention/cuda/th_rows_tc_kernels.cuh\"\n"
                        "#include \"attention/cuda/th_flash_backward.cuh\"\n"
+                       "#include \"attention/cuda/th_softmax_kernels.cuh\"\n"
                        "#include \"models/rms_norm_kernels.cuh\"\n"
                        "namespace thx::cuda_th {\n"
                        "template __global__ void forward_kernel<float>(Args<float>);\n"
@@ -76,6 +78,12 @@ TEST(CudaKernels, CompileToPtxWithClang) {
                        "  FlashBackArgs<thx_bf16>); template __global__ void flash_backward_kernel<H, D, true>(\\\n"
                        "  FlashBackArgs<thx_bf16>);\n"
                        "BACK(16, 16) BACK(16, 32) BACK(16, 64) BACK(32, 16) BACK(32, 32) BACK(48, 16)\n"
+                       "}\n"
+                       "namespace thx::cuda_th::softmax {\n"
+                       "#define SOFTMAX(T, C, P) template __global__ void softmax_kernel<T, C, P>(RowsArgs<T>);\n"
+                       "#define SOFTMAXES(T) SOFTMAX(T, 0, false) SOFTMAX(T, 16, false) SOFTMAX(T, 32, false) \\\n"
+                       "  SOFTMAX(T, 0, true) SOFTMAX(T, 16, true) SOFTMAX(T, 64, true)\n"
+                       "SOFTMAXES(float) SOFTMAXES(thx_bf16)\n"
                        "}\n";
   const RunResult r = run_command("clang++ -std=c++17 -x cuda --cuda-device-only -nocudainc -nocudalib "
                                   "--cuda-gpu-arch=sm_80 -Xclang -target-feature -Xclang +ptx70 "
@@ -86,7 +94,7 @@ TEST(CudaKernels, CompileToPtxWithClang) {
   const std::string text = read_file(ptx);
   int entries = 0;
   for (size_t at = text.find(".entry"); at != std::string::npos; at = text.find(".entry", at + 1)) ++entries;
-  EXPECT_EQ(entries, 6 + 8 + 16 + 6 + 6 + 12) << text.substr(0, 2000);
+  EXPECT_EQ(entries, 6 + 8 + 16 + 6 + 6 + 12 + 12) << text.substr(0, 2000);
 }
 
 // -I of the LibTorch this build used, where its headers are not in a system folder (a PyTorch
@@ -147,8 +155,9 @@ TEST(CudaKernels, NvccCompilesEveryCuFileForSm90) {
   }
   // fused talking-heads fwd/bwd x fp32/bf16/bf16 on tensor cores; RMS norm 2 x 4; the tiled path's row
   // kernels fwd/bwd x fp32/bf16 x 4 buckets of heads, and on tensor cores fwd/bwd x 3 buckets; the
-  // flash forward x 6 buckets, and its backward's two passes x 6; the primitives' probe (tests/common)
-  EXPECT_EQ(kernels, 6 + 8 + 16 + 6 + 6 + 12 + 1);
+  // flash forward x 6 buckets, and its backward's two passes x 6; the softmax x fp32/bf16 x 3 caches x
+  // keys in pairs or not; the primitives' probe (tests/common)
+  EXPECT_EQ(kernels, 6 + 8 + 16 + 6 + 6 + 12 + 12 + 1);
 }
 
 }  // namespace THX_FILE_ID

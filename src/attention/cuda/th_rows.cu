@@ -1,8 +1,9 @@
 // th_rows.cu: CUDA's launcher for the talking-heads row kernels (tiled.h's RowsLauncher): the FMA
 // row kernels (th_rows_kernels.cuh; fp32 here, bf16 in th_rows_bf16.cu), for bf16 those on tensor
-// cores unless asked for the FMAs (th_rows_tc.cu), and the flash kernels where asked for
-// (th_flash_forward.cu, th_flash_backward.cu). No torch tensor here: attention/tiled.cpp prepares
-// the arguments; these files only launch (th_launch.cuh).
+// cores unless asked for the FMAs (th_rows_tc.cu), the flash kernels where asked for
+// (th_flash_forward.cu, th_flash_backward.cu), and the heads-major path's softmax (th_softmax.cu).
+// No torch tensor here: attention/tiled.cpp prepares the arguments; these files only launch
+// (th_launch.cuh).
 #include "attention/cuda/th_launch.cuh"
 
 namespace thx {
@@ -27,15 +28,22 @@ cuda_th::RowsLauncher with_flash(cuda_th::RowsLauncher l) {
   return l;
 }
 
+cuda_th::RowsLauncher with_softmax(cuda_th::RowsLauncher l) {
+  l.softmax_f32 = cuda_th::launch_softmax<float>, l.softmax_bf16 = cuda_th::launch_softmax<thx_bf16>;
+  return l;
+}
+
 }  // namespace
 
 const cuda_th::RowsLauncher* cuda_th_rows_launcher(bool tensor_cores, bool flash) {
   using cuda_th::launch_rows, cuda_th::launch_rows_tc;
-  static const cuda_th::RowsLauncher fma{128, 4096, launch_rows<float, false>, launch_rows<thx_bf16, false>,
-                                         launch_rows<float, true>, launch_rows<thx_bf16, true>};
-  static const cuda_th::RowsLauncher tc{128, 4096, launch_rows<float, false>, launch_rows<thx_bf16, false>,
-                                        launch_rows<float, true>, launch_rows<thx_bf16, true>,
-                                        launch_rows_tc<false>, launch_rows_tc<true>};
+  static const cuda_th::RowsLauncher fma = with_softmax({128, 4096, launch_rows<float, false>,
+                                                         launch_rows<thx_bf16, false>, launch_rows<float, true>,
+                                                         launch_rows<thx_bf16, true>});
+  static const cuda_th::RowsLauncher tc = with_softmax({128, 4096, launch_rows<float, false>,
+                                                        launch_rows<thx_bf16, false>, launch_rows<float, true>,
+                                                        launch_rows<thx_bf16, true>, launch_rows_tc<false>,
+                                                        launch_rows_tc<true>});
   if (!tensor_cores) return &fma;
   if (!flash) return &tc;
   static const cuda_th::RowsLauncher with = with_flash(tc);

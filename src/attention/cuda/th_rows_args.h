@@ -145,6 +145,17 @@ inline bool rows_tc_offsets_fit(int64_t heads, int64_t rows, int64_t m, int64_t 
   return heads * rows * m <= kMax && from_row(bias) && from_row(mask);
 }
 
+// The heads-major path's softmax (th_softmax_kernels.cuh): a warp a row of [b,h,n,m], four a
+// block, and how many keys a lane keeps in registers for rows of m keys, taken in pairs or one at
+// a time: the smallest bucket that holds a row (16, then 64 in pairs or 32 one at a time, each a
+// kernel of its own), or 0 past the largest (L then read twice). (One at a time, 64 keys a lane
+// spilled 80 bytes: nvcc 13, sm_90.)
+constexpr int kSoftmaxThreads = 128;
+inline int softmax_cache(int64_t m, bool pairs) {
+  const int most = pairs ? 64 : 32;
+  return m <= 16 * 32 ? 16 : m <= int64_t(most) * 32 ? most : 0;
+}
+
 // How the row kernels run: CUDA's (th_rows.cu) or the CPU emulator's (the tests).
 struct RowsLauncher {
   int threads;  // per block, a multiple of 32
@@ -173,6 +184,11 @@ struct RowsLauncher {
   // for the problems they take (flash_back_unsupported), or null: the row kernels' backward.
   void (*flash_backward)(const FlashBackArgs<thx_bf16>&, int H, int D, bool grads, unsigned grid_x, unsigned grid_y,
                          int64_t bytes) = nullptr;
+  // The heads-major path's softmax alone (rows_softmax, tiled.h), a warp a row
+  // (th_softmax_kernels.cuh): `cache` keys a lane kept (softmax_cache), keys taken in pairs or
+  // one at a time, grid_x blocks of kSoftmaxThreads. Or null: rows_softmax leaves it to ATen.
+  void (*softmax_f32)(const RowsArgs<float>&, int cache, bool pairs, unsigned grid_x) = nullptr;
+  void (*softmax_bf16)(const RowsArgs<thx_bf16>&, int cache, bool pairs, unsigned grid_x) = nullptr;
 };
 
 }  // namespace thx::cuda_th
@@ -181,15 +197,15 @@ namespace thx {
 // CUDA's launcher where thx was built with its CUDA kernels (THX_CUDA_KERNELS), else null; bf16
 // with its mixings on tensor cores, or (tensor_cores false: `thx --th-path tiled-fma`, `thx bench
 // attention --fma`) as fp32 FMAs; with the flash kernels forward and backward (flash, with tensor
-// cores: `thx --th-path flash`).
+// cores: `thx --th-path flash`). Each has the softmax kernels.
 const cuda_th::RowsLauncher* cuda_th_rows_launcher(bool tensor_cores = true, bool flash = false);
 }  // namespace thx
 
 namespace thx::cuda_th {
 // CUDA's launches behind that launcher (th_launch.cuh), each group of kernels in a .cu file of its
 // own so that nvcc compiles them side by side: the FMA row kernels (fp32 th_rows.cu, bf16
-// th_rows_bf16.cu), those on tensor cores (th_rows_tc.cu) and the flash kernels
-// (th_flash_forward.cu, th_flash_backward.cu).
+// th_rows_bf16.cu), those on tensor cores (th_rows_tc.cu), the flash kernels
+// (th_flash_forward.cu, th_flash_backward.cu) and the softmax (th_softmax.cu).
 template <typename T, bool Backward>
 void launch_rows(const RowsArgs<T>& a, int H, unsigned grid_x, unsigned grid_y, int threads, int64_t bytes);
 template <bool Backward>
@@ -198,4 +214,6 @@ void launch_flash_forward(const FlashArgs<thx_bf16>& a, int H, int DV, unsigned 
                           int64_t bytes);
 void launch_flash_backward(const FlashBackArgs<thx_bf16>& a, int H, int D, bool grads, unsigned grid_x,
                            unsigned grid_y, int64_t bytes);
+template <typename T>
+void launch_softmax(const RowsArgs<T>& a, int cache, bool pairs, unsigned grid_x);
 }  // namespace thx::cuda_th
