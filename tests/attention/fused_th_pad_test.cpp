@@ -34,8 +34,10 @@ std::pair<std::vector<Tensor>, int64_t> run(int64_t h_k, int64_t h, int64_t h_v,
   const Tensor dO = torch::randn({b, n, h_v, d}).to(torch::kBFloat16);
   set_th_padded_heads(pad);
   const int64_t loads = emu::matrix_loads + emu::matrix_loads_trans;
-  const Tensor O = fused_th_attention_core(Q, K, V, P_l, P_w, bias, Tensor(), th_emu::emulator(64, 1 << 20, true),
-                                           {16, 16});
+  // (The autograd node keeps the launcher's address for the backward: it must outlive the
+  // backward, so not a temporary; ASan found one here, read after its scope.)
+  const auto launcher = th_emu::emulator(64, 1 << 20, true);
+  const Tensor O = fused_th_attention_core(Q, K, V, P_l, P_w, bias, Tensor(), launcher, {16, 16});
   (O.to(torch::kFloat64) * dO.to(torch::kFloat64)).sum().backward();
   set_th_padded_heads(true);
   return {{O.detach(), Q.grad(), K.grad(), V.grad(), P_l.grad(), P_w.grad(), bias.grad()},

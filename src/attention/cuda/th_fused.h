@@ -32,10 +32,16 @@ ThTiles fused_th_tiles(int h_k, int h, int h_v, int d_k, int d_v, int64_t shared
 // The core, as tiled_attention_core (tiled.h): O [b,n,h_v,d_v] in V's dtype, differentiable in Q,
 // K, V, P_l, P_w and bias; a row with no key gets O = 0 and no gradient. The problem must be
 // supported (above). tiles {0, 0}: fused_th_tiles's choice for each kernel; else both use these.
+// The autograd node keeps the launcher's address for the backward, so it must outlive that
+// (CUDA's is static); a temporary does not compile.
 torch::Tensor fused_th_attention_core(const torch::Tensor& Q, const torch::Tensor& K, const torch::Tensor& V,
                                       const torch::Tensor& P_l, const torch::Tensor& P_w, const torch::Tensor& bias,
                                       const torch::Tensor& mask, const cuda_th::Launcher& launcher,
                                       ThTiles tiles = {});
+torch::Tensor fused_th_attention_core(const torch::Tensor& Q, const torch::Tensor& K, const torch::Tensor& V,
+                                      const torch::Tensor& P_l, const torch::Tensor& P_w, const torch::Tensor& bias,
+                                      const torch::Tensor& mask, const cuda_th::Launcher&& launcher,
+                                      ThTiles tiles = {}) = delete;
 
 // bf16 problems' products on tensor cores where the launcher has them (version 2, default true),
 // or as fp32 FMAs, as fp32 problems always run (version 1; false: benchmarks compare the two).
