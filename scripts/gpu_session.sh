@@ -143,12 +143,13 @@ run() {
   if [ -x "$thx" ]; then
     # The kernels' SASS as this build made it (cuobjdump), to read on the CPU machines, which have
     # nvcc but no disassembler: what each loop of the row and flash kernels really holds.
-    # (The row kernels on tensor cores and the flash kernels only: the archive must stay small.)
+    # (The row kernels on tensor cores, the flash kernels and the softmax only: the archive must
+    # stay small.)
     phase sass 30 bash -c "
       set -o pipefail
       cuobjdump=\$(command -v cuobjdump || echo /usr/local/cuda/bin/cuobjdump)
-      \$cuobjdump -sass $thx | awk '/Function :/ { keep = /rows_tc|flash/ } keep' | gzip -9 > $OUT/thx-sass.txt.gz ||
-        exit 1
+      \$cuobjdump -sass $thx | awk '/Function :/ { keep = /rows_tc|flash|softmax_kernel/ } keep' |
+        gzip -9 > $OUT/thx-sass.txt.gz || exit 1
       echo \"\$(zcat $OUT/thx-sass.txt.gz | grep -c 'Function :') kernels' SASS in thx-sass.txt.gz\""
     # The tests that need or concern the GPU, each group in its own process (a crash names its
     # group; crashed groups are listed for cuda-debug).
