@@ -49,7 +49,7 @@ std::string tiled_path_description() {
   if (g_tiled_narrow)
     return std::string("the tiled path (cuBLAS products; between them, in the operands' dtype, bf16 mixings as cuBLAS "
                        "products and ") +
-           (rows ? "the bias, mask and softmax in one launch of thx's row kernels)" : "ATen's softmax)");
+           (rows ? "the bias, mask and softmax in one launch of thx's softmax kernel)" : "ATen's softmax)");
   if (!rows) return "the tiled path (cuBLAS products, ATen's composition between)";
   if (g_flash_kernels && row_tensor_cores())
     return "thx's flash kernels (bf16 on tensor cores, forward and backward; else the tiled path: cuBLAS products, "
@@ -65,7 +65,7 @@ std::string folded_path_description() {
 std::string heads_gemm_path_description() {
   const bool rows = g_row_kernels && cuda_th_rows_launcher();
   return std::string("heads-major products in the operands' dtype (the mixings as cuBLAS GEMMs over n m; ") +
-         (rows ? "the bias, mask and softmax in one launch of thx's row kernels" : "ATen's softmax") +
+         (rows ? "the bias, mask and softmax in one launch of thx's softmax kernel" : "ATen's softmax") +
          "; the weights kept)";
 }
 
@@ -127,7 +127,7 @@ Tensor attention_core(const Tensor& Q, const Tensor& K, const Tensor& V, const T
   // and the problem is one they take, else blocks of query rows (tiled.h: cuBLAS's products, thx's
   // row kernels between them where built); neither keeps anything of size [b,h,n,m]. Or, where
   // chosen (`--th-path folded`), the folded products (folded.h), or (`--th-path gemm`) the
-  // heads-major products (heads_gemm.h: the softmax by thx's row kernels where built, `gemm-aten`
+  // heads-major products (heads_gemm.h: the softmax by thx's softmax kernel where built, `gemm-aten`
   // by ATen's), which keep the weights.
   const bool th_off_cpu = (P_l.defined() || P_w.defined()) && (!Q.device().is_cpu() || g_th_paths_on_cpu);
   if (th_off_cpu && g_folded) return folded_attention_core(Q, K, V, P_l, P_w, bias, mask);

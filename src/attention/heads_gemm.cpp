@@ -39,7 +39,7 @@ struct HeadsGemmFn : torch::autograd::Function<HeadsGemmFn> {
     const HeadsGemm f(kGemmName, Q, K, V, P_l, P_w, present(bias_in), present(mask_in));
     Tensor L = HeadsGemm::logits(HeadsGemm::heads(Q), HeadsGemm::heads(K));  // J [b,h_k,n,m]
     if (P_l.defined()) L = f.mix(L, f.Pl);
-    // The bias, the mask and the softmax: one row-kernel launch where given, there is a bias or a
+    // The bias, the mask and the softmax: one softmax-kernel launch where given, there is a bias or a
     // mask to save passes over, and it takes L; else ATen's passes.
     const auto* kernels = reinterpret_cast<const cuda_th::RowsLauncher*>(static_cast<intptr_t>(kernels_in));
     Tensor W = f.bias.defined() || f.mask.defined() ? rows_softmax(L, f.bias, f.mask, kernels) : Tensor();

@@ -4,7 +4,7 @@
 // The paper's composition, each step one cuBLAS product or one ATen pass over [b,h,n,m]:
 //   J = Q_k K_k^T per head             [b,h_k,n,m]   (a batched product, K = d_k)
 //   L = P_l^T J per example            [b,h,n,m]     (one product [h, h_k] x [h_k, n m])
-//   W = softmax(L + bias, masked)      [b,h,n,m]     (one row-kernel launch, or ATen's softmax)
+//   W = softmax(L + bias, masked)      [b,h,n,m]     (one kernel launch, or ATen's softmax)
 //   U = P_w^T W per example            [b,h_v,n,m]   (one product [h_v, h] x [h, n m])
 //   O = U_v V_v per head               [b,n,h_v,d_v]
 // Heads-major, so no step transposes a [b,h,n,m] tensor, and the mixings are products with

@@ -168,14 +168,14 @@ int main(int argc, char** argv) {
                                            "kernels' mixings as fp32 FMAs) | tiled-aten (the same, ATen between "
                                            "them) | tiled-gemm (the same in the operands' dtype: bf16 mixings as "
                                            "cuBLAS products, the bias, mask and softmax in one launch of thx's "
-                                           "row kernels where built) | flash (bf16 as flash-style kernels on tensor "
-                                           "cores, forward and backward, else tiled) | fused (thx's "
-                                           "fused CUDA kernels where built, else tiled) | folded (the mixings "
-                                           "folded into Q and V: cuBLAS's large products, the weights kept) | "
-                                           "gemm (heads-major, the mixings as cuBLAS products in the operands' "
-                                           "dtype, the bias, mask and softmax in one launch of thx's row kernels "
-                                           "where built, the weights kept) | gemm-aten (the same, ATen's softmax) "
-                                           "| batched (ATen, every [b,h,n,m] tensor kept)")
+                                           "softmax kernel where built) | flash (bf16 as flash-style kernels on "
+                                           "tensor cores, forward and backward, else tiled) | fused (thx's fused "
+                                           "CUDA kernels where built, else tiled) | folded (the mixings folded "
+                                           "into Q and V: cuBLAS's large products, the weights kept) | gemm "
+                                           "(heads-major, the mixings as cuBLAS products in the operands' dtype, "
+                                           "the bias, mask and softmax in one launch of thx's softmax kernel where "
+                                           "built, the weights kept) | gemm-aten (the same, ATen's softmax) | "
+                                           "batched (ATen, every [b,h,n,m] tensor kept)")
       ->check(CLI::IsMember({"fused", "tiled", "tiled-fma", "tiled-aten", "tiled-gemm", "flash", "folded", "gemm",
                              "gemm-aten", "batched"}))
       ->capture_default_str();

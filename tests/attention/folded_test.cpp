@@ -1,12 +1,12 @@
-// The talking-heads paths made of cuBLAS's products and ATen's operations (on two, with the row
-// kernels' softmax), each test on each (AtenPath, suffixed folded, gemm_aten, gemm,
+// The talking-heads paths made of cuBLAS's products and ATen's operations (on two, with thx's
+// softmax kernel), each test on each (AtenPath, suffixed folded, gemm_aten, gemm,
 // tiled_gemm_aten and tiled_gemm): the folded products (src/attention/folded.h, `--th-path folded`:
 // P_l folded into Q, P_w into V, every multiply one large product), the heads-major products
 // (heads_gemm.h, `--th-path gemm-aten`: the mixings as products over the n m positions, in the
-// operands' dtype), the same with its softmax by thx's row kernels (`--th-path gemm`; here on the
+// operands' dtype), the same with its softmax by thx's softmax kernel (`--th-path gemm`; here on the
 // CPU emulator, fp32 and bf16; fp64 is ATen's) and the tiled path with that composition in blocks
 // of rows (tiled.h), with ATen's softmax (tiled_gemm_aten: a build without thx's CUDA kernels) and
-// the row kernels' (`--th-path tiled-gemm`), against the paper's section 4 core written as
+// thx's softmax kernel (`--th-path tiled-gemm`), against the paper's section 4 core written as
 // einsums with the paper's layout (heads last) and differentiated by autograd (core_problems.h):
 // O and the gradients of Q, K, V, P_l, P_w and the bias, for talking-heads (h_k != h != h_v),
 // both hybrids and multi-head, with and without a bias, padding and causal masks, n != m.

@@ -494,9 +494,9 @@ TEST(RowsSoftmax, WithinOneRoundingOfTheFloat64SoftmaxForEveryKernel) {
 }
 
 // Every broadcast of the bias and the mask the models and the tiled path's blocks hand it, read
-// through their strides: the bias one a key ([1,1,1,m]), one an example ([b,1,n,m]), 3-d
-// ([h,n,m]), T5's transposed storage ([1,h,n,m] seen from [m,n,h]) and a block's rows of a bias
-// (rows 2-4 of 7, as tiled-gemm's blocks narrow it); the mask padding ([b,1,1,m]) or causal
+// through their strides: the bias one a key ([1,1,1,m]), one a row ([1,h,n,1]), one an example
+// ([b,1,n,m]), 3-d ([h,n,m]), T5's transposed storage ([1,h,n,m] seen from [m,n,h]) and a block's
+// rows of a bias (rows 2-4 of 7, as tiled-gemm's blocks narrow it); the mask padding ([b,1,1,m]) or causal
 // ([1,1,n,m]). fp32 and bf16, within the bounds above. (The whole paths' float64 tests take these
 // shapes too, but float64 is ATen's: this is the kernels'.)
 TEST(RowsSoftmax, EveryBroadcastOfTheBiasAndTheMask) {
@@ -507,6 +507,7 @@ TEST(RowsSoftmax, EveryBroadcastOfTheBiasAndTheMask) {
   const Tensor tall = torch::randn({1, h, 7, m});
   const std::vector<std::pair<const char*, Tensor>> biases = {
       {"one a key", torch::randn({1, 1, 1, m})},
+      {"one a row", torch::randn({1, h, n, 1})},  // (the same for every key: stride 0 along the keys)
       {"one an example", torch::randn({b, 1, n, m})},
       {"3-d", torch::randn({h, n, m})},
       {"transposed storage", torch::randn({m, n, h}).permute({2, 1, 0}).unsqueeze(0)},
@@ -523,7 +524,7 @@ TEST(RowsSoftmax, EveryBroadcastOfTheBiasAndTheMask) {
                          std::ldexp(1.0, -24)));
     }
   // The control: the transposed bias shifted by one key fails the bound.
-  const Tensor t = biases[3].second;
+  const Tensor t = biases[4].second;
   EXPECT_FALSE(within(rows_softmax(L, torch::roll(t, 1, 3), padding, &kernels), softmax64(L, t, padding), 0, 1e-6));
 }
 
@@ -631,11 +632,20 @@ TEST(TiledRowKernelsTcOnCuda, Bf16WithinTheDerivedBound) {
   EXPECT_FALSE(torch::equal(with_fma, core(tc)));
 }
 
-// At T5-base's widths on a GPU: h = 12 and 48 heads, b = 2 examples of n = 300 rows and keys
-// (which no block of threads divides), T5's [1,h,n,n] bias and a padding mask (example 0 sees 200
-// keys); body(h, b, n, options, bias, mask) after a seed.
-void at_t5_base_width(const std::function<void(int64_t, int64_t, int64_t, const torch::TensorOptions&, const Tensor&,
-                                               const Tensor&)>& body) {
+// At T5-base's widths on a GPU, through CUDA's launcher: h = 12 and 48 heads, b = 2 examples of
+// n = 300 rows and keys (which no block of threads divides), T5's [1,h,n,n] bias and a padding mask
+// (example 0 sees 200 keys); body(width) after a seed. The calling test is skipped, saying why,
+// where there is no GPU or thx was built without its CUDA kernels.
+struct T5Width {
+  const cuda_th::RowsLauncher* kernels;
+  int64_t h, b, n;
+  torch::TensorOptions o;
+  Tensor bias, mask;
+};
+void at_t5_base_width(const std::function<void(const T5Width&)>& body) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  const cuda_th::RowsLauncher* kernels = cuda_th_rows_launcher();
+  if (!kernels) GTEST_SKIP() << "thx built without its CUDA kernels (THX_CUDA_KERNELS)";
   for (int64_t h : {12, 48}) {
     SCOPED_TRACE(h);
     torch::manual_seed(3);
@@ -644,55 +654,45 @@ void at_t5_base_width(const std::function<void(int64_t, int64_t, int64_t, const 
     const Tensor bias = torch::randn({1, h, n, n}, o);
     const Tensor mask =
         (torch::arange(n, o).view({1, n}) < torch::tensor({int64_t{200}, n}, o).view({b, 1})).view({b, 1, 1, n});
-    body(h, b, n, o, bias, mask);
+    body({kernels, h, b, n, o, bias, mask});
   }
 }
 
 TEST(TiledRowKernelsOnCuda, EqualAtensCompositionAtT5BaseWidth) {
-  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
-  const cuda_th::RowsLauncher* kernels = cuda_th_rows_launcher();
-  if (!kernels) GTEST_SKIP() << "thx built without its CUDA kernels (THX_CUDA_KERNELS)";
-  at_t5_base_width([&](int64_t h, int64_t b, int64_t n, const torch::TensorOptions& o, const Tensor& bias,
-                       const Tensor& mask) {
-    const int64_t d = 768 / h;
+  at_t5_base_width([](const T5Width& w) {
+    const int64_t h = w.h, b = w.b, n = w.n, d = 768 / h;
     Inputs in;
-    in.Q = torch::randn({b, n, h, d}, o) / std::sqrt(double(d)), in.K = torch::randn({b, n, h, d}, o);
-    in.V = torch::randn({b, n, h, d}, o), in.dO = torch::randn({b, n, h, d}, o);
-    in.P_l = torch::randn({h, h}, o) / std::sqrt(double(h)), in.P_w = torch::randn({h, h}, o) / std::sqrt(double(h));
-    in.bias = bias, in.mask = mask;
-    expect_close(on_cpu(run(in, 0, kernels)), on_cpu(run(in, 0, nullptr)), 1e-6, 1e-5);
-    const Tensor O = tiled_attention_core(in.Q, in.K, in.V, in.P_l, in.P_w, in.bias, in.mask, 0, kernels);
+    in.Q = torch::randn({b, n, h, d}, w.o) / std::sqrt(double(d)), in.K = torch::randn({b, n, h, d}, w.o);
+    in.V = torch::randn({b, n, h, d}, w.o), in.dO = torch::randn({b, n, h, d}, w.o);
+    in.P_l = torch::randn({h, h}, w.o) / std::sqrt(double(h));
+    in.P_w = torch::randn({h, h}, w.o) / std::sqrt(double(h));
+    in.bias = w.bias, in.mask = w.mask;
+    expect_close(on_cpu(run(in, 0, w.kernels)), on_cpu(run(in, 0, nullptr)), 1e-6, 1e-5);
+    const Tensor O = tiled_attention_core(in.Q, in.K, in.V, in.P_l, in.P_w, in.bias, in.mask, 0, w.kernels);
     EXPECT_TRUE(torch::equal(attention_core(in.Q, in.K, in.V, in.P_l, in.P_w, in.bias, in.mask), O));
   });
 }
 
 // rows_softmax through CUDA's launcher at T5-base's widths (12 and 48 heads, 300 rows and keys,
 // which no block of four warps divides; T5's [1,h,n,m] bias and a padding mask), within the bounds
-// above against the float64 softmax, fp32 and bf16.
+// above against the float64 softmax, fp32 and bf16; then rows of 601 keys (kept in registers, one
+// at a time) and 2,100 (L read twice, in pairs), with a bias and a padding mask of their own.
 TEST(RowsSoftmaxOnCuda, WithinOneRoundingAtT5BaseWidth) {
-  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
-  const cuda_th::RowsLauncher* kernels = cuda_th_rows_launcher();
-  if (!kernels) GTEST_SKIP() << "thx built without its CUDA kernels (THX_CUDA_KERNELS)";
-  at_t5_base_width([&](int64_t h, int64_t b, int64_t n, const torch::TensorOptions& o, const Tensor& bias,
-                       const Tensor& mask) {
-    const Tensor L = torch::randn({b, h, n, n}, o) * 3, Lb = L.to(torch::kBFloat16);
+  const double rel = std::ldexp(1.0, -8), abs = std::ldexp(1.0, -24);
+  auto check = [&](const cuda_th::RowsLauncher* kernels, const Tensor& L, const Tensor& bias, const Tensor& mask) {
+    const Tensor Lb = L.to(torch::kBFloat16);
     const Tensor W = rows_softmax(L, bias, mask, kernels), Wb = rows_softmax(Lb, bias, mask, kernels);
     ASSERT_TRUE(W.defined() && Wb.defined());
     EXPECT_TRUE(within(W.cpu(), softmax64(L.cpu(), bias.cpu(), mask.cpu()), 0, 1e-6));
-    const double rel = std::ldexp(1.0, -8), abs = std::ldexp(1.0, -24);
     EXPECT_TRUE(within(Wb.cpu(), softmax64(Lb.cpu(), bias.cpu(), mask.cpu()), rel, abs));
-    // The other kernels: rows of 601 keys (kept in registers, one at a time) and 2,100 (L read
-    // twice, in pairs), T5's bias and a padding mask of their own.
+  };
+  at_t5_base_width([&](const T5Width& w) {
+    check(w.kernels, torch::randn({w.b, w.h, w.n, w.n}, w.o) * 3, w.bias, w.mask);
     for (int64_t m : {601, 2100}) {
       SCOPED_TRACE("keys " + std::to_string(m));
-      const Tensor Lm = torch::randn({b, h, 3, m}, o) * 3, bias_m = torch::randn({1, h, 3, m}, o);
-      const Tensor mask_m = (torch::arange(m, o.dtype(torch::kLong)) < m - 100).view({1, 1, 1, m}).expand({b, 1, 1, m});
-      const Tensor Wm = rows_softmax(Lm, bias_m, mask_m, kernels);
-      const Tensor Wmb = rows_softmax(Lm.to(torch::kBFloat16), bias_m, mask_m, kernels);
-      ASSERT_TRUE(Wm.defined() && Wmb.defined());
-      EXPECT_TRUE(within(Wm.cpu(), softmax64(Lm.cpu(), bias_m.cpu(), mask_m.cpu()), 0, 1e-6));
-      const Tensor want_b = softmax64(Lm.to(torch::kBFloat16).cpu(), bias_m.cpu(), mask_m.cpu());
-      EXPECT_TRUE(within(Wmb.cpu(), want_b, rel, abs));
+      const Tensor keep = (torch::arange(m, w.o.dtype(torch::kLong)) < m - 100).view({1, 1, 1, m});
+      check(w.kernels, torch::randn({w.b, w.h, 3, m}, w.o) * 3, torch::randn({1, w.h, 3, m}, w.o),
+            keep.expand({w.b, 1, 1, m}));
     }
   });
 }

@@ -85,7 +85,7 @@ TEST(Cli, BadBenchFlagsExitTwo) {
   for (const std::string path : {"tiled-aten", "folded", "gemm-aten"})  // ATen's operations alone
     EXPECT_TRUE(refused(run_thx("--th-path " + path + " bench attention --fma"),
                         "thx: error: --fma is an option of thx's kernels", "--th-path " + path + " leaves"));
-  for (const std::string path : {"gemm", "tiled-gemm"})  // the row kernels' softmax alone
+  for (const std::string path : {"gemm", "tiled-gemm"})  // thx's softmax kernel alone
     EXPECT_TRUE(refused(run_thx("--th-path " + path + " bench attention --fma"),
                         "thx: error: --fma makes the row kernels' mixings fp32 FMAs",
                         "--th-path " + path + " mixes by cuBLAS products"));

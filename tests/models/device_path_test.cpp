@@ -160,7 +160,7 @@ TEST(DevicePath, AlbertStepOnTheAtenPathEqualsTheCpuKernels) { albert_step(torch
 // benchmark first meets it: T5's relative bias shared by the layers and its gradient, padding
 // and causal masks, cross-attention (n != m), Q, K and V as the projections give them.
 // On a GPU the same, fp32 through cuBLAS (TF32 off): what bench-train-gemm and its kind then
-// run in bf16. There gemm's and tiled-gemm's softmax is thx's row kernel (rows_softmax), and
+// run in bf16. There gemm's and tiled-gemm's softmax is thx's softmax kernel (rows_softmax), and
 // gemm-aten's ATen's, as gemm's and tiled-gemm's is on the CPU (the emulated kernels: below).
 void steps_on_each_aten_path(const torch::Device& device) {
   std::vector<const char*> paths = {"tiled-aten", "tiled-gemm", "gemm", "folded"};
@@ -174,10 +174,11 @@ void steps_on_each_aten_path(const torch::Device& device) {
 TEST(DevicePath, T5AndAlbertStepsOnEachAtenOnlyThPathEqualTheCpuKernels) {
   steps_on_each_aten_path(torch::Device(torch::kCPU));
 }
-// The paths that run thx's row kernels on a GPU, tiled (the default: the mixings, bias, mask and
-// softmax between the products), tiled-gemm and gemm (the bias, mask and softmax), with the kernels on the
-// CPU emulator (32 threads a block; fp32, so the FMAs): the same whole steps against the CPU
-// kernels with the same bounds, each route seen to launch them.
+// The paths that run thx's kernels on a GPU, tiled (the default: the row kernels' mixings, bias,
+// mask and softmax between the products), tiled-gemm and gemm (the softmax kernel's bias, mask and
+// softmax), with the kernels on the CPU emulator (the row kernels 32 threads a block; fp32, so
+// the FMAs): the same whole steps against the CPU kernels with the same bounds, each route seen to
+// launch them.
 TEST(DevicePath, T5AndAlbertStepsThroughTheEmulatedRowKernelsEqualTheCpuKernels) {
   for (const char* path : {"tiled", "tiled-gemm", "gemm"}) {
     SCOPED_TRACE(path);
