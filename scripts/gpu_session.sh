@@ -30,7 +30,9 @@
 #                                    size in bf16 with the compiled PyTorch peer (its talking-heads
 #                                    rows again with the flash kernels, the heads-major and the
 #                                    folded products and
-#                                    with ATen between the products), the mini T5 on the GPU
+#                                    with ATen between the products; one step of each of
+#                                    multi-head's and the heads-major path's rows profiled by
+#                                    Kineto: every kernel's GPU time, by phase), the mini T5 on the GPU
 #                                    (fp32, bf16) beside the CPU,
 #                                    the rest of the unit suite, the talking-heads rows on the fused
 #                                    kernels, and a crashed suite again under cuda-gdb. Four phases
@@ -86,7 +88,8 @@ run() {
   # (GPU_PHASES="bench-train unit-suite", say).
   local deadline=$((SECONDS + ${GPU_DEADLINE_S:-560}))
   local default_phases="build sass cuda-tests sanitize ncu ncu-source bench-attention bench-train"
-  default_phases+=" bench-train-flash bench-train-gemm bench-train-gemm-aten bench-train-tiled-gemm bench-train-folded"
+  default_phases+=" bench-train-flash bench-train-gemm profile-train bench-train-gemm-aten bench-train-tiled-gemm"
+  default_phases+=" bench-train-folded"
   default_phases+=" mini-t5 unit-suite"
   local phases=${GPU_PHASES:-$default_phases bench-train-aten bench-train-fused cuda-debug}
   printf '| phase | exit | seconds | last line of its log |\n|---|---:|---:|---|\n' > "$summary"
@@ -350,6 +353,13 @@ run() {
     # head counts.
     phase bench-train-gemm 90 "$thx" --device cuda --th-path gemm bench train \
       --config configs/t5/mini.yaml --precision bf16 --base --base-only --base-heads 12,24,48 --out "$OUT/train-gemm.md"
+    # Where a whole T5-base step's GPU time goes: the same rows (multi-head and talking-heads at 12
+    # and 48 heads; talking-heads on GPU_PROFILE_TH_PATH, default gemm) with one more step each under
+    # Kineto (bench train --profile: CUPTI's time of every kernel, by phase, by the op that launched it
+    # and by kernel, and the GPU's idle time; experiments/step_profile.h).
+    phase profile-train 120 "$thx" --device cuda --th-path "${GPU_PROFILE_TH_PATH:-gemm}" bench train \
+      --config configs/t5/mini.yaml --precision bf16 --base --base-only --base-heads 12,48 --steps 3 --profile \
+      --out "$OUT/train-profile.md"
     # The same with ATen's softmax (four passes where gemm's row kernel makes one): what that launch saves a step.
     phase bench-train-gemm-aten 90 "$thx" --device cuda --th-path gemm-aten bench train \
       --config configs/t5/mini.yaml --precision bf16 --base --base-only --base-heads 12,24,48 \

@@ -4,6 +4,8 @@
 // kernels (cuda/th_fused.h), the flash kernels, blocks of query rows (tiled.h), the folded
 // products (folded.h) or the heads-major products (heads_gemm.h); else the ATen composition
 // attention_core_reference. One place decides, for every caller.
+#include <ATen/record_function.h>
+
 #include <atomic>
 #include <limits>
 #include <string>
@@ -109,6 +111,7 @@ bool keeps_attention_weights_on_tiled_path(const AttentionDims& d, const torch::
 
 Tensor attention_core(const Tensor& Q, const Tensor& K, const Tensor& V, const Tensor& P_l,
                       const Tensor& P_w, const Tensor& bias, const Tensor& mask) {
+  RECORD_USER_SCOPE("thx::attention_core");  // (a profile's phase: experiments/step_profile.h)
 #if THX_HAVE_SDPA
   if (!P_l.defined() && !P_w.defined() && Q.is_cuda() && g_sdpa) {
     c10::optional<Tensor> additive;  // broadcastable to [b,h,n,m]; true = attend for a bool mask

@@ -34,7 +34,8 @@ struct BenchTrainCommand : Command {
                     "also time the base size: T5 at batch 8 (--base-batch), 512/114, h = 12, 24, 48; BERT-base or "
                     "ALBERT-base at batch 4, length 512, h = 12, 48");
     app->add_flag("--profile", topt.profile,
-                  "also profile one step of each row (LibTorch's profiler): time by phase and the top ops");
+                  "also profile one step of each row: time by phase and the top ops (on a GPU, each kernel's "
+                  "time on it, by Kineto, under the op that launched it)");
     app->add_option("--out", topt.markdown_out, "also write the Markdown report here");
     app->add_option("--base-batch", topt.base_batch, "batch of the T5 base rows (0: 8 on the CPU, 32 on a GPU)")
         ->check(CLI::NonNegativeNumber)->capture_default_str();

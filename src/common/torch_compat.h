@@ -19,6 +19,9 @@
 //                                   Found by overload, not by version (bmm_wide below).
 //   CUDA memory statistics          c10::cuda::CUDACachingAllocator, only where LibTorch has CUDA
 //                                   (THX_CUDA, set by CMake when it finds torch_cuda).
+//   Kineto's events (KinetoEvent)   1.13: startUs(), durationUs() in microseconds; 2.x: startNs(),
+//                                   durationNs() in nanoseconds. Found by member, not by version
+//                                   (kineto_start_us below).
 //
 // thx does not use LibTorch's autocast (common/precision.h casts explicitly), so autocast's
 // 1.13 -> 2.x changes (set_autocast_enabled(device_type, ...)) do not reach it.
@@ -79,6 +82,37 @@ inline at::Tensor bmm_wide(const at::Tensor& a, const at::Tensor& b, at::ScalarT
   if (a.is_cuda() && reduced && out == at::kFloat && kHaveBmmOutDtype) return detail::bmm_out_dtype(a, b, out, 0);
   if (in == out) return at::bmm(a, b);
   return at::bmm(a.to(out), b.to(out));
+}
+
+// ---- a Kineto event's times, in microseconds ------------------------------------------------
+// E is torch::autograd::profiler::KinetoEvent (a template, so that this header need not include the
+// profiler's): the member each LibTorch has is found by overload, as bmm_wide's.
+namespace detail {
+template <class E>
+auto kineto_start_ns(const E& e, int) -> decltype(double(e.startNs())) {
+  return double(e.startNs());
+}
+template <class E>
+double kineto_start_ns(const E& e, long) {
+  return double(e.startUs()) * 1e3;
+}
+template <class E>
+auto kineto_duration_ns(const E& e, int) -> decltype(double(e.durationNs())) {
+  return double(e.durationNs());
+}
+template <class E>
+double kineto_duration_ns(const E& e, long) {
+  return double(e.durationUs()) * 1e3;
+}
+}  // namespace detail
+
+template <class E>
+double kineto_start_us(const E& e) {
+  return detail::kineto_start_ns(e, 0) / 1e3;
+}
+template <class E>
+double kineto_duration_us(const E& e) {
+  return detail::kineto_duration_ns(e, 0) / 1e3;
 }
 
 }  // namespace thx::compat

@@ -95,7 +95,7 @@ Timed time_steps(const PretrainConfig& c, const ModelSpec& spec, int64_t vocab, 
       }
       RECORD_USER_SCOPE("thx::optimizer");
       opt->step(1e-3);
-    });
+    }, device);
   return r;
 }
 

@@ -1,5 +1,7 @@
 #include "models/loss.h"
 
+#include <ATen/record_function.h>
+
 #include <cstring>
 
 #include "attention/kernels.h"
@@ -104,6 +106,7 @@ LossSums cross_entropy_z_loss_reference(const Tensor& logits_in, const Tensor& t
 }
 
 LossSums cross_entropy_z_loss(const Tensor& logits, const Tensor& targets, double z) {
+  RECORD_USER_SCOPE("thx::loss");  // (a profile's phase: experiments/step_profile.h)
   const bool dtype = logits.scalar_type() == torch::kFloat32 || logits.scalar_type() == torch::kBFloat16;
   if (!dtype || !logits.device().is_cpu() || logits.dim() != 2 || !cpu_kernels_enabled())
     return cross_entropy_z_loss_reference(logits, targets, z);

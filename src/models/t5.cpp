@@ -1,5 +1,7 @@
 #include "models/t5.h"
 
+#include <ATen/record_function.h>
+
 #include <cmath>
 
 #include "attention/factory.h"
@@ -198,6 +200,7 @@ struct RMSNormCudaFn : torch::autograd::Function<RMSNormCudaFn> {
 // The output is bf16 in a bf16 scope (common/precision.h; a norm's output is always a matmul's
 // operand), else x's dtype. The statistics are fp32 (float64 for a float64 x) either way.
 Tensor RMSNormImpl::forward(const Tensor& x) {
+  RECORD_USER_SCOPE("thx::rms_norm");  // (a profile's phase: experiments/step_profile.h)
   const torch::ScalarType out = output_dtype(x);
   if (float_or_bf16(x) && x.device().is_cpu() && scale.scalar_type() == torch::kFloat32 && cpu_kernels_enabled())
     return RMSNormFn::apply(x, scale, int64_t(out));

@@ -1,0 +1,200 @@
+// experiments/step_profile.h: where a step's time goes. On the CPU, the legacy profiler's self
+// times by phase; on a GPU, Kineto's record of each kernel, counted under the op that launched it.
+// The GPU side's attribution is tested here on hand-made spans and on the spans Kineto records on
+// the CPU (whose ops and nesting are the GPU's too; only the kernels are missing there), and on a
+// GPU by StepProfileOnCuda.*.
+#include <ATen/record_function.h>
+#include <torch/torch.h>
+
+#include <chrono>
+#include <numeric>
+#include <regex>
+#include <thread>
+
+#include "experiments/step_profile.h"
+#include "test_util.h"
+
+namespace thx::test {
+namespace {
+namespace THX_FILE_ID {
+
+double phase_ms(const StepProfile& p, const std::string& prefix) {
+  for (const auto& [name, ms] : p.phases)
+    if (name.rfind(prefix, 0) == 0) return ms;
+  ADD_FAILURE() << "no phase " << prefix;
+  return -1;
+}
+
+double phases_sum(const StepProfile& p) {
+  return std::accumulate(p.phases.begin(), p.phases.end(), 0.0, [](double s, const auto& ph) { return s + ph.second; });
+}
+
+// Spans as Kineto gives them: two threads (the step's, and autograd's on a GPU), nested ops.
+TEST(StepProfile, KernelsCountUnderTheOpThatLaunchedThemOrTheNearestPhase) {
+  KinetoSpans s;
+  s.ops = {
+      {"thx::step", 1, 0, 100, 1},
+      {"aten::linear", 1, 1, 10, 2},
+      {"aten::addmm", 1, 2, 9, 3},
+      {"thx::attention_core", 1, 10, 30, 4},
+      {"aten::bmm", 1, 11, 15, 5},
+      {"aten::_softmax", 1, 16, 20, 6},
+      {"aten::_to_copy", 1, 21, 25, 7},
+      {"aten::copy_", 1, 22, 24, 8},
+      {"thx::optimizer", 1, 60, 90, 9},
+      {"aten::mm", 1, 61, 62, 10},  // (a product inside the optimizer is the optimizer's)
+      {"thx::rms_norm", 1, 91, 95, 11},
+      {"aten::mul", 1, 91, 95, 12},  // (the same span as its scope: recorded later, inside it)
+      {"MmBackward0", 2, 40, 50, 13},
+      {"aten::mm", 2, 41, 49, 14},
+      {"aten::mul", 2, 51, 52, 15},
+  };
+  s.device = {
+      {"void sm90_xmma_gemm_bf16(int)", 500, 3},          // addmm: GEMMs
+      {"void sm90_xmma_gemm_bf16(int)", 200, 5},          // bmm inside the core: GEMMs
+      {"void softmax_warp_forward<float>(float*)", 100, 6},  // the core's
+      {"void elementwise_kernel<copy>(int)", 40, 8},      // a copy inside a cast: casts
+      {"void elementwise_kernel<add>(int)", 30, 10},      // the optimizer's
+      {"void rms(int)", 20, 12},                          // norms
+      {"void sm90_xmma_gemm_bf16(int)", 410, 14},         // the backward's thread: GEMMs
+      {"void elementwise_kernel<mul>(int)", 7, 15},       // other
+      {"Memcpy HtoD (Pageable -> Device)", 2, 0},         // no op known: unattributed
+      {"void orphan(int)", 1, 999},                       // a link to no op: unattributed
+  };
+  StepProfile p;
+  p.total_ms = 2.5;
+  attribute_kernels(s, p);
+  EXPECT_EQ(p.kernel_launches, 10);
+  EXPECT_NEAR(p.kernels_ms, 1.31, 1e-12);
+  EXPECT_NEAR(phase_ms(p, "GEMMs"), 1.11, 1e-12);
+  EXPECT_NEAR(phase_ms(p, "attention core"), 0.1, 1e-12);
+  EXPECT_NEAR(phase_ms(p, "casts"), 0.04, 1e-12);
+  EXPECT_NEAR(phase_ms(p, "optimizer"), 0.03, 1e-12);
+  EXPECT_NEAR(phase_ms(p, "norms"), 0.02, 1e-12);
+  EXPECT_NEAR(phase_ms(p, "other"), 0.007, 1e-12);
+  EXPECT_NEAR(phase_ms(p, "unattributed"), 0.003, 1e-12);
+  EXPECT_NEAR(phases_sum(p), p.kernels_ms, 1e-12);
+  // By launching op, largest first: both threads' aten::mm are one row.
+  ASSERT_GE(p.ops.size(), 3u);
+  EXPECT_EQ(p.ops[0].name, "aten::addmm");
+  EXPECT_EQ(p.ops[1].name, "aten::mm");
+  EXPECT_EQ(p.ops[1].calls, 2);
+  EXPECT_NEAR(p.ops[1].self_ms, 0.44, 1e-12);
+  // By kernel: the three products are one name.
+  ASSERT_FALSE(p.kernels.empty());
+  EXPECT_EQ(p.kernels[0].name, "sm90_xmma_gemm_bf16");
+  EXPECT_EQ(p.kernels[0].calls, 3);
+  p.on_device = true;
+  const std::string md = std::regex_replace(render_profile(p, "Profile"), std::regex(" +"), " ");
+  EXPECT_NE(md.find("1.3 ms of it in 10 kernels on the GPU"), std::string::npos) << md;
+  EXPECT_NE(md.find("| (the GPU idle: the wall time less the kernels') | 1.19 | 48% |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| aten::mm | 2 | 0.44 | 18% |"), std::string::npos) << md;
+}
+
+TEST(StepProfile, ShortKernelNames) {
+  EXPECT_EQ(short_kernel_name("void at::native::{anon}::f<4>(int, float*)"), "at::native::{anon}::f<4>");
+  EXPECT_EQ(short_kernel_name("void at::native::(anonymous namespace)::cunn_SoftMaxForward<8, float>(float*, int)"),
+            "at::native::{anon}::cunn_SoftMaxForward<8, float>");
+  EXPECT_EQ(short_kernel_name("void k<at::Array<char*, 3> >(int (*)(int))"), "k<at::Array<char*, 3> >");
+  EXPECT_EQ(short_kernel_name("Memcpy DtoD (Device -> Device)"), "Memcpy DtoD");
+  const std::string long_name = "void " + std::string(150, 'a') + "(int)";
+  EXPECT_EQ(short_kernel_name(long_name).size(), 100u);
+}
+
+// What Kineto records on the CPU: the step's scope, the ops inside it with their spans in
+// microseconds (a unit off by 1,000 fails the bounds), and their nesting, which attribute_kernels
+// reads: a kernel linked to the product inside thx's attention scope is a GEMM, one linked to the
+// softmax there the core's, one linked to the add in the optimizer's scope the optimizer's.
+TEST(StepProfile, KinetoSeesAStepsOpsAndTheirNestingOnTheCpu) {
+  const torch::Tensor a = torch::randn({384, 384});
+  double inner_us = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  const KinetoSpans s = record_kineto_spans(
+      [&] {
+        const auto i0 = std::chrono::steady_clock::now();
+        torch::Tensor w;
+        {
+          RECORD_USER_SCOPE("thx::attention_core");
+          w = torch::softmax(a.mm(a), -1);
+        }
+        RECORD_USER_SCOPE("thx::optimizer");
+        w.add_(1.0);
+        inner_us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - i0).count();
+      },
+      false);
+  const double outer_us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_TRUE(s.device.empty());
+  auto find = [&](const std::string& name) -> const OpSpan* {
+    for (const OpSpan& o : s.ops)
+      if (o.name == name) return &o;
+    ADD_FAILURE() << "Kineto recorded no " << name;
+    return nullptr;
+  };
+  const OpSpan *step = find("thx::step"), *mm = find("aten::mm");
+  const OpSpan *sm = find("aten::softmax"), *add = find("aten::add_");
+  ASSERT_TRUE(step && mm && sm && add);
+  EXPECT_GE(step->end_us - step->start_us, 0.5 * inner_us);
+  EXPECT_LE(step->end_us - step->start_us, outer_us + 1);
+  EXPECT_GT(mm->end_us - mm->start_us, 0);
+  EXPECT_LE(step->start_us, mm->start_us);
+  EXPECT_LE(mm->end_us, step->end_us);
+  EXPECT_NE(mm->correlation, 0u);
+  KinetoSpans with_kernels = s;
+  with_kernels.device = {
+      {"gemm", 100, mm->correlation}, {"softmax", 10, sm->correlation}, {"add", 1, add->correlation}};
+  StepProfile p;
+  attribute_kernels(with_kernels, p);
+  EXPECT_NEAR(phase_ms(p, "GEMMs"), 0.1, 1e-12);
+  EXPECT_NEAR(phase_ms(p, "attention core"), 0.01, 1e-12);
+  EXPECT_NEAR(phase_ms(p, "optimizer"), 0.001, 1e-12);
+}
+
+// The CPU profile: the phases sum to the step, thx's scopes name theirs (the attention core's own
+// work is the time inside its scope but outside ATen's ops: here a sleep), products are GEMMs.
+TEST(StepProfile, CpuPhasesSumToTheStepAndThxsScopesNameTheirs) {
+  const torch::Tensor a = torch::randn({256, 256});
+  const StepProfile p = profile_step([&] {
+    RECORD_USER_SCOPE("thx::attention_core");
+    const torch::Tensor j = a.mm(a);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  });
+  ASSERT_EQ(p.phases.size(), 7u);
+  EXPECT_FALSE(p.on_device);
+  EXPECT_NEAR(phases_sum(p), p.total_ms, 1e-6 * p.total_ms);
+  EXPECT_GE(phase_ms(p, "attention core rows"), 19.0);
+  EXPECT_GT(phase_ms(p, "GEMMs"), 0);
+  EXPECT_NE(render_profile(p, "Profile").find("LibTorch's legacy CPU profiler"), std::string::npos);
+}
+
+// On a GPU (the GPU machine's session runs it: *OnCuda): a step's kernels, as CUPTI timed them,
+// fit inside its wall time, and land in their phases.
+TEST(StepProfileOnCuda, AStepsKernelsFitItsWallTimeAndLandInTheirPhases) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  const torch::Device cuda(torch::kCUDA);
+  const torch::Tensor a = torch::randn({2048, 2048}, cuda);
+  torch::Tensor w = torch::zeros({2048, 2048}, cuda);
+  const StepProfile p = profile_step(
+      [&] {
+        torch::Tensor j;
+        {
+          RECORD_USER_SCOPE("thx::attention_core");
+          j = torch::softmax(a.mm(a), -1);
+        }
+        RECORD_USER_SCOPE("thx::optimizer");
+        w.add_(j);
+      },
+      cuda);
+  ASSERT_TRUE(p.on_device);
+  ASSERT_GE(p.kernel_launches, 3) << p.note;
+  EXPECT_GT(phase_ms(p, "GEMMs"), 0);
+  EXPECT_GT(phase_ms(p, "attention core"), 0);
+  EXPECT_GT(phase_ms(p, "optimizer"), 0);
+  EXPECT_LE(phase_ms(p, "unattributed"), 0.1 * p.kernels_ms);
+  EXPECT_NEAR(phases_sum(p), p.kernels_ms, 1e-9);
+  EXPECT_LE(p.kernels_ms, 1.01 * p.total_ms + 0.05);
+  EXPECT_NE(render_profile(p, "Profile").find("kernels on the GPU"), std::string::npos);
+}
+
+}  // namespace THX_FILE_ID
+}  // namespace
+}  // namespace thx::test
