@@ -32,7 +32,8 @@
 #                                    folded products and
 #                                    with ATen between the products; one step of each of
 #                                    multi-head's and the heads-major path's rows profiled by
-#                                    Kineto: every kernel's GPU time, by phase), the mini T5 on the GPU
+#                                    Kineto: every kernel's GPU time, by phase, and the step's
+#                                    timeline), the mini T5 on the GPU
 #                                    (fp32, bf16) beside the CPU,
 #                                    the rest of the unit suite, the talking-heads rows on the fused
 #                                    kernels, and a crashed suite again under cuda-gdb. Four phases
@@ -356,10 +357,22 @@ run() {
     # Where a whole T5-base step's GPU time goes: the same rows (multi-head and talking-heads at 12
     # and 48 heads; talking-heads on GPU_PROFILE_TH_PATH, default gemm) with one more step each under
     # Kineto (bench train --profile: CUPTI's time of every kernel, by phase, by the op that launched it
-    # and by kernel, and the GPU's idle time; experiments/step_profile.h).
-    phase profile-train 120 "$thx" --device cuda --th-path "${GPU_PROFILE_TH_PATH:-gemm}" bench train \
-      --config configs/t5/mini.yaml --precision bf16 --base --base-only --base-heads 12,48 --steps 3 --profile \
-      --out "$OUT/train-profile.md"
+    # and by kernel, and the GPU's idle time; experiments/step_profile.h), and each step's timeline
+    # (--trace: Chrome traces, gzipped, to read in Perfetto on the CPU machines; those past 8 MB in
+    # all are dropped, so that the archive stays under the device tool's 16 MiB a file).
+    phase profile-train 120 bash -c "
+      $thx --device cuda --th-path ${GPU_PROFILE_TH_PATH:-gemm} bench train --config configs/t5/mini.yaml \
+        --precision bf16 --base --base-only --base-heads 12,48 --steps 3 --profile --trace $OUT/traces \
+        --out $OUT/train-profile.md || exit 1
+      total=0
+      for f in $OUT/traces/*.json; do
+        [ -f \"\$f\" ] || continue
+        gzip -9 \"\$f\"; size=\$(stat -c %s \"\$f.gz\")
+        if [ \$((total + size)) -gt 8000000 ]; then
+          echo \"dropped \$f.gz (\$size bytes): past 8 MB of traces\"; rm -f \"\$f.gz\"
+        else total=\$((total + size)); fi
+      done
+      ls -l $OUT/traces"
     # The same with ATen's softmax (four passes where gemm's row kernel makes one): what that launch saves a step.
     phase bench-train-gemm-aten 90 "$thx" --device cuda --th-path gemm-aten bench train \
       --config configs/t5/mini.yaml --precision bf16 --base --base-only --base-heads 12,24,48 \

@@ -2,9 +2,11 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <filesystem>
 
 #include "attention/fused.h"
 #include "cli/command.h"
+#include "common/fs.h"
 #include "common/runtime.h"
 #include "experiments/bench_train.h"
 #include "training/spec.h"
@@ -33,9 +35,12 @@ struct BenchTrainCommand : Command {
     CLI::Option* base = app->add_flag("--base", topt.base_sweep,
                     "also time the base size: T5 at batch 8 (--base-batch), 512/114, h = 12, 24, 48; BERT-base or "
                     "ALBERT-base at batch 4, length 512, h = 12, 48");
-    app->add_flag("--profile", topt.profile,
+    CLI::Option* profile = app->add_flag("--profile", topt.profile,
                   "also profile one step of each row: time by phase and the top ops (on a GPU, each kernel's "
                   "time on it, by Kineto, under the op that launched it)");
+    app->add_option("--trace", topt.trace_dir, "with --profile on a GPU: also write each profiled step's timeline "
+                                               "here, one Chrome trace a row (Kineto's; Perfetto reads it)")
+        ->type_name("DIR")->needs(profile);
     app->add_option("--out", topt.markdown_out, "also write the Markdown report here");
     app->add_option("--base-batch", topt.base_batch, "batch of the T5 base rows (0: 8 on the CPU, 32 on a GPU)")
         ->check(CLI::NonNegativeNumber)->capture_default_str();
@@ -64,6 +69,15 @@ struct BenchTrainCommand : Command {
     if (config.dump) return dump_config(topt.config.yaml);
     topt.device = resolve_device(device_request(), "--device");
     if (topt.tiled) refuse_gpu_only_option("--tiled", topt.device.is_cuda());
+    if (!topt.trace_dir.empty()) {
+      if (!topt.device.is_cuda())
+        throw InputError("--trace writes Kineto's timeline of a GPU's step (thx --device cuda); on the CPU, "
+                         "--profile's tables are LibTorch's CPU profiler's");
+      check_output_dir(topt.trace_dir, "--trace");
+      std::error_code ec;
+      std::filesystem::create_directories(topt.trace_dir, ec);
+      if (ec) throw InputError(fmt::format("--trace: cannot make the folder {}: {}", topt.trace_dir, ec.message()));
+    }
     bench_train(topt);
     return 0;
   }

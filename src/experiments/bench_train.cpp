@@ -1,6 +1,7 @@
 #include "experiments/bench_train.h"
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -42,7 +43,8 @@ struct Timed {
 // optimizer on the fp32 master weights. The heap is trimmed first, so that the peak RSS is this
 // configuration's and not an earlier one's high-water mark.
 Timed time_steps(const PretrainConfig& c, const ModelSpec& spec, int64_t vocab, int64_t batch, int64_t steps,
-                 int64_t warmup, const std::string& precision, bool profile, const torch::Device& device) {
+                 int64_t warmup, const std::string& precision, bool profile, const torch::Device& device,
+                 const std::string& trace_path) {
   trim_heap();
   reset_peak_rss();
   reset_device_peak(device);
@@ -95,7 +97,7 @@ Timed time_steps(const PretrainConfig& c, const ModelSpec& spec, int64_t vocab, 
       }
       RECORD_USER_SCOPE("thx::optimizer");
       opt->step(1e-3);
-    }, device);
+    }, device, trace_path);
   return r;
 }
 
@@ -227,7 +229,8 @@ class TrainBench {
     const ModelSpec spec = resolve_model_spec(c.model, c.attention);  // this row's (a base size, a variant)
     Timed t;
     try {
-      t = time_steps(c, spec, vocab, batch, o_.steps, o_.warmup, precision, o_.profile, o_.device);
+      t = time_steps(c, spec, vocab, batch, o_.steps, o_.warmup, precision, o_.profile, o_.device,
+                     trace_path(fmt::format("{} {} {}", name, summary(c), precision)));
     } catch (const c10::OutOfMemoryError&) {  // a row that does not fit the GPU says so
       log->warn("{} {} {}: out of memory at batch {}", name, summary(c), precision, batch);
       table_.rows.push_back({name, summary(c), precision, "-", std::to_string(batch), "out of memory", "-", "-", "-",
@@ -262,6 +265,18 @@ class TrainBench {
               "peak, peak memory {:.0f} MB{}", name, summary(c), precision, t.step_s, t.fwd_s, t.bwd_s, t.opt_s,
               of_peak, precision, t.peak_rss_mb, peer_s > 0 ? fmt::format(", peer {:.3f} s/step", peer_s) : "");
     return t;
+  }
+
+  // Where --trace writes a row's timeline: its name with every run of other characters than letters and
+  // digits one '-' (empty: no trace).
+  std::string trace_path(const std::string& row) const {
+    if (o_.trace_dir.empty() || !o_.profile) return "";
+    std::string slug;
+    for (const char ch : row)
+      if (std::isalnum(static_cast<unsigned char>(ch))) slug += ch;
+      else if (!slug.empty() && slug.back() != '-') slug += '-';
+    while (!slug.empty() && slug.back() == '-') slug.pop_back();
+    return o_.trace_dir + "/" + slug + ".json";
   }
 
   const BenchTrainOptions& o_;

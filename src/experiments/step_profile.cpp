@@ -151,7 +151,8 @@ std::vector<StepProfile::Op> by_time(const std::map<std::string, StepProfile::Op
   return v;
 }
 
-StepProfile profile_on_device(const std::function<void()>& fn, const c10::Device& device) {
+StepProfile profile_on_device(const std::function<void()>& fn, const c10::Device& device,
+                              const std::string& trace_path) {
   StepProfile p;
   p.on_device = true;
   using Clock = std::chrono::steady_clock;
@@ -165,7 +166,7 @@ StepProfile profile_on_device(const std::function<void()>& fn, const c10::Device
           synchronize(device);  // (the step ends with its last kernel)
           p.total_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
         },
-        true);
+        true, trace_path);
   } catch (const std::exception& e) {
     p.note = fmt::format("Kineto could not profile this step: {}", e.what());
     p.note = p.note.substr(0, p.note.find('\n'));
@@ -197,7 +198,7 @@ std::string short_kernel_name(const std::string& name) {
   return s.size() > 100 ? s.substr(0, 97) + "..." : s;
 }
 
-KinetoSpans record_kineto_spans(const std::function<void()>& fn, bool with_cuda) {
+KinetoSpans record_kineto_spans(const std::function<void()>& fn, bool with_cuda, const std::string& trace_path) {
   using torch::profiler::impl::ActivityType;
   using torch::profiler::impl::ProfilerConfig;
   using torch::profiler::impl::ProfilerState;
@@ -214,6 +215,14 @@ KinetoSpans record_kineto_spans(const std::function<void()>& fn, bool with_cuda)
     throw;
   }
   const std::unique_ptr<prof::ProfilerResult> result = prof::disableProfiler();
+  if (!trace_path.empty()) {
+    try {
+      result->save(trace_path);
+    } catch (const std::exception& e) {
+      const std::string why = e.what();
+      thx::log("bench")->warn("no trace written to {}: {}", trace_path, why.substr(0, why.find('\n')));
+    }
+  }
   KinetoSpans s;
   for (const auto& e : result->events()) {
     const std::string name = e.name();
@@ -258,8 +267,8 @@ void attribute_kernels(const KinetoSpans& spans, StepProfile& p) {
   for (int k = 0; k < kPhaseCount; ++k) p.phases.emplace_back(kDevicePhases[k], ph[k]);
 }
 
-StepProfile profile_step(const std::function<void()>& fn, const c10::Device& device) {
-  return device.is_cuda() ? profile_on_device(fn, device) : profile_on_cpu(fn);
+StepProfile profile_step(const std::function<void()>& fn, const c10::Device& device, const std::string& trace_path) {
+  return device.is_cuda() ? profile_on_device(fn, device, trace_path) : profile_on_cpu(fn);
 }
 
 namespace {

@@ -45,8 +45,10 @@ struct StepProfile {
 
 // fn must be the whole step; optimizer steps inside it should run in a RECORD_USER_SCOPE
 // named "thx::optimizer" to be their own phase. On a CUDA device the step is timed to the end of
-// its last kernel.
-StepProfile profile_step(const std::function<void()>& fn, const c10::Device& device = c10::Device(c10::kCPU));
+// its last kernel, and where trace_path is not empty Kineto's timeline of it is written there
+// (Chrome's trace format, which Perfetto and chrome://tracing read; a failure is a warning).
+StepProfile profile_step(const std::function<void()>& fn, const c10::Device& device = c10::Device(c10::kCPU),
+                         const std::string& trace_path = "");
 
 // Markdown: the phases (ms, share) and the `top` ops by self time (on a GPU also the top kernels).
 std::string render_profile(const StepProfile& p, const std::string& title, int top = 12);
@@ -67,8 +69,10 @@ struct KinetoSpans {
   std::vector<OpSpan> ops;
   std::vector<DeviceSpan> device;
 };
-// fn under Kineto (CPU ops; with_cuda: the GPU's kernels, copies and fills too).
-KinetoSpans record_kineto_spans(const std::function<void()>& fn, bool with_cuda);
+// fn under Kineto (CPU ops; with_cuda: the GPU's kernels, copies and fills too); where trace_path is
+// not empty, Kineto's trace is saved there (a LibTorch built without libkineto, as Debian's 1.13,
+// records events but cannot save them: a warning).
+KinetoSpans record_kineto_spans(const std::function<void()>& fn, bool with_cuda, const std::string& trace_path = "");
 // p's ops, kernels, phases, kernels_ms and kernel_launches from what Kineto recorded.
 void attribute_kernels(const KinetoSpans& spans, StepProfile& p);
 // A kernel's name as a table shows it: no return type, "(anonymous namespace)" as "{anon}", no

@@ -124,6 +124,19 @@ TEST(Cli, BadBenchFlagsExitTwo) {
   r = run_thx("bench train --base-only");
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_EQ(lines(r.out), 1) << r.out;
+  // --trace: Kineto's timeline of a profiled step on a GPU; without --profile, or on the CPU, one
+  // line, and its folder is not made.
+  TempDir dir;
+  const std::string traces = (dir.path / "traces").string();
+  r = run_thx("bench train --trace " + traces);
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_EQ(lines(r.out), 1) << r.out;
+  EXPECT_NE(r.out.find("--profile"), std::string::npos) << r.out;
+  r = run_thx("bench train --profile --trace " + traces);
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_EQ(r.out, "thx: error: --trace writes Kineto's timeline of a GPU's step (thx --device cuda); on the CPU, "
+                   "--profile's tables are LibTorch's CPU profiler's\n");
+  EXPECT_FALSE(std::filesystem::exists(traces));
 }
 
 TEST(Cli, ConfigsMergeInOrderSetWinsAndDumpRoundTrips) {

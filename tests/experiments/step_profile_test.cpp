@@ -11,6 +11,7 @@
 #include <regex>
 #include <thread>
 
+#include "common/fs.h"
 #include "experiments/step_profile.h"
 #include "test_util.h"
 
@@ -173,6 +174,8 @@ TEST(StepProfileOnCuda, AStepsKernelsFitItsWallTimeAndLandInTheirPhases) {
   const torch::Device cuda(torch::kCUDA);
   const torch::Tensor a = torch::randn({2048, 2048}, cuda);
   torch::Tensor w = torch::zeros({2048, 2048}, cuda);
+  TempDir dir;
+  const std::string trace = (dir.path / "step.json").string();
   const StepProfile p = profile_step(
       [&] {
         torch::Tensor j;
@@ -183,7 +186,7 @@ TEST(StepProfileOnCuda, AStepsKernelsFitItsWallTimeAndLandInTheirPhases) {
         RECORD_USER_SCOPE("thx::optimizer");
         w.add_(j);
       },
-      cuda);
+      cuda, trace);
   ASSERT_TRUE(p.on_device);
   ASSERT_GE(p.kernel_launches, 3) << p.note;
   EXPECT_GT(phase_ms(p, "GEMMs"), 0);
@@ -193,6 +196,10 @@ TEST(StepProfileOnCuda, AStepsKernelsFitItsWallTimeAndLandInTheirPhases) {
   EXPECT_NEAR(phases_sum(p), p.kernels_ms, 1e-9);
   EXPECT_LE(p.kernels_ms, 1.01 * p.total_ms + 0.05);
   EXPECT_NE(render_profile(p, "Profile").find("kernels on the GPU"), std::string::npos);
+  // The timeline (--trace): Kineto's Chrome trace, the kernels in it.
+  const std::string json = read_file(trace);
+  EXPECT_NE(json.find("\"traceEvents\""), std::string::npos);
+  EXPECT_NE(json.find("\"kernel\""), std::string::npos);
 }
 
 }  // namespace THX_FILE_ID
