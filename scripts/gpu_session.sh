@@ -358,8 +358,9 @@ run() {
     # and 48 heads; talking-heads on GPU_PROFILE_TH_PATH, default gemm) with one more step each under
     # Kineto (bench train --profile: CUPTI's time of every kernel, by phase, by the op that launched it
     # and by kernel, and the GPU's idle time; experiments/step_profile.h), and each step's timeline
-    # (--trace: Chrome traces, gzipped, to read in Perfetto on the CPU machines; those past 8 MB in
-    # all are dropped, so that the archive stays under the device tool's 16 MiB a file).
+    # (--trace: Chrome traces), read at once by scripts/trace_summary.py (where the GPU waited, by part
+    # of the step: train-traces.md) and kept gzipped for the CPU machines (those past 8 MB in all are
+    # dropped, so that the archive stays under the device tool's 16 MiB a file).
     phase profile-train 120 bash -c "
       $thx --device cuda --th-path ${GPU_PROFILE_TH_PATH:-gemm} bench train --config configs/t5/mini.yaml \
         --precision bf16 --base --base-only --base-heads 12,48 --steps 3 --profile --trace $OUT/traces \
@@ -367,6 +368,7 @@ run() {
       total=0
       for f in $OUT/traces/*.json; do
         [ -f \"\$f\" ] || continue
+        python3 scripts/trace_summary.py \"\$f\" --top 8 >> $OUT/train-traces.md 2>&1; echo >> $OUT/train-traces.md
         gzip -9 \"\$f\"; size=\$(stat -c %s \"\$f.gz\")
         if [ \$((total + size)) -gt 8000000 ]; then
           echo \"dropped \$f.gz (\$size bytes): past 8 MB of traces\"; rm -f \"\$f.gz\"

@@ -93,7 +93,13 @@ Timed time_steps(const PretrainConfig& c, const ModelSpec& spec, int64_t vocab, 
       for (auto& p : model->parameters()) p.mutable_grad() = torch::Tensor();
       {
         PrecisionScope scope(precision);
-        loss_of().backward();
+        torch::Tensor loss;
+        {
+          RECORD_USER_SCOPE("thx::forward");  // (the parts a trace is read by: scripts/trace_summary.py)
+          loss = loss_of();
+        }
+        RECORD_USER_SCOPE("thx::backward");
+        loss.backward();
       }
       RECORD_USER_SCOPE("thx::optimizer");
       opt->step(1e-3);
