@@ -13,7 +13,9 @@
 
 #include "common/fs.h"
 #include "experiments/step_profile.h"
+#include "models/t5.h"
 #include "test_util.h"
+#include "training/training_fixtures.h"
 
 namespace thx::test {
 namespace {
@@ -148,6 +150,37 @@ TEST(StepProfile, KinetoSeesAStepsOpsAndTheirNestingOnTheCpu) {
   EXPECT_NEAR(phase_ms(p, "GEMMs"), 0.1, 1e-12);
   EXPECT_NEAR(phase_ms(p, "attention core"), 0.01, 1e-12);
   EXPECT_NEAR(phase_ms(p, "optimizer"), 0.001, 1e-12);
+}
+
+// A whole T5 step (talking-heads encoder), as Kineto records it on the CPU, with a stand-in kernel of
+// 1 us for every op: each finds its op, and thx's scopes give the attention core, the norms and the
+// loss their phases (forward in their scopes, backward through their autograd nodes' names).
+TEST(StepProfile, EveryOpOfAT5StepFindsItsPhase) {
+  const PretrainConfig c = tiny_pretrain("unused", 1);
+  torch::manual_seed(5);
+  T5 model(resolve_model_spec(c.model, c.attention), 64);
+  const torch::Tensor inputs = torch::randint(2, 64, {4, 32}), targets = torch::randint(2, 64, {4, 8});
+  const torch::Tensor decoder_inputs = torch::cat({torch::zeros({4, 1}, torch::kInt64), targets.narrow(1, 0, 7)}, 1);
+  const KinetoSpans s = record_kineto_spans([&] { model->forward(inputs, decoder_inputs, targets).loss.backward(); },
+                                            false);
+  KinetoSpans with_kernels = s;
+  for (const OpSpan& op : s.ops)
+    if (op.correlation != 0) with_kernels.device.push_back({"k", 1.0, op.correlation});
+  ASSERT_GT(with_kernels.device.size(), 100u);
+  StepProfile p;
+  attribute_kernels(with_kernels, p);
+  EXPECT_EQ(phase_ms(p, "unattributed"), 0);
+  for (const char* phase : {"GEMMs", "attention core", "norms", "loss", "other"})
+    EXPECT_GT(phase_ms(p, phase), 0) << phase;
+  auto launched = [&](const std::string& op) {
+    return std::any_of(p.ops.begin(), p.ops.end(),
+                       [&](const StepProfile::Op& o) { return o.name.find(op) != std::string::npos; });
+  };
+  EXPECT_TRUE(launched("AttentionCoreFn")) << "the core's backward node";
+  EXPECT_TRUE(launched("RMSNormFn"));
+  EXPECT_TRUE(launched("CrossEntropyZFn"));
+  for (const char* scope : {"thx::attention_core", "thx::rms_norm", "thx::loss"})
+    EXPECT_TRUE(std::any_of(s.ops.begin(), s.ops.end(), [&](const OpSpan& o) { return o.name == scope; })) << scope;
 }
 
 // The CPU profile: the phases sum to the step, thx's scopes name theirs (the attention core's own
