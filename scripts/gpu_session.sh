@@ -360,7 +360,8 @@ run() {
     # and by kernel, and the GPU's idle time; experiments/step_profile.h), and each step's timeline
     # (--trace: Chrome traces), read at once by scripts/trace_summary.py (where the GPU waited, by part
     # of the step: train-traces.md) and kept gzipped for the CPU machines (those past 8 MB in all are
-    # dropped, so that the archive stays under the device tool's 16 MiB a file).
+    # dropped, so that the archive stays under the device tool's 16 MiB a file). Its s/step column
+    # is timed after the row before was profiled (CUPTI stays attached): bench-train-gemm's is the one.
     phase profile-train 120 bash -c "
       $thx --device cuda --th-path ${GPU_PROFILE_TH_PATH:-gemm} bench train --config configs/t5/mini.yaml \
         --precision bf16 --base --base-only --base-heads 12,48 --steps 3 --profile --trace $OUT/traces \
