@@ -89,7 +89,8 @@ run() {
   # (GPU_PHASES="bench-train unit-suite", say).
   local deadline=$((SECONDS + ${GPU_DEADLINE_S:-560}))
   local default_phases="build sass cuda-tests sanitize ncu ncu-source bench-attention bench-train"
-  default_phases+=" bench-train-flash bench-train-gemm profile-train bench-train-gemm-aten bench-train-tiled-gemm"
+  default_phases+=" bench-train-flash bench-train-gemm profile-train bench-train-adafactor-aten"
+  default_phases+=" bench-train-gemm-aten bench-train-tiled-gemm"
   default_phases+=" bench-train-folded"
   default_phases+=" mini-t5 unit-suite"
   local phases=${GPU_PHASES:-$default_phases bench-train-aten bench-train-fused cuda-debug}
@@ -214,7 +215,7 @@ run() {
     # reads; racecheck: shared-memory races between a block's threads), each group on its own so
     # that a slow run of one cannot take the others' verdicts with it: the flash kernels (every
     # variant and mask, both backwards), the row kernels on tensor cores and as FMAs (small
-    # shapes: T5-base width would not fit the time) with the RMS norm's, and the fused kernels
+    # shapes: T5-base width would not fit the time) with the RMS norm's, Adafactor's, and the fused kernels
     # (memcheck only: their racecheck passed in the third session, and the group holding it ran
     # past its 45 s in the fourth).
     phase sanitize 70 bash -c '
@@ -222,6 +223,7 @@ run() {
       for tool in memcheck racecheck; do
         for filter in "FlashOnCuda.Bf16*" \
             "TiledRowKernelsTcOnCuda.*:TiledRowKernelsOnCuda.EqualsThePapersCore*:RowsSoftmaxOnCuda.*:DevicePath.Rms*" \
+            "Adafactor.GroupedUpdateOnCuda*" \
             "FusedThOnCuda.EqualsThePapersCoreForEveryVariantMaskAndDtype"; do
           case $tool:$filter in racecheck:FusedTh*) continue ;; esac
           echo "== $tool: $filter"
@@ -376,6 +378,11 @@ run() {
         else total=\$((total + size)); fi
       done
       ls -l $OUT/traces"
+    # Adafactor by its ATen composition (some 30 operations a group of parameters of one view) where
+    # every row above ran thx's kernels (training/adafactor_kernels.cuh: five launches a group): the
+    # optimizer column against bench-train-gemm's, T5-base at 12 heads (multi-head and talking-heads).
+    phase bench-train-adafactor-aten 60 "$thx" --device cuda --th-path gemm bench train --config configs/t5/mini.yaml \
+      --precision bf16 --base --base-only --base-heads 12 --adafactor-aten --out "$OUT/train-adafactor-aten.md"
     # The same with ATen's softmax (four passes where gemm's row kernel makes one): what that launch saves a step.
     phase bench-train-gemm-aten 90 "$thx" --device cuda --th-path gemm-aten bench train \
       --config configs/t5/mini.yaml --precision bf16 --base --base-only --base-heads 12,24,48 \

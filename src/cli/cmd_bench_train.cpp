@@ -41,6 +41,9 @@ struct BenchTrainCommand : Command {
     app->add_option("--trace", topt.trace_dir, "with --profile on a GPU: also write each profiled step's timeline "
                                                "here, one Chrome trace a row (Kineto's; Perfetto reads it)")
         ->type_name("DIR")->needs(profile);
+    app->add_flag("--adafactor-aten", topt.adafactor_aten,
+                  "Adafactor's updates by its ATen composition, not its fused update (the CPU's loops, a GPU's "
+                  "kernels): what that saves");
     app->add_option("--out", topt.markdown_out, "also write the Markdown report here");
     app->add_option("--base-batch", topt.base_batch, "batch of the T5 base rows (0: 8 on the CPU, 32 on a GPU)")
         ->check(CLI::NonNegativeNumber)->capture_default_str();

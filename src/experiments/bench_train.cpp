@@ -42,9 +42,16 @@ struct Timed {
 // Steps of the model at `precision` (common/precision.h): forward and backward in its scope, the
 // optimizer on the fp32 master weights. The heap is trimmed first, so that the peak RSS is this
 // configuration's and not an earlier one's high-water mark.
+// How a row's steps run beside its precision and device: one more step profiled (its trace
+// written where trace_path is set), and Adafactor by its ATen composition instead of its fused update.
+struct StepRun {
+  bool profile = false;
+  std::string trace_path;
+  bool adafactor_aten = false;
+};
+
 Timed time_steps(const PretrainConfig& c, const ModelSpec& spec, int64_t vocab, int64_t batch, int64_t steps,
-                 int64_t warmup, const std::string& precision, bool profile, const torch::Device& device,
-                 const std::string& trace_path) {
+                 int64_t warmup, const std::string& precision, const StepRun& run, const torch::Device& device) {
   trim_heap();
   reset_peak_rss();
   reset_device_peak(device);
@@ -54,6 +61,7 @@ Timed time_steps(const PretrainConfig& c, const ModelSpec& spec, int64_t vocab, 
   torch::nn::Module* model = &objective->module();
   model->to(device);
   const std::unique_ptr<Optimizer> opt = make_optimizer(c.optimizer, optimized_params(*model, objective->params(), c.optimizer));
+  if (run.adafactor_aten) opt->set_fused(false);
   const Batch batch_in = objective->random_batch(c.data, batch, vocab, device);
   auto loss_of = [&] {
     const Objective::Out o = objective->forward(batch_in);
@@ -88,7 +96,7 @@ Timed time_steps(const PretrainConfig& c, const ModelSpec& spec, int64_t vocab, 
   r.step_s = median(t), r.fwd_s = median(tf), r.bwd_s = median(tb), r.opt_s = median(to);
   for (auto& p : model->parameters()) r.params += p.numel();
   r.peak_rss_mb = device.is_cpu() ? peak_rss_mb() : device_peak_mb(device);
-  if (profile)
+  if (run.profile)
     r.profile = profile_step([&] {
       for (auto& p : model->parameters()) p.mutable_grad() = torch::Tensor();
       {
@@ -103,7 +111,7 @@ Timed time_steps(const PretrainConfig& c, const ModelSpec& spec, int64_t vocab, 
       }
       RECORD_USER_SCOPE("thx::optimizer");
       opt->step(1e-3);
-    }, device, trace_path);
+    }, device, run.trace_path);
   return r;
 }
 
@@ -212,10 +220,11 @@ class TrainBench {
     for (const auto& p : precisions_) peaks += fmt::format("{}{} {:.1f}", peaks.empty() ? "" : ", ", p, peak_.at(p));
     std::string r = fmt::format("{}. Matmul peak ({}^3, best of 5, measured in this run), GFLOP/s: {}. "
                                 "Median of {} steps after {} warm-up; model FLOPs = 6 x forward multiply-adds; % of peak "
-                                "is of the row's own precision's peak; {}.\n\n",
+                                "is of the row's own precision's peak; {}{}.\n\n",
                                 device_description(o_.device), peak_size_, peaks, o_.steps, o_.warmup,
                                 gpu_ ? "peak GPU MB is the caching allocator's peak of tensors, reset before each row"
-                                     : "peak RSS is the process's, the heap trimmed before each row") +
+                                     : "peak RSS is the process's, the heap trimmed before each row",
+                                o_.adafactor_aten ? "; Adafactor by its ATen composition (--adafactor-aten)" : "") +
                     render(table_, TableFormat::markdown);
     if (!speedups_.rows.empty()) r += "\n" + render(speedups_, TableFormat::markdown);
     if (o_.base_sweep) r += "\n" + render(ratios_, TableFormat::markdown);
@@ -235,8 +244,9 @@ class TrainBench {
     const ModelSpec spec = resolve_model_spec(c.model, c.attention);  // this row's (a base size, a variant)
     Timed t;
     try {
-      t = time_steps(c, spec, vocab, batch, o_.steps, o_.warmup, precision, o_.profile, o_.device,
-                     trace_path(fmt::format("{} {} {}", name, summary(c), precision)));
+      const StepRun run{o_.profile, trace_path(fmt::format("{} {} {}", name, summary(c), precision)),
+                        o_.adafactor_aten};
+      t = time_steps(c, spec, vocab, batch, o_.steps, o_.warmup, precision, run, o_.device);
     } catch (const c10::OutOfMemoryError&) {  // a row that does not fit the GPU says so
       log->warn("{} {} {}: out of memory at batch {}", name, summary(c), precision, batch);
       table_.rows.push_back({name, summary(c), precision, "-", std::to_string(batch), "out of memory", "-", "-", "-",

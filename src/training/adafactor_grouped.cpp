@@ -1,5 +1,6 @@
 #include "training/adafactor_grouped.h"
 
+#include <atomic>
 #include <cmath>
 #include <map>
 #include <numeric>
@@ -43,8 +44,49 @@ std::vector<AdafactorGroup> adafactor_groups(const std::vector<OptimizedParam>& 
   return groups;
 }
 
+namespace {
+
+std::atomic<cuda::adafactor::GroupRunner> g_cpu_runner{nullptr};
+
+// The runner of thx's kernels for this group's tensors, or null: CUDA's for fp32 members on a GPU
+// (where built), the tests' on the CPU; every weight, gradient and state tensor fp32 and contiguous.
+cuda::adafactor::GroupRunner kernel_runner(const AdafactorGroup& group, const std::vector<OptimizedParam>& params) {
+  const Tensor& first = params[group.members[0]].param;
+  cuda::adafactor::GroupRunner runner = first.is_cpu() ? g_cpu_runner.load() : nullptr;
+#ifdef THX_CUDA_KERNELS
+  if (first.is_cuda()) runner = cuda::adafactor::group_step_cuda;
+#endif
+  if (!runner) return nullptr;
+  auto fits = [&](const Tensor& t) {
+    return t.scalar_type() == torch::kFloat32 && t.is_contiguous() && t.device() == first.device();
+  };
+  for (size_t i : group.members)
+    if (!fits(params[i].param) || !fits(params[i].param.grad())) return nullptr;
+  for (const Tensor* s : {&group.vr, &group.vc, &group.v, &group.m})
+    if (s->defined() && !fits(*s)) return nullptr;
+  return runner;
+}
+
+}  // namespace
+
+void set_adafactor_kernels_on_cpu(cuda::adafactor::GroupRunner runner) { g_cpu_runner = runner; }
+
 void adafactor_group_step(AdafactorGroup& group, std::vector<OptimizedParam>& params, const AdafactorOptions& o,
-                          double decay, double lr) {
+                          double decay, double lr, bool kernels) {
+  if (const auto runner = kernels ? kernel_runner(group, params) : nullptr) {
+    cuda::adafactor::GroupStep s;
+    for (size_t i : group.members) {
+      s.w.push_back(params[i].param.data_ptr<float>());
+      s.g.push_back(params[i].param.grad().data_ptr<float>());
+    }
+    s.view = group.view, s.dims = group.dims;
+    auto ptr = [](Tensor& t) { return t.defined() ? t.data_ptr<float>() : nullptr; };
+    s.vr = ptr(group.vr), s.vc = ptr(group.vc), s.v = ptr(group.v), s.m = ptr(group.m);
+    s.h = {float(decay), float(o.epsilon1), float(o.epsilon2), float(o.clipping_threshold), float(lr * group.lr_scale),
+           o.beta1 ? float(*o.beta1) : -1.f};
+    runner(s);
+    return;
+  }
   std::vector<Tensor> w, g;
   w.reserve(group.members.size()), g.reserve(group.members.size());
   for (size_t i : group.members) {

@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "training/adafactor_step.h"
 #include "training/optimizer.h"
 
 namespace thx {
@@ -30,8 +31,15 @@ struct AdafactorGroup {
 std::vector<AdafactorGroup> adafactor_groups(const std::vector<OptimizedParam>& params,
                                              const std::vector<bool>& eligible, const AdafactorOptions& o);
 
-// One step of the group's members, whose gradients are all defined.
+// One step of the group's members, whose gradients are all defined. With `kernels` (the
+// optimizer's fused switch, optimizer.h), fp32 members on a GPU take thx's kernels
+// (adafactor_kernels.cuh: five launches a group) where thx was built with them; else, and with
+// kernels off, the ATen composition above.
 void adafactor_group_step(AdafactorGroup& group, std::vector<OptimizedParam>& params, const AdafactorOptions& o,
-                          double decay, double lr);
+                          double decay, double lr, bool kernels = true);
+
+// Tests: groups on the CPU (AdafactorOptions::group_on_cpu) take `runner` (the emulated kernels)
+// where kernels are on; null: the ATen composition.
+void set_adafactor_kernels_on_cpu(cuda::adafactor::GroupRunner runner);
 
 }  // namespace thx

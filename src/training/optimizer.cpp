@@ -108,7 +108,7 @@ class Adafactor : public Optimizer {
     for (AdafactorGroup& g : groups_) {
       const auto ready = [&](size_t i) { return !done[i] && params_[i].param.grad().defined(); };
       if (!std::all_of(g.members.begin(), g.members.end(), ready)) continue;  // each of them below
-      adafactor_group_step(g, params_, o_, decay, lr);
+      adafactor_group_step(g, params_, o_, decay, lr, fused_);
       for (size_t i : g.members) done[i] = true;
     }
     for (size_t i = 0; i < params_.size(); ++i) {

@@ -1,10 +1,11 @@
 // thx's CUDA kernels compile as device code on a machine without CUDA: clang's CUDA mode
 // (-nocudainc, cuda_compat.h's second branch) compiles th_kernels.cuh, th_rows_kernels.cuh,
-// th_rows_tc_kernels.cuh and rms_norm_kernels.cuh for sm_80 to PTX with -Wall -Wextra -Werror,
+// th_rows_tc_kernels.cuh, rms_norm_kernels.cuh and adafactor_kernels.cuh for sm_80 to PTX with
+// -Wall -Wextra -Werror,
 // and the PTX has every instantiation nvcc builds: the fused talking-heads forward and backward in
 // fp32, bf16 and bf16 on tensor cores, the row kernels' for each dtype and bucket of heads (and
 // bf16 on tensor cores for three), the flash kernels', the softmax's for each dtype, cache and
-// pairing, and the RMS norm's for each pair of x and y dtypes. PTX 7.0
+// pairing, the RMS norm's for each pair of x and y dtypes, and Adafactor's four. PTX 7.0
 // (CUDA 11's) is asked for: the warp shuffles need PTX 6.0 or later, and clang cannot tell the
 // version from a CUDA it does not have.
 // This catches a syntax or type error in device code before a GPU session's nvcc does. clang 14
@@ -42,6 +43,7 @@ TEST(CudaKernels, CompileToPtxWithClang) {
                        "#include \"attention/cuda/th_flash_backward.cuh\"\n"
                        "#include \"attention/cuda/th_softmax_kernels.cuh\"\n"
                        "#include \"models/rms_norm_kernels.cuh\"\n"
+                       "#include \"training/adafactor_kernels.cuh\"\n"
                        "namespace thx::cuda_th {\n"
                        "template __global__ void forward_kernel<float>(Args<float>);\n"
                        "template __global__ void forward_kernel<thx_bf16>(Args<thx_bf16>);\n"
@@ -94,7 +96,7 @@ TEST(CudaKernels, CompileToPtxWithClang) {
   const std::string text = read_file(ptx);
   int entries = 0;
   for (size_t at = text.find(".entry"); at != std::string::npos; at = text.find(".entry", at + 1)) ++entries;
-  EXPECT_EQ(entries, 6 + 8 + 16 + 6 + 6 + 12 + 12) << text.substr(0, 2000);
+  EXPECT_EQ(entries, 6 + 8 + 16 + 6 + 6 + 12 + 12 + 4) << text.substr(0, 2000);
 }
 
 // -I of the LibTorch this build used, where its headers are not in a system folder (a PyTorch
@@ -156,8 +158,9 @@ TEST(CudaKernels, NvccCompilesEveryCuFileForSm90) {
   // fused talking-heads fwd/bwd x fp32/bf16/bf16 on tensor cores; RMS norm 2 x 4; the tiled path's row
   // kernels fwd/bwd x fp32/bf16 x 4 buckets of heads, and on tensor cores fwd/bwd x 3 buckets; the
   // flash forward x 6 buckets, and its backward's two passes x 6; the softmax x fp32/bf16 x 3 caches x
-  // keys in pairs or not; the primitives' probe (tests/common)
-  EXPECT_EQ(kernels, 6 + 8 + 16 + 6 + 6 + 12 + 12 + 1);
+  // keys in pairs or not; Adafactor's group update (reduce, average, stats, apply); the primitives'
+  // probe (tests/common)
+  EXPECT_EQ(kernels, 6 + 8 + 16 + 6 + 6 + 12 + 12 + 4 + 1);
 }
 
 }  // namespace THX_FILE_ID

@@ -1,0 +1,128 @@
+// Adafactor's group update as thx's CUDA kernels (src/training/adafactor_kernels.cuh, in
+// adafactor_plan.h's order), run on the CPU by the emulator of common/cuda_compat.h, against the
+// group's ATen composition (adafactor_grouped.cpp with kernels off, which
+// Adafactor.GroupedUpdateEqualsTheAtenComposition holds to the per-parameter update, and that to
+// float64 formulas): weights and state over four steps, one of them clipped, for every place of
+// the factored dims (d1 before and after d0, other dims around them), reductions along memory and
+// across it, in one and several chunks, unfactored views, momentum, a learning-rate scale, and a
+// group larger than a launch takes (kMembers). Bounds as the grouped test's: fp32 sums in another
+// order, 1e-7 + 1e-5 x |value|.
+#include <gtest/gtest.h>
+
+#include "training/adafactor_grouped.h"
+#include "training/adafactor_plan.h"
+#include "test_util.h"
+
+namespace thx::test {
+namespace {
+namespace THX_FILE_ID {
+
+namespace af = cuda::adafactor;
+
+int g_runs = 0;  // group steps the emulated kernels ran
+
+struct EmuLaunch {
+  template <class K, class... A>
+  void operator()(K kernel, af::Grid g, int threads, A... args) {
+    emu::launch({g.x, g.y, g.z}, threads, 0, [&] { kernel(args...); });
+  }
+  void zero(float* p, int64_t n) { std::fill(p, p + n, 0.f); }
+};
+
+void emulated(const af::GroupStep& s) {
+  const af::ScratchSizes z = af::scratch_sizes(s);
+  std::vector<float> scratch(size_t(z.sums_r + z.sums_c + z.sums_rm + z.vrm + z.stats), -1.f);
+  float* p = scratch.data();
+  EmuLaunch launch;
+  af::run_group_step(launch, s, p, p + z.sums_r, p + z.sums_r + z.sums_c, p + z.sums_r + z.sums_c + z.sums_rm,
+                     p + z.sums_r + z.sums_c + z.sums_rm + z.vrm);
+  ++g_runs;
+}
+
+struct Runner {
+  Runner() { set_adafactor_kernels_on_cpu(emulated); }
+  ~Runner() { set_adafactor_kernels_on_cpu(nullptr); }
+};
+
+// `members` parameters of `shape`, updated four steps by the kernels and by the ATen composition.
+void check(const std::vector<int64_t>& shape, bool factored, int members, bool momentum, double lr_scale) {
+  SCOPED_TRACE(c10::str(c10::IntArrayRef(shape)) + " x" + std::to_string(members) + (momentum ? " momentum" : "") +
+               " lr scale " + std::to_string(lr_scale));
+  torch::manual_seed(7);
+  std::vector<OptimizedParam> a, b;
+  for (int i = 0; i < members; ++i) {
+    const torch::Tensor w = torch::randn(shape);
+    a.push_back({"p" + std::to_string(i), w.clone().requires_grad_(true), shape, false, false, lr_scale});
+    b.push_back({"p" + std::to_string(i), w.clone().requires_grad_(true), shape, false, false, lr_scale});
+  }
+  AdafactorOptions o;
+  o.min_dim_size_to_factor = 8;  // (small views factor: the emulator runs a thread at a time)
+  if (momentum) o.beta1 = 0.9;
+  const std::vector<bool> all(size_t(members), true);
+  std::vector<AdafactorGroup> ga = adafactor_groups(a, all, o), gb = adafactor_groups(b, all, o);
+  ASSERT_EQ(ga.size(), 1u);
+  ASSERT_EQ(ga[0].dims.has_value(), factored);
+  const Runner runner;
+  const int runs = g_runs;
+  for (int step = 1; step <= 4; ++step) {
+    for (int i = 0; i < members; ++i) {
+      const torch::Tensor g = torch::randn(shape) * (step == 2 ? 10.0 : 0.1);
+      a[size_t(i)].param.mutable_grad() = g, b[size_t(i)].param.mutable_grad() = g.clone();
+    }
+    const double decay = 1.0 - std::pow(double(step), -o.decay_exponent);
+    torch::NoGradGuard no_grad;
+    adafactor_group_step(ga[0], a, o, decay, 0.01 / step, true);
+    adafactor_group_step(gb[0], b, o, decay, 0.01 / step, false);
+  }
+  EXPECT_EQ(g_runs - runs, 4);
+  for (int i = 0; i < members; ++i)
+    EXPECT_TRUE(close(a[size_t(i)].param, b[size_t(i)].param, 1e-7, 1e-5)) << "parameter " << i;
+  const AdafactorGroup &ka = ga[0], &kb = gb[0];
+  for (const auto& [x, y] : {std::pair{ka.vr, kb.vr}, {ka.vc, kb.vc}, {ka.v, kb.v}, {ka.m, kb.m}}) {
+    ASSERT_EQ(x.defined(), y.defined());
+    if (x.defined()) EXPECT_TRUE(close(x, y, 1e-12, 1e-5));
+  }
+}
+
+TEST(AdafactorEmulated, KernelsEqualTheAtenCompositionForEveryLayout) {
+  // (factored_dims: d0 the larger dim, d1 the other; ties keep their order)
+  check({13, 14}, true, 3, false, 1.0);  // d0 last (a warp an output), d1 before it
+  check({14, 13}, true, 3, false, 1.0);  // d0 first, d1 last
+  check({9, 600}, true, 2, false, 1.0);  // d0 of 600: three chunks along memory
+  check({300, 9}, true, 2, false, 0.5);  // d0 of 300: two chunks across memory; a learning-rate scale
+  check({15, 4, 14}, true, 3, false, 1.0);  // a per-head view: a dim between d0 and d1
+  check({2, 13, 3, 14}, true, 2, false, 1.0);  // dims before, between and after
+  check({5, 20}, false, 3, false, 1.0);  // unfactored (a dim under 8)
+  check({7}, false, 3, false, 1.0);
+}
+
+TEST(AdafactorEmulated, MomentumAndGroupsLargerThanALaunch) {
+  check({13, 14}, true, 3, true, 1.0);
+  check({5, 20}, false, 3, true, 1.0);
+  check({5, 20}, false, af::kMembers + 3, false, 1.0);  // two slices
+  check({14, 13}, true, af::kMembers + 1, true, 1.0);
+}
+
+// Kernels off (the optimizer's fused switch), or a member in another dtype: the ATen composition.
+TEST(AdafactorEmulated, OtherwiseTheAtenComposition) {
+  const Runner runner;
+  const int runs = g_runs;
+  std::vector<OptimizedParam> p;
+  for (int i = 0; i < 2; ++i) p.push_back({"p", torch::randn({5, 20}).requires_grad_(true), {5, 20}, false});
+  for (auto& x : p) x.param.mutable_grad() = torch::randn({5, 20});
+  AdafactorOptions o;
+  std::vector<AdafactorGroup> g = adafactor_groups(p, {true, true}, o);
+  torch::NoGradGuard no_grad;
+  adafactor_group_step(g[0], p, o, 0.5, 0.01, false);
+  EXPECT_EQ(g_runs, runs);
+  p[1].param.mutable_grad() = p[1].param.grad().to(torch::kFloat64);
+  adafactor_group_step(g[0], p, o, 0.5, 0.01, true);
+  EXPECT_EQ(g_runs, runs);
+  p[1].param.mutable_grad() = p[1].param.grad().to(torch::kFloat32);
+  adafactor_group_step(g[0], p, o, 0.5, 0.01, true);
+  EXPECT_EQ(g_runs, runs + 1);
+}
+
+}  // namespace THX_FILE_ID
+}  // namespace
+}  // namespace thx::test
