@@ -379,7 +379,7 @@ run() {
       done
       ls -l $OUT/traces"
     # Adafactor by its ATen composition (some 30 operations a group of parameters of one view) where
-    # every row above ran thx's kernels (training/adafactor_kernels.cuh: five launches a group): the
+    # every row above ran thx's kernels (training/adafactor_kernels.cuh: nine launches a group): the
     # optimizer column against bench-train-gemm's, T5-base at 12 heads (multi-head and talking-heads).
     phase bench-train-adafactor-aten 60 "$thx" --device cuda --th-path gemm bench train --config configs/t5/mini.yaml \
       --precision bf16 --base --base-only --base-heads 12 --adafactor-aten --out "$OUT/train-adafactor-aten.md"

@@ -16,21 +16,15 @@ struct CudaLaunch {
     kernel<<<dim3(g.x, g.y, g.z), unsigned(threads), 0, stream>>>(args...);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   }
-  void zero(float* p, int64_t n) {
-    if (n > 0) C10_CUDA_CHECK(cudaMemsetAsync(p, 0, size_t(n) * sizeof(float), stream));
-  }
 };
 
 }  // namespace
 
 void group_step_cuda(const GroupStep& s) {
   const ScratchSizes z = scratch_sizes(s);
-  const int64_t floats = z.sums_r + z.sums_c + z.sums_rm + z.vrm + z.stats;
-  at::Tensor scratch = at::empty({floats}, at::TensorOptions().dtype(at::kFloat).device(at::kCUDA));
-  float* p = scratch.data_ptr<float>();
+  at::Tensor scratch = at::empty({z.total()}, at::TensorOptions().dtype(at::kFloat).device(at::kCUDA));
   CudaLaunch launch{at::cuda::getCurrentCUDAStream()};
-  run_group_step(launch, s, p, p + z.sums_r, p + z.sums_r + z.sums_c, p + z.sums_r + z.sums_c + z.sums_rm,
-                 p + z.sums_r + z.sums_c + z.sums_rm + z.vrm);
+  run_group_step(launch, s, Scratch(scratch.data_ptr<float>(), z));
 }
 
 }  // namespace thx::cuda::adafactor

@@ -8,11 +8,14 @@
 // A factored view's two means are reductions over one of its dims: the view seen as
 // [outer, n, inner] (n the dim's size, inner the product of the sizes after it), a mean's index
 // the element's with that dim taken out (`without`), which is ATen's layout of mean(d, keepdim).
-// reduce_kernel sums blocks of kChunk rows of n into fp32 partial sums by atomics (one a block and
-// output), average_kernel folds them into the state: vr = decay vr + (1 - decay) mean. stats_kernel
-// makes x for every element (updating v where unfactored) and sums x^2 and w^2 a member;
-// apply_kernel makes x again and subtracts the update. All sums are fp32, in another order than
-// ATen's: the same numbers up to fp32 rounding (tests/training/adafactor_emu_test.cpp).
+// reduce_kernel sums each chunk of kChunk rows of n into an fp32 partial sum of its own (one a
+// chunk and output), average_kernel adds a mean's partial sums in chunk order and folds the mean
+// into the state: vr = decay vr + (1 - decay) mean. stats_kernel makes x for every element
+// (updating v where unfactored) and writes each block's sums of x^2 and w^2, which
+// finish_stats_kernel adds in block order; apply_kernel makes x again and subtracts the update.
+// No atomics: a step's result does not depend on the order blocks run in, so a GPU run repeats
+// bit for bit. All sums are fp32, in another order than ATen's: the same numbers up to fp32
+// rounding (tests/training/adafactor_emu_test.cpp).
 #pragma once
 #include <cstdint>
 
@@ -39,13 +42,15 @@ struct Dim {
 // e's index with dim d taken out: the index of e's entry in a mean over d.
 THX_DEVICE int64_t without(int64_t e, Dim d) { return (e / (d.stride * d.size)) * d.stride + e % d.stride; }
 
-// sums[m * sums_len + o * inner + i] += the sum over this block's chunk of k < n of
-// f(src[(o * n + k) * inner + i]), f(x) = x^2 + eps1 where square, else x; src is member m's
-// gradient, or from_state + m * state_len where from_state is given. Grid: (outputs, members,
-// chunks of n). inner == 1: a warp an output, its lanes along the memory; else a thread an output.
-__global__ void reduce_kernel(Members mem, const float* from_state, int64_t state_len, float* sums, int64_t sums_len,
+// parts[(m * chunks + c) * outputs + o * inner + i] = the sum over chunk c (blockIdx.z) of k < n
+// of f(src[(o * n + k) * inner + i]), f(x) = x^2 + eps1 where square, else x; src is member m's
+// gradient, or from_state + m * state_len where from_state is given; outputs = outer * inner.
+// Grid: (outputs, members, chunks of n). inner == 1: a warp an output, its lanes along the
+// memory; else a thread an output.
+__global__ void reduce_kernel(Members mem, const float* from_state, int64_t state_len, float* parts,
                               int64_t outer, int64_t n, int64_t inner, int square, float eps1) {
   const int m = int(blockIdx.y);
+  float* sums = parts + (int64_t(m) * gridDim.z + blockIdx.z) * outer * inner;
   const float* src = from_state ? from_state + m * state_len : mem.g[m];
   const int64_t k0 = int64_t(blockIdx.z) * kChunk, k1 = k0 + kChunk < n ? k0 + kChunk : n;
   if (inner == 1) {
@@ -58,7 +63,7 @@ __global__ void reduce_kernel(Members mem, const float* from_state, int64_t stat
         s += square ? x * x + eps1 : x;
       }
     for (int off = 16; off > 0; off >>= 1) s += thx_shfl_xor(s, off);
-    if (o < outer && lane == 0) thx_atomic_add(sums + m * sums_len + o, s);
+    if (o < outer && lane == 0) sums[o] = s;
     return;
   }
   const int64_t j = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -69,14 +74,20 @@ __global__ void reduce_kernel(Members mem, const float* from_state, int64_t stat
     const float x = src[(o * n + k) * inner + i];
     s += square ? x * x + eps1 : x;
   }
-  thx_atomic_add(sums + m * sums_len + j, s);
+  sums[j] = s;
 }
 
-// state[j] = decay state[j] + (1 - decay) sums[j] / n for j < len; where decay is 0, sums[j] / n.
-__global__ void average_kernel(float* state, const float* sums, int64_t len, float n, float decay) {
+// For j < members x outputs (member m = j / outputs, output o = j % outputs): the mean is the sum
+// of reduce_kernel's `chunks` parts, in chunk order, over n; state[j] = decay state[j] + (1 - decay)
+// mean, or where decay is 0 the mean.
+__global__ void average_kernel(float* state, const float* parts, int64_t members, int64_t outputs, int64_t chunks,
+                               float n, float decay) {
   const int64_t j = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (j >= len) return;
-  const float mean = sums[j] / n;
+  if (j >= members * outputs) return;
+  const int64_t m = j / outputs, o = j % outputs;
+  float s = 0.f;
+  for (int64_t c = 0; c < chunks; ++c) s += parts[(m * chunks + c) * outputs + o];
+  const float mean = s / n;
   state[j] = decay == 0.f ? mean : decay * state[j] + (1.f - decay) * mean;
 }
 
@@ -98,10 +109,10 @@ THX_DEVICE float x_of(const Factors& f, int m, int64_t e, float g) {
   return g * thx_rsqrt(row) * thx_rsqrt(f.vc[m * f.c_len + without(e, f.d1)]);
 }
 
-// stats[2 m] += the sum of member m's x^2, stats[2 m + 1] of its w^2; where unfactored, v is
-// updated first (v = decay v + (1 - decay) (g^2 + eps1)). Grid: (blocks striding over a member's
-// elements, members).
-__global__ void stats_kernel(Members mem, Factors f, float decay, float eps1, float* stats) {
+// parts[2 (m gridDim.x + b)] = block b's sum of member m's x^2, and + 1 of its w^2; where
+// unfactored, v is updated first (v = decay v + (1 - decay) (g^2 + eps1)). Grid: (blocks striding
+// over a member's elements, members).
+__global__ void stats_kernel(Members mem, Factors f, float decay, float eps1, float* parts) {
   THX_STATIC_SHARED float shm[32];
   const int m = int(blockIdx.y);
   float sx = 0.f, sw = 0.f;
@@ -116,7 +127,25 @@ __global__ void stats_kernel(Members mem, Factors f, float decay, float eps1, fl
   }
   sx = block_sum(sx, shm);
   sw = block_sum(sw, shm);
-  if (threadIdx.x == 0) thx_atomic_add(stats + 2 * m, sx), thx_atomic_add(stats + 2 * m + 1, sw);
+  if (threadIdx.x == 0) {
+    float* p = parts + 2 * (int64_t(m) * gridDim.x + blockIdx.x);
+    p[0] = sx, p[1] = sw;
+  }
+}
+
+// stats[2 m] and [2 m + 1] = member m's (blockIdx.x's) sums of x^2 and w^2 from stats_kernel's
+// `blocks` parts, each thread adding every blockDim.x-th in order, then the block's tree.
+__global__ void finish_stats_kernel(const float* parts, int64_t blocks, float* stats) {
+  THX_STATIC_SHARED float shm[32];
+  const int64_t m = blockIdx.x;
+  float sx = 0.f, sw = 0.f;
+  for (int64_t b = threadIdx.x; b < blocks; b += blockDim.x) {
+    sx += parts[2 * (m * blocks + b)];
+    sw += parts[2 * (m * blocks + b) + 1];
+  }
+  sx = block_sum(sx, shm);
+  sw = block_sum(sw, shm);
+  if (threadIdx.x == 0) stats[2 * m] = sx, stats[2 * m + 1] = sw;
 }
 
 // w -= u, u = lr max(rms(w), eps2) x / max(1, rms(x) / clip) (with momentum: mom = beta1 mom +

@@ -5,7 +5,7 @@
 // and the PTX has every instantiation nvcc builds: the fused talking-heads forward and backward in
 // fp32, bf16 and bf16 on tensor cores, the row kernels' for each dtype and bucket of heads (and
 // bf16 on tensor cores for three), the flash kernels', the softmax's for each dtype, cache and
-// pairing, the RMS norm's for each pair of x and y dtypes, and Adafactor's four. PTX 7.0
+// pairing, the RMS norm's for each pair of x and y dtypes, and Adafactor's five. PTX 7.0
 // (CUDA 11's) is asked for: the warp shuffles need PTX 6.0 or later, and clang cannot tell the
 // version from a CUDA it does not have.
 // This catches a syntax or type error in device code before a GPU session's nvcc does. clang 14
@@ -96,7 +96,7 @@ TEST(CudaKernels, CompileToPtxWithClang) {
   const std::string text = read_file(ptx);
   int entries = 0;
   for (size_t at = text.find(".entry"); at != std::string::npos; at = text.find(".entry", at + 1)) ++entries;
-  EXPECT_EQ(entries, 6 + 8 + 16 + 6 + 6 + 12 + 12 + 4) << text.substr(0, 2000);
+  EXPECT_EQ(entries, 6 + 8 + 16 + 6 + 6 + 12 + 12 + 5) << text.substr(0, 2000);
 }
 
 // -I of the LibTorch this build used, where its headers are not in a system folder (a PyTorch
@@ -158,9 +158,9 @@ TEST(CudaKernels, NvccCompilesEveryCuFileForSm90) {
   // fused talking-heads fwd/bwd x fp32/bf16/bf16 on tensor cores; RMS norm 2 x 4; the tiled path's row
   // kernels fwd/bwd x fp32/bf16 x 4 buckets of heads, and on tensor cores fwd/bwd x 3 buckets; the
   // flash forward x 6 buckets, and its backward's two passes x 6; the softmax x fp32/bf16 x 3 caches x
-  // keys in pairs or not; Adafactor's group update (reduce, average, stats, apply); the primitives'
-  // probe (tests/common)
-  EXPECT_EQ(kernels, 6 + 8 + 16 + 6 + 6 + 12 + 12 + 4 + 1);
+  // keys in pairs or not; Adafactor's group update (reduce, average, stats, finish_stats, apply); the
+  // primitives' probe (tests/common)
+  EXPECT_EQ(kernels, 6 + 8 + 16 + 6 + 6 + 12 + 12 + 5 + 1);
 }
 
 }  // namespace THX_FILE_ID

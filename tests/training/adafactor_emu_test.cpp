@@ -26,16 +26,13 @@ struct EmuLaunch {
   void operator()(K kernel, af::Grid g, int threads, A... args) {
     emu::launch({g.x, g.y, g.z}, threads, 0, [&] { kernel(args...); });
   }
-  void zero(float* p, int64_t n) { std::fill(p, p + n, 0.f); }
 };
 
 void emulated(const af::GroupStep& s) {
   const af::ScratchSizes z = af::scratch_sizes(s);
-  std::vector<float> scratch(size_t(z.sums_r + z.sums_c + z.sums_rm + z.vrm + z.stats), -1.f);
-  float* p = scratch.data();
+  std::vector<float> scratch(size_t(z.total()), std::nanf(""));  // (read before written: NaN spreads)
   EmuLaunch launch;
-  af::run_group_step(launch, s, p, p + z.sums_r, p + z.sums_r + z.sums_c, p + z.sums_r + z.sums_c + z.sums_rm,
-                     p + z.sums_r + z.sums_c + z.sums_rm + z.vrm);
+  af::run_group_step(launch, s, af::Scratch(scratch.data(), z));
   ++g_runs;
 }
 
