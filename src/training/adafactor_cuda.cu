@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
 
 #include "training/adafactor_plan.h"
 
@@ -21,6 +22,7 @@ struct CudaLaunch {
 }  // namespace
 
 void group_step_cuda(const GroupStep& s) {
+  const c10::cuda::CUDAGuard guard(c10::DeviceIndex(s.device));  // its stream and scratch on the tensors' GPU
   const ScratchSizes z = scratch_sizes(s);
   at::Tensor scratch = at::empty({z.total()}, at::TensorOptions().dtype(at::kFloat).device(at::kCUDA));
   CudaLaunch launch{at::cuda::getCurrentCUDAStream()};

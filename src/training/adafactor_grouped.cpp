@@ -79,7 +79,7 @@ void adafactor_group_step(AdafactorGroup& group, std::vector<OptimizedParam>& pa
       s.w.push_back(params[i].param.data_ptr<float>());
       s.g.push_back(params[i].param.grad().data_ptr<float>());
     }
-    s.view = group.view, s.dims = group.dims;
+    s.view = group.view, s.dims = group.dims, s.device = params[group.members[0]].param.device().index();
     auto ptr = [](Tensor& t) { return t.defined() ? t.data_ptr<float>() : nullptr; };
     s.vr = ptr(group.vr), s.vc = ptr(group.vc), s.v = ptr(group.v), s.m = ptr(group.m);
     s.h = {float(decay), float(o.epsilon1), float(o.epsilon2), float(o.clipping_threshold), float(lr * group.lr_scale),

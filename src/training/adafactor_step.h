@@ -19,6 +19,7 @@ struct GroupStep {
   std::optional<std::pair<int64_t, int64_t>> dims;
   float *vr = nullptr, *vc = nullptr, *v = nullptr, *m = nullptr;  // [members, ...]; m null: no momentum
   Hyper h{};
+  int device = -1;  // the GPU the tensors are on (-1: the CPU)
 };
 
 // Runs a group's step in the kernels' stream order: CUDA's (group_step_cuda, in builds with thx's
