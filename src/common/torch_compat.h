@@ -86,33 +86,21 @@ inline at::Tensor bmm_wide(const at::Tensor& a, const at::Tensor& b, at::ScalarT
 
 // ---- a Kineto event's times, in microseconds ------------------------------------------------
 // E is torch::autograd::profiler::KinetoEvent (a template, so that this header need not include the
-// profiler's): the member each LibTorch has is found by overload, as bmm_wide's.
-namespace detail {
+// profiler's): whether it has 2.x's nanosecond members is found by member, as bmm_wide's overload.
+template <class E, class = void>
+struct KinetoNanoseconds : std::false_type {};
 template <class E>
-auto kineto_start_ns(const E& e, int) -> decltype(double(e.startNs())) {
-  return double(e.startNs());
-}
-template <class E>
-double kineto_start_ns(const E& e, long) {
-  return double(e.startUs()) * 1e3;
-}
-template <class E>
-auto kineto_duration_ns(const E& e, int) -> decltype(double(e.durationNs())) {
-  return double(e.durationNs());
-}
-template <class E>
-double kineto_duration_ns(const E& e, long) {
-  return double(e.durationUs()) * 1e3;
-}
-}  // namespace detail
+struct KinetoNanoseconds<E, std::void_t<decltype(std::declval<const E&>().startNs())>> : std::true_type {};
 
 template <class E>
 double kineto_start_us(const E& e) {
-  return detail::kineto_start_ns(e, 0) / 1e3;
+  if constexpr (KinetoNanoseconds<E>::value) return double(e.startNs()) / 1e3;
+  else return double(e.startUs());
 }
 template <class E>
 double kineto_duration_us(const E& e) {
-  return detail::kineto_duration_ns(e, 0) / 1e3;
+  if constexpr (KinetoNanoseconds<E>::value) return double(e.durationNs()) / 1e3;
+  else return double(e.durationUs());
 }
 
 }  // namespace thx::compat

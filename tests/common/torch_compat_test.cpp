@@ -6,6 +6,8 @@
 // checked against the version that added it.
 #include <cmath>
 
+#include <torch/csrc/autograd/profiler_kineto.h>
+
 #include "common/torch_compat.h"
 #include "test_util.h"
 
@@ -37,6 +39,26 @@ TEST(TorchCompat, BmmWideOnTheCpuIsTheProductOfTheOperandsWidened) {
 
 // The folded path's shapes: a matrix times a vector a batch ([N, h, m] x [N, m, 1]) and a vector
 // times a matrix ([N, 1, k] x [N, k, h]), sums of 4096 bf16 products each.
+// Kineto's event times in microseconds from either LibTorch's members: 1.13's (startUs, durationUs)
+// and 2.x's (startNs, durationNs), each read with its unit (stand-in events of both forms); and this
+// LibTorch's own KinetoEvent takes the form its version has.
+struct EventUs {
+  uint64_t startUs() const { return 1500; }
+  uint64_t durationUs() const { return 20; }
+};
+struct EventNs {
+  uint64_t startNs() const { return 1500250; }
+  uint64_t durationNs() const { return 20500; }
+};
+
+TEST(TorchCompat, KinetoTimesInMicrosecondsFromEitherVersionsMembers) {
+  EXPECT_EQ(compat::kineto_start_us(EventUs{}), 1500.0);
+  EXPECT_EQ(compat::kineto_duration_us(EventUs{}), 20.0);
+  EXPECT_EQ(compat::kineto_start_us(EventNs{}), 1500.25);
+  EXPECT_EQ(compat::kineto_duration_us(EventNs{}), 20.5);
+  EXPECT_EQ(compat::KinetoNanoseconds<torch::autograd::profiler::KinetoEvent>::value, bool(THX_TORCH2));
+}
+
 TEST(TorchCompatOnCuda, BmmWideKeepsCublasFp32Sums) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   if (!compat::kHaveBmmOutDtype) GTEST_SKIP() << "LibTorch " << TORCH_VERSION << " has no bmm.dtype";
