@@ -17,20 +17,15 @@ part whose scope was open on the CPU when it was launched, on any thread):
 Kineto links a kernel to its launch by "correlation" and a launch to its op by "External id".
 Standard library only. Bad input: one line, exit 2.
 """
-import argparse
 import gzip
 import json
 import statistics
-import sys
+
+from oneline import Parser, fail  # one line, exit 2, as thx
 
 DEVICE = ("kernel", "gpu_memcpy", "gpu_memset")
 LAUNCH = ("cuda_runtime", "cuda_driver")
 PARTS = ("thx::forward", "thx::backward", "thx::optimizer")
-
-
-def fail(message):
-    print(f"trace_summary.py: {message}", file=sys.stderr)
-    sys.exit(2)
 
 
 def load(path):
@@ -59,7 +54,7 @@ def short(name, width=60):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = Parser(description=__doc__.split("\n")[0])
     ap.add_argument("trace")
     ap.add_argument("--top", type=int, default=10)
     ap.add_argument("--gap-us", type=float, default=20.0)

@@ -17,6 +17,7 @@
 #include "common/log.h"
 #include "common/provenance.h"
 #include "common/runtime.h"
+#include "training/adafactor_grouped.h"
 
 namespace {
 
@@ -119,6 +120,7 @@ int run_parsed(const std::vector<std::unique_ptr<thx::Command>>& commands) {
   const auto error = [] { return "thx: error: " + thx::error_prefix(); };
   const auto internal = [] { return "thx: internal error: " + thx::error_prefix(); };
   try {
+    thx::adafactor_kernels_on();  // (a bad THX_ADAFACTOR_KERNELS is one line before any work)
     for (auto& c : commands)
       if (c->app->parsed()) return c->run();
   } catch (const thx::ConfigError& e) {  // a flag validated like a config key

@@ -6,6 +6,8 @@
 #include <string>
 #include <map>
 #include <numeric>
+
+#include "common/error.h"
 #include <tuple>
 
 namespace thx {
@@ -54,8 +56,7 @@ std::atomic<cuda::adafactor::GroupRunner> g_cpu_runner{nullptr};
 // (where built), the tests' on the CPU; every weight, gradient and state tensor fp32 and contiguous;
 // none where the environment says THX_ADAFACTOR_KERNELS=off (a GPU session whose kernel test failed).
 cuda::adafactor::GroupRunner kernel_runner(const AdafactorGroup& group, const std::vector<OptimizedParam>& params) {
-  const char* env = std::getenv("THX_ADAFACTOR_KERNELS");
-  if (env && std::string(env) == "off") return nullptr;
+  if (!adafactor_kernels_on()) return nullptr;
   const Tensor& first = params[group.members[0]].param;
   cuda::adafactor::GroupRunner runner = first.is_cpu() ? g_cpu_runner.load() : nullptr;
 #ifdef THX_CUDA_KERNELS
@@ -75,6 +76,14 @@ cuda::adafactor::GroupRunner kernel_runner(const AdafactorGroup& group, const st
 }  // namespace
 
 void set_adafactor_kernels_on_cpu(cuda::adafactor::GroupRunner runner) { g_cpu_runner = runner; }
+
+bool adafactor_kernels_on() {
+  const char* env = std::getenv("THX_ADAFACTOR_KERNELS");
+  const std::string v = env ? env : "on";
+  if (v != "on" && v != "off")
+    throw InputError("THX_ADAFACTOR_KERNELS=" + v + ": allowed are on and off (Adafactor's kernels on a GPU)");
+  return v == "on";
+}
 
 void adafactor_group_step(AdafactorGroup& group, std::vector<OptimizedParam>& params, const AdafactorOptions& o,
                           double decay, double lr, bool kernels) {

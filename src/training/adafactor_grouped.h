@@ -40,6 +40,11 @@ std::vector<AdafactorGroup> adafactor_groups(const std::vector<OptimizedParam>& 
 void adafactor_group_step(AdafactorGroup& group, std::vector<OptimizedParam>& params, const AdafactorOptions& o,
                           double decay, double lr, bool kernels = true);
 
+// THX_ADAFACTOR_KERNELS in the environment: unset or "on", thx's kernels where they apply; "off",
+// the ATen composition everywhere. Anything else is an InputError naming it (thx checks it before
+// any command runs).
+bool adafactor_kernels_on();
+
 // Tests: groups on the CPU (AdafactorOptions::group_on_cpu) take `runner` (the emulated kernels)
 // where kernels are on; null: the ATen composition.
 void set_adafactor_kernels_on_cpu(cuda::adafactor::GroupRunner runner);

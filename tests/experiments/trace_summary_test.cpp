@@ -90,6 +90,9 @@ TEST(TraceSummary, BadInputIsOneLineExitTwo) {
   const RunResult top = summarize(dir.write("t.json", trace()) + " --top 0");
   EXPECT_EQ(top.code, 2) << top.out;
   EXPECT_EQ(top.out, "trace_summary.py: --top 0: allowed: 1 or more\n");
+  const RunResult unknown = summarize(dir.file("t.json") + " --bogus");  // argparse's own errors too
+  EXPECT_EQ(unknown.code, 2) << unknown.out;
+  EXPECT_EQ(lines(unknown.out), 1) << unknown.out;
 }
 
 }  // namespace THX_FILE_ID

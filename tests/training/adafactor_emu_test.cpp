@@ -121,8 +121,18 @@ TEST(AdafactorEmulated, OtherwiseTheAtenComposition) {
   EXPECT_EQ(g_runs, runs + 1);
   setenv("THX_ADAFACTOR_KERNELS", "off", 1);  // (a GPU session turns them off where their test failed)
   adafactor_group_step(g[0], p, o, 0.5, 0.01, true);
+  EXPECT_EQ(g_runs, runs + 1);
+  setenv("THX_ADAFACTOR_KERNELS", "0", 1);  // neither on nor off: one line naming it
+  EXPECT_EQ(error_of([&] { adafactor_group_step(g[0], p, o, 0.5, 0.01, true); }),
+            "THX_ADAFACTOR_KERNELS=0: allowed are on and off (Adafactor's kernels on a GPU)");
   unsetenv("THX_ADAFACTOR_KERNELS");
   EXPECT_EQ(g_runs, runs + 1);
+  // thx checks it before any command runs: one line, exit 2.
+  const std::string thx = THX_BINARY;
+  const RunResult r = run_command("THX_ADAFACTOR_KERNELS=yes " + thx + " bench train --dump-config 2>&1");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_EQ(r.out, "thx: error: THX_ADAFACTOR_KERNELS=yes: allowed are on and off (Adafactor's kernels on a GPU)\n");
+  EXPECT_EQ(run_command(thx + " bench train --dump-config > /dev/null 2>&1").code, 0);
 }
 
 }  // namespace THX_FILE_ID
