@@ -1,17 +1,18 @@
 // Adafactor's group update as thx's CUDA kernels (src/training/adafactor_kernels.cuh, in
-// adafactor_plan.h's order), run on the CPU by the emulator of common/cuda_compat.h, against the
-// group's ATen composition (adafactor_grouped.cpp with kernels off, which
-// Adafactor.GroupedUpdateEqualsTheAtenComposition holds to the per-parameter update, and that to
-// float64 formulas): weights and state over four steps, one of them clipped, for every place of
+// adafactor_plan.h's order), run on the CPU by the emulator of common/cuda_compat.h, against
+// Adafactor's formulas in float64 (adafactor_reference.h: each weight within 1e-6 + 1e-5 x |ref|,
+// the bound of optimizer_test.cpp) and against the group's ATen composition (adafactor_grouped.cpp
+// with kernels off: weights and state within fp32's summation order, 1e-7 + 1e-5 x |value|), over
+// four steps, one of them clipped, for every place of
 // the factored dims (d1 before and after d0, other dims around them), reductions along memory and
 // across it, in one and several chunks, unfactored views, momentum, a learning-rate scale, and a
-// group larger than a launch takes (kMembers). Bounds as the grouped test's: fp32 sums in another
-// order, 1e-7 + 1e-5 x |value|.
+// group larger than a launch takes (kMembers).
 #include <gtest/gtest.h>
 
+#include "test_util.h"
 #include "training/adafactor_grouped.h"
 #include "training/adafactor_plan.h"
-#include "test_util.h"
+#include "training/adafactor_reference.h"
 
 namespace thx::test {
 namespace {
@@ -20,6 +21,11 @@ namespace THX_FILE_ID {
 namespace af = cuda::adafactor;
 
 int g_runs = 0;  // group steps the emulated kernels ran
+
+test::Vec as_vec(const torch::Tensor& t) {
+  const torch::Tensor d = t.detach().to(torch::kFloat64).contiguous();
+  return test::Vec(d.data_ptr<double>(), d.data_ptr<double>() + d.numel());
+}
 
 struct EmuLaunch {
   template <class K, class... A>
@@ -59,12 +65,21 @@ void check(const std::vector<int64_t>& shape, bool factored, int members, bool m
   std::vector<AdafactorGroup> ga = adafactor_groups(a, all, o), gb = adafactor_groups(b, all, o);
   ASSERT_EQ(ga.size(), 1u);
   ASSERT_EQ(ga[0].dims.has_value(), factored);
+  std::vector<test::RefAdafactor> refs(static_cast<size_t>(members));
+  std::vector<test::Vec> rws;
+  for (int i = 0; i < members; ++i) {
+    test::RefAdafactor& r = refs[size_t(i)];
+    r.shape = shape, r.beta1 = o.beta1, r.factored = ga[0].dims.has_value();
+    if (ga[0].dims) r.d0 = int(ga[0].dims->first), r.d1 = int(ga[0].dims->second);
+    rws.push_back(as_vec(a[size_t(i)].param));
+  }
   const Runner runner;
   const int runs = g_runs;
   for (int step = 1; step <= 4; ++step) {
     for (int i = 0; i < members; ++i) {
       const torch::Tensor g = torch::randn(shape) * (step == 2 ? 10.0 : 0.1);
       a[size_t(i)].param.mutable_grad() = g, b[size_t(i)].param.mutable_grad() = g.clone();
+      refs[size_t(i)].step(rws[size_t(i)], as_vec(g), 0.01 / step * lr_scale);
     }
     const double decay = 1.0 - std::pow(double(step), -o.decay_exponent);
     torch::NoGradGuard no_grad;
@@ -72,8 +87,11 @@ void check(const std::vector<int64_t>& shape, bool factored, int members, bool m
     adafactor_group_step(gb[0], b, o, decay, 0.01 / step, false);
   }
   EXPECT_EQ(g_runs - runs, 4);
-  for (int i = 0; i < members; ++i)
+  for (int i = 0; i < members; ++i) {
     EXPECT_TRUE(close(a[size_t(i)].param, b[size_t(i)].param, 1e-7, 1e-5)) << "parameter " << i;
+    const torch::Tensor ref = torch::tensor(rws[size_t(i)], torch::kFloat64).view(shape);
+    EXPECT_TRUE(close(a[size_t(i)].param.detach().to(torch::kFloat64), ref, 1e-6, 1e-5)) << "parameter " << i;
+  }
   const AdafactorGroup &ka = ga[0], &kb = gb[0];
   for (const auto& [x, y] : {std::pair{ka.vr, kb.vr}, {ka.vc, kb.vc}, {ka.v, kb.v}, {ka.m, kb.m}}) {
     ASSERT_EQ(x.defined(), y.defined());
