@@ -70,6 +70,9 @@ struct BenchTrainCommand : Command {
     ConfigTree tree = config.tree();
     topt.config = load_model_config(tree);
     if (config.dump) return dump_config(topt.config.yaml);
+    if (topt.adafactor_aten && topt.config.optimizer.name != "adafactor")
+      throw InputError(fmt::format("--adafactor-aten: the config's optimizer.name is {}; the flag concerns adafactor",
+                                   topt.config.optimizer.name));
     topt.device = resolve_device(device_request(), "--device");
     if (topt.tiled) refuse_gpu_only_option("--tiled", topt.device.is_cuda());
     if (!topt.trace_dir.empty()) {

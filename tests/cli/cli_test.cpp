@@ -137,6 +137,10 @@ TEST(Cli, BadBenchFlagsExitTwo) {
   EXPECT_EQ(r.out, "thx: error: --trace writes Kineto's timeline of a GPU's step (thx --device cuda); on the CPU, "
                    "--profile's tables are LibTorch's CPU profiler's\n");
   EXPECT_FALSE(std::filesystem::exists(traces));
+  // --adafactor-aten with another optimizer would report a comparison that did not happen.
+  r = run_thx("bench train --adafactor-aten --set optimizer.name=lamb");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_EQ(r.out, "thx: error: --adafactor-aten: the config's optimizer.name is lamb; the flag concerns adafactor\n");
 }
 
 TEST(Cli, ConfigsMergeInOrderSetWinsAndDumpRoundTrips) {
