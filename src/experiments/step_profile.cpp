@@ -65,14 +65,20 @@ StepProfile profile_on_cpu(const std::function<void()>& fn) {
   }
   StepProfile p;
   std::map<std::string, StepProfile::Op> by_name;
+  double ph[kPhaseCount] = {}, accounted = 0;
   for (const auto& events : lists) {
     // Only the thread that ran the step (its list holds the thx::step range).
     const bool mine = std::any_of(events.begin(), events.end(),
                                   [](const prof::LegacyEvent& e) { return std::string(e.name()) == "thx::step"; });
     if (!mine) continue;
+    // An op's self time goes to its phase as a GPU's kernels go to theirs (attribute_kernels): the
+    // optimizer's inside thx::optimizer, else its name's, else the nearest enclosing op's that names
+    // one (an exp inside thx::loss is the loss's, a product inside the attention core a GEMM).
     struct Open {
       const prof::LegacyEvent* push;
       std::string name;
+      Phase phase;
+      bool in_optimizer;
       double children_us = 0;
     };
     std::vector<Open> stack;
@@ -81,7 +87,10 @@ StepProfile profile_on_cpu(const std::function<void()>& fn) {
         // The copy inside a dtype conversion is the conversion: counted as a cast.
         std::string name = e.name();
         if (name == "aten::copy_" && !stack.empty() && stack.back().name == "aten::_to_copy") name = "aten::copy_ (cast)";
-        stack.push_back({&e, name});
+        const bool in_optimizer = name == "thx::optimizer" || (!stack.empty() && stack.back().in_optimizer);
+        const Phase own = phase_of(name);
+        const Phase phase = in_optimizer ? kOptimizer : own != kOther || stack.empty() ? own : stack.back().phase;
+        stack.push_back({&e, name, phase, in_optimizer});
       } else if (e.kindStr() == "pop" && !stack.empty()) {
         const Open o = stack.back();
         stack.pop_back();
@@ -92,6 +101,7 @@ StepProfile profile_on_cpu(const std::function<void()>& fn) {
         } else {
           StepProfile::Op& op = by_name[name];
           op.name = name, op.self_ms += (us - o.children_us) / 1e3, ++op.calls;
+          ph[o.phase] += (us - o.children_us) / 1e3, accounted += (us - o.children_us) / 1e3;
         }
         if (!stack.empty()) stack.back().children_us += us;
       }
@@ -99,8 +109,6 @@ StepProfile profile_on_cpu(const std::function<void()>& fn) {
   }
   for (auto& [k, v] : by_name) p.ops.push_back(v);
   std::sort(p.ops.begin(), p.ops.end(), [](const auto& a, const auto& b) { return a.self_ms > b.self_ms; });
-  double ph[kPhaseCount] = {}, accounted = 0;
-  for (const auto& op : p.ops) ph[phase_of(op.name)] += op.self_ms, accounted += op.self_ms;
   ph[kOther] += std::max(0.0, p.total_ms - accounted);  // between ops
   for (int k = 0; k < kUnattributed; ++k) p.phases.emplace_back(kCpuPhases[k], ph[k]);
   return p;

@@ -184,19 +184,40 @@ TEST(StepProfile, EveryOpOfAT5StepFindsItsPhase) {
 }
 
 // The CPU profile: the phases sum to the step, thx's scopes name theirs (the attention core's own
-// work is the time inside its scope but outside ATen's ops: here a sleep), products are GEMMs.
+// work is the time inside its scope but outside ATen's ops: here a sleep), products are GEMMs even
+// inside the core, and an op that names no phase takes its enclosing scope's (an exp inside
+// thx::loss is the loss's, as a GPU's kernel launched there would be), the optimizer's scope over all.
 TEST(StepProfile, CpuPhasesSumToTheStepAndThxsScopesNameTheirs) {
-  const torch::Tensor a = torch::randn({256, 256});
+  const torch::Tensor a = torch::randn({256, 256}), b = torch::randn({1024, 1024});
   const StepProfile p = profile_step([&] {
-    RECORD_USER_SCOPE("thx::attention_core");
-    const torch::Tensor j = a.mm(a);
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    {
+      RECORD_USER_SCOPE("thx::attention_core");
+      const torch::Tensor j = a.mm(a);
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    {
+      RECORD_USER_SCOPE("thx::loss");
+      for (int i = 0; i < 5; ++i) torch::exp(b);
+    }
+    {
+      RECORD_USER_SCOPE("thx::optimizer");
+      for (int i = 0; i < 5; ++i) b.mm(b);
+    }
   });
   ASSERT_EQ(p.phases.size(), 7u);
   EXPECT_FALSE(p.on_device);
   EXPECT_NEAR(phases_sum(p), p.total_ms, 1e-6 * p.total_ms);
   EXPECT_GE(phase_ms(p, "attention core rows"), 19.0);
+  auto self_ms = [&](const std::string& name) {
+    for (const StepProfile::Op& op : p.ops)
+      if (op.name == name) return op.self_ms;
+    return 0.0;
+  };
+  EXPECT_GT(self_ms("aten::exp"), 0);
+  EXPECT_GE(phase_ms(p, "loss"), self_ms("aten::exp"));
+  EXPECT_LT(phase_ms(p, "other"), self_ms("aten::exp")) << "the exps went to the loss";
   EXPECT_GT(phase_ms(p, "GEMMs"), 0);
+  EXPECT_LT(phase_ms(p, "GEMMs"), 0.5 * phase_ms(p, "optimizer")) << "the optimizer's products are its own";
   EXPECT_NE(render_profile(p, "Profile").find("LibTorch's legacy CPU profiler"), std::string::npos);
 }
 
