@@ -20,7 +20,7 @@ set(costs BadInputCampaign 140 Cli 140 SweepRun 115 Precision 35 EncoderContext 
 # them (emu::Order). tests/common/cuda_emulator_test.cpp checks that the list names every such suite
 # (each on a line of its own: `set(emulated ...)`, then `list(APPEND emulated ...)`).
 set(emulated Emulator CudaMma CudaPrimitives Flash TiledRowKernels TiledRowKernelsTc FusedThEmulated FusedThPadded RmsNormEmulated)
-list(APPEND emulated RowsSoftmax HeadsGemmRowSoftmax AdafactorEmulated)
+list(APPEND emulated RowsSoftmax HeadsGemmRowSoftmax AdafactorEmulated CrossEntropyEmulated)
 set(text "")
 foreach(line IN LISTS lines)
   if(line MATCHES "^([A-Za-z_][A-Za-z0-9_/]*)\\.")

@@ -89,7 +89,7 @@ run() {
   # (GPU_PHASES="bench-train unit-suite", say).
   local deadline=$((SECONDS + ${GPU_DEADLINE_S:-560}))
   local default_phases="build sass cuda-tests sanitize ncu ncu-source bench-attention bench-train"
-  default_phases+=" bench-train-flash bench-train-gemm profile-train bench-train-adafactor-aten"
+  default_phases+=" bench-train-flash bench-train-gemm profile-train profile-aten-parts"
   default_phases+=" bench-train-gemm-aten bench-train-tiled-gemm"
   default_phases+=" bench-train-folded"
   default_phases+=" mini-t5 unit-suite"
@@ -384,11 +384,15 @@ run() {
         else total=\$((total + size)); fi
       done
       ls -l $OUT/traces"
-    # Adafactor by its ATen composition (some 30 operations a group of parameters of one view) where
-    # every row above ran thx's kernels (training/adafactor_kernels.cuh: nine launches a group): the
-    # optimizer column against bench-train-gemm's, T5-base at 12 heads (multi-head and talking-heads).
-    phase bench-train-adafactor-aten 60 "$thx" --device cuda --th-path gemm bench train --config configs/t5/mini.yaml \
-      --precision bf16 --base --base-only --base-heads 12 --adafactor-aten --out "$OUT/train-adafactor-aten.md"
+    # The parts thx's own kernels compute, by ATen's composition instead (bench train --aten):
+    # Adafactor (some 30 operations a group of parameters of one view, where its kernels make nine
+    # launches), the loss (an fp32 copy of the logits and some fifteen passes, where its kernels read
+    # them once forward and once backward) and T5's RMS norm; profiled as profile-train's rows at 12
+    # heads (multi-head and talking-heads on gemm), so that its optimizer, loss and norms phases
+    # stand against profile-train's, and its optimizer column against bench-train-gemm's.
+    phase profile-aten-parts 60 "$thx" --device cuda --th-path gemm bench train --config configs/t5/mini.yaml \
+      --precision bf16 --base --base-only --base-heads 12 --steps 3 --profile --aten adafactor,loss,rms_norm \
+      --out "$OUT/train-aten-parts.md"
     # The same with ATen's softmax (four passes where gemm's row kernel makes one): what that launch saves a step.
     phase bench-train-gemm-aten 90 "$thx" --device cuda --th-path gemm-aten bench train \
       --config configs/t5/mini.yaml --precision bf16 --base --base-only --base-heads 12,24,48 \

@@ -42,6 +42,12 @@ inline ::testing::AssertionResult close(const torch::Tensor& a, const torch::Ten
                                        << scale << ") at flat index " << at;
 }
 
+// A tensor's data as T* (float, thx_bf16, ...): a kernel's argument on the CUDA emulator.
+template <typename T>
+T* data_as(const torch::Tensor& t) {
+  return reinterpret_cast<T*>(t.data_ptr());
+}
+
 struct RunResult {
   int code = -1;
   std::string out;  // stdout and stderr together

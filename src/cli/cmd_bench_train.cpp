@@ -41,9 +41,10 @@ struct BenchTrainCommand : Command {
     app->add_option("--trace", topt.trace_dir, "with --profile on a GPU: also write each profiled step's timeline "
                                                "here, one Chrome trace a row (Kineto's; Perfetto reads it)")
         ->type_name("DIR")->needs(profile);
-    app->add_flag("--adafactor-aten", topt.adafactor_aten,
-                  "Adafactor's updates by its ATen composition, not its fused update (the CPU's loops, a GPU's "
-                  "kernels): what that saves");
+    app->add_option("--aten", topt.aten,
+                    "these parts by their ATen composition, not thx's kernels (the CPU's loops, a GPU's kernels), to "
+                    "measure what the kernels save: adafactor (its update), loss (cross-entropy with z-loss), rms_norm "
+                    "(T5's)")->delimiter(',')->type_name("PARTS");
     app->add_option("--out", topt.markdown_out, "also write the Markdown report here");
     app->add_option("--base-batch", topt.base_batch, "batch of the T5 base rows (0: 8 on the CPU, 32 on a GPU)")
         ->check(CLI::NonNegativeNumber)->capture_default_str();
@@ -70,9 +71,16 @@ struct BenchTrainCommand : Command {
     ConfigTree tree = config.tree();
     topt.config = load_model_config(tree);
     if (config.dump) return dump_config(topt.config.yaml);
-    if (topt.adafactor_aten && topt.config.optimizer.name != "adafactor")
-      throw InputError(fmt::format("--adafactor-aten: the config's optimizer.name is {}; the flag concerns adafactor",
-                                   topt.config.optimizer.name));
+    for (const std::string& part : topt.aten) {
+      if (part != "adafactor" && part != "loss" && part != "rms_norm")
+        throw InputError(fmt::format("--aten: {} is not a part; allowed: adafactor, loss, rms_norm", part));
+      if (part == "adafactor" && topt.config.optimizer.name != "adafactor")
+        throw InputError(fmt::format("--aten adafactor: the config's optimizer.name is {}; the part concerns adafactor",
+                                     topt.config.optimizer.name));
+      if (part == "rms_norm" && topt.config.model.encoder_only())
+        throw InputError(fmt::format("--aten rms_norm: model.type {} has layer norms (ATen's); rms_norm is T5's",
+                                     topt.config.model.type));
+    }
     topt.device = resolve_device(device_request(), "--device");
     if (topt.tiled) refuse_gpu_only_option("--tiled", topt.device.is_cuda());
     if (!topt.trace_dir.empty()) {

@@ -61,6 +61,13 @@ torch::Device resolve_device(const std::string& requested, const std::string& wh
 
 void set_cpu_kernels(bool enabled) { g_cpu_kernels = enabled; }
 
+namespace {
+std::atomic<bool> g_aten_loss{false}, g_aten_rms_norm{false};
+}  // namespace
+
+AtenParts aten_parts() { return {g_aten_loss, g_aten_rms_norm}; }
+void set_aten_parts(AtenParts parts) { g_aten_loss = parts.loss, g_aten_rms_norm = parts.rms_norm; }
+
 // The sanitizers' death callback: present (non-null) only in a sanitizer build.
 extern "C" void __sanitizer_set_death_callback(void (*)(void)) __attribute__((weak));
 

@@ -28,6 +28,15 @@ namespace thx {
 bool cpu_kernels_enabled();
 void set_cpu_kernels(bool enabled);
 
+// Parts of a step that thx's own kernels compute (the CPU's loops, a GPU's kernels: the loss's
+// cross-entropy with z-loss, T5's RMS norm), left to the ATen composition they are tested
+// against, so that one run measures what the kernels save (`bench train --aten`). Off: the kernels.
+struct AtenParts {
+  bool loss = false, rms_norm = false;
+};
+AtenParts aten_parts();
+void set_aten_parts(AtenParts parts);
+
 // The device to train on: "cpu", "cuda" or "auto" (CUDA when present), from --device (set
 // once by main) or a config's train.device. resolve_device throws InputError (exit 2)
 // naming `where` for "cuda" when this LibTorch has no CUDA or no device is visible. Under

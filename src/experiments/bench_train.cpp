@@ -29,6 +29,11 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// Whether bench train's --aten names `part`.
+bool aten_part(const std::vector<std::string>& parts, const std::string& part) {
+  return std::find(parts.begin(), parts.end(), part) != parts.end();
+}
+
 struct Timed {
   double step_s = 0;                     // median
   double fwd_s = 0, bwd_s = 0, opt_s = 0;  // medians of the parts
@@ -224,7 +229,9 @@ class TrainBench {
                                 device_description(o_.device), peak_size_, peaks, o_.steps, o_.warmup,
                                 gpu_ ? "peak GPU MB is the caching allocator's peak of tensors, reset before each row"
                                      : "peak RSS is the process's, the heap trimmed before each row",
-                                o_.adafactor_aten ? "; Adafactor by its ATen composition (--adafactor-aten)" : "") +
+                                o_.aten.empty() ? ""
+                                                : fmt::format("; by ATen's composition, not thx's kernels (--aten): {}",
+                                                              fmt::join(o_.aten, ", "))) +
                     render(table_, TableFormat::markdown);
     if (!speedups_.rows.empty()) r += "\n" + render(speedups_, TableFormat::markdown);
     if (o_.base_sweep) r += "\n" + render(ratios_, TableFormat::markdown);
@@ -245,7 +252,7 @@ class TrainBench {
     Timed t;
     try {
       const StepRun run{o_.profile, trace_path(fmt::format("{} {} {}", name, summary(c), precision)),
-                        o_.adafactor_aten};
+                        aten_part(o_.aten, "adafactor")};
       t = time_steps(c, spec, vocab, batch, o_.steps, o_.warmup, precision, run, o_.device);
     } catch (const c10::OutOfMemoryError&) {  // a row that does not fit the GPU says so
       log->warn("{} {} {}: out of memory at batch {}", name, summary(c), precision, batch);
@@ -361,6 +368,13 @@ std::string bench_train(const BenchTrainOptions& options) {
   BenchTrainOptions o = options;
   o.tiled = o.tiled || th_path() != "fused";  // `--th-path tiled|batched|folded|gemm...`: not the fused kernels
   set_th_kernels(!o.tiled);
+  // The loss's and the norm's route is read where they run (common/runtime.h): set for this bench.
+  struct AtenScope {
+    explicit AtenScope(const std::vector<std::string>& parts) {
+      set_aten_parts({aten_part(parts, "loss"), aten_part(parts, "rms_norm")});
+    }
+    ~AtenScope() { set_aten_parts({}); }
+  } aten_scope(o.aten);
   TrainBench bench(o);
   if (bench.gpu())
     thx::log("bench")->info("talking-heads on the GPU: {}",

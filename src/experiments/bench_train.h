@@ -21,7 +21,8 @@ struct BenchTrainOptions {
   bool base_sweep = false;    // also: base size, batch 8, 512/114, MH and TH at h 12, 24, 48
   bool profile = false;       // also: one step per row under LibTorch's profiler, by phase (step_profile.h)
   std::string trace_dir;      // with profile, on a GPU: each profiled step's Kineto trace here (<row>.json)
-  bool adafactor_aten = false;  // Adafactor by its ATen composition (not the CPU's loops, a GPU's kernels)
+  std::vector<std::string> aten;  // --aten: parts by their ATen composition, not thx's kernels (the CPU's
+                                 // loops, a GPU's kernels): adafactor, loss, rms_norm
   std::string markdown_out;
   torch::Device device{torch::kCPU};  // --device: on CUDA the matmul peak is 8192^3, the peer runs
                                       // compiled with SDPA, memory is the GPU's peak of tensors

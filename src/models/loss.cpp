@@ -8,6 +8,9 @@
 #include "common/parallel.h"
 #include "common/precision.h"
 #include "common/runtime.h"
+#ifdef THX_CUDA_KERNELS
+#include "models/loss_cuda.h"
+#endif
 
 // Shapes: N rows (target positions, padding included), V vocabulary.
 namespace thx {
@@ -91,6 +94,41 @@ struct CrossEntropyZFn : torch::autograd::Function<CrossEntropyZFn> {
   }
 };
 
+#ifdef THX_CUDA_KERNELS
+// The same on a GPU: thx's own CUDA kernels (loss_cuda.h). The rows' sums are added in float64 by
+// ATen on the device, in a fixed order; the gradients of the two sums reach the backward kernel
+// on the device, so no step waits for a copy to the host there.
+struct CrossEntropyZCudaFn : torch::autograd::Function<CrossEntropyZCudaFn> {
+  static variable_list forward(AutogradContext* ctx, const Tensor& logits_in, const Tensor& targets_in,
+                               double z) {
+    const Tensor x = logits_in.contiguous(), t = targets_in.to(torch::kInt64).contiguous();  // [N,V], [N]
+    const int64_t N = x.size(0), V = x.size(1);
+    const Tensor bad = (t < 0) | (t >= V);  // [N]: the CPU's check, one read of the targets
+    if (bad.any().item<bool>())
+      TORCH_CHECK(false, "cross_entropy: target ", t.masked_select(bad)[0].item<int64_t>(), " outside [0, ", V, ")");
+    const auto f32 = x.options().dtype(torch::kFloat32);
+    Tensor lse = torch::empty({N}, f32), nll = torch::empty({N}, f32), zz = torch::empty({N}, f32);  // [N] each
+    thx::cuda::cross_entropy_forward(x, t, lse, nll, zz);
+    ctx->save_for_backward({x, t, lse});
+    ctx->saved_data["z"] = z;
+    const Tensor nll_sum = nll.to(torch::kFloat64).sum(), zz_sum = zz.to(torch::kFloat64).sum();
+    return {(nll_sum + z * zz_sum).to(torch::kFloat32), nll_sum.to(torch::kFloat32), lse};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto s = ctx->get_saved_variables();
+    const Tensor &x = s[0], &t = s[1], &lse = s[2];  // [N,V], [N], [N]
+    auto scalar = [&](const Tensor& g) {
+      return g.defined() ? g.reshape({1}).to(torch::kFloat32) : torch::zeros({1}, lse.options());
+    };
+    const Tensor g = torch::cat({scalar(grads[0]), scalar(grads[1])});  // [2] on the device
+    Tensor dx = torch::empty_like(x);                                    // [N,V], the logits' dtype
+    thx::cuda::cross_entropy_backward(x, t, lse, g, ctx->saved_data["z"].toDouble(), dx);
+    return {dx, Tensor(), Tensor()};
+  }
+};
+#endif
+
 }  // namespace
 
 LossSums cross_entropy_z_loss_reference(const Tensor& logits_in, const Tensor& targets, double z) {
@@ -108,10 +146,18 @@ LossSums cross_entropy_z_loss_reference(const Tensor& logits_in, const Tensor& t
 LossSums cross_entropy_z_loss(const Tensor& logits, const Tensor& targets, double z) {
   RECORD_USER_SCOPE("thx::loss");  // (a profile's phase: experiments/step_profile.h)
   const bool dtype = logits.scalar_type() == torch::kFloat32 || logits.scalar_type() == torch::kBFloat16;
-  if (!dtype || !logits.device().is_cpu() || logits.dim() != 2 || !cpu_kernels_enabled())
-    return cross_entropy_z_loss_reference(logits, targets, z);
-  auto out = CrossEntropyZFn::apply(logits, targets, z);
-  return {out[0], out[1], out[2]};
+  const bool kernels = dtype && logits.dim() == 2 && cpu_kernels_enabled() && !aten_parts().loss;
+  if (kernels && logits.device().is_cpu()) {
+    auto out = CrossEntropyZFn::apply(logits, targets, z);
+    return {out[0], out[1], out[2]};
+  }
+#ifdef THX_CUDA_KERNELS
+  if (kernels && logits.is_cuda()) {
+    auto out = CrossEntropyZCudaFn::apply(logits, targets, z);
+    return {out[0], out[1], out[2]};
+  }
+#endif
+  return cross_entropy_z_loss_reference(logits, targets, z);
 }
 
 }  // namespace thx

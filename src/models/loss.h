@@ -8,9 +8,10 @@
 // p = softmax(x). Unfused, ATen's logsumexp, gather and their backward passes make several
 // passes over the [N,V] logits and allocate as many temporaries; here there is one pass
 // forward (per row, in parallel) and one backward. fp32 or bf16 logits on the CPU (a bf16 row
-// is converted to fp32 before anything is summed; the gradient comes back in bf16); other
-// tensors take the ATen composition (loss_reference, also fp32 inside), which tests compare
-// against.
+// is converted to fp32 before anything is summed; the gradient comes back in bf16), and on a GPU
+// where thx was built with its CUDA kernels (loss_cuda.h: a block a row, the same math); other
+// tensors, and every tensor under `bench train --aten loss` (common/runtime.h), take the ATen
+// composition (loss_reference, also fp32 inside), which tests compare against.
 #pragma once
 #include <torch/torch.h>
 

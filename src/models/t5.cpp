@@ -202,12 +202,11 @@ struct RMSNormCudaFn : torch::autograd::Function<RMSNormCudaFn> {
 Tensor RMSNormImpl::forward(const Tensor& x) {
   RECORD_USER_SCOPE("thx::rms_norm");  // (a profile's phase: experiments/step_profile.h)
   const torch::ScalarType out = output_dtype(x);
-  if (float_or_bf16(x) && x.device().is_cpu() && scale.scalar_type() == torch::kFloat32 && cpu_kernels_enabled())
-    return RMSNormFn::apply(x, scale, int64_t(out));
+  const bool kernels = float_or_bf16(x) && scale.scalar_type() == torch::kFloat32 && cpu_kernels_enabled() &&
+                       !aten_parts().rms_norm;
+  if (kernels && x.device().is_cpu()) return RMSNormFn::apply(x, scale, int64_t(out));
 #ifdef THX_CUDA_KERNELS
-  if (float_or_bf16(x) && x.is_cuda() && scale.scalar_type() == torch::kFloat32 && x.size(-1) <= 12288 &&
-      cpu_kernels_enabled())
-    return RMSNormCudaFn::apply(x, scale, int64_t(out));
+  if (kernels && x.is_cuda() && x.size(-1) <= 12288) return RMSNormCudaFn::apply(x, scale, int64_t(out));
 #endif
   const Tensor x32 = to_fp32(x);
   return (x32 * torch::rsqrt(x32.pow(2).mean(-1, true) + 1e-6) * scale).to(out);  // [..., d]

@@ -137,10 +137,17 @@ TEST(Cli, BadBenchFlagsExitTwo) {
   EXPECT_EQ(r.out, "thx: error: --trace writes Kineto's timeline of a GPU's step (thx --device cuda); on the CPU, "
                    "--profile's tables are LibTorch's CPU profiler's\n");
   EXPECT_FALSE(std::filesystem::exists(traces));
-  // --adafactor-aten with another optimizer would report a comparison that did not happen.
-  r = run_thx("bench train --adafactor-aten --set optimizer.name=lamb");
+  // --aten adafactor with another optimizer, or rms_norm in a model without it, would report a
+  // comparison that did not happen; an unknown part is named.
+  r = run_thx("bench train --aten loss,adafactor --set optimizer.name=lamb");
   EXPECT_EQ(r.code, 2) << r.out;
-  EXPECT_EQ(r.out, "thx: error: --adafactor-aten: the config's optimizer.name is lamb; the flag concerns adafactor\n");
+  EXPECT_EQ(r.out, "thx: error: --aten adafactor: the config's optimizer.name is lamb; the part concerns adafactor\n");
+  r = run_thx("bench train --aten rms_norm --config " + std::string(THX_SOURCE_DIR) + "/configs/albert/mini.yaml");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_EQ(r.out, "thx: error: --aten rms_norm: model.type albert has layer norms (ATen's); rms_norm is T5's\n");
+  r = run_thx("bench train --aten loss,softmax");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_EQ(r.out, "thx: error: --aten: softmax is not a part; allowed: adafactor, loss, rms_norm\n");
 }
 
 TEST(Cli, ConfigsMergeInOrderSetWinsAndDumpRoundTrips) {

@@ -1,11 +1,12 @@
 // thx's CUDA kernels compile as device code on a machine without CUDA: clang's CUDA mode
 // (-nocudainc, cuda_compat.h's second branch) compiles th_kernels.cuh, th_rows_kernels.cuh,
-// th_rows_tc_kernels.cuh, rms_norm_kernels.cuh and adafactor_kernels.cuh for sm_80 to PTX with
+// th_rows_tc_kernels.cuh, rms_norm_kernels.cuh, loss_kernels.cuh and adafactor_kernels.cuh for sm_80 to PTX with
 // -Wall -Wextra -Werror,
 // and the PTX has every instantiation nvcc builds: the fused talking-heads forward and backward in
 // fp32, bf16 and bf16 on tensor cores, the row kernels' for each dtype and bucket of heads (and
 // bf16 on tensor cores for three), the flash kernels', the softmax's for each dtype, cache and
-// pairing, the RMS norm's for each pair of x and y dtypes, and Adafactor's five. PTX 7.0
+// pairing, the RMS norm's for each pair of x and y dtypes, the loss's forward and backward for
+// each dtype of the logits, and Adafactor's five. PTX 7.0
 // (CUDA 11's) is asked for: the warp shuffles need PTX 6.0 or later, and clang cannot tell the
 // version from a CUDA it does not have.
 // This catches a syntax or type error in device code before a GPU session's nvcc does. clang 14
@@ -43,6 +44,7 @@ TEST(CudaKernels, CompileToPtxWithClang) {
                        "#include \"attention/cuda/th_flash_backward.cuh\"\n"
                        "#include \"attention/cuda/th_softmax_kernels.cuh\"\n"
                        "#include \"models/rms_norm_kernels.cuh\"\n"
+                       "#include \"models/loss_kernels.cuh\"\n"
                        "#include \"training/adafactor_kernels.cuh\"\n"
                        "namespace thx::cuda_th {\n"
                        "template __global__ void forward_kernel<float>(Args<float>);\n"
@@ -59,6 +61,10 @@ TEST(CudaKernels, CompileToPtxWithClang) {
                        "  template __global__ void rms_backward_kernel<X, Y>(const X*, const float*, const float*, \\\n"
                        "                                                     const Y*, X*, float*, int64_t, int64_t);\n"
                        "RMS(float, float) RMS(float, thx_bf16) RMS(thx_bf16, float) RMS(thx_bf16, thx_bf16)\n"
+                       "#define CE(X) template __global__ void ce_forward_kernel<X>(const X*, const int64_t*, \\\n"
+                       "  float*, float*, float*, int64_t); template __global__ void ce_backward_kernel<X>( \\\n"
+                       "  const X*, const int64_t*, const float*, const float*, float, X*, int64_t);\n"
+                       "CE(float) CE(thx_bf16)\n"
                        "}\n"
                        "namespace thx::cuda_th::rows {\n"
                        "#define ROWS(T, H) template __global__ void rows_forward_kernel<T, H>(RowsArgs<T>); \\\n"
@@ -96,7 +102,7 @@ TEST(CudaKernels, CompileToPtxWithClang) {
   const std::string text = read_file(ptx);
   int entries = 0;
   for (size_t at = text.find(".entry"); at != std::string::npos; at = text.find(".entry", at + 1)) ++entries;
-  EXPECT_EQ(entries, 6 + 8 + 16 + 6 + 6 + 12 + 12 + 5) << text.substr(0, 2000);
+  EXPECT_EQ(entries, 6 + 8 + 4 + 16 + 6 + 6 + 12 + 12 + 5) << text.substr(0, 2000);
 }
 
 // -I of the LibTorch this build used, where its headers are not in a system folder (a PyTorch
@@ -155,12 +161,13 @@ TEST(CudaKernels, NvccCompilesEveryCuFileForSm90) {
         EXPECT_NE(line.find(" 0 bytes stack frame"), std::string::npos) << line;
       }
   }
-  // fused talking-heads fwd/bwd x fp32/bf16/bf16 on tensor cores; RMS norm 2 x 4; the tiled path's row
+  // fused talking-heads fwd/bwd x fp32/bf16/bf16 on tensor cores; RMS norm 2 x 4; the loss fwd/bwd x
+  // fp32/bf16; the tiled path's row
   // kernels fwd/bwd x fp32/bf16 x 4 buckets of heads, and on tensor cores fwd/bwd x 3 buckets; the
   // flash forward x 6 buckets, and its backward's two passes x 6; the softmax x fp32/bf16 x 3 caches x
   // keys in pairs or not; Adafactor's group update (reduce, average, stats, finish_stats, apply); the
   // primitives' probe (tests/common)
-  EXPECT_EQ(kernels, 6 + 8 + 16 + 6 + 6 + 12 + 12 + 5 + 1);
+  EXPECT_EQ(kernels, 6 + 8 + 4 + 16 + 6 + 6 + 12 + 12 + 5 + 1);
 }
 
 }  // namespace THX_FILE_ID

@@ -19,6 +19,7 @@
 #include "common/precision.h"
 #include "common/runtime.h"
 #include "models/encoder.h"
+#include "models/loss.h"
 #include "models/spec.h"
 #include "models/t5.h"
 #include "test_util.h"
@@ -254,6 +255,72 @@ TEST(DevicePath, RmsNormOnCpuEqualsTheCompositionAndFloat64) { rms_norm_against_
 TEST(DevicePath, RmsNormOnCudaEqualsTheComposition) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   rms_norm_against_float64(torch::Device(torch::kCUDA, 0));
+}
+
+// The cross-entropy with z-loss on a device: thx's kernel (the CPU's loops; a GPU's kernels where the
+// build has them: THX_CUDA_KERNELS) against the ATen composition on the same device, and both
+// against float64 on the CPU; logits fp32 and bf16, rows of 1,003 keys and of T5's 32,128, padding
+// rows; the loss and nll sums, each row's lse and the logits' gradient for given gradients of the
+// two sums. Bounds: fp32 sums in another order, 1e-6 + 1e-5 x max (the sums relative 1e-5); a bf16
+// gradient, one rounding: 2^-8 x max.
+void cross_entropy_against_float64(torch::Device device) {
+  const double z = 5e-3;
+  for (const int64_t V : {1003, 32128})
+    for (const auto xt : {torch::kFloat32, torch::kBFloat16}) {
+      SCOPED_TRACE(fmt::format("V {} logits {}", V, c10::toString(xt)));
+      torch::manual_seed(5);
+      const torch::Tensor x0 = (torch::randn({111, V}) * 3).to(xt), t = torch::randint(1, V, {111});
+      t.narrow(0, 100, 11).fill_(0);  // padding
+      auto run = [&](torch::Device dev, bool kernels, bool wide) {
+        set_cpu_kernels(kernels);
+        // (a copy, so that runs on the CPU do not share x0's gradient)
+        const torch::Tensor x = (wide ? x0.to(torch::kFloat64) : x0).to(dev).clone().requires_grad_(true);
+        const LossSums s = cross_entropy_z_loss(x, t.to(dev), z);
+        const auto gopt = s.loss_sum.options();
+        torch::autograd::backward({s.loss_sum, s.nll_sum},
+                                  {torch::tensor(0.7, gopt), torch::tensor(-0.3, gopt)});
+        set_cpu_kernels(true);
+        return std::vector<torch::Tensor>{s.loss_sum.detach().cpu().to(torch::kFloat64).reshape({1}),
+                                          s.nll_sum.detach().cpu().to(torch::kFloat64).reshape({1}),
+                                          s.lse.detach().cpu().to(torch::kFloat64), x.grad().cpu().to(torch::kFloat64)};
+      };
+      const auto ref = run(torch::kCPU, false, true);
+      const auto kernel = run(device, true, false);
+      const auto aten = run(device, false, false);
+      for (size_t i = 0; i < 4; ++i) {
+        const double atol = i < 2 ? 0 : 1e-6, rtol = i == 3 && xt == torch::kBFloat16 ? 1.0 / 256 : 1e-5;
+        EXPECT_TRUE(close(kernel[i], ref[i], atol, rtol)) << "kernel, output " << i;
+        EXPECT_TRUE(close(aten[i], ref[i], atol, rtol)) << "composition, output " << i;
+      }
+      EXPECT_EQ(kernel[3].narrow(0, 100, 11).abs().sum().item<double>(), 0.0) << "padding rows get no gradient";
+    }
+}
+TEST(DevicePath, CrossEntropyOnCpuEqualsTheCompositionAndFloat64) {
+  cross_entropy_against_float64(torch::Device(torch::kCPU));
+}
+TEST(DevicePath, CrossEntropyOnCudaEqualsTheComposition) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  cross_entropy_against_float64(torch::Device(torch::kCUDA, 0));
+}
+
+// bench train's --aten (common/runtime.h): the loss and T5's RMS norm leave thx's kernels for the
+// ATen composition while a part is named, and come back after; the one not named stays.
+TEST(DevicePath, AtenPartsRouteTheLossAndTheNormToTheComposition) {
+  const torch::Tensor x = torch::randn({4, 30}, torch::requires_grad()), t = torch::randint(1, 30, {4});
+  RMSNorm norm(30);
+  auto routes = [&] {
+    const std::string loss = cross_entropy_z_loss(x, t, 1e-4).loss_sum.grad_fn()->name();
+    const std::string rms = norm(x).grad_fn()->name();
+    return std::pair<bool, bool>{loss.find("CrossEntropyZFn") != std::string::npos,
+                                 rms.find("RMSNormFn") != std::string::npos};
+  };
+  EXPECT_EQ(routes(), std::make_pair(true, true));
+  set_aten_parts({true, false});
+  EXPECT_EQ(routes(), std::make_pair(false, true));
+  set_aten_parts({false, true});
+  EXPECT_EQ(routes(), std::make_pair(true, false));
+  set_aten_parts({});
+  EXPECT_EQ(routes(), std::make_pair(true, true));
 }
 
 }  // namespace THX_FILE_ID

@@ -16,23 +16,18 @@ namespace THX_FILE_ID {
 
 using torch::Tensor;
 
-template <typename T>
-T* ptr(const Tensor& t) {
-  return reinterpret_cast<T*>(t.data_ptr());
-}
-
 // y, dx, dscale from the emulated kernels; x and dy in their dtypes, scale fp32.
 template <typename X, typename Y>
 std::vector<Tensor> emulated(const Tensor& x, const Tensor& scale, const Tensor& dy, int threads, int bwd_blocks) {
   const int64_t d = x.size(-1), rows = x.numel() / d;
   Tensor y = torch::empty(x.sizes(), dy.options()), r = torch::empty({rows});
   emu::launch({unsigned(rows), 1, 1}, threads, 0, [&] {
-    cuda::rms_forward_kernel<X, Y>(ptr<X>(x), scale.data_ptr<float>(), ptr<Y>(y), r.data_ptr<float>(), d);
+    cuda::rms_forward_kernel<X, Y>(data_as<X>(x), scale.data_ptr<float>(), data_as<Y>(y), r.data_ptr<float>(), d);
   });
   Tensor dx = torch::empty_like(x), part = torch::empty({bwd_blocks, d});
   emu::launch({unsigned(bwd_blocks), 1, 1}, threads, size_t(d) * 4, [&] {
-    cuda::rms_backward_kernel<X, Y>(ptr<X>(x), scale.data_ptr<float>(), r.data_ptr<float>(), ptr<Y>(dy), ptr<X>(dx),
-                                    part.data_ptr<float>(), rows, d);
+    cuda::rms_backward_kernel<X, Y>(data_as<X>(x), scale.data_ptr<float>(), r.data_ptr<float>(), data_as<Y>(dy),
+                                    data_as<X>(dx), part.data_ptr<float>(), rows, d);
   });
   return {y, dx, part.sum(0)};
 }
