@@ -202,11 +202,16 @@ run() {
       printf '| (row kernels failed) | - | - | %s take --th-path tiled-aten |\n' "mini-t5, bench-train and base-pair" \
         >> "$summary"
     fi
-    # Adafactor's kernels (training/adafactor_kernels.cuh) where their test passed; else every later
-    # phase takes the ATen composition (THX_ADAFACTOR_KERNELS=off), so that the session still measures.
-    if grep -qE "== Adafactor[.][*]OnCuda[*]: exit [1-9]" "$OUT/cuda-tests.log" 2>/dev/null; then
-      export THX_ADAFACTOR_KERNELS=off
-      printf '| (Adafactor kernels failed) | - | - | every later phase: THX_ADAFACTOR_KERNELS=off |\n' >> "$summary"
+    # Adafactor's, the loss's and the RMS norm's kernels where their tests passed; else every later
+    # phase takes that part's ATen composition (THX_ATEN, common/runtime.h), so that the session
+    # still measures and trains right.
+    local aten=()
+    grep -qE "== Adafactor[.][*]OnCuda[*]: exit [1-9]" "$OUT/cuda-tests.log" 2>/dev/null && aten+=(adafactor)
+    grep -qE "FAILED.*DevicePath[.]CrossEntropyOnCuda" "$OUT/cuda-tests.log" 2>/dev/null && aten+=(loss)
+    grep -qE "FAILED.*DevicePath[.]RmsNormOnCuda" "$OUT/cuda-tests.log" 2>/dev/null && aten+=(rms_norm)
+    if [ ${#aten[@]} -gt 0 ]; then
+      export THX_ATEN=$(IFS=,; echo "${aten[*]}")
+      printf '| (kernels failed) | - | - | every later phase: THX_ATEN=%s |\n' "$THX_ATEN" >> "$summary"
     fi
     if grep -qE "== FlashOnCuda[.][*]: exit [1-9]" "$OUT/cuda-tests.log" 2>/dev/null; then
       flash_ok=0

@@ -72,7 +72,8 @@ struct BenchTrainCommand : Command {
     topt.config = load_model_config(tree);
     if (config.dump) return dump_config(topt.config.yaml);
     for (const std::string& part : topt.aten) {
-      if (part != "adafactor" && part != "loss" && part != "rms_norm")
+      AtenParts parts;
+      if (!name_aten_part(part, parts))
         throw InputError(fmt::format("--aten: {} is not a part; allowed: adafactor, loss, rms_norm", part));
       if (part == "adafactor" && topt.config.optimizer.name != "adafactor")
         throw InputError(fmt::format("--aten adafactor: the config's optimizer.name is {}; the part concerns adafactor",

@@ -17,7 +17,6 @@
 #include "common/log.h"
 #include "common/provenance.h"
 #include "common/runtime.h"
-#include "training/adafactor_grouped.h"
 
 namespace {
 
@@ -120,7 +119,7 @@ int run_parsed(const std::vector<std::unique_ptr<thx::Command>>& commands) {
   const auto error = [] { return "thx: error: " + thx::error_prefix(); };
   const auto internal = [] { return "thx: internal error: " + thx::error_prefix(); };
   try {
-    thx::adafactor_kernels_on();  // (a bad THX_ADAFACTOR_KERNELS is one line before any work)
+    thx::aten_parts();  // (a bad THX_ATEN is one line before any work)
     for (auto& c : commands)
       if (c->app->parsed()) return c->run();
   } catch (const thx::ConfigError& e) {  // a flag validated like a config key

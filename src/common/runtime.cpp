@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <sstream>
 #include <thread>
 
 #include "common/error.h"
@@ -62,11 +63,32 @@ torch::Device resolve_device(const std::string& requested, const std::string& wh
 void set_cpu_kernels(bool enabled) { g_cpu_kernels = enabled; }
 
 namespace {
-std::atomic<bool> g_aten_loss{false}, g_aten_rms_norm{false};
+std::atomic<bool> g_aten_adafactor{false}, g_aten_loss{false}, g_aten_rms_norm{false};
 }  // namespace
 
-AtenParts aten_parts() { return {g_aten_loss, g_aten_rms_norm}; }
-void set_aten_parts(AtenParts parts) { g_aten_loss = parts.loss, g_aten_rms_norm = parts.rms_norm; }
+bool name_aten_part(const std::string& name, AtenParts& parts) {
+  bool* part = name == "adafactor" ? &parts.adafactor : name == "loss" ? &parts.loss
+             : name == "rms_norm"  ? &parts.rms_norm  : nullptr;
+  if (part) *part = true;
+  return part != nullptr;
+}
+
+AtenParts aten_parts() {
+  AtenParts p{g_aten_adafactor, g_aten_loss, g_aten_rms_norm};
+  const char* env = std::getenv("THX_ATEN");
+  if (!env || !*env) return p;
+  std::stringstream names(env);
+  for (std::string name; std::getline(names, name, ',');)
+    if (!name_aten_part(name, p))
+      throw InputError(fmt::format("THX_ATEN={}: {} is not a part; allowed: adafactor, loss, rms_norm "
+                                   "(comma-separated: these by ATen's composition, not thx's kernels)",
+                                   env, name.empty() ? "an empty name" : name));
+  return p;
+}
+
+void set_aten_parts(AtenParts parts) {
+  g_aten_adafactor = parts.adafactor, g_aten_loss = parts.loss, g_aten_rms_norm = parts.rms_norm;
+}
 
 // The sanitizers' death callback: present (non-null) only in a sanitizer build.
 extern "C" void __sanitizer_set_death_callback(void (*)(void)) __attribute__((weak));

@@ -28,14 +28,20 @@ namespace thx {
 bool cpu_kernels_enabled();
 void set_cpu_kernels(bool enabled);
 
-// Parts of a step that thx's own kernels compute (the CPU's loops, a GPU's kernels: the loss's
-// cross-entropy with z-loss, T5's RMS norm), left to the ATen composition they are tested
-// against, so that one run measures what the kernels save (`bench train --aten`). Off: the kernels.
+// Parts of a step that thx's own kernels compute (the CPU's loops, a GPU's kernels): Adafactor's
+// update, the loss's cross-entropy with z-loss, T5's RMS norm. A part named here runs the ATen
+// composition its kernels are tested against instead, on every device. Named by THX_ATEN in the
+// environment, a comma list (a GPU session names a part whose kernels failed their test there, so
+// that the rest still measures), or by `bench train --aten` (set_aten_parts: what the kernels
+// save). aten_parts() holds both; a name in THX_ATEN other than adafactor, loss or rms_norm is an
+// InputError naming it (thx reads it before any command runs).
 struct AtenParts {
-  bool loss = false, rms_norm = false;
+  bool adafactor = false, loss = false, rms_norm = false;
 };
 AtenParts aten_parts();
 void set_aten_parts(AtenParts parts);
+// Sets the part `name` in `parts`; false where it names none.
+bool name_aten_part(const std::string& name, AtenParts& parts);
 
 // The device to train on: "cpu", "cuda" or "auto" (CUDA when present), from --device (set
 // once by main) or a config's train.device. resolve_device throws InputError (exit 2)

@@ -13,6 +13,7 @@
 #include "attention/fused.h"
 
 #include <functional>
+#include "common/error.h"
 #include "common/log.h"
 #include "common/precision.h"
 #include "common/runtime.h"
@@ -29,10 +30,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Whether bench train's --aten names `part`.
-bool aten_part(const std::vector<std::string>& parts, const std::string& part) {
-  return std::find(parts.begin(), parts.end(), part) != parts.end();
-}
 
 struct Timed {
   double step_s = 0;                     // median
@@ -48,11 +45,10 @@ struct Timed {
 // optimizer on the fp32 master weights. The heap is trimmed first, so that the peak RSS is this
 // configuration's and not an earlier one's high-water mark.
 // How a row's steps run beside its precision and device: one more step profiled (its trace
-// written where trace_path is set), and Adafactor by its ATen composition instead of its fused update.
+// written where trace_path is set).
 struct StepRun {
   bool profile = false;
   std::string trace_path;
-  bool adafactor_aten = false;
 };
 
 Timed time_steps(const PretrainConfig& c, const ModelSpec& spec, int64_t vocab, int64_t batch, int64_t steps,
@@ -66,7 +62,6 @@ Timed time_steps(const PretrainConfig& c, const ModelSpec& spec, int64_t vocab, 
   torch::nn::Module* model = &objective->module();
   model->to(device);
   const std::unique_ptr<Optimizer> opt = make_optimizer(c.optimizer, optimized_params(*model, objective->params(), c.optimizer));
-  if (run.adafactor_aten) opt->set_fused(false);
   const Batch batch_in = objective->random_batch(c.data, batch, vocab, device);
   auto loss_of = [&] {
     const Objective::Out o = objective->forward(batch_in);
@@ -251,8 +246,7 @@ class TrainBench {
     const ModelSpec spec = resolve_model_spec(c.model, c.attention);  // this row's (a base size, a variant)
     Timed t;
     try {
-      const StepRun run{o_.profile, trace_path(fmt::format("{} {} {}", name, summary(c), precision)),
-                        aten_part(o_.aten, "adafactor")};
+      const StepRun run{o_.profile, trace_path(fmt::format("{} {} {}", name, summary(c), precision))};
       t = time_steps(c, spec, vocab, batch, o_.steps, o_.warmup, precision, run, o_.device);
     } catch (const c10::OutOfMemoryError&) {  // a row that does not fit the GPU says so
       log->warn("{} {} {}: out of memory at batch {}", name, summary(c), precision, batch);
@@ -368,10 +362,13 @@ std::string bench_train(const BenchTrainOptions& options) {
   BenchTrainOptions o = options;
   o.tiled = o.tiled || th_path() != "fused";  // `--th-path tiled|batched|folded|gemm...`: not the fused kernels
   set_th_kernels(!o.tiled);
-  // The loss's and the norm's route is read where they run (common/runtime.h): set for this bench.
+  // --aten's parts, read where each runs (common/runtime.h), for this bench (with THX_ATEN's).
   struct AtenScope {
-    explicit AtenScope(const std::vector<std::string>& parts) {
-      set_aten_parts({aten_part(parts, "loss"), aten_part(parts, "rms_norm")});
+    explicit AtenScope(const std::vector<std::string>& names) {
+      AtenParts parts;
+      for (const std::string& name : names)
+        if (!name_aten_part(name, parts)) throw InputError("--aten: " + name + " is not a part");
+      set_aten_parts(parts);
     }
     ~AtenScope() { set_aten_parts({}); }
   } aten_scope(o.aten);

@@ -53,10 +53,8 @@ namespace {
 std::atomic<cuda::adafactor::GroupRunner> g_cpu_runner{nullptr};
 
 // The runner of thx's kernels for this group's tensors, or null: CUDA's for fp32 members on a GPU
-// (where built), the tests' on the CPU; every weight, gradient and state tensor fp32 and contiguous;
-// none where the environment says THX_ADAFACTOR_KERNELS=off (a GPU session whose kernel test failed).
+// (where built), the tests' on the CPU; every weight, gradient and state tensor fp32 and contiguous.
 cuda::adafactor::GroupRunner kernel_runner(const AdafactorGroup& group, const std::vector<OptimizedParam>& params) {
-  if (!adafactor_kernels_on()) return nullptr;
   const Tensor& first = params[group.members[0]].param;
   cuda::adafactor::GroupRunner runner = first.is_cpu() ? g_cpu_runner.load() : nullptr;
 #ifdef THX_CUDA_KERNELS
@@ -76,14 +74,6 @@ cuda::adafactor::GroupRunner kernel_runner(const AdafactorGroup& group, const st
 }  // namespace
 
 void set_adafactor_kernels_on_cpu(cuda::adafactor::GroupRunner runner) { g_cpu_runner = runner; }
-
-bool adafactor_kernels_on() {
-  const char* env = std::getenv("THX_ADAFACTOR_KERNELS");
-  const std::string v = env ? env : "on";
-  if (v != "on" && v != "off")
-    throw InputError("THX_ADAFACTOR_KERNELS=" + v + ": allowed are on and off (Adafactor's kernels on a GPU)");
-  return v == "on";
-}
 
 void adafactor_group_step(AdafactorGroup& group, std::vector<OptimizedParam>& params, const AdafactorOptions& o,
                           double decay, double lr, bool kernels) {

@@ -34,16 +34,10 @@ std::vector<AdafactorGroup> adafactor_groups(const std::vector<OptimizedParam>& 
 // One step of the group's members, whose gradients are all defined. With `kernels` (the
 // optimizer's fused switch, optimizer.h), fp32 members on a GPU take thx's kernels
 // (adafactor_kernels.cuh: nine launches a factored group, three an unfactored one, where ATen
-// makes some 30) where thx was built with them and the environment does not say
-// THX_ADAFACTOR_KERNELS=off; else, and with
-// kernels off, the ATen composition above.
+// makes some 30) where thx was built with them; else, and with kernels off (also where THX_ATEN or
+// bench train --aten names adafactor: common/runtime.h), the ATen composition above.
 void adafactor_group_step(AdafactorGroup& group, std::vector<OptimizedParam>& params, const AdafactorOptions& o,
                           double decay, double lr, bool kernels = true);
-
-// THX_ADAFACTOR_KERNELS in the environment: unset or "on", thx's kernels where they apply; "off",
-// the ATen composition everywhere. Anything else is an InputError naming it (thx checks it before
-// any command runs).
-bool adafactor_kernels_on();
 
 // Tests: groups on the CPU (AdafactorOptions::group_on_cpu) take `runner` (the emulated kernels)
 // where kernels are on; null: the ATen composition.

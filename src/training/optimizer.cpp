@@ -85,7 +85,8 @@ class Adafactor : public Optimizer {
     ++step_;
     const double decay = 1.0 - std::pow(double(step_), -o_.decay_exponent);
     std::vector<bool> done(params_.size(), false);
-    if (fused_) {
+    const bool fused = fused_ && !aten_parts().adafactor;  // (THX_ATEN, bench train --aten: common/runtime.h)
+    if (fused) {
       // Largest first into the least loaded of the threads' bins; one parallel region.
       const int threads = at::get_num_threads();
       std::vector<size_t> order;
@@ -108,7 +109,7 @@ class Adafactor : public Optimizer {
     for (AdafactorGroup& g : groups_) {
       const auto ready = [&](size_t i) { return !done[i] && params_[i].param.grad().defined(); };
       if (!std::all_of(g.members.begin(), g.members.end(), ready)) continue;  // each of them below
-      adafactor_group_step(g, params_, o_, decay, lr, fused_);
+      adafactor_group_step(g, params_, o_, decay, lr, fused);
       for (size_t i : g.members) done[i] = true;
     }
     for (size_t i = 0; i < params_.size(); ++i) {

@@ -303,8 +303,8 @@ TEST(DevicePath, CrossEntropyOnCudaEqualsTheComposition) {
   cross_entropy_against_float64(torch::Device(torch::kCUDA, 0));
 }
 
-// bench train's --aten (common/runtime.h): the loss and T5's RMS norm leave thx's kernels for the
-// ATen composition while a part is named, and come back after; the one not named stays.
+// bench train's --aten and THX_ATEN (common/runtime.h): the loss and T5's RMS norm leave thx's kernels
+// for the ATen composition while a part is named, and come back after; the one not named stays.
 TEST(DevicePath, AtenPartsRouteTheLossAndTheNormToTheComposition) {
   const torch::Tensor x = torch::randn({4, 30}, torch::requires_grad()), t = torch::randint(1, 30, {4});
   RMSNorm norm(30);
@@ -315,11 +315,16 @@ TEST(DevicePath, AtenPartsRouteTheLossAndTheNormToTheComposition) {
                                  rms.find("RMSNormFn") != std::string::npos};
   };
   EXPECT_EQ(routes(), std::make_pair(true, true));
-  set_aten_parts({true, false});
+  AtenParts loss, rms;
+  loss.loss = true, rms.rms_norm = true;
+  set_aten_parts(loss);
   EXPECT_EQ(routes(), std::make_pair(false, true));
-  set_aten_parts({false, true});
+  set_aten_parts(rms);
   EXPECT_EQ(routes(), std::make_pair(true, false));
   set_aten_parts({});
+  setenv("THX_ATEN", "rms_norm,loss", 1);  // (a GPU session names those whose kernels failed their test)
+  EXPECT_EQ(routes(), std::make_pair(false, false));
+  unsetenv("THX_ATEN");
   EXPECT_EQ(routes(), std::make_pair(true, true));
 }
 

@@ -9,10 +9,12 @@
 // group larger than a launch takes (kMembers).
 #include <gtest/gtest.h>
 
+#include "common/runtime.h"
 #include "test_util.h"
 #include "training/adafactor_grouped.h"
 #include "training/adafactor_plan.h"
 #include "training/adafactor_reference.h"
+#include "training/optimizer.h"
 
 namespace thx::test {
 namespace {
@@ -118,8 +120,7 @@ TEST(AdafactorEmulated, MomentumAndGroupsLargerThanALaunch) {
   check({14, 13}, true, af::kMembers + 1, true, 1.0);
 }
 
-// Kernels off (the optimizer's fused switch, or THX_ADAFACTOR_KERNELS=off), or a member in another
-// dtype: the ATen composition.
+// Kernels off (the optimizer's fused switch), or a member in another dtype: the ATen composition.
 TEST(AdafactorEmulated, OtherwiseTheAtenComposition) {
   const Runner runner;
   const int runs = g_runs;
@@ -137,20 +138,48 @@ TEST(AdafactorEmulated, OtherwiseTheAtenComposition) {
   p[1].param.mutable_grad() = p[1].param.grad().to(torch::kFloat32);
   adafactor_group_step(g[0], p, o, 0.5, 0.01, true);
   EXPECT_EQ(g_runs, runs + 1);
-  setenv("THX_ADAFACTOR_KERNELS", "off", 1);  // (a GPU session turns them off where their test failed)
-  adafactor_group_step(g[0], p, o, 0.5, 0.01, true);
-  EXPECT_EQ(g_runs, runs + 1);
-  setenv("THX_ADAFACTOR_KERNELS", "0", 1);  // neither on nor off: one line naming it
-  EXPECT_EQ(error_of([&] { adafactor_group_step(g[0], p, o, 0.5, 0.01, true); }),
-            "THX_ADAFACTOR_KERNELS=0: allowed are on and off (Adafactor's kernels on a GPU)");
-  unsetenv("THX_ADAFACTOR_KERNELS");
-  EXPECT_EQ(g_runs, runs + 1);
-  // thx checks it before any command runs: one line, exit 2.
+}
+
+// THX_ATEN=adafactor (a GPU session names it where the kernels' test failed) and bench train's
+// --aten adafactor (set_aten_parts) take the optimizer's step to the composition; a name that is
+// not a part is one line naming it, from the step and from thx before any command runs (exit 2).
+TEST(AdafactorEmulated, AtenPartsTakeTheOptimizerToTheComposition) {
+  const Runner runner;
+  std::vector<OptimizedParam> p;
+  for (int i = 0; i < 2; ++i) p.push_back({"p", torch::randn({5, 20}).requires_grad_(true), {5, 20}, false});
+  AdafactorOptions o;
+  o.group_on_cpu = true;  // (and the CPU's own loops off, so that the group takes the parameters)
+  const std::unique_ptr<Optimizer> opt = make_adafactor(p, o);
+  set_cpu_kernels(false);
+  auto kernel_steps = [&] {
+    const int runs = g_runs;
+    for (auto& x : p) x.param.mutable_grad() = torch::randn({5, 20});
+    opt->step(0.01);
+    return g_runs - runs;
+  };
+  EXPECT_EQ(kernel_steps(), 1);
+  setenv("THX_ATEN", "loss,adafactor", 1);
+  EXPECT_EQ(kernel_steps(), 0);
+  setenv("THX_ATEN", "loss", 1);
+  EXPECT_EQ(kernel_steps(), 1);
+  AtenParts adafactor;
+  adafactor.adafactor = true;
+  set_aten_parts(adafactor);
+  EXPECT_EQ(kernel_steps(), 0);
+  set_aten_parts({});
+  setenv("THX_ATEN", "adafactor,norm", 1);
+  EXPECT_EQ(error_of([&] { kernel_steps(); }),
+            "THX_ATEN=adafactor,norm: norm is not a part; allowed: adafactor, loss, rms_norm (comma-separated: these "
+            "by ATen's composition, not thx's kernels)");
+  unsetenv("THX_ATEN");
+  EXPECT_EQ(kernel_steps(), 1);
+  set_cpu_kernels(true);
   const std::string thx = THX_BINARY;
-  const RunResult r = run_command("THX_ADAFACTOR_KERNELS=yes " + thx + " bench train --dump-config 2>&1");
+  const RunResult r = run_command("THX_ATEN=yes " + thx + " bench train --dump-config 2>&1");
   EXPECT_EQ(r.code, 2) << r.out;
-  EXPECT_EQ(r.out, "thx: error: THX_ADAFACTOR_KERNELS=yes: allowed are on and off (Adafactor's kernels on a GPU)\n");
-  EXPECT_EQ(run_command(thx + " bench train --dump-config > /dev/null 2>&1").code, 0);
+  EXPECT_EQ(r.out, "thx: error: THX_ATEN=yes: yes is not a part; allowed: adafactor, loss, rms_norm (comma-separated: "
+                   "these by ATen's composition, not thx's kernels)\n");
+  EXPECT_EQ(run_command("THX_ATEN=rms_norm " + thx + " bench train --dump-config > /dev/null 2>&1").code, 0);
 }
 
 }  // namespace THX_FILE_ID
