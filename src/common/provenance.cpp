@@ -70,6 +70,10 @@ nlohmann::json session_provenance() {
     j["gpus"] = gpus;
   }
   if (const char* rank = std::getenv("RANK")) j["rank"] = rank;
+  // The switches in the environment that change which code computes a number (sums in another
+  // order): thx's kernels or ATen's composition (runtime.h), the CPU's row kernels (kernels.h).
+  for (const char* name : {"THX_ATEN", "THX_KERNELS"})
+    if (const char* v = std::getenv(name); v && *v) j["environment"][name] = v;
   j["pid"] = int64_t(::getpid());
   j["started"] = g_started.empty() ? utc_now() : g_started;
   return j;

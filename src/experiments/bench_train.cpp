@@ -30,6 +30,18 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// The parts this bench runs by ATen's composition (--aten, THX_ATEN: common/runtime.h), for its report.
+std::string aten_note() {
+  const AtenParts p = aten_parts();
+  std::vector<std::string> names;
+  if (p.adafactor) names.push_back("adafactor");
+  if (p.loss) names.push_back("loss");
+  if (p.rms_norm) names.push_back("rms_norm");
+  return names.empty() ? ""
+                       : fmt::format("; by ATen's composition, not thx's kernels (--aten, THX_ATEN): {}",
+                                     fmt::join(names, ", "));
+}
+
 
 struct Timed {
   double step_s = 0;                     // median
@@ -224,9 +236,7 @@ class TrainBench {
                                 device_description(o_.device), peak_size_, peaks, o_.steps, o_.warmup,
                                 gpu_ ? "peak GPU MB is the caching allocator's peak of tensors, reset before each row"
                                      : "peak RSS is the process's, the heap trimmed before each row",
-                                o_.aten.empty() ? ""
-                                                : fmt::format("; by ATen's composition, not thx's kernels (--aten): {}",
-                                                              fmt::join(o_.aten, ", "))) +
+                                aten_note()) +
                     render(table_, TableFormat::markdown);
     if (!speedups_.rows.empty()) r += "\n" + render(speedups_, TableFormat::markdown);
     if (o_.base_sweep) r += "\n" + render(ratios_, TableFormat::markdown);

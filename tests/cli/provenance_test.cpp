@@ -56,7 +56,8 @@ TEST(Provenance, EachSessionOfARunIsRecordedWithItsCheckpointsAndTimes) {
   const double t0 = std::floor(now_s());
   ASSERT_EQ(run_thx(args).code, 0);
   fs::remove(checkpoint_path(run + "/checkpoints", 4));
-  ASSERT_EQ(run_thx(args + " --resume").code, 0);
+  // (resumed with thx's loss and norm by ATen's composition: the session records it)
+  ASSERT_EQ(run_command("THX_ATEN=loss,rms_norm " + std::string(THX_BINARY) + " " + args + " --resume 2>&1").code, 0);
   const double t1 = std::ceil(now_s());
 
   const json p = json::parse(read_file(run + "/provenance.json"));
@@ -80,6 +81,8 @@ TEST(Provenance, EachSessionOfARunIsRecordedWithItsCheckpointsAndTimes) {
     EXPECT_LE(s["started"].get<std::string>(), s["ended"].get<std::string>());
   }
   EXPECT_LE(p["sessions"][0]["ended"].get<std::string>(), p["sessions"][1]["started"].get<std::string>());
+  EXPECT_FALSE(p["sessions"][0].contains("environment"));
+  EXPECT_EQ(p["sessions"][1]["environment"]["THX_ATEN"], "loss,rms_norm");
   // Each checkpoint names the session that wrote it: step 2 the first, step 4 the resumed one.
   auto written_by = [&](int64_t step) {
     return json::parse(H5Reader(checkpoint_path(run + "/checkpoints", step)).attr("/", "provenance"));
