@@ -101,7 +101,7 @@ struct CrossEntropyZFn : torch::autograd::Function<CrossEntropyZFn> {
 struct CrossEntropyZCudaFn : torch::autograd::Function<CrossEntropyZCudaFn> {
   static variable_list forward(AutogradContext* ctx, const Tensor& logits_in, const Tensor& targets_in,
                                double z) {
-    const Tensor x = logits_in.contiguous(), t = targets_in.to(torch::kInt64).contiguous();  // [N,V], [N]
+    const Tensor x = logits_in.contiguous(), t = targets_in.to(x.device(), torch::kInt64).contiguous();  // [N,V], [N]
     const int64_t N = x.size(0), V = x.size(1);
     const Tensor bad = (t < 0) | (t >= V);  // [N]: the CPU's check, one read of the targets
     if (bad.any().item<bool>())
