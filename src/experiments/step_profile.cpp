@@ -33,8 +33,10 @@ Phase phase_of(const std::string& name) {
   if (name == "aten::mm" || name == "aten::bmm" || name == "aten::addmm" || name == "aten::baddbmm" ||
       has("mkldnn_matmul") || has("linear"))
     return kGemms;
+  // (the core's forward runs in thx's scope; its backward in its autograd node, one a path: the CPU's
+  // AttentionCore*Fn, a GPU's TiledFn (tiled, tiled-*, flash), HeadsGemmFn, FoldedFn, FusedThFn, SDPA's)
   if (has("AttentionCore") || has("HeadsSoftmax") || has("thx::attention_core") || has("scaled_dot_product") ||
-      has("ScaledDotProduct"))
+      has("ScaledDotProduct") || has("TiledFn") || has("HeadsGemmFn") || has("FoldedFn") || has("FusedThFn"))
     return kCore;
   if (name == "aten::to" || name == "aten::_to_copy" || has("(cast)") || has("ToCopyBackward")) return kCasts;
   if (has("RMSNorm") || has("layer_norm") || has("thx::rms_norm")) return kNorms;

@@ -13,7 +13,10 @@
 // by kernel, by the op that launched it (Kineto links each kernel to that op), and by phase. A
 // kernel's phase is its launching op's, or the nearest enclosing op's that names one (a softmax
 // inside thx's "thx::attention_core" scope is the attention core's; a product inside it is a
-// GEMM), and every kernel launched inside "thx::optimizer" is the optimizer's. The step's wall time
+// GEMM; the backward of each attention path runs in its autograd node, whose name is the core's
+// too: TiledFn, HeadsGemmFn, ...), and every kernel launched inside "thx::optimizer" is the
+// optimizer's. (An ATen composition's backward nodes, outside any scope, count by their own
+// names: `bench train --aten`'s loss and norm backward are "other".) The step's wall time
 // less its kernels' is the GPU's idle time (waiting for the CPU to launch work).
 #pragma once
 #include <c10/core/Device.h>

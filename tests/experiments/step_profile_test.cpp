@@ -12,6 +12,8 @@
 #include <thread>
 
 #include "common/fs.h"
+#include "common/runtime.h"
+#include "attention/fused.h"
 #include "experiments/step_profile.h"
 #include "models/t5.h"
 #include "test_util.h"
@@ -181,6 +183,46 @@ TEST(StepProfile, EveryOpOfAT5StepFindsItsPhase) {
   EXPECT_TRUE(launched("CrossEntropyZFn"));
   for (const char* scope : {"thx::attention_core", "thx::rms_norm", "thx::loss"})
     EXPECT_TRUE(std::any_of(s.ops.begin(), s.ops.end(), [&](const OpSpan& o) { return o.name == scope; })) << scope;
+}
+
+// A GPU's talking-heads paths run the core's backward in their own autograd nodes (TiledFn,
+// HeadsGemmFn, FoldedFn), outside thx's scopes: every op inside such a node is the core's, a GEMM
+// or a cast. Taken through each path on the CPU (set_th_paths_on_cpu), a stand-in kernel for each op
+// nested in a node: all of them land in those two phases (before the nodes were named, the
+// backward's softmax and mixings were "other").
+TEST(StepProfile, TheGpuPathsBackwardNodesAreTheCores) {
+  const PretrainConfig c = tiny_pretrain("unused", 1);  // (talking-heads in the encoder)
+  const std::string path = th_path();
+  const bool chosen = th_path_chosen();
+  for (const auto& [name, node] : {std::pair<std::string, std::string>{"gemm", "HeadsGemmFn"},
+                                   {"folded", "FoldedFn"}, {"tiled-gemm", "TiledFn"}}) {
+    SCOPED_TRACE(name);
+    set_cpu_kernels(false), set_th_paths_on_cpu(true), set_th_path(name, false);
+    torch::manual_seed(5);
+    T5 model(resolve_model_spec(c.model, c.attention), 64);
+    const torch::Tensor inputs = torch::randint(2, 64, {4, 32}), targets = torch::randint(2, 64, {4, 8});
+    const torch::Tensor decoder_inputs = torch::cat({torch::zeros({4, 1}, torch::kInt64), targets.narrow(1, 0, 7)}, 1);
+    KinetoSpans s =
+        record_kineto_spans([&] { model->forward(inputs, decoder_inputs, targets).loss.backward(); }, false);
+    set_cpu_kernels(true), set_th_paths_on_cpu(false), set_th_path(path, chosen);
+    size_t nodes = 0;
+    for (const OpSpan& n : s.ops) {
+      if (n.name.find(node) == std::string::npos) continue;
+      ++nodes;
+      for (const OpSpan& op : s.ops)
+        if (&op != &n && op.thread == n.thread && op.start_us >= n.start_us && op.end_us <= n.end_us &&
+            op.correlation != 0)
+          s.device.push_back({"k", 1.0, op.correlation});
+    }
+    ASSERT_GT(nodes, 0u) << "no op named " << node;
+    ASSERT_GT(s.device.size(), 10u);
+    StepProfile p;
+    attribute_kernels(s, p);
+    EXPECT_EQ(phase_ms(p, "other"), 0);
+    EXPECT_GT(phase_ms(p, "attention core"), 0);
+    EXPECT_NEAR(phase_ms(p, "attention core") + phase_ms(p, "GEMMs") + phase_ms(p, "casts"), s.device.size() * 1e-3,
+                1e-9);
+  }
 }
 
 // The CPU profile: the phases sum to the step, thx's scopes name theirs (the attention core's own
