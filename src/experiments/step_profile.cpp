@@ -68,6 +68,7 @@ StepProfile profile_on_cpu(const std::function<void()>& fn) {
   StepProfile p;
   std::map<std::string, StepProfile::Op> by_name;
   double ph[kPhaseCount] = {}, accounted = 0;
+  std::map<std::pair<uint64_t, int64_t>, Phase> forward_phase;  // (thread, sequence number) -> its phase
   for (const auto& events : lists) {
     // Only the thread that ran the step (its list holds the thx::step range).
     const bool mine = std::any_of(events.begin(), events.end(),
@@ -90,8 +91,14 @@ StepProfile profile_on_cpu(const std::function<void()>& fn) {
         std::string name = e.name();
         if (name == "aten::copy_" && !stack.empty() && stack.back().name == "aten::_to_copy") name = "aten::copy_ (cast)";
         const bool in_optimizer = name == "thx::optimizer" || (!stack.empty() && stack.back().in_optimizer);
-        const Phase own = phase_of(name);
+        Phase own = phase_of(name);
+        // A backward node that names no phase stands for the forward op that made it (kernel_phase).
+        const auto made_by = e.fwdThreadId() != 0 ? forward_phase.find({e.fwdThreadId(), e.sequenceNr()})
+                                                  : forward_phase.end();
+        if (own == kOther && e.sequenceNr() >= 0 && made_by != forward_phase.end() && made_by->second != kOptimizer)
+          own = made_by->second;
         const Phase phase = in_optimizer ? kOptimizer : own != kOther || stack.empty() ? own : stack.back().phase;
+        if (e.sequenceNr() >= 0 && e.fwdThreadId() == 0) forward_phase[{e.threadId(), e.sequenceNr()}] = phase;
         stack.push_back({&e, name, phase, in_optimizer});
       } else if (e.kindStr() == "pop" && !stack.empty()) {
         const Open o = stack.back();
@@ -141,13 +148,40 @@ std::vector<ptrdiff_t> parents_of(const std::vector<OpSpan>& ops) {
   return parent;
 }
 
+// The forward op that made each backward node (the same sequence number on the thread the node
+// names), or -1. Ops that make no node (views: reshape) carry the number of the next node made,
+// so of the ops with one number the last to start made it (the outer one where two start at once).
+std::vector<ptrdiff_t> forwards_of(const std::vector<OpSpan>& ops) {
+  std::map<std::pair<uint64_t, int64_t>, size_t> forward;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    if (ops[i].sequence < 0 || ops[i].fwd_thread != 0) continue;
+    const auto [it, added] = forward.emplace(std::make_pair(ops[i].thread, ops[i].sequence), i);
+    const OpSpan& was = ops[it->second];
+    if (!added && (ops[i].start_us > was.start_us || (ops[i].start_us == was.start_us && ops[i].end_us > was.end_us)))
+      it->second = i;
+  }
+  std::vector<ptrdiff_t> made_by(ops.size(), -1);
+  for (size_t i = 0; i < ops.size(); ++i)
+    if (ops[i].sequence >= 0 && ops[i].fwd_thread != 0) {
+      const auto it = forward.find({ops[i].fwd_thread, ops[i].sequence});
+      if (it != forward.end()) made_by[i] = ptrdiff_t(it->second);
+    }
+  return made_by;
+}
+
 // A kernel's phase from the op that launched it (index i, or -1): the optimizer's if any op around
-// it is "thx::optimizer", else the first op from it outward whose name names a phase.
-Phase kernel_phase(const std::vector<OpSpan>& ops, const std::vector<ptrdiff_t>& parent, ptrdiff_t i) {
+// it is "thx::optimizer", else the first op from it outward whose name names a phase, where a
+// backward node that names none stands for its forward op's phase (found the same way).
+Phase kernel_phase(const std::vector<OpSpan>& ops, const std::vector<ptrdiff_t>& parent,
+                   const std::vector<ptrdiff_t>& made_by, ptrdiff_t i, int depth = 0) {
   if (i < 0) return kUnattributed;
   Phase found = kOther;
   for (ptrdiff_t j = i; j >= 0; j = parent[size_t(j)]) {
-    const Phase ph = phase_of(ops[size_t(j)].name);
+    Phase ph = phase_of(ops[size_t(j)].name);
+    if (ph == kOther && made_by[size_t(j)] >= 0 && depth < 4) {  // (a forward op inside a backward: recomputation)
+      ph = kernel_phase(ops, parent, made_by, made_by[size_t(j)], depth + 1);
+      if (ph == kOptimizer) ph = kOther;  // (only the backward's own scopes make it the optimizer's)
+    }
     if (ph == kOptimizer) return kOptimizer;
     if (found == kOther) found = ph;
   }
@@ -242,7 +276,9 @@ KinetoSpans record_kineto_spans(const std::function<void()>& fn, bool with_cuda,
       // too, with CUPTI's correlations, another count than the ops': they launched, ops asked.
       const bool api = name.rfind("cuda", 0) == 0 ||
                        (name.rfind("cu", 0) == 0 && name.size() > 2 && std::isupper(static_cast<unsigned char>(name[2])));
-      if (!api) s.ops.push_back({name, e.startThreadId(), start, start + us, e.correlationId()});
+      if (!api)
+        s.ops.push_back(
+            {name, e.startThreadId(), start, start + us, e.correlationId(), e.sequenceNr(), e.fwdThreadId()});
     } else if (name.rfind("thx::", 0) != 0 && name.find("Sync") == std::string::npos) {
       // (Not the GPU's copies of thx's scopes, nor its waits: they span kernels, they are none.)
       s.device.push_back({name, us, e.linkedCorrelationId()});
@@ -253,7 +289,7 @@ KinetoSpans record_kineto_spans(const std::function<void()>& fn, bool with_cuda,
 
 void attribute_kernels(const KinetoSpans& spans, StepProfile& p) {
   const std::vector<OpSpan>& ops = spans.ops;
-  const std::vector<ptrdiff_t> parent = parents_of(ops);
+  const std::vector<ptrdiff_t> parent = parents_of(ops), made_by = forwards_of(ops);
   std::unordered_map<uint64_t, size_t> by_correlation;
   for (size_t i = 0; i < ops.size(); ++i)
     if (ops[i].correlation != 0) by_correlation.emplace(ops[i].correlation, i);
@@ -264,7 +300,7 @@ void attribute_kernels(const KinetoSpans& spans, StepProfile& p) {
     const auto it = k.linked_correlation == 0 ? by_correlation.end() : by_correlation.find(k.linked_correlation);
     const ptrdiff_t i = it == by_correlation.end() ? -1 : ptrdiff_t(it->second);
     const double ms = k.us / 1e3;
-    ph[kernel_phase(ops, parent, i)] += ms;
+    ph[kernel_phase(ops, parent, made_by, i)] += ms;
     StepProfile::Op& op = by_op[i < 0 ? "(no op)" : ops[size_t(i)].name];
     op.name = i < 0 ? "(no op)" : ops[size_t(i)].name, op.self_ms += ms, ++op.calls;
     StepProfile::Op& kernel = by_kernel[short_kernel_name(k.name)];
@@ -301,7 +337,8 @@ std::string render_device_profile(const StepProfile& p, const std::string& title
   std::string head = fmt::format(
       "{}: one step, {:.1f} ms of wall time, {:.1f} ms of it in {} kernels on the GPU (LibTorch's Kineto, "
       "CUPTI's record of each kernel; a kernel's phase is its launching op's or the nearest enclosing op's that "
-      "names one, and inside thx::optimizer the optimizer's; shares of the wall time)\n\n",
+      "names one, an autograd node standing for the forward op that made it, and inside thx::optimizer the "
+      "optimizer's; shares of the wall time)\n\n",
       title, p.total_ms, p.kernels_ms, p.kernel_launches);
   if (!p.note.empty()) head += p.note + "\n\n";
   TextTable phases;

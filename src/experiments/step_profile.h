@@ -14,9 +14,10 @@
 // kernel's phase is its launching op's, or the nearest enclosing op's that names one (a softmax
 // inside thx's "thx::attention_core" scope is the attention core's; a product inside it is a
 // GEMM; the backward of each attention path runs in its autograd node, whose name is the core's
-// too: TiledFn, HeadsGemmFn, ...), and every kernel launched inside "thx::optimizer" is the
-// optimizer's. (An ATen composition's backward nodes, outside any scope, count by their own
-// names: `bench train --aten`'s loss and norm backward are "other".) The step's wall time
+// too: TiledFn, HeadsGemmFn, ...; an autograd node whose name names no phase takes the phase of
+// the forward op that made it, so the backward of an ATen composition inside thx::loss is the
+// loss's), and every kernel launched inside "thx::optimizer" is the optimizer's. The CPU's self
+// times are counted the same way. The step's wall time
 // less its kernels' is the GPU's idle time (waiting for the CPU to launch work).
 #pragma once
 #include <c10/core/Device.h>
@@ -62,6 +63,10 @@ struct OpSpan {  // an op on a CPU thread
   uint64_t thread = 0;
   double start_us = 0, end_us = 0;
   uint64_t correlation = 0;  // the id a kernel it launched links to (0: none)
+  // autograd's link between a backward node and the forward op that made it: the same sequence
+  // number, the forward's thread given on the node (fwd_thread 0: a forward op; sequence -1: none)
+  int64_t sequence = -1;
+  uint64_t fwd_thread = 0;
 };
 struct DeviceSpan {  // a kernel, copy or fill on the GPU
   std::string name;

@@ -34,6 +34,17 @@ double phases_sum(const StepProfile& p) {
   return std::accumulate(p.phases.begin(), p.phases.end(), 0.0, [](double s, const auto& ph) { return s + ph.second; });
 }
 
+// What Kineto records on the CPU of one training step (forward and backward) of a tiny T5 with
+// talking-heads in its encoder, on whatever paths the switches give.
+KinetoSpans tiny_t5_step_spans() {
+  const PretrainConfig c = tiny_pretrain("unused", 1);
+  torch::manual_seed(5);
+  T5 model(resolve_model_spec(c.model, c.attention), 64);
+  const torch::Tensor inputs = torch::randint(2, 64, {4, 32}), targets = torch::randint(2, 64, {4, 8});
+  const torch::Tensor decoder_inputs = torch::cat({torch::zeros({4, 1}, torch::kInt64), targets.narrow(1, 0, 7)}, 1);
+  return record_kineto_spans([&] { model->forward(inputs, decoder_inputs, targets).loss.backward(); }, false);
+}
+
 // Spans as Kineto gives them: two threads (the step's, and autograd's on a GPU), nested ops.
 TEST(StepProfile, KernelsCountUnderTheOpThatLaunchedThemOrTheNearestPhase) {
   KinetoSpans s;
@@ -94,6 +105,60 @@ TEST(StepProfile, KernelsCountUnderTheOpThatLaunchedThemOrTheNearestPhase) {
   EXPECT_NE(md.find("1.3 ms of it in 10 kernels on the GPU"), std::string::npos) << md;
   EXPECT_NE(md.find("| (the GPU idle: the wall time less the kernels') | 1.19 | 48% |"), std::string::npos) << md;
   EXPECT_NE(md.find("| aten::mm | 2 | 0.44 | 18% |"), std::string::npos) << md;
+}
+
+// A backward node whose name names no phase stands for the forward op that made it: the same
+// sequence number on the thread the node names (autograd's link, as torch.profiler draws it). Its
+// kernels take that op's phase (here the loss's, from the forward op's scope), unless a scope of
+// the backward's own names one; a forward op of the same number on another thread is not it.
+TEST(StepProfile, ABackwardNodeTakesThePhaseOfTheForwardOpThatMadeIt) {
+  KinetoSpans s;
+  s.ops = {
+      {"thx::rms_norm", 1, -5, -1, 13},
+      {"aten::reshape", 1, -4, -3, 12, 7, 0},      // a view in another scope: no node, the next one's number
+      {"thx::loss", 1, 0, 10, 1},
+      {"aten::logsumexp", 1, 1, 9, 2, 7, 0},       // made node 7 on thread 1 (the last to start with 7)
+      {"thx::rms_norm", 3, 0, 10, 3},
+      {"aten::pow", 3, 1, 9, 4, 7, 0},             // number 7 on thread 3: another node
+      {"LogsumexpBackward0", 2, 20, 30, 5, 7, 1},  // node 7 of thread 1
+      {"aten::exp", 2, 21, 29, 6},
+      {"PowBackward0", 2, 31, 40, 7, 7, 3},        // node 7 of thread 3
+      {"aten::mul", 2, 32, 39, 8},
+      {"SumBackward0", 2, 41, 45, 9, 8, 1},        // its forward op was not recorded: other
+      {"thx::optimizer", 2, 50, 60, 10},
+      {"AddBackward0", 2, 51, 59, 11, 7, 1},       // inside the optimizer's scope: the optimizer's
+  };
+  s.device = {{"exp", 100, 6}, {"mul", 20, 8}, {"fill", 3, 9}, {"add", 5, 11}};
+  StepProfile p;
+  attribute_kernels(s, p);
+  EXPECT_NEAR(phase_ms(p, "loss"), 0.1, 1e-12);
+  EXPECT_NEAR(phase_ms(p, "norms"), 0.02, 1e-12);
+  EXPECT_NEAR(phase_ms(p, "other"), 0.003, 1e-12);
+  EXPECT_NEAR(phase_ms(p, "optimizer"), 0.005, 1e-12);
+}
+
+// The same on Kineto's record of a real step on the CPU: the loss and T5's RMS norm by ATen's
+// composition (bench train --aten), whose backward nodes run outside every thx scope. With a
+// stand-in kernel for each op that autograd's backward ran, the loss's and the norm's backward
+// land in their phases, as their forwards do.
+TEST(StepProfile, AnAtenCompositionsBackwardIsItsPartsPhase) {
+  AtenParts aten;
+  aten.loss = true, aten.rms_norm = true;
+  set_aten_parts(aten);
+  KinetoSpans s = tiny_t5_step_spans();
+  set_aten_parts({});
+  for (const OpSpan& node : s.ops)
+    if (node.name == "LogsumexpBackward0")  // the loss's (and no other part's) backward node
+      s.device.push_back({"k", 1.0, node.correlation});
+  const size_t loss_nodes = s.device.size();
+  ASSERT_GT(loss_nodes, 0u);
+  for (const OpSpan& node : s.ops)
+    if (node.name == "RsqrtBackward0") s.device.push_back({"k", 1.0, node.correlation});  // the norms' only
+  ASSERT_GT(s.device.size(), loss_nodes);
+  StepProfile p;
+  attribute_kernels(s, p);
+  EXPECT_NEAR(phase_ms(p, "loss"), loss_nodes * 1e-3, 1e-9);
+  EXPECT_NEAR(phase_ms(p, "norms"), (s.device.size() - loss_nodes) * 1e-3, 1e-9);
 }
 
 TEST(StepProfile, ShortKernelNames) {
@@ -158,13 +223,7 @@ TEST(StepProfile, KinetoSeesAStepsOpsAndTheirNestingOnTheCpu) {
 // 1 us for every op: each finds its op, and thx's scopes give the attention core, the norms and the
 // loss their phases (forward in their scopes, backward through their autograd nodes' names).
 TEST(StepProfile, EveryOpOfAT5StepFindsItsPhase) {
-  const PretrainConfig c = tiny_pretrain("unused", 1);
-  torch::manual_seed(5);
-  T5 model(resolve_model_spec(c.model, c.attention), 64);
-  const torch::Tensor inputs = torch::randint(2, 64, {4, 32}), targets = torch::randint(2, 64, {4, 8});
-  const torch::Tensor decoder_inputs = torch::cat({torch::zeros({4, 1}, torch::kInt64), targets.narrow(1, 0, 7)}, 1);
-  const KinetoSpans s = record_kineto_spans([&] { model->forward(inputs, decoder_inputs, targets).loss.backward(); },
-                                            false);
+  const KinetoSpans s = tiny_t5_step_spans();
   KinetoSpans with_kernels = s;
   for (const OpSpan& op : s.ops)
     if (op.correlation != 0) with_kernels.device.push_back({"k", 1.0, op.correlation});
@@ -191,19 +250,13 @@ TEST(StepProfile, EveryOpOfAT5StepFindsItsPhase) {
 // nested in a node: all of them land in those two phases (before the nodes were named, the
 // backward's softmax and mixings were "other").
 TEST(StepProfile, TheGpuPathsBackwardNodesAreTheCores) {
-  const PretrainConfig c = tiny_pretrain("unused", 1);  // (talking-heads in the encoder)
   const std::string path = th_path();
   const bool chosen = th_path_chosen();
   for (const auto& [name, node] : {std::pair<std::string, std::string>{"gemm", "HeadsGemmFn"},
                                    {"folded", "FoldedFn"}, {"tiled-gemm", "TiledFn"}}) {
     SCOPED_TRACE(name);
     set_cpu_kernels(false), set_th_paths_on_cpu(true), set_th_path(name, false);
-    torch::manual_seed(5);
-    T5 model(resolve_model_spec(c.model, c.attention), 64);
-    const torch::Tensor inputs = torch::randint(2, 64, {4, 32}), targets = torch::randint(2, 64, {4, 8});
-    const torch::Tensor decoder_inputs = torch::cat({torch::zeros({4, 1}, torch::kInt64), targets.narrow(1, 0, 7)}, 1);
-    KinetoSpans s =
-        record_kineto_spans([&] { model->forward(inputs, decoder_inputs, targets).loss.backward(); }, false);
+    KinetoSpans s = tiny_t5_step_spans();
     set_cpu_kernels(true), set_th_paths_on_cpu(false), set_th_path(path, chosen);
     size_t nodes = 0;
     for (const OpSpan& n : s.ops) {
@@ -229,6 +282,26 @@ TEST(StepProfile, TheGpuPathsBackwardNodesAreTheCores) {
 // work is the time inside its scope but outside ATen's ops: here a sleep), products are GEMMs even
 // inside the core, and an op that names no phase takes its enclosing scope's (an exp inside
 // thx::loss is the loss's, as a GPU's kernel launched there would be), the optimizer's scope over all.
+// The CPU profile counts a backward node the same way: logsumexp's backward (exp, mul, ...) is the
+// loss's when its forward ran in thx::loss.
+TEST(StepProfile, CpuBackwardTakesTheForwardsPhase) {
+  const torch::Tensor w = torch::randn({1024, 1024}, torch::requires_grad());
+  const StepProfile p = profile_step([&] {
+    torch::Tensor l;
+    {
+      RECORD_USER_SCOPE("thx::loss");
+      l = torch::logsumexp(w, -1).sum();
+    }
+    l.backward();
+  });
+  double backward_ms = 0;
+  for (const StepProfile::Op& op : p.ops)
+    if (op.name.find("Backward") != std::string::npos) backward_ms += op.self_ms;
+  EXPECT_GT(backward_ms, 0);
+  EXPECT_GT(phase_ms(p, "loss"), backward_ms);
+  EXPECT_LT(phase_ms(p, "other"), 0.25 * phase_ms(p, "loss")) << "the backward went to the loss";
+}
+
 TEST(StepProfile, CpuPhasesSumToTheStepAndThxsScopesNameTheirs) {
   const torch::Tensor a = torch::randn({256, 256}), b = torch::randn({1024, 1024});
   const StepProfile p = profile_step([&] {
