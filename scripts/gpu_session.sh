@@ -33,7 +33,9 @@
 #                                    with ATen between the products; one step of each of
 #                                    multi-head's and the heads-major path's rows profiled by
 #                                    Kineto: every kernel's GPU time, by phase, and the step's
-#                                    timeline), the mini T5 on the GPU
+#                                    timeline; and profiled again with Adafactor, the loss and the
+#                                    RMS norm by ATen's composition instead of thx's kernels:
+#                                    profile-aten-parts), the mini T5 on the GPU
 #                                    (fp32, bf16) beside the CPU,
 #                                    the rest of the unit suite, the talking-heads rows on the fused
 #                                    kernels, and a crashed suite again under cuda-gdb. Four phases
