@@ -68,20 +68,16 @@ struct BenchTrainCommand : Command {
     for (int64_t h : topt.peer_heads)
       if (std::find(rows.begin(), rows.end(), h) == rows.end())
         throw InputError(fmt::format("--peer-heads: {} is not among the base rows' h ({})", h, fmt::join(rows, ",")));
+    const AtenParts aten = parse_aten_parts(topt.aten, "--aten");
     ConfigTree tree = config.tree();
     topt.config = load_model_config(tree);
     if (config.dump) return dump_config(topt.config.yaml);
-    for (const std::string& part : topt.aten) {
-      AtenParts parts;
-      if (!name_aten_part(part, parts))
-        throw InputError(fmt::format("--aten: {} is not a part; allowed: adafactor, loss, rms_norm", part));
-      if (part == "adafactor" && topt.config.optimizer.name != "adafactor")
-        throw InputError(fmt::format("--aten adafactor: the config's optimizer.name is {}; the part concerns adafactor",
-                                     topt.config.optimizer.name));
-      if (part == "rms_norm" && topt.config.model.encoder_only())
-        throw InputError(fmt::format("--aten rms_norm: model.type {} has layer norms (ATen's); rms_norm is T5's",
-                                     topt.config.model.type));
-    }
+    if (aten.adafactor && topt.config.optimizer.name != "adafactor")
+      throw InputError(fmt::format("--aten adafactor: the config's optimizer.name is {}; the part concerns adafactor",
+                                   topt.config.optimizer.name));
+    if (aten.rms_norm && topt.config.model.encoder_only())
+      throw InputError(fmt::format("--aten rms_norm: model.type {} has layer norms (ATen's); rms_norm is T5's",
+                                   topt.config.model.type));
     topt.device = resolve_device(device_request(), "--device");
     if (topt.tiled) refuse_gpu_only_option("--tiled", topt.device.is_cuda());
     if (!topt.trace_dir.empty()) {

@@ -66,24 +66,39 @@ namespace {
 std::atomic<bool> g_aten_adafactor{false}, g_aten_loss{false}, g_aten_rms_norm{false};
 }  // namespace
 
-bool name_aten_part(const std::string& name, AtenParts& parts) {
-  bool* part = name == "adafactor" ? &parts.adafactor : name == "loss" ? &parts.loss
-             : name == "rms_norm"  ? &parts.rms_norm  : nullptr;
-  if (part) *part = true;
-  return part != nullptr;
+AtenParts parse_aten_parts(const std::vector<std::string>& names, const std::string& where, const std::string& hint) {
+  AtenParts p;
+  for (const std::string& name : names) {
+    bool* part = name == "adafactor" ? &p.adafactor
+                 : name == "loss"    ? &p.loss
+                 : name == "rms_norm" ? &p.rms_norm
+                                      : nullptr;
+    if (!part)
+      throw InputError(fmt::format("{}: {} is not a part; allowed: adafactor, loss, rms_norm{}", where,
+                                   name.empty() ? "an empty name" : name, hint));
+    *part = true;
+  }
+  return p;
+}
+
+std::vector<std::string> aten_part_names(AtenParts parts) {
+  std::vector<std::string> names;
+  if (parts.adafactor) names.push_back("adafactor");
+  if (parts.loss) names.push_back("loss");
+  if (parts.rms_norm) names.push_back("rms_norm");
+  return names;
 }
 
 AtenParts aten_parts() {
   AtenParts p{g_aten_adafactor, g_aten_loss, g_aten_rms_norm};
   const char* env = std::getenv("THX_ATEN");
   if (!env || !*env) return p;
-  std::stringstream names(env);
-  for (std::string name; std::getline(names, name, ',');)
-    if (!name_aten_part(name, p))
-      throw InputError(fmt::format("THX_ATEN={}: {} is not a part; allowed: adafactor, loss, rms_norm "
-                                   "(comma-separated: these by ATen's composition, not thx's kernels)",
-                                   env, name.empty() ? "an empty name" : name));
-  return p;
+  std::vector<std::string> names;
+  std::stringstream list(env);
+  for (std::string name; std::getline(list, name, ',');) names.push_back(name);
+  const AtenParts e = parse_aten_parts(names, fmt::format("THX_ATEN={}", env),
+                                       " (comma-separated: these by ATen's composition, not thx's kernels)");
+  return {p.adafactor || e.adafactor, p.loss || e.loss, p.rms_norm || e.rms_norm};
 }
 
 void set_aten_parts(AtenParts parts) {

@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace thx {
 
@@ -40,8 +41,12 @@ struct AtenParts {
 };
 AtenParts aten_parts();
 void set_aten_parts(AtenParts parts);
-// Sets the part `name` in `parts`; false where it names none.
-bool name_aten_part(const std::string& name, AtenParts& parts);
+// The parts `names` name; a name that is none is an InputError "<where>: <name> is not a part;
+// allowed: adafactor, loss, rms_norm<hint>" (THX_ATEN's, --aten's).
+AtenParts parse_aten_parts(const std::vector<std::string>& names, const std::string& where,
+                           const std::string& hint = "");
+// The names of the parts set in `parts`, in that order (a report's).
+std::vector<std::string> aten_part_names(AtenParts parts);
 
 // The device to train on: "cpu", "cuda" or "auto" (CUDA when present), from --device (set
 // once by main) or a config's train.device. resolve_device throws InputError (exit 2)

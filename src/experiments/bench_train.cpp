@@ -32,11 +32,7 @@ using Clock = std::chrono::steady_clock;
 
 // The parts this bench runs by ATen's composition (--aten, THX_ATEN: common/runtime.h), for its report.
 std::string aten_note() {
-  const AtenParts p = aten_parts();
-  std::vector<std::string> names;
-  if (p.adafactor) names.push_back("adafactor");
-  if (p.loss) names.push_back("loss");
-  if (p.rms_norm) names.push_back("rms_norm");
+  const std::vector<std::string> names = aten_part_names(aten_parts());
   return names.empty() ? ""
                        : fmt::format("; by ATen's composition, not thx's kernels (--aten, THX_ATEN): {}",
                                      fmt::join(names, ", "));
@@ -374,12 +370,7 @@ std::string bench_train(const BenchTrainOptions& options) {
   set_th_kernels(!o.tiled);
   // --aten's parts, read where each runs (common/runtime.h), for this bench (with THX_ATEN's).
   struct AtenScope {
-    explicit AtenScope(const std::vector<std::string>& names) {
-      AtenParts parts;
-      for (const std::string& name : names)
-        if (!name_aten_part(name, parts)) throw InputError("--aten: " + name + " is not a part");
-      set_aten_parts(parts);
-    }
+    explicit AtenScope(const std::vector<std::string>& names) { set_aten_parts(parse_aten_parts(names, "--aten")); }
     ~AtenScope() { set_aten_parts({}); }
   } aten_scope(o.aten);
   TrainBench bench(o);

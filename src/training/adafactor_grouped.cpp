@@ -2,12 +2,8 @@
 
 #include <atomic>
 #include <cmath>
-#include <cstdlib>
-#include <string>
 #include <map>
 #include <numeric>
-
-#include "common/error.h"
 #include <tuple>
 
 namespace thx {

@@ -148,6 +148,9 @@ TEST(Cli, BadBenchFlagsExitTwo) {
   r = run_thx("bench train --aten loss,softmax");
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_EQ(r.out, "thx: error: --aten: softmax is not a part; allowed: adafactor, loss, rms_norm\n");
+  r = run_thx("bench train --aten '' --dump-config");  // (before the config is dumped, and named)
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_EQ(r.out, "thx: error: --aten: an empty name is not a part; allowed: adafactor, loss, rms_norm\n");
 }
 
 TEST(Cli, ConfigsMergeInOrderSetWinsAndDumpRoundTrips) {
