@@ -38,7 +38,6 @@ std::string aten_note() {
                                      fmt::join(names, ", "));
 }
 
-
 struct Timed {
   double step_s = 0;                     // median
   double fwd_s = 0, bwd_s = 0, opt_s = 0;  // medians of the parts
@@ -49,9 +48,6 @@ struct Timed {
   bool out_of_memory = false;            // the device ran out of memory (no times)
 };
 
-// Steps of the model at `precision` (common/precision.h): forward and backward in its scope, the
-// optimizer on the fp32 master weights. The heap is trimmed first, so that the peak RSS is this
-// configuration's and not an earlier one's high-water mark.
 // How a row's steps run beside its precision and device: one more step profiled (its trace
 // written where trace_path is set).
 struct StepRun {
@@ -59,6 +55,9 @@ struct StepRun {
   std::string trace_path;
 };
 
+// Steps of the model at `precision` (common/precision.h): forward and backward in its scope, the
+// optimizer on the fp32 master weights. The heap is trimmed first, so that the peak RSS is this
+// configuration's and not an earlier one's high-water mark.
 Timed time_steps(const PretrainConfig& c, const ModelSpec& spec, int64_t vocab, int64_t batch, int64_t steps,
                  int64_t warmup, const std::string& precision, const StepRun& run, const torch::Device& device) {
   trim_heap();
