@@ -56,76 +56,9 @@ const char* const kDevicePhases[kPhaseCount] = {"GEMMs",
                                                 "other (elementwise, copies)",
                                                 "unattributed (no op known to have launched it)"};
 
-StepProfile profile_on_cpu(const std::function<void()>& fn) {
-  prof::thread_event_lists lists;
-  {
-    prof::TLSLegacyProfilerGuard profiler(
-        torch::profiler::impl::ProfilerConfig(torch::profiler::impl::ProfilerState::CPU),
-        [&](const prof::thread_event_lists& l) { lists = l; });
-    RECORD_USER_SCOPE("thx::step");
-    fn();
-  }
-  StepProfile p;
-  std::map<std::string, StepProfile::Op> by_name;
-  double ph[kPhaseCount] = {}, accounted = 0;
-  std::map<std::pair<uint64_t, int64_t>, Phase> forward_phase;  // (thread, sequence number) -> its phase
-  for (const auto& events : lists) {
-    // Only the thread that ran the step (its list holds the thx::step range).
-    const bool mine = std::any_of(events.begin(), events.end(),
-                                  [](const prof::LegacyEvent& e) { return std::string(e.name()) == "thx::step"; });
-    if (!mine) continue;
-    // An op's self time goes to its phase as a GPU's kernels go to theirs (attribute_kernels): the
-    // optimizer's inside thx::optimizer, else its name's, else the nearest enclosing op's that names
-    // one (an exp inside thx::loss is the loss's, a product inside the attention core a GEMM).
-    struct Open {
-      const prof::LegacyEvent* push;
-      std::string name;
-      Phase phase;
-      bool in_optimizer;
-      double children_us = 0;
-    };
-    std::vector<Open> stack;
-    for (const auto& e : events) {
-      if (e.kindStr() == "push") {
-        // The copy inside a dtype conversion is the conversion: counted as a cast.
-        std::string name = e.name();
-        if (name == "aten::copy_" && !stack.empty() && stack.back().name == "aten::_to_copy") name = "aten::copy_ (cast)";
-        const bool in_optimizer = name == "thx::optimizer" || (!stack.empty() && stack.back().in_optimizer);
-        Phase own = phase_of(name);
-        // A backward node that names no phase stands for the forward op that made it (kernel_phase).
-        const auto made_by = e.fwdThreadId() != 0 ? forward_phase.find({e.fwdThreadId(), e.sequenceNr()})
-                                                  : forward_phase.end();
-        if (own == kOther && e.sequenceNr() >= 0 && made_by != forward_phase.end() && made_by->second != kOptimizer)
-          own = made_by->second;
-        const Phase phase = in_optimizer ? kOptimizer : own != kOther || stack.empty() ? own : stack.back().phase;
-        if (e.sequenceNr() >= 0 && e.fwdThreadId() == 0) forward_phase[{e.threadId(), e.sequenceNr()}] = phase;
-        stack.push_back({&e, name, phase, in_optimizer});
-      } else if (e.kindStr() == "pop" && !stack.empty()) {
-        const Open o = stack.back();
-        stack.pop_back();
-        const double us = o.push->cpuElapsedUs(e);
-        const std::string& name = o.name;
-        if (name == "thx::step") {
-          p.total_ms = us / 1e3;
-        } else {
-          StepProfile::Op& op = by_name[name];
-          op.name = name, op.self_ms += (us - o.children_us) / 1e3, ++op.calls;
-          ph[o.phase] += (us - o.children_us) / 1e3, accounted += (us - o.children_us) / 1e3;
-        }
-        if (!stack.empty()) stack.back().children_us += us;
-      }
-    }
-  }
-  for (auto& [k, v] : by_name) p.ops.push_back(v);
-  std::sort(p.ops.begin(), p.ops.end(), [](const auto& a, const auto& b) { return a.self_ms > b.self_ms; });
-  ph[kOther] += std::max(0.0, p.total_ms - accounted);  // between ops
-  for (int k = 0; k < kUnattributed; ++k) p.phases.emplace_back(kCpuPhases[k], ph[k]);
-  return p;
-}
-
-
-// The ops' parents: on each thread, the innermost op whose span holds this one's (Kineto's spans
-// on a thread nest; at equal times the op recorded first, the lower correlation, is outside).
+// The ops' parents: on each thread, the innermost op whose span holds this one's (an op's span on a
+// thread holds its callees', in Kineto's record and the legacy profiler's; at equal times the op
+// recorded first, the lower correlation, is outside).
 std::vector<ptrdiff_t> parents_of(const std::vector<OpSpan>& ops) {
   std::vector<size_t> order(ops.size());
   std::iota(order.begin(), order.end(), size_t(0));
@@ -193,6 +126,76 @@ std::vector<StepProfile::Op> by_time(const std::map<std::string, StepProfile::Op
   for (const auto& [k, op] : m) v.push_back(op);
   std::sort(v.begin(), v.end(), [](const auto& a, const auto& b) { return a.self_ms > b.self_ms; });
   return v;
+}
+
+// What the legacy profiler recorded on the thread that ran the step (the list that holds thx::step),
+// as spans in the order they began: times in microseconds from the list's first event (as the
+// elapsed nanoseconds' count, exact: the clock's own value in microseconds, near 2^51, would keep
+// only quarters of one in a double); correlation is that order, so that at one time the op begun
+// first is outside (parents_of); the copy inside a dtype conversion is named a cast.
+std::vector<OpSpan> cpu_spans(const prof::thread_event_lists& lists) {
+  std::vector<OpSpan> ops;
+  for (const auto& events : lists) {
+    const bool mine = std::any_of(events.begin(), events.end(),
+                                  [](const prof::LegacyEvent& e) { return std::string(e.name()) == "thx::step"; });
+    if (!mine) continue;
+    std::vector<std::pair<const prof::LegacyEvent*, size_t>> open;  // (push, its span)
+    for (const auto& e : events) {
+      if (e.kindStr() == "push") {
+        std::string name = e.name();
+        if (name == "aten::copy_" && !open.empty() && ops[open.back().second].name == "aten::_to_copy")
+          name = "aten::copy_ (cast)";
+        const double at = events.front().cpuElapsedUs(e);
+        ops.push_back({name, e.threadId(), at, at, uint64_t(ops.size() + 1), e.sequenceNr(), e.fwdThreadId()});
+        open.emplace_back(&e, ops.size() - 1);
+      } else if (e.kindStr() == "pop" && !open.empty()) {
+        OpSpan& op = ops[open.back().second];
+        op.end_us = op.start_us + open.back().first->cpuElapsedUs(e);
+        open.pop_back();
+      }
+    }
+  }
+  return ops;
+}
+
+// The CPU's self times (an op's span less its children's), by op and by phase. An op's phase is
+// found as a GPU kernel's is from the op that launched it (kernel_phase), so the two profiles count
+// alike. The step's time outside every op is "other".
+StepProfile attribute_cpu(const std::vector<OpSpan>& ops) {
+  const std::vector<ptrdiff_t> parent = parents_of(ops), made_by = forwards_of(ops);
+  std::vector<double> children_us(ops.size(), 0.0);
+  for (size_t i = 0; i < ops.size(); ++i)
+    if (parent[i] >= 0) children_us[size_t(parent[i])] += ops[i].end_us - ops[i].start_us;
+  StepProfile p;
+  std::map<std::string, StepProfile::Op> by_name;
+  double ph[kPhaseCount] = {}, accounted = 0;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const double us = ops[i].end_us - ops[i].start_us;
+    if (ops[i].name == "thx::step") {
+      p.total_ms = us / 1e3;
+      continue;
+    }
+    const double self_ms = (us - children_us[i]) / 1e3;
+    StepProfile::Op& op = by_name[ops[i].name];
+    op.name = ops[i].name, op.self_ms += self_ms, ++op.calls;
+    ph[kernel_phase(ops, parent, made_by, ptrdiff_t(i))] += self_ms, accounted += self_ms;
+  }
+  p.ops = by_time(by_name);
+  ph[kOther] += std::max(0.0, p.total_ms - accounted);  // between ops
+  for (int k = 0; k < kUnattributed; ++k) p.phases.emplace_back(kCpuPhases[k], ph[k]);
+  return p;
+}
+
+StepProfile profile_on_cpu(const std::function<void()>& fn) {
+  prof::thread_event_lists lists;
+  {
+    prof::TLSLegacyProfilerGuard profiler(
+        torch::profiler::impl::ProfilerConfig(torch::profiler::impl::ProfilerState::CPU),
+        [&](const prof::thread_event_lists& l) { lists = l; });
+    RECORD_USER_SCOPE("thx::step");
+    fn();
+  }
+  return attribute_cpu(cpu_spans(lists));
 }
 
 StepProfile profile_on_device(const std::function<void()>& fn, const c10::Device& device,

@@ -17,8 +17,8 @@
 // too: TiledFn, HeadsGemmFn, ...; an autograd node whose name names no phase takes the phase of
 // the forward op that made it, so the backward of an ATen composition inside thx::loss is the
 // loss's), and every kernel launched inside "thx::optimizer" is the optimizer's. The CPU's self
-// times are counted the same way. The step's wall time
-// less its kernels' is the GPU's idle time (waiting for the CPU to launch work).
+// times are counted by the same code: an op's phase there is what its kernel's would be on a GPU.
+// The step's wall time less its kernels' is the GPU's idle time (waiting for the CPU to launch work).
 #pragma once
 #include <c10/core/Device.h>
 
