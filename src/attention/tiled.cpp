@@ -206,18 +206,10 @@ Problem problem(const Tensor& Q, const Tensor& K, const Tensor& V, const Tensor&
   // strides). The heads-major copies come with heads_major, where the blocks of rows need them.
   auto wide = [&](const Tensor& t) { return !t.defined() ? t : kernels ? t.to(torch::kFloat32) : as_fp32(t); };
   auto matrix = [&](const Tensor& t) { return kernels && t.defined() ? wide(t).contiguous() : wide(t); };
-  Problem p{Tensor(),
-            Tensor(),
-            Tensor(),
-            matrix(P_l),
-            matrix(P_w),
-            four(wide(bias)),
-            four(mask),
-            block_rows,
-            kernels,
-            P_l.defined() ? P_l.size(1) : Q.size(2),
-            narrow};
-  p.softmax = softmax;
+  Problem p;
+  p.P_l = matrix(P_l), p.P_w = matrix(P_w), p.bias = four(wide(bias)), p.mask = four(mask);
+  p.block = block_rows, p.kernels = kernels, p.h = P_l.defined() ? P_l.size(1) : Q.size(2);
+  p.narrow = narrow, p.softmax = softmax;
   const int64_t n = Q.size(1), m = K.size(1);
   if (p.block <= 0) {
     const int64_t heads = std::max({Q.size(2), V.size(2), p.h});
