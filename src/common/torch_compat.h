@@ -21,7 +21,7 @@
 //                                   (THX_CUDA, set by CMake when it finds torch_cuda).
 //   Kineto's events (KinetoEvent)   1.13: startUs(), durationUs() in microseconds; 2.x: startNs(),
 //                                   durationNs() in nanoseconds. Found by member, not by version
-//                                   (kineto_start_us below).
+//                                   (kineto_start_ns below).
 //
 // thx does not use LibTorch's autocast (common/precision.h casts explicitly), so autocast's
 // 1.13 -> 2.x changes (set_autocast_enabled(device_type, ...)) do not reach it.
@@ -84,7 +84,7 @@ inline at::Tensor bmm_wide(const at::Tensor& a, const at::Tensor& b, at::ScalarT
   return at::bmm(a.to(out), b.to(out));
 }
 
-// ---- a Kineto event's times, in microseconds ------------------------------------------------
+// ---- a Kineto event's times ------------------------------------------------------------------
 // E is torch::autograd::profiler::KinetoEvent (a template, so that this header need not include the
 // profiler's): whether it has 2.x's nanosecond members is found by member, as bmm_wide's overload.
 template <class E, class = void>
@@ -92,10 +92,12 @@ struct KinetoNanoseconds : std::false_type {};
 template <class E>
 struct KinetoNanoseconds<E, std::void_t<decltype(std::declval<const E&>().startNs())>> : std::true_type {};
 
+// The start in nanoseconds of the profiler's clock, an integer: above 2^60 on 2.x's clock (since 1970),
+// where a double keeps only every 256th; subtract a start near it before converting.
 template <class E>
-double kineto_start_us(const E& e) {
-  if constexpr (KinetoNanoseconds<E>::value) return double(e.startNs()) / 1e3;
-  else return double(e.startUs());
+int64_t kineto_start_ns(const E& e) {
+  if constexpr (KinetoNanoseconds<E>::value) return int64_t(e.startNs());
+  else return int64_t(e.startUs()) * 1000;
 }
 template <class E>
 double kineto_duration_us(const E& e) {

@@ -9,6 +9,7 @@
 #include <cctype>
 #include <chrono>
 #include <cstddef>
+#include <limits>
 #include <map>
 #include <numeric>
 #include <set>
@@ -271,9 +272,13 @@ KinetoSpans record_kineto_spans(const std::function<void()>& fn, bool with_cuda,
     }
   }
   KinetoSpans s;
+  // Times from the first event's start, counted in integer nanoseconds before they become doubles
+  // (compat::kineto_start_ns): spans that nest must still nest to the nanosecond.
+  int64_t first_ns = std::numeric_limits<int64_t>::max();
+  for (const auto& e : result->events()) first_ns = std::min(first_ns, compat::kineto_start_ns(e));
   for (const auto& e : result->events()) {
     const std::string name = e.name();
-    const double start = compat::kineto_start_us(e), us = compat::kineto_duration_us(e);
+    const double start = double(compat::kineto_start_ns(e) - first_ns) / 1e3, us = compat::kineto_duration_us(e);
     if (e.deviceType() == c10::DeviceType::CPU) {
       // The CUDA runtime's and driver's calls (cudaLaunchKernel, cuLaunchKernel, ...) are CPU events
       // too, with CUPTI's correlations, another count than the ops': they launched, ops asked.

@@ -37,25 +37,28 @@ TEST(TorchCompat, BmmWideOnTheCpuIsTheProductOfTheOperandsWidened) {
   EXPECT_TRUE(torch::equal(compat::bmm_wide(a64, b64, torch::kFloat64), torch::bmm(a64, b64)));
 }
 
-// The folded path's shapes: a matrix times a vector a batch ([N, h, m] x [N, m, 1]) and a vector
-// times a matrix ([N, 1, k] x [N, k, h]), sums of 4096 bf16 products each.
-// Kineto's event times in microseconds from either LibTorch's members: 1.13's (startUs, durationUs)
-// and 2.x's (startNs, durationNs), each read with its unit (stand-in events of both forms); and this
-// LibTorch's own KinetoEvent takes the form its version has.
+// Kineto's event times from either LibTorch's members: 1.13's (startUs, durationUs) and 2.x's
+// (startNs, durationNs), each read with its unit (stand-in events of both forms), the start as
+// integer nanoseconds: 2.x's clock counts them since 1970, above 2^60, where a double keeps every
+// 256th (the control below). This LibTorch's own KinetoEvent takes the form its version has.
 struct EventUs {
   uint64_t startUs() const { return 1500; }
   uint64_t durationUs() const { return 20; }
 };
 struct EventNs {
-  uint64_t startNs() const { return 1500250; }
+  uint64_t start = 1500250;
+  uint64_t startNs() const { return start; }
   uint64_t durationNs() const { return 20500; }
 };
 
-TEST(TorchCompat, KinetoTimesInMicrosecondsFromEitherVersionsMembers) {
-  EXPECT_EQ(compat::kineto_start_us(EventUs{}), 1500.0);
+TEST(TorchCompat, KinetoTimesFromEitherVersionsMembers) {
+  EXPECT_EQ(compat::kineto_start_ns(EventUs{}), 1500000);
   EXPECT_EQ(compat::kineto_duration_us(EventUs{}), 20.0);
-  EXPECT_EQ(compat::kineto_start_us(EventNs{}), 1500.25);
+  EXPECT_EQ(compat::kineto_start_ns(EventNs{}), 1500250);
   EXPECT_EQ(compat::kineto_duration_us(EventNs{}), 20.5);
+  const uint64_t now = 1'796'000'000'000'000'001;  // (2026-11-29 in 2.x's clock, and a nanosecond)
+  EXPECT_EQ(compat::kineto_start_ns(EventNs{now}) - compat::kineto_start_ns(EventNs{now - 1}), 1);
+  EXPECT_EQ(double(now) / 1e3 - double(now - 100) / 1e3, 0.0) << "the control: 100 ns lost in microseconds";
   EXPECT_EQ(compat::KinetoNanoseconds<torch::autograd::profiler::KinetoEvent>::value, bool(THX_TORCH2));
 }
 
