@@ -20,6 +20,7 @@ Standard library only. Bad input: one line, exit 2.
 import gzip
 import json
 import statistics
+from decimal import Decimal
 
 from oneline import Parser, fail  # one line, exit 2, as thx
 
@@ -32,13 +33,22 @@ def load(path):
     opener = gzip.open if path.endswith(".gz") else open
     try:
         with opener(path, "rt") as f:
-            trace = json.load(f)
+            trace = json.load(f, parse_float=Decimal)
     except (OSError, ValueError, EOFError) as e:
         fail(f"{path}: {e}")
     events = trace.get("traceEvents") if isinstance(trace, dict) else None
     if not isinstance(events, list):
         fail(f"{path}: no traceEvents list (is it a Chrome trace from --trace?)")
-    return [e for e in events if isinstance(e, dict) and e.get("ph") == "X" and "ts" in e]
+    spans = [e for e in events if isinstance(e, dict) and e.get("ph") == "X" and "ts" in e]
+    # Times in microseconds since the first span: Kineto writes them since 1970 to the nanosecond
+    # (16 digits and 3 decimals), more than a float keeps, so they are read exactly and rebased.
+    for e in spans:
+        if not all(isinstance(e.get(k, 0), (int, Decimal)) for k in ("ts", "dur")):
+            fail(f"{path}: an event's ts or dur is not a number: {str(e)[:100]}")
+    first = min((e["ts"] for e in spans), default=0)
+    for e in spans:
+        e["ts"], e["dur"] = float(e["ts"] - first), float(e.get("dur", 0))
+    return spans
 
 
 def short(name, width=60):

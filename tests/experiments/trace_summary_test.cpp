@@ -15,9 +15,14 @@ RunResult summarize(const std::string& args) {
                      " 2>&1");
 }
 
+// (ts and dur as written: numbers in microseconds)
+std::string event(const std::string& cat, const std::string& name, const std::string& ts, const std::string& dur,
+                  const std::string& args) {
+  return "{\"ph\": \"X\", \"cat\": \"" + cat + "\", \"name\": \"" + name + "\", \"pid\": 1, \"tid\": 1, \"ts\": " + ts +
+         ", \"dur\": " + dur + ", \"args\": {" + args + "}}";
+}
 std::string event(const std::string& cat, const std::string& name, double ts, double dur, const std::string& args) {
-  return "{\"ph\": \"X\", \"cat\": \"" + cat + "\", \"name\": \"" + name + "\", \"pid\": 1, \"tid\": 1, \"ts\": " +
-         std::to_string(ts) + ", \"dur\": " + std::to_string(dur) + ", \"args\": {" + args + "}}";
+  return event(cat, name, std::to_string(ts), std::to_string(dur), args);
 }
 
 // Forward [0, 40] us, backward [40, 300], optimizer [300, 350] on the CPU. Kernels (ts, end):
@@ -74,10 +79,28 @@ TEST(TraceSummary, IdleGapsAreChargedToThePartThatLaunchedTheNextKernel) {
   EXPECT_NE(r2.out.find("1 gaps of 100 us or more, 0.110 ms"), std::string::npos) << r2.out;
 }
 
+// Kineto writes times since 1970 in microseconds to the nanosecond (16 digits and 3 decimals), more
+// than a float keeps (a quarter of a microsecond there): they are read exactly. A kernel launched at
+// .050 that starts at .350 waited 0.3 us, where floats would have said 0.25.
+TEST(TraceSummary, TimesSince1970AreReadToTheNanosecond) {
+  const std::string at = "1796000000002000";
+  const std::string text = "{\"traceEvents\": [" + event("user_annotation", "thx::forward", at + ".000", "10.000", "") +
+                           ",\n" + event("cpu_op", "aten::mm", at + ".010", "0.500", "\"External id\": 21") + ",\n" +
+                           event("cuda_runtime", "cudaLaunchKernel", at + ".050", "0.100",
+                                 "\"correlation\": 7, \"External id\": 21") +
+                           ",\n" + event("kernel", "void gemm_kernel<float>(int)", at + ".350", "1.250", "\"correlation\": 7") +
+                           "]}";
+  TempDir dir;
+  const RunResult r = summarize(dir.write("ns.json", text));
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("| forward | 1 | 0.001 | 0.000 | 0.3 |"), std::string::npos) << r.out;
+}
+
 TEST(TraceSummary, BadInputIsOneLineExitTwo) {
   TempDir dir;
   const std::vector<std::pair<std::string, std::string>> bad = {
-      {"not.json", "{\"traceEvents\": ["}, {"empty.json", "{\"other\": 1}"}, {"cpu.json", "{\"traceEvents\": []}"}};
+      {"not.json", "{\"traceEvents\": ["}, {"empty.json", "{\"other\": 1}"}, {"cpu.json", "{\"traceEvents\": []}"},
+      {"ts.json", "{\"traceEvents\": [{\"ph\": \"X\", \"cat\": \"kernel\", \"ts\": \"1.5\"}]}"}};
   for (const auto& [name, text] : bad) {
     const RunResult r = summarize(dir.write(name, text));
     EXPECT_EQ(r.code, 2) << name << ": " << r.out;
