@@ -84,12 +84,12 @@ TEST(TraceSummary, IdleGapsAreChargedToThePartThatLaunchedTheNextKernel) {
 // .050 that starts at .350 waited 0.3 us, where floats would have said 0.25.
 TEST(TraceSummary, TimesSince1970AreReadToTheNanosecond) {
   const std::string at = "1796000000002000";
-  const std::string text = "{\"traceEvents\": [" + event("user_annotation", "thx::forward", at + ".000", "10.000", "") +
-                           ",\n" + event("cpu_op", "aten::mm", at + ".010", "0.500", "\"External id\": 21") + ",\n" +
-                           event("cuda_runtime", "cudaLaunchKernel", at + ".050", "0.100",
-                                 "\"correlation\": 7, \"External id\": 21") +
-                           ",\n" + event("kernel", "void gemm_kernel<float>(int)", at + ".350", "1.250", "\"correlation\": 7") +
-                           "]}";
+  const std::vector<std::string> e = {
+      event("user_annotation", "thx::forward", at + ".000", "10.000", ""),
+      event("cpu_op", "aten::mm", at + ".010", "0.500", "\"External id\": 21"),
+      event("cuda_runtime", "cudaLaunchKernel", at + ".050", "0.100", "\"correlation\": 7, \"External id\": 21"),
+      event("kernel", "void gemm_kernel<float>(int)", at + ".350", "1.250", "\"correlation\": 7")};
+  const std::string text = "{\"traceEvents\": [" + e[0] + ", " + e[1] + ", " + e[2] + ", " + e[3] + "]}";
   TempDir dir;
   const RunResult r = summarize(dir.write("ns.json", text));
   ASSERT_EQ(r.code, 0) << r.out;
