@@ -52,7 +52,8 @@ torch::Device resolve_device(const std::string& requested, const std::string& wh
                                      ? "was built without CUDA (Debian's libtorch-dev is CPU-only)"
                                      : "sees no GPU"));
   if (requested == "cuda" || (requested == "auto" && present)) {
-    // One GPU per rank: torchrun's LOCAL_RANK picks it (wrapping round if there are fewer).
+    // One GPU per rank: torchrun's LOCAL_RANK picks it (more ranks on a node than GPUs are refused
+    // before any work, dist::check_device; the wrap is for a LOCAL_RANK set by hand).
     int64_t local = 0;
     if (const char* v = std::getenv("LOCAL_RANK")) local = std::max<int64_t>(0, std::atoll(v));
     return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(local % torch::cuda::device_count()));

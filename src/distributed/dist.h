@@ -72,9 +72,13 @@ void check_same(const std::string& what, const std::string& value);
 // rethrown as it was.
 void guard(const char* doing, const std::function<void()>& f);
 
-// Data parallel runs on the CPU (Gloo), and on GPUs where thx was built with NCCL (nccl.h): a
-// group of more than one rank asked to train on a GPU without it is InputError naming `where`.
+// Data parallel runs on the CPU (Gloo), and on GPUs where thx was built with NCCL (nccl.h), one
+// GPU a rank: a group of more than one rank asked to train on a GPU without NCCL, or with more
+// ranks on this node (LOCAL_WORLD_SIZE) than it has GPUs, is InputError naming `where`.
 void check_device(const torch::Device& device, const std::string& where);
+// Why `ranks` processes, `node_ranks` of them on this node, cannot train together on `device` in
+// a build with NCCL or without, on a node with `gpus` GPUs; "" where they can.
+std::string device_refusal(const torch::Device& device, int ranks, int node_ranks, bool nccl, int64_t gpus);
 
 // Whether this build has NCCL as the group's backend for CUDA tensors (THX_NCCL).
 bool nccl_built();

@@ -51,11 +51,24 @@ LaunchEnv read_launch_env(const std::function<const char*(const char*)>& get_in)
   return e;
 }
 
+std::string device_refusal(const torch::Device& device, int ranks, int node_ranks, bool nccl, int64_t gpus) {
+  if (ranks <= 1 || device.is_cpu()) return "";
+  if (!device.is_cuda() || !nccl)
+    return fmt::format("data parallel with {} ranks runs on the CPU only in this build (c10d's Gloo; thx was built "
+                       "without NCCL, THX_NCCL): train on the GPU in one process, or on the CPU with --device cpu",
+                       ranks);
+  // (NCCL refuses two ranks on one GPU, deep in its setup: "Duplicate GPU detected")
+  if (node_ranks > gpus)
+    return fmt::format("{} ranks on this node (LOCAL_WORLD_SIZE) and {} GPU{}: NCCL needs a GPU for each rank; "
+                       "start at most {} a node (torchrun --nproc_per_node {}), or train on the CPU with --device cpu",
+                       node_ranks, gpus, gpus == 1 ? "" : "s", gpus, gpus);
+  return "";
+}
+
 void check_device(const torch::Device& device, const std::string& where) {
-  if (world_size() > 1 && !device.is_cpu() && !(device.is_cuda() && nccl_built()))
-    throw InputError(fmt::format("{} {}: data parallel with {} ranks runs on the CPU only in this build (c10d's Gloo; "
-                                 "thx was built without NCCL, THX_NCCL): train on the GPU in one process, or on the "
-                                 "CPU with --device cpu", where, device.str(), world_size()));
+  const int64_t gpus = device.is_cuda() ? int64_t(torch::cuda::device_count()) : 0;
+  const std::string why = device_refusal(device, world_size(), local_world_size(), nccl_built(), gpus);
+  if (!why.empty()) throw InputError(fmt::format("{} {}: {}", where, device.str(), why));
 }
 
 uint64_t fnv1a(const void* data, size_t size, uint64_t h) {
