@@ -103,7 +103,7 @@ TEST(Cli, BadBenchFlagsExitTwo) {
                           ""));
   for (const char* own : {"attention --batched", "attention --tiled", "attention --fma",
                           "attention --th-atomics in-order", "attention --th-unpadded", "train --tiled"})  // on the CPU
-    EXPECT_TRUE(refused(run_thx(std::string("bench ") + own), "thx: error: --",
+    EXPECT_TRUE(refused(run_thx(std::string("--device cpu bench ") + own), "thx: error: --",
                         "chooses or tunes a GPU path of talking-heads; on the CPU it runs on thx's CPU cores"))
         << own;
   // The tiled path's forms take --tiled: past the path check, refused for the device.
@@ -132,7 +132,7 @@ TEST(Cli, BadBenchFlagsExitTwo) {
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_EQ(lines(r.out), 1) << r.out;
   EXPECT_NE(r.out.find("--profile"), std::string::npos) << r.out;
-  r = run_thx("bench train --profile --trace " + traces);
+  r = run_thx("--device cpu bench train --profile --trace " + traces);
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_EQ(r.out, "thx: error: --trace writes Kineto's timeline of a GPU's step (thx --device cuda); on the CPU, "
                    "--profile's tables are LibTorch's CPU profiler's\n");

@@ -36,6 +36,7 @@ void run_and_kill(const FinetuneFixture& s, const std::string& out) {
 }
 
 void expect_identical(const FinetuneFixture& s, const std::string& a, const std::string& b) {
+  THX_CPU_BITWISE_FROM_HERE();
   const Checkpoint x = load_checkpoint(s.dir.file(a + "/" + s.final_params));
   const Checkpoint y = load_checkpoint(s.dir.file(b + "/" + s.final_params));
   ASSERT_EQ(x.params.size(), y.params.size());

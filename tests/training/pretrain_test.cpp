@@ -172,6 +172,7 @@ TEST(Pretrain, AlbertMetricsCheckpointsAndExactResume) {
                                  "pretraining heads {} and the word embedding's padding to a multiple of 128 {}",
                                  encoder, vocab, heads, padding)), std::string::npos) << log;
   // Resume from the step-5 checkpoint of a copy (the step-10 one removed): the same bits.
+  THX_CPU_BITWISE_FROM_HERE();
   fs::copy(dir.file("straight"), dir.file("resumed"), fs::copy_options::recursive);
   fs::remove(checkpoint_path(dir.file("resumed") + "/checkpoints", 10));
   run_pretrain(c, dir.file("resumed"), true);
@@ -247,6 +248,7 @@ TEST(Pretrain, HeldOutMetricsDoNotDependOnTheEvaluationBatch) {
     }
     EXPECT_EQ(eval_batch_rows(c->eval, c->train, 1), 4);
     EXPECT_EQ(eval_batch_rows(c->eval, c->train, 2), 2);
+    THX_CPU_BITWISE_FROM_HERE();  // (the three runs must train alike to the bit)
     for (size_t i = 1; i < r.size(); ++i) {
       EXPECT_NEAR(r[i].ln_ppl, r[0].ln_ppl, 1e-6 * r[0].ln_ppl) << c->model.type;
       EXPECT_EQ(r[i].mlm_accuracy, r[0].mlm_accuracy) << c->model.type;
