@@ -77,7 +77,10 @@ TEST(Precision, Bf16OnThisCpuTrainsOrIsRefused) {
 }
 
 TEST(Precision, KilledBf16RunResumesBitForBit) {
-  setenv(kBf16AnyCpuEnv, "1", 1);  // the bf16 path on any CPU (tiny sizes)
+  setenv(kBf16AnyCpuEnv, "1", 1);  // the bf16 path on any CPU (tiny sizes), until the test ends or skips
+  struct Unset {
+    ~Unset() { unsetenv(kBf16AnyCpuEnv); }
+  } unset;
   for (const bool albert : {false, true}) {
     SCOPED_TRACE(albert ? "albert" : "t5");
     TempDir dir;
@@ -112,7 +115,6 @@ TEST(Precision, KilledBf16RunResumesBitForBit) {
     for (const auto& [k, v] : a.params) differ += !torch::equal(v, f.params.at(k));
     EXPECT_GT(differ, int(a.params.size()) / 2);
   }
-  unsetenv(kBf16AnyCpuEnv);
 }
 
 TEST(Precision, ResumeAtAnotherPrecisionNeedsAllowConfigChange) {
