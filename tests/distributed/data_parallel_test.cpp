@@ -47,7 +47,7 @@ Runs setup(const std::string& variant, bool albert, int64_t grad_accum, const st
 
 void equivalent(const std::string& variant, bool albert, int64_t grad_accum) {
   const Runs r = setup(variant, albert, grad_accum);
-  const auto one = run_thx("--threads 1 " + r.args("one"));
+  const auto one = run_thx("--threads 1 --device cpu " + r.args("one"));
   ASSERT_EQ(one.code, 0) << one.out;
   const auto two = run_torchrun(two_ranks(), r.args("two"));
   ASSERT_EQ(two.code, 0) << two.out;
@@ -104,7 +104,7 @@ void finetune_equivalent(bool albert) {
   make_finetune_fixture(s, albert);
   const std::string args = fmt::format("finetune --config {} --set finetune.steps=15 --set finetune.dropout=0 "
                                        "--set finetune.classifier_dropout=0 --out ", s.config);
-  const auto one = run_thx("--threads 1 " + args + s.dir.file("one"));
+  const auto one = run_thx("--threads 1 --device cpu " + args + s.dir.file("one"));
   ASSERT_EQ(one.code, 0) << one.out;
   const auto two = run_torchrun(two_ranks(), args + s.dir.file("two"));
   ASSERT_EQ(two.code, 0) << two.out;
@@ -134,11 +134,11 @@ namespace THX_FILE_ID {
 void bf16_equivalent(const std::string& variant, bool albert) {
   setenv(kBf16AnyCpuEnv, "1", 1);
   const Runs r = setup(variant, albert, 1, "bf16");
-  const auto one = run_thx("--threads 1 " + r.args("one"));
+  const auto one = run_thx("--threads 1 --device cpu " + r.args("one"));
   ASSERT_EQ(one.code, 0) << one.out;
   const auto two = run_torchrun(two_ranks(), r.args("two"));
   ASSERT_EQ(two.code, 0) << two.out;
-  const auto fp32 = run_thx("--threads 1 " + r.args("fp32", "--set train.precision=fp32"));
+  const auto fp32 = run_thx("--threads 1 --device cpu " + r.args("fp32", "--set train.precision=fp32"));
   ASSERT_EQ(fp32.code, 0) << fp32.out;
   const Checkpoint a = load_checkpoint(r.ckpt("one", 15)), b = load_checkpoint(r.ckpt("two", 15));
   const Checkpoint f = load_checkpoint(r.ckpt("fp32", 15));

@@ -37,10 +37,11 @@ inline RunResult run_torchrun_program(const std::string& launch, const std::stri
                                  tmp.path.string(), limit_s, launch, program));
 }
 
-// `torchrun <launch> --no_python thx --threads 1 <args>`, as above.
-// THX_TEST_SHOW=1 prints what the launch printed.
+// `torchrun <launch> --no_python thx --threads 1 --device cpu <args>`, as above: these tests are
+// data parallel on the CPU (Gloo), on any machine (a GPU machine's default device is its GPU, and
+// it has one: NCCL needs one a rank). THX_TEST_SHOW=1 prints what the launch printed.
 inline RunResult run_torchrun(const std::string& launch, const std::string& args, int limit_s = 90) {
-  RunResult r = run_torchrun_program(launch, fmt::format("{} --threads 1 {}", THX_BINARY, args), limit_s);
+  RunResult r = run_torchrun_program(launch, fmt::format("{} --threads 1 --device cpu {}", THX_BINARY, args), limit_s);
   if (std::getenv("THX_TEST_SHOW")) std::fprintf(stderr, "%s\n", r.out.c_str());
   return r;
 }

@@ -50,7 +50,7 @@ TEST_F(Launch, OneProcessCheckpointResumesOnTwoRanks) {
   // A one-process run's step-5 checkpoint continued on two ranks: the log says the world size
   // changed, and step 10 equals the one-process run's (the same global batches; only the sums
   // are reordered).
-  const RunResult whole = run_thx("--threads 1 " + args("whole"));
+  const RunResult whole = run_thx("--threads 1 --device cpu " + args("whole"));
   ASSERT_EQ(whole.code, 0) << whole.out;
   std::filesystem::copy(dir.file("whole"), dir.file("grown"), std::filesystem::copy_options::recursive);
   std::filesystem::remove(checkpoint_path(dir.file("grown/checkpoints"), 10));
@@ -64,7 +64,7 @@ TEST_F(Launch, OneProcessCheckpointResumesOnTwoRanks) {
 }
 
 TEST_F(Launch, ATruncatedCheckpointStopsEveryRankWithRankZerosLine) {
-  ASSERT_EQ(run_thx("--threads 1 " + args("cut")).code, 0);
+  ASSERT_EQ(run_thx("--threads 1 --device cpu " + args("cut")).code, 0);
   // Every checkpoint cut (with an older one intact, resume would fall back to it).
   for (const auto& f : list_checkpoints(dir.file("cut/checkpoints")))
     std::filesystem::resize_file(f, std::filesystem::file_size(f) / 2);
@@ -126,7 +126,8 @@ TEST_F(Launch, RanksWithDifferentConfigsStopBeforeWork) {
   finish(other);
   const std::string second = dir.write("rank1.yaml", other.yaml);
   const std::string script = dir.write("by_rank.sh", fmt::format(
-      "#!/bin/sh\nif [ \"$RANK\" = 1 ]; then c={}; else c={}; fi\nexec {} --threads 1 pretrain --config $c --run-dir {}\n",
+      "#!/bin/sh\nif [ \"$RANK\" = 1 ]; then c={}; else c={}; fi\n"
+      "exec {} --threads 1 --device cpu pretrain --config $c --run-dir {}\n",
       second, config, THX_BINARY, dir.file("x")));
   std::filesystem::permissions(script, std::filesystem::perms::owner_all);
   const RunResult r = run_torchrun_program(two_ranks(), script);

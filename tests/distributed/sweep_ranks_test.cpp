@@ -33,12 +33,12 @@ TEST(SweepRanks, EachRunUnderTorchrunEqualsOneProcessPerRun) {
                          "eval: {every: 15, examples: 8, batch_size: 4}\n");
   const std::string sweep = dir.write("sweep.yaml", "sweep: ranks\nbase: base.yaml\ngrid: {attention.h: [2, 4, 8, 16]}\n");
   setenv("OMP_WAIT_POLICY", "PASSIVE", 0);
-  const RunResult one = run_thx("--threads 2 sweep --config " + sweep + " --out " + dir.file("one"));
+  const RunResult one = run_thx("--threads 2 --device cpu sweep --config " + sweep + " --out " + dir.file("one"));
   ASSERT_EQ(one.code, 0) << one.out;
   const TempDir tmp;  // the sweep's TMPDIR: torchrun's logs go to each run's torchrun/, not there
   const RunResult two = run_command("TMPDIR=" + tmp.path.string() + " " + THX_BINARY +
-                                    " --threads 2 sweep --jobs 2 --ranks-per-run 2 --config " + sweep + " --out " +
-                                    dir.file("two") + " 2>&1");
+                                    " --threads 2 --device cpu sweep --jobs 2 --ranks-per-run 2 --config " + sweep +
+                                    " --out " + dir.file("two") + " 2>&1");
   ASSERT_EQ(two.code, 0) << two.out;
   EXPECT_TRUE(std::filesystem::is_empty(tmp.path)) << "torchrun left a folder in TMPDIR";
   EXPECT_NE(two.out.find("2 at a time, 2 ranks of 1 thread each"), std::string::npos) << two.out;
