@@ -80,8 +80,10 @@ void equivalent(const std::string& variant, bool albert, int64_t grad_accum) {
       clipped += double(t1[i]["clipped"]);
     }
   }
-  if (albert) EXPECT_GT(clipped, 0) << "no step was clipped: the test would not see a norm taken before the all-reduce; "
-                                     << "norms " << t1.front()["grad_norm"] << " ... " << t1.back()["grad_norm"];
+  if (albert) {
+    EXPECT_GT(clipped, 0) << "no step was clipped: the test would not see a norm taken before the all-reduce; "
+                          << "norms " << t1.front()["grad_norm"] << " ... " << t1.back()["grad_norm"];
+  }
   const auto e1 = last_eval("one"), e2 = last_eval("two");
   ASSERT_TRUE(e1.contains("ln_ppl") && e2.contains("ln_ppl")) << e1 << e2;
   EXPECT_NEAR(double(e2["ln_ppl"]), double(e1["ln_ppl"]), 1e-5 * std::abs(double(e1["ln_ppl"])));

@@ -345,8 +345,9 @@ TEST(SweepRun, ShippedSweepsResolveAndFillEveryRowOfTheirTable) {
       const auto part = std::string(dir) == "configs/mini" ? partial.find(e.path().filename().string()) : partial.end();
       for (const auto& p : paper)
         if (p.table == table && p.label.find("Raffel") == std::string::npos &&
-            (part == partial.end() || part->second->count(p.row)))
+            (part == partial.end() || part->second->count(p.row))) {
           EXPECT_TRUE(filled.count(std::to_string(p.row))) << e.path() << ": row " << p.row << " " << p.label;
+        }
     }
   EXPECT_EQ(files, 32);
   EXPECT_EQ(own, 3);  // configs/mini/recall{,-32keys,-32keys-mixing-lr}.yaml
