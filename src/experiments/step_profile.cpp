@@ -131,7 +131,7 @@ std::vector<StepProfile::Op> by_time(const std::map<std::string, StepProfile::Op
 
 // What the legacy profiler recorded on the thread that ran the step (the list that holds thx::step),
 // as spans in the order they began: times in microseconds from the list's first event (as the
-// elapsed nanoseconds' count, exact: the clock's own value in microseconds, near 2^51, would keep
+// elapsed nanoseconds' count, exact: the clock's own value in microseconds, above 2^50, would keep
 // only quarters of one in a double); correlation is that order, so that at one time the op begun
 // first is outside (parents_of); the copy inside a dtype conversion is named a cast.
 std::vector<OpSpan> cpu_spans(const prof::thread_event_lists& lists) {
