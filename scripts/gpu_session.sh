@@ -12,7 +12,9 @@
 #                                    default 560 s): the row and flash kernels' SASS (cuobjdump, to
 #                                    read on the CPU machines, which cannot disassemble), the CUDA
 #                                    tests (each suite in its own process,
-#                                    so that a crash names its suite; first the probe of the
+#                                    so that a crash names its suite; what they skipped and
+#                                    failed, and why, a line in the summary by
+#                                    scripts/gtest_report.py; first the probe of the
 #                                    primitives the kernels are built from, against PTX's
 #                                    definitions, whose line goes to the summary), compute-sanitizer
 #                                    on thx's kernels, Nsight Compute on the row kernels and the
@@ -123,6 +125,16 @@ run() {
     return $rc
   }
 
+  # What a test phase's tests skipped and failed, and why (scripts/gtest_report.py over the XML
+  # reports its processes wrote to $OUT/NAME-xml/): a GPU test skipped for want of a device shows
+  # in the summary's line, the table in NAME-report.md. (Processes that start at once may pick
+  # one report's name, and one is lost: its counts are then short.)
+  report_tests() {
+    [ -d "$OUT/$1-xml" ] || return 0
+    python3 scripts/gtest_report.py "$OUT/$1-xml" > "$OUT/$1-report.md" 2>&1
+    printf '| (%s) | - | - | %s |\n' "$1" "$(tail -n 1 "$OUT/$1-report.md" | cut -c1-150 | tr '|' '/')" >> "$summary"
+  }
+
   if ! phase build 240 scripts/gpu_build.sh build; then
     # Again without the part that failed: thx's CUDA kernels (nvcc's errors name a .cu or .cuh
     # file, or cuda_compat.h; each kernel then takes its ATen path), NCCL (nccl.cpp), c10d (its
@@ -167,13 +179,15 @@ run() {
           Linking.* TiledRowKernelsOnCuda.* TiledRowKernelsTcOnCuda.* FlashOnCuda.* FusedThOnCuda.* \
           *OnCuda*-FusedThOnCuda.*:TiledRowKernels*OnCuda.*:FlashOnCuda.*:CudaPrimitivesOnCuda.*:Adafactor.*; do
         echo "== $f"
-        timeout 140 build-gpu/thx_tests --gtest_filter="$f" --gtest_brief=1 2>&1 | tail -40
+        timeout 140 build-gpu/thx_tests --gtest_filter="$f" --gtest_brief=1 \
+          --gtest_output=xml:'"$OUT"'/cuda-tests-xml/ 2>&1 | tail -40
         rc=${PIPESTATUS[0]}
         echo "== $f: exit $rc"
         [ "$rc" -ge 128 ] && echo "$f" >> '"$OUT"'/cuda-crashed.txt
         [ "$rc" -ne 0 ] && failed=1
       done
       exit $failed'
+    report_tests cuda-tests
 
     # The default talking-heads path is tiled, with thx's row kernels between cuBLAS's products
     # (bf16 on tensor cores); where the tensor-core kernels' tests failed (or crashed) on this GPU,
@@ -454,7 +468,9 @@ run() {
     # The rest of the unit suite on the CUDA build (issue 30 asks for all of it to pass there; in
     # the third session 62 of its groups crashed in remove_all, since fixed). Its trainings run on
     # the GPU (--device auto); what asserts CPU-bitwise results skips itself (tests/test_util.h).
-    phase unit-suite 150 ctest --test-dir build-gpu -j 16 -L unit -E '^Cuda[.]' --output-on-failure
+    phase unit-suite 150 env GTEST_OUTPUT="xml:$OUT/unit-suite-xml/" \
+      ctest --test-dir build-gpu -j 16 -L unit -E '^Cuda[.]' --output-on-failure
+    report_tests unit-suite
     phase tensorboard 40 bash -c "
       $thx --device cuda --log-level warn pretrain --config configs/t5/mini.yaml --set data.prepared=$prep \
         --set train.steps=20 --set train.log_every=5 --set eval.every=10 --run-dir $OUT/tb-run &&
