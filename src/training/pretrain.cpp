@@ -263,8 +263,11 @@ class PretrainTrainee : public Trainee {
 
 void describe(const PretrainConfig& c, PretrainModel& model, int64_t vocab, int64_t outputs) {
   auto log = thx::log("train");
+  // Where it trains: the CPU's threads, or the GPU (whose run would otherwise say "1 thread").
   const int threads = torch::get_num_threads();
-  const std::string on = fmt::format("{} thread{}", threads, threads == 1 ? "" : "s");
+  const std::string on = model.device.is_cpu()
+                             ? fmt::format("{} thread{}", threads, threads == 1 ? "" : "s")
+                             : fmt::format("on {} ({})", model.device.str(), device_description(model.device));
   if (!c.model.encoder_only()) {
     log->info("T5 {} parameters; {} steps of {} examples ({} x {} -> {}), {}", model.parameter_count(),
               c.train.steps, c.train.batch_size, c.data.inputs_length,
