@@ -94,12 +94,19 @@ AtenParts aten_parts() {
   AtenParts p{g_aten_adafactor, g_aten_loss, g_aten_rms_norm};
   const char* env = std::getenv("THX_ATEN");
   if (!env || !*env) return p;
-  std::vector<std::string> names;
-  std::stringstream list(env);
-  for (std::string name; std::getline(list, name, ',');) names.push_back(name);
-  const AtenParts e = parse_aten_parts(names, fmt::format("THX_ATEN={}", env),
-                                       " (comma-separated: these by ATen's composition, not thx's kernels)");
-  return {p.adafactor || e.adafactor, p.loss || e.loss, p.rms_norm || e.rms_norm};
+  // Parsed again only when the value changes (each RMS norm, loss and optimizer step asks; tests
+  // change it): the last value and its parts, a copy a thread.
+  thread_local std::string seen;
+  thread_local AtenParts parsed;
+  if (seen != env) {
+    std::vector<std::string> names;
+    std::stringstream list(env);
+    for (std::string name; std::getline(list, name, ',');) names.push_back(name);
+    parsed = parse_aten_parts(names, fmt::format("THX_ATEN={}", env),
+                              " (comma-separated: these by ATen's composition, not thx's kernels)");
+    seen = env;  // (after the parse: a bad value is refused again at its next reading)
+  }
+  return {p.adafactor || parsed.adafactor, p.loss || parsed.loss, p.rms_norm || parsed.rms_norm};
 }
 
 void set_aten_parts(AtenParts parts) {
