@@ -336,6 +336,26 @@ TEST(StepProfile, CpuPhasesSumToTheStepAndThxsScopesNameTheirs) {
   EXPECT_NE(render_profile(p, "Profile").find("LibTorch's legacy CPU profiler"), std::string::npos);
 }
 
+// The CPU profile keeps the clock's nanoseconds: its spans count from the step's first event. Its
+// clock counts from 1970, above 2^50 microseconds, where a double holds quarters of one: every
+// self time would then be a multiple of 250 ns. Here ops of a few microseconds each, some ten names.
+TEST(StepProfile, CpuSelfTimesKeepNanoseconds) {
+  const torch::Tensor a = torch::randn({64});
+  const StepProfile p = profile_step([&] {
+    for (int i = 0; i < 20; ++i) {
+      torch::Tensor b = a.exp().sin().add(1).mul(a).sqrt().abs().neg().sum();
+    }
+  });
+  int off_grid = 0;
+  for (const StepProfile::Op& op : p.ops) {
+    const double ns = op.self_ms * 1e6;
+    EXPECT_NEAR(ns, std::round(ns), 1e-3) << op.name << ": not whole nanoseconds";
+    off_grid += std::fmod(std::round(ns), 250.0) != 0;
+  }
+  ASSERT_GE(p.ops.size(), 8u);
+  EXPECT_GE(off_grid, int(p.ops.size()) / 2) << "self times on a 250 ns grid: the clock's value lost its nanoseconds";
+}
+
 // On a GPU (the GPU machine's session runs it: *OnCuda): a step's kernels, as CUPTI timed them,
 // fit inside its wall time, and land in their phases.
 TEST(StepProfileOnCuda, AStepsKernelsFitItsWallTimeAndLandInTheirPhases) {
