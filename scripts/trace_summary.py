@@ -43,7 +43,8 @@ def load(path):
     # Times in microseconds since the first span: Kineto writes them since 1970 to the nanosecond
     # (16 digits and 3 decimals), more than a float keeps, so they are read exactly and rebased.
     for e in spans:
-        if not all(isinstance(e.get(k, 0), (int, Decimal)) for k in ("ts", "dur")):
+        if not all(isinstance(e.get(k, 0), (int, Decimal)) and not isinstance(e.get(k, 0), bool)
+                   for k in ("ts", "dur")):
             fail(f"{path}: an event's ts or dur is not a number: {str(e)[:100]}")
     first = min((e["ts"] for e in spans), default=0)
     for e in spans:

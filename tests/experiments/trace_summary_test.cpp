@@ -100,7 +100,8 @@ TEST(TraceSummary, BadInputIsOneLineExitTwo) {
   TempDir dir;
   const std::vector<std::pair<std::string, std::string>> bad = {
       {"not.json", "{\"traceEvents\": ["}, {"empty.json", "{\"other\": 1}"}, {"cpu.json", "{\"traceEvents\": []}"},
-      {"ts.json", "{\"traceEvents\": [{\"ph\": \"X\", \"cat\": \"kernel\", \"ts\": \"1.5\"}]}"}};
+      {"ts.json", "{\"traceEvents\": [{\"ph\": \"X\", \"cat\": \"kernel\", \"ts\": \"1.5\"}]}"},
+      {"dur.json", "{\"traceEvents\": [{\"ph\": \"X\", \"cat\": \"kernel\", \"ts\": 1, \"dur\": true}]}"}};
   for (const auto& [name, text] : bad) {
     const RunResult r = summarize(dir.write(name, text));
     EXPECT_EQ(r.code, 2) << name << ": " << r.out;
