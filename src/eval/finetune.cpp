@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "common/determinism.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "common/precision.h"
@@ -158,6 +159,7 @@ int run_finetune(const FinetuneRunConfig& config, const Pretrained& pretrained, 
   ro.log_file = "finetune.log";
   const torch::Device device = resolve_device(device_request(), "--device");
   dist::check_device(device, "--device");
+  const DeterminismScope determinism(config.finetune.deterministic, device, "finetune.deterministic");
   {
     check_fine_tuning_precision(config.finetune, pretrained.config, device);
     const std::string e = batch_split_error("finetune.batch_size", config.finetune.batch_size, 1, dist::world_size());

@@ -46,6 +46,7 @@ struct FinetuneConfig {
   std::string precision;       // "" (the pretrained run's train.precision) | fp32 | bf16
   std::string eval_precision;  // "" (precision) | fp32 | bf16
   std::string model_type;      // "" (any) | t5 | bert | albert: the pretrained model a recipe is for
+  bool deterministic = false;  // common/determinism.h
 };
 
 template <class V>
@@ -79,6 +80,7 @@ void visit(V& v, FinetuneConfig& c) {
   v("eval_precision", c.eval_precision, "\"\" (precision) | fp32 | bf16: the precision of dev evaluation and decoding");
   v("model_type", c.model_type, "t5 | bert | albert: the pretrained model this recipe is for (another is refused); "
                                 "\"\": any");
+  v("deterministic", c.deterministic, "every step repeats to the bit on its device (train.deterministic)");
 }
 void validate(const FinetuneConfig& c, const std::string& path = "finetune");
 // Dev rows per forward pass of one rank: eval_batch_size, or with 0 the training batch of one rank.

@@ -309,6 +309,7 @@ int finetune_t5(const FinetuneJob& job) {
   o.train_memory_hint = with_th_path_advice("lower finetune.batch_size", with_dropout(job.pretrained.config, f).spec,
                                             job.device);
   o.eval_memory_hint = "lower finetune.eval_batch_size";
+  if (job.config.finetune.deterministic) o.deterministic_key = "finetune.deterministic";
   const LoopResult r = train(t, o);
   if (!r.finished) return r.signal ? r.signal : SIGTERM;
   if (dist::rank() == 0) write_params((fs::path(job.out) / "model.h5").string(), t.model->named_parameters_by_path(),

@@ -13,6 +13,7 @@
 #include "attention/fused.h"
 
 #include <functional>
+#include "common/determinism.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "common/precision.h"
@@ -30,12 +31,18 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// The parts this bench runs by ATen's composition (--aten, THX_ATEN: common/runtime.h), for its report.
+// The parts this bench runs by ATen's composition (--aten, THX_ATEN: common/runtime.h), and
+// whether under deterministic algorithms (train.deterministic), for its report.
 std::string aten_note() {
   const std::vector<std::string> names = aten_part_names(aten_parts());
-  return names.empty() ? ""
-                       : fmt::format("; by ATen's composition, not thx's kernels (--aten, THX_ATEN): {}",
-                                     fmt::join(names, ", "));
+  const std::string deterministic =
+      at::globalContext().deterministicAlgorithms()
+          ? "; deterministic algorithms (train.deterministic: ATen's, cuBLAS's fixed workspace, no atomics in thx's "
+            "kernels)"
+          : "";
+  if (names.empty()) return deterministic;
+  return deterministic +
+         fmt::format("; by ATen's composition, not thx's kernels (--aten, THX_ATEN): {}", fmt::join(names, ", "));
 }
 
 struct Timed {
@@ -372,6 +379,8 @@ std::string bench_train(const BenchTrainOptions& options) {
     explicit AtenScope(const std::vector<std::string>& names) { set_aten_parts(parse_aten_parts(names, "--aten")); }
     ~AtenScope() { set_aten_parts({}); }
   } aten_scope(o.aten);
+  // (before the matmul peak: cuBLAS's workspace is fixed at its first product)
+  const DeterminismScope determinism(o.config.train.deterministic, o.device, "train.deterministic");
   TrainBench bench(o);
   if (bench.gpu())
     thx::log("bench")->info("talking-heads on the GPU: {}",

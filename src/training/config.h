@@ -63,6 +63,7 @@ struct TrainConfig {
   int64_t log_every = 10;
   std::string device;              // cpu | cuda | auto; empty: the --device flag (common/runtime.h)
   std::string precision = "fp32";  // fp32 | bf16 (common/precision.h)
+  bool deterministic = false;       // common/determinism.h
 };
 
 template <class V>
@@ -76,6 +77,10 @@ void visit(V& v, TrainConfig& c) {
   v("precision", c.precision, "fp32 | bf16: bf16 matmuls with fp32 master weights, optimizer state and every "
                               "normalizing reduction (softmax, norms, losses); on the CPU it needs AMX-BF16 or "
                               "AVX512-BF16");
+  v("deterministic", c.deterministic,
+    "every step repeats to the bit on its device, so a killed run resumes bit for bit there (the CPU's always "
+    "do): ATen's deterministic algorithms, cuBLAS's fixed workspace, thx's kernels without atomics "
+    "(common/determinism.h)");
 }
 
 struct OptimizerConfig {

@@ -10,6 +10,7 @@
 
 #include <unistd.h>
 
+#include "common/determinism.h"
 #include "common/error.h"
 #include "common/fs.h"
 #include "common/log.h"
@@ -116,6 +117,17 @@ std::string out_of_memory(const LoopOptions& o, const std::string& prefix, const
                                 : "";
   return fmt::format("{}step {}: out of memory in {}{} ({}); {}; the checkpoints in {} are as they were", prefix,
                      step, doing, micro, what, hint, o.checkpoint_dir);
+}
+
+// Under deterministic algorithms, ATen's refusal of an op (or of cuBLAS) as one line (InputError):
+// the step, the op and what to change. Any other error returns, for the caller to rethrow.
+void refuse_nondeterministic(const LoopOptions& o, const std::string& prefix, const std::string& doing, int64_t step,
+                             const c10::Error& e) {
+  if (o.deterministic_key.empty()) return;
+  const std::string why = nondeterministic_op(e.what_without_backtrace(), o.deterministic_key);
+  if (!why.empty())
+    throw InputError(fmt::format("{}step {}: in {}: {}; the checkpoints in {} are as they were", prefix, step, doing,
+                                 why, o.checkpoint_dir));
 }
 
 }  // namespace
@@ -372,6 +384,9 @@ struct Recorder {
       return json::object();
     } catch (const c10::OutOfMemoryError& e) {
       throw InputError(out_of_memory(r.o, r.prefix, "evaluation", at, r.world, e, r.o.eval_memory_hint));
+    } catch (const c10::Error& e) {
+      refuse_nondeterministic(r.o, r.prefix, "evaluation", at, e);
+      throw;
     }
     json rec = values;
     rec["peak_rss_mb"] = std::round(peak_rss_mb());  // the evaluation's own peak
@@ -440,6 +455,9 @@ StepLoss one_step(Run& r, const std::vector<Batch>& micro, dist::GradSync* sync,
     });
   } catch (const c10::OutOfMemoryError& e) {
     throw InputError(out_of_memory(r.o, r.prefix, "training", step + 1, r.world, e, r.o.train_memory_hint));
+  } catch (const c10::Error& e) {
+    refuse_nondeterministic(r.o, r.prefix, "training", step + 1, e);
+    throw;
   }
   *stop = false;
   if (r.world > 1) {

@@ -136,6 +136,11 @@ struct LoopOptions {
   std::string train_memory_hint = "raise train.grad_accum (smaller micro-batches, the same batch) or lower "
                                   "train.batch_size";
   std::string eval_memory_hint = "lower eval.batch_size";
+  // The config key that asked for deterministic algorithms ("": none; its caller's
+  // DeterminismScope, common/determinism.h, holds them): an op without a deterministic
+  // implementation stops the run with one line naming it and the key (exit 2), the last
+  // checkpoint left as it was.
+  std::string deterministic_key;
 };
 
 struct LoopResult {

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "attention/registry.h"
+#include "common/determinism.h"
 #include "common/error.h"
 #include "common/fs.h"
 #include "common/h5.h"
@@ -265,9 +266,10 @@ void describe(const PretrainConfig& c, PretrainModel& model, int64_t vocab, int6
   auto log = thx::log("train");
   // Where it trains: the CPU's threads, or the GPU (whose run would otherwise say "1 thread").
   const int threads = torch::get_num_threads();
-  const std::string on = model.device.is_cpu()
-                             ? fmt::format("{} thread{}", threads, threads == 1 ? "" : "s")
-                             : fmt::format("on {} ({})", model.device.str(), device_description(model.device));
+  const std::string on = (model.device.is_cpu()
+                              ? fmt::format("{} thread{}", threads, threads == 1 ? "" : "s")
+                              : fmt::format("on {} ({})", model.device.str(), device_description(model.device))) +
+                         (c.train.deterministic ? ", deterministic algorithms (train.deterministic)" : "");
   if (!c.model.encoder_only()) {
     log->info("T5 {} parameters; {} steps of {} examples ({} x {} -> {}), {}", model.parameter_count(),
               c.train.steps, c.train.batch_size, c.data.inputs_length,
@@ -325,6 +327,7 @@ PretrainResult run_pretrain(const PretrainConfig& c, const std::string& run_dir,
   ro.checkpoint_dirs = {(fs::path(run_dir) / "checkpoints").string()};
   ro.log_file = "train.log";
   const torch::Device device = run_device(c);
+  const DeterminismScope determinism(c.train.deterministic, device, "train.deterministic");  // before any product
   {
     check_precision(c.train.precision, device, "train.precision");
     if (!c.eval.precision.empty()) check_precision(c.eval.precision, device, "eval.precision");
@@ -356,6 +359,7 @@ PretrainResult run_pretrain(const PretrainConfig& c, const std::string& run_dir,
   o.config = c.yaml;
   o.resume = resume;
   o.precision = c.train.precision, o.eval_precision = c.eval.precision;
+  if (c.train.deterministic) o.deterministic_key = "train.deterministic";
   o.train_memory_hint = with_th_path_advice(o.train_memory_hint, c.spec, s.model.device);
   o.banner = "resolved config:\n" + c.yaml;
   describe(c, s.model, s.vocab, s.outputs);
@@ -382,6 +386,7 @@ std::string result_line(const PretrainConfig& c, const std::string& run_dir, con
 
 void run_step_probe(const PretrainConfig& c, const std::string& out) {
   const torch::Device device = run_device(c);
+  const DeterminismScope determinism(c.train.deterministic, device, "train.deterministic");
   check_precision(c.train.precision, device, "train.precision");
   Setup s = build(c, device);
   const std::vector<Batch> micro = next_micro_batches(*s.stream, c.train, c.train.grad_accum);

@@ -1,11 +1,15 @@
 // A device out of memory (c10::OutOfMemoryError, what LibTorch's CUDA allocator throws) in a
 // training step or an evaluation: one line (InputError, exit 2) naming the step and the
 // micro-batch, and what to change; the checkpoints already written stay as they were and the
-// newest one resumes. A stand-in trainee throws the error where a GPU would.
+// newest one resumes. A stand-in trainee throws the error where a GPU would. The same for an op
+// without a deterministic implementation under train.deterministic (common/determinism.h).
 #include <gtest/gtest.h>
 
 #include <filesystem>
 
+#include <torch/version.h>
+
+#include "common/determinism.h"
 #include "test_util.h"
 #include "training/checkpoint.h"
 #include "training/loop.h"
@@ -16,8 +20,9 @@ namespace THX_FILE_ID {
 
 class OutOfMemoryTrainee : public Trainee {
  public:
-  explicit OutOfMemoryTrainee(int64_t fail_at_forward, int64_t fail_at_eval)
-      : fail_forward_(fail_at_forward), fail_eval_(fail_at_eval) {
+  // put: at fail_at_forward, run put_ (no deterministic implementation in ATen) instead.
+  explicit OutOfMemoryTrainee(int64_t fail_at_forward, int64_t fail_at_eval, bool put = false)
+      : fail_forward_(fail_at_forward), fail_eval_(fail_at_eval), put_(put) {
     torch::manual_seed(3);
     lin_ = torch::nn::Linear(3, 1);
     opt_ = make_optimizer(OptimizerConfig{}, {{"w", lin_->weight, lin_->weight.sizes().vec()},
@@ -36,7 +41,9 @@ class OutOfMemoryTrainee : public Trainee {
   double weight(const Batch& b) override { return double(b.inputs.size(0)); }
   int64_t tokens(const Batch& b) override { return b.inputs.size(0); }
   MicroLoss forward(const Batch& b) override {
-    if (++forwards_ == fail_forward_)
+    if (++forwards_ == fail_forward_ && put_)
+      torch::zeros({3}).put_(torch::tensor({int64_t{1}, int64_t{1}}), torch::tensor({1.0f, 2.0f}), false);
+    else if (forwards_ == fail_forward_)
       TORCH_CHECK_WITH(OutOfMemoryError, false, "CUDA out of memory. Tried to allocate 20.00 GiB");
     return {lin_->forward(b.inputs).pow(2).mean(), 0.0, {}};
   }
@@ -51,6 +58,7 @@ class OutOfMemoryTrainee : public Trainee {
   torch::nn::Linear lin_{nullptr};
   std::unique_ptr<Optimizer> opt_;
   int64_t fail_forward_, fail_eval_, forwards_ = 0, evals_ = 0;
+  bool put_ = false;
 };
 
 LoopOptions options(const TempDir& dir) {
@@ -89,6 +97,26 @@ TEST(OutOfMemory, AnEvaluationNamesItsOwnBatchKey) {
             "step 2: out of memory in evaluation (CUDA out of memory. Tried to allocate 9 GiB); lower "
             "finetune.eval_batch_size; the checkpoints in " + o.checkpoint_dir + " are as they were");
   EXPECT_TRUE(list_checkpoints(o.checkpoint_dir).empty());  // the step-2 checkpoint comes after its evaluation
+}
+
+// Under train.deterministic, an op ATen refuses is one line naming it and the key, the checkpoints
+// kept; without the key (deterministic algorithms on, but not by a run's config) ATen's own error
+// passes through.
+TEST(OutOfMemory, AnOpWithoutADeterministicImplementationIsOneLine) {
+  TempDir dir;
+  LoopOptions o = options(dir);
+  o.deterministic_key = "train.deterministic";
+  const DeterminismScope on(true, torch::Device(torch::kCPU), o.deterministic_key);
+  OutOfMemoryTrainee t(/*fail_at_forward=*/5, /*fail_at_eval=*/-1, /*put=*/true);  // step 3
+  EXPECT_EQ(error_of([&] { train(t, o); }),
+            std::string("step 3: in training: train.deterministic: true, but put_ has no deterministic implementation "
+                        "in this LibTorch (") + TORCH_VERSION + "); set train.deterministic: false to train with it; "
+                        "the checkpoints in " + o.checkpoint_dir + " are as they were");
+  EXPECT_EQ(list_checkpoints(o.checkpoint_dir), std::vector<std::string>{checkpoint_path(o.checkpoint_dir, 2)});
+  TempDir other;
+  LoopOptions plain = options(other);
+  OutOfMemoryTrainee u(5, -1, true);
+  EXPECT_THROW(train(u, plain), c10::Error);
 }
 
 }  // namespace THX_FILE_ID

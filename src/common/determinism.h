@@ -1,0 +1,49 @@
+// determinism.h: train.deterministic (and finetune.deterministic): every step of a run repeats to
+// the bit on its device, so that a run killed there resumes bit for bit there.
+//
+// On the CPU thx's steps repeat anyway: its kernels and ATen's CPU ops add in a fixed order
+// (the CPU-bitwise tests hold whatever the setting). On a GPU three things can vary from run to
+// run, and a deterministic run fixes each:
+//  - ATen's CUDA ops that add by atomics (index_add_, scatter_add_, SDPA's backward, ...):
+//    at::Context's deterministic algorithms make ATen take an ordered kernel where it has one,
+//    and make the op throw where it has none (the training loop turns that into one line,
+//    nondeterministic_op; a CPU op such as put_ throws alike);
+//  - cuBLAS: its products repeat only with a fixed workspace, CUBLAS_WORKSPACE_CONFIG :4096:8
+//    or :16:8 (the values ATen's check accepts), set before cuBLAS starts. thx sets :4096:8 where
+//    it is unset, before the run's first product;
+//  - thx's own kernels that add by atomics: the fused kernels' backward (dK, dV, dbias) and the
+//    flash backward (D, dQ, dbias). Where deterministic algorithms are on, core_paths.cpp routes
+//    around the first and tiled.cpp around the second (the tiled path's backward, from the
+//    same LSE), each in its one place. Every other kernel of thx's adds in a fixed order.
+// Its cost on a GPU is measured by `thx bench train --set train.deterministic=true`.
+#pragma once
+#include <torch/torch.h>
+
+#include <string>
+
+namespace thx {
+
+// Why CUBLAS_WORKSPACE_CONFIG's value (nullptr: unset) stops `key` (a config key) from making
+// cuBLAS repeat: "" where it is unset (thx sets it) or :4096:8 or :16:8; else one line.
+std::string cublas_workspace_refusal(const char* value, const std::string& key);
+
+// From construction to destruction, deterministic algorithms (at::Context's, cuDNN's) where `on`;
+// the previous settings after. On a CUDA device also CUBLAS_WORKSPACE_CONFIG where it is unset
+// (a ConfigError naming `key` where it holds another value). Off: nothing changes.
+class DeterminismScope {
+ public:
+  DeterminismScope(bool on, const torch::Device& device, const std::string& key);
+  ~DeterminismScope();
+  DeterminismScope(const DeterminismScope&) = delete;
+  DeterminismScope& operator=(const DeterminismScope&) = delete;
+
+ private:
+  bool on_ = false, was_ = false, was_warn_only_ = false, was_cudnn_ = false;
+};
+
+// Where `what` (an exception's message) is ATen's refusal of an op under deterministic algorithms,
+// or of cuBLAS started without a deterministic workspace: the op and what to change, in one line,
+// naming `key`; else "".
+std::string nondeterministic_op(const std::string& what, const std::string& key);
+
+}  // namespace thx

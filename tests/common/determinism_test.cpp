@@ -1,0 +1,117 @@
+// train.deterministic's scope (common/determinism.h): it turns on ATen's deterministic algorithms
+// (and cuDNN's) and restores what was before; on a CUDA device it fixes cuBLAS's workspace where
+// CUBLAS_WORKSPACE_CONFIG is unset and refuses another value in one line naming the key; and
+// ATen's refusal of an op under it becomes one line naming the op and the key.
+#include <gtest/gtest.h>
+
+#include <ATen/Context.h>
+#include <torch/version.h>
+
+#include <cstdlib>
+#include <optional>
+#include <string>
+
+#include "common/determinism.h"
+#include "common/error.h"
+#include "test_util.h"
+
+namespace thx::test {
+namespace {
+namespace THX_FILE_ID {
+
+// CUBLAS_WORKSPACE_CONFIG as it was, put back at the end of a test.
+class CublasVar {
+ public:
+  CublasVar() {
+    if (const char* v = std::getenv("CUBLAS_WORKSPACE_CONFIG")) was_ = v;
+  }
+  ~CublasVar() {
+    if (was_) setenv("CUBLAS_WORKSPACE_CONFIG", was_->c_str(), 1);
+    else unsetenv("CUBLAS_WORKSPACE_CONFIG");
+  }
+
+ private:
+  std::optional<std::string> was_;
+};
+
+TEST(Determinism, CublasWorkspaceValues) {
+  for (const char* ok : {static_cast<const char*>(nullptr), ":4096:8", ":16:8"})
+    EXPECT_EQ(cublas_workspace_refusal(ok, "train.deterministic"), "") << (ok ? ok : "unset");
+  EXPECT_EQ(cublas_workspace_refusal(":4096:2", "train.deterministic"),
+            "train.deterministic: true needs cuBLAS's fixed workspace, but CUBLAS_WORKSPACE_CONFIG is \":4096:2\"; "
+            "unset it (thx then sets :4096:8) or set :4096:8 or :16:8");
+  EXPECT_NE(cublas_workspace_refusal("", "finetune.deterministic"), "");  // set but empty: not ATen's values
+}
+
+TEST(Determinism, ScopeTurnsTheAlgorithmsOnAndRestores) {
+  at::Context& c = at::globalContext();
+  ASSERT_FALSE(c.deterministicAlgorithms());
+  const bool cudnn = c.deterministicCuDNN();
+  const CublasVar keep;
+  unsetenv("CUBLAS_WORKSPACE_CONFIG");
+  {
+    const DeterminismScope off(false, torch::Device(torch::kCPU), "train.deterministic");
+    EXPECT_FALSE(c.deterministicAlgorithms());
+  }
+  {
+    const DeterminismScope on(true, torch::Device(torch::kCPU), "train.deterministic");
+    EXPECT_TRUE(c.deterministicAlgorithms());
+    EXPECT_FALSE(c.deterministicAlgorithmsWarnOnly());
+    EXPECT_TRUE(c.deterministicCuDNN());
+    EXPECT_EQ(std::getenv("CUBLAS_WORKSPACE_CONFIG"), nullptr);  // the CPU has no cuBLAS
+  }
+  EXPECT_FALSE(c.deterministicAlgorithms());
+  EXPECT_EQ(c.deterministicCuDNN(), cudnn);
+  {  // A CUDA device (only named here: nothing runs on it) gets cuBLAS's fixed workspace.
+    const DeterminismScope on(true, torch::Device(torch::kCUDA, 0), "train.deterministic");
+    ASSERT_NE(std::getenv("CUBLAS_WORKSPACE_CONFIG"), nullptr);
+    EXPECT_EQ(std::string(std::getenv("CUBLAS_WORKSPACE_CONFIG")), ":4096:8");
+  }
+  EXPECT_FALSE(c.deterministicAlgorithms());
+}
+
+TEST(Determinism, AnotherCublasWorkspaceIsAConfigErrorAndChangesNothing) {
+  const CublasVar keep;
+  setenv("CUBLAS_WORKSPACE_CONFIG", ":0:0", 1);
+  try {
+    const DeterminismScope on(true, torch::Device(torch::kCUDA, 0), "finetune.deterministic");
+    FAIL() << "not refused";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(e.key, "finetune.deterministic");
+    EXPECT_NE(std::string(e.what()).find("CUBLAS_WORKSPACE_CONFIG is \":0:0\""), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(at::globalContext().deterministicAlgorithms());
+  EXPECT_EQ(std::string(std::getenv("CUBLAS_WORKSPACE_CONFIG")), ":0:0");
+}
+
+// put_ without accumulation has no deterministic implementation in ATen (on the CPU too): under
+// the scope it throws, and the error becomes one line; outside it runs (the control).
+TEST(Determinism, AnOpWithoutADeterministicImplementationIsNamed) {
+  const torch::Tensor index = torch::tensor({int64_t{1}, int64_t{1}}), values = torch::tensor({1.0f, 2.0f});
+  EXPECT_NO_THROW(torch::zeros({3}).put_(index, values, false));
+  std::string what;
+  {
+    const DeterminismScope on(true, torch::Device(torch::kCPU), "train.deterministic");
+    try {
+      torch::zeros({3}).put_(index, values, false);
+    } catch (const c10::Error& e) {
+      what = e.what_without_backtrace();
+    }
+  }
+  ASSERT_FALSE(what.empty()) << "put_ ran under deterministic algorithms";
+  EXPECT_EQ(nondeterministic_op(what, "train.deterministic"),
+            std::string("train.deterministic: true, but put_ has no deterministic implementation in this LibTorch (") +
+                TORCH_VERSION + "); set train.deterministic: false to train with it");
+  // ATen's refusal of cuBLAS started without the workspace (its words, Context.cpp), and another error.
+  EXPECT_NE(nondeterministic_op("Deterministic behavior was enabled with either `torch.use_deterministic_algorithms"
+                                "(True)` or ..., but this operation is not deterministic because it uses CuBLAS and "
+                                "you have CUDA >= 10.2.",
+                                "train.deterministic")
+                .find("cuBLAS started before CUBLAS_WORKSPACE_CONFIG was set to :4096:8"),
+            std::string::npos);
+  EXPECT_EQ(nondeterministic_op("shape '[2, 3]' is invalid for input of size 5", "train.deterministic"), "");
+}
+
+}  // namespace THX_FILE_ID
+}  // namespace
+}  // namespace thx::test
