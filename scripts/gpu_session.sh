@@ -95,7 +95,7 @@ run() {
   local default_phases="build sass cuda-tests sanitize ncu ncu-source bench-attention bench-train"
   default_phases+=" bench-train-flash bench-train-gemm profile-train profile-aten-parts"
   default_phases+=" bench-train-gemm-aten bench-train-tiled-gemm"
-  default_phases+=" bench-train-folded"
+  default_phases+=" bench-train-folded bench-train-deterministic"
   default_phases+=" mini-t5 unit-suite"
   local phases=${GPU_PHASES:-$default_phases bench-train-aten bench-train-fused cuda-debug}
   printf '| phase | exit | seconds | last line of its log |\n|---|---:|---:|---|\n' > "$summary"
@@ -430,6 +430,12 @@ run() {
     # for their ratio to the default on the same machine.
     phase bench-train-folded 60 "$thx" --device cuda --th-path folded bench train \
       --config configs/t5/mini.yaml --precision bf16 --base --base-only --base-heads 12,48 --out "$OUT/train-folded.md"
+    # What train.deterministic costs (common/determinism.h: ATen's deterministic algorithms, SDPA's
+    # backward among them, cuBLAS's fixed workspace): bench-train-gemm's rows at 12 and 48 heads with it,
+    # to set against that phase's.
+    phase bench-train-deterministic 60 "$thx" --device cuda --th-path gemm bench train \
+      --config configs/t5/mini.yaml --precision bf16 --base --base-only --base-heads 12,48 \
+      --set train.deterministic=true --out "$OUT/train-deterministic.md"
     # The talking-heads rows with ATen between the tiled path's products (the default before the
     # row kernels), for their ratio to the default on the same machine.
     phase bench-train-aten 60 "$thx" --device cuda --th-path tiled-aten bench train \

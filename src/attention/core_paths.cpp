@@ -4,6 +4,7 @@
 // kernels (cuda/th_fused.h), the flash kernels, blocks of query rows (tiled.h), the folded
 // products (folded.h) or the heads-major products (heads_gemm.h); else the ATen composition
 // attention_core_reference. One place decides, for every caller.
+#include <ATen/Context.h>
 #include <ATen/record_function.h>
 
 #include <atomic>
@@ -45,6 +46,9 @@ void set_th_paths_on_cpu(bool enabled, const cuda_th::RowsLauncher* rows) {
 }
 namespace {
 bool row_tensor_cores() { return g_row_tensor_cores && th_tensor_cores(); }
+// Deterministic algorithms are on (train.deterministic, common/determinism.h): thx's kernels that
+// add by atomics, the fused kernels' and the flash backward, step aside (here and in tiled.cpp).
+bool deterministic() { return at::globalContext().deterministicAlgorithms(); }
 }  // namespace
 std::string tiled_path_description() {
   const bool rows = g_row_kernels && cuda_th_rows_launcher();
@@ -53,6 +57,10 @@ std::string tiled_path_description() {
                        "products and ") +
            (rows ? "the bias, mask and softmax in one launch of thx's softmax kernel)" : "ATen's softmax)");
   if (!rows) return "the tiled path (cuBLAS products, ATen's composition between)";
+  if (g_flash_kernels && row_tensor_cores() && deterministic())
+    return "thx's flash forward (bf16 on tensor cores), the backward by the tiled path (the flash backward adds by "
+           "atomics, and deterministic algorithms are on: train.deterministic; cuBLAS products, thx's row kernels "
+           "between)";
   if (g_flash_kernels && row_tensor_cores())
     return "thx's flash kernels (bf16 on tensor cores, forward and backward; else the tiled path: cuBLAS products, "
            "thx's row kernels between)";
@@ -126,9 +134,10 @@ Tensor attention_core(const Tensor& Q, const Tensor& K, const Tensor& V, const T
     return O.transpose(1, 2);                                        // [b,n,h,d_v]
   }
 #endif
-  // The talking-heads family off the CPU: thx's fused CUDA kernels (cuda/th_fused.h) where built
-  // and the problem is one they take, else blocks of query rows (tiled.h: cuBLAS's products, thx's
-  // row kernels between them where built); neither keeps anything of size [b,h,n,m]. Or, where
+  // The talking-heads family off the CPU: thx's fused CUDA kernels (cuda/th_fused.h) where built,
+  // the problem is one they take and deterministic algorithms are off, else blocks of query rows
+  // (tiled.h: cuBLAS's products, thx's row kernels between them where built); neither keeps
+  // anything of size [b,h,n,m]. Or, where
   // chosen (`--th-path folded`), the folded products (folded.h), or (`--th-path gemm`) the
   // heads-major products (heads_gemm.h: the softmax by thx's softmax kernel where built, `gemm-aten`
   // by ATen's), which keep the weights.
@@ -140,7 +149,7 @@ Tensor attention_core(const Tensor& Q, const Tensor& K, const Tensor& V, const T
                                                       : nullptr;
   if (th_off_cpu && g_gemm) return heads_gemm_attention_core(Q, K, V, P_l, P_w, bias, mask, rows);
   if (th_off_cpu && g_tiled) {
-    const cuda_th::Launcher* kernels = Q.is_cuda() && g_th_kernels ? cuda_th_launcher() : nullptr;
+    const cuda_th::Launcher* kernels = Q.is_cuda() && g_th_kernels && !deterministic() ? cuda_th_launcher() : nullptr;
     if (kernels && fused_th_unsupported(Q, K, V, P_l, P_w, bias, mask, *kernels).empty())
       return fused_th_attention_core(Q, K, V, P_l, P_w, bias, mask, *kernels);
     return tiled_attention_core(Q, K, V, P_l, P_w, bias, mask, 0, rows, g_tiled_narrow);

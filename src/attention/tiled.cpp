@@ -368,7 +368,8 @@ struct TiledFn : torch::autograd::Function<TiledFn> {
     Problem p = problem(Q, K, V, P_l, P_w, bias, mask, ctx->saved_data["block"].toInt(), kernels,
                         ctx->saved_data["narrow"].toBool());
     TORCH_CHECK(!p.kernels == !lse.defined(), "tiled attention: the backward's path differs from its forward's");
-    if (ctx->saved_data["flash"].toBool()) {
+    // (the flash backward adds by atomics: not under deterministic algorithms, common/determinism.h)
+    if (ctx->saved_data["flash"].toBool() && !at::globalContext().deterministicAlgorithms()) {
       variable_list flash = flash_backward(p, s, grads[0]);
       if (!flash.empty()) return flash;
     }

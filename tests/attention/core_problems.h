@@ -144,7 +144,9 @@ inline void expect_same(const Result& got, const Result& r, double atol, double 
     const auto& [a, name] = g[i];
     const torch::Tensor& b = std::get<0>(w[i]);
     ASSERT_EQ(a.defined(), b.defined()) << name;
-    if (b.defined()) EXPECT_TRUE(close(a.to(torch::kFloat64), b, atol, rtol)) << name;
+    if (b.defined()) {
+      EXPECT_TRUE(close(a.to(torch::kFloat64), b, atol, rtol)) << name;
+    }
   }
 }
 

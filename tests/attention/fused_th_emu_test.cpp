@@ -20,6 +20,7 @@
 #include "attention/cuda/th_fused.h"
 #include "attention/fused.h"
 #include "bf16_bounds.h"
+#include "common/determinism.h"
 #include "core_problems.h"
 #include "tc_bounds.h"
 #include "test_util.h"
@@ -127,6 +128,27 @@ TEST(FusedThEmulated, AMovedParameterIsCaught) {
   EXPECT_FALSE(close(got.O.to(torch::kFloat64), reference(in).O, 2e-6, 2e-5));
 }
 
+// The backward adds dK, dV and dbias by atomics: under deterministic algorithms (train.deterministic)
+// it is refused, in the line the training loop writes (attention_core routes around it,
+// core_paths.cpp). The forward, which adds in a fixed order, runs; the control: without them the
+// backward runs.
+TEST(FusedThEmulated, DeterministicAlgorithmsRefuseTheBackward) {
+  torch::manual_seed(11);
+  const Inputs in = inputs(kCases.front(), Extra::bias, torch::kFloat32);
+  EXPECT_NO_THROW(fused(in, torch::kFloat32, emulator(32), {4, 2}));
+  const DeterminismScope on(true, torch::Device(torch::kCPU), "train.deterministic");
+  std::string what;
+  try {
+    fused(in, torch::kFloat32, emulator(32), {4, 2});  // forward and backward
+  } catch (const c10::Error& e) {
+    what = e.what_without_backtrace();
+  }
+  EXPECT_EQ(nondeterministic_op(what, "train.deterministic"),
+            "train.deterministic: true, but thx's fused talking-heads backward (dK, dV and dbias by atomics) has no "
+            "deterministic implementation; set train.deterministic: false to train with it")
+      << what;
+}
+
 // What the kernels do not take, each with its reason: the dispatch (fused.cpp) sends these to
 // the tiled path.
 TEST(FusedThEmulated, UncoveredProblemsAreNamed) {
@@ -183,7 +205,9 @@ TEST(FusedThEmulated, TilesAreTheLargestThatFit) {
     EXPECT_GE(fwd16.C, 16);
     EXPECT_GE(bwd16.R, 16);
     EXPECT_GE(bwd16.R * bwd16.C, 2 * bwd.R * bwd.C);
-    if (h <= 24) EXPECT_EQ(bwd16.C, 16);  // with dQ's sums in registers
+    if (h <= 24) {
+      EXPECT_EQ(bwd16.C, 16);  // with dQ's sums in registers
+    }
   }
   // At 12 heads the forward's 16 x 16 block, its output sums in registers, takes under half of
   // an H100 multiprocessor's 228 KB (each block also reserves 1 KB): two blocks share one.
@@ -431,8 +455,9 @@ TEST(FusedThOnCuda, EqualsThePapersCoreAtT5BaseWidth) {
     // bf16 on tensor cores: the same problem's bf16 values, against their derived bound.
     Inputs bf = in;
     for (Tensor* t : {&bf.Q, &bf.K, &bf.V, &bf.dO}) *t = t->to(torch::kBFloat16);
-    if (l->tensor_cores) EXPECT_TRUE(within_tc_bounds(on_cuda(fused(to_cuda(bf), torch::kBFloat16, *l, {})),
-                                                      tensor_core_bounds(bf)));
+    if (l->tensor_cores) {
+      EXPECT_TRUE(within_tc_bounds(on_cuda(fused(to_cuda(bf), torch::kBFloat16, *l, {})), tensor_core_bounds(bf)));
+    }
   }
 }
 

@@ -25,6 +25,7 @@
 
 #include "attention/fused.h"
 #include "attention/tiled.h"
+#include "common/determinism.h"
 #include "core_problems.h"
 #include "rows_emulator.h"
 #include "tc_bounds.h"
@@ -381,6 +382,36 @@ TEST(Flash, NoRaceWhenThreadsTakeTurnsInEitherOrder) {
     O.push_back(got[0]);
     EXPECT_TRUE(torch::equal(got[0], O[0]));
     EXPECT_TRUE(within_tc_bounds(got, B));
+  }
+}
+
+// Under deterministic algorithms (train.deterministic) the flash backward, which adds by atomics,
+// steps aside (tiled.cpp): after the flash forward the row kernels' backward runs, every result
+// within the same bound and equal bit for bit whichever order the threads take turns in. The
+// control: without them the same problem takes the flash backward (two passes).
+TEST(Flash, DeterministicAlgorithmsTakeTheRowKernelsBackward) {
+  const cuda_th::RowsLauncher kernels = emulator_flash(32);
+  torch::manual_seed(11);
+  const Inputs in = wide_inputs(12, 16, 10, 16, 20, 40);
+  const core::TcBounds B = tensor_core_bounds(in, true);
+  int back = g_flash_back_launches;
+  run(in, 0, &kernels);
+  EXPECT_EQ(g_flash_back_launches - back, 2);
+  const DeterminismScope on(true, torch::Device(torch::kCPU), "train.deterministic");
+  std::vector<Tensor> first;
+  for (emu::Order order : {emu::Order::ascending, emu::Order::descending, emu::Order::concurrent}) {
+    SCOPED_TRACE(int(order));
+    emu::ScopedOrder turns(order);
+    const int flash = g_flash_launches, tc = g_tc_launches;
+    back = g_flash_back_launches;
+    const std::vector<Tensor> got = run(in, 0, &kernels);
+    EXPECT_EQ(g_flash_launches - flash, 1);
+    EXPECT_EQ(g_flash_back_launches - back, 0);
+    EXPECT_GE(g_tc_launches - tc, 1);  // the row kernels' backward
+    EXPECT_TRUE(within_tc_bounds(got, B));
+    if (first.empty()) first = got;
+    for (size_t i = 0; i < got.size(); ++i)
+      if (got[i].defined()) EXPECT_TRUE(torch::equal(got[i], first[i])) << "result " << i;
   }
 }
 

@@ -10,6 +10,7 @@
 // checkpoint and resumed agrees with the uninterrupted one within 1e-6 + 1e-5 x max|w|: not
 // bit for bit, because CUDA's index_select and embedding backward add with atomics (the order
 // of the sums varies between runs); the CPU's resume is bitwise (tests/cli/precision_test.cpp).
+// With train.deterministic (common/determinism.h) a GPU run repeats and resumes bit for bit too.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -86,6 +87,51 @@ TEST(Cuda, Bf16TrainsAndResumes) {
   r = run_thx(args("killed", "bf16") + " --resume");
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_TRUE(same_params(dir.file("killed/" + last), dir.file("bf16/" + last), 1e-5, 1e-6));
+}
+
+// train.deterministic on the GPU: two runs agree bit for bit, and a run killed after its first
+// checkpoint resumes bit for bit. T5 with talking-heads in fp32 (the tiled path) and in bf16 on
+// the flash kernels (whose backward then is the tiled path's: the flash backward adds by atomics),
+// and ALBERT (LAMB; embeddings gathered by index); dropout on (CUDA's generator resumes). And
+// fine-tuning's key: two fine-tunings agree bit for bit.
+TEST(Cuda, DeterministicRunsRepeatAndResumeBitForBit) {
+  THX_NEEDS_CUDA();
+  for (const std::string kind : {"t5", "t5 flash bf16", "albert"}) {
+    SCOPED_TRACE(kind);
+    const bool albert = kind == "albert", flash = kind == "t5 flash bf16";
+    TempDir dir;
+    PretrainConfig c = albert ? tiny_albert_pretrain(prepared_corpus(dir, 120, TokenizerConvention::albert), 10)
+                              : tiny_pretrain(prepared_corpus(dir), 10);
+    c.model.dropout = 0.1;
+    c.checkpoint.every = 5, c.checkpoint.keep = 5, c.eval.every = 5;
+    c.train.deterministic = true;
+    if (flash) c.train.precision = "bf16";
+    finish(c);
+    const std::string cfg = dir.write("run.yaml", c.yaml);
+    auto args = [&](const std::string& run) {
+      return std::string("--threads 4 --log-level warn --device cuda") + (flash ? " --th-path flash" : "") +
+             " pretrain --config " + cfg + " --run-dir " + dir.file(run);
+    };
+    RunResult r = run_thx(args("a"));
+    ASSERT_EQ(r.code, 0) << r.out;
+    r = run_thx(args("b"));
+    ASSERT_EQ(r.code, 0) << r.out;
+    const std::string last = "checkpoints/step-00000010.h5";
+    EXPECT_TRUE(same_params(dir.file("b/" + last), dir.file("a/" + last), 0));
+    ASSERT_TRUE(kill_thx_when_exists(args("killed"), dir.file("killed/checkpoints/step-00000005.h5")));
+    r = run_thx(args("killed") + " --resume");
+    ASSERT_EQ(r.code, 0) << r.out;
+    EXPECT_TRUE(same_params(dir.file("killed/" + last), dir.file("a/" + last), 0));
+  }
+  FinetuneFixture s;
+  make_finetune_fixture(s, false);
+  for (const std::string out : {"ft-a", "ft-b"}) {
+    const RunResult r = run_thx("--threads 4 --log-level warn --device cuda finetune --config " + s.config + " --out " +
+                                s.dir.file(out) + " --set finetune.steps=10 --set finetune.eval_every=10 --set "
+                                "checkpoint.every=10 --set finetune.deterministic=true");
+    ASSERT_EQ(r.code, 0) << r.out;
+  }
+  EXPECT_TRUE(same_params(s.dir.file("ft-a/" + s.final_params), s.dir.file("ft-b/" + s.final_params), 0));
 }
 
 TEST(Cuda, FineTuningAndEvaluation) {

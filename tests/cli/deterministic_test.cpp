@@ -75,9 +75,8 @@ TEST(Deterministic, FineTuningChangesNoNumberOnTheCpu) {
     ASSERT_EQ(r.code, 0) << r.out;
   }
   EXPECT_TRUE(same_params(s.dir.file("plain/" + s.final_params), s.dir.file("deterministic/" + s.final_params), 0));
-  for (const char* f : {"sst2.json", "SST-2.tsv"})
-    EXPECT_EQ(read_file(s.dir.file(std::string("plain/") + f)), read_file(s.dir.file(std::string("deterministic/") + f)))
-        << f;
+  for (const std::string f : {"sst2.json", "SST-2.tsv"})
+    EXPECT_EQ(read_file(s.dir.file("plain/" + f)), read_file(s.dir.file("deterministic/" + f))) << f;
 }
 
 TEST(Deterministic, NotABooleanIsOneLineNamingTheKey) {

@@ -177,6 +177,8 @@ struct FusedThFn : torch::autograd::Function<FusedThFn> {
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    // (attention_core does not route here under deterministic algorithms; a direct caller is refused)
+    at::globalContext().alertNotDeterministic("thx's fused talking-heads backward (dK, dV and dbias by atomics)");
     const auto s = ctx->get_saved_variables();
     const Launcher& l = *reinterpret_cast<const Launcher*>(ctx->saved_data["launcher"].toInt());
     const Tensor bias = present(s[5]);
