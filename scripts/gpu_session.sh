@@ -433,11 +433,11 @@ run() {
     phase bench-train-folded 60 "$thx" --device cuda --th-path folded bench train \
       --config configs/t5/mini.yaml --precision bf16 --base --base-only --base-heads 12,48 --out "$OUT/train-folded.md"
     # What train.deterministic costs (common/determinism.h: ATen's deterministic algorithms, SDPA's
-    # backward among them, cuBLAS's fixed workspace): bench-train-gemm's rows at 12 and 48 heads with it,
-    # to set against that phase's.
-    phase bench-train-deterministic 60 "$thx" --device cuda --th-path gemm bench train \
+    # backward among them, cuBLAS's fixed workspace): bench-train-gemm's rows at 12 and 48 heads, each
+    # timed as it is and under it in the same run (--deterministic-cost).
+    phase bench-train-deterministic 90 "$thx" --device cuda --th-path gemm bench train \
       --config configs/t5/mini.yaml --precision bf16 --base --base-only --base-heads 12,48 \
-      --set train.deterministic=true --out "$OUT/train-deterministic.md"
+      --deterministic-cost --out "$OUT/train-deterministic.md"
     # The talking-heads rows with ATen between the tiled path's products (the default before the
     # row kernels), for their ratio to the default on the same machine.
     phase bench-train-aten 60 "$thx" --device cuda --th-path tiled-aten bench train \

@@ -54,6 +54,9 @@ struct BenchTrainCommand : Command {
         ->delimiter(',')->check(CLI::PositiveNumber)->capture_default_str();
     app->add_flag("--base-only", topt.base_only, "with --base: only the base rows, not the configured model's")
         ->needs(base);
+    app->add_flag("--deterministic-cost", topt.deterministic_cost,
+                  "also time each row again under train.deterministic (ATen's deterministic algorithms, cuBLAS's "
+                  "fixed workspace, thx's kernels without atomics), in the same run: what bit-for-bit steps cost");
     app->add_flag("--tiled", topt.tiled, "on a GPU, talking-heads through the tiled path (the default "
                                          "unless thx --th-path names another)");
   }
@@ -72,6 +75,9 @@ struct BenchTrainCommand : Command {
     ConfigTree tree = config.tree();
     topt.config = load_model_config(tree);
     if (config.dump) return dump_config(topt.config.yaml);
+    if (topt.deterministic_cost && topt.config.train.deterministic)
+      throw InputError("--deterministic-cost times each row with and without train.deterministic; the config's "
+                       "train.deterministic is true (every row would be deterministic)");
     if (aten.adafactor && topt.config.optimizer.name != "adafactor")
       throw InputError(fmt::format("--aten adafactor: the config's optimizer.name is {}; the part concerns adafactor",
                                    topt.config.optimizer.name));

@@ -209,6 +209,8 @@ class TrainBench {
     speedups_.align = "llrrrr";
     ratios_.header = {"h", "TH/MH step time", "paper's TPU ratio"};
     ratios_.align = "rrr";
+    deterministic_.header = {"config", "attention", "precision", "s/step", "deterministic s/step", "ratio"};
+    deterministic_.align = "lllrrr";
   }
 
   // Every precision asked for, the peer beside the precisions in `peer_at`; returns the last
@@ -241,6 +243,9 @@ class TrainBench {
                                 aten_note()) +
                     render(table_, TableFormat::markdown);
     if (!speedups_.rows.empty()) r += "\n" + render(speedups_, TableFormat::markdown);
+    if (!deterministic_.rows.empty())
+      r += "\nEach row again under train.deterministic (--deterministic-cost; common/determinism.h), in this run:\n\n" +
+           render(deterministic_, TableFormat::markdown);
     if (o_.base_sweep) r += "\n" + render(ratios_, TableFormat::markdown);
     return r + profiles_;
   }
@@ -288,12 +293,33 @@ class TrainBench {
                            fmt::format("{:.1f}", gflops), fmt::format("{:.0f}%", of_peak),
                            fmt::format("{:.0f}", t.peak_rss_mb), peer_s > 0 ? fmt::format("{:.3f}", peer_s) : "-",
                            peer_s > 0 ? fmt::format("{:.2f}", t.step_s / peer_s) : "-"});
+    if (o_.deterministic_cost) deterministic_row(name, c, spec, vocab, batch, precision, t.step_s);
     if (t.profile)
       profiles_ += "\n" + render_profile(*t.profile, fmt::format("Profile, {} {} {}", name, summary(c), precision));
     log->info("{} {} {}: {:.3f} s/step (forward {:.3f}, backward {:.3f}, optimizer {:.3f}), {:.0f}% of the {} "
               "peak, peak memory {:.0f} MB{}", name, summary(c), precision, t.step_s, t.fwd_s, t.bwd_s, t.opt_s,
               of_peak, precision, t.peak_rss_mb, peer_s > 0 ? fmt::format(", peer {:.3f} s/step", peer_s) : "");
     return t;
+  }
+
+  // The row timed again under deterministic algorithms (--deterministic-cost), beside its time
+  // without them; an op they refuse (a finding on a GPU) or memory they lack is the row's entry.
+  void deterministic_row(const std::string& name, const PretrainConfig& c, const ModelSpec& spec, int64_t vocab,
+                         int64_t batch, const std::string& precision, double step_s) {
+    std::string time = "-", ratio = "-";
+    try {
+      const DeterminismScope on(true, o_.device, "train.deterministic");
+      const double d = time_steps(c, spec, vocab, batch, o_.steps, o_.warmup, precision, StepRun{}, o_.device).step_s;
+      time = fmt::format("{:.3f}", d), ratio = fmt::format("{:.2f}", d / step_s);
+    } catch (const c10::OutOfMemoryError&) {
+      time = "out of memory";
+    } catch (const c10::Error& e) {
+      const std::string why = nondeterministic_op(e.what_without_backtrace(), "train.deterministic");
+      if (why.empty()) throw;
+      thx::log("bench")->warn("{} {} {}: {}", name, summary(c), precision, why);
+      time = "refused (the log says why)";
+    }
+    deterministic_.rows.push_back({name, summary(c), precision, fmt::format("{:.3f}", step_s), time, ratio});
   }
 
   // Where --trace writes a row's timeline: its name with every run of other characters than letters and
@@ -313,7 +339,7 @@ class TrainBench {
   bool gpu_;
   int64_t peak_size_;
   std::map<std::string, double> peak_;  // GFLOP/s of a peak_size_^3 matmul, per precision, measured now
-  TextTable table_, speedups_, ratios_;
+  TextTable table_, speedups_, ratios_, deterministic_;
   std::string profiles_;  // --profile: one per row
 };
 
@@ -381,6 +407,9 @@ std::string bench_train(const BenchTrainOptions& options) {
   } aten_scope(o.aten);
   // (before the matmul peak: cuBLAS's workspace is fixed at its first product)
   const DeterminismScope determinism(o.config.train.deterministic, o.device, "train.deterministic");
+  if (o.deterministic_cost) {  // (only cuBLAS's workspace stays: each row's second timing takes the scope)
+    const DeterminismScope workspace(true, o.device, "--deterministic-cost");
+  }
   TrainBench bench(o);
   if (bench.gpu())
     thx::log("bench")->info("talking-heads on the GPU: {}",

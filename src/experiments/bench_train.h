@@ -31,6 +31,7 @@ struct BenchTrainOptions {
   std::vector<int64_t> peer_heads{12, 48};  // the T5 base rows the peer runs beside (in bf16)
   bool base_only = false;             // --base without the configured model's rows
   bool tiled = false;                 // on a GPU, talking-heads on the tiled path (not the fused kernels)
+  bool deterministic_cost = false;    // also: each row timed again under train.deterministic, in the same run
 };
 
 std::string bench_train(const BenchTrainOptions& options);
