@@ -5,8 +5,10 @@
 // (the CPU-bitwise tests hold whatever the setting). On a GPU three things can vary from run to
 // run, and a deterministic run fixes each:
 //  - ATen's CUDA ops that add by atomics (index_add_, scatter_add_, SDPA's backward, ...):
-//    at::Context's deterministic algorithms make ATen take an ordered kernel where it has one,
-//    and make the op throw where it has none (the training loop turns that into one line,
+//    at::Context's deterministic algorithms make ATen take an ordered kernel where it has one
+//    (multi-head's SDPA: the flash backward's deterministic mode, the memory-efficient backward
+//    with one split of the keys, no cuDNN; 2.x's attention_backward.cu and sdp_utils.cpp), and
+//    make the op throw where it has none (the training loop turns that into one line,
 //    nondeterministic_op; a CPU op such as put_ throws alike);
 //  - cuBLAS: its products repeat only with a fixed workspace, CUBLAS_WORKSPACE_CONFIG :4096:8
 //    or :16:8 (the values ATen's check accepts), set before cuBLAS starts. thx sets :4096:8 where
