@@ -17,18 +17,18 @@ constexpr const char* kCublasVar = "CUBLAS_WORKSPACE_CONFIG";
 constexpr const char* kCublasValue = ":4096:8";  // 8 buffers of 4 MiB (ATen's check takes it or :16:8)
 }  // namespace
 
-std::string cublas_workspace_refusal(const char* value, const std::string& key) {
+std::string cublas_workspace_refusal(const char* value) {
   if (value == nullptr || std::strcmp(value, ":4096:8") == 0 || std::strcmp(value, ":16:8") == 0) return "";
-  return fmt::format("{}: true needs cuBLAS's fixed workspace, but {} is \"{}\"; unset it (thx then sets {}) or "
-                     "set :4096:8 or :16:8",
-                     key, kCublasVar, value, kCublasValue);
+  return fmt::format("true needs cuBLAS's fixed workspace, but {} is \"{}\"; unset it (thx then sets {}) or set "
+                     ":4096:8 or :16:8",
+                     kCublasVar, value, kCublasValue);
 }
 
 DeterminismScope::DeterminismScope(bool on, const torch::Device& device, const std::string& key) : on_(on) {
   if (!on_) return;
   if (device.is_cuda()) {
-    const std::string refusal = cublas_workspace_refusal(std::getenv(kCublasVar), key);
-    if (!refusal.empty()) throw ConfigError(key, refusal);
+    const std::string refusal = cublas_workspace_refusal(std::getenv(kCublasVar));
+    if (!refusal.empty()) throw ConfigError(key, refusal);  // ("thx: error: <key>: true needs ...")
     setenv(kCublasVar, kCublasValue, /*overwrite=*/0);
   }
   at::Context& c = at::globalContext();

@@ -25,9 +25,10 @@
 
 namespace thx {
 
-// Why CUBLAS_WORKSPACE_CONFIG's value (nullptr: unset) stops `key` (a config key) from making
-// cuBLAS repeat: "" where it is unset (thx sets it) or :4096:8 or :16:8; else one line.
-std::string cublas_workspace_refusal(const char* value, const std::string& key);
+// Why CUBLAS_WORKSPACE_CONFIG's value (nullptr: unset) stops a deterministic run's cuBLAS from
+// repeating: "" where it is unset (thx sets it) or :4096:8 or :16:8; else the rest of a line that
+// starts with the key ("true needs ...").
+std::string cublas_workspace_refusal(const char* value);
 
 // From construction to destruction, deterministic algorithms (at::Context's, cuDNN's) where `on`;
 // the previous settings after. On a CUDA device also CUBLAS_WORKSPACE_CONFIG where it is unset

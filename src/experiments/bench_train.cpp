@@ -408,16 +408,18 @@ std::string bench_train(const BenchTrainOptions& options) {
   // (before the matmul peak: cuBLAS's workspace is fixed at its first product)
   const DeterminismScope determinism(o.config.train.deterministic, o.device, "train.deterministic");
   if (o.deterministic_cost) {  // (only cuBLAS's workspace stays: each row's second timing takes the scope)
-    const DeterminismScope workspace(true, o.device, "--deterministic-cost");
+    const DeterminismScope workspace(true, o.device, "--deterministic-cost (train.deterministic)");
   }
   TrainBench bench(o);
+  // (under train.deterministic attention_core routes the fused kernels' problems to the tiled path)
+  const bool fused = !o.tiled && cuda_th_launcher() && !at::globalContext().deterministicAlgorithms();
   if (bench.gpu())
     thx::log("bench")->info("talking-heads on the GPU: {}",
-                            th_path() == "batched"            ? "the batched ATen composition"
-                            : th_path() == "folded"           ? folded_path_description()
-                            : heads_gemm_path(th_path())      ? heads_gemm_path_description()
-                            : o.tiled || !cuda_th_launcher() ? tiled_path_description()
-                                                             : "thx's fused CUDA kernels");
+                            th_path() == "batched"       ? "the batched ATen composition"
+                            : th_path() == "folded"      ? folded_path_description()
+                            : heads_gemm_path(th_path()) ? heads_gemm_path_description()
+                            : fused                      ? "thx's fused CUDA kernels"
+                                                         : tiled_path_description());
   const PretrainConfig& c = o.config;
   const int64_t vocab = c.model.vocab_size > 0 ? c.model.vocab_size : c.model.encoder_only() ? 30000 : 8100;
   // The configured model, as multi-head and as talking-heads of the same h.
