@@ -475,7 +475,8 @@ run() {
       cd $OUT && tar czf mini-t5.tgz mini-*/metrics.jsonl mini-*/train.log && rm -rf mini-*/"
     # The rest of the unit suite on the CUDA build (issue 30 asks for all of it to pass there; in
     # the third session 62 of its groups crashed in remove_all, since fixed). Its trainings run on
-    # the GPU (--device auto); what asserts CPU-bitwise results skips itself (tests/test_util.h).
+    # the GPU (--device auto); what asserts bitwise results of its runs trains them under
+    # train.deterministic there (tests/test_util.h).
     phase unit-suite 150 env GTEST_OUTPUT="xml:$OUT/unit-suite-xml/" \
       ctest --test-dir build-gpu -j 16 -L unit -E '^Cuda[.]' --output-on-failure
     report_tests unit-suite

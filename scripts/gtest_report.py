@@ -6,12 +6,12 @@
 DIR holds the XML reports of one or more test processes (GTEST_OUTPUT=xml:DIR/ makes each
 process write its own: thx_tests.xml, thx_tests_1.xml, ...). Prints the tests that failed (with
 the first line of each failure), why tests were skipped (the skip message's last line, counted:
-"no CUDA device", "asserts CPU-bitwise results, ..."), and last one line of counts:
+"no CUDA device", say), and last one line of counts:
 
     N tests in F reports: P passed, X failed, S skipped
 
-A GPU session reads it (scripts/gpu_session.sh): a GPU test skipped for want of a device, or a
-CPU-bitwise test that ran on a GPU, shows there. Standard library only. Bad input: one line, exit 2.
+A GPU session reads it (scripts/gpu_session.sh): a GPU test skipped for want of a device shows
+there, beside what failed. Standard library only. Bad input: one line, exit 2.
 """
 import collections
 import glob

@@ -26,19 +26,20 @@ namespace thx::test {
 inline const bool kCrashReport = (install_crash_report(), true);
 
 // The unit suite on a GPU machine (issue 30): a run that names no device trains on the GPU there
-// (--device auto), so the suite's trainings run on CUDA. Two kinds of test cannot:
+// (--device auto), so the suite's trainings run on CUDA. Two kinds of test need more:
 // - A test about the CPU itself (its bf16 check, its profiler, the CPU-only options) names
 //   --device cpu in its runs, and runs on any machine.
-// - A test that asserts CPU-bitwise results of such runs (a resumed run equal bit for bit to an
-//   uninterrupted one, runs that must train alike to the bit, numbers recorded on the CPU) is
-//   labelled by THX_CPU_BITWISE_FROM_HERE() where those assertions start: where LibTorch sees a
-//   GPU the rest of the test is skipped, saying why. CUDA's atomics add in an order that varies
-//   from run to run (the backward of index_select and of the embedding), so two GPU runs differ in
-//   the last bits. CI runs these tests on the CPU; tests/cli/cuda_test.cpp bounds the GPU's resume.
-// (In a helper function the skip returns from the helper, and the test goes on after its call.)
-#define THX_CPU_BITWISE_FROM_HERE()  \
-  if (torch::cuda::is_available())   \
-  GTEST_SKIP() << "asserts CPU-bitwise results, and its runs trained on this machine's GPU (--device auto)"
+// - A test that asserts bitwise results of such runs (a resumed run equal bit for bit to an
+//   uninterrupted one, runs that must train alike to the bit) trains them under
+//   train.deterministic where LibTorch sees a GPU (deterministic_here(); training_fixtures.h's
+//   bitwise_runs): CUDA's atomics would add in an order that varies from run to run
+//   (common/determinism.h). On the CPU the runs repeat anyway, and the key keeps its default.
+inline bool deterministic_here() { return torch::cuda::is_available(); }
+
+// cuBLAS's fixed workspace (common/determinism.h) for this process before its first product: a
+// test that trains in-process under train.deterministic on a GPU may come after others that
+// started cuBLAS, and ATen reads the variable once. (thx itself sets it where a run asks.)
+inline const bool kCublasWorkspace = (setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", 0), true);
 
 // max |a - b| <= atol + rtol * max |b|, printing the max error and where it is.
 inline ::testing::AssertionResult close(const torch::Tensor& a, const torch::Tensor& b,

@@ -88,7 +88,7 @@ TEST(Precision, KilledBf16RunResumesBitForBit) {
                               : tiny_pretrain(prepared_corpus(dir), 60);
     c.model.dropout = 0.1;  // the generator's state is part of what resumes
     c.checkpoint.every = 5, c.checkpoint.keep = 20, c.eval.every = 60;
-    finish(c);
+    bitwise_runs(c);
     const std::string cfg = dir.write("run.yaml", c.yaml);
     auto args = [&](const std::string& run) {
       return "--threads 1 --log-level warn pretrain --config " + cfg + " --run-dir " + dir.file(run) +
@@ -98,7 +98,6 @@ TEST(Precision, KilledBf16RunResumesBitForBit) {
     ASSERT_TRUE(kill_thx_when_exists(args("killed"), checkpoint_path(dir.file("killed/checkpoints"), 5)));
     const RunResult r = run_thx(args("killed") + " --resume");
     ASSERT_EQ(r.code, 0) << r.out;
-    THX_CPU_BITWISE_FROM_HERE();
     const Checkpoint a = load_checkpoint(checkpoint_path(dir.file("straight/checkpoints"), 60));
     const Checkpoint b = load_checkpoint(checkpoint_path(dir.file("killed/checkpoints"), 60));
     ASSERT_EQ(a.params.size(), b.params.size());

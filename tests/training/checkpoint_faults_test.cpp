@@ -84,8 +84,8 @@ struct TinyRun {
   TempDir dir;
   std::string cfg;
   TinyRun() {
-    const PretrainConfig c = tiny_pretrain(prepared_corpus(dir), 6);
-    cfg = dir.write("run.yaml", c.yaml);
+    PretrainConfig c = tiny_pretrain(prepared_corpus(dir), 6);
+    cfg = dir.write("run.yaml", bitwise_runs(c).yaml);
   }
   std::string args(const std::string& run, const std::string& extra = "") const {
     return "--threads 1 pretrain --config " + cfg + " --run-dir " + dir.file(run) +
@@ -107,7 +107,6 @@ TEST(CheckpointFaults, ResumeFallsBackToTheCheckpointBeforeAFlippedOne) {
                        "it, " + checkpoint_path(ck, 2)), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("resumed from " + checkpoint_path(ck, 2) + " at step 2"), std::string::npos) << r.out;
   EXPECT_TRUE(fs::exists(checkpoint_path(ck, 4) + ".corrupt"));  // kept for a look, out of the way
-  THX_CPU_BITWISE_FROM_HERE();
   EXPECT_TRUE(same_params(checkpoint_path(ck, 6), checkpoint_path(t.dir.file("whole/checkpoints"), 6), 0));
 }
 
@@ -148,7 +147,6 @@ TEST(CheckpointFaults, AFullDiskWhileCheckpointingIsOneLineAndResumes) {
     EXPECT_EQ(e.path().string().find(".tmp-"), std::string::npos) << e.path();
   const RunResult again = run_thx(t.args("full", "--resume"));
   ASSERT_EQ(again.code, 0) << again.out;
-  THX_CPU_BITWISE_FROM_HERE();
   EXPECT_TRUE(same_params(checkpoint_path(ck, 6), checkpoint_path(t.dir.file("whole/checkpoints"), 6), 0));
 }
 

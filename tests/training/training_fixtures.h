@@ -38,6 +38,13 @@ inline PretrainConfig tiny_pretrain(const std::string& prepared, int64_t steps) 
   return c;
 }
 
+// `c` for runs whose results a test compares bit for bit: under train.deterministic where
+// LibTorch sees a GPU (test_util.h, deterministic_here), as it was on the CPU; finished again.
+inline PretrainConfig& bitwise_runs(PretrainConfig& c) {
+  c.train.deterministic = deterministic_here();
+  return finish(c);
+}
+
 // A tiny ALBERT (model.type albert, 2 layers in 1 group, talking-heads) on prepared shards of
 // an ALBERT-convention tokenizer: MLM + SOP, LAMB.
 inline PretrainConfig tiny_albert_pretrain(const std::string& prepared, int64_t steps) {
