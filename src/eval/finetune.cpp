@@ -160,6 +160,9 @@ int run_finetune(const FinetuneRunConfig& config, const Pretrained& pretrained, 
   const torch::Device device = resolve_device(device_request(), "--device");
   dist::check_device(device, "--device");
   const DeterminismScope determinism(config.finetune.deterministic, device, "finetune.deterministic");
+  if (config.finetune.deterministic)
+    thx::log("finetune")->info("deterministic algorithms (finetune.deterministic): each step repeats to the bit on {}",
+                               device.str());
   {
     check_fine_tuning_precision(config.finetune, pretrained.config, device);
     const std::string e = batch_split_error("finetune.batch_size", config.finetune.batch_size, 1, dist::world_size());

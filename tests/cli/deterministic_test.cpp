@@ -68,11 +68,13 @@ TEST(Deterministic, ChangesNoNumberOnTheCpu) {
 TEST(Deterministic, FineTuningChangesNoNumberOnTheCpu) {
   FinetuneFixture s;
   make_finetune_fixture(s, true);
+  const std::string said = "deterministic algorithms (finetune.deterministic): each step repeats to the bit on cpu";
   for (const std::string out : {"plain", "deterministic"}) {
-    const RunResult r = run_thx("--threads 1 --log-level warn --device cpu finetune --config " + s.config + " --out " +
+    const RunResult r = run_thx("--threads 1 --device cpu finetune --config " + s.config + " --out " +
                                 s.dir.file(out) + " --set finetune.steps=8 --set finetune.eval_every=4" +
                                 (out == "plain" ? "" : " --set finetune.deterministic=true"));
     ASSERT_EQ(r.code, 0) << r.out;
+    EXPECT_EQ(r.out.find(said) != std::string::npos, out == "deterministic") << r.out;
   }
   EXPECT_TRUE(same_params(s.dir.file("plain/" + s.final_params), s.dir.file("deterministic/" + s.final_params), 0));
   for (const std::string f : {"sst2.json", "SST-2.tsv"})
