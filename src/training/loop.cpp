@@ -473,6 +473,19 @@ StepLoss one_step(Run& r, const std::vector<Batch>& micro, dist::GradSync* sync,
   return l;
 }
 
+// Step `step` + 1's update: the gradients clipped (returns their norm before clipping), then the
+// optimizer's step at `lr`. An op refused here under deterministic algorithms is one line too.
+double apply_update(Run& r, int64_t step, double lr) {
+  try {
+    const double norm = clip_grad_global_norm(r.tensors, r.o.clip_global_norm);
+    r.t.optimizer().step(lr);
+    return norm;
+  } catch (const c10::Error& e) {
+    refuse_nondeterministic(r.o, r.prefix, "the update", step + 1, e);
+    throw;
+  }
+}
+
 }  // namespace
 
 LoopResult train(Trainee& t, const LoopOptions& o) {
@@ -512,9 +525,8 @@ LoopResult train(Trainee& t, const LoopOptions& o) {
     for (const auto& [path, p] : r.params) p.mutable_grad() = Tensor();
     bool stop = false;
     const StepLoss l = one_step(r, micro, sync.get(), step, &stop);
-    const double grad_norm = clip_grad_global_norm(r.tensors, o.clip_global_norm);  // after the all-reduce
     const double lr = learning_rate(o.schedule, step + 1, o.steps);
-    t.optimizer().step(lr);
+    const double grad_norm = apply_update(r, step, lr);  // after the all-reduce
     ++step;
     window.add(l, seconds(std::chrono::steady_clock::now() - t0), sync.get());
     window.add_grad_norm(grad_norm, o.clip_global_norm);

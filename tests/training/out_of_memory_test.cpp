@@ -18,6 +18,21 @@ namespace thx::test {
 namespace {
 namespace THX_FILE_ID {
 
+// An optimizer that runs put_ (no deterministic implementation in ATen) at its `at`th step.
+class PutOptimizer : public Optimizer {
+ public:
+  explicit PutOptimizer(int64_t at) : at_(at) {}
+  void step(double) override {
+    if (++step_ == at_)
+      torch::zeros({3}).put_(torch::tensor({int64_t{1}, int64_t{1}}), torch::tensor({1.0f, 2.0f}), false);
+  }
+  std::map<std::string, torch::Tensor> state() const override { return {}; }
+  void load_state(const std::map<std::string, torch::Tensor>&, int64_t step) override { step_ = step; }
+
+ private:
+  int64_t at_;
+};
+
 class OutOfMemoryTrainee : public Trainee {
  public:
   // put: at fail_at_forward, run put_ (no deterministic implementation in ATen) instead.
@@ -32,7 +47,8 @@ class OutOfMemoryTrainee : public Trainee {
   std::vector<std::pair<std::string, torch::Tensor>> parameters() override {
     return {{"w", lin_->weight}, {"b", lin_->bias}};
   }
-  Optimizer& optimizer() override { return *opt_; }
+  Optimizer& optimizer() override { return update_ ? *update_ : *opt_; }
+  std::unique_ptr<Optimizer> update_;  // in place of Adafactor, where a test sets it
   std::vector<Batch> next_step(int64_t micro) override {
     std::vector<Batch> out(static_cast<size_t>(micro));
     for (auto& b : out) b.inputs = torch::randn({8 / micro, 3});  // [b,3]
@@ -117,6 +133,16 @@ TEST(OutOfMemory, AnOpWithoutADeterministicImplementationIsOneLine) {
   LoopOptions plain = options(other);
   OutOfMemoryTrainee u(5, -1, true);
   EXPECT_THROW(train(u, plain), c10::Error);
+  // The same in the optimizer's update, after the step's gradients (step 3's, the third update).
+  TempDir third;
+  o.checkpoint_dir = third.file("checkpoints"), o.metrics_file = third.file("metrics.jsonl");
+  OutOfMemoryTrainee w(-1, -1);
+  w.update_ = std::make_unique<PutOptimizer>(3);
+  EXPECT_EQ(error_of([&] { train(w, o); }),
+            std::string("step 3: in the update: train.deterministic: true, but put_ has no deterministic "
+                        "implementation in this LibTorch (") + TORCH_VERSION + "); set train.deterministic: false to "
+                        "train with it; the checkpoints in " + o.checkpoint_dir + " are as they were");
+  EXPECT_EQ(list_checkpoints(o.checkpoint_dir), std::vector<std::string>{checkpoint_path(o.checkpoint_dir, 2)});
 }
 
 }  // namespace THX_FILE_ID
