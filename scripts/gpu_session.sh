@@ -434,7 +434,8 @@ run() {
       --config configs/t5/mini.yaml --precision bf16 --base --base-only --base-heads 12,48 --out "$OUT/train-folded.md"
     # What train.deterministic costs (common/determinism.h: ATen's deterministic algorithms, SDPA's
     # backward among them, cuBLAS's fixed workspace): bench-train-gemm's rows at 12 and 48 heads, each
-    # timed as it is and under it in the same run (--deterministic-cost).
+    # timed as it is and under it in the same run, and whether a step repeats to the bit either way
+    # (--deterministic-cost).
     phase bench-train-deterministic 90 "$thx" --device cuda --th-path gemm bench train \
       --config configs/t5/mini.yaml --precision bf16 --base --base-only --base-heads 12,48 \
       --deterministic-cost --out "$OUT/train-deterministic.md"

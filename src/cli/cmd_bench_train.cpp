@@ -56,7 +56,8 @@ struct BenchTrainCommand : Command {
         ->needs(base);
     app->add_flag("--deterministic-cost", topt.deterministic_cost,
                   "also time each row again under train.deterministic (ATen's deterministic algorithms, cuBLAS's "
-                  "fixed workspace, thx's kernels without atomics), in the same run: what bit-for-bit steps cost");
+                  "fixed workspace, thx's kernels without atomics), in the same run, and say whether a step repeats "
+                  "to the bit with and without it: what bit-for-bit steps cost, and what they buy");
     app->add_flag("--tiled", topt.tiled, "on a GPU, talking-heads through the tiled path (the default "
                                          "unless thx --th-path names another)");
   }

@@ -5,6 +5,8 @@
 #include <fmt/format.h>
 #include <torch/version.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 
@@ -59,6 +61,46 @@ std::string nondeterministic_op(const std::string& what, const std::string& key)
                        "product); set it in the environment, or {}: false",
                        key, kCublasVar, kCublasValue, key);
   return "";
+}
+
+namespace {
+// The integer dtype of a value's bits.
+torch::ScalarType bits_of(torch::ScalarType t) {
+  switch (c10::elementSize(t)) {
+    case 1: return torch::kUInt8;
+    case 2: return torch::kInt16;
+    case 4: return torch::kInt32;
+    default: return torch::kInt64;
+  }
+}
+}  // namespace
+
+std::string repeat_check(const std::function<std::vector<torch::Tensor>()>& run) {
+  const std::vector<torch::Tensor> a = run(), b = run();
+  if (a.size() != b.size()) return fmt::format("differs: {} tensors, then {}", a.size(), b.size());
+  int64_t values = 0, differ = 0;
+  double largest = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i].sizes() != b[i].sizes() || a[i].scalar_type() != b[i].scalar_type())
+      return fmt::format("differs: tensor {} is {} {}, then {} {}", i, c10::toString(a[i].scalar_type()),
+                         c10::str(a[i].sizes()), c10::toString(b[i].scalar_type()), c10::str(b[i].sizes()));
+    values += a[i].numel();
+    if (a[i].is_complex() || a[i].scalar_type() == torch::kBool) {  // (no bits view; none in a step)
+      differ += a[i].ne(b[i]).sum().item<int64_t>();
+      continue;
+    }
+    const torch::ScalarType bits = bits_of(a[i].scalar_type());
+    const torch::Tensor ne = a[i].view(bits).ne(b[i].view(bits));
+    const int64_t n = ne.sum().item<int64_t>();
+    if (n == 0) continue;
+    differ += n;
+    const torch::Tensor d = (a[i].masked_select(ne).to(torch::kDouble) - b[i].masked_select(ne).to(torch::kDouble));
+    const double m = d.abs().max().item<double>();  // (NaN where one of a pair is NaN: so is the largest)
+    largest = std::isnan(m) || std::isnan(largest) ? m + largest : std::max(largest, m);
+  }
+  if (differ == 0) return "bitwise";
+  return fmt::format("differs: {} of {} values, the largest by {}", differ, values,
+                     std::isnan(largest) ? "NaN (a NaN against another value)" : fmt::format("{:.3g}", largest));
 }
 
 }  // namespace thx

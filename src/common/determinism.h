@@ -21,7 +21,9 @@
 #pragma once
 #include <torch/torch.h>
 
+#include <functional>
 #include <string>
+#include <vector>
 
 namespace thx {
 
@@ -48,5 +50,12 @@ class DeterminismScope {
 // or of cuBLAS started without a deterministic workspace: the op and what to change, in one line,
 // naming `key`; else "".
 std::string nondeterministic_op(const std::string& what, const std::string& key);
+
+// Whether `run` gives the same tensors twice: it is called twice (it must reseed what it draws
+// from), and the two lists are compared bit for bit (a value's bits, so -0 is not 0 and a NaN
+// equals only the same NaN). "bitwise" where every value is equal; else "differs: " and how
+// ("N of M values, the largest by X", or the lists' shapes). `thx bench train --deterministic-cost`
+// asks it of each row's first step, with and without train.deterministic.
+std::string repeat_check(const std::function<std::vector<torch::Tensor>()>& run);
 
 }  // namespace thx

@@ -52,14 +52,17 @@ struct Timed {
   double peak_rss_mb = 0;                // the process's peak while the model was built and stepped
                                          // (on a GPU: the peak of its tensors)
   std::optional<StepProfile> profile;    // one more step under the profiler, if asked
+  std::string repeats;                   // whether a step repeats to the bit (repeat_check), if asked
   bool out_of_memory = false;            // the device ran out of memory (no times)
 };
 
 // How a row's steps run beside its precision and device: one more step profiled (its trace
-// written where trace_path is set).
+// written where trace_path is set); one more step's loss and gradients made twice from the same
+// seed and compared bit for bit (--deterministic-cost).
 struct StepRun {
   bool profile = false;
   std::string trace_path;
+  bool repeat = false;
 };
 
 // Steps of the model at `precision` (common/precision.h): forward and backward in its scope, the
@@ -110,6 +113,18 @@ Timed time_steps(const PretrainConfig& c, const ModelSpec& spec, int64_t vocab, 
   r.step_s = median(t), r.fwd_s = median(tf), r.bwd_s = median(tb), r.opt_s = median(to);
   for (auto& p : model->parameters()) r.params += p.numel();
   r.peak_rss_mb = device.is_cpu() ? peak_rss_mb() : device_peak_mb(device);
+  if (run.repeat)  // (after the peak is read: the second set of gradients is not the row's memory)
+    r.repeats = repeat_check([&] {
+      torch::manual_seed(1);  // (dropout's draws, on the CPU's and every GPU's generator)
+      for (auto& p : model->parameters()) p.mutable_grad() = torch::Tensor();
+      PrecisionScope scope(precision);
+      const torch::Tensor loss = loss_of();
+      loss.backward();
+      std::vector<torch::Tensor> made{loss.detach()};
+      for (const auto& p : model->parameters())
+        if (p.grad().defined()) made.push_back(p.grad());
+      return made;
+    });
   if (run.profile)
     r.profile = profile_step([&] {
       for (auto& p : model->parameters()) p.mutable_grad() = torch::Tensor();
@@ -209,8 +224,9 @@ class TrainBench {
     speedups_.align = "llrrrr";
     ratios_.header = {"h", "TH/MH step time", "paper's TPU ratio"};
     ratios_.align = "rrr";
-    deterministic_.header = {"config", "attention", "precision", "s/step", "deterministic s/step", "ratio"};
-    deterministic_.align = "lllrrr";
+    deterministic_.header = {"config", "attention", "precision", "s/step", "a step repeats",
+                             "deterministic s/step", "a step repeats", "ratio"};
+    deterministic_.align = "lllrlrlr";
   }
 
   // Every precision asked for, the peer beside the precisions in `peer_at`; returns the last
@@ -244,7 +260,9 @@ class TrainBench {
                     render(table_, TableFormat::markdown);
     if (!speedups_.rows.empty()) r += "\n" + render(speedups_, TableFormat::markdown);
     if (!deterministic_.rows.empty())
-      r += "\nEach row again under train.deterministic (--deterministic-cost; common/determinism.h), in this run:\n\n" +
+      r += "\nEach row again under train.deterministic (--deterministic-cost; common/determinism.h), in this run. "
+           "\"A step repeats\": one more step's loss and gradients, made twice from the same seed, compared bit for "
+           "bit:\n\n" +
            render(deterministic_, TableFormat::markdown);
     if (o_.base_sweep) r += "\n" + render(ratios_, TableFormat::markdown);
     return r + profiles_;
@@ -263,7 +281,8 @@ class TrainBench {
     const ModelSpec spec = resolve_model_spec(c.model, c.attention);  // this row's (a base size, a variant)
     Timed t;
     try {
-      const StepRun run{o_.profile, trace_path(fmt::format("{} {} {}", name, summary(c), precision))};
+      const StepRun run{o_.profile, trace_path(fmt::format("{} {} {}", name, summary(c), precision)),
+                        o_.deterministic_cost};
       t = time_steps(c, spec, vocab, batch, o_.steps, o_.warmup, precision, run, o_.device);
     } catch (const c10::OutOfMemoryError&) {  // a row that does not fit the GPU says so
       log->warn("{} {} {}: out of memory at batch {}", name, summary(c), precision, batch);
@@ -293,7 +312,7 @@ class TrainBench {
                            fmt::format("{:.1f}", gflops), fmt::format("{:.0f}%", of_peak),
                            fmt::format("{:.0f}", t.peak_rss_mb), peer_s > 0 ? fmt::format("{:.3f}", peer_s) : "-",
                            peer_s > 0 ? fmt::format("{:.2f}", t.step_s / peer_s) : "-"});
-    if (o_.deterministic_cost) deterministic_row(name, c, spec, vocab, batch, precision, t.step_s);
+    if (o_.deterministic_cost) deterministic_row(name, c, spec, vocab, batch, precision, t);
     if (t.profile)
       profiles_ += "\n" + render_profile(*t.profile, fmt::format("Profile, {} {} {}", name, summary(c), precision));
     log->info("{} {} {}: {:.3f} s/step (forward {:.3f}, backward {:.3f}, optimizer {:.3f}), {:.0f}% of the {} "
@@ -303,14 +322,18 @@ class TrainBench {
   }
 
   // The row timed again under deterministic algorithms (--deterministic-cost), beside its time
-  // without them; an op they refuse (a finding on a GPU) or memory they lack is the row's entry.
+  // without them, and whether a step repeats to the bit with and without them; an op they refuse
+  // (a finding on a GPU) or memory they lack is the row's entry.
   void deterministic_row(const std::string& name, const PretrainConfig& c, const ModelSpec& spec, int64_t vocab,
-                         int64_t batch, const std::string& precision, double step_s) {
-    std::string time = "-", ratio = "-";
+                         int64_t batch, const std::string& precision, const Timed& plain) {
+    std::string time = "-", repeats = "-", ratio = "-";
     try {
       const DeterminismScope on(true, o_.device, "train.deterministic");
-      const double d = time_steps(c, spec, vocab, batch, o_.steps, o_.warmup, precision, StepRun{}, o_.device).step_s;
-      time = fmt::format("{:.3f}", d), ratio = fmt::format("{:.2f}", d / step_s);
+      StepRun run;
+      run.repeat = true;
+      const Timed d = time_steps(c, spec, vocab, batch, o_.steps, o_.warmup, precision, run, o_.device);
+      time = fmt::format("{:.3f}", d.step_s), repeats = d.repeats;
+      ratio = fmt::format("{:.2f}", d.step_s / plain.step_s);
     } catch (const c10::OutOfMemoryError&) {
       time = "out of memory";
     } catch (const c10::Error& e) {
@@ -319,7 +342,8 @@ class TrainBench {
       thx::log("bench")->warn("{} {} {}: {}", name, summary(c), precision, why);
       time = "refused (the log says why)";
     }
-    deterministic_.rows.push_back({name, summary(c), precision, fmt::format("{:.3f}", step_s), time, ratio});
+    deterministic_.rows.push_back(
+        {name, summary(c), precision, fmt::format("{:.3f}", plain.step_s), plain.repeats, time, repeats, ratio});
   }
 
   // Where --trace writes a row's timeline: its name with every run of other characters than letters and

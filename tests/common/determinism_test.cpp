@@ -8,6 +8,7 @@
 #include <torch/version.h>
 
 #include <cstdlib>
+#include <limits>
 #include <optional>
 #include <string>
 
@@ -113,6 +114,32 @@ TEST(Determinism, AnOpWithoutADeterministicImplementationIsNamed) {
                 .find("cuBLAS started before CUBLAS_WORKSPACE_CONFIG was set to :4096:8"),
             std::string::npos);
   EXPECT_EQ(nondeterministic_op("shape '[2, 3]' is invalid for input of size 5", "train.deterministic"), "");
+}
+
+// repeat_check compares bits: a NaN equals the same NaN, -0 is not 0; what differs is counted,
+// with the largest difference; lists of other lengths or shapes say so.
+TEST(Determinism, RepeatCheckComparesBitsNotValues) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  auto twice = [](std::vector<torch::Tensor> first, std::vector<torch::Tensor> second) {
+    int call = 0;
+    return repeat_check([&] { return call++ == 0 ? first : second; });
+  };
+  const torch::Tensor a = torch::tensor({1.5f, -0.0f, nan, 2.0f}), h = torch::tensor({1.0, 3.0}).to(torch::kBFloat16);
+  EXPECT_EQ(twice({a, h}, {a.clone(), h.clone()}), "bitwise");
+  EXPECT_EQ(twice({a, h}, {torch::tensor({1.5f, 0.0f, nan, 2.0f}), h}), "differs: 1 of 6 values, the largest by 0");
+  EXPECT_EQ(twice({a, h}, {a, torch::tensor({1.0, 3.015625}).to(torch::kBFloat16)}),
+            "differs: 1 of 6 values, the largest by 0.0156");
+  EXPECT_EQ(twice({a}, {torch::tensor({1.5f, -0.0f, 7.0f, 2.001f})}),
+            "differs: 2 of 4 values, the largest by NaN (a NaN against another value)");
+  EXPECT_EQ(twice({a}, {a, h}), "differs: 1 tensors, then 2");
+  EXPECT_EQ(twice({a}, {a.view({2, 2})}), "differs: tensor 0 is Float [4], then Float [2, 2]");
+  // A run that draws from the generator repeats only where it reseeds it first (as the bench's does).
+  EXPECT_EQ(repeat_check([] { return std::vector<torch::Tensor>{torch::randn({8})}; }).rfind("differs: 8 of 8", 0), 0u);
+  EXPECT_EQ(repeat_check([] {
+              torch::manual_seed(3);
+              return std::vector<torch::Tensor>{torch::randn({8})};
+            }),
+            "bitwise");
 }
 
 }  // namespace THX_FILE_ID
