@@ -2,23 +2,30 @@
 // error is printed on failure), running the thx binary, and temporary directories.
 #pragma once
 #include <gtest/gtest.h>
+#include <c10/core/CPUAllocator.h>
 #include <torch/torch.h>
 
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <optional>
+#include <stdexcept>
 #include <string>
 #include <thread>
 
+#include "common/determinism.h"
 #include "common/error.h"
 #include "common/fs.h"
 #include "common/runtime.h"
+#include "common/torch_compat.h"
 
 namespace thx::test {
 
@@ -40,6 +47,55 @@ inline bool deterministic_here() { return torch::cuda::is_available(); }
 // test that trains in-process under train.deterministic on a GPU may come after others that
 // started cuBLAS, and ATen reads the variable once. (thx itself sets it where a run asks.)
 inline const bool kCublasWorkspace = (setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", 0), true);
+
+// From construction to destruction every new CPU tensor's bytes are 0xFF (a NaN in every floating
+// type, -1 in every integer type) where the heap would give what was there (fresh pages read 0), so
+// that a kernel or composition that reads memory nothing wrote shows it in its results. PyTorch 2.x
+// fills new tensors with NaN under deterministic algorithms (fill_uninitialized_memory): what a GPU
+// run under train.deterministic meets, checked here on the CPU and its emulator of thx's kernels.
+// The wrapping allocator is never destroyed (a storage keeps its allocator for resizes), and outside
+// a scope it passes allocations through as they are.
+class PoisonedCpuMemory {
+ public:
+  PoisonedCpuMemory() : previous_(c10::GetCPUAllocator()) {
+    ++depth();
+    c10::SetCPUAllocator(&poisoner(previous_), 0);
+    if (c10::GetCPUAllocator() != &poisoner(previous_)) throw std::logic_error("PoisonedCpuMemory: not installed");
+  }
+  ~PoisonedCpuMemory() {
+    c10::SetCPUAllocator(previous_, 0);
+    --depth();
+  }
+  PoisonedCpuMemory(const PoisonedCpuMemory&) = delete;
+  PoisonedCpuMemory& operator=(const PoisonedCpuMemory&) = delete;
+
+ private:
+  static std::atomic<int>& depth() {  // (scopes may nest)
+    static std::atomic<int> n{0};
+    return n;
+  }
+  static c10::Allocator& poisoner(c10::Allocator* base) {
+    auto fill = [](void* p, size_t n) {
+      if (depth() > 0) std::memset(p, 0xFF, n);
+    };
+    static auto* a = new compat::WrappingAllocator<decltype(fill)>(base, fill);  // (the first scope's base)
+    return *a;
+  }
+  c10::Allocator* previous_;
+};
+
+// Whether `run` reads memory nothing wrote: its results as the heap gives new memory, then with new
+// CPU memory poisoned, must be equal bit for bit (repeat_check, common/determinism.h).
+inline ::testing::AssertionResult same_in_poisoned_memory(const std::function<std::vector<torch::Tensor>()>& run) {
+  int call = 0;
+  const std::string r = repeat_check([&] {
+    std::optional<PoisonedCpuMemory> poison;
+    if (call++ == 1) poison.emplace();
+    return run();
+  });
+  if (r == "bitwise") return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "in poisoned memory the results " << r;
+}
 
 // max |a - b| <= atol + rtol * max |b|, printing the max error and where it is.
 inline ::testing::AssertionResult close(const torch::Tensor& a, const torch::Tensor& b,

@@ -17,6 +17,9 @@
 //    flash backward (D, dQ, dbias). Where deterministic algorithms are on, core_paths.cpp routes
 //    around the first and tiled.cpp around the second (the tiled path's backward, from the
 //    same LSE), each in its one place. Every other kernel of thx's adds in a fixed order.
+// LibTorch 2.x also fills every new tensor with NaN under the flag (fill_uninitialized_memory), so
+// a kernel that read memory nothing wrote would show it there; none does (the tests'
+// PoisonedCpuMemory, tests/test_util.h, runs steps, paths and the emulated kernels in NaN memory).
 // `thx bench train --deterministic-cost` times each row with and without it, in one run.
 #pragma once
 #include <torch/torch.h>
@@ -53,9 +56,10 @@ std::string nondeterministic_op(const std::string& what, const std::string& key)
 
 // Whether `run` gives the same tensors twice: it is called twice (it must reseed what it draws
 // from), and the two lists are compared bit for bit (a value's bits, so -0 is not 0 and a NaN
-// equals only the same NaN). "bitwise" where every value is equal; else "differs: " and how
-// ("N of M values, the largest by X", or the lists' shapes). `thx bench train --deterministic-cost`
-// asks it of each row's first step, with and without train.deterministic.
+// equals only the same NaN; undefined tensors equal undefined ones). "bitwise" where every value is
+// equal; else "differs: " and how ("N of M values, the largest by X", or the lists' shapes).
+// `thx bench train --deterministic-cost` asks it of a step of each row, with and without
+// train.deterministic; the tests, of kernels run with and without poisoned memory.
 std::string repeat_check(const std::function<std::vector<torch::Tensor>()>& run);
 
 }  // namespace thx

@@ -22,6 +22,10 @@
 //   Kineto's events (KinetoEvent)   1.13: startUs(), durationUs() in microseconds; 2.x: startNs(),
 //                                   durationNs() in nanoseconds. Found by member, not by version
 //                                   (kineto_start_ns below).
+//   c10::Allocator                  1.13: allocate(n) const; later 2.x (2.11 among them): allocate(n),
+//                                   not const, and copy_data(dest, src, n) const, pure virtual
+//                                   (c10/core/Allocator.h).
+//                                   Found by allocate's type (WrappingAllocator below).
 //
 // thx does not use LibTorch's autocast (common/precision.h casts explicitly), so autocast's
 // 1.13 -> 2.x changes (set_autocast_enabled(device_type, ...)) do not reach it.
@@ -29,6 +33,7 @@
 #include <torch/torch.h>
 #include <torch/version.h>
 
+#include <cstring>
 #include <type_traits>
 #include <utility>
 
@@ -104,6 +109,44 @@ double kineto_duration_us(const E& e) {
   if constexpr (KinetoNanoseconds<E>::value) return double(e.durationNs()) / 1e3;
   else return double(e.durationUs());
 }
+
+// ---- an allocator that wraps another -------------------------------------------------------
+// WrappingAllocator<After>: allocates through `base` and hands each new block (its pointer and
+// bytes) to `after` before anything can read it; frees through base's deleter. The tests' poisoned
+// CPU memory (tests/test_util.h) is one. Its overrides are those of this LibTorch's Allocator.
+namespace detail {
+inline constexpr bool kConstAllocate =
+    std::is_same_v<decltype(&c10::Allocator::allocate), c10::DataPtr (c10::Allocator::*)(size_t) const>;
+template <class After, bool Const, class Base = c10::Allocator>  // (Base: so that only the one used is checked)
+struct Wrapping;
+template <class After, class Base>
+struct Wrapping<After, true, Base> : Base {  // 1.13
+  Wrapping(c10::Allocator* b, After f) : base(b), after(std::move(f)) {}
+  c10::DataPtr allocate(size_t n) const override {
+    c10::DataPtr p = base->allocate(n);
+    if (n > 0) after(p.get(), n);
+    return p;
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return base->raw_deleter(); }
+  c10::Allocator* base;
+  After after;
+};
+template <class After, class Base>
+struct Wrapping<After, false, Base> : Base {  // later 2.x
+  Wrapping(c10::Allocator* b, After f) : base(b), after(std::move(f)) {}
+  c10::DataPtr allocate(size_t n) override {
+    c10::DataPtr p = base->allocate(n);
+    if (n > 0) after(p.get(), n);
+    return p;
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return base->raw_deleter(); }
+  void copy_data(void* dest, const void* src, size_t count) const override { std::memcpy(dest, src, count); }
+  c10::Allocator* base;
+  After after;
+};
+}  // namespace detail
+template <class After>
+using WrappingAllocator = detail::Wrapping<After, detail::kConstAllocate>;
 
 }  // namespace thx::compat
 

@@ -43,25 +43,31 @@ using namespace rows_emu;
 
 const std::vector<Case>& cases() { return core::variant_cases(); }
 
-// Every variant and extra, d_k and d_v 16: one launch forward, two backward (passes D and G),
-// every result within the bound; with d_v 8 (which the flash backward does not take) the row
-// kernels' backward on tensor cores after the flash forward, within the same bound.
-TEST(Flash, Bf16WithinTheDerivedBoundForEveryVariantAndMask) {
-  const cuda_th::RowsLauncher kernels = emulator_flash(32);
+// f(inputs, d_v) for every variant and extra in bf16, d_k 16 and d_v 16 or 8 (seed 11 each).
+void each_variant_case(const std::function<void(const Inputs&, int64_t)>& f) {
   for (const Case& c : cases())
     for (Extra e : {Extra::none, Extra::bias_padding, Extra::causal, Extra::padding})
       for (int64_t dv : {16, 8}) {
         SCOPED_TRACE(c.name + " extra " + std::to_string(int(e)) + " d_v " + std::to_string(dv));
         torch::manual_seed(11);
-        const Inputs in = core::inputs(c, e, torch::kBFloat16, 16, dv);
-        const int flash = g_flash_launches, back = g_flash_back_launches, tc = g_tc_launches;
-        const std::vector<Tensor> got = run(in, 0, &kernels);
-        EXPECT_EQ(g_flash_launches - flash, 1);
-        EXPECT_EQ(g_flash_back_launches - back, dv == 16 ? 2 : 0);
-        EXPECT_EQ(g_tc_launches - tc, dv == 16 ? 0 : 1);  // the row kernels' backward
-        EXPECT_EQ(got[0].scalar_type(), torch::kBFloat16);
-        EXPECT_TRUE(within_tc_bounds(got, tensor_core_bounds(in, true)));
+        f(core::inputs(c, e, torch::kBFloat16, 16, dv), dv);
       }
+}
+
+// Every variant and extra, d_k and d_v 16: one launch forward, two backward (passes D and G),
+// every result within the bound; with d_v 8 (which the flash backward does not take) the row
+// kernels' backward on tensor cores after the flash forward, within the same bound.
+TEST(Flash, Bf16WithinTheDerivedBoundForEveryVariantAndMask) {
+  const cuda_th::RowsLauncher kernels = emulator_flash(32);
+  each_variant_case([&](const Inputs& in, int64_t dv) {
+    const int flash = g_flash_launches, back = g_flash_back_launches, tc = g_tc_launches;
+    const std::vector<Tensor> got = run(in, 0, &kernels);
+    EXPECT_EQ(g_flash_launches - flash, 1);
+    EXPECT_EQ(g_flash_back_launches - back, dv == 16 ? 2 : 0);
+    EXPECT_EQ(g_tc_launches - tc, dv == 16 ? 0 : 1);  // the row kernels' backward
+    EXPECT_EQ(got[0].scalar_type(), torch::kBFloat16);
+    EXPECT_TRUE(within_tc_bounds(got, tensor_core_bounds(in, true)));
+  });
 }
 
 // b 2 with n query rows, m keys; h_k, h, h_v heads; d_k 16 (or as given); a [1,h,n,m] bias and
@@ -413,6 +419,29 @@ TEST(Flash, DeterministicAlgorithmsTakeTheRowKernelsBackward) {
     for (size_t i = 0; i < got.size(); ++i)
       if (got[i].defined()) EXPECT_TRUE(torch::equal(got[i], first[i])) << "result " << i;
   }
+}
+
+// Nothing reads memory that nothing wrote (test_util.h's PoisonedCpuMemory: every new CPU tensor
+// NaN, as LibTorch 2.x fills new tensors under deterministic algorithms): every variant and extra,
+// and two buckets over blocks of rows and keys (16 and 48 heads, a bias, a padding mask; m = 70,
+// whose last blocks of keys are partial), forward and backward, and the flash forward with the row
+// kernels' backward after it (train.deterministic's route, and that of d_v 8). Each result is
+// equal bit for bit to the same run's in memory as the heap gives it.
+TEST(Flash, ReadNoMemoryNothingWrote) {
+  const cuda_th::RowsLauncher kernels = emulator_flash(32);
+  const int flash = g_flash_launches, back = g_flash_back_launches;
+  each_variant_case([&](const Inputs& in, int64_t) {
+    EXPECT_TRUE(same_in_poisoned_memory([&] { return run(in, 0, &kernels); }));
+  });
+  for (size_t i : {0, 2}) {
+    const auto [hk, h, hv, d, m] = bucket_widths()[i];
+    SCOPED_TRACE(std::to_string(h) + " heads, d " + std::to_string(d) + ", m " + std::to_string(m));
+    torch::manual_seed(5);
+    const Inputs in = wide_inputs(hk, h, hv, d, 20, m, d);
+    EXPECT_TRUE(same_in_poisoned_memory([&] { return run(in, 0, &kernels); }));
+  }
+  EXPECT_EQ(g_flash_launches - flash, 2 * (int(cases().size()) * 4 * 2 + 2));
+  EXPECT_EQ(g_flash_back_launches - back, 2 * 2 * (int(cases().size()) * 4 + 2));
 }
 
 // What flash_unsupported names: each reason on its own, "" for T5-base's widths at n = m = 2048.

@@ -581,6 +581,28 @@ TEST(HeadsGemmRowSoftmax, OneForwardLaunchEqualsAtensSoftmax) {
     if (want[i].defined()) EXPECT_TRUE(torch::equal(got[i], want[i])) << i;
 }
 
+// Nothing reads memory that nothing wrote (test_util.h's PoisonedCpuMemory: every new CPU tensor
+// NaN, as LibTorch 2.x fills new tensors under deterministic algorithms, train.deterministic on a
+// GPU): every variant and extra through the row kernels in fp32 on FMAs, in blocks of rows, and in
+// bf16 on tensor cores, one block and in blocks; and through the heads-major path with its
+// softmax kernel. Each result is equal bit for bit to the same run's in memory as the heap gives it.
+TEST(TiledRowKernels, ReadNoMemoryNothingWrote) {
+  const cuda_th::RowsLauncher fma = emulator(32), tc = emulator_tc(32), tc_rows = emulator_tc(64, 1);
+  auto gemm = [&](const auto&... a) { return heads_gemm_attention_core(a..., &fma); };
+  for (const Case& c : cases())
+    for (Extra e : {Extra::none, Extra::bias_padding, Extra::causal, Extra::padding}) {
+      SCOPED_TRACE(c.name + " extra " + std::to_string(int(e)));
+      torch::manual_seed(11);
+      const Inputs f32 = inputs(c, e, torch::kFloat32), bf16 = inputs(c, e, torch::kBFloat16);
+      const int before = g_launches;
+      EXPECT_TRUE(same_in_poisoned_memory([&] { return run(f32, 3, &fma); }));
+      EXPECT_TRUE(same_in_poisoned_memory([&] { return run(bf16, 0, &tc); }));
+      EXPECT_TRUE(same_in_poisoned_memory([&] { return run(bf16, 3, &tc_rows); }));
+      EXPECT_TRUE(same_in_poisoned_memory([&] { return run_core(f32, gemm); }));
+      EXPECT_GE(g_launches - before, 2 * (6 + 2 + 6 + (e == Extra::none ? 0 : 1)));
+    }
+}
+
 // On a GPU (where thx was built with its CUDA kernels): the same kernels through CUDA's launcher.
 // fp32 against the paper's core in float64 on the CPU (the bound above); bf16 on FMAs against
 // ATen's composition on the same GPU (3e-2 x max, as above), on tensor cores within the derived

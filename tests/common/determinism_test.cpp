@@ -132,6 +132,8 @@ TEST(Determinism, RepeatCheckComparesBitsNotValues) {
   EXPECT_EQ(twice({a}, {torch::tensor({1.5f, -0.0f, 7.0f, 2.001f})}),
             "differs: 2 of 4 values, the largest by NaN (a NaN against another value)");
   EXPECT_EQ(twice({a}, {a, h}), "differs: 1 tensors, then 2");
+  EXPECT_EQ(twice({a, torch::Tensor()}, {a, torch::Tensor()}), "bitwise");
+  EXPECT_EQ(twice({a, torch::Tensor()}, {a, h}), "differs: tensor 1 is undefined, then defined");
   EXPECT_EQ(twice({a}, {a.view({2, 2})}), "differs: tensor 0 is Float [4], then Float [2, 2]");
   // A run that draws from the generator repeats only where it reseeds it first (as the bench's does).
   EXPECT_EQ(repeat_check([] { return std::vector<torch::Tensor>{torch::randn({8})}; }).rfind("differs: 8 of 8", 0), 0u);

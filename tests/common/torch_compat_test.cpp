@@ -6,6 +6,7 @@
 // checked against the version that added it.
 #include <cmath>
 
+#include <c10/core/CPUAllocator.h>
 #include <torch/csrc/autograd/profiler_kineto.h>
 
 #include "common/torch_compat.h"
@@ -60,6 +61,42 @@ TEST(TorchCompat, KinetoTimesFromEitherVersionsMembers) {
   EXPECT_EQ(compat::kineto_start_ns(EventNs{now}) - compat::kineto_start_ns(EventNs{now - 1}), 1);
   EXPECT_EQ(double(now) / 1e3 - double(now - 100) / 1e3, 0.0) << "the control: 100 ns lost in microseconds";
   EXPECT_EQ(compat::KinetoNanoseconds<torch::autograd::profiler::KinetoEvent>::value, bool(THX_TORCH2));
+}
+
+// The wrapping allocator (for the tests' PoisonedCpuMemory, test_util.h) overrides this LibTorch's
+// Allocator: allocate is const in 1.13, not in 2.11. In the scope new CPU
+// tensors are NaN (every floating type) or -1 (integers), what was asked to be zero is; after it, the
+// allocator is the previous one again, and the scope's tensors free and resize as any other.
+TEST(TorchCompat, WrappingAllocatorPoisonsNewCpuTensorsInItsScope) {
+  if (TORCH_VERSION_MAJOR < 2) {  // (the two LibTorches thx builds with)
+    EXPECT_TRUE(compat::detail::kConstAllocate);
+  }
+  if (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 11) {
+    EXPECT_FALSE(compat::detail::kConstAllocate);
+  }
+  c10::Allocator* before = c10::GetCPUAllocator();
+  Tensor f, grown;
+  {
+    const PoisonedCpuMemory poison;
+    EXPECT_NE(c10::GetCPUAllocator(), before);
+    f = torch::empty({1000});
+    EXPECT_TRUE(f.isnan().all().item<bool>());
+    EXPECT_TRUE(torch::empty({77}, torch::kBFloat16).isnan().all().item<bool>());
+    EXPECT_TRUE(torch::empty({5}, torch::kFloat64).isnan().all().item<bool>());
+    EXPECT_TRUE(torch::empty({9}, torch::kLong).eq(-1).all().item<bool>());
+    EXPECT_TRUE(torch::zeros({1000}).eq(0).all().item<bool>());
+    {
+      const PoisonedCpuMemory nested;
+      EXPECT_TRUE(torch::empty({10}).isnan().all().item<bool>());
+    }
+    EXPECT_TRUE(torch::empty({10}).isnan().all().item<bool>()) << "an inner scope ended the outer one's";
+    grown = torch::ones({4});
+  }
+  EXPECT_EQ(c10::GetCPUAllocator(), before);
+  EXPECT_TRUE(f.isnan().all().item<bool>());
+  grown.resize_({1 << 20});  // (through the wrapping allocator, which now passes it through)
+  grown.narrow(0, 4, (1 << 20) - 4).fill_(2);
+  EXPECT_EQ(grown.sum().item<double>(), 4 + 2.0 * ((1 << 20) - 4));
 }
 
 TEST(TorchCompatOnCuda, BmmWideKeepsCublasFp32Sums) {

@@ -24,6 +24,7 @@
 #include "models/t5.h"
 #include "test_util.h"
 #include "training/loop.h"
+#include "training/objective.h"
 #include "training/optimizer.h"
 #include "training/pretrain.h"
 #include "training/spec.h"
@@ -205,7 +206,9 @@ void expect_bf16_step_close(Model& model, Forward forward, const std::string& wh
   const StepGrads bf = step_at(params, "bf16", forward);
   for (const auto& [k, p] : params) {
     EXPECT_EQ(p.scalar_type(), torch::kFloat32) << what << " " << k << ": master weights stay fp32";
-    if (p.grad().defined()) EXPECT_EQ(p.grad().scalar_type(), torch::kFloat32) << what << " " << k;
+    if (p.grad().defined()) {
+      EXPECT_EQ(p.grad().scalar_type(), torch::kFloat32) << what << " " << k;
+    }
   }
   const StepGrads fp = step_at(params, "fp32", forward);
   model->to(torch::kFloat64);
@@ -254,6 +257,50 @@ TEST(Bf16Step, MiniAlbertAgreesWithFp32) {
   const Tensor positions = torch::randint(1, n - 10, {B, P}), targets = torch::randint(5, vocab, {B, P});
   const Tensor labels = torch::randint(0, 2, {B});
   expect_bf16_step_close(model, [&] { return model->forward(ids, types, positions, targets, labels).loss; }, "albert");
+}
+
+// ---- no read of memory nothing wrote ---------------------------------------------------------
+
+// A whole step reads no memory that nothing wrote (test_util.h's PoisonedCpuMemory: every new CPU
+// tensor NaN, as LibTorch 2.x fills new tensors under deterministic algorithms): the mini T5
+// (multi-head, talking-heads; Adafactor) and the mini ALBERT (relative positions, talking-heads,
+// SOP; LAMB), with dropout, in fp32 and bf16: the model built, a batch drawn, the loss, its
+// gradients and an optimizer's update (twice, so that its state is read) equal bit for bit to the
+// same step's in memory as the heap gives it. thx's CPU kernels (the attention core, RMS norm, the
+// loss, Adafactor's and LAMB's loops) and every ATen composition between them are in it.
+TEST(Steps, ReadNoMemoryNothingWrote) {
+  const std::vector<std::pair<std::string, std::vector<std::string>>> models = {
+      {"t5/mini.yaml", {"attention.variant=multi_head"}},
+      {"t5/mini.yaml", {"attention.variant=talking_heads"}},
+      {"albert/mini.yaml", {"model.positions=relative", "attention.variant=talking_heads"}}};
+  for (const auto& [file, sets] : models)
+    for (const char* precision : {"fp32", "bf16"}) {
+      std::vector<std::string> with = sets;
+      with.push_back("model.dropout=0.1");
+      const PretrainConfig c = mini_config(file, with);
+      SCOPED_TRACE(file + " " + sets.back() + " " + precision);
+      EXPECT_TRUE(same_in_poisoned_memory([&] {
+        torch::manual_seed(5);
+        const std::unique_ptr<Objective> objective =
+            make_objective(resolve_model_spec(c.model, c.attention), 8100, c.data.sentence_task != "none");
+        const auto params = objective->params();
+        const auto opt = make_optimizer(c.optimizer, optimized_params(objective->module(), params, c.optimizer));
+        const Batch batch = objective->random_batch(c.data, 4, 8100, torch::Device(torch::kCPU));
+        objective->module().train();
+        std::vector<Tensor> made;
+        for (int step = 0; step < 2; ++step) {
+          for (const auto& [k, p] : params) p.mutable_grad() = Tensor();
+          PrecisionScope scope(precision);
+          const Objective::Out o = objective->forward(batch);
+          const Tensor loss = o.second.defined() ? o.loss + o.second : o.loss;
+          loss.backward();
+          opt->step(1e-2);
+          made.push_back(loss.detach());
+        }
+        for (const auto& [k, p] : params) made.push_back(p.grad()), made.push_back(p.detach().clone());
+        return made;
+      }));
+    }
 }
 
 }  // namespace THX_FILE_ID

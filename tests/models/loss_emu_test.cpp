@@ -45,6 +45,7 @@ std::vector<Tensor> float64(const Tensor& x0, const Tensor& t, const Tensor& g, 
 }
 
 TEST(CrossEntropyEmulated, KernelsEqualFloat64) {
+  const PoisonedCpuMemory poison;  // (test_util.h: a statistic nothing wrote is NaN)
   const double z = 1e-4 * 50;  // (larger than T5's 1e-4, so that the z term shows in dx)
   for (const int64_t V : {1000, 257, 40})
     for (const bool bf16 : {false, true})

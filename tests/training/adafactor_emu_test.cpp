@@ -53,6 +53,7 @@ struct Runner {
 void check(const std::vector<int64_t>& shape, bool factored, int members, bool momentum, double lr_scale) {
   SCOPED_TRACE(c10::str(c10::IntArrayRef(shape)) + " x" + std::to_string(members) + (momentum ? " momentum" : "") +
                " lr scale " + std::to_string(lr_scale));
+  const PoisonedCpuMemory poison;  // (test_util.h: state or output nothing wrote is NaN)
   torch::manual_seed(7);
   std::vector<OptimizedParam> a, b;
   for (int i = 0; i < members; ++i) {
