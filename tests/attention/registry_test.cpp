@@ -133,6 +133,38 @@ TEST_P(Registry, RowMatchesTheLayerItBuildsAndTheRulesThxApplies) {
   EXPECT_NE(std::string(variant_help()).find(v.name), std::string::npos);
 }
 
+// Every variant's layer, static and (where its row takes them) with dynamic projections, reads no
+// memory that nothing wrote (test_util.h's PoisonedCpuMemory: every new CPU tensor NaN): the layer
+// built, its output with a [1,h,n,m] bias and a padding mask, and the gradients of its input, memory
+// and parameters, in fp32, equal bit for bit to the same run's in memory as the heap gives it.
+TEST_P(Registry, ReadNoMemoryNothingWrote) {
+  const VariantSpec& v = GetParam();
+  std::vector<AttentionConfig> configs = {config(v)};
+  if (v.dynamic) {
+    configs.push_back(config(v));
+    configs.back().dynamic = {"X_l", "M_w"};
+  }
+  for (const AttentionConfig& c : configs) {
+    SCOPED_TRACE(c.dynamic.empty() ? "static" : "dynamic");
+    const AttentionDims d = resolve(c, kD, kD, kD);
+    EXPECT_TRUE(test::same_in_poisoned_memory([&] {
+      torch::manual_seed(9);
+      const auto layer = make_attention(d);
+      const int64_t b = 2, n = 5, m = 7;
+      const torch::Tensor X = torch::randn({b, n, kD}).requires_grad_(true), M = torch::randn({b, m, kD});
+      M.requires_grad_(true);
+      const torch::Tensor bias = torch::randn({1, d.h, n, m});
+      const torch::Tensor mask = (torch::arange(m).view({1, m}) < torch::tensor({m, int64_t{4}}).view({b, 1}))
+                                     .view({b, 1, 1, m});
+      const torch::Tensor Y = layer->forward(X, M, bias, mask);
+      (Y * torch::randn(Y.sizes())).sum().backward();
+      std::vector<torch::Tensor> made = {Y.detach(), X.grad(), M.grad()};
+      for (const auto& p : layer->parameters()) made.push_back(p.grad());
+      return made;
+    }));
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(AllVariants, Registry, ::testing::ValuesIn(variant_registry()),
                          [](const auto& info) { return info.param.name; });
 
