@@ -173,7 +173,7 @@ run() {
     # The tests that need or concern the GPU, each group in its own process (a crash names its
     # group; crashed groups are listed for cuda-debug).
     export THX_TEST_PYTHON=python3  # the machine's PyTorch, for the float64 references
-    # (Cuda.Deterministic* apart: its eleven runs and a fixture's would crowd Cuda.*'s 140 s.)
+    # (Cuda.Deterministic* apart: its thirteen runs and a fixture's would crowd Cuda.*'s 140 s.)
     phase cuda-tests 180 bash -c '
       set -f; failed=0
       for f in CudaPrimitivesOnCuda.* Adafactor.*OnCuda* Cuda.*-Cuda.Deterministic* Cuda.Deterministic* \

@@ -138,6 +138,28 @@ TEST(Cuda, DeterministicRunsRepeatAndResumeBitForBit) {
   EXPECT_TRUE(same_params(s.dir.file("ft-a/" + s.final_params), s.dir.file("ft-b/" + s.final_params), 0));
 }
 
+// train.deterministic with another cuBLAS workspace in the environment than the two ATen's check
+// takes: one line naming the key and the variable, exit 2, no run directory (the scope refuses
+// before anything is written; common/determinism.h). The control: the same run with the variable
+// unset trains.
+TEST(Cuda, DeterministicWithAForeignCublasWorkspaceIsOneLine) {
+  THX_NEEDS_CUDA();
+  TempDir dir;
+  PretrainConfig c = tiny_pretrain(prepared_corpus(dir), 2);
+  c.train.deterministic = true;
+  finish(c);
+  const std::string cfg = dir.write("run.yaml", c.yaml);
+  auto run = [&](const std::string& env, const std::string& run_dir) {
+    return run_command(env + " " + std::string(THX_BINARY) + " --log-level warn --device cuda pretrain --config " +
+                       cfg + " --run-dir " + dir.file(run_dir) + " 2>&1");
+  };
+  EXPECT_TRUE(refused(run("CUBLAS_WORKSPACE_CONFIG=:0:0", "foreign"), "thx: error: train.deterministic: true needs "
+                      "cuBLAS's fixed workspace", "CUBLAS_WORKSPACE_CONFIG is \":0:0\""));
+  EXPECT_FALSE(std::filesystem::exists(dir.file("foreign")));
+  const RunResult r = run("env -u CUBLAS_WORKSPACE_CONFIG", "unset");
+  EXPECT_EQ(r.code, 0) << r.out;
+}
+
 TEST(Cuda, FineTuningAndEvaluation) {
   THX_NEEDS_CUDA();
   for (const bool albert : {false, true}) {
