@@ -344,6 +344,8 @@ class TrainBench {
     }
     deterministic_.rows.push_back(
         {name, summary(c), precision, fmt::format("{:.3f}", plain.step_s), plain.repeats, time, repeats, ratio});
+    thx::log("bench")->info("{} {} {}: under train.deterministic {} s/step ({}x), a step repeats: {} (without it: {})",
+                            name, summary(c), precision, time, ratio, repeats, plain.repeats);
   }
 
   // Where --trace writes a row's timeline: its name with every run of other characters than letters and
