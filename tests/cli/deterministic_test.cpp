@@ -17,19 +17,6 @@ namespace thx::test {
 namespace {
 namespace THX_FILE_ID {
 
-// metrics.jsonl's held-out records without their times and memory (which no run repeats).
-std::vector<nlohmann::json> eval_records(const std::string& metrics) {
-  std::vector<nlohmann::json> out;
-  std::ifstream in(metrics);
-  for (std::string line; std::getline(in, line);) {
-    nlohmann::json j = nlohmann::json::parse(line);
-    if (!j.contains("ln_ppl")) continue;  // a training window's record
-    for (const char* k : {"time", "peak_rss_mb"}) j.erase(k);
-    out.push_back(j);
-  }
-  return out;
-}
-
 TEST(Deterministic, ChangesNoNumberOnTheCpu) {
   for (const bool albert : {false, true}) {
     SCOPED_TRACE(albert ? "albert" : "t5");

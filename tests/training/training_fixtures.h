@@ -1,5 +1,11 @@
 // training_fixtures.h: a prepared synthetic corpus and a tiny pretraining config.
 #pragma once
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+#include <string>
+#include <vector>
+
 #include "data/data_fixtures.h"
 #include "data/prepare.h"
 #include "test_util.h"
@@ -90,6 +96,19 @@ inline ::testing::AssertionResult same_params(const std::string& a, const std::s
     }
   }
   return ::testing::AssertionSuccess();
+}
+
+// A run's metrics.jsonl: its held-out records without their times and memory (which no run repeats).
+inline std::vector<nlohmann::json> eval_records(const std::string& metrics) {
+  std::vector<nlohmann::json> out;
+  std::ifstream in(metrics);
+  for (std::string line; std::getline(in, line);) {
+    nlohmann::json j = nlohmann::json::parse(line);
+    if (!j.contains("ln_ppl")) continue;  // a training window's record
+    for (const char* k : {"time", "peak_rss_mb"}) j.erase(k);
+    out.push_back(j);
+  }
+  return out;
 }
 
 }  // namespace thx::test

@@ -1,0 +1,117 @@
+// The whole binary reads no memory that nothing wrote, and none that it freed: glibc's
+// MALLOC_PERTURB_ (mallopt's M_PERTURB, in the environment) fills every block malloc, memalign
+// and posix_memalign return with one byte (~N) and every freed block with another (N), where
+// malloc would otherwise give whatever was there (fresh pages: zeros). LibTorch's CPU tensors are
+// such blocks, and so is everything else thx and its libraries allocate: corpus text, token
+// buffers, batches, HDF5's and protobuf's buffers. Each run below gives the same numbers bit for
+// bit with the variable as without it:
+//  - `thx prepare`: every dataset of its train and held-out shards;
+//  - pretraining (T5 with talking-heads, dropout on, held-out evaluations): the checkpoint's
+//    parameters and optimizer state, and the evaluation records; a perturbed run killed at its
+//    first checkpoint and resumed perturbed, too;
+//  - fine-tuning ALBERT's head with evaluations: its parameters, the best-of-run record and the
+//    predictions.
+// tests/test_util.h's PoisonedCpuMemory does the same for tensors alone, in-process, with NaN.
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "common/fs.h"
+#include "common/h5.h"
+#include "data/data_fixtures.h"
+#include "eval/eval_fixtures.h"
+#include "training/checkpoint.h"
+#include "training/training_fixtures.h"
+
+namespace thx::test {
+namespace {
+namespace THX_FILE_ID {
+
+// Blocks filled with 0x5A, freed ones with 0xA5 (glibc fills with ~N and N).
+const std::string kPerturb = "MALLOC_PERTURB_=165 ";
+
+RunResult run_thx_perturbed(bool perturbed, const std::string& args) {
+  return run_command((perturbed ? kPerturb : "env -u MALLOC_PERTURB_ ") + std::string(THX_BINARY) + " " + args +
+                     " 2>&1");
+}
+
+::testing::AssertionResult same_datasets(const std::string& a, const std::string& b) {
+  const H5Reader x(a), y(b);
+  const std::vector<std::string> names = x.datasets();
+  if (names != y.datasets()) return ::testing::AssertionFailure() << a << " and " << b << " hold other datasets";
+  for (const auto& n : names)
+    if (!torch::equal(x.read(n), y.read(n))) return ::testing::AssertionFailure() << n << " differs";
+  return ::testing::AssertionSuccess() << names.size() << " datasets";
+}
+
+TEST(PerturbedMalloc, PrepareEqualsTheHeaps) {
+  TempDir dir;
+  const std::string corpus = dir.write("corpus.txt", synthetic_corpus(120));
+  const std::string spm = tiny_tokenizer(dir, 64, TokenizerConvention::t5);
+  for (const bool perturbed : {false, true}) {
+    const RunResult r = run_thx_perturbed(perturbed, "--log-level warn prepare --input " + corpus +
+                                                         " --format text --tokenizer " + spm +
+                                                         " --heldout-fraction 0.1 --out " +
+                                                         dir.file(perturbed ? "perturbed" : "plain"));
+    ASSERT_EQ(r.code, 0) << r.out;
+  }
+  for (const char* shard : {"train-00000.h5", "heldout-00000.h5"})
+    EXPECT_TRUE(same_datasets(dir.file(std::string("plain/") + shard), dir.file(std::string("perturbed/") + shard)))
+        << shard;
+}
+
+TEST(PerturbedMalloc, PretrainingAndItsResumeEqualTheHeaps) {
+  TempDir dir;
+  PretrainConfig c = tiny_pretrain(prepared_corpus(dir), 6);
+  c.model.dropout = 0.1;
+  c.checkpoint.every = 3, c.checkpoint.keep = 2, c.eval.every = 3;
+  finish(c);
+  const std::string cfg = dir.write("run.yaml", c.yaml);
+  auto args = [&](const std::string& run) {
+    return "--threads 1 --device cpu --log-level warn pretrain --config " + cfg + " --run-dir " + dir.file(run);
+  };
+  RunResult r = run_thx_perturbed(false, args("plain"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  r = run_thx_perturbed(true, args("perturbed"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  // Killed at its first checkpoint and resumed, both perturbed (the kill's environment is this process's).
+  setenv("MALLOC_PERTURB_", "165", 1);
+  const ::testing::AssertionResult killed =
+      kill_thx_when_exists(args("resumed"), dir.file("resumed/checkpoints/step-00000003.h5"));
+  unsetenv("MALLOC_PERTURB_");
+  ASSERT_TRUE(killed);
+  r = run_thx_perturbed(true, args("resumed") + " --resume");
+  ASSERT_EQ(r.code, 0) << r.out;
+  const Checkpoint want = load_checkpoint(checkpoint_path(dir.file("plain/checkpoints"), 6));
+  const auto want_evals = eval_records(dir.file("plain/metrics.jsonl"));
+  EXPECT_EQ(want_evals.size(), 2u);
+  for (const std::string run : {"perturbed", "resumed"}) {
+    SCOPED_TRACE(run);
+    const Checkpoint got = load_checkpoint(checkpoint_path(dir.file(run + "/checkpoints"), 6));
+    ASSERT_EQ(got.params.size(), want.params.size());
+    for (const auto& [k, v] : want.params) EXPECT_TRUE(torch::equal(v, got.params.at(k))) << k;
+    for (const auto& [k, v] : want.optimizer) EXPECT_TRUE(torch::equal(v, got.optimizer.at(k))) << k;
+    EXPECT_EQ(eval_records(dir.file(run + "/metrics.jsonl")), want_evals);
+  }
+}
+
+TEST(PerturbedMalloc, FineTuningEqualsTheHeaps) {
+  FinetuneFixture s;
+  make_finetune_fixture(s, true);
+  for (const bool perturbed : {false, true}) {
+    const RunResult r = run_thx_perturbed(perturbed, "--threads 1 --device cpu --log-level warn finetune --config " +
+                                                         s.config + " --out " +
+                                                         s.dir.file(perturbed ? "perturbed" : "plain") +
+                                                         " --set finetune.steps=8 --set finetune.eval_every=4");
+    ASSERT_EQ(r.code, 0) << r.out;
+  }
+  EXPECT_TRUE(same_params(s.dir.file("plain/" + s.final_params), s.dir.file("perturbed/" + s.final_params), 0));
+  for (const std::string f : {"sst2.json", "SST-2.tsv"})
+    EXPECT_EQ(read_file(s.dir.file("plain/" + f)), read_file(s.dir.file("perturbed/" + f))) << f;
+}
+
+}  // namespace THX_FILE_ID
+}  // namespace
+}  // namespace thx::test
