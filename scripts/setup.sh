@@ -42,11 +42,13 @@ PACKAGES=(
 )
 
 # scripts/setup.sh --fuzz adds the fuzzing toolchain of scripts/fuzz.sh: clang 14's sanitizer
-# and libFuzzer runtimes (libclang_rt.fuzzer) and its OpenMP.
+# and libFuzzer runtimes (libclang_rt.fuzzer) and its OpenMP; --memcheck adds Valgrind, for
+# scripts/memcheck.sh.
 for a in "$@"; do
   case "$a" in
     --fuzz) PACKAGES+=(clang-14 libclang-rt-14-dev libomp-14-dev) ;;
-    *) echo "setup.sh: unknown option '$a' (--fuzz adds the fuzzing toolchain)" >&2; exit 2 ;;
+    --memcheck) PACKAGES+=(valgrind) ;;
+    *) echo "setup.sh: unknown option '$a' (--fuzz adds the fuzzing toolchain, --memcheck Valgrind)" >&2; exit 2 ;;
   esac
 done
 
