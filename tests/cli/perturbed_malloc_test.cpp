@@ -9,8 +9,9 @@
 //  - pretraining (T5 with talking-heads, dropout on, held-out evaluations): the checkpoint's
 //    parameters and optimizer state, and the evaluation records; a perturbed run killed at its
 //    first checkpoint and resumed perturbed, too;
-//  - fine-tuning ALBERT's head with evaluations: its parameters, the best-of-run record and the
-//    predictions.
+//  - fine-tuning ALBERT's head and T5 (text to text, greedy decoding with its caches), each with
+//    evaluations, then `thx eval` of the result: the parameters, the best-of-run record and the
+//    predictions of both.
 // tests/test_util.h's PoisonedCpuMemory does the same for tensors alone, in-process, with NaN.
 #include <gtest/gtest.h>
 
@@ -97,19 +98,27 @@ TEST(PerturbedMalloc, PretrainingAndItsResumeEqualTheHeaps) {
   }
 }
 
-TEST(PerturbedMalloc, FineTuningEqualsTheHeaps) {
-  FinetuneFixture s;
-  make_finetune_fixture(s, true);
-  for (const bool perturbed : {false, true}) {
-    const RunResult r = run_thx_perturbed(perturbed, "--threads 1 --device cpu --log-level warn finetune --config " +
-                                                         s.config + " --out " +
-                                                         s.dir.file(perturbed ? "perturbed" : "plain") +
-                                                         " --set finetune.steps=8 --set finetune.eval_every=4");
-    ASSERT_EQ(r.code, 0) << r.out;
+TEST(PerturbedMalloc, FineTuningAndEvaluationEqualTheHeaps) {
+  for (const bool albert : {true, false}) {  // ALBERT's head; T5's text-to-text with greedy decoding
+    SCOPED_TRACE(albert ? "albert" : "t5");
+    FinetuneFixture s;
+    make_finetune_fixture(s, albert);
+    for (const bool perturbed : {false, true}) {
+      const std::string out = s.dir.file(perturbed ? "perturbed" : "plain");
+      RunResult r = run_thx_perturbed(perturbed, "--threads 1 --device cpu --log-level warn finetune --config " +
+                                                     s.config + " --out " + out +
+                                                     " --set finetune.steps=8 --set finetune.eval_every=4");
+      ASSERT_EQ(r.code, 0) << r.out;
+      r = run_thx_perturbed(perturbed, "--threads 1 --device cpu --log-level warn eval --config " + s.config +
+                                           " --checkpoint " + out + " --out " + out + "-eval");
+      ASSERT_EQ(r.code, 0) << r.out;
+    }
+    EXPECT_TRUE(same_params(s.dir.file("plain/" + s.final_params), s.dir.file("perturbed/" + s.final_params), 0));
+    for (const std::string f : {"sst2.json", "SST-2.tsv"}) {
+      EXPECT_EQ(read_file(s.dir.file("plain/" + f)), read_file(s.dir.file("perturbed/" + f))) << f;
+      EXPECT_EQ(read_file(s.dir.file("plain-eval/" + f)), read_file(s.dir.file("perturbed-eval/" + f))) << f;
+    }
   }
-  EXPECT_TRUE(same_params(s.dir.file("plain/" + s.final_params), s.dir.file("perturbed/" + s.final_params), 0));
-  for (const std::string f : {"sst2.json", "SST-2.tsv"})
-    EXPECT_EQ(read_file(s.dir.file("plain/" + f)), read_file(s.dir.file("perturbed/" + f))) << f;
 }
 
 }  // namespace THX_FILE_ID
