@@ -18,6 +18,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 THX=${THX:-build/thx}
 OUT=${OUT:-runs/memcheck}
+[ $# -eq 0 ] || { echo "memcheck.sh: takes no arguments (THX= and OUT= in the environment), not '$*'" >&2; exit 2; }
+# $OUT is made anew: refuse one that holds anything but an earlier memcheck's report.
+if [ -e "$OUT" ] && [ -n "$(ls -A "$OUT" 2>/dev/null)" ] && [ ! -f "$OUT/summary.md" ]; then
+  echo "memcheck.sh: OUT=$OUT holds other files than an earlier memcheck's; name an empty or new folder" >&2
+  exit 2
+fi
 command -v valgrind >/dev/null || { echo "memcheck.sh: valgrind not found; run scripts/setup.sh --memcheck" >&2; exit 2; }
 [ -x "$THX" ] || { echo "memcheck.sh: $THX not found; build thx first (README)" >&2; exit 2; }
 docs=$(ls -d /usr/share/doc/linux-doc-*/html/_sources 2>/dev/null | head -n 1)
@@ -27,9 +33,9 @@ rm -rf "$OUT" && mkdir -p "$OUT"
 # cannot follow that exec: set it here.
 export OMP_WAIT_POLICY=PASSIVE OPENBLAS_THREAD_TIMEOUT=4
 
+printf '| run | seconds | errors | exit |\n|---|---:|---:|---:|\n' > "$OUT/summary.md"  # (first: marks $OUT as ours)
 "$THX" --log-level warn spm-train --input "$docs/admin-guide" --format text_files --pieces 8000 --out "$OUT/spm"
 
-printf '| run | seconds | errors | exit |\n|---|---:|---:|---:|\n' > "$OUT/summary.md"
 failed=0
 # check NAME ARGS...: thx ARGS under memcheck, its report in $OUT/NAME.log.
 check() {
