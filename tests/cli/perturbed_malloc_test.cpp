@@ -1,7 +1,8 @@
-// The whole binary reads no memory that nothing wrote, and none that it freed: glibc's
-// MALLOC_PERTURB_ (mallopt's M_PERTURB, in the environment) fills every block malloc, memalign
-// and posix_memalign return with one byte (~N) and every freed block with another (N), where
-// malloc would otherwise give whatever was there (fresh pages: zeros). LibTorch's CPU tensors are
+// The whole binary reads no memory that nothing wrote, and none that it freed: glibc's perturb
+// tunable (MALLOC_PERTURB_, mallopt's M_PERTURB; here with its thread cache off, which would hand
+// small blocks back unfilled) fills every block malloc, memalign and posix_memalign return with one
+// byte (~N) and every freed block with another (N), where malloc would otherwise give whatever was
+// there (fresh pages: zeros). LibTorch's CPU tensors are
 // such blocks, and so is everything else thx and its libraries allocate: corpus text, token
 // buffers, batches, HDF5's and protobuf's buffers. Each run below gives the same numbers bit for
 // bit with the variable as without it:
@@ -15,6 +16,9 @@
 // tests/test_util.h's PoisonedCpuMemory does the same for tensors alone, in-process, with NaN.
 #include <gtest/gtest.h>
 
+#include <malloc.h>
+
+#include <cstdlib>
 #include <fstream>
 
 #include <nlohmann/json.hpp>
@@ -30,12 +34,32 @@ namespace thx::test {
 namespace {
 namespace THX_FILE_ID {
 
-// Blocks filled with 0x5A, freed ones with 0xA5 (glibc fills with ~N and N).
-const std::string kPerturb = "MALLOC_PERTURB_=165 ";
+// Blocks filled with 0x5A, freed ones with 0xA5 (glibc fills with ~N and N), and no thread cache of
+// small blocks, which glibc would hand back unfilled.
+const std::string kPerturb = "GLIBC_TUNABLES=glibc.malloc.tcache_count=0:glibc.malloc.perturb=165 ";
 
 RunResult run_thx_perturbed(bool perturbed, const std::string& args) {
-  return run_command((perturbed ? kPerturb : "env -u MALLOC_PERTURB_ ") + std::string(THX_BINARY) + " " + args +
-                     " 2>&1");
+  return run_command((perturbed ? kPerturb : "env -u GLIBC_TUNABLES -u MALLOC_PERTURB_ ") + std::string(THX_BINARY) +
+                     " " + args + " 2>&1");
+}
+
+// The controls, so that the tests below can fail: this glibc fills new blocks while perturbing is
+// asked (mallopt's M_PERTURB is the tunable's setting), a block of 1 MiB (past malloc's mmap
+// threshold, where fresh pages would read 0) and one of 4 KiB; and its loader takes kPerturb's
+// tunables. (Without tcache_count=0 a small block freed and taken again from the thread's cache
+// keeps its old bytes: glibc perturbs only blocks that pass through malloc's arenas.)
+TEST(PerturbedMalloc, GlibcFillsNewBlocksWhileAsked) {
+  ASSERT_EQ(mallopt(M_PERTURB, 165), 1);
+  auto* big = static_cast<unsigned char*>(std::malloc(1 << 20));
+  auto* page = static_cast<unsigned char*>(std::malloc(4096));
+  ASSERT_EQ(mallopt(M_PERTURB, 0), 1);
+  ASSERT_TRUE(big && page);
+  EXPECT_EQ(big[(1 << 19) + 7], 0x5A);
+  EXPECT_EQ(page[4000], 0x5A);
+  std::free(big), std::free(page);
+  const RunResult r = run_command(kPerturb + "/lib64/ld-linux-x86-64.so.2 --list-tunables 2>&1");
+  EXPECT_NE(r.out.find("glibc.malloc.perturb: 165"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("glibc.malloc.tcache_count: 0x0 "), std::string::npos) << r.out;
 }
 
 ::testing::AssertionResult same_datasets(const std::string& a, const std::string& b) {
@@ -78,10 +102,10 @@ TEST(PerturbedMalloc, PretrainingAndItsResumeEqualTheHeaps) {
   r = run_thx_perturbed(true, args("perturbed"));
   ASSERT_EQ(r.code, 0) << r.out;
   // Killed at its first checkpoint and resumed, both perturbed (the kill's environment is this process's).
-  setenv("MALLOC_PERTURB_", "165", 1);
+  setenv("GLIBC_TUNABLES", "glibc.malloc.tcache_count=0:glibc.malloc.perturb=165", 1);
   const ::testing::AssertionResult killed =
       kill_thx_when_exists(args("resumed"), dir.file("resumed/checkpoints/step-00000003.h5"));
-  unsetenv("MALLOC_PERTURB_");
+  unsetenv("GLIBC_TUNABLES");
   ASSERT_TRUE(killed);
   r = run_thx_perturbed(true, args("resumed") + " --resume");
   ASSERT_EQ(r.code, 0) << r.out;
