@@ -14,6 +14,8 @@ string(REPLACE "\n" ";" lines "${listing}")
 # waited. Only the order depends on these numbers.
 set(costs BadInputCampaign 140 Cli 140 SweepRun 115 Precision 35 EncoderContext 30 FinetuneResume 20
           Predict 17 EncoderParameters 16 Bf16Step 16 Recall 14 BadInput 13 CheckpointFaults 12)
+# (and the two that compile thx's CUDA code with nvcc and the host compiler, 2026-11-29: both cores each)
+list(APPEND costs CudaKernels 100 CudaHostCode 42)
 # The suites that run kernels on the CUDA emulator (common/cuda_compat.h): each runs twice, its
 # threads taking turns in ascending order (the emulator's default) and, as a second test named
 # "<suite>.* descending", in descending order, so that a race between two threads shows in one of

@@ -21,6 +21,8 @@
 // (cuda_cmake_macros.h); the test writes one, found only where the LibTorch has none.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <regex>
 #include <sstream>
 
 #include "common/fs.h"
@@ -168,6 +170,89 @@ TEST(CudaKernels, NvccCompilesEveryCuFileForSm90) {
   // keys in pairs or not; Adafactor's group update (reduce, average, stats, finish_stats, apply); the
   // primitives' probe (tests/common)
   EXPECT_EQ(kernels, 6 + 8 + 4 + 16 + 6 + 6 + 12 + 12 + 5 + 1);
+}
+
+
+// The host code that only a CUDA build compiles: the blocks of src/ and tests/ under `#if THX_CUDA`
+// or `#ifdef THX_CUDA_KERNELS` (the loss's and RMS norm's autograd functions, Adafactor's and the
+// attention paths' routing to thx's kernels, the GPU's memory statistics, the primitives' probe).
+// Nothing here compiles them otherwise, so a slip in one would first show in a GPU session's
+// build, where the whole session's kernels are then lost to the build without them. Each is
+// compiled here with this build's compiler and both macros set, against this build's LibTorch
+// (Debian's 1.13 has c10's and ATen's CUDA headers) and CUDA's own headers (nvcc's, without a
+// GPU): syntax and types, -Werror (but for the kernels' `#pragma unroll`, which only nvcc
+// knows and the build's GCC warns of). What differs in LibTorch 2.x is in torch_compat.h, which the
+// GPU build compiles. Each src file is a unit of its own (two would clash on helpers of the same
+// name, which the unity build batches apart); the test files, whose names live in THX_FILE_ID,
+// are one unit together.
+std::string cuda_include() {
+  std::vector<fs::path> dirs{"/usr/local/cuda/include"};
+  std::string on_path = run_command("command -v nvcc").out;  // nvcc's own, where one is on PATH
+  while (!on_path.empty() && on_path.back() == '\n') on_path.pop_back();
+  if (!on_path.empty()) dirs.push_back(fs::path(on_path).parent_path() / "../include");
+  for (const fs::path& dir : dirs)
+    if (fs::exists(dir / "cuda_runtime_api.h")) return fs::canonical(dir).string();
+  return "";
+}
+
+std::vector<fs::path> cuda_guarded_files(const char* tree) {
+  static const std::regex guard(R"(#\s*if(n?def)?\s+!?\s*(defined\s*\(\s*)?THX_CUDA(_KERNELS)?\b)");
+  std::vector<fs::path> files;
+  for (const auto& e : fs::recursive_directory_iterator(std::string(THX_SOURCE_DIR) + tree))
+    if (e.path().extension() == ".cpp" && !fs::equivalent(e.path(), __FILE__) &&  // (this file's are the skip)
+        std::regex_search(read_file(e.path()), guard))
+      files.push_back(e.path());
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+TEST(CudaHostCode, GuardedBlocksCompileWithCuda) {
+#if defined(THX_CUDA) || defined(THX_CUDA_KERNELS)
+  GTEST_SKIP() << "this build compiles them itself (a LibTorch with CUDA)";
+#endif
+  const std::string cuda = cuda_include();
+  if (cuda.empty()) GTEST_SKIP() << "no CUDA headers (cuda_runtime_api.h) in /usr/local/cuda/include or beside nvcc";
+  const auto src = cuda_guarded_files("/src"), tests = cuda_guarded_files("/tests");
+  // Where the blocks are today: six files of src/, one test (the search must find them, or this
+  // test checks nothing).
+  ASSERT_GE(src.size(), 6u) << "the search for `#if THX_CUDA` found too few";
+  ASSERT_GE(tests.size(), 1u) << "the search for `#if THX_CUDA` found too few";
+  TempDir dir;
+  fs::create_directories(dir.path / "c10/cuda/impl");  // (Debian's CPU LibTorch lacks it: the nvcc test above)
+  std::ofstream(dir.path / "c10/cuda/impl/cuda_cmake_macros.h") << "#pragma once\n#define C10_CUDA_BUILD_SHARED_LIBS\n";
+  std::vector<fs::path> units = src;
+  {
+    std::ofstream all(dir.path / "tests.cpp");
+    for (size_t i = 0; i < tests.size(); ++i)
+      all << "#undef THX_FILE_ID\n#define THX_FILE_ID cuda_host_" << i << "\n#include \"" << tests[i].string()
+          << "\"\n";
+    units.push_back(dir.path / "tests.cpp");
+  }
+  const std::string source(THX_SOURCE_DIR);
+  const std::string flags =
+      " -std=gnu++17 -fsyntax-only -Wall -Wextra -Wno-unused-parameter -Wno-unknown-pragmas -Werror"
+      " -DTHX_CUDA=1 -DTHX_CUDA_KERNELS=1 -DTHX_BUILD_DIR='\"" THX_BUILD_DIR "\"' -DTHX_BINARY='\"" THX_BINARY "\"'"
+      " -DTHX_SOURCE_DIR='\"" + source + "\"' -I" + source + "/tests " THX_TORCH_INCLUDES + torch_include() +
+      " -isystem " + cuda + " -isystem " + dir.path.string();
+  std::string jobs;
+  for (size_t i = 0; i < units.size(); ++i) {
+    // A src file sees what its library's build sees: its layer's view of src/ (CMakeLists.txt,
+    // thx_layer_view), so that an include pointing up fails here as it would there.
+    fs::path view = source + "/src";
+    if (i < src.size()) {
+      const fs::path layer = fs::path(THX_BUILD_DIR) / "layers" / *fs::relative(units[i], view).begin();
+      if (fs::is_directory(layer)) view = layer;
+    }
+    const std::string log = (dir.path / (std::to_string(i) + ".log")).string();
+    jobs += THX_CXX_COMPILER + flags + " -I" + view.string() + " " + units[i].string() + " > " + log + " 2>&1 & ";
+    jobs += "pids=\"$pids $!\"; ";
+  }
+  const RunResult r = run_command(jobs + "rc=0; for p in $pids; do wait $p || rc=1; done; exit $rc");
+  for (size_t i = 0; i < units.size(); ++i) {
+    const std::string log = read_file(dir.path / (std::to_string(i) + ".log"));
+    EXPECT_TRUE(log.empty()) << (i < src.size() ? units[i].string() : "the tests' blocks") << ":\n" << log;
+  }
+  EXPECT_EQ(r.code, 0);
 }
 
 }  // namespace THX_FILE_ID
