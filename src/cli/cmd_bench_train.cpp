@@ -17,6 +17,7 @@ namespace {
 struct BenchTrainCommand : Command {
   ConfigOptions config;
   BenchTrainOptions topt;
+  CLI::Option* peer_heads = nullptr;
 
   explicit BenchTrainCommand(CLI::App& parent) {
     app = parent.add_subcommand(
@@ -50,8 +51,9 @@ struct BenchTrainCommand : Command {
         ->check(CLI::NonNegativeNumber)->capture_default_str();
     app->add_option("--base-heads", topt.base_heads, "h of the base rows (default: 12,24,48 for T5, 12,48 for "
                                                       "BERT and ALBERT)")->delimiter(',')->check(CLI::PositiveNumber);
-    app->add_option("--peer-heads", topt.peer_heads, "the T5 base rows that the peer runs beside")
-        ->delimiter(',')->check(CLI::PositiveNumber)->capture_default_str();
+    peer_heads = app->add_option("--peer-heads", topt.peer_heads, "the T5 base rows that the peer runs beside "
+                                                                    "(those of the default among the base rows)")
+                     ->delimiter(',')->check(CLI::PositiveNumber)->capture_default_str();
     app->add_flag("--base-only", topt.base_only, "with --base: only the base rows, not the configured model's")
         ->needs(base);
     app->add_flag("--deterministic-cost", topt.deterministic_cost,
@@ -69,8 +71,8 @@ struct BenchTrainCommand : Command {
     for (int64_t h : topt.base_heads)
       if (768 % h != 0) throw InputError(fmt::format("--base-heads: {} does not divide the base d_model 768", h));
     const std::vector<int64_t> rows = topt.base_heads.empty() ? std::vector<int64_t>{12, 24, 48} : topt.base_heads;
-    for (int64_t h : topt.peer_heads)
-      if (std::find(rows.begin(), rows.end(), h) == rows.end())
+    for (int64_t h : topt.peer_heads)  // (the default's rows that are not base rows are left out, not refused)
+      if (peer_heads->count() > 0 && std::find(rows.begin(), rows.end(), h) == rows.end())
         throw InputError(fmt::format("--peer-heads: {} is not among the base rows' h ({})", h, fmt::join(rows, ",")));
     const AtenParts aten = parse_aten_parts(topt.aten, "--aten");
     ConfigTree tree = config.tree();

@@ -121,6 +121,11 @@ TEST(Cli, BadBenchFlagsExitTwo) {
   r = run_thx("bench train --base --base-heads 12 --peer-heads 48");
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_EQ(r.out, "thx: error: --peer-heads: 48 is not among the base rows' h (12)\n");
+  // The default --peer-heads (12,48) is not refused where the base rows leave one out (the GPU
+  // session's profile-aten-parts, --base-heads 12): the check passes, and the next one speaks.
+  r = run_thx("bench train --base --base-only --base-heads 12 --aten bogus");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_EQ(r.out.rfind("thx: error: --aten: bogus is not a part", 0), 0u) << r.out;
   r = run_thx("bench train --base-only");
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_EQ(lines(r.out), 1) << r.out;
