@@ -5,6 +5,10 @@
 #   scripts/gpu_session.sh prepare   here, on the CPU: fills gpu-carry/ (ignored by git, < 64 MB):
 #                                    the Debian packages the build needs (gpu_build.sh fetch),
 #                                    the PyTorch peer, and the quickstart's prepared corpus;
+#   scripts/gpu_session.sh rehearse  here, after the build: every phase but the build and the unit
+#                                    suite against this machine's thx, which refuses CUDA in one line:
+#                                    the script's own faults and thx command lines that do not parse
+#                                    show here, not on the GPU (CTest: gpu_session_rehearsal);
 #   scripts/gpu_session.sh run       there, with gpu-carry/ brought along: builds thx against the
 #                                    machine's PyTorch (gpu_build.sh build; c10d, or without it if
 #                                    its headers do not compile), then runs, in this order, each
@@ -62,23 +66,36 @@
 # $OUT/session.tgz (everything else).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-CARRY=gpu-carry
+CARRY=gpu-carry   # what the session brings along
+BUILD=build-gpu   # where gpu_build.sh builds thx (rehearse: this machine's build)
+MINI_STEPS=300    # the mini T5's steps on each device (rehearse: a few)
+# The phases run() runs when GPU_PHASES names none, in order, and those it runs only when named.
+DEFAULT_PHASES="build sass cuda-tests sanitize ncu ncu-source bench-attention bench-train"
+DEFAULT_PHASES+=" bench-train-flash bench-train-gemm profile-train profile-aten-parts"
+DEFAULT_PHASES+=" bench-train-gemm-aten bench-train-tiled-gemm"
+DEFAULT_PHASES+=" bench-train-folded bench-train-deterministic"
+DEFAULT_PHASES+=" mini-t5 unit-suite bench-train-aten bench-train-fused cuda-debug"
+NAMED_PHASES="tune tensorboard sdpa base-pair"
+
+# A small corpus (two folders of the kernel's documentation, 6.6 MB of text) so that the
+# carried folder stays under the device tool's 64 MB: its tokenizer and prepared shards, in $CARRY.
+prepare_corpus() {
+  local docs
+  docs=$(ls -d /usr/share/doc/linux-doc-*/html/_sources | head -n 1)
+  local THX=${THX:-build/thx}
+  rm -rf "$CARRY/prepared" "$CARRY/spm.model" "$CARRY/spm.vocab"  # (made anew: a second prepare is the first)
+  "$THX" spm-train --input "$docs/admin-guide" --input "$docs/networking" --format text_files --pieces 8000 \
+    --out "$CARRY/spm" &&
+  "$THX" prepare --input "$docs/admin-guide" --input "$docs/networking" --format text_files \
+    --tokenizer "$CARRY/spm.model" --out "$CARRY/prepared" --heldout-fraction 0.02
+}
 
 prepare() {
   set -e
   mkdir -p "$CARRY"
   scripts/gpu_build.sh fetch
   cp ../shared/bench/peer_t5.py "$CARRY/peer_t5.py"
-  # A small corpus (two folders of the kernel's documentation, 6.6 MB of text) so that the
-  # carried folder stays under the device tool's 64 MB: its tokenizer and prepared shards.
-  local docs
-  docs=$(ls -d /usr/share/doc/linux-doc-*/html/_sources | head -n 1)
-  local THX=${THX:-build/thx}
-  rm -rf "$CARRY/prepared" "$CARRY/spm.model" "$CARRY/spm.vocab"  # (made anew: a second prepare is the first)
-  "$THX" spm-train --input "$docs/admin-guide" --input "$docs/networking" --format text_files --pieces 8000 \
-    --out "$CARRY/spm"
-  "$THX" prepare --input "$docs/admin-guide" --input "$docs/networking" --format text_files \
-    --tokenizer "$CARRY/spm.model" --out "$CARRY/prepared" --heldout-fraction 0.02
+  prepare_corpus
   du -sh "$CARRY"/*
   du -sh "$CARRY"
 }
@@ -92,12 +109,7 @@ run() {
   # later call on the same (warm) machine finds the build done and can run the rest
   # (GPU_PHASES="bench-train unit-suite", say).
   local deadline=$((SECONDS + ${GPU_DEADLINE_S:-560}))
-  local default_phases="build sass cuda-tests sanitize ncu ncu-source bench-attention bench-train"
-  default_phases+=" bench-train-flash bench-train-gemm profile-train profile-aten-parts"
-  default_phases+=" bench-train-gemm-aten bench-train-tiled-gemm"
-  default_phases+=" bench-train-folded bench-train-deterministic"
-  default_phases+=" mini-t5 unit-suite"
-  local phases=${GPU_PHASES:-$default_phases bench-train-aten bench-train-fused cuda-debug}
+  local phases=${GPU_PHASES:-$DEFAULT_PHASES}
   printf '| phase | exit | seconds | last line of its log |\n|---|---:|---:|---|\n' > "$summary"
   {
     date -u; uname -a; head -3 /etc/os-release 2>/dev/null; nproc; free -g | head -2
@@ -152,13 +164,13 @@ run() {
   # takes a quarter of a session's device time): its longest steps (from ninja's log: start, end,
   # ms), and the log with build.ninja (build-ninja.tgz: `scripts/ninja_replay.py DIR --chain` on
   # the CPU machines replays it and names the chain of steps that ends last).
-  if [ -f build-gpu/.ninja_log ]; then
-    awk -F'\t' 'NR > 1 { printf "%7.1f s  %s\n", ($2 - $1) / 1000, $4 }' build-gpu/.ninja_log | sort -rn |
+  if [ -f "$BUILD/.ninja_log" ]; then
+    awk -F'\t' 'NR > 1 { printf "%7.1f s  %s\n", ($2 - $1) / 1000, $4 }' "$BUILD/.ninja_log" | sort -rn |
       head -n 25 > "$OUT/build-steps.txt"
-    tar czf "$OUT/build-ninja.tgz" -C build-gpu .ninja_log build.ninja
+    tar czf "$OUT/build-ninja.tgz" -C "$BUILD" .ninja_log build.ninja
   fi
-  export LD_LIBRARY_PATH="$PWD/$CARRY/root/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-  local thx=build-gpu/thx prep="$CARRY/prepared"
+  export LD_LIBRARY_PATH="$(realpath -m "$CARRY")/root/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  local thx=$BUILD/thx prep="$CARRY/prepared"
   if [ -x "$thx" ]; then
     # The kernels' SASS as this build made it (cuobjdump), to read on the CPU machines, which have
     # nvcc but no disassembler: what each loop of the row and flash kernels really holds.
@@ -181,7 +193,7 @@ run() {
           Linking.* TiledRowKernelsOnCuda.* TiledRowKernelsTcOnCuda.* FlashOnCuda.* FusedThOnCuda.* \
           *OnCuda*-FusedThOnCuda.*:TiledRowKernels*OnCuda.*:FlashOnCuda.*:CudaPrimitivesOnCuda.*:Adafactor.*; do
         echo "== $f"
-        timeout 140 build-gpu/thx_tests --gtest_filter="$f" --gtest_brief=1 \
+        timeout 140 '"$BUILD"'/thx_tests --gtest_filter="$f" --gtest_brief=1 \
           --gtest_output=xml:'"$OUT"'/cuda-tests-xml/ 2>&1 | tail -40
         rc=${PIPESTATUS[0]}
         echo "== $f: exit $rc"
@@ -259,7 +271,7 @@ run() {
             "FusedThOnCuda.EqualsThePapersCoreForEveryVariantMaskAndDtype"; do
           case $tool:$filter in racecheck:FusedTh*) continue ;; esac
           echo "== $tool: $filter"
-          timeout 45 "$cs" --tool $tool --error-exitcode 3 build-gpu/thx_tests --gtest_filter="$filter" \
+          timeout 45 "$cs" --tool $tool --error-exitcode 3 '"$BUILD"'/thx_tests --gtest_filter="$filter" \
             --gtest_brief=1 2>&1 | tail -30
           rc=${PIPESTATUS[0]}; echo "== $tool: exit $rc"; [ "$rc" -ne 0 ] && failed=1
         done
@@ -466,7 +478,7 @@ run() {
           d=$OUT/mini-\$v-\${run%:*}-\${run#*:}
           $thx --th-path $th_path --device \${run%:*} --log-level warn pretrain --config configs/t5/mini.yaml \
             --set data.prepared=$prep \
-            --set attention.variant=\$v --set train.steps=300 --set train.log_every=10 \
+            --set attention.variant=\$v --set train.steps=$MINI_STEPS --set train.log_every=10 \
             --set train.precision=\${run#*:} --run-dir \$d
           rm -rf \$d/checkpoints \$d/tb
         done
@@ -479,7 +491,7 @@ run() {
     # the GPU (--device auto); what asserts bitwise results of its runs trains them under
     # train.deterministic there (tests/test_util.h).
     phase unit-suite 150 env GTEST_OUTPUT="xml:$OUT/unit-suite-xml/" \
-      ctest --test-dir build-gpu -j 16 -L unit -E '^Cuda[.]' --output-on-failure
+      ctest --test-dir "$BUILD" -j 16 -L unit -E '^Cuda[.]' --output-on-failure
     report_tests unit-suite
     phase tensorboard 40 bash -c "
       $thx --device cuda --log-level warn pretrain --config configs/t5/mini.yaml --set data.prepared=$prep \
@@ -496,12 +508,14 @@ run() {
     if [ -s "$OUT/cuda-crashed.txt" ]; then
       phase cuda-debug 60 bash -c '
         set -f
-        ldd build-gpu/thx_tests | grep -E "gomp|stdc|torch|c10.so|hdf5_serial.so"
+        ldd '"$BUILD"'/thx_tests | grep -E "gomp|stdc|torch|c10.so|hdf5_serial.so"
         for t in $(head -2 '"$OUT"'/cuda-crashed.txt); do
-          echo "== $t, OMP_NUM_THREADS=1"; OMP_NUM_THREADS=1 timeout 20 build-gpu/thx_tests --gtest_filter="$t" >/dev/null 2>&1; echo "exit $?"
+          echo "== $t, OMP_NUM_THREADS=1"
+          OMP_NUM_THREADS=1 timeout 20 '"$BUILD"'/thx_tests --gtest_filter="$t" >/dev/null 2>&1; echo "exit $?"
           echo "== $t under cuda-gdb"
           timeout 40 cuda-gdb -q -batch -ex "set pagination off" -ex run -ex "bt 25" -ex "x/3i \$pc" \
-            -ex "info threads" --args build-gpu/thx_tests --gtest_filter="$t" 2>&1 | grep -vE "^\[(New|Thread .* exited)" | tail -60
+            -ex "info threads" --args '"$BUILD"'/thx_tests --gtest_filter="$t" 2>&1 |
+            grep -vE "^\[(New|Thread .* exited)" | tail -60
         done'
     fi
     # Issue 34's optional pair, only when named (GPU_PHASES="build base-pair"): T5-base in bf16,
@@ -528,11 +542,63 @@ run() {
   cat "$summary"
 }
 
+# rehearse: here, on the CPU, after the README's build (THX, default build/thx): every phase of
+# run but the build and the unit suite, against this machine's build and a corpus prepared for the
+# rehearsal, all in a folder of its own that is removed after. Each CUDA command is refused here in
+# one line ("no CUDA device"), and the tools only a GPU machine has (ncu, cuobjdump,
+# compute-sanitizer) are missing, so those phases fail with no fault of the script's. What the
+# rehearsal finds is the rest: a bash error, an unbound variable, a command not found, a Python
+# traceback or usage line, and a thx error other than the device's (a command line that does not
+# parse, or that a check refuses before the device is asked for). Each such line is printed, with
+# its phase, and the exit code is 1; 0 when none. About a minute (CTest: gpu_session_rehearsal).
+rehearse() {
+  local thx_bin=${THX:-build/thx}
+  [ -x "$thx_bin" ] || { echo "gpu_session.sh rehearse: no thx at $thx_bin; build first (README)" >&2; exit 2; }
+  ls -d /usr/share/doc/linux-doc-*/html/_sources > /dev/null 2>&1 ||
+    { echo "gpu_session.sh rehearse: skipped: no kernel documentation (linux-doc-6.1; scripts/setup.sh)"; exit 77; }
+  local probe
+  probe=$("$thx_bin" --device cuda bench attention --heads 2 --n 8 --batch 1 --reps 1 2>&1)
+  if [[ $probe != *"no CUDA device"* ]]; then
+    echo "gpu_session.sh rehearse: skipped: this thx sees a GPU; there, run the session itself (run)"
+    exit 77
+  fi
+  local dir
+  dir=$(mktemp -d /tmp/gpu-rehearsal.XXXXXX)
+  trap 'rm -rf "$dir"' EXIT
+  BUILD=$(dirname "$thx_bin") CARRY=$dir/carry MINI_STEPS=10
+  mkdir -p "$CARRY"
+  : > "$CARRY/peer_t5.py"  # (never run: every row beside it is refused first)
+  THX=$thx_bin prepare_corpus > "$dir/prepare.log" 2>&1 || { cat "$dir/prepare.log" >&2; exit 1; }
+  local phases=" $DEFAULT_PHASES $NAMED_PHASES "
+  phases=${phases/ build / } && phases=${phases/ unit-suite / }
+  # (python3: Debian's, which has torch here as the GPU machine's does)
+  (export PATH="/usr/bin:$PATH" OUT=$dir/out GPU_PHASES="$phases" GPU_DEADLINE_S=3600; run > "$dir/run.log" 2>&1)
+  if ! { mkdir -p "$dir/logs" && tar xzf "$dir/out/session.tgz" -C "$dir/logs" 2> /dev/null; }; then
+    echo "rehearsal: the session stopped before its end (no session.tgz); its output's last lines:"
+    tail -n 20 "$dir/run.log"
+    exit 1
+  fi
+  local faults=0 log
+  local fault="unbound variable|syntax error|command not found|bad substitution|Traceback \(most recent|^usage: "
+  fault+="|thx: error: "
+  for log in "$dir"/logs/*.log; do
+    if grep -nE "$fault" "$log" | grep -v "no CUDA device" | sed "s|^|$(basename "$log" .log): |" | grep .; then
+      faults=1
+    fi
+  done
+  local ran
+  ran=$(grep -c '^| [a-z]' "$dir/out/summary.md")
+  echo "rehearsal: $ran phases ran; $([ $faults = 0 ] && echo "no fault of the script's" || echo "faults above")"
+  [ "$ran" -ge 20 ] || { echo "rehearsal: too few phases ran"; cat "$dir/out/summary.md"; exit 1; }
+  exit $faults
+}
+
 case "${1:-}" in
   prepare) prepare ;;
   run) run ;;
+  rehearse) rehearse ;;
   *)
-    echo "usage: scripts/gpu_session.sh prepare | run" >&2
+    echo "usage: scripts/gpu_session.sh prepare | run | rehearse" >&2
     exit 2
     ;;
 esac
