@@ -137,7 +137,13 @@ THX_DEVICE int thx_opaque(int x) {
 #include <sys/mman.h>
 #include <ucontext.h>
 
-#define __global__
+// An emulated kernel is its translation unit's own (internal linkage). In a CUDA build the same
+// binary links nvcc's objects, whose host stub of a kernel that is not a template is an external
+// function of the kernel's own name: with external linkage here too, the emulator's tests and the
+// .cu file defined Adafactor's kernels twice, and the CUDA build's thx_tests did not link
+// (scripts/cuda_build_check.sh found it). Template kernels met no error (nvcc's stubs of their
+// instantiations are local), and are now the unit's own as well.
+#define __global__ static
 #define THX_DEVICE inline
 #define THX_SHARED(name) unsigned char* name = ::thx::emu::shared_memory()
 // One copy for the block running now (blocks run one at a time): a function's static.

@@ -18,11 +18,14 @@
 // every .cu file of src/ and tests/ is compiled as the GPU build compiles it (C++17, sm_90), host
 // code and all, against the headers of the LibTorch this build used: ptxas must report every kernel, none
 // spilling registers or with a stack frame (an array in local memory). Debian's CPU LibTorch lacks one generated header of c10's CUDA half
-// (cuda_cmake_macros.h); the test writes one, found only where the LibTorch has none.
+// (cuda_cmake_macros.h); the test writes one, found only where the LibTorch has none. No kernel
+// of these objects may be defined for the linker by this CPU build's test binary too (an emulated
+// kernel with external linkage), which would stop a CUDA build's link of thx_tests.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <regex>
+#include <set>
 #include <sstream>
 
 #include "common/fs.h"
@@ -125,6 +128,12 @@ std::string nvcc() {
   return "";
 }
 
+#ifdef THX_CUDA_KERNELS
+constexpr bool kBuiltWithTheseObjects = true;
+#else
+constexpr bool kBuiltWithTheseObjects = false;
+#endif
+
 TEST(CudaKernels, NvccCompilesEveryCuFileForSm90) {
   const std::string compiler = nvcc();
   if (compiler.empty()) GTEST_SKIP() << "no nvcc on PATH or in /usr/local/cuda/bin";
@@ -170,6 +179,30 @@ TEST(CudaKernels, NvccCompilesEveryCuFileForSm90) {
   // keys in pairs or not; Adafactor's group update (reduce, average, stats, finish_stats, apply); the
   // primitives' probe (tests/common)
   EXPECT_EQ(kernels, 6 + 8 + 4 + 16 + 6 + 6 + 12 + 12 + 5 + 1);
+  // No kernel is defined for the linker by this binary too (the CPU build's thx_tests: thx's
+  // libraries, and the tests with the kernels they emulate, which a CUDA build's thx_tests links
+  // beside these objects, where each kernel is also its host stub's name). A kernel defined
+  // strongly in both stops that link: Adafactor's did, emulated with external linkage
+  // (common/cuda_compat.h). Weak and local definitions meet no conflict.
+  std::set<std::string> here;
+  std::istringstream symbols(run_command("nm -g --defined-only " + fs::read_symlink("/proc/self/exe").string()).out);
+  for (std::string line; std::getline(symbols, line);) {
+    std::istringstream fields(line);
+    std::string address, type, name;
+    if (fields >> address >> type >> name && (type == "T" || type == "D" || type == "B" || type == "R"))
+      here.insert(name);
+  }
+  ASSERT_GT(here.size(), 1000u) << "nm read too few of this binary's symbols";
+  if (kBuiltWithTheseObjects) return;  // (a CUDA build's thx_tests holds them: there its link is the check)
+  int checked = 0;
+  for (size_t i = 0; i < sources.size(); ++i) {
+    const std::string log = read_file(dir.path / (std::to_string(i) + ".log"));
+    const std::regex entry("Compiling entry function '([^']+)'");
+    for (std::sregex_iterator m(log.begin(), log.end(), entry), end; m != end; ++m, ++checked)
+      EXPECT_EQ(here.count((*m)[1].str()), 0u) << sources[i].string() << " and this binary both define the kernel "
+                                               << (*m)[1].str();
+  }
+  EXPECT_EQ(checked, kernels);
 }
 
 

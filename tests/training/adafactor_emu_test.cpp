@@ -98,7 +98,9 @@ void check(const std::vector<int64_t>& shape, bool factored, int members, bool m
   const AdafactorGroup &ka = ga[0], &kb = gb[0];
   for (const auto& [x, y] : {std::pair{ka.vr, kb.vr}, {ka.vc, kb.vc}, {ka.v, kb.v}, {ka.m, kb.m}}) {
     ASSERT_EQ(x.defined(), y.defined());
-    if (x.defined()) EXPECT_TRUE(close(x, y, 1e-12, 1e-5));
+    if (x.defined()) {
+      EXPECT_TRUE(close(x, y, 1e-12, 1e-5));
+    }
   }
 }
 
