@@ -13,9 +13,13 @@
 #                                      README's build); its folder: build-cudacheck/ (ignored)
 #
 # Exit 0 when the check passes; 1 with the failing lines; 2 where nvcc or Debian's LibTorch is
-# missing. CudaHostCode.* (the test suite) checks the host code under `#if THX_CUDA` in 40 s;
+# missing, or given an argument. CudaHostCode.* (the test suite) checks the host code under `#if THX_CUDA` in 40 s;
 # this is the whole build, for before a GPU session.
 set -euo pipefail
+if [ $# -gt 0 ]; then
+  echo "cuda_build_check.sh: takes no arguments (got '$1'); it builds build-cudacheck/ (about 6 minutes)" >&2
+  exit 2
+fi
 cd "$(dirname "$0")/.."
 nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
 [ -x "$nvcc" ] || { echo "cuda_build_check.sh: no nvcc here (CUDA's toolkit: /usr/local/cuda)" >&2; exit 2; }
