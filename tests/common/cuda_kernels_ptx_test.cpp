@@ -122,6 +122,13 @@ std::string torch_include() {
   return "";
 }
 
+// The one generated header of c10's CUDA half that Debian's CPU LibTorch lacks, written into
+// `dir` (an include folder of its own), found only where the LibTorch has none.
+void write_cuda_cmake_macros(const fs::path& dir) {
+  fs::create_directories(dir / "c10/cuda/impl");
+  std::ofstream(dir / "c10/cuda/impl/cuda_cmake_macros.h") << "#pragma once\n#define C10_CUDA_BUILD_SHARED_LIBS\n";
+}
+
 std::string nvcc() {
   if (run_command("nvcc --version > /dev/null 2>&1").code == 0) return "nvcc";
   if (fs::exists("/usr/local/cuda/bin/nvcc")) return "/usr/local/cuda/bin/nvcc";
@@ -138,8 +145,7 @@ TEST(CudaKernels, NvccCompilesEveryCuFileForSm90) {
   const std::string compiler = nvcc();
   if (compiler.empty()) GTEST_SKIP() << "no nvcc on PATH or in /usr/local/cuda/bin";
   TempDir dir;
-  fs::create_directories(dir.path / "c10/cuda/impl");
-  std::ofstream(dir.path / "c10/cuda/impl/cuda_cmake_macros.h") << "#pragma once\n#define C10_CUDA_BUILD_SHARED_LIBS\n";
+  write_cuda_cmake_macros(dir.path);
   std::vector<fs::path> sources;
   for (const char* tree : {"/src", "/tests"})
     for (const auto& e : fs::recursive_directory_iterator(std::string(THX_SOURCE_DIR) + tree))
@@ -251,8 +257,7 @@ TEST(CudaHostCode, GuardedBlocksCompileWithCuda) {
   ASSERT_GE(src.size(), 6u) << "the search for `#if THX_CUDA` found too few";
   ASSERT_GE(tests.size(), 1u) << "the search for `#if THX_CUDA` found too few";
   TempDir dir;
-  fs::create_directories(dir.path / "c10/cuda/impl");  // (Debian's CPU LibTorch lacks it: the nvcc test above)
-  std::ofstream(dir.path / "c10/cuda/impl/cuda_cmake_macros.h") << "#pragma once\n#define C10_CUDA_BUILD_SHARED_LIBS\n";
+  write_cuda_cmake_macros(dir.path);
   std::vector<fs::path> units = src;
   {
     std::ofstream all(dir.path / "tests.cpp");
