@@ -4,7 +4,11 @@
 // within fp32's rounding of the float64 product, where the same product rounded to bf16 is 2^7
 // times farther (the control: the fallback would fail the bound). The overload's detection is
 // checked against the version that added it.
+#include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <type_traits>
+#include <vector>
 
 #include <c10/core/CPUAllocator.h>
 #include <torch/csrc/autograd/profiler_kineto.h>
@@ -97,6 +101,41 @@ TEST(TorchCompat, WrappingAllocatorPoisonsNewCpuTensorsInItsScope) {
   grown.resize_({1 << 20});  // (through the wrapping allocator, which now passes it through)
   grown.narrow(0, 4, (1 << 20) - 4).fill_(2);
   EXPECT_EQ(grown.sum().item<double>(), 4 + 2.0 * ((1 << 20) - 4));
+}
+
+// The wrapping allocator's other branch, which no LibTorch here compiles: over a stand-in base with
+// the virtual functions of 2.11's c10::Allocator (c10/core/Allocator.h: allocate(n) not const and
+// pure, copy_data(dest, src, n) const and pure, raw_deleter() const), so that a signature it fails to
+// override (`override`), or a pure function it leaves (abstract), stops this build, not a GPU
+// machine's. Through the base, as c10 calls it: each new block goes to `after` before it is
+// returned, an empty one does not, and copy_data and raw_deleter are the wrapped allocator's.
+struct Allocator211 {
+  virtual ~Allocator211() = default;
+  virtual c10::DataPtr allocate(size_t n) = 0;
+  virtual c10::DeleterFnPtr raw_deleter() const { return nullptr; }
+  virtual void copy_data(void* dest, const void* src, size_t count) const = 0;
+};
+
+TEST(TorchCompat, WrappingAllocatorOverridesTheAllocatorOf211) {
+  int blocks = 0;
+  size_t bytes = 0;
+  auto after = [&](void* p, size_t n) {
+    ++blocks, bytes += n;
+    std::memset(p, 0x5A, n);
+  };
+  using Wrapped = compat::detail::Wrapping<decltype(after), /*Const=*/false, Allocator211>;
+  static_assert(!std::is_abstract_v<Wrapped>, "the 2.x branch leaves one of 2.11's pure functions");
+  Wrapped wrapping(c10::GetCPUAllocator(), after);
+  Allocator211& a = wrapping;
+  const c10::DataPtr p = a.allocate(64), empty = a.allocate(0);
+  EXPECT_EQ(blocks, 1);
+  EXPECT_EQ(bytes, 64u);
+  const auto* b = static_cast<const unsigned char*>(p.get());
+  EXPECT_TRUE(std::all_of(b, b + 64, [](unsigned char c) { return c == 0x5A; }));
+  std::vector<unsigned char> copy(64, 0);
+  a.copy_data(copy.data(), p.get(), 64);
+  EXPECT_TRUE(std::equal(copy.begin(), copy.end(), b));
+  EXPECT_EQ(a.raw_deleter(), c10::GetCPUAllocator()->raw_deleter());
 }
 
 TEST(TorchCompatOnCuda, BmmWideKeepsCublasFp32Sums) {
