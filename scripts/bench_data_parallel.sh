@@ -47,7 +47,7 @@ for size in mini base; do
   common=(pretrain --config "${CONFIG[$size]}" --set data.prepared="$PREP" --set train.steps="$steps"
           --set train.log_every=$((steps / 2)) --set train.batch_size="${BATCH[$size]}" --set eval.examples=8
           --set eval.batch_size=8 --set eval.every=100000 --set checkpoint.every=100000 --set checkpoint.keep=1)
-  rm -rf "$OUT/$size"
+  rm -rf "${OUT:?}/$size"
   "$THX" --log-level warn --threads 2 "${common[@]}" --run-dir "$OUT/$size/1x2" > /dev/null
   row "$size" "1 process x 2 threads" "$OUT/$size/1x2"
   for accum in 1 2; do

@@ -14,11 +14,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 seconds=600
-smoke=0
 targets=()
 for a in "$@"; do
   case "$a" in
-    --smoke) smoke=1; seconds=5 ;;
+    --smoke) seconds=5 ;;
     ''|*[!0-9]*) targets+=("$a") ;;
     *) seconds="$a" ;;
   esac
@@ -26,7 +25,7 @@ done
 jobs=${JOBS:-$(nproc)}
 build=${FUZZ_BUILD_DIR:-build-fuzz}
 
-all=$(cd tests/fuzz && ls *.cpp | grep -v -x -e fuzz.cpp -e replay_main.cpp | sed 's/\.cpp$//' | tr '\n' ' ')
+all=$(cd tests/fuzz && for f in *.cpp; do case $f in fuzz.cpp | replay_main.cpp) ;; *) printf '%s ' "${f%.cpp}" ;; esac; done)
 [ ${#targets[@]} -gt 0 ] || read -r -a targets <<< "$all"
 for t in "${targets[@]}"; do
   case " $all " in *" $t "*) ;; *) echo "fuzz.sh: unknown target '$t'; targets: $all" >&2; exit 2 ;; esac
@@ -42,7 +41,7 @@ if [ ! -f "$build/CMakeCache.txt" ]; then
     -DTHX_FUZZ=ON -DTHX_SANITIZE=address,undefined > "$build.configure.log" 2>&1 \
     || { cat "$build.configure.log" >&2; exit 1; }
 fi
-cmake --build "$build" --target $(printf 'fuzz_%s ' "${targets[@]}")
+cmake --build "$build" --target "${targets[@]/#/fuzz_}"
 
 # allocator_may_return_null: HDF5 (Debian's library) allocates what a damaged file's metadata
 # says and handles a NULL as an error; thx's own allocations go through LibTorch, which throws,

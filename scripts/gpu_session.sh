@@ -169,7 +169,8 @@ run() {
       head -n 25 > "$OUT/build-steps.txt"
     tar czf "$OUT/build-ninja.tgz" -C "$BUILD" .ninja_log build.ninja
   fi
-  export LD_LIBRARY_PATH="$(realpath -m "$CARRY")/root/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  LD_LIBRARY_PATH="$(realpath -m "$CARRY")/root/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  export LD_LIBRARY_PATH
   local thx=$BUILD/thx prep="$CARRY/prepared"
   if [ -x "$thx" ]; then
     # The kernels' SASS as this build made it (cuobjdump), to read on the CPU machines, which have
@@ -242,7 +243,8 @@ run() {
       "$OUT/cuda-tests.log" 2>/dev/null && aten+=(loss)
     grep -qE "FAILED.*DevicePath[.]RmsNormOnCuda" "$OUT/cuda-tests.log" 2>/dev/null && aten+=(rms_norm)
     if [ ${#aten[@]} -gt 0 ]; then
-      export THX_ATEN=$(IFS=,; echo "${aten[*]}")
+      THX_ATEN=$(IFS=,; echo "${aten[*]}")
+      export THX_ATEN
       printf '| (kernels failed) | - | - | every later phase: THX_ATEN=%s |\n' "$THX_ATEN" >> "$summary"
     fi
     if grep -qE "== FlashOnCuda[.][*]: exit [1-9]" "$OUT/cuda-tests.log" 2>/dev/null; then

@@ -80,6 +80,6 @@ diff = [n for n in names if not np.array_equal(a[n][()], b[n][()])]
 print(f"[kill] final parameters and optimizer state: {len(names)} tensors, {len(diff)} differ")
 sys.exit(1 if diff else 0)
 EOF
-left=$(ls "$out"/killed/checkpoints/ | grep -c tmp- || true)
+left=$(find "$out"/killed/checkpoints/ -maxdepth 1 -name '*tmp-*' | wc -l)
 echo "[kill] $kills SIGKILLs ($in_write while a temporary checkpoint file existed): $survived left only intact checkpoints, $corrupt corrupt; $left temporary files left in the finished run"
 [ "$corrupt" -eq 0 ] && [ "$left" -eq 0 ]
