@@ -1,6 +1,7 @@
 // csv.h: a small RFC 4180 reader (quoted fields, doubled quotes, CRLF), for the paper's
 // tables.csv and for TSV task files. Rows come back as maps from header names to cells.
 #pragma once
+#include <cstdint>
 #include <map>
 #include <string>
 #include <vector>

@@ -16,6 +16,7 @@
 //                 gold is the empty string, an empty prediction is right, and F1 with an empty
 //                 side is 1 only when both are empty.
 #pragma once
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
