@@ -63,7 +63,7 @@
 #
 # Every log, table and the summary go to $OUT (the device tool brings that folder back), at the
 # end as $OUT/summary.md (each phase, its exit code and seconds, or why it was skipped) and
-# $OUT/session.tgz (everything else).
+# $OUT/session.tgz (everything else; in parts where it is larger than the tool brings back: pack_out).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 CARRY=gpu-carry   # what the session brings along
@@ -97,7 +97,15 @@ prepare() {
   cp ../shared/bench/peer_t5.py "$CARRY/peer_t5.py"
   prepare_corpus
   du -sh "$CARRY"/*
-  du -sh "$CARRY"
+  # The device tool sends the working tree (tracked files, and untracked ones git does not ignore)
+  # and the carried folder together, at most 64 MiB: a call over it would fail on the GPU's time.
+  local tree carry
+  tree=$({ git ls-files -z --cached --others --exclude-standard | xargs -0 stat -c %s 2> /dev/null || true; } |
+    awk '{ s += $1 } END { print s + 0 }')  # (|| true: a tracked file deleted in the tree)
+  carry=$(du -sb "$CARRY" | cut -f1)
+  echo "sent to the GPU machine: the working tree, $tree bytes, and $CARRY, $carry bytes (at most 67108864)"
+  [ $((tree + carry)) -le 67108864 ] ||
+    { echo "gpu_session.sh prepare: more than the device tool's 64 MiB; carry less" >&2; exit 1; }
 }
 
 run() {
@@ -537,11 +545,63 @@ run() {
       done"
   fi
   echo "total: $((SECONDS - deadline + ${GPU_DEADLINE_S:-560})) s" >> "$summary"
-  # The device tool brings back only a few files: everything but the summary in one archive.
-  local archive=/tmp/gpu-session-$$.tgz
-  (cd "$OUT" && tar czf "$archive" --exclude=./summary.md . && find . -mindepth 1 -not -name summary.md -delete &&
-    mv "$archive" session.tgz)
+  pack_out "$OUT"
   cat "$summary"
+}
+
+# pack_out DIR: everything in DIR but summary.md, in one archive, for the device tool, which brings
+# back at most 8 files of 16 MiB each, 64 MiB together, and leaves the rest there. An archive of
+# more than GPU_PART_BYTES (15 MiB) comes back in parts: session.tgz.00, .01, ... (on the CPU
+# machine: cat session.tgz.* > session.tgz), at most four. Should four not hold it, the largest files
+# are left out, one at a time, each named in the summary, rather than losing the whole archive.
+pack_out() {
+  local dir=$1 part=${GPU_PART_BYTES:-15728640} archive=/tmp/gpu-session-$$.tgz big
+  while (cd "$dir" && tar czf "$archive" --exclude=./summary.md .) &&
+    [ "$(stat -c %s "$archive")" -gt $((4 * part)) ]; do
+    big=$(cd "$dir" && find . -type f -not -name summary.md -printf '%s %p\n' | sort -rn | head -n 1 | cut -d' ' -f2-)
+    [ -n "$big" ] || break
+    printf '| (archive) | - | - | left out, to fit the device tool: %s, %s bytes |\n' \
+      "$big" "$(stat -c %s "$dir/$big")" >> "$dir/summary.md"
+    rm -f "$dir/$big"
+  done
+  (cd "$dir" && find . -mindepth 1 -not -name summary.md -delete)
+  if [ "$(stat -c %s "$archive")" -le "$part" ]; then
+    mv "$archive" "$dir/session.tgz"
+  else
+    split -b "$part" -d -a 2 "$archive" "$dir/session.tgz." && rm -f "$archive"
+    printf '| (archive) | - | - | session.tgz in %s parts: cat session.tgz.* > session.tgz |\n' \
+      "$(find "$dir" -name 'session.tgz.*' | wc -l)" >> "$dir/summary.md"
+  fi
+}
+
+# pack_check: pack_out on made-up files (random bytes, which gzip cannot shrink) with parts of
+# 50 kB: 170 kB come back in four parts that join to the same files; 220 kB lose the largest file
+# (150 kB), named in the summary, and the rest comes back in two. Prints a line per fault.
+pack_check() {
+  local d faults=0
+  d=$(mktemp -d /tmp/gpu-pack.XXXXXX)
+  for case in "100 60 10:4:" "150 60 10:2:f150"; do
+    local sizes=${case%%:*} parts left
+    parts=${case#*:} && parts=${parts%%:*} && left=${case##*:}
+    rm -rf "$d/out" "$d/back" && mkdir -p "$d/out/sub" "$d/back"
+    echo "| phase |" > "$d/out/summary.md"
+    for k in $sizes; do head -c "$((k * 1000))" /dev/urandom > "$d/out/sub/f$k"; done
+    (cd "$d/out" && find sub -type f -exec md5sum {} + | sort -k 2) > "$d/sums"
+    GPU_PART_BYTES=50000 pack_out "$d/out"
+    local got
+    got=$(find "$d/out" -name 'session.tgz*' | wc -l)
+    [ "$got" = "$parts" ] || { echo "pack_check: $sizes kB: $got parts, not $parts"; faults=1; }
+    cat "$d"/out/session.tgz* | tar xz -C "$d/back" ||
+      { echo "pack_check: $sizes kB: the parts do not join"; faults=1; }
+    [ -n "$left" ] && sed -i "/ sub\/$left\$/d" "$d/sums"
+    (cd "$d/back" && find sub -type f -exec md5sum {} + | sort -k 2) | cmp -s - "$d/sums" ||
+      { echo "pack_check: $sizes kB: the files that came back are not those sent"; faults=1; }
+    if [ -n "$left" ] && ! grep -q "left out.*sub/$left, 150000 bytes" "$d/out/summary.md"; then
+      echo "pack_check: $sizes kB: the summary does not name the file left out"; faults=1
+    fi
+  done
+  rm -rf "$d"
+  return $faults
 }
 
 # rehearse: here, on the CPU, after the README's build (THX, default build/thx): every phase of
@@ -575,7 +635,7 @@ rehearse() {
   phases=${phases/ build / } && phases=${phases/ unit-suite / }
   # (python3: Debian's, which has torch here as the GPU machine's does)
   (export PATH="/usr/bin:$PATH" OUT=$dir/out GPU_PHASES="$phases" GPU_DEADLINE_S=3600; run > "$dir/run.log" 2>&1)
-  if ! { mkdir -p "$dir/logs" && tar xzf "$dir/out/session.tgz" -C "$dir/logs" 2> /dev/null; }; then
+  if ! { mkdir -p "$dir/logs" && cat "$dir"/out/session.tgz* 2> /dev/null | tar xz -C "$dir/logs" 2> /dev/null; }; then
     echo "rehearsal: the session stopped before its end (no session.tgz); its output's last lines:"
     tail -n 20 "$dir/run.log"
     exit 1
@@ -588,6 +648,7 @@ rehearse() {
       faults=1
     fi
   done
+  pack_check || faults=1
   local ran
   ran=$(grep -c '^| [a-z]' "$dir/out/summary.md")
   echo "rehearsal: $ran phases ran; $([ $faults = 0 ] && echo "no fault of the script's" || echo "faults above")"
