@@ -59,6 +59,7 @@ std::string CpuBf16::features() const {
 const CpuBf16& cpu_bf16() {
   static const CpuBf16 c = [] {
     CpuBf16 r;
+    std::string family, model_number;
     std::ifstream in("/proc/cpuinfo");
     for (std::string line; std::getline(in, line);) {
       const auto colon = line.find(':');
@@ -66,6 +67,8 @@ const CpuBf16& cpu_bf16() {
       const std::string key = line.substr(0, line.find_last_not_of(" \t", colon - 1) + 1);
       const std::string value = colon + 2 <= line.size() ? line.substr(colon + 2) : "";
       if (key == "model name" && r.model.empty()) r.model = value;
+      if (key == "cpu family" && family.empty()) family = value;
+      if (key == "model" && model_number.empty()) model_number = value;
       if (key == "flags") {
         std::istringstream flags(value);
         for (std::string f; flags >> f;) {
@@ -76,6 +79,7 @@ const CpuBf16& cpu_bf16() {
       }
     }
     if (r.model.empty()) r.model = "unknown CPU";
+    if (!family.empty() && !model_number.empty()) r.family = "family " + family + ", model " + model_number;
     return r;
   }();
   return c;

@@ -53,13 +53,16 @@ torch::Tensor to_fp32(const torch::Tensor& t);
 // What this CPU has for bf16, from /proc/cpuinfo (read once).
 struct CpuBf16 {
   std::string model;          // "model name", e.g. "Intel(R) Xeon(R) Platinum 8488C"
+  // "cpu family" and "model", e.g. "family 25, model 17" (a Zen 4 EPYC, whose model name in a VM
+  // may be only "AMD EPYC"); empty where /proc/cpuinfo has neither.
+  std::string family;
   bool amx_bf16 = false;      // AMX tiles with bf16 (Sapphire Rapids and later)
   bool avx512_bf16 = false;   // VDPBF16PS (Cooper Lake, Sapphire Rapids, AMD Zen 4 and later)
   bool native() const { return amx_bf16 || avx512_bf16; }
   // "amx_bf16 avx512_bf16", or "no amx_bf16, no avx512_bf16".
   std::string features() const;
-  // "<model> (<features>)": what a benchmark names beside its numbers.
-  std::string describe() const { return model + " (" + features() + ")"; }
+  // "<model> (<family>; <features>)": what a benchmark names beside its numbers.
+  std::string describe() const { return model + " (" + (family.empty() ? "" : family + "; ") + features() + ")"; }
 };
 const CpuBf16& cpu_bf16();
 

@@ -14,6 +14,10 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <regex>
+#include <string>
 
 #include "common/fs.h"
 #include "common/precision.h"
@@ -56,6 +60,26 @@ TEST(Precision, Bf16WithoutBf16HardwareIsRefusedWithMeasuredRates) {
   setenv(kBf16AnyCpuEnv, "1", 1);
   EXPECT_EQ(error_of([&] { check_precision("bf16", torch::Device(torch::kCPU), "train.precision", old_cpu); }), "(no error)");
   unsetenv(kBf16AnyCpuEnv);
+}
+
+// What a benchmark names beside its numbers: the model name, the family and model numbers (a VM's
+// model name may be only "AMD EPYC", which says neither Zen 4 nor Zen 5), and the bf16 flags.
+// This CPU's numbers are read here again from /proc/cpuinfo, by another parse.
+TEST(Precision, TheCpuIsDescribedByItsFamilyAndModel) {
+  CpuBf16 cpu;
+  cpu.model = "Test CPU 9000";
+  EXPECT_EQ(cpu.describe(), "Test CPU 9000 (no amx_bf16, no avx512_bf16)");
+  cpu.family = "family 6, model 143", cpu.amx_bf16 = cpu.avx512_bf16 = true;
+  EXPECT_EQ(cpu.describe(), "Test CPU 9000 (family 6, model 143; amx_bf16 avx512_bf16)");
+  std::ifstream in("/proc/cpuinfo");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::smatch family, model;
+  if (!std::regex_search(text, family, std::regex("cpu family\\s*: (\\d+)")) ||
+      !std::regex_search(text, model, std::regex("\nmodel\\s*: (\\d+)")))
+    GTEST_SKIP() << "/proc/cpuinfo has no cpu family or model here";
+  EXPECT_NE(cpu_bf16().describe().find("(family " + family[1].str() + ", model " + model[1].str() + "; "),
+            std::string::npos)
+      << cpu_bf16().describe();
 }
 
 TEST(Precision, Bf16OnThisCpuTrainsOrIsRefused) {
