@@ -25,7 +25,9 @@ done
 jobs=${JOBS:-$(nproc)}
 build=${FUZZ_BUILD_DIR:-build-fuzz}
 
-all=$(cd tests/fuzz && for f in *.cpp; do case $f in fuzz.cpp | replay_main.cpp) ;; *) printf '%s ' "${f%.cpp}" ;; esac; done)
+all=$(cd tests/fuzz && for f in *.cpp; do
+  case $f in fuzz.cpp | replay_main.cpp) ;; *) printf '%s ' "${f%.cpp}" ;; esac
+done)
 [ ${#targets[@]} -gt 0 ] || read -r -a targets <<< "$all"
 for t in "${targets[@]}"; do
   case " $all " in *" $t "*) ;; *) echo "fuzz.sh: unknown target '$t'; targets: $all" >&2; exit 2 ;; esac

@@ -556,8 +556,13 @@ run() {
 # are left out, one at a time, each named in the summary, rather than losing the whole archive.
 pack_out() {
   local dir=$1 part=${GPU_PART_BYTES:-15728640} archive=/tmp/gpu-session-$$.tgz big
-  while (cd "$dir" && tar czf "$archive" --exclude=./summary.md .) &&
-    [ "$(stat -c %s "$archive")" -gt $((4 * part)) ]; do
+  while :; do
+    if ! (cd "$dir" && tar czf "$archive" --exclude=./summary.md .); then  # (a full disk, say)
+      printf '| (archive) | - | - | tar failed: the files stay as they are; at most 8 come back |\n' \
+        >> "$dir/summary.md"
+      return 1
+    fi
+    [ "$(stat -c %s "$archive")" -gt $((4 * part)) ] || break
     big=$(cd "$dir" && find . -type f -not -name summary.md -printf '%s %p\n' | sort -rn | head -n 1 | cut -d' ' -f2-)
     [ -n "$big" ] || break
     printf '| (archive) | - | - | left out, to fit the device tool: %s, %s bytes |\n' \
