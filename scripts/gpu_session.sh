@@ -108,7 +108,28 @@ prepare() {
     { echo "gpu_session.sh prepare: more than the device tool's 64 MiB; carry less" >&2; exit 1; }
 }
 
+# check_settings: what the caller set, before anything runs or is written. A misspelt phase in
+# GPU_PHASES would run nothing, and a number that is not one would skip every phase
+# (GPU_DEADLINE_S) or stop the archive at the end (GPU_PART_BYTES): one line each, exit 2.
+# (The paths in GPU_TH_PATH and the like go to thx, which refuses a wrong one in one line.)
+check_settings() {
+  local p v
+  for p in ${GPU_PHASES:-}; do
+    case " $DEFAULT_PHASES $NAMED_PHASES " in
+      *" $p "*) ;;
+      *) echo "gpu_session.sh: GPU_PHASES: '$p' is not a phase; allowed: $DEFAULT_PHASES $NAMED_PHASES" >&2
+        exit 2 ;;
+    esac
+  done
+  for v in GPU_DEADLINE_S GPU_PART_BYTES GPU_BASE_PAIR_STEPS; do
+    case ${!v-1} in
+      '' | *[!0-9]* | 0) echo "gpu_session.sh: $v=${!v}: allowed: a whole number above 0" >&2; exit 2 ;;
+    esac
+  done
+}
+
 run() {
+  check_settings
   OUT=${OUT:-runs/gpu_session}
   mkdir -p "$OUT"
   local summary="$OUT/summary.md"
@@ -609,6 +630,22 @@ pack_check() {
   return $faults
 }
 
+# settings_check DIR: a misspelt phase and a deadline that is not a number are each refused by
+# run in one line, exit 2, before it writes anything. Prints a line per fault.
+settings_check() {
+  local out=$1/refused faults=0 setting said rc
+  for setting in "GPU_PHASES=build bench-train-determinstic" "GPU_DEADLINE_S=10m"; do
+    said=$(export "${setting?}" OUT=$out; run 2>&1)  # (${..?}: shellcheck reads it as meant)
+    rc=$?
+    if [ "$rc" != 2 ] || [ "$(grep -c . <<< "$said")" != 1 ] || [ -e "$out" ]; then
+      echo "settings_check: $setting: exit $rc, $(grep -c . <<< "$said") lines, $out $([ -e "$out" ] ||
+        echo "not ")made: $said"
+      faults=1
+    fi
+  done
+  return $faults
+}
+
 # rehearse: here, on the CPU, after the README's build (THX, default build/thx): every phase of
 # run but the build and the unit suite, against this machine's build and a corpus prepared for the
 # rehearsal, all in a folder of its own that is removed after. Each CUDA command is refused here in
@@ -617,7 +654,9 @@ pack_check() {
 # rehearsal finds is the rest: a bash error, an unbound variable, a command not found, a Python
 # traceback or usage line, and a thx error other than the device's (a command line that does not
 # parse, or that a check refuses before the device is asked for). Each such line is printed, with
-# its phase, and the exit code is 1; 0 when none. About a minute (CTest: gpu_session_rehearsal).
+# its phase, and the exit code is 1; 0 when none. It also checks pack_out (pack_check) and run's
+# refusal of a misspelt phase or deadline (settings_check). About a minute (CTest:
+# gpu_session_rehearsal).
 rehearse() {
   local thx_bin=${THX:-build/thx}
   [ -x "$thx_bin" ] || { echo "gpu_session.sh rehearse: no thx at $thx_bin; build first (README)" >&2; exit 2; }
@@ -654,6 +693,7 @@ rehearse() {
     fi
   done
   pack_check || faults=1
+  settings_check "$dir" || faults=1
   local ran
   ran=$(grep -c '^| [a-z]' "$dir/out/summary.md")
   echo "rehearsal: $ran phases ran; $([ $faults = 0 ] && echo "no fault of the script's" || echo "faults above")"
