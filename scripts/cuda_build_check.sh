@@ -9,7 +9,7 @@
 # (c10::cuda, at::cuda), which Debian does not ship, so that nothing of thx's is missing from the
 # CUDA build either. What differs in LibTorch 2.x is not seen here (torch_compat.h).
 #
-#   scripts/cuda_build_check.sh        about 6 minutes on 2 cores (clang 14 and nvcc, as the
+#   scripts/cuda_build_check.sh        4 to 6 minutes on 2 cores (clang 14 and nvcc, as the
 #                                      README's build); its folder: build-cudacheck/ (ignored)
 #
 # Exit 0 when the check passes; 1 with the failing lines; 2 where nvcc or Debian's LibTorch is
@@ -17,7 +17,7 @@
 # this is the whole build, for before a GPU session.
 set -euo pipefail
 if [ $# -gt 0 ]; then
-  echo "cuda_build_check.sh: takes no arguments (got '$1'); it builds build-cudacheck/ (about 6 minutes)" >&2
+  echo "cuda_build_check.sh: takes no arguments (got '$1'); it builds build-cudacheck/ (4 to 6 minutes)" >&2
   exit 2
 fi
 cd "$(dirname "$0")/.."

@@ -211,7 +211,6 @@ TEST(CudaKernels, NvccCompilesEveryCuFileForSm90) {
   EXPECT_EQ(checked, kernels);
 }
 
-
 // The host code that only a CUDA build compiles: the blocks of src/ and tests/ under `#if THX_CUDA`
 // or `#ifdef THX_CUDA_KERNELS` (the loss's and RMS norm's autograd functions, Adafactor's and the
 // attention paths' routing to thx's kernels, the GPU's memory statistics, the primitives' probe).
