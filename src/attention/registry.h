@@ -5,7 +5,7 @@
 // signatures, the probe's parameter names, the optimizer's factoring rule, whether BERT's dense
 // biases apply, and how to build the layer.
 //
-// Adding a variant (docs/ARCHITECTURE.md shows the diff): write its class (attention/<name>.h
+// Adding a variant (docs/DESIGN.md shows the diff): write its class (attention/<name>.h
 // and .cpp, deriving Attention), then add its row (and the class's include) to registry.cpp. A test walks
 // the registry and checks every row against the class it builds.
 #pragma once

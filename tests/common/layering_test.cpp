@@ -122,6 +122,36 @@ TEST(Layering, AnUpwardIncludeDoesNotCompile) {
   EXPECT_NE(up.out.find("training/loop.h: No such file"), std::string::npos) << up.out;
 }
 
+// ARCHITECTURE.md is the one-screen map (DEVELOPERS.md): at most 66 lines, its map and flow
+// blocks at most 100 characters wide, and its map names every folder of src/ at a line's
+// start, as DESIGN.md's file-by-file map does; the detail lives in DESIGN.md.
+TEST(Layering, TheArchitectureIsOneScreenAndNamesEveryLayer) {
+  const fs::path root(THX_SOURCE_DIR);
+  auto lines_of = [](const fs::path& file) {
+    std::ifstream in(file);
+    std::vector<std::string> lines;
+    for (std::string line; std::getline(in, line);) lines.push_back(line);
+    return lines;
+  };
+  const std::vector<std::string> map = lines_of(root / "docs" / "ARCHITECTURE.md");
+  EXPECT_LE(map.size(), 66u) << "docs/ARCHITECTURE.md is longer than a screen; move detail to docs/DESIGN.md";
+  bool in_block = false;
+  for (size_t i = 0; i < map.size(); ++i) {
+    if (map[i].rfind("```", 0) == 0) in_block = !in_block;
+    else if (in_block) EXPECT_LE(map[i].size(), 100u) << "docs/ARCHITECTURE.md:" << i + 1 << " is wider than the map";
+  }
+  const std::vector<std::string> design = lines_of(root / "docs" / "DESIGN.md");
+  for (const auto& e : fs::directory_iterator(root / "src")) {
+    if (!e.is_directory()) continue;
+    const std::string folder = "src/" + e.path().filename().string() + " ";
+    auto named = [&](const std::vector<std::string>& doc) {
+      return std::any_of(doc.begin(), doc.end(), [&](const std::string& l) { return l.rfind(folder, 0) == 0; });
+    };
+    EXPECT_TRUE(named(map)) << "docs/ARCHITECTURE.md's map has no line for " << folder;
+    EXPECT_TRUE(named(design)) << "docs/DESIGN.md's map has no line for " << folder;
+  }
+}
+
 }  // namespace THX_FILE_ID
 }  // namespace
 }  // namespace thx::test
