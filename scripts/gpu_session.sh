@@ -76,6 +76,10 @@ DEFAULT_PHASES+=" bench-train-gemm-aten bench-train-tiled-gemm"
 DEFAULT_PHASES+=" bench-train-folded bench-train-deterministic"
 DEFAULT_PHASES+=" mini-t5 unit-suite bench-train-aten bench-train-fused cuda-debug"
 NAMED_PHASES="tune tensorboard sdpa base-pair"
+# thx's --th-path values and attention variants, which the settings below name; the rehearsal
+# checks both lists against what this thx accepts (names_check).
+TH_PATHS="tiled tiled-fma tiled-aten tiled-gemm flash fused folded gemm gemm-aten batched"
+VARIANTS="multi_head talking_heads project_logits project_weights general_bilinear"
 
 # A small corpus (two folders of the kernel's documentation, 6.6 MB of text) so that the
 # carried folder stays under the device tool's 64 MB: its tokenizer and prepared shards, in $CARRY.
@@ -109,23 +113,42 @@ prepare() {
 }
 
 # check_settings: what the caller set, before anything runs or is written. A misspelt phase in
-# GPU_PHASES would run nothing, and a number that is not one would skip every phase
-# (GPU_DEADLINE_S) or stop the archive at the end (GPU_PART_BYTES): one line each, exit 2.
-# (The paths in GPU_TH_PATH and the like go to thx, which refuses a wrong one in one line.)
+# GPU_PHASES would run nothing, a number that is not one would skip every phase
+# (GPU_DEADLINE_S) or stop the archive at the end (GPU_PART_BYTES), and a misspelt path or
+# variant would be refused by thx only after the build: one line each, exit 2.
 check_settings() {
-  local p v
-  for p in ${GPU_PHASES:-}; do
-    case " $DEFAULT_PHASES $NAMED_PHASES " in
-      *" $p "*) ;;
-      *) echo "gpu_session.sh: GPU_PHASES: '$p' is not a phase; allowed: $DEFAULT_PHASES $NAMED_PHASES" >&2
-        exit 2 ;;
-    esac
-  done
+  local v
+  check_words GPU_PHASES "$DEFAULT_PHASES $NAMED_PHASES" many
+  check_words GPU_TH_PATH "$TH_PATHS" one
+  check_words GPU_PROFILE_TH_PATH "$TH_PATHS" one
+  check_words GPU_ATTENTION_PATHS "$TH_PATHS fma" many
+  check_words GPU_NCU_KERNEL_PATHS "$TH_PATHS" many
+  [ "${GPU_NCU_PATHS:-}" = none ] || check_words GPU_NCU_PATHS "tiled tiled-fma flash fused" many
+  check_words GPU_MINI_VARIANTS "$VARIANTS" many
   for v in GPU_DEADLINE_S GPU_PART_BYTES GPU_BASE_PAIR_STEPS; do
     case ${!v-1} in
       '' | *[!0-9]* | 0) echo "gpu_session.sh: $v=${!v}: allowed: a whole number above 0" >&2; exit 2 ;;
     esac
   done
+}
+
+# check_words VAR ALLOWED one|many: each word of $VAR is among ALLOWED, and there is exactly one
+# where `one`. Unset or empty is the default; blanks alone would run nothing: refused too.
+check_words() {
+  local var=$1 allowed=$2 count=$3 w n=0
+  [ -n "${!var:-}" ] || return 0
+  for w in ${!var}; do
+    n=$((n + 1))
+    case " $allowed " in
+      *" $w "*) ;;
+      *) echo "gpu_session.sh: $var: '$w' is not allowed; allowed: $allowed" >&2; exit 2 ;;
+    esac
+  done
+  if [ "$n" = 0 ] || { [ "$count" = one ] && [ "$n" != 1 ]; }; then
+    echo "gpu_session.sh: $var='${!var}': allowed: $([ "$count" = one ] && echo "one of" ||
+      echo "one or more of") $allowed" >&2
+    exit 2
+  fi
 }
 
 run() {
@@ -630,11 +653,13 @@ pack_check() {
   return $faults
 }
 
-# settings_check DIR: a misspelt phase and a deadline that is not a number are each refused by
-# run in one line, exit 2, before it writes anything. Prints a line per fault.
+# settings_check DIR: a misspelt phase, a deadline that is not a number, a misspelt path, two
+# paths where one is asked for and a misspelt variant are each refused by run in one line, exit
+# 2, before it writes anything. Prints a line per fault.
 settings_check() {
   local out=$1/refused faults=0 setting said rc
-  for setting in "GPU_PHASES=build bench-train-determinstic" "GPU_DEADLINE_S=10m"; do
+  for setting in "GPU_PHASES=build bench-train-determinstic" "GPU_DEADLINE_S=10m" "GPU_TH_PATH=gem" \
+    "GPU_TH_PATH=gemm tiled" "GPU_MINI_VARIANTS=talking_head"; do
     said=$(export "${setting?}" OUT=$out; run 2>&1)  # (${..?}: shellcheck reads it as meant)
     rc=$?
     if [ "$rc" != 2 ] || [ "$(grep -c . <<< "$said")" != 1 ] || [ -e "$out" ]; then
@@ -646,6 +671,26 @@ settings_check() {
   return $faults
 }
 
+# names_check THX: TH_PATHS and VARIANTS are the --th-path values and the attention variants that
+# THX accepts (read from its refusals of a name it does not know). Prints a line per difference.
+names_check() {
+  local thx_bin=$1 said paths variants faults=0
+  said=$("$thx_bin" --th-path not-a-path --help 2>&1)
+  paths=$(sed -n 's/.* not in {\([^}]*\)}.*/\1/p' <<< "$said" | tr ',' '\n' | sort | xargs)
+  said=$("$thx_bin" --log-level warn pretrain --config configs/t5/mini.yaml --set attention.variant=not-a-variant \
+    --dump-config 2>&1)
+  variants=$(sed -n 's/.*is not a variant; allowed: //p' <<< "$said" | tr -d ' ' | tr ',' '\n' | sort | xargs)
+  if [ "$paths" != "$(tr ' ' '\n' <<< "$TH_PATHS" | sort | xargs)" ]; then
+    echo "names_check: TH_PATHS is '$TH_PATHS'; thx's --th-path takes '$paths'"
+    faults=1
+  fi
+  if [ "$variants" != "$(tr ' ' '\n' <<< "$VARIANTS" | sort | xargs)" ]; then
+    echo "names_check: VARIANTS is '$VARIANTS'; thx's variants are '$variants'"
+    faults=1
+  fi
+  return $faults
+}
+
 # rehearse: here, on the CPU, after the README's build (THX, default build/thx): every phase of
 # run but the build and the unit suite, against this machine's build and a corpus prepared for the
 # rehearsal, all in a folder of its own that is removed after. Each CUDA command is refused here in
@@ -654,8 +699,9 @@ settings_check() {
 # rehearsal finds is the rest: a bash error, an unbound variable, a command not found, a Python
 # traceback or usage line, and a thx error other than the device's (a command line that does not
 # parse, or that a check refuses before the device is asked for). Each such line is printed, with
-# its phase, and the exit code is 1; 0 when none. It also checks pack_out (pack_check) and run's
-# refusal of a misspelt phase or deadline (settings_check). About a minute (CTest:
+# its phase, and the exit code is 1; 0 when none. It also checks pack_out (pack_check), run's
+# refusal of a misspelt setting (settings_check) and the lists of paths and variants it checks
+# settings against (names_check). About a minute (CTest:
 # gpu_session_rehearsal).
 rehearse() {
   local thx_bin=${THX:-build/thx}
@@ -694,6 +740,7 @@ rehearse() {
   done
   pack_check || faults=1
   settings_check "$dir" || faults=1
+  names_check "$thx_bin" || faults=1
   local ran
   ran=$(grep -c '^| [a-z]' "$dir/out/summary.md")
   echo "rehearsal: $ran phases ran; $([ $faults = 0 ] && echo "no fault of the script's" || echo "faults above")"
