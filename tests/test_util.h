@@ -31,6 +31,9 @@ namespace thx::test {
 
 // A test binary that crashes says where (common/runtime.h), once per program.
 inline const bool kCrashReport = (install_crash_report(), true);
+// And its fp32 matmuls use the OpenBLAS kernels thx uses where OpenBLAS took the CPU for an old
+// one (common/runtime.h): the same numbers as the thx it runs, which inherits the setting.
+inline const bool kOpenBlasKernels = (reexec_for_openblas_kernels(), true);
 
 // The unit suite on a GPU machine (issue 30): a run that names no device trains on the GPU there
 // (--device auto), so the suite's trainings run on CUDA. Two kinds of test need more:

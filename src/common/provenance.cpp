@@ -63,6 +63,7 @@ nlohmann::json session_provenance() {
   char host[256] = {0};
   j["host"] = gethostname(host, sizeof host - 1) == 0 ? host : "";
   j["cpu"] = cpu_bf16().describe();
+  if (const std::string blas = blas_description(); !blas.empty()) j["blas"] = blas;
   if (torch::cuda::is_available()) {
     nlohmann::json gpus = nlohmann::json::array();
     for (int64_t i = 0; i < int64_t(torch::cuda::device_count()); ++i)
@@ -71,8 +72,9 @@ nlohmann::json session_provenance() {
   }
   if (const char* rank = std::getenv("RANK")) j["rank"] = rank;
   // The switches in the environment that change which code computes a number (sums in another
-  // order): thx's kernels or ATen's composition (runtime.h), the CPU's row kernels (kernels.h).
-  for (const char* name : {"THX_ATEN", "THX_KERNELS"})
+  // order): thx's kernels or ATen's composition (runtime.h), the CPU's row kernels (kernels.h),
+  // OpenBLAS's kernels (runtime.h).
+  for (const char* name : {"THX_ATEN", "THX_KERNELS", "OPENBLAS_CORETYPE"})
     if (const char* v = std::getenv(name); v && *v) j["environment"][name] = v;
   j["pid"] = int64_t(::getpid());
   j["started"] = g_started.empty() ? utc_now() : g_started;

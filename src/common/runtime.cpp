@@ -7,6 +7,7 @@
 #include <torch/torch.h>
 
 #include <signal.h>
+#include <strings.h>
 #include <ucontext.h>
 #include <unistd.h>
 
@@ -17,6 +18,7 @@
 #include <fstream>
 #include <sstream>
 #include <thread>
+#include <vector>
 
 #include "common/error.h"
 #include "common/log.h"
@@ -209,8 +211,47 @@ void configure_runtime(int64_t threads) {
 
 namespace thx {
 
+namespace {
+// The core OpenBLAS's runtime detection chose ("Prescott", "SkylakeX", ...), or nullptr where the
+// BLAS LibTorch uses is not OpenBLAS.
+const char* openblas_core() {
+  using Name = char* (*)();
+  auto name = reinterpret_cast<Name>(::dlsym(RTLD_DEFAULT, "openblas_get_corename"));
+  return name ? name() : nullptr;
+}
+}  // namespace
+
+const char* openblas_core_for(const std::string& detected, bool avx512, bool avx2) {
+  // OpenBLAS's names of the cores before AVX (and of none: "Unknown"); Sandybridge on would
+  // still use AVX, and the AVX2 and AVX-512 cores are its own choice to keep.
+  static const char* const kOld[] = {"Katmai", "Coppermine", "Northwood", "Prescott", "Banias", "Atom",
+                                     "Core2",  "Penryn",     "Dunnington", "Nehalem",  "Unknown"};
+  bool old = false;
+  for (const char* k : kOld) old = old || ::strcasecmp(detected.c_str(), k) == 0;
+  if (!old) return nullptr;
+  return avx512 ? "SkylakeX" : avx2 ? "Haswell" : nullptr;
+}
+
+namespace {
+// Sets OPENBLAS_CORETYPE (and THX_OPENBLAS_DETECTED) where OpenBLAS chose a core before AVX on a
+// CPU with AVX2 or AVX-512 and the user has not set it; true when it did.
+bool set_openblas_coretype() {
+  const char* detected = openblas_core();
+  if (!detected || std::getenv("OPENBLAS_CORETYPE")) return false;
+  const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512cd") &&
+                      __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
+                      __builtin_cpu_supports("avx512vl");
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  const char* core = openblas_core_for(detected, avx512, avx2);
+  if (!core) return false;
+  ::setenv("THX_OPENBLAS_DETECTED", detected, 1);
+  ::setenv("OPENBLAS_CORETYPE", core, 1);
+  return true;
+}
+}  // namespace
+
 void reexec_with_thread_environment(char** argv) {
-  bool changed = false;
+  bool changed = set_openblas_coretype();
   for (auto [key, value] : {std::pair{"OMP_WAIT_POLICY", "PASSIVE"},
                             std::pair{"OPENBLAS_THREAD_TIMEOUT", "4"}})
     if (!std::getenv(key)) {
@@ -218,6 +259,29 @@ void reexec_with_thread_environment(char** argv) {
       changed = true;
     }
   if (changed) ::execv("/proc/self/exe", argv);  // returns only on failure: run as we are
+}
+
+void reexec_for_openblas_kernels() {
+  if (!set_openblas_coretype()) return;
+  std::ifstream in("/proc/self/cmdline", std::ios::binary);
+  std::vector<std::string> args;
+  for (std::string arg; std::getline(in, arg, '\0');) args.push_back(arg);
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  if (args.size() > 0) ::execv("/proc/self/exe", argv.data());  // returns only on failure
+}
+
+std::string blas_description() {
+  const char* core = openblas_core();
+  if (!core) return "";
+  std::string out = fmt::format("OpenBLAS {} kernels", core);
+  const char* set = std::getenv("OPENBLAS_CORETYPE");
+  if (const char* detected = std::getenv("THX_OPENBLAS_DETECTED"); detected && set)
+    out += fmt::format(" (OPENBLAS_CORETYPE={}: OpenBLAS took this CPU for a {})", set, detected);
+  else if (set)
+    out += fmt::format(" (OPENBLAS_CORETYPE={})", set);
+  return out;
 }
 
 namespace {
@@ -261,7 +325,9 @@ std::string device_description(const torch::Device& device) {
   }
 #endif
   if (!device.is_cpu()) return "device " + device.str();
-  return fmt::format("CPU: {}; {} threads", cpu_bf16().describe(), torch::get_num_threads());
+  const std::string blas = blas_description();
+  return fmt::format("CPU: {}; {} threads{}", cpu_bf16().describe(), torch::get_num_threads(),
+                     blas.empty() ? "" : "; " + blas);
 }
 
 std::string memory_owner(const torch::Device& device) {

@@ -8,6 +8,14 @@
 //   layers. Both read their policy from the environment when the libraries load, so
 //   thx re-executes itself once with OMP_WAIT_POLICY=PASSIVE and OPENBLAS_THREAD_TIMEOUT=4
 //   unless the user has set them.
+// - fp32 matmuls: LibTorch's go to the BLAS, Debian 12's OpenBLAS 0.3.21, which picks its
+//   kernels by the CPU's model number and takes an Intel model it does not know for a Prescott
+//   (SSE3; OpenBLAS issue 4267, fixed in 0.3.25). An Emerald Rapids Xeon (family 6, model 207) of
+//   this project's kind then ran a 2048^3 fp32 matmul at 56-60 GFLOP/s, and at 172-246 with the
+//   AVX-512 kernels (docs/benchmarks.md). OpenBLAS reads OPENBLAS_CORETYPE when it loads, so where
+//   it chose a core older than AVX on a CPU with AVX-512 (or AVX2 and FMA), the same re-execution
+//   sets OPENBLAS_CORETYPE=SkylakeX (Haswell), unless the user has set it, and records what
+//   OpenBLAS had chosen in THX_OPENBLAS_DETECTED (blas_description, provenance).
 // - Memory: glibc serves allocations above 32 MB with mmap and unmaps them on free, so every
 //   [b,h,n,m] attention tensor would be fresh memory, paid for in page faults on first touch
 //   (measured: softmax over [2,24,512,512] 26 ms with them, 7 ms without). thx keeps freed
@@ -76,6 +84,17 @@ void configure_runtime(int64_t threads = 0);
 // Call first in main(): re-executes the program with the thread-pool environment above if it
 // is not set yet. Returns only when no re-execution happened (or it failed).
 void reexec_with_thread_environment(char** argv);
+// Only the OpenBLAS half of it, for programs without argv at hand (the test binaries, from a
+// static initializer: their arguments are read from /proc/self/cmdline).
+void reexec_for_openblas_kernels();
+// The OPENBLAS_CORETYPE for a CPU that OpenBLAS took for `detected`: "SkylakeX" (avx512: F, CD,
+// BW, DQ and VL) or "Haswell" (avx2: AVX2 and FMA) where `detected` is a core before AVX, else
+// nullptr (OpenBLAS's own choice stands).
+const char* openblas_core_for(const std::string& detected, bool avx512, bool avx2);
+// The BLAS behind LibTorch's fp32 CPU matmuls, as bench headers and provenance name it:
+// "OpenBLAS SkylakeX kernels", with "(OPENBLAS_CORETYPE=SkylakeX: OpenBLAS took this CPU for a
+// Prescott)" where thx set it; "" where the BLAS is not OpenBLAS.
+std::string blas_description();
 
 // This process's memory, from /proc/self/status (MB; 0 where it cannot be read): resident now,
 // and the peak since the last reset_peak_rss() (or the start). reset_peak_rss() writes 5 to

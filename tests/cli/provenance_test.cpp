@@ -14,6 +14,7 @@
 #include "common/fs.h"
 #include "common/h5.h"
 #include "common/provenance.h"
+#include "common/runtime.h"
 #include "training/checkpoint.h"
 #include "training/training_fixtures.h"
 
@@ -81,8 +82,16 @@ TEST(Provenance, EachSessionOfARunIsRecordedWithItsCheckpointsAndTimes) {
     EXPECT_LE(s["started"].get<std::string>(), s["ended"].get<std::string>());
   }
   EXPECT_LE(p["sessions"][0]["ended"].get<std::string>(), p["sessions"][1]["started"].get<std::string>());
-  EXPECT_FALSE(p["sessions"][0].contains("environment"));
+  // The switches that change numbers: THX_ATEN in the resumed session only; OPENBLAS_CORETYPE in
+  // both where set (thx sets it where OpenBLAS took the CPU for an old one; this process too).
+  const json none = json::object();
+  const json& env0 = p["sessions"][0].contains("environment") ? p["sessions"][0]["environment"] : none;
+  EXPECT_FALSE(env0.contains("THX_ATEN"));
   EXPECT_EQ(p["sessions"][1]["environment"]["THX_ATEN"], "loss,rms_norm");
+  const char* core = std::getenv("OPENBLAS_CORETYPE");
+  EXPECT_EQ(env0.contains("OPENBLAS_CORETYPE"), core != nullptr);
+  if (core) EXPECT_EQ(p["sessions"][1]["environment"]["OPENBLAS_CORETYPE"], core);
+  EXPECT_EQ(p["sessions"][0].contains("blas"), !blas_description().empty());  // the same BLAS as here
   // Each checkpoint names the session that wrote it: step 2 the first, step 4 the resumed one.
   auto written_by = [&](int64_t step) {
     return json::parse(H5Reader(checkpoint_path(run + "/checkpoints", step)).attr("/", "provenance"));
@@ -102,6 +111,39 @@ TEST(Provenance, EachSessionOfARunIsRecordedWithItsCheckpointsAndTimes) {
     last = j["time"], ++records;
   }
   EXPECT_EQ(records, 5);  // steps 1-4 and the evaluation at 4
+}
+
+// Debian 12's OpenBLAS takes an Intel CPU it does not know for a Prescott (common/runtime.h);
+// thx then names the AVX-512 or AVX2 kernels, and keeps OpenBLAS's own choice otherwise.
+TEST(Provenance, OpenBlasKernelsReplaceOnlyACoreOlderThanAvx) {
+  EXPECT_STREQ(openblas_core_for("Prescott", true, true), "SkylakeX");
+  EXPECT_STREQ(openblas_core_for("PRESCOTT", true, true), "SkylakeX");
+  EXPECT_STREQ(openblas_core_for("Nehalem", false, true), "Haswell");
+  EXPECT_STREQ(openblas_core_for("Unknown", true, true), "SkylakeX");
+  EXPECT_EQ(openblas_core_for("Prescott", false, false), nullptr);  // no kernels it could use
+  for (const char* own : {"Haswell", "SkylakeX", "Zen", "Sandybridge", "Cooperlake"})
+    EXPECT_EQ(openblas_core_for(own, true, true), nullptr) << own;
+}
+
+// On this machine, as a user runs thx (OPENBLAS_CORETYPE unset), its fp32 matmuls never run on
+// OpenBLAS kernels older than AVX where the CPU has AVX2: bench's CPU line names the kernels, and
+// where thx chose them, what OpenBLAS had taken the CPU for. A user's OPENBLAS_CORETYPE stands.
+TEST(Provenance, Fp32MatmulsRunOnTheCpusOwnOpenBlasKernels) {
+  const std::string bench = std::string(THX_BINARY) +
+                            " --threads 1 bench attention --heads 2 --n 8 --batch 1 --reps 1 --no-reference 2>&1";
+  const RunResult r = run_command("env -u OPENBLAS_CORETYPE -u THX_OPENBLAS_DETECTED " + bench);
+  ASSERT_EQ(r.code, 0) << r.out;
+  std::smatch m;
+  if (!std::regex_search(r.out, m, std::regex("OpenBLAS (\\w+) kernels(.*)")))
+    GTEST_SKIP() << "this LibTorch's BLAS is not OpenBLAS: " << r.out;
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+    for (const char* old : {"Prescott", "Core2", "Penryn", "Dunnington", "Nehalem", "Atom", "Unknown"})
+      EXPECT_NE(m[1].str(), old) << r.out;
+  if (m[2].str().find("OPENBLAS_CORETYPE=") != std::string::npos)  // thx's choice: what it replaced
+    EXPECT_TRUE(std::regex_search(m[2].str(), std::regex("OpenBLAS took this CPU for a \\w+"))) << r.out;
+  const RunResult own = run_command("env -u THX_OPENBLAS_DETECTED OPENBLAS_CORETYPE=Haswell " + bench);
+  ASSERT_EQ(own.code, 0) << own.out;
+  EXPECT_NE(own.out.find("OpenBLAS Haswell kernels (OPENBLAS_CORETYPE=Haswell)"), std::string::npos) << own.out;
 }
 
 }  // namespace THX_FILE_ID
