@@ -238,6 +238,7 @@ namespace {
 bool set_openblas_coretype() {
   const char* detected = openblas_core();
   if (!detected || std::getenv("OPENBLAS_CORETYPE")) return false;
+  __builtin_cpu_init();  // (the test binaries call this from a static initializer: before libgcc's own)
   const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512cd") &&
                       __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
                       __builtin_cpu_supports("avx512vl");
