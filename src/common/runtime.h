@@ -11,7 +11,7 @@
 // - fp32 matmuls: LibTorch's go to the BLAS, Debian 12's OpenBLAS 0.3.21, which picks its
 //   kernels by the CPU's model number and takes an Intel model it does not know for a Prescott
 //   (SSE3; OpenBLAS issue 4267, fixed in 0.3.25). An Emerald Rapids Xeon (family 6, model 207) of
-//   this project's kind then ran a 2048^3 fp32 matmul at 56-60 GFLOP/s, and at 172-246 with the
+//   this project's kind then ran a 2048^3 fp32 matmul at 51-60 GFLOP/s, and at 172-246 with the
 //   AVX-512 kernels (docs/benchmarks.md). OpenBLAS reads OPENBLAS_CORETYPE when it loads, so where
 //   it chose a core older than AVX on a CPU with AVX-512 (or AVX2 and FMA), the same re-execution
 //   sets OPENBLAS_CORETYPE=SkylakeX (Haswell), unless the user has set it, and records what
