@@ -138,25 +138,24 @@ struct RowKernels {
 };
 
 // The bias gradient is dL summed to the bias's shape [B,H,N,m], B in {1,b}, H in {1,h},
-// N in {1,n}. Work is split across threads by query rows, so N = 1 accumulates per thread.
+// N in {1,n}. Every backward here splits its work across threads by query rows, each row's
+// whole batch on one thread, so a bias row of N = n is reached by one thread only (which adds
+// over the batch in order: the same sum at any thread count); with N = 1 each thread adds
+// into its own accumulator, summed in thread order at the end (the same sum every run).
 struct BiasGrad {
   bool on = false, per_thread = false;
   int64_t Bb = 1, Hb = 1, Nb = 1, m = 0;
   std::vector<int64_t> shape;
   Tensor acc;  // [threads or 1, B, H, N, m]
 
-  // `rows_over_batch`: the caller's threads split (batch, query) rows, not query rows alone, so
-  // a bias shared by the batch (B = 1) has rows that two threads reach; like a bias shared by
-  // the queries (N = 1), each thread then adds into its own accumulator, summed in thread
-  // order at the end (the same sum every run).
-  BiasGrad(AutogradContext* ctx, int64_t m_, int threads, bool rows_over_batch = false) : m(m_) {
+  BiasGrad(AutogradContext* ctx, int64_t m_, int threads) : m(m_) {
     on = ctx->saved_data["bias_grad"].toBool();
     if (!on) return;
     shape = ctx->saved_data["bias_shape"].toIntVector();
     std::vector<int64_t> s4(4 - std::min<size_t>(4, shape.size()), 1);
     s4.insert(s4.end(), shape.begin(), shape.end());
     Bb = s4[0], Hb = s4[1], Nb = s4[2];
-    per_thread = Nb == 1 || (rows_over_batch && Bb == 1);
+    per_thread = Nb == 1;
     acc = torch::zeros({per_thread ? threads : 1, Bb, Hb, Nb, m});
   }
   // Row (b, h, i) of this thread's accumulator, or null when no gradient is wanted.
@@ -427,10 +426,13 @@ struct AttentionCoreBf16Fn : torch::autograd::Function<AttentionCoreBf16Fn> {
     Tensor U = P_w.defined() ? torch::empty({s.b, s.hv, s.n, s.m}, Q.options()) : W;         // [b,h_v,n,m]
     const uint16_t* j = bf16_bits(J);
     uint16_t *w = bf16_bits_mut(W), *u = bf16_bits_mut(U);
-    thx::parallel_for(0, s.b * s.n, 1, [&](int64_t r0, int64_t r1) {
+    // Rows in (query, batch) order, the batch innermost, so query row i's bias rows stay in cache
+    // across the batch; split across threads as one list, so that one query (decoding) still
+    // spreads over the batch.
+    thx::parallel_for(0, s.n * s.b, 1, [&](int64_t r0, int64_t r1) {
       std::vector<float> Jf(s.hk * s.m), Wf(p.h * s.m), Uf(P_w.defined() ? s.hv * s.m : 0);
       for (int64_t r = r0; r < r1; ++r) {
-        const int64_t bb = r / s.n, i = r % s.n;
+        const int64_t i = r / s.b, bb = r % s.b;
         rows.load(j, s.hk, bb, i, Jf.data());
         rk.forward(Jf.data(), Wf.data(), P_w.defined() ? Uf.data() : Wf.data(), bb, i);
         rows.store(Wf.data(), w, p.h, bb, i);
@@ -458,25 +460,25 @@ struct AttentionCoreBf16Fn : torch::autograd::Function<AttentionCoreBf16Fn> {
     Tensor dJ = torch::empty({s.b, s.hk, s.n, s.m}, Q.options());               // [b,h_k,n,m]
     Tensor gPl = P_l.defined() ? torch::zeros({threads, s.hk, p.h}) : Tensor();
     Tensor gPw = P_w.defined() ? torch::zeros({threads, p.h, s.hv}) : Tensor();
-    const BiasGrad bias(ctx, s.m, threads, /*rows_over_batch=*/true);
+    const BiasGrad bias(ctx, s.m, threads);
     const uint16_t *du = bf16_bits(dU), *w = bf16_bits(W), *j = P_l.defined() ? bf16_bits(J) : nullptr;
     uint16_t* dj = bf16_bits_mut(dJ);
-    thx::parallel_for(0, s.b * s.n, 1, [&](int64_t r0, int64_t r1) {
+    thx::parallel_for(0, s.n, 1, [&](int64_t i0, int64_t i1) {
       const int t = at::get_thread_num();
       std::vector<float> dUf(s.hv * s.m), Wf(p.h * s.m), Jf(j ? s.hk * s.m : 0), dJf(s.hk * s.m);
       std::vector<float> dWbuf(p.h * s.m), dLbuf(p.h * s.m);
       float* gl = P_l.defined() ? gPl[t].data_ptr<float>() : nullptr;
       float* gw = P_w.defined() ? gPw[t].data_ptr<float>() : nullptr;
       auto bias_row = bias.row_fn(t);
-      for (int64_t r = r0; r < r1; ++r) {
-        const int64_t bb = r / s.n, i = r % s.n;
-        rows.load(du, s.hv, bb, i, dUf.data());
-        rows.load(w, p.h, bb, i, Wf.data());
-        if (j) rows.load(j, s.hk, bb, i, Jf.data());
-        rk.backward(dUf.data(), Wf.data(), j ? Jf.data() : nullptr, dJf.data(), dWbuf.data(), dLbuf.data(), gl, gw,
-                    bias_row, bb, i);
-        rows.store(dJf.data(), dj, s.hk, bb, i);
-      }
+      for (int64_t i = i0; i < i1; ++i)
+        for (int64_t bb = 0; bb < s.b; ++bb) {  // the batch innermost: row i's bias gradient in cache
+          rows.load(du, s.hv, bb, i, dUf.data());
+          rows.load(w, p.h, bb, i, Wf.data());
+          if (j) rows.load(j, s.hk, bb, i, Jf.data());
+          rk.backward(dUf.data(), Wf.data(), j ? Jf.data() : nullptr, dJf.data(), dWbuf.data(), dLbuf.data(), gl,
+                      gw, bias_row, bb, i);
+          rows.store(dJf.data(), dj, s.hk, bb, i);
+        }
     });
     const Tensor dQ = torch::matmul(dJ, Kh);                  // [b,h_k,n,d_k]
     const Tensor dK = torch::matmul(dJ.transpose(2, 3), Qh);  // [b,h_k,m,d_k]

@@ -194,16 +194,21 @@ TEST(Bf16Core, OutputAndGradientsWithinTheDerivedBound) {
   check_bf16_core({3, 1, 17, 4, 4, 4, 16, 16, true, true, true, false});  // one query row (decoding)
 }
 
-// A bias shared by the batch ([1,h,n,m], T5's and BERT's relative bias) at two threads: the bf16
-// backward splits its rows over batch x query, so two threads reach the same bias row; each
-// must add into its own accumulator (they raced on one and lost additions: the gradient
-// changed from run to run).
-TEST(Bf16Core, ASharedBiasGradientIsExactAndRepeatsAtTwoThreads) {
+// A bias shared by the batch ([1,h,n,m], T5's and BERT's relative bias) at two threads. The bf16
+// backward once split its rows over batch x query, so two threads reached the same bias row and
+// raced on it (the gradient changed from run to run). It now splits by query rows, each with its
+// whole batch on one thread, adding over the batch in order: the same sum every run and at any
+// thread count, so one thread's gradient equals two threads' bit for bit.
+TEST(Bf16Core, ASharedBiasGradientIsExactAndRepeatsAtAnyThreadCount) {
   const int before = at::get_num_threads();
-  at::set_num_threads(2);
   const Bf16Case c{8, 128, 128, 8, 8, 8, 16, 16, true, true, true, false};
   const CoreInputs in = inputs_of(c, 7);
+  at::set_num_threads(1);
+  const Tensor one = run_core(in, torch::kBFloat16).at("dbias");
+  at::set_num_threads(2);
   const Tensor first = run_core(in, torch::kBFloat16).at("dbias");
+  EXPECT_TRUE(torch::equal(first, one))
+      << "1 and 2 threads differ by up to " << (first - one).abs().max().item<float>();
   for (int k = 0; k < 8; ++k) EXPECT_TRUE(torch::equal(run_core(in, torch::kBFloat16).at("dbias"), first)) << k;
   EXPECT_TRUE(within(first, bounds_of(c, in).dbias));
   at::set_num_threads(before);
