@@ -51,14 +51,14 @@ struct BenchAttentionCommand : Command {
     app = parent.add_subcommand(
         "attention", "Forward+backward of one attention layer: multi_head vs talking_heads at "
                      "each h, vs the paper's einsum reference, vs the fp32 matmul peak");
-    app->add_option("--d-model", opt.d_model)->capture_default_str()->check(CLI::PositiveNumber);
-    app->add_option("--n", opt.n, "n = m")->capture_default_str()->check(CLI::PositiveNumber);
-    app->add_option("--batch", opt.batch)->capture_default_str()->check(CLI::PositiveNumber);
+    app->add_option("--d-model", opt.d_model)->capture_default_str()->check(thx::positive_number());
+    app->add_option("--n", opt.n, "n = m")->capture_default_str()->check(thx::positive_number());
+    app->add_option("--batch", opt.batch)->capture_default_str()->check(thx::positive_number());
     app->add_option("--heads", opt.heads, "head counts h (d_k = d_v = d_model / h)")
         ->delimiter(',')
         ->capture_default_str();
     app->add_option("--reps", opt.reps, "timed runs per layer (median)")
-        ->capture_default_str()->check(CLI::PositiveNumber);
+        ->capture_default_str()->check(thx::positive_number());
     app->add_flag("--no-reference", no_reference, "skip the einsum reference");
     app->add_flag("--bias", opt.bias, "T5's relative position bias: a learned [1,h,n,n] fp32 bias on each "
                                       "variant's logits, its gradient computed too");

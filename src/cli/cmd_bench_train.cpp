@@ -26,7 +26,7 @@ struct BenchTrainCommand : Command {
                  "talking-heads of the configured h");
     config.add_to(app);
     app->add_option("--steps", topt.steps, "timed steps (median)")->capture_default_str()
-        ->check(CLI::PositiveNumber);
+        ->check(thx::positive_number());
     app->add_option("--precision", topt.precision,
                     "fp32 | bf16 | both (each timed, with its own matmul peak); default: train.precision")
         ->type_name("PRECISION");
@@ -48,12 +48,14 @@ struct BenchTrainCommand : Command {
                     "(T5's)")->delimiter(',')->type_name("PARTS");
     app->add_option("--out", topt.markdown_out, "also write the Markdown report here");
     app->add_option("--base-batch", topt.base_batch, "batch of the T5 base rows (0: 8 on the CPU, 32 on a GPU)")
-        ->check(CLI::NonNegativeNumber)->capture_default_str();
-    app->add_option("--base-heads", topt.base_heads, "h of the base rows (default: 12,24,48 for T5, 12,48 for "
-                                                      "BERT and ALBERT)")->delimiter(',')->check(CLI::PositiveNumber);
+        ->check(thx::non_negative_number())->capture_default_str();
+    app->add_option("--base-heads", topt.base_heads,
+                    "h of the base rows (default: 12,24,48 for T5, 12,48 for BERT and ALBERT)")
+        ->delimiter(',')
+        ->check(thx::positive_number());
     peer_heads = app->add_option("--peer-heads", topt.peer_heads, "the T5 base rows that the peer runs beside "
                                                                     "(those of the default among the base rows)")
-                     ->delimiter(',')->check(CLI::PositiveNumber)->capture_default_str();
+                     ->delimiter(',')->check(thx::positive_number())->capture_default_str();
     app->add_flag("--base-only", topt.base_only, "with --base: only the base rows, not the configured model's")
         ->needs(base);
     app->add_flag("--deterministic-cost", topt.deterministic_cost,

@@ -17,8 +17,8 @@ struct CostsCommand : Command {
     app->add_option("--format", format, "markdown | csv | latex")->capture_default_str();
     app->add_option("--tables", tables, "the paper's tables.csv")->capture_default_str();
     app->add_option("--d-model", d_model, "d_X = d_M = d_Y")->capture_default_str()
-        ->check(CLI::PositiveNumber);
-    app->add_option("--n", n, "n = m, positions")->capture_default_str()->check(CLI::PositiveNumber);
+        ->check(thx::positive_number());
+    app->add_option("--n", n, "n = m, positions")->capture_default_str()->check(thx::positive_number());
   }
 
   int run() override {

@@ -34,7 +34,7 @@ struct PredictCommand : Command {
                     "without --task: the SentencePiece model (default: the one the pretraining data recorded)");
     app->add_option("--max-length", max_length,
                     "without --task: target tokens to decode at most (default: the pretraining data.targets_length)")
-        ->check(CLI::PositiveNumber);
+        ->check(thx::positive_number());
   }
 
   std::vector<std::string> read_lines(std::string* where) const {

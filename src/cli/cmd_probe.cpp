@@ -17,10 +17,10 @@ struct ProbeCommand : Command {
         "backward of sum(Y*G), and write inputs, parameters, Y and gradients to HDF5");
     config.add_to(app);
     app->add_option("--d-model", o.d_model, "d_X = d_M = d_Y")->capture_default_str()
-        ->check(CLI::PositiveNumber);
-    app->add_option("--n", o.n, "query positions")->capture_default_str()->check(CLI::PositiveNumber);
-    app->add_option("--m", o.m, "memory positions")->capture_default_str()->check(CLI::PositiveNumber);
-    app->add_option("--batch", o.batch, "batch size")->capture_default_str()->check(CLI::PositiveNumber);
+        ->check(thx::positive_number());
+    app->add_option("--n", o.n, "query positions")->capture_default_str()->check(thx::positive_number());
+    app->add_option("--m", o.m, "memory positions")->capture_default_str()->check(thx::positive_number());
+    app->add_option("--batch", o.batch, "batch size")->capture_default_str()->check(thx::positive_number());
     app->add_option("--seed", o.seed, "seed of the parameters and inputs")->capture_default_str();
     app->add_option("--mask", o.mask, "none | padding (random lengths per example) | causal (n = m)")
         ->check(CLI::IsMember({"none", "padding", "causal"}))

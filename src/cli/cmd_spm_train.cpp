@@ -23,9 +23,9 @@ struct SpmTrainCommand : Command {
     app->add_option("--out", o.model_prefix, "output prefix: writes PREFIX.model and PREFIX.vocab")
         ->required()->type_name("PREFIX");
     app->add_option("--pieces", o.pieces, "SentencePiece pieces S, pad/eos/unk included")
-        ->capture_default_str()->check(CLI::PositiveNumber);
+        ->capture_default_str()->check(thx::positive_number());
     app->add_option("--max-sentences", o.max_sentences, "lines sampled from the corpus")
-        ->capture_default_str()->check(CLI::PositiveNumber);
+        ->capture_default_str()->check(thx::positive_number());
     app->add_option("--character-coverage", o.character_coverage)->capture_default_str()
         ->check(CLI::Range(0.5, 1.0));
     app->add_option("--seed", seed, "seed of the line sample")->capture_default_str();

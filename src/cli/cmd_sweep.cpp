@@ -22,7 +22,7 @@ struct SweepCommand : Command {
         ->capture_default_str();
     app->add_option("--ranks-per-run", ranks_per_run,
                     "data-parallel ranks per run, each run launched under torchrun (its own rendezvous port)")
-        ->check(CLI::PositiveNumber)->capture_default_str();
+        ->check(thx::positive_number())->capture_default_str();
     app->add_option("--out", out, "sweep directory (default: runs/<sweep name>)")->type_name("DIR");
     app->add_flag("--dry-run", dry_run, "list the runs and their estimated cost; run nothing");
   }

@@ -51,6 +51,12 @@ struct ConfigOptions {
 // --dump-config: print the resolved YAML; the command's exit code (0).
 int dump_config(const std::string& yaml);
 
+// Checks of numeric flags in thx's words: "--n: 0 is invalid: must be > 0", and of a word "--n: abc
+// is invalid: must be a number > 0". (CLI11's PositiveNumber and NonNegativeNumber say "Value 0
+// not in range 0 to max" of both.) Named as CLI11's are, so --help still shows INT:POSITIVE.
+const CLI::Validator& positive_number();
+const CLI::Validator& non_negative_number();
+
 // The bench commands' options that choose or tune a GPU path of talking-heads (--tiled,
 // --batched, --fma, --th-*): `name`, given, is refused in one line (InputError) where the device
 // is the CPU, which runs talking-heads on thx's CPU cores and would ignore it.

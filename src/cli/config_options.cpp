@@ -1,6 +1,9 @@
 #include "cli/command.h"
 
+#include <cerrno>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 
 namespace thx {
 
@@ -24,6 +27,33 @@ ConfigTree ConfigOptions::tree(const std::string& defaults_yaml) const {
 int dump_config(const std::string& yaml) {
   std::fputs(yaml.c_str(), stdout);
   return 0;
+}
+
+namespace {
+// A check that the value is a number above 0 (or at least 0 with zero_ok).
+CLI::Validator number_check(bool zero_ok) {
+  const std::string bound = zero_ok ? ">= 0" : "> 0";
+  auto check = [zero_ok, bound](std::string& value) -> std::string {
+    char* end = nullptr;
+    errno = 0;
+    const double v = std::strtod(value.c_str(), &end);
+    if (value.empty() || *end != '\0' || errno == ERANGE || !std::isfinite(v))
+      return value + " is invalid: must be a number " + bound;
+    if (zero_ok ? v < 0 : v <= 0) return value + " is invalid: must be " + bound;
+    return "";
+  };
+  return CLI::Validator(check, zero_ok ? "NONNEGATIVE" : "POSITIVE");
+}
+}  // namespace
+
+const CLI::Validator& positive_number() {
+  static const CLI::Validator v = number_check(false);
+  return v;
+}
+
+const CLI::Validator& non_negative_number() {
+  static const CLI::Validator v = number_check(true);
+  return v;
 }
 
 }  // namespace thx

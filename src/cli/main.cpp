@@ -85,6 +85,26 @@ std::vector<std::unique_ptr<thx::Command>> make_commands(CLI::App& app) {
   return commands;
 }
 
+// "Could not convert: --n = 1.5" (CLI11) in thx's words: "--n: 1.5 is invalid: must be a whole
+// number", the type read from the option as the parsed subcommands (deepest first) declare it.
+std::string conversion_error(CLI::App& app, const std::string& what) {
+  static const std::regex conversion("^Could not convert: (\\S+) = (.*)$");
+  std::smatch m;
+  if (!std::regex_match(what, m, conversion)) return what;
+  std::vector<CLI::App*> chain{&app};
+  while (!chain.back()->get_subcommands().empty()) chain.push_back(chain.back()->get_subcommands().front());
+  std::string type;
+  for (auto it = chain.rbegin(); it != chain.rend() && type.empty(); ++it)
+    if (const CLI::Option* o = (*it)->get_option_no_throw(m[1].str())) type = o->get_type_name();
+  type = type.substr(0, type.find(':'));
+  const std::string want = type == "INT"     ? "a whole number"
+                           : type == "UINT"  ? "a whole number >= 0"
+                           : type == "FLOAT" ? "a number"
+                           : type.empty()    ? "a value of the option's type (thx --help)"
+                                             : type;
+  return fmt::format("{}: {} is invalid: must be {}", m[1].str(), m[2].str(), want);
+}
+
 // A parse error as one line in the house format (CLI11 prints two, and a range check's limits
 // in full); exit 2. --help and the like exit as CLI11 says.
 int parse_error(CLI::App& app, const CLI::ParseError& e, int argc, char** argv) {
@@ -92,6 +112,7 @@ int parse_error(CLI::App& app, const CLI::ParseError& e, int argc, char** argv) 
   std::string what = e.what();
   what = what.substr(0, what.find('\n'));
   if (what.rfind("A subcommand is required", 0) == 0) what = missing_subcommand(app, argc, argv);
+  what = conversion_error(app, what);
   what = std::regex_replace(what, std::regex("[0-9]{16,}(\\.[0-9]+)?"), "max");  // a range's open end
   what = std::regex_replace(what, std::regex("([0-9])\\.0+\\b"), "$1");
   std::cerr << "thx: error: " << what << " (thx --help lists the options)\n";
@@ -155,7 +176,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   int64_t threads = 0;
   app.add_option("--threads", threads, "intra-op CPU threads (0: every core; under torchrun, cores / LOCAL_WORLD_SIZE)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(thx::non_negative_number())
       ->capture_default_str();
   std::string device = "auto";
   app.add_option("--device", device, "cpu | cuda | auto (CUDA when present); a config's train.device overrides it")
