@@ -56,6 +56,7 @@ struct BenchAttentionCommand : Command {
     app->add_option("--batch", opt.batch)->capture_default_str()->check(thx::positive_number());
     app->add_option("--heads", opt.heads, "head counts h (d_k = d_v = d_model / h)")
         ->delimiter(',')
+        ->check(thx::positive_number())
         ->capture_default_str();
     app->add_option("--reps", opt.reps, "timed runs per layer (median)")
         ->capture_default_str()->check(thx::positive_number());
@@ -122,7 +123,7 @@ struct BenchAttentionCommand : Command {
 
   int run() override {
     for (int64_t h : opt.heads)
-      if (h < 1 || opt.d_model % h != 0)
+      if (opt.d_model % h != 0)
         throw InputError(fmt::format("--heads: {} does not divide --d-model {}", h, opt.d_model));
     opt.reference = !no_reference;
     choose_path();

@@ -19,7 +19,7 @@ struct SweepCommand : Command {
     app->add_option("--config", config, "sweep file (configs/paper/, configs/mini/)")
         ->required()->type_name("FILE");
     app->add_option("--jobs", jobs, "runs at once; the cores are shared among them")
-        ->capture_default_str();
+        ->check(thx::positive_number())->capture_default_str();
     app->add_option("--ranks-per-run", ranks_per_run,
                     "data-parallel ranks per run, each run launched under torchrun (its own rendezvous port)")
         ->check(thx::positive_number())->capture_default_str();
