@@ -105,6 +105,18 @@ std::string conversion_error(CLI::App& app, const std::string& what) {
   return fmt::format("{}: {} is invalid: must be {}", m[1].str(), m[2].str(), want);
 }
 
+// CLI::Range's "--x: Value 2 not in range 0.500000 to 1.000000" in the words of thx's own checks:
+// "--x: 2 is invalid: must be in [0.5, 1]" (an open end, printed as a number of 16 or more
+// digits: "must be >= 0"). Other messages are left as they are: a file name may hold "1.0".
+std::string range_error(const std::string& what) {
+  static const std::regex range("^(\\S+): Value (.*) not in range (\\S+) to (\\S+)$");
+  std::smatch m;
+  if (!std::regex_match(what, m, range)) return what;
+  const double lo = std::strtod(m[3].str().c_str(), nullptr), hi = std::strtod(m[4].str().c_str(), nullptr);
+  if (hi >= 1e15) return fmt::format("{}: {} is invalid: must be >= {}", m[1].str(), m[2].str(), lo);
+  return fmt::format("{}: {} is invalid: must be in [{}, {}]", m[1].str(), m[2].str(), lo, hi);
+}
+
 // A parse error as one line in the house format (CLI11 prints two, and a range check's limits
 // in full); exit 2. --help and the like exit as CLI11 says.
 int parse_error(CLI::App& app, const CLI::ParseError& e, int argc, char** argv) {
@@ -113,8 +125,7 @@ int parse_error(CLI::App& app, const CLI::ParseError& e, int argc, char** argv) 
   what = what.substr(0, what.find('\n'));
   if (what.rfind("A subcommand is required", 0) == 0) what = missing_subcommand(app, argc, argv);
   what = conversion_error(app, what);
-  what = std::regex_replace(what, std::regex("[0-9]{16,}(\\.[0-9]+)?"), "max");  // a range's open end
-  what = std::regex_replace(what, std::regex("([0-9])\\.0+\\b"), "$1");
+  what = range_error(what);
   std::cerr << "thx: error: " << what << " (thx --help lists the options)\n";
   return 2;
 }

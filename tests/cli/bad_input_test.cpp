@@ -30,13 +30,15 @@ TEST(BadInput, FlagErrorsAreOneLineInTheHouseFormat) {
   RunResult r = run_thx("--threads -1 costs");
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_EQ(r.out, "thx: error: --threads: -1 is invalid: must be >= 0 (thx --help lists the options)\n");
-  // A count that must be positive, a word and a fraction where a whole number goes: CLI11 said
-  // "Value 0 not in range 0 to max" of the first two and "Could not convert: --n = 1.5".
+  // A count that must be positive, a word and a fraction where a whole number goes, and a range:
+  // CLI11 said "Value 0 not in range 0 to max" of the first two, "Could not convert: --n = 1.5".
   for (const auto& [args, want] : std::vector<std::pair<std::string, std::string>>{
            {"costs --n 0", "--n: 0 is invalid: must be > 0"},
            {"costs --n abc", "--n: abc is invalid: must be a number > 0"},
            {"costs --n 1.5", "--n: 1.5 is invalid: must be a whole number"},
-           {"--threads 2.5 costs", "--threads: 2.5 is invalid: must be a whole number"}}) {
+           {"--threads 2.5 costs", "--threads: 2.5 is invalid: must be a whole number"},
+           {"spm-train --character-coverage 2 --input x --out y",  // CLI::Range: "Value 2 not in range 0.500000 to 1"
+            "--character-coverage: 2 is invalid: must be in [0.5, 1]"}}) {
     r = run_thx(args);
     EXPECT_EQ(r.code, 2) << args << ": " << r.out;
     EXPECT_EQ(r.out, "thx: error: " + want + " (thx --help lists the options)\n") << args;
