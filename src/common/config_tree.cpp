@@ -227,7 +227,11 @@ std::string ConfigTree::origin(const std::string& key) const {
 }
 
 std::string ConfigTree::describe(const ConfigError& e) const {
-  return fmt::format("{}: {}: {}", origin(e.key), e.key, e.what());
+  // A key that no file or --set wrote has no place to name ("defaults: data.prepared: is
+  // required" read as if thx's defaults were at fault); say instead that nothing gave it.
+  const std::string where = origin(e.key);
+  if (where == "defaults") return fmt::format("{}: {} (not set by any --config or --set)", e.key, e.what());
+  return fmt::format("{}: {}: {}", where, e.key, e.what());
 }
 
 }  // namespace thx

@@ -65,7 +65,8 @@ class ConfigTree {
 
   // Where the value at `key` (or its nearest parent) came from; "defaults" if never set.
   std::string origin(const std::string& key) const;
-  // One line for a ConfigError: "<origin>: <key>: <message>".
+  // One line for a ConfigError: "<origin>: <key>: <message>", or for a key nothing set
+  // "<key>: <message> (not set by any --config or --set)".
   std::string describe(const ConfigError& e) const;
 
  private:

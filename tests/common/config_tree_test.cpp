@@ -140,6 +140,11 @@ TEST(ConfigTree, ErrorsNameFileLineKeyAndAllowed) {
   ConfigTree z;
   z.set("inner.a=2.5");
   EXPECT_EQ(error_of(z), "--set inner.a=2.5: inner.a: expected an integer, got '2.5'");
+  // A key nothing set (a required one, or a default another key rules out): no place, and why.
+  ConfigTree none;
+  none.merge_text("name: n\n", "n.yaml");
+  EXPECT_EQ(none.describe(ConfigError("inner.a", "is required")),
+            "inner.a: is required (not set by any --config or --set)");
 }
 
 TEST(ConfigTree, BadFilesAndOverridesAreInputErrors) {
