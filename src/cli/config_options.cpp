@@ -37,8 +37,8 @@ CLI::Validator number_check(bool zero_ok) {
     char* end = nullptr;
     errno = 0;
     const double v = std::strtod(value.c_str(), &end);
-    if (value.empty() || *end != '\0' || errno == ERANGE || !std::isfinite(v))
-      return value + " is invalid: must be a number " + bound;
+    if (value.empty()) return "an empty value is invalid: must be a number " + bound;
+    if (*end != '\0' || errno == ERANGE || !std::isfinite(v)) return value + " is invalid: must be a number " + bound;
     if (zero_ok ? v < 0 : v <= 0) return value + " is invalid: must be " + bound;
     return "";
   };

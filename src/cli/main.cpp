@@ -126,6 +126,9 @@ int parse_error(CLI::App& app, const CLI::ParseError& e, int argc, char** argv) 
   if (what.rfind("A subcommand is required", 0) == 0) what = missing_subcommand(app, argc, argv);
   what = conversion_error(app, what);
   what = range_error(what);
+  // "--n: 1 required INT:POSITIVE missing" (an option given without its value, "--n=").
+  what = std::regex_replace(what, std::regex("^(--\\S+): [0-9]+ required (\\S+) missing$"),
+                            "$1: a value is required ($2)");
   std::cerr << "thx: error: " << what << " (thx --help lists the options)\n";
   return 2;
 }

@@ -36,6 +36,7 @@ TEST(BadInput, FlagErrorsAreOneLineInTheHouseFormat) {
            {"costs --n 0", "--n: 0 is invalid: must be > 0"},
            {"costs --n abc", "--n: abc is invalid: must be a number > 0"},
            {"costs --n 1.5", "--n: 1.5 is invalid: must be a whole number"},
+           {"costs --n=", "--n: a value is required (INT:POSITIVE)"},
            {"--threads 2.5 costs", "--threads: 2.5 is invalid: must be a whole number"},
            {"spm-train --character-coverage 2 --input x --out y",  // CLI::Range: "Value 2 not in range 0.500000 to 1"
             "--character-coverage: 2 is invalid: must be in [0.5, 1]"}}) {
