@@ -98,8 +98,13 @@ struct RowKernels {
     const int64_t m = p.m;
     if (Cl.defined()) k.mix(W, m, J, m, ptr(Cl), p.hk, 1, p.h, p.hk, m, false);
     else if (W != J) std::memcpy(W, J, sizeof(float) * p.h * m);
-    for (int64_t hh = 0; hh < p.h; ++hh) k.softmax(W + hh * m, B.at(bb, hh, i), Mk.at(bb, hh, i), m);
+    softmax_rows(W, bb, i);
     if (Cw.defined()) k.mix(U, m, W, m, ptr(Cw), p.h, 1, p.hv, p.h, m, false);
+  }
+
+  // In place: W [h,m] = softmax(L + bias) with the mask, row by row.
+  void softmax_rows(float* W, int64_t bb, int64_t i) const {
+    for (int64_t hh = 0; hh < p.h; ++hh) k.softmax(W + hh * p.m, B.at(bb, hh, i), Mk.at(bb, hh, i), p.m);
   }
 
   // U [h_v,m] = P_w^T W, for the backward pass.
@@ -412,6 +417,102 @@ struct HeadRows {
   }
 };
 
+// One query row (batch bb, query i) of the bf16 core: its heads' rows in the heads-major bf16
+// tensors (rows n*m apart), through the row kernels in fp32 or, where kernels::amx::pays() for
+// the product's size, on AMX tiles. A tile product takes bf16 factors: P_l and P_w rounded once
+// (packed here), W as stored, dL rounded; it sums in fp32 as the fp32 kernels do.
+struct Bf16Row {
+  const RowProblem& p;
+  const RowKernels& rk;
+  const HeadRows rows{rk.k, p.n, p.m};
+  bool mix_l = false, mix_w = false, gram = false;  // which products run on tiles
+  kernels::amx::Packed Cl, Cw, Pl, Pw;              // P_l^T [h,h_k], P_w^T [h_v,h], P_l [h_k,h], P_w [h,h_v]
+
+  Bf16Row(const RowProblem& p_, const RowKernels& rk_) : p(p_), rk(rk_) {
+    namespace amx = kernels::amx;
+    if (p.P_l.defined() && amx::pays(p.h, p.hk, 0)) {
+      mix_l = true;
+      Cl = amx::pack(ptr(rk.Cl), p.hk, 1, p.h, p.hk), Pl = amx::pack(ptr(rk.Pl), p.h, 1, p.hk, p.h);
+    }
+    if (p.P_w.defined() && amx::pays(p.hv, p.h, 0)) {
+      mix_w = true;
+      Cw = amx::pack(ptr(rk.Cw), p.h, 1, p.hv, p.h), Pw = amx::pack(ptr(rk.Pw), p.hv, 1, p.h, p.hv);
+    }
+    gram = amx::pays(p.h, 0, std::max(p.hk, p.hv));
+  }
+  // Rows for an fp32 output of a tile mixing: whole tiles of 16.
+  static int64_t padded(int64_t heads) { return (heads + 15) / 16 * 16; }
+  int64_t row(int64_t g, int64_t bb, int64_t i) const { return (bb * g * p.n + i) * p.m; }  // head 0's row
+
+  struct Scratch {
+    std::vector<float> Jf, Wf, Uf, dUf, dWf, dLf, dJf;
+    std::vector<uint16_t> dLb;
+    kernels::amx::Scratch tiles;
+    Scratch(const RowProblem& p, bool backward) {
+      const int64_t h16 = padded(std::max({p.hk, p.h, p.hv}));
+      Jf.resize(h16 * p.m), Wf.resize(h16 * p.m);
+      if (!backward) Uf.resize(h16 * p.m);
+      else dUf.resize(h16 * p.m), dWf.resize(h16 * p.m), dLf.resize(h16 * p.m), dJf.resize(h16 * p.m);
+      if (backward) dLb.resize(p.h * p.m);
+    }
+  };
+
+  // J [b,h_k,n,m] -> W [b,h,n,m] and, with P_w, U [b,h_v,n,m], all bf16.
+  void forward(const uint16_t* j, uint16_t* w, uint16_t* u, int64_t bb, int64_t i, Scratch& s) const {
+    const int64_t nm = p.n * p.m;
+    float* W = s.Wf.data();
+    if (mix_l) {
+      kernels::amx::mix(W, p.m, Cl, j + row(p.hk, bb, i), nm, p.m, s.tiles);
+    } else if (p.P_l.defined()) {
+      rows.load(j, p.hk, bb, i, s.Jf.data());
+      rk.k.mix(W, p.m, s.Jf.data(), p.m, ptr(rk.Cl), p.hk, 1, p.h, p.hk, p.m, false);
+    } else {
+      rows.load(j, p.hk, bb, i, W);
+    }
+    rk.softmax_rows(W, bb, i);
+    rows.store(W, w, p.h, bb, i);
+    if (!p.P_w.defined()) return;
+    if (mix_w) return kernels::amx::mix_bf16(u + row(p.hv, bb, i), nm, Cw, w + row(p.h, bb, i), nm, p.m, s.tiles);
+    rk.weights_to_values(W, s.Uf.data());
+    rows.store(s.Uf.data(), u, p.hv, bb, i);
+  }
+
+  // dU, W (and J with P_l) -> dJ, all bf16 [b,heads,n,m]; adds to gl, gw and the bias gradient.
+  template <class BiasRow>
+  void backward(const uint16_t* du, const uint16_t* w, const uint16_t* j, uint16_t* dj, float* gl, float* gw,
+                BiasRow&& bias_row, int64_t bb, int64_t i, Scratch& s) const {
+    namespace amx = kernels::amx;
+    const int64_t nm = p.n * p.m, m = p.m, h = p.h;
+    float *W = s.Wf.data(), *dU = s.dUf.data();
+    rows.load(w, h, bb, i, W);
+    if (!p.P_w.defined() || !mix_w || !gram) rows.load(du, p.hv, bb, i, dU);  // dU in fp32 where used
+    const float* dW = dU;  // dW = P_w dU, dP_w += W dU^T
+    if (p.P_w.defined()) {
+      if (mix_w) amx::mix(s.dWf.data(), m, Pw, du + row(p.hv, bb, i), nm, m, s.tiles);
+      else rk.k.mix(s.dWf.data(), m, dU, m, ptr(rk.Pw), p.hv, 1, h, p.hv, m, false);
+      if (gram) amx::gram(gw, w + row(h, bb, i), nm, h, du + row(p.hv, bb, i), nm, p.hv, m, s.tiles);
+      else rk.k.gram(gw, W, m, h, dU, m, p.hv, m);
+      dW = s.dWf.data();
+    }
+    float* dL = s.dLf.data();
+    for (int64_t hh = 0; hh < h; ++hh)
+      rk.k.softmax_backward(dL + hh * m, W + hh * m, dW + hh * m, rk.Mk.at(bb, hh, i), m);
+    for (int64_t hh = 0; hh < h; ++hh)
+      if (float* d = bias_row(bb, hh, i)) {
+        const float* r = dL + hh * m;
+        for (int64_t x = 0; x < m; ++x) d[x] += r[x];
+      }
+    if (!p.P_l.defined()) return rows.store(dL, dj, p.hk, bb, i);
+    uint16_t* dLb = s.dLb.data();
+    if (gram || mix_l) rk.k.float_to_bf16(dL, dLb, h * m);  // the tiles' factor: dL rounded
+    if (gram) amx::gram(gl, j + row(p.hk, bb, i), nm, p.hk, dLb, m, h, m, s.tiles);
+    else rows.load(j, p.hk, bb, i, s.Jf.data()), rk.k.gram(gl, s.Jf.data(), m, p.hk, dL, m, h, m);
+    if (mix_l) return amx::mix_bf16(dj + row(p.hk, bb, i), nm, Pl, dLb, m, m, s.tiles);
+    rk.k.mix(s.dJf.data(), m, dL, m, ptr(rk.Pl), h, 1, p.hk, h, m, false);
+    rows.store(s.dJf.data(), dj, p.hk, bb, i);
+  }
+};
+
 struct AttentionCoreBf16Fn : torch::autograd::Function<AttentionCoreBf16Fn> {
   static Tensor forward(AutogradContext* ctx, const Tensor& Q, const Tensor& K, const Tensor& V,
                         const Tensor& P_l_in, const Tensor& P_w_in, const Tensor& bias_in,
@@ -420,7 +521,7 @@ struct AttentionCoreBf16Fn : torch::autograd::Function<AttentionCoreBf16Fn> {
     const CoreShapes s(Q, K, V);
     const RowProblem p(s.b, s.n, s.m, s.hk, P_l, P_w, present(bias_in), present(mask_in));
     const RowKernels rk(p);
-    const HeadRows rows{rk.k, s.n, s.m};
+    const Bf16Row br(p, rk);
     const Tensor J = torch::matmul(Q.transpose(1, 2), K.permute({0, 2, 3, 1})).contiguous();  // [b,h_k,n,m]
     Tensor W = torch::empty({s.b, p.h, s.n, s.m}, Q.options());                              // [b,h,n,m]
     Tensor U = P_w.defined() ? torch::empty({s.b, s.hv, s.n, s.m}, Q.options()) : W;         // [b,h_v,n,m]
@@ -430,14 +531,8 @@ struct AttentionCoreBf16Fn : torch::autograd::Function<AttentionCoreBf16Fn> {
     // across the batch; split across threads as one list, so that one query (decoding) still
     // spreads over the batch.
     thx::parallel_for(0, s.n * s.b, 1, [&](int64_t r0, int64_t r1) {
-      std::vector<float> Jf(s.hk * s.m), Wf(p.h * s.m), Uf(P_w.defined() ? s.hv * s.m : 0);
-      for (int64_t r = r0; r < r1; ++r) {
-        const int64_t i = r / s.b, bb = r % s.b;
-        rows.load(j, s.hk, bb, i, Jf.data());
-        rk.forward(Jf.data(), Wf.data(), P_w.defined() ? Uf.data() : Wf.data(), bb, i);
-        rows.store(Wf.data(), w, p.h, bb, i);
-        if (P_w.defined()) rows.store(Uf.data(), u, s.hv, bb, i);
-      }
+      Bf16Row::Scratch scratch(p, false);
+      for (int64_t r = r0; r < r1; ++r) br.forward(j, w, u, r % s.b, r / s.b, scratch);
     });
     const Tensor O = torch::matmul(U, V.transpose(1, 2));  // [b,h_v,n,d_v]
     save_core(ctx, Q, K, V, W, U, P_l, P_w, p.mask, present(bias_in));
@@ -450,7 +545,7 @@ struct AttentionCoreBf16Fn : torch::autograd::Function<AttentionCoreBf16Fn> {
     const CoreShapes& s = sv.s;
     const RowProblem& p = sv.p;
     const RowKernels rk(p);
-    const HeadRows rows{rk.k, s.n, s.m};
+    const Bf16Row br(p, rk);
     const int threads = at::get_num_threads();
     const Tensor dO = grads[0].to(torch::kBFloat16).transpose(1, 2);            // [b,h_v,n,d_v]
     const Tensor Qh = Q.transpose(1, 2), Kh = K.transpose(1, 2);               // [b,h_k,n|m,d_k]
@@ -465,20 +560,13 @@ struct AttentionCoreBf16Fn : torch::autograd::Function<AttentionCoreBf16Fn> {
     uint16_t* dj = bf16_bits_mut(dJ);
     thx::parallel_for(0, s.n, 1, [&](int64_t i0, int64_t i1) {
       const int t = at::get_thread_num();
-      std::vector<float> dUf(s.hv * s.m), Wf(p.h * s.m), Jf(j ? s.hk * s.m : 0), dJf(s.hk * s.m);
-      std::vector<float> dWbuf(p.h * s.m), dLbuf(p.h * s.m);
+      Bf16Row::Scratch scratch(p, true);
       float* gl = P_l.defined() ? gPl[t].data_ptr<float>() : nullptr;
       float* gw = P_w.defined() ? gPw[t].data_ptr<float>() : nullptr;
       auto bias_row = bias.row_fn(t);
       for (int64_t i = i0; i < i1; ++i)
-        for (int64_t bb = 0; bb < s.b; ++bb) {  // the batch innermost: row i's bias gradient in cache
-          rows.load(du, s.hv, bb, i, dUf.data());
-          rows.load(w, p.h, bb, i, Wf.data());
-          if (j) rows.load(j, s.hk, bb, i, Jf.data());
-          rk.backward(dUf.data(), Wf.data(), j ? Jf.data() : nullptr, dJf.data(), dWbuf.data(), dLbuf.data(), gl,
-                      gw, bias_row, bb, i);
-          rows.store(dJf.data(), dj, s.hk, bb, i);
-        }
+        for (int64_t bb = 0; bb < s.b; ++bb)  // the batch innermost: row i's bias gradient in cache
+          br.backward(du, w, j, dj, gl, gw, bias_row, bb, i, scratch);
     });
     const Tensor dQ = torch::matmul(dJ, Kh);                  // [b,h_k,n,d_k]
     const Tensor dK = torch::matmul(dJ.transpose(2, 3), Qh);  // [b,h_k,m,d_k]

@@ -19,9 +19,11 @@
 // oneDNN bf16 matmuls on heads-major tensors, and the same row kernels run on fp32 copies of
 // each query row (fused.cpp, "attention_core in bf16"); the result is bf16. heads_softmax
 // takes a bf16 J through the fp32 kernels and rounds its result once. P_l, P_w and the bias
-// stay fp32, and so do the mixings, by measurement: they cost 5-19% more than their multiplies
-// in one bf16 layer, and a whole bf16 base step of talking-heads takes 1.02x / 1.17x / 1.45x
-// multi-head's at h = 12 / 24 / 48, below the paper's TPU ratios (docs/benchmarks.md).
+// stay fp32 parameters. The head mixings and grams run in fp32 on AVX-512 or AVX2, except on
+// CPUs with AMX-BF16 (Sapphire and Emerald Rapids) at 24 or more heads: there they are tile
+// products of bf16 factors with fp32 sums (kernels.h, amx), P_l and P_w rounded once per
+// call, the stored W into U, and dL into dJ and dP_l rounded; about 1.5x faster at 48 heads
+// in one bf16 layer (docs/benchmarks.md). tests/attention/bf16_test.cpp bounds both.
 //
 // Both fall back to an ATen composition of the same math (the *_reference functions: the
 // products in their operands' dtype, logits to weights in fp32) for what the fused code does
@@ -57,7 +59,7 @@ torch::Tensor heads_softmax_reference(const torch::Tensor& J, const torch::Tenso
                                       const torch::Tensor& P_w, const torch::Tensor& bias,
                                       const torch::Tensor& mask);
 
-// fused.cpp's CPU cores alone (fp32 or bf16 Q, K, V on the CPU, fp32 mixings and bias, a bias
+// fused.cpp's CPU cores alone (fp32 or bf16 Q, K, V on the CPU, fp32 projections and bias, a bias
 // and mask readable row by row, the fused code enabled); undefined where they do not take the
 // call. attention_core (core_paths.cpp) routes through it.
 torch::Tensor cpu_attention_core(const torch::Tensor& Q, const torch::Tensor& K, const torch::Tensor& V,

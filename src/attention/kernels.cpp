@@ -1,6 +1,7 @@
 #include "attention/kernels.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -118,5 +119,39 @@ const Ops& best_ops() {
   }();
   return *best;
 }
+
+namespace amx {
+namespace {
+std::atomic<int> g_use{-1};  // -1: as THX_KERNELS says; else a Use set by set_use
+// Where the tiles paid in one bf16 attention layer (d_model 768, n = m = 512, batch 4, T5's
+// bias; docs/benchmarks.md, 2026-11-30, Emerald Rapids): at 24 and 48 heads, both the mixings
+// and the grams; at 12 heads neither (a 12-head mixing fills 12 of a tile's 32 k and 12 of its
+// 16 rows, and was 5-10% slower in the layer than the fp32 kernels).
+constexpr int64_t kMixMinimum = 24;        // heads in and out
+constexpr int64_t kGramMinimum = 24 * 24;  // heads x heads
+}  // namespace
+
+Use use() {
+  static const Use by_env = [] {
+    const char* want = std::getenv("THX_KERNELS");
+    return !want || !*want || std::string(want) == "amx" ? Use::where_it_pays : Use::off;
+  }();
+  if (!cpu_has_amx()) return Use::off;
+  const int u = g_use.load();
+  return u < 0 ? by_env : Use(u);
+}
+
+void set_use(Use u) { g_use.store(int(u)); }
+
+bool pays(int64_t O, int64_t I, int64_t NB) {
+  switch (use()) {
+    case Use::off: return false;
+    case Use::always: return true;
+    case Use::where_it_pays: break;
+  }
+  if (I == 0) return O * NB >= kGramMinimum;
+  return I >= kMixMinimum && O >= kMixMinimum;
+}
+}  // namespace amx
 
 }  // namespace thx::kernels

@@ -41,9 +41,51 @@ const Ops* avx2_ops();    // null when this build has no AVX2 kernels
 const Ops* avx512_ops();  // null when this build has no AVX-512 kernels
 // AVX-512 (F, BW, VL) when the CPU supports it, else AVX2+FMA, else the portable loops. The
 // environment variable THX_KERNELS (generic | avx2 | avx512) picks one of those the CPU can
-// run instead (to compare them on one machine); it is read once.
+// run instead (to compare them on one machine); it is read once. THX_KERNELS=amx is the
+// default where the CPU has AMX: AVX-512 plus the tiles below.
 const Ops& best_ops();
 // Every build this CPU can run, the portable loops first (tests compare them).
 std::vector<const Ops*> available_ops();
+
+// AMX-BF16 tile products (kernels_amx.cpp) for the bf16 core's head mixings and grams: bf16
+// factors, fp32 sums, about three times the AVX-512 fp32 kernels' rate on a Sapphire or Emerald
+// Rapids core. A factor given in fp32 (the projections) is rounded to bf16 once, by pack().
+namespace amx {
+// The CPU has AMX-BF16 and AVX-512 F/BW/VL, the OS keeps the tile state, and Linux granted this
+// process the tile data. Checked once. (Valgrind's CPU reports no AMX.)
+bool cpu_has_amx();
+// Where the bf16 core uses the tiles. `where_it_pays`: for the products whose sizes measured
+// faster than the AVX-512 fp32 kernels (pays()); the default where cpu_has_amx(), unless
+// THX_KERNELS names another build than "amx" (read once). Tests set `always` (every size) and
+// `off`.
+enum class Use { off, where_it_pays, always };
+Use use();
+void set_use(Use u);
+// Whether a product of this size runs on tiles: a mixing [O x I] . [I x len] or a gram
+// [NA x len] . [len x NB] (I = 0).
+bool pays(int64_t O, int64_t I, int64_t NB);
+
+struct Packed {  // a left factor [rows x cols] in bf16, as 16 x 32 tiles
+  std::vector<uint16_t> tiles;
+  int64_t rows = 0, cols = 0, row_tiles = 0, k_tiles = 0;
+};
+struct Scratch {  // packed right (and gram left) factors, reused from call to call
+  std::vector<uint16_t> a, b;
+};
+// mix and gram run tile instructions: call them only where cpu_has_amx() returned true (the
+// first call asks Linux for the tile data; without it the first tile instruction is SIGILL).
+// A[o, i] = bf16(C[o*c_o + i*c_i]), rounded to nearest even, o < O, i < I.
+Packed pack(const float* C, int64_t c_o, int64_t c_i, int64_t O, int64_t I);
+// out[o*out_stride + j] = sum_i A[o, i] * X[i*x_stride + j], o < A.rows, i < A.cols, j < len;
+// X in bf16 bits. out has rows up to A.row_tiles * 16: those past A.rows are set to 0.
+void mix(float* out, int64_t out_stride, const Packed& A, const uint16_t* X, int64_t x_stride, int64_t len,
+         Scratch& s);
+// The same, out in bf16 (rounded to nearest even, as c10::BFloat16), rows o < A.rows only.
+void mix_bf16(uint16_t* out, int64_t out_stride, const Packed& A, const uint16_t* X, int64_t x_stride, int64_t len,
+              Scratch& s);
+// G[a*NB + c] += sum_j A[a*a_stride + j] * B[c*b_stride + j], a < NA, c < NB; A, B bf16 bits.
+void gram(float* G, const uint16_t* A, int64_t a_stride, int64_t NA, const uint16_t* B, int64_t b_stride, int64_t NB,
+          int64_t len, Scratch& s);
+}  // namespace amx
 
 }  // namespace thx::kernels

@@ -13,6 +13,7 @@
 #include "attention/cuda/th_fused.h"
 #include "attention/factory.h"
 #include "attention/fused.h"
+#include "attention/kernels.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "common/precision.h"
@@ -334,6 +335,16 @@ std::function<void(const AttentionDims&, int64_t)>& bench_attention_inputs_hook(
   return hook;
 }
 
+namespace {
+// Where the bf16 core's head products ran on the CPU: AMX tiles (kernels.h) or fp32 kernels.
+std::string cpu_tiles_note(const std::vector<std::string>& precisions) {
+  namespace amx = kernels::amx;
+  if (std::find(precisions.begin(), precisions.end(), "bf16") == precisions.end() || !amx::cpu_has_amx()) return "";
+  if (amx::use() == amx::Use::off) return " (AMX tiles off: THX_KERNELS; the bf16 head products in fp32)";
+  return " (bf16 head mixings and grams on AMX tiles at 24 or more heads)";
+}
+}  // namespace
+
 std::string bench_attention(const BenchAttentionOptions& options) {
   auto log = thx::log("bench");
   BenchAttentionOptions opt = options;  // its own path, else `thx --th-path`'s
@@ -353,7 +364,7 @@ std::string bench_attention(const BenchAttentionOptions& options) {
             opt.batch, opt.bias ? ", T5's relative position bias" : "", torch::get_num_threads(), opt.reps);
   const std::vector<std::string> precisions = bench_precisions(opt.precision, "--precision", opt.device);
   const bool gpu = opt.device.is_cuda();
-  const std::string th_path = !gpu           ? "the CPU cores"
+  const std::string th_path = !gpu           ? "the CPU cores" + cpu_tiles_note(precisions)
                               : opt.batched ? "the batched ATen composition"
                               : folded ? folded_path_description()
                               : gemm ? heads_gemm_path_description()

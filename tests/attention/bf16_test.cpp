@@ -12,6 +12,8 @@
 //   float64 values, so the two paths are compared through them.
 // - The check can fail: the same bound rejects a planted variant whose logits are rounded to
 //   bf16 before the softmax (a softmax "silently in bf16").
+// - On CPUs with AMX-BF16, the same with every head product on tiles (kernels.h, amx): bf16
+//   factors (P_l, P_w, the stored W, dL rounded), the bound derived again for them.
 #include <gtest/gtest.h>
 
 #include <c10/util/BFloat16.h>
@@ -106,11 +108,15 @@ struct CoreBounds {
   Bounded O, dQ, dK, dV, dPl, dPw, dbias;
 };
 
-CoreBounds bounds_of(const Bf16Case& c, const CoreInputs& in) {
+// tiles: the head products on AMX tiles (kernels::amx), whose factors are bf16: P_l and P_w
+// rounded once, the stored W (forward, into U) and dL rounded (backward, into dJ and dP_l).
+CoreBounds bounds_of(const Bf16Case& c, const CoreInputs& in, bool tiles = false) {
   const Bounded Q = exact(in.Q), K = exact(in.K), V = exact(in.V), G = exact(in.G);
+  const Bounded Pl = c.P_l ? (tiles ? round_bf16(exact(in.Pl)) : exact(in.Pl)) : Bounded{};
+  const Bounded Pw = c.P_w ? (tiles ? round_bf16(exact(in.Pw)) : exact(in.Pw)) : Bounded{};
   // Forward. J = Q K^T: fp32 over d_k, rounded.
   const Bounded J = round_bf16(product("bnkd,bmkd->bknm", Q, K, c.dk));
-  Bounded L = c.P_l ? product("bknm,kh->bhnm", J, exact(in.Pl), c.hk) : J;  // fp32 mixing
+  Bounded L = c.P_l ? product("bknm,kh->bhnm", J, Pl, c.hk) : J;  // fp32 sums
   if (c.bias) {
     const Tensor bias = in.bias.to(torch::kFloat64);
     L.e = L.e + kFp32U * (L.x.abs() + bias.abs() + L.e);  // one fp32 addition
@@ -127,19 +133,20 @@ CoreBounds bounds_of(const Bf16Case& c, const CoreInputs& in) {
   const Tensor E = std::get<0>(L.e.max(-1, true));
   W.e = W.x * (torch::exp(L.e + E) - 1) + gamma32(double(c.m) + 16) * W.x;
   const Bounded Wb = round_bf16(W);  // as stored for backward (and as U without P_w)
-  const Bounded U = c.P_w ? round_bf16(product("bhnm,hv->bvnm", W, exact(in.Pw), c.h)) : Wb;
+  const Bounded U = c.P_w ? round_bf16(product("bhnm,hv->bvnm", tiles ? Wb : W, Pw, c.h)) : Wb;
   CoreBounds r;
   r.O = round_bf16(product("bvnm,bmvd->bnvd", U, V, c.m));
   // Backward.
   const Bounded dU = round_bf16(product("bnvd,bmvd->bvnm", G, V, c.dv));
   r.dV = round_bf16(product("bvnm,bnvd->bmvd", U, G, c.n));
-  const Bounded dW = c.P_w ? product("bvnm,hv->bhnm", dU, exact(in.Pw), c.hv) : dU;
+  const Bounded dW = c.P_w ? product("bvnm,hv->bhnm", dU, Pw, c.hv) : dU;
   if (c.P_w) r.dPw = product("bhnm,bvnm->hv", Wb, dU, double(c.b * c.n * c.m));
   const Bounded s = product("bhnm,bhnm->bhn", Wb, dW, c.m);  // sum_m W dW
   const Bounded dL = softmax_backward(Wb, dW, {s.x.unsqueeze(-1), s.e.unsqueeze(-1)}, keep);
   if (c.bias) r.dbias = {dL.x.sum(0, true), dL.e.sum(0, true) + gamma32(double(c.b)) * dL.x.abs().sum(0, true)};
-  if (c.P_l) r.dPl = product("bknm,bhnm->kh", J, dL, double(c.b * c.n * c.m));
-  const Bounded dJ = c.P_l ? round_bf16(product("bhnm,kh->bknm", dL, exact(in.Pl), c.h)) : round_bf16(dL);
+  const Bounded dLt = tiles ? round_bf16(dL) : dL;  // the factor of dP_l and dJ
+  if (c.P_l) r.dPl = product("bknm,bhnm->kh", J, dLt, double(c.b * c.n * c.m));
+  const Bounded dJ = c.P_l ? round_bf16(product("bhnm,kh->bknm", dLt, Pl, c.h)) : round_bf16(dL);
   r.dQ = round_bf16(product("bknm,bmkd->bnkd", dJ, K, c.m));
   r.dK = round_bf16(product("bknm,bnkd->bmkd", dJ, Q, c.n));
   return r;
@@ -162,9 +169,9 @@ std::map<std::string, Tensor> run_core(const CoreInputs& in, torch::ScalarType d
   return r;
 }
 
-void check_bf16_core(const Bf16Case& c) {
+void check_bf16_core(const Bf16Case& c, bool tiles = false) {
   const CoreInputs in = inputs_of(c, 31);
-  const CoreBounds B = bounds_of(c, in);
+  const CoreBounds B = bounds_of(c, in, tiles);
   std::string node;
   const auto bf = run_core(in, torch::kBFloat16, &node);
   const auto fp = run_core(in, torch::kFloat32);
@@ -183,15 +190,43 @@ void check_bf16_core(const Bf16Case& c) {
   }
 }
 
-TEST(Bf16Core, OutputAndGradientsWithinTheDerivedBound) {
+// The AMX tiles' use, set for one test and restored.
+struct TilesUse {
+  kernels::amx::Use before = kernels::amx::use();
+  explicit TilesUse(kernels::amx::Use u) { kernels::amx::set_use(u); }
+  ~TilesUse() { kernels::amx::set_use(before); }
+};
+
+void check_every_variant(bool tiles) {
   // n = 29 and m = 37: ragged against every block and vector width.
   for (bool pl : {false, true})
     for (bool pw : {false, true}) {
       const int64_t hk = 4, h = pl ? 5 : 4, hv = pw ? 3 : h;
-      check_bf16_core({2, 29, 37, hk, h, hv, 8, 6, pl, pw, true, true});
-      check_bf16_core({2, 29, 37, hk, h, hv, 8, 6, pl, pw, false, false});
+      check_bf16_core({2, 29, 37, hk, h, hv, 8, 6, pl, pw, true, true}, tiles);
+      check_bf16_core({2, 29, 37, hk, h, hv, 8, 6, pl, pw, false, false}, tiles);
     }
-  check_bf16_core({3, 1, 17, 4, 4, 4, 16, 16, true, true, true, false});  // one query row (decoding)
+  check_bf16_core({3, 1, 17, 4, 4, 4, 16, 16, true, true, true, false}, tiles);  // one query row (decoding)
+  check_bf16_core({2, 5, 40, 20, 36, 18, 8, 8, true, true, true, true}, tiles);   // more than a tile of heads
+}
+
+TEST(Bf16Core, OutputAndGradientsWithinTheDerivedBound) {
+  const TilesUse fp32(kernels::amx::Use::off);
+  check_every_variant(false);
+}
+
+// Every head product on AMX tiles (where the CPU has them), at every size: within the bound
+// derived for bf16 factors. And the tiles did run: their results differ from the fp32 mixings'.
+TEST(Bf16Core, OnAmxTilesWithinTheirDerivedBound) {
+  if (!kernels::amx::cpu_has_amx()) GTEST_SKIP() << "this CPU has no AMX-BF16: the head products run in fp32 here";
+  const TilesUse tiles(kernels::amx::Use::always);
+  check_every_variant(true);
+  const Bf16Case c{2, 29, 37, 4, 5, 3, 8, 6, true, true, true, true};
+  const CoreInputs in = inputs_of(c, 31);
+  const auto on_tiles = run_core(in, torch::kBFloat16);
+  kernels::amx::set_use(kernels::amx::Use::off);
+  const auto in_fp32 = run_core(in, torch::kBFloat16);
+  for (const char* name : {"O", "dQ", "dP_l", "dP_w"})
+    EXPECT_FALSE(torch::equal(on_tiles.at(name), in_fp32.at(name))) << name << ": the tiles did not run";
 }
 
 // A bias shared by the batch ([1,h,n,m], T5's and BERT's relative bias) at two threads. The bf16
@@ -214,6 +249,16 @@ TEST(Bf16Core, ASharedBiasGradientIsExactAndRepeatsAtAnyThreadCount) {
   at::set_num_threads(before);
 }
 
+// The planted path: the same products, the logits rounded to bf16 before the softmax.
+Tensor planted_bf16_softmax(const CoreInputs& in) {
+  const Tensor Q = in.Q.to(torch::kBFloat16), K = in.K.to(torch::kBFloat16), V = in.V.to(torch::kBFloat16);
+  const Tensor J = torch::matmul(Q.transpose(1, 2), K.permute({0, 2, 3, 1})).to(torch::kFloat32);
+  Tensor L = torch::einsum("bknm,kh->bhnm", {J, in.Pl});
+  L = (L + in.bias).masked_fill(in.mask.logical_not(), -1e9).to(torch::kBFloat16).to(torch::kFloat32);
+  const Tensor U = torch::einsum("bhnm,hv->bvnm", {torch::softmax(L, -1), in.Pw}).to(torch::kBFloat16);
+  return torch::matmul(U, V.transpose(1, 2)).transpose(1, 2);
+}
+
 TEST(Bf16Core, PlantedBf16SoftmaxExceedsTheBound) {
   // Large position biases, small dot products: rounding the logits to bf16 (a softmax run in
   // bf16) moves the weights by ~u |L| ~ 2%, far outside what the real path may err.
@@ -221,13 +266,21 @@ TEST(Bf16Core, PlantedBf16SoftmaxExceedsTheBound) {
   const CoreInputs in = inputs_of(c, 32);
   const CoreBounds B = bounds_of(c, in);
   EXPECT_TRUE(within(run_core(in, torch::kBFloat16).at("O"), B.O)) << "the real path";
-  // The planted path: the same products, the logits rounded to bf16 before the softmax.
-  const Tensor Q = in.Q.to(torch::kBFloat16), K = in.K.to(torch::kBFloat16), V = in.V.to(torch::kBFloat16);
-  Tensor L = torch::einsum("bknm,kh->bhnm", {torch::matmul(Q.transpose(1, 2), K.permute({0, 2, 3, 1})).to(torch::kFloat32), in.Pl});
-  L = (L + in.bias).masked_fill(in.mask.logical_not(), -1e9).to(torch::kBFloat16).to(torch::kFloat32);
-  const Tensor U = torch::einsum("bhnm,hv->bvnm", {torch::softmax(L, -1), in.Pw}).to(torch::kBFloat16);
-  const Tensor O = torch::matmul(U, V.transpose(1, 2)).transpose(1, 2);
+  const Tensor O = planted_bf16_softmax(in);
   EXPECT_FALSE(within(O, B.O)) << "a softmax over bf16 logits must exceed the bound";
+}
+
+TEST(Bf16Core, PlantedBf16SoftmaxExceedsTheTilesBound) {
+  // The AMX tiles' bound is about twice as wide (twice the roundings of the head products): at
+  // the same biases the planted error is within it (0.98 of it, tried). It grows with the
+  // logits, the bound does not: at twice the biases it is outside.
+  if (!kernels::amx::cpu_has_amx()) GTEST_SKIP() << "this CPU has no AMX-BF16: the head products run in fp32 here";
+  const TilesUse tiles(kernels::amx::Use::always);
+  const Bf16Case c{2, 29, 37, 4, 5, 3, 8, 6, true, true, true, true, 0.3, 12.0};
+  const CoreInputs in = inputs_of(c, 32);
+  const CoreBounds B = bounds_of(c, in, true);
+  EXPECT_TRUE(within(run_core(in, torch::kBFloat16).at("O"), B.O)) << "the real path";
+  EXPECT_FALSE(within(planted_bf16_softmax(in), B.O)) << "a softmax over bf16 logits must exceed the bound";
 }
 
 TEST(Bf16Core, HeadsSoftmaxRoundsOnceFromFp32) {
