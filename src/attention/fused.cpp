@@ -440,8 +440,6 @@ struct Bf16Row {
     }
     gram = amx::pays(p.h, 0, std::max(p.hk, p.hv));
   }
-  // Rows for an fp32 output of a tile mixing: whole tiles of 16.
-  static int64_t padded(int64_t heads) { return (heads + 15) / 16 * 16; }
   int64_t row(int64_t g, int64_t bb, int64_t i) const { return (bb * g * p.n + i) * p.m; }  // head 0's row
 
   struct Scratch {
@@ -449,10 +447,10 @@ struct Bf16Row {
     std::vector<uint16_t> dLb;
     kernels::amx::Scratch tiles;
     Scratch(const RowProblem& p, bool backward) {
-      const int64_t h16 = padded(std::max({p.hk, p.h, p.hv}));
-      Jf.resize(h16 * p.m), Wf.resize(h16 * p.m);
-      if (!backward) Uf.resize(h16 * p.m);
-      else dUf.resize(h16 * p.m), dWf.resize(h16 * p.m), dLf.resize(h16 * p.m), dJf.resize(h16 * p.m);
+      const int64_t rows = std::max({p.hk, p.h, p.hv}) * p.m;
+      Jf.resize(rows), Wf.resize(rows);
+      if (!backward) Uf.resize(rows);
+      else dUf.resize(rows), dWf.resize(rows), dLf.resize(rows), dJf.resize(rows);
       if (backward) dLb.resize(p.h * p.m);
     }
   };

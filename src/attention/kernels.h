@@ -77,10 +77,10 @@ struct Scratch {  // packed right (and gram left) factors, reused from call to c
 // A[o, i] = bf16(C[o*c_o + i*c_i]), rounded to nearest even, o < O, i < I.
 Packed pack(const float* C, int64_t c_o, int64_t c_i, int64_t O, int64_t I);
 // out[o*out_stride + j] = sum_i A[o, i] * X[i*x_stride + j], o < A.rows, i < A.cols, j < len;
-// X in bf16 bits. out has rows up to A.row_tiles * 16: those past A.rows are set to 0.
+// X in bf16 bits.
 void mix(float* out, int64_t out_stride, const Packed& A, const uint16_t* X, int64_t x_stride, int64_t len,
          Scratch& s);
-// The same, out in bf16 (rounded to nearest even, as c10::BFloat16), rows o < A.rows only.
+// The same, out in bf16 (rounded to nearest even, as c10::BFloat16).
 void mix_bf16(uint16_t* out, int64_t out_stride, const Packed& A, const uint16_t* X, int64_t x_stride, int64_t len,
               Scratch& s);
 // G[a*NB + c] += sum_j A[a*a_stride + j] * B[c*b_stride + j], a < NA, c < NB; A, B bf16 bits.

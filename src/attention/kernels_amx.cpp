@@ -237,8 +237,9 @@ void mix_tiles(const Packed& A, const uint16_t* X, int64_t x_stride, int64_t len
 void mix(float* out, int64_t out_stride, const Packed& A, const uint16_t* X, int64_t x_stride, int64_t len,
          Scratch& s) {
   mix_tiles(A, X, x_stride, len, s, [&](int64_t rt, int64_t ct, const float* C) {
+    const int64_t rows = std::min<int64_t>(16, A.rows - rt * 16);
     const __mmask16 m = lanes16(len - ct * 16);
-    for (int64_t r = 0; r < 16; ++r)
+    for (int64_t r = 0; r < rows; ++r)
       _mm512_mask_storeu_ps(out + (rt * 16 + r) * out_stride + ct * 16, m, _mm512_load_ps(C + r * 16));
   });
 }
