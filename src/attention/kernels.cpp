@@ -120,15 +120,30 @@ const Ops& best_ops() {
   return *best;
 }
 
+std::string kernels_env_error() {
+  const char* want = std::getenv("THX_KERNELS");
+  if (!want || !*want) return "";
+  std::string allowed;
+  for (const Ops* o : available_ops()) {
+    if (o->name == std::string(want)) return "";
+    allowed += (allowed.empty() ? "" : ", ") + std::string(o->name);
+  }
+  if (amx::cpu_has_amx()) {
+    if (std::string(want) == "amx") return "";
+    allowed += ", amx";
+  }
+  return "THX_KERNELS=" + std::string(want) + ": not a build of thx's CPU kernels that this CPU runs; allowed here: " +
+         allowed;
+}
+
 namespace amx {
 namespace {
 std::atomic<int> g_use{-1};  // -1: as THX_KERNELS says; else a Use set by set_use
-// Where the tiles paid in one bf16 attention layer (d_model 768, n = m = 512, batch 4, T5's
-// bias; docs/benchmarks.md, 2026-11-30, Emerald Rapids): at 24 and 48 heads, both the mixings
-// and the grams; at 12 heads neither (a 12-head mixing fills 12 of a tile's 32 k and 12 of its
-// 16 rows: on tiles the layer's TH/MH was 1.24-1.29, against 1.21-1.26 on the fp32 kernels).
-constexpr int64_t kMixMinimum = 24;        // heads in and out
-constexpr int64_t kGramMinimum = 24 * 24;  // heads x heads
+// kMinHeads (kernels.h): where the tiles paid in one bf16 attention layer (d_model 768,
+// n = m = 512, batch 4, T5's bias; docs/benchmarks.md, 2026-11-30, Emerald Rapids): at 24 and 48
+// heads, both the mixings and the grams; at 12 heads neither (a 12-head mixing fills 12 of a
+// tile's 32 k and 12 of its 16 rows: on tiles the layer's TH/MH was 1.24-1.29, against
+// 1.21-1.26 on the fp32 kernels).
 }  // namespace
 
 Use use() {
@@ -149,8 +164,8 @@ bool pays(int64_t O, int64_t I, int64_t NB) {
     case Use::always: return true;
     case Use::where_it_pays: break;
   }
-  if (I == 0) return O * NB >= kGramMinimum;
-  return I >= kMixMinimum && O >= kMixMinimum;
+  if (I == 0) return O * NB >= kMinHeads * kMinHeads;
+  return I >= kMinHeads && O >= kMinHeads;
 }
 }  // namespace amx
 

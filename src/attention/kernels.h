@@ -7,6 +7,7 @@
 // No torch here, so the SIMD files compile without the torch precompiled header.
 #pragma once
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace thx::kernels {
@@ -46,11 +47,18 @@ const Ops* avx512_ops();  // null when this build has no AVX-512 kernels
 const Ops& best_ops();
 // Every build this CPU can run, the portable loops first (tests compare them).
 std::vector<const Ops*> available_ops();
+// What is wrong with THX_KERNELS, in one line, or "" when it is unset or names a build this CPU
+// runs (amx where amx::cpu_has_amx()). thx refuses a bad value before any work (cli/main.cpp);
+// best_ops() alone would fall back to the best build.
+std::string kernels_env_error();
 
 // AMX-BF16 tile products (kernels_amx.cpp) for the bf16 core's head mixings and grams: bf16
-// factors, fp32 sums, about three times the AVX-512 fp32 kernels' rate on a Sapphire or Emerald
-// Rapids core. A factor given in fp32 (the projections) is rounded to bf16 once, by pack().
+// factors, fp32 sums. At 48 heads, on one Emerald Rapids core, packing included: a mixing at
+// about twice the AVX-512 fp32 kernels' rate, a gram at about four times; at 12 heads slower
+// (docs/benchmarks.md). A factor given in fp32 (the projections) is rounded to bf16 once, by pack().
 namespace amx {
+// The fewest heads (in and out of a mixing, each side of a gram) at which pays() takes the tiles.
+constexpr int64_t kMinHeads = 24;
 // The CPU has AMX-BF16 and AVX-512 F/BW/VL, the OS keeps the tile state, and Linux granted this
 // process the tile data. Checked once. (Valgrind's CPU reports no AMX.)
 bool cpu_has_amx();

@@ -20,6 +20,7 @@
 #include <cstring>
 
 #include "attention/kernels.h"
+#include "attention/kernels_avx512_shared.h"
 
 namespace thx::kernels::amx {
 namespace {
@@ -27,24 +28,7 @@ namespace {
 constexpr int64_t kTile = 512;  // bf16 per packed tile (16 x 32)
 
 inline __mmask32 lanes32(int64_t n) { return n >= 32 ? ~__mmask32(0) : __mmask32((1u << n) - 1); }
-inline __mmask16 lanes16(int64_t n) { return n >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << n) - 1); }
 inline int64_t tiles(int64_t n, int64_t t) { return (n + t - 1) / t; }
-
-uint16_t round_bf16(float f) {  // nearest even, NaN -> 0x7FC0: c10::BFloat16's rounding
-  uint32_t bits;
-  std::memcpy(&bits, &f, 4);
-  if ((bits & 0x7FFFFFFFu) > 0x7F800000u) return 0x7FC0;
-  return uint16_t((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16);
-}
-
-// 16 floats rounded to bf16 as round_bf16 does.
-inline __m256i to_bf16(__m512 v) {
-  const __m512i bits = _mm512_castps_si512(v);
-  const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
-  __m512i r = _mm512_srli_epi32(_mm512_add_epi32(bits, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7FFF))), 16);
-  r = _mm512_mask_mov_epi32(r, _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), _mm512_set1_epi32(0x7FC0));
-  return _mm512_cvtepi32_epi16(r);
-}
 
 // Every tile 16 rows x 64 bytes. The configuration's bytes are written through memset and a byte
 // array: GCC 12 at -O3 dropped the stores into a struct that only _tile_loadconfig read.
@@ -129,7 +113,7 @@ void pack_rows(const uint16_t* X, int64_t x_stride, int64_t R, int64_t len, uint
 void pack_pairs(const uint16_t* X, int64_t x_stride, int64_t K, int64_t len, uint16_t* Bp) {
   const int64_t CT = tiles(len, 16), KT = tiles(K, 32);
   for (int64_t ct = 0; ct < CT; ++ct) {
-    const __mmask16 m = lanes16(len - ct * 16);
+    const __mmask16 m = lanes(len - ct * 16);
     const uint16_t* x = X + ct * 16;
     for (int64_t kt = 0; kt < KT; ++kt) {
       uint16_t* dst = Bp + (ct * KT + kt) * kTile;
@@ -213,9 +197,11 @@ bool cpu_has_amx() {
 }
 
 Packed pack(const float* C, int64_t c_o, int64_t c_i, int64_t O, int64_t I) {
-  std::vector<uint16_t> rows(size_t(O * I));
+  std::vector<float> values(size_t(O * I));
   for (int64_t o = 0; o < O; ++o)
-    for (int64_t i = 0; i < I; ++i) rows[size_t(o * I + i)] = round_bf16(C[o * c_o + i * c_i]);
+    for (int64_t i = 0; i < I; ++i) values[size_t(o * I + i)] = C[o * c_o + i * c_i];
+  std::vector<uint16_t> rows(values.size());
+  generic_ops().float_to_bf16(values.data(), rows.data(), int64_t(values.size()));
   Packed p;
   p.rows = O, p.cols = I, p.row_tiles = tiles(O, 16), p.k_tiles = tiles(I, 32);
   p.tiles.assign(size_t(p.row_tiles * p.k_tiles * kTile), 0);
@@ -224,34 +210,32 @@ Packed pack(const float* C, int64_t c_o, int64_t c_i, int64_t O, int64_t I) {
 }
 
 namespace {
-// A [A.rows x A.cols] . X [A.cols x len], each output tile handed to emit.
-template <class Emit>
-void mix_tiles(const Packed& A, const uint16_t* X, int64_t x_stride, int64_t len, Scratch& s, Emit&& emit) {
+// out[o*out_stride + j] = (A . X)[o, j], o < A.rows, j < len, each row of 16 (masked) written by
+// put(destination, lanes, values).
+template <class T, class Put>
+void mix_into(T* out, int64_t out_stride, const Packed& A, const uint16_t* X, int64_t x_stride, int64_t len,
+              Scratch& s, Put&& put) {
   const int64_t CT = tiles(len, 16);
   s.b.resize(size_t(CT * A.k_tiles * kTile));
   pack_pairs(X, x_stride, A.cols, len, s.b.data());
-  product(A.tiles.data(), A.row_tiles, s.b.data(), CT, A.k_tiles, emit);
+  product(A.tiles.data(), A.row_tiles, s.b.data(), CT, A.k_tiles, [&](int64_t rt, int64_t ct, const float* C) {
+    const int64_t rows = std::min<int64_t>(16, A.rows - rt * 16);
+    const __mmask16 m = lanes(len - ct * 16);
+    for (int64_t r = 0; r < rows; ++r) put(out + (rt * 16 + r) * out_stride + ct * 16, m, _mm512_load_ps(C + r * 16));
+  });
 }
 }  // namespace
 
 void mix(float* out, int64_t out_stride, const Packed& A, const uint16_t* X, int64_t x_stride, int64_t len,
          Scratch& s) {
-  mix_tiles(A, X, x_stride, len, s, [&](int64_t rt, int64_t ct, const float* C) {
-    const int64_t rows = std::min<int64_t>(16, A.rows - rt * 16);
-    const __mmask16 m = lanes16(len - ct * 16);
-    for (int64_t r = 0; r < rows; ++r)
-      _mm512_mask_storeu_ps(out + (rt * 16 + r) * out_stride + ct * 16, m, _mm512_load_ps(C + r * 16));
-  });
+  mix_into(out, out_stride, A, X, x_stride, len, s,
+           [](float* to, __mmask16 m, __m512 v) { _mm512_mask_storeu_ps(to, m, v); });
 }
 
 void mix_bf16(uint16_t* out, int64_t out_stride, const Packed& A, const uint16_t* X, int64_t x_stride, int64_t len,
               Scratch& s) {
-  mix_tiles(A, X, x_stride, len, s, [&](int64_t rt, int64_t ct, const float* C) {
-    const int64_t rows = std::min<int64_t>(16, A.rows - rt * 16);
-    const __mmask16 m = lanes16(len - ct * 16);
-    for (int64_t r = 0; r < rows; ++r)
-      _mm256_mask_storeu_epi16(out + (rt * 16 + r) * out_stride + ct * 16, m, to_bf16(_mm512_load_ps(C + r * 16)));
-  });
+  mix_into(out, out_stride, A, X, x_stride, len, s,
+           [](uint16_t* to, __mmask16 m, __m512 v) { _mm256_mask_storeu_epi16(to, m, round_to_bf16(v)); });
 }
 
 void gram(float* G, const uint16_t* A, int64_t a_stride, int64_t NA, const uint16_t* B, int64_t b_stride, int64_t NB,
@@ -263,7 +247,7 @@ void gram(float* G, const uint16_t* A, int64_t a_stride, int64_t NA, const uint1
   pack_transposed(B, b_stride, NB, len, s.b.data());
   product(s.a.data(), RT, s.b.data(), CT, KT, [&](int64_t rt, int64_t ct, const float* C) {
     const int64_t rows = std::min<int64_t>(16, NA - rt * 16);
-    const __mmask16 m = lanes16(NB - ct * 16);
+    const __mmask16 m = lanes(NB - ct * 16);
     for (int64_t r = 0; r < rows; ++r) {
       float* g = G + (rt * 16 + r) * NB + ct * 16;
       _mm512_mask_storeu_ps(g, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, g), _mm512_load_ps(C + r * 16)));

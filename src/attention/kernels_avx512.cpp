@@ -17,11 +17,11 @@
 
 #include "attention/kernel_tiles.h"
 #include "attention/kernels.h"
+#include "attention/kernels_avx512_shared.h"
 
 namespace thx::kernels {
 namespace {
 
-inline __mmask16 lanes(int64_t n) { return __mmask16((1u << std::min<int64_t>(n, 16)) - 1); }  // [0, n) set
 
 inline __m512 exp512(__m512 x) {
   x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-88.3762626647949f)), _mm512_set1_ps(88.3762626647949f));
@@ -205,15 +205,9 @@ void bf16_to_float(const uint16_t* in, float* out, int64_t len) {
 }
 
 void float_to_bf16(const float* in, uint16_t* out, int64_t len) {
-  const __m512i bias = _mm512_set1_epi32(0x7FFF), one = _mm512_set1_epi32(1), nan = _mm512_set1_epi32(0x7FC0);
   for (int64_t j = 0; j < len; j += 16) {
     const __mmask16 m = lanes(len - j);
-    const __m512 x = _mm512_maskz_loadu_ps(m, in + j);
-    const __m512i bits = _mm512_castps_si512(x);
-    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(bits, 16), one);
-    __m512i r = _mm512_srli_epi32(_mm512_add_epi32(bits, _mm512_add_epi32(bias, lsb)), 16);
-    r = _mm512_mask_mov_epi32(r, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), nan);
-    _mm256_mask_storeu_epi16(out + j, m, _mm512_cvtepi32_epi16(r));
+    _mm256_mask_storeu_epi16(out + j, m, round_to_bf16(_mm512_maskz_loadu_ps(m, in + j)));
   }
 }
 

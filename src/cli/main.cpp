@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "attention/fused.h"
+#include "attention/kernels.h"
 #include "cli/command.h"
 #include "common/log.h"
 #include "common/provenance.h"
@@ -155,6 +156,7 @@ int run_parsed(const std::vector<std::unique_ptr<thx::Command>>& commands) {
   const auto internal = [] { return "thx: internal error: " + thx::error_prefix(); };
   try {
     thx::aten_parts();  // (a bad THX_ATEN is one line before any work)
+    if (const std::string bad = thx::kernels::kernels_env_error(); !bad.empty()) throw thx::InputError(bad);
     for (auto& c : commands)
       if (c->app->parsed()) return c->run();
   } catch (const thx::ConfigError& e) {  // a flag validated like a config key

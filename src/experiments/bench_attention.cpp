@@ -341,7 +341,7 @@ std::string cpu_tiles_note(const std::vector<std::string>& precisions) {
   namespace amx = kernels::amx;
   if (std::find(precisions.begin(), precisions.end(), "bf16") == precisions.end() || !amx::cpu_has_amx()) return "";
   if (amx::use() == amx::Use::off) return " (AMX tiles off: THX_KERNELS; the bf16 head products in fp32)";
-  return " (bf16 head mixings and grams on AMX tiles at 24 or more heads)";
+  return fmt::format(" (bf16 head mixings and grams on AMX tiles at {} or more heads)", amx::kMinHeads);
 }
 }  // namespace
 

@@ -5,7 +5,8 @@
 //   exact in fp32, so the only error is the fp32 accumulation, bounded by gamma(k) sum |a||b|
 //   (Higham, Lemma 3.1). Ragged shapes against every tile (16 rows, 32 k, 16 columns), strides
 //   wider than the rows, and the memory around each output, which must stay untouched.
-// - pack() rounds the projections to bf16 as c10::BFloat16 does.
+// - pack() rounds the projections to bf16 as c10::BFloat16 does, and mix_bf16 equals mix's fp32
+//   result so rounded, bit for bit.
 // - The bound can fail: the same check rejects the mixing with one row of its factor dropped,
 //   and the fp32 factor unrounded is outside a bf16 factor's exact sum by far more than it.
 #include <gtest/gtest.h>
@@ -99,6 +100,38 @@ TEST(AmxKernels, AMixMissingOneHeadExceedsTheBound) {
   if (!amx::cpu_has_amx()) GTEST_SKIP() << "this CPU has no AMX-BF16 (or Linux grants no tile data): not used here";
   std::mt19937 rng(6);
   EXPECT_GT(mix_case({12, 12, 64}, rng, 11), 100.0) << "the check must see one head's term missing";
+}
+
+// mix_bf16 is mix's fp32 result rounded as c10::BFloat16 rounds, bit for bit (the same tile sums),
+// NaN included; it writes only its rows and columns.
+TEST(AmxKernels, MixBf16IsTheFp32MixRoundedAsC10) {
+  if (!amx::cpu_has_amx()) GTEST_SKIP() << "this CPU has no AMX-BF16 (or Linux grants no tile data): not used here";
+  std::mt19937 rng(8);
+  std::normal_distribution<float> d;
+  for (const MixCase& c : std::vector<MixCase>{{5, 3, 7}, {17, 33, 45}, {48, 48, 512}}) {
+    const int64_t xs = c.len + 3, os = c.len + 5;
+    std::vector<float> C(size_t(c.O * c.I));
+    for (float& f : C) f = d(rng);
+    Values X = random_bf16(size_t(c.I * xs), rng);
+    X.bits[size_t(c.len / 2)] = 0x7FC1;  // a NaN in row 0: column len/2 of every output is NaN
+    const amx::Packed A = amx::pack(C.data(), c.I, 1, c.O, c.I);
+    amx::Scratch s;
+    std::vector<float> fp32(size_t(c.O * os));
+    amx::mix(fp32.data(), os, A, X.bits.data(), xs, c.len, s);
+    const uint16_t sentinel = 0xABCD;
+    std::vector<uint16_t> bf(size_t((c.O + 1) * os), sentinel);
+    amx::mix_bf16(bf.data(), os, A, X.bits.data(), xs, c.len, s);
+    int64_t wrong = 0;
+    for (int64_t o = 0; o <= c.O; ++o)
+      for (int64_t j = 0; j < os; ++j) {
+        const bool inside = o < c.O && j < c.len;
+        const uint16_t want = inside ? c10::BFloat16(fp32[size_t(o * os + j)]).x : sentinel;
+        if (bf[size_t(o * os + j)] != want && wrong++ < 5)
+          ADD_FAILURE() << "O=" << c.O << " at " << o << "," << j << ": " << bf[size_t(o * os + j)] << ", want " << want;
+      }
+    EXPECT_EQ(wrong, 0);
+    EXPECT_EQ(bf[size_t(c.len / 2)], 0x7FC0) << "NaN rounds to c10's quiet NaN";
+  }
 }
 
 TEST(AmxKernels, PackRoundsAsC10) {

@@ -3,6 +3,7 @@
 // process left.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -47,6 +48,21 @@ TEST(BadInput, FlagErrorsAreOneLineInTheHouseFormat) {
   r = run_thx("costs --bogus");
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_EQ(r.out, "thx: error: The following argument was not expected: --bogus (thx --help lists the options)\n");
+}
+
+// THX_KERNELS names a build of the CPU kernels (kernels.h); one this CPU cannot run, or a typo,
+// used to fall back to the best build without a word.
+TEST(BadInput, AKernelBuildThisCpuCannotRunIsOneLine) {
+  TempDir dir;
+  const std::string want = "thx: error: THX_KERNELS=avx-512: not a build of thx's CPU kernels that this CPU runs; "
+                           "allowed here: generic";
+  RunResult r = run_command("THX_KERNELS=avx-512 " + std::string(THX_BINARY) + " pretrain --config " THX_SOURCE_DIR
+                            "/configs/t5/mini.yaml --run-dir " + dir.file("run") + " 2>&1");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_EQ(r.out.rfind(want, 0), 0u) << r.out;
+  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
+  EXPECT_FALSE(fs::exists(dir.file("run")));
+  EXPECT_EQ(run_command("THX_KERNELS=generic " + std::string(THX_BINARY) + " costs >/dev/null 2>&1").code, 0);
 }
 
 TEST(BadInput, AnOutputDirectoryThatIsAFileIsOneLine) {
