@@ -127,7 +127,8 @@ TEST(AmxKernels, MixBf16IsTheFp32MixRoundedAsC10) {
         const bool inside = o < c.O && j < c.len;
         const uint16_t want = inside ? c10::BFloat16(fp32[size_t(o * os + j)]).x : sentinel;
         if (bf[size_t(o * os + j)] != want && wrong++ < 5)
-          ADD_FAILURE() << "O=" << c.O << " at " << o << "," << j << ": " << bf[size_t(o * os + j)] << ", want " << want;
+          ADD_FAILURE() << "O=" << c.O << " at " << o << "," << j << ": " << bf[size_t(o * os + j)] << ", want "
+                        << want;
       }
     EXPECT_EQ(wrong, 0);
     EXPECT_EQ(bf[size_t(c.len / 2)], 0x7FC0) << "NaN rounds to c10's quiet NaN";
