@@ -15,6 +15,7 @@
 #include "attention/fused.h"
 #include "attention/kernels.h"
 #include "cli/command.h"
+#include "common/host_memory.h"
 #include "common/log.h"
 #include "common/provenance.h"
 #include "common/runtime.h"
@@ -157,6 +158,8 @@ int run_parsed(const std::vector<std::unique_ptr<thx::Command>>& commands) {
   try {
     thx::aten_parts();  // (a bad THX_ATEN is one line before any work)
     if (const std::string bad = thx::kernels::kernels_env_error(); !bad.empty()) throw thx::InputError(bad);
+    if (const std::string bad = thx::host_memory_env_error(); !bad.empty()) throw thx::InputError(bad);
+    thx::guard_host_memory();  // the machine's memory running out: one line, not Linux's SIGKILL
     for (auto& c : commands)
       if (c->app->parsed()) return c->run();
   } catch (const thx::ConfigError& e) {  // a flag validated like a config key
@@ -165,6 +168,9 @@ int run_parsed(const std::vector<std::unique_ptr<thx::Command>>& commands) {
     return fail(2, error() + e.what());
   } catch (const thx::RunError& e) {
     return fail(1, error() + e.what());
+  } catch (const c10::OutOfMemoryError& e) {  // outside a training step or evaluation (they say more)
+    const std::string what = e.what_without_backtrace();
+    return fail(2, error() + "out of memory: " + what.substr(0, what.find('\n')));
   } catch (const c10::Error& e) {
     return fail(1, internal() + e.what_without_backtrace());
   } catch (const std::exception& e) {

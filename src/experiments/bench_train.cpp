@@ -284,7 +284,7 @@ class TrainBench {
       const StepRun run{o_.profile, trace_path(fmt::format("{} {} {}", name, summary(c), precision)),
                         o_.deterministic_cost};
       t = time_steps(c, spec, vocab, batch, o_.steps, o_.warmup, precision, run, o_.device);
-    } catch (const c10::OutOfMemoryError&) {  // a row that does not fit the GPU says so
+    } catch (const c10::OutOfMemoryError&) {  // a row that does not fit the GPU (or the machine) says so
       log->warn("{} {} {}: out of memory at batch {}", name, summary(c), precision, batch);
       table_.rows.push_back({name, summary(c), precision, "-", std::to_string(batch), "out of memory", "-", "-", "-",
                              "-", "-", "-"});

@@ -130,9 +130,10 @@ struct LoopOptions {
   // The compute dtype of every training step and of evaluation (common/precision.h): fp32 |
   // bf16; eval_precision "" is precision. Parameters, gradients and optimizer stay fp32.
   std::string precision = "fp32", eval_precision;
-  // What an out-of-memory error (c10::OutOfMemoryError: a GPU's) tells the user to change,
-  // in a training step and in an evaluation. The run stops with one line (exit 2) naming the
-  // step and the micro-batch; the last checkpoint is left as it was.
+  // What an out-of-memory error (c10::OutOfMemoryError: a GPU's, or the machine's memory on the
+  // CPU, common/host_memory.h) tells the user to change, in a training step and in an
+  // evaluation. The run stops with one line (exit 2) naming the step and the micro-batch; the
+  // last checkpoint is left as it was.
   std::string train_memory_hint = "raise train.grad_accum (smaller micro-batches, the same batch) or lower "
                                   "train.batch_size";
   std::string eval_memory_hint = "lower eval.batch_size";

@@ -118,6 +118,47 @@ TEST(BadInput, ATruncatedCheckpointIsNotBuriedUnderTheConfig) {
   EXPECT_NE(r.out.find("thx: error: " + ck), std::string::npos) << r.out;
 }
 
+// The machine's memory running out in a CPU step (common/host_memory.h): the loop's one line, not
+// Linux's SIGKILL, and the checkpoints as they were. A floor above any machine's memory makes the
+// step's first block of 1 MiB or more (its embeddings: 1024 x 32 x 32 fp32) the one refused.
+TEST(BadInput, RunningOutOfHostMemoryIsOneLineAndKeepsTheCheckpoints) {
+  TempDir dir;
+  const PretrainConfig c = tiny_pretrain(prepared_corpus(dir), 4);
+  const std::string cfg = dir.write("run.yaml", c.yaml);
+  const std::string run = dir.file("run"), big = " --set train.batch_size=1024";
+  ASSERT_EQ(run_thx("--threads 1 pretrain --config " + cfg + " --run-dir " + run + big + " --set train.steps=2").code,
+            0);
+  const std::string ck = checkpoint_path(run + "/checkpoints", 2);
+  const std::string before = read_file(ck);
+  const std::string args = " --threads 1 --log-level error pretrain --config " + cfg + " --run-dir " + run + big;
+  const RunResult r = run_command("THX_MEMORY_FLOOR_MB=100000000 " + std::string(THX_BINARY) + args +
+                                  " --resume --allow-config-change train.steps 2>&1");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_EQ(lines(r.out), 1) << r.out;
+  EXPECT_EQ(r.out.rfind("thx: error: step 3: out of memory in training with micro-batches of 1024 examples (batch "
+                        "1024 / grad_accum 1) (host memory: ", 0), 0u) << r.out;
+  EXPECT_NE(r.out.find("THX_MEMORY_FLOOR_MB); this process holds "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("); raise train.grad_accum (smaller micro-batches, the same batch) or lower train.batch_size; "
+                       "the checkpoints in " + run + "/checkpoints are as they were\n"), std::string::npos) << r.out;
+  EXPECT_EQ(list_checkpoints(run + "/checkpoints"), std::vector<std::string>{ck});
+  EXPECT_EQ(read_file(ck), before);
+}
+
+TEST(BadInput, AMemorySettingThatIsNotAWholeNumberIsOneLine) {
+  for (const auto& [setting, want] : std::vector<std::pair<std::string, std::string>>{
+           {"THX_MEMORY_FLOOR_MB=1.5", "THX_MEMORY_FLOOR_MB=1.5: not a whole number of MB (0 turns the check off)"},
+           {"THX_MEMORY_LIMIT_MB=-1", "THX_MEMORY_LIMIT_MB=-1: not a whole number of MB (0 turns the limit off)"},
+           {"THX_MEMORY_FLOOR_MB=lots",
+            "THX_MEMORY_FLOOR_MB=lots: not a whole number of MB (0 turns the check off)"}}) {
+    const RunResult r = run_command(setting + " " + std::string(THX_BINARY) + " costs 2>&1");
+    EXPECT_EQ(r.code, 2) << setting << ": " << r.out;
+    EXPECT_EQ(r.out, "thx: error: " + want + "\n") << setting;
+  }
+  EXPECT_EQ(run_command("THX_MEMORY_FLOOR_MB=0 THX_MEMORY_LIMIT_MB= " + std::string(THX_BINARY) + " costs >/dev/null")
+                .code,
+            0);
+}
+
 }  // namespace THX_FILE_ID
 }  // namespace
 }  // namespace thx::test

@@ -1,0 +1,216 @@
+// host_memory.cpp: the check on c10's CPU allocations (host_memory.h).
+#include "common/host_memory.h"
+
+#include <c10/core/CPUAllocator.h>
+#include <c10/util/Exception.h>
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <mutex>
+#include <sstream>
+#include <vector>
+
+#include "common/torch_compat.h"
+
+namespace thx {
+namespace {
+
+constexpr double kMB = 1024.0 * 1024.0;       // the MB of thx's memory lines (rss_mb's, /proc's kB / 1024)
+constexpr size_t kChecked = size_t(1) << 20;  // allocations this large are checked, smaller ones counted
+constexpr int64_t kReadEveryNs = 100'000'000;  // /proc/meminfo read at most every 100 ms, unless...
+
+std::string file_text(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+double number(const std::string& text) {  // a file holding one whole number; -1 where it does not
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  return end != text.c_str() ? v : -1;
+}
+
+// "key value" lines (a cgroup's memory.stat): value of key, 0 where absent.
+double stat_value(const std::string& stat, const std::string& key) {
+  std::istringstream in(stat);
+  std::string k;
+  double v = 0;
+  while (in >> k >> v)
+    if (k == key) return v;
+  return 0;
+}
+
+// The memory cgroup's files this process is under: v2 (memory.max) or v1's memory controller
+// (memory.limit_in_bytes), its own directory from /proc/self/cgroup, or the mount's root (a
+// container that sees its own cgroup as the root).
+struct Cgroup {
+  std::string limit, usage, stat, inactive;  // files, and memory.stat's key of the inactive page cache
+};
+std::vector<Cgroup> cgroups() {
+  std::vector<std::string> v1 = {""}, v2 = {""};
+  std::istringstream in(file_text("/proc/self/cgroup"));
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("0::", 0) == 0) v2.insert(v2.begin(), line.substr(3));
+    const size_t at = line.find(":memory:");
+    if (at != std::string::npos) v1.insert(v1.begin(), line.substr(at + 8));
+  }
+  std::vector<Cgroup> found;
+  for (const std::string& dir : v2) {
+    const std::string d = "/sys/fs/cgroup" + (dir == "/" ? "" : dir) + "/";
+    if (std::ifstream(d + "memory.max")) found.push_back({d + "memory.max", d + "memory.current", d + "memory.stat",
+                                                          "inactive_file"});
+  }
+  for (const std::string& dir : v1) {
+    const std::string d = "/sys/fs/cgroup/memory" + (dir == "/" ? "" : dir) + "/";
+    if (std::ifstream(d + "memory.limit_in_bytes"))
+      found.push_back({d + "memory.limit_in_bytes", d + "memory.usage_in_bytes", d + "memory.stat",
+                       "total_inactive_file"});
+  }
+  return found;
+}
+
+double resident_bytes() {  // this process's, from /proc/self/statm (pages)
+  std::ifstream in("/proc/self/statm");
+  double size = 0, resident = 0;
+  in >> size >> resident;
+  return resident * double(sysconf(_SC_PAGESIZE));
+}
+
+// The checked allocator's state: what it may hand out before it reads the kernel's numbers again.
+struct Guard {
+  double floor = 0, limit = 0;  // bytes (limit 0: none)
+  std::atomic<int64_t> budget{0};
+  std::atomic<int64_t> next_read{0};  // steady clock, ns
+  std::mutex reading;
+
+  static int64_t now_ns() {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  }
+
+  // Called with each new block (made, not yet written: the kernel's numbers do not count it).
+  void check(size_t n) {
+    const int64_t bytes = int64_t(n);
+    const int64_t left_before = budget.fetch_sub(bytes, std::memory_order_relaxed) - bytes;
+    if (n < kChecked) return;
+    const int64_t now = now_ns();
+    if (left_before >= 0 && now < next_read.load(std::memory_order_relaxed)) return;
+    std::lock_guard<std::mutex> lock(reading);
+    double left = 1e300;
+    std::string refusal;
+    if (floor > 0) {
+      const HostMemory m = host_memory();
+      if (m.total > 0) {
+        left = m.available - floor;
+        refusal = fmt::format("{:.0f} MB more, with {:.0f} MB of {} {:.1f} GB available, would leave less than the "
+                              "{:.0f} MB that thx keeps free so that Linux's out-of-memory killer does not end the "
+                              "run (THX_MEMORY_FLOOR_MB); this process holds {:.0f} MB",
+                              double(n) / kMB, m.available / kMB, m.owner, m.total / 1e9, floor / kMB,
+                              resident_bytes() / kMB);
+      }
+    }
+    if (limit > 0 && limit - resident_bytes() < left) {
+      const double resident = resident_bytes();
+      left = limit - resident;
+      refusal = fmt::format("{:.0f} MB more would take this process past THX_MEMORY_LIMIT_MB={:.0f}: it holds "
+                            "{:.0f} MB", double(n) / kMB, limit / kMB, resident / kMB);
+    }
+    if (double(n) > left) {
+      budget.store(0), next_read.store(0);  // the next large one reads again
+      TORCH_CHECK_WITH(OutOfMemoryError, false, "host memory: ", refusal);
+    }
+    budget.store(int64_t(std::min(left - double(n), 4e18)));
+    next_read.store(now + kReadEveryNs);
+  }
+};
+
+struct Checker {
+  Guard* guard;
+  void operator()(void*, size_t n) const { guard->check(n); }
+};
+using CheckedAllocator = compat::WrappingAllocator<Checker>;
+
+// The environment's MB as bytes: `fallback` where unset; -1 where not a whole number.
+double env_mb(const char* name, double fallback) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return fallback;  // (set empty: as if unset)
+  const std::string s = v;
+  if (s.size() > 12 || s.find_first_not_of("0123456789") != std::string::npos) return -1;
+  return std::stod(s) * kMB;
+}
+
+double default_floor() {
+  const double total = host_memory().total;
+  return std::max(512 * kMB, 0.03 * total);
+}
+
+}  // namespace
+
+double meminfo_bytes(const std::string& meminfo, const std::string& field) {  // "MemAvailable:   23807784 kB"
+  size_t at = meminfo.rfind(field, 0) == 0 ? 0 : meminfo.find("\n" + field);
+  if (at == std::string::npos) return 0;
+  if (meminfo[at] == '\n') ++at;
+  return std::max(0.0, number(meminfo.substr(at + field.size(), 32)) * 1024.0);
+}
+
+double cgroup_limit_bytes(const std::string& limit_file, double machine_total) {
+  const double v = number(limit_file);
+  return v > 0 && (machine_total <= 0 || v < machine_total) ? v : 0;
+}
+
+HostMemory host_memory() {
+  const std::string info = file_text("/proc/meminfo");
+  HostMemory m{meminfo_bytes(info, "MemAvailable:"), meminfo_bytes(info, "MemTotal:"), "this machine's"};
+  static const std::vector<Cgroup> groups = cgroups();
+  for (const Cgroup& g : groups) {
+    const double limit = cgroup_limit_bytes(file_text(g.limit), m.total);
+    if (limit <= 0) continue;
+    const double usage = std::max(0.0, number(file_text(g.usage)));
+    const double available = std::max(0.0, limit - usage + stat_value(file_text(g.stat), g.inactive));
+    if (available < m.available || m.total <= 0) m = {available, limit, "its cgroup's"};
+  }
+  return m;
+}
+
+std::string host_memory_env_error() {
+  for (const char* name : {"THX_MEMORY_FLOOR_MB", "THX_MEMORY_LIMIT_MB"})
+    if (env_mb(name, 0) < 0)
+      return fmt::format("{}={}: not a whole number of MB (0 turns {})", name, std::getenv(name),
+                         std::string(name) == "THX_MEMORY_FLOOR_MB" ? "the check off" : "the limit off");
+  return "";
+}
+
+void guard_host_memory() {
+  const double floor = env_mb("THX_MEMORY_FLOOR_MB", -2), limit = env_mb("THX_MEMORY_LIMIT_MB", 0);
+  if (floor == 0 && limit <= 0) return;
+  static Guard guard;
+  guard.floor = floor == -2 ? default_floor() : std::max(0.0, floor), guard.limit = std::max(0.0, limit);
+  static auto* checked = new CheckedAllocator(c10::GetCPUAllocator(), Checker{&guard});  // (kept to the end)
+  c10::SetCPUAllocator(checked, 0);
+}
+
+struct HostMemoryGuard::State {
+  Guard guard;
+  std::unique_ptr<CheckedAllocator> checked;
+  c10::Allocator* previous = nullptr;
+};
+
+HostMemoryGuard::HostMemoryGuard(double floor_bytes, double limit_bytes) : state_(std::make_unique<State>()) {
+  state_->guard.floor = floor_bytes, state_->guard.limit = limit_bytes;
+  state_->previous = c10::GetCPUAllocator();
+  state_->checked = std::make_unique<CheckedAllocator>(state_->previous, Checker{&state_->guard});
+  c10::SetCPUAllocator(state_->checked.get(), 0);
+}
+
+// (Blocks it made free through their own deleter, the allocator's below it: they may outlive it.)
+HostMemoryGuard::~HostMemoryGuard() { c10::SetCPUAllocator(state_->previous, 0); }
+
+}  // namespace thx

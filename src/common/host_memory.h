@@ -1,0 +1,66 @@
+// host_memory.h: running out of the machine's memory as thx's one line, not the kernel's SIGKILL.
+//
+// Linux grants more memory than it has (overcommit) and, once it is gone, its out-of-memory
+// killer ends the largest process with SIGKILL: no message, no exit code of thx's, mid-step. A
+// CPU run whose micro-batch outgrows the machine died that way. So thx checks LibTorch's CPU
+// allocations (c10's CPU allocator, which every CPU tensor comes from) against the memory the
+// kernel says is available: an allocation that would leave less than a floor free throws
+// c10::OutOfMemoryError, as a GPU's caching allocator does when the GPU is full. The training
+// loop turns that into its one line (training/loop.cpp: the step, the micro-batch, what to
+// change; exit 2, the checkpoints as they were), and `thx bench` into a row that says so.
+//
+// Available memory: /proc/meminfo's MemAvailable (the kernel's estimate of what it can hand out
+// without swapping: free memory and the page cache it can drop), or less where a cgroup's limit
+// binds (a container: limit - usage + the inactive page cache, v2's memory.max or v1's
+// memory.limit_in_bytes), or less where THX_MEMORY_LIMIT_MB caps this process (limit - its
+// resident memory).
+//
+// The cost: /proc/meminfo is read at most every 100 ms, and before that only when the
+// allocations since the last read could have used up what it left; allocations under 1 MiB are
+// only counted. Memory that does not come from c10 (oneDNN's and OpenBLAS's buffers, thx's
+// kernels' scratch) is not checked; the floor leaves room for it.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace thx {
+
+// The memory the kernel can still hand out, in bytes (0 where unknown), and whose it is.
+struct HostMemory {
+  double available = 0;  // MemAvailable, or less where a cgroup's limit binds
+  double total = 0;      // MemTotal, or the cgroup's limit
+  std::string owner;     // "this machine's" or "its cgroup's", for messages
+};
+HostMemory host_memory();
+
+// The parts host_memory() reads, for its tests: a field of a /proc/meminfo text ("MemAvailable:")
+// in bytes (0 where absent); a cgroup's limit file (v2's memory.max, v1's memory.limit_in_bytes)
+// in bytes, 0 where it sets none ("max", or at least the machine's total).
+double meminfo_bytes(const std::string& meminfo, const std::string& field);
+double cgroup_limit_bytes(const std::string& limit_file, double machine_total);
+
+// The environment's settings, MB: THX_MEMORY_FLOOR_MB (what every checked allocation leaves
+// available; default the larger of 512 MB and 3% of the total; 0 turns the check off) and
+// THX_MEMORY_LIMIT_MB (at most this much resident memory for this process; default none). An
+// empty string where both are whole numbers (or unset, or empty), else one line naming the variable.
+std::string host_memory_env_error();
+
+// Installs the check on c10's CPU allocator for the rest of the process (thx's main, after
+// host_memory_env_error()). A floor of 0 with no limit installs nothing.
+void guard_host_memory();
+
+// The same for a scope, with its own floor and limit (bytes; limit 0: none): the tests'.
+class HostMemoryGuard {
+ public:
+  HostMemoryGuard(double floor_bytes, double limit_bytes);
+  ~HostMemoryGuard();
+  HostMemoryGuard(const HostMemoryGuard&) = delete;
+  HostMemoryGuard& operator=(const HostMemoryGuard&) = delete;
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace thx

@@ -1,0 +1,94 @@
+// common/host_memory.h: the kernel's numbers as host_memory() reads them, and the check on c10's
+// CPU allocations: a block that would leave less than the floor available, or take the process
+// past its limit, is c10::OutOfMemoryError before anything is written to it; smaller blocks and
+// what fits pass; freed memory counts again.
+#include <c10/util/Exception.h>
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <fstream>
+#include <string>
+
+#include "common/host_memory.h"
+#include "common/runtime.h"
+
+namespace thx::test {
+namespace {
+namespace THX_FILE_ID {
+
+constexpr double kMiB = 1024.0 * 1024.0;
+
+double resident() {
+  std::ifstream in("/proc/self/statm");
+  double size = 0, pages = 0;
+  in >> size >> pages;
+  return pages * 4096.0;
+}
+
+// The message of the c10::OutOfMemoryError that `alloc` throws, or "" if it throws none.
+template <class F>
+std::string refusal(F&& alloc) {
+  try {
+    alloc();
+  } catch (const c10::OutOfMemoryError& e) {
+    return e.what_without_backtrace();
+  }
+  return "";
+}
+
+TEST(HostMemory, ParsesMeminfoAndCgroupLimits) {
+  const std::string info = "MemTotal:       24731708 kB\nMemFree:        22000000 kB\nMemAvailable:   23807784 kB\n";
+  EXPECT_EQ(meminfo_bytes(info, "MemTotal:"), 24731708.0 * 1024);
+  EXPECT_EQ(meminfo_bytes(info, "MemAvailable:"), 23807784.0 * 1024);
+  EXPECT_EQ(meminfo_bytes(info, "MemFree:"), 22000000.0 * 1024);
+  EXPECT_EQ(meminfo_bytes(info, "Available:"), 0);  // a whole field's name only
+  EXPECT_EQ(meminfo_bytes("", "MemTotal:"), 0);
+  const double total = 24e9;
+  EXPECT_EQ(cgroup_limit_bytes("1073741824\n", total), 1073741824.0);
+  EXPECT_EQ(cgroup_limit_bytes("max\n", total), 0);                   // v2: no limit
+  EXPECT_EQ(cgroup_limit_bytes("9223372036854771712\n", total), 0);  // v1: no limit
+  EXPECT_EQ(cgroup_limit_bytes("", total), 0);
+}
+
+TEST(HostMemory, ReadsThisMachinesNumbers) {
+  const HostMemory m = host_memory();
+  ASSERT_GT(m.total, 0);
+  EXPECT_GT(m.available, 0);
+  EXPECT_LE(m.available, m.total);
+  // The total is the machine's memory, or a cgroup's lower limit, as physical_memory_bytes() has it.
+  EXPECT_NEAR(m.total, physical_memory_bytes(), 0.02 * m.total) << m.owner;
+}
+
+TEST(HostMemoryGuard, RefusesABlockThatWouldLeaveLessThanTheFloor) {
+  const double floor = host_memory().available + 1e12;  // more than is available: every checked block
+  {
+    HostMemoryGuard guard(floor, 0);
+    const std::string why = refusal([] { return torch::empty({1 << 20}); });  // 4 MiB
+    EXPECT_NE(why.find("host memory: 4 MB more, with "), std::string::npos) << why;
+    EXPECT_NE(why.find("THX_MEMORY_FLOOR_MB"), std::string::npos) << why;
+    EXPECT_EQ(why.find('\n'), std::string::npos) << why;
+    EXPECT_EQ(refusal([] { return torch::ones({1000}); }), "");  // under 1 MiB: counted, not checked
+  }
+  EXPECT_EQ(refusal([] { return torch::ones({1 << 20}); }), "");  // the scope's end takes the check away
+}
+
+TEST(HostMemoryGuard, LetsThroughWhatFits) {
+  HostMemoryGuard guard(64 * kMiB, 0);
+  EXPECT_EQ(refusal([] { return torch::ones({16 << 20}); }), "");  // 64 MiB
+}
+
+TEST(HostMemoryGuard, CapsThisProcessAtItsLimitAndCountsFreedMemoryAgain) {
+  HostMemoryGuard guard(0, resident() + 48 * kMiB);
+  EXPECT_EQ(refusal([] { return torch::ones({8 << 20}); }), "");  // 32 MiB, written, then freed
+  // The first block left a budget of 16 MiB; the second is checked against the process again,
+  // which holds what it held before the first.
+  EXPECT_EQ(refusal([] { return torch::ones({8 << 20}); }), "");
+  torch::Tensor held = torch::ones({8 << 20});  // 32 MiB held
+  const std::string why = refusal([] { return torch::empty({8 << 20}); });
+  EXPECT_NE(why.find("host memory: 32 MB more would take this process past THX_MEMORY_LIMIT_MB="), std::string::npos)
+      << why;
+}
+
+}  // namespace THX_FILE_ID
+}  // namespace
+}  // namespace thx::test
