@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/host_memory.h"
 #include "common/log.h"
 #include "common/precision.h"
 
@@ -301,12 +302,10 @@ double peak_rss_mb() { return status_mb("VmHWM:"); }
 void reset_peak_rss() { std::ofstream("/proc/self/clear_refs") << "5"; }
 
 double physical_memory_bytes() {
-  double bytes = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
-  for (const char* limit : {"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"}) {
-    std::ifstream in(limit);
-    double v = 0;
-    if (in >> v && v > 0 && v < bytes) bytes = v;  // "max" (no limit) does not parse
-  }
+  // MemTotal, or the limit of the cgroup this process is in (its own directory, then the root)
+  // where lower: what the host-memory check counts against (common/host_memory.h).
+  if (const double total = host_memory().total; total > 0) return total;
+  const double bytes = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
   return bytes > 0 ? bytes : 0;
 }
 

@@ -107,7 +107,7 @@ double peak_rss_mb();
 void reset_peak_rss();
 
 // Memory this process may use at most, in bytes: the machine's physical memory, or a cgroup's
-// limit where one is lower (a container); 0 if unknown.
+// limit where one is lower (a container; host_memory().total); 0 if unknown.
 double physical_memory_bytes();
 
 // The same for a device: physical_memory_bytes() on the CPU, the GPU's own memory on CUDA (in a
