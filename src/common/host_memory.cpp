@@ -110,10 +110,10 @@ struct Guard {
       const HostMemory m = host_memory();
       if (m.total > 0) {
         left = m.available - floor;
-        refusal = fmt::format("{:.0f} MB more, with {:.0f} MB of {} {:.1f} GB available, would leave less than the "
+        refusal = fmt::format("{:.0f} MB more, with {:.0f} MB of {} {:.0f} MB available, would leave less than the "
                               "{:.0f} MB that thx keeps free so that Linux's out-of-memory killer does not end the "
                               "run (THX_MEMORY_FLOOR_MB); this process holds {:.0f} MB",
-                              double(n) / kMB, m.available / kMB, m.owner, m.total / 1e9, floor / kMB,
+                              double(n) / kMB, m.available / kMB, m.owner, m.total / kMB, floor / kMB,
                               resident_bytes() / kMB);
       }
     }

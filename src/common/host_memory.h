@@ -40,10 +40,11 @@ HostMemory host_memory();
 double meminfo_bytes(const std::string& meminfo, const std::string& field);
 double cgroup_limit_bytes(const std::string& limit_file, double machine_total);
 
-// The environment's settings, MB: THX_MEMORY_FLOOR_MB (what every checked allocation leaves
-// available; default the larger of 512 MB and 3% of the total; 0 turns the check off) and
-// THX_MEMORY_LIMIT_MB (at most this much resident memory for this process; default none). An
-// empty string where both are whole numbers (or unset, or empty), else one line naming the variable.
+// The environment's settings, in MB of 2^20 bytes (as thx's RSS numbers): THX_MEMORY_FLOOR_MB
+// (what every checked allocation leaves available; default the larger of 512 MB and 3% of the
+// total; 0 turns the check off) and THX_MEMORY_LIMIT_MB (at most this much resident memory for
+// this process; default none). An empty string where both are whole numbers (or unset, or
+// empty), else one line naming the variable.
 std::string host_memory_env_error();
 
 // Installs the check on c10's CPU allocator for the rest of the process (thx's main, after
