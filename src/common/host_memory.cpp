@@ -4,7 +4,6 @@
 #include <c10/core/CPUAllocator.h>
 #include <c10/util/Exception.h>
 #include <fmt/format.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -16,6 +15,7 @@
 #include <sstream>
 #include <vector>
 
+#include "common/runtime.h"
 #include "common/torch_compat.h"
 
 namespace thx {
@@ -77,12 +77,7 @@ std::vector<Cgroup> cgroups() {
   return found;
 }
 
-double resident_bytes() {  // this process's, from /proc/self/statm (pages)
-  std::ifstream in("/proc/self/statm");
-  double size = 0, resident = 0;
-  in >> size >> resident;
-  return resident * double(sysconf(_SC_PAGESIZE));
-}
+double resident_bytes() { return rss_mb() * kMB; }  // runtime.h's, from /proc/self/status
 
 // The checked allocator's state: what it may hand out before it reads the kernel's numbers again.
 struct Guard {
@@ -105,27 +100,23 @@ struct Guard {
     if (left_before >= 0 && now < next_read.load(std::memory_order_relaxed)) return;
     std::lock_guard<std::mutex> lock(reading);
     double left = 1e300;
-    std::string refusal;
-    if (floor > 0) {
-      const HostMemory m = host_memory();
-      if (m.total > 0) {
-        left = m.available - floor;
-        refusal = fmt::format("{:.0f} MB more, with {:.0f} MB of {} {:.0f} MB available, would leave less than the "
-                              "{:.0f} MB that thx keeps free so that Linux's out-of-memory killer does not end the "
-                              "run (THX_MEMORY_FLOOR_MB); this process holds {:.0f} MB",
-                              double(n) / kMB, m.available / kMB, m.owner, m.total / kMB, floor / kMB,
-                              resident_bytes() / kMB);
-      }
-    }
-    if (limit > 0 && limit - resident_bytes() < left) {
-      const double resident = resident_bytes();
-      left = limit - resident;
-      refusal = fmt::format("{:.0f} MB more would take this process past THX_MEMORY_LIMIT_MB={:.0f}: it holds "
-                            "{:.0f} MB", double(n) / kMB, limit / kMB, resident / kMB);
-    }
+    HostMemory m;
+    if (floor > 0) m = host_memory();
+    if (m.total > 0) left = m.available - floor;
+    const double resident = limit > 0 ? resident_bytes() : 0;
+    const bool capped = limit > 0 && limit - resident < left;
+    if (capped) left = limit - resident;
     if (double(n) > left) {
       budget.store(0), next_read.store(0);  // the next large one reads again
-      TORCH_CHECK_WITH(OutOfMemoryError, false, "host memory: ", refusal);
+      if (capped)
+        TORCH_CHECK_WITH(OutOfMemoryError, false, fmt::format("host memory: {:.0f} MB more would take this process "
+                         "past THX_MEMORY_LIMIT_MB={:.0f}: it holds {:.0f} MB", double(n) / kMB, limit / kMB,
+                         resident / kMB));
+      TORCH_CHECK_WITH(OutOfMemoryError, false, fmt::format("host memory: {:.0f} MB more, with {:.0f} MB of {} {:.0f} "
+                       "MB available, would leave less than the {:.0f} MB that thx keeps free so that Linux's "
+                       "out-of-memory killer does not end the run (THX_MEMORY_FLOOR_MB); this process holds {:.0f} MB",
+                       double(n) / kMB, m.available / kMB, m.owner, m.total / kMB, floor / kMB,
+                       resident_bytes() / kMB));
     }
     budget.store(int64_t(std::min(left - double(n), 4e18)));
     next_read.store(now + kReadEveryNs);
@@ -166,24 +157,31 @@ double cgroup_limit_bytes(const std::string& limit_file, double machine_total) {
   return v > 0 && (machine_total <= 0 || v < machine_total) ? v : 0;
 }
 
-HostMemory host_memory() {
-  const std::string info = file_text("/proc/meminfo");
-  HostMemory m{meminfo_bytes(info, "MemAvailable:"), meminfo_bytes(info, "MemTotal:"), "this machine's"};
-  static const std::vector<Cgroup> groups = cgroups();
-  for (const Cgroup& g : groups) {
-    const double limit = cgroup_limit_bytes(file_text(g.limit), m.total);
-    if (limit <= 0) continue;
-    const double usage = std::max(0.0, number(file_text(g.usage)));
-    const double available = std::max(0.0, limit - usage + stat_value(file_text(g.stat), g.inactive));
-    if (available < m.available || m.total <= 0) m = {available, limit, "its cgroup's"};
+HostMemory host_memory_from(const std::string& meminfo, const std::vector<CgroupText>& groups) {
+  HostMemory m{meminfo_bytes(meminfo, "MemAvailable:"), meminfo_bytes(meminfo, "MemTotal:"), "this machine's"};
+  for (const CgroupText& g : groups) {
+    const double limit = cgroup_limit_bytes(g.limit, m.total);
+    if (limit <= 0) continue;  // no limit, or none below what binds already
+    // The cgroup reclaims its inactive page cache before its own out-of-memory killer runs.
+    const double usage = std::max(0.0, number(g.usage));
+    const double available = std::max(0.0, limit - usage + stat_value(g.stat, g.inactive_key));
+    m = {m.total > 0 ? std::min(m.available, available) : available, limit, "its cgroup's"};
   }
   return m;
+}
+
+HostMemory host_memory() {
+  static const std::vector<Cgroup> groups = cgroups();
+  std::vector<CgroupText> texts;
+  for (const Cgroup& g : groups)
+    texts.push_back({file_text(g.limit), file_text(g.usage), file_text(g.stat), g.inactive});
+  return host_memory_from(file_text("/proc/meminfo"), texts);
 }
 
 std::string host_memory_env_error() {
   for (const char* name : {"THX_MEMORY_FLOOR_MB", "THX_MEMORY_LIMIT_MB"})
     if (env_mb(name, 0) < 0)
-      return fmt::format("{}={}: not a whole number of MB (0 turns {})", name, std::getenv(name),
+      return fmt::format("{}={}: not a whole number of MB of at most 12 digits (0 turns {})", name, std::getenv(name),
                          std::string(name) == "THX_MEMORY_FLOOR_MB" ? "the check off" : "the limit off");
   return "";
 }

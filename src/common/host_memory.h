@@ -23,14 +23,15 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace thx {
 
 // The memory the kernel can still hand out, in bytes (0 where unknown), and whose it is.
 struct HostMemory {
   double available = 0;  // MemAvailable, or less where a cgroup's limit binds
-  double total = 0;      // MemTotal, or the cgroup's limit
-  std::string owner;     // "this machine's" or "its cgroup's", for messages
+  double total = 0;      // MemTotal, or a cgroup's lower limit
+  std::string owner;     // "this machine's" or "its cgroup's" (whose total), for messages
 };
 HostMemory host_memory();
 
@@ -39,6 +40,16 @@ HostMemory host_memory();
 // in bytes, 0 where it sets none ("max", or at least the machine's total).
 double meminfo_bytes(const std::string& meminfo, const std::string& field);
 double cgroup_limit_bytes(const std::string& limit_file, double machine_total);
+// A cgroup's files as text: its limit and usage (v2: memory.max, memory.current; v1:
+// memory.limit_in_bytes, memory.usage_in_bytes), its memory.stat, and that file's key of the
+// inactive page cache (v2: inactive_file; v1: total_inactive_file).
+struct CgroupText {
+  std::string limit, usage, stat, inactive_key;
+};
+// host_memory() from those texts: a cgroup whose limit is below the machine's total makes the
+// total its limit ("its cgroup's"), and the available the lesser of MemAvailable and limit -
+// usage + inactive page cache (which the cgroup drops before its out-of-memory killer runs).
+HostMemory host_memory_from(const std::string& meminfo, const std::vector<CgroupText>& groups);
 
 // The environment's settings, in MB of 2^20 bytes (as thx's RSS numbers): THX_MEMORY_FLOOR_MB
 // (what every checked allocation leaves available; default the larger of 512 MB and 3% of the

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "common/host_memory.h"
+#include "common/runtime.h"
 
 namespace thx::test {
 namespace {
@@ -19,12 +20,7 @@ namespace THX_FILE_ID {
 
 constexpr double kMiB = 1024.0 * 1024.0;
 
-double resident() {
-  std::ifstream in("/proc/self/statm");
-  double size = 0, pages = 0;
-  in >> size >> pages;
-  return pages * 4096.0;
-}
+double resident() { return rss_mb() * kMiB; }  // runtime.h
 
 // The message of the c10::OutOfMemoryError that `alloc` throws, or "" if it throws none.
 template <class F>
@@ -49,6 +45,36 @@ TEST(HostMemory, ParsesMeminfoAndCgroupLimits) {
   EXPECT_EQ(cgroup_limit_bytes("max\n", total), 0);                   // v2: no limit
   EXPECT_EQ(cgroup_limit_bytes("9223372036854771712\n", total), 0);  // v1: no limit
   EXPECT_EQ(cgroup_limit_bytes("", total), 0);
+}
+
+// The cgroup arithmetic, v2's and v1's files: available = limit - usage + inactive page cache,
+// bounded by MemAvailable; the total is the lowest limit. (Minus the cache, or the usage
+// ignored, gives other numbers than these.)
+TEST(HostMemory, ACgroupsLimitBindsAsLinuxCountsIt) {
+  const double GiB = 1024.0 * kMiB;
+  const std::string info = "MemTotal:       25165824 kB\nMemAvailable:   20971520 kB\n";  // 24 GiB, 20 available
+  const HostMemory machine = host_memory_from(info, {});
+  EXPECT_EQ(machine.total, 24 * GiB);
+  EXPECT_EQ(machine.available, 20 * GiB);
+  EXPECT_EQ(machine.owner, "this machine's");
+  const CgroupText v2{"8589934592\n", "6442450944\n", "anon 5368709120\ninactive_file 1073741824\n",
+                      "inactive_file"};  // 8 GiB limit, 6 used, 1 of it inactive cache
+  HostMemory m = host_memory_from(info, {v2});
+  EXPECT_EQ(m.total, 8 * GiB);
+  EXPECT_EQ(m.available, 3 * GiB);
+  EXPECT_EQ(m.owner, "its cgroup's");
+  const CgroupText v1{"8589934592\n", "1073741824\n", "cache 0\ntotal_inactive_file 0\n", "total_inactive_file"};
+  m = host_memory_from("MemTotal:       25165824 kB\nMemAvailable:    2097152 kB\n", {v1});  // 2 GiB available
+  EXPECT_EQ(m.total, 8 * GiB);
+  EXPECT_EQ(m.available, 2 * GiB);  // the machine's MemAvailable binds below the cgroup's 7 GiB
+  const CgroupText none{"max\n", "6442450944\n", "", "inactive_file"};
+  const CgroupText v1_none{"9223372036854771712\n", "6442450944\n", "", "total_inactive_file"};
+  m = host_memory_from(info, {none, v1_none});
+  EXPECT_EQ(m.total, 24 * GiB);
+  EXPECT_EQ(m.available, 20 * GiB);
+  m = host_memory_from(info, {v2, {"4294967296\n", "0\n", "", "inactive_file"}});  // a lower limit above
+  EXPECT_EQ(m.total, 4 * GiB);
+  EXPECT_EQ(m.available, 3 * GiB);
 }
 
 TEST(HostMemory, ReadsThisMachinesNumbers) {
