@@ -4,10 +4,13 @@
 #include <c10/core/CPUAllocator.h>
 #include <c10/util/Exception.h>
 #include <fmt/format.h>
+#include <sys/wait.h>
+
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <csignal>
 #include <cstdlib>
 #include <fstream>
 #include <memory>
@@ -165,7 +168,7 @@ HostMemory host_memory_from(const std::string& meminfo, const std::vector<Cgroup
     // The cgroup reclaims its inactive page cache before its own out-of-memory killer runs.
     const double usage = std::max(0.0, number(g.usage));
     const double available = std::max(0.0, limit - usage + stat_value(g.stat, g.inactive_key));
-    m = {m.total > 0 ? std::min(m.available, available) : available, limit, "its cgroup's"};
+    m = {m.total > 0 ? std::min(m.available, available) : available, limit, "this cgroup's"};
   }
   return m;
 }
@@ -176,6 +179,29 @@ HostMemory host_memory() {
   for (const Cgroup& g : groups)
     texts.push_back({file_text(g.limit), file_text(g.usage), file_text(g.stat), g.inactive});
   return host_memory_from(file_text("/proc/meminfo"), texts);
+}
+
+int64_t oom_kills_from(const std::string& vmstat) {  // "oom_kill 3" among "key value" lines
+  std::istringstream in(vmstat);
+  std::string key, value;
+  while (in >> key >> value)
+    if (key == "oom_kill") return value.find_first_not_of("0123456789") == std::string::npos ? std::stoll(value) : -1;
+  return -1;
+}
+
+int64_t oom_kills() { return oom_kills_from(file_text("/proc/vmstat")); }
+
+std::string child_end(int wait_status, int64_t oom_kills_during) {
+  std::string how = WIFEXITED(wait_status)     ? fmt::format("exit code {}", WEXITSTATUS(wait_status))
+                    : WIFSIGNALED(wait_status) ? signal_name(WTERMSIG(wait_status))
+                                               : fmt::format("wait status {}", wait_status);
+  if (oom_kills_during <= 0) return how;
+  const bool killed = WIFSIGNALED(wait_status) && WTERMSIG(wait_status) == SIGKILL;
+  return fmt::format("{}; Linux's out-of-memory killer ended {} process{} while it ran (/proc/vmstat oom_kill), "
+                     "{}: give a run more room (fewer at a time with --jobs, smaller micro-batches with "
+                     "train.grad_accum) and leave thx's memory check on (THX_MEMORY_FLOOR_MB unset or above 0)",
+                     how, oom_kills_during, oom_kills_during == 1 ? "" : "es",
+                     killed ? "most likely this run" : "perhaps one of its processes (a rank, under torchrun)");
 }
 
 std::string host_memory_env_error() {

@@ -17,8 +17,10 @@
 //
 // The cost: /proc/meminfo is read at most every 100 ms, and before that only when the
 // allocations since the last read could have used up what it left; allocations under 1 MiB are
-// only counted. (A 50-step mini T5 run read it 91 times, at 9 us a read on this project's VMs.) Memory that does not come from c10 (oneDNN's and OpenBLAS's buffers, thx's
-// kernels' scratch) is not checked; the floor leaves room for it.
+// only counted. (A 50-step mini T5 run read it 91 times, at 9 us a read on this project's VMs.)
+// Memory that does not come from c10 (oneDNN's and OpenBLAS's buffers, thx's kernels' scratch)
+// is not checked; the floor leaves room for it. Where the killer ends a run anyway (the check
+// off, or memory from elsewhere), `thx sweep` says so: oom_kills() and child_end() below.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -31,7 +33,7 @@ namespace thx {
 struct HostMemory {
   double available = 0;  // MemAvailable, or less where a cgroup's limit binds
   double total = 0;      // MemTotal, or a cgroup's lower limit
-  std::string owner;     // "this machine's" or "its cgroup's" (whose total), for messages
+  std::string owner;     // "this machine's" or "this cgroup's" (whose total), for messages
 };
 HostMemory host_memory();
 
@@ -47,7 +49,7 @@ struct CgroupText {
   std::string limit, usage, stat, inactive_key;
 };
 // host_memory() from those texts: a cgroup whose limit is below the machine's total makes the
-// total its limit ("its cgroup's"), and the available the lesser of MemAvailable and limit -
+// total its limit ("this cgroup's"), and the available the lesser of MemAvailable and limit -
 // usage + inactive page cache (which the cgroup drops before its out-of-memory killer runs).
 HostMemory host_memory_from(const std::string& meminfo, const std::vector<CgroupText>& groups);
 
@@ -57,6 +59,16 @@ HostMemory host_memory_from(const std::string& meminfo, const std::vector<Cgroup
 // this process; default none). An empty string where both are whole numbers (or unset, or
 // empty), else one line naming the variable.
 std::string host_memory_env_error();
+
+// Processes Linux's out-of-memory killer has ended since boot: /proc/vmstat's oom_kill (Linux
+// 4.13 and later; it counts the kills a cgroup's limit caused too), or -1 where it does not say.
+int64_t oom_kills();
+int64_t oom_kills_from(const std::string& vmstat);  // the same from a /proc/vmstat text
+
+// How a failed child ended, for its parent's log (a wait status): "exit code 1", "SIGKILL", ...;
+// and, where the out-of-memory killer ended processes while it ran (oom_kills_during > 0), that
+// it did and what gives a run more room, since neither the SIGKILL nor its last line says so.
+std::string child_end(int wait_status, int64_t oom_kills_during);
 
 // Installs the check on c10's CPU allocator for the rest of the process (thx's main, after
 // host_memory_env_error()). A floor of 0 with no limit installs nothing.

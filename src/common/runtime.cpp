@@ -331,7 +331,7 @@ std::string device_description(const torch::Device& device) {
 }
 
 std::string memory_owner(const torch::Device& device) {
-  return device.is_cpu() ? "this machine's" : fmt::format("GPU {}'s", device.has_index() ? device.index() : 0);
+  return device.is_cpu() ? host_memory().owner : fmt::format("GPU {}'s", device.has_index() ? device.index() : 0);
 }
 
 void synchronize(const torch::Device& device) {

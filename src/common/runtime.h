@@ -111,7 +111,8 @@ void reset_peak_rss();
 double physical_memory_bytes();
 
 // The same for a device: physical_memory_bytes() on the CPU, the GPU's own memory on CUDA (in a
-// LibTorch with CUDA, THX_CUDA; 0 where unknown). "this machine's" or "GPU 0's", for messages.
+// LibTorch with CUDA, THX_CUDA; 0 where unknown). "this machine's" (or "this cgroup's", where
+// its limit is the total) or "GPU 0's", for messages.
 double memory_bytes(const torch::Device& device);
 std::string memory_owner(const torch::Device& device);
 // What a benchmark names beside its numbers: "CPU: <model> (<bf16 features>); N threads", or

@@ -23,6 +23,7 @@
 
 #include "common/error.h"
 #include "common/fs.h"
+#include "common/host_memory.h"
 #include "common/log.h"
 #include "common/provenance.h"
 #include "common/runtime.h"
@@ -343,6 +344,19 @@ void report_end(const Sweep& sweep, const std::vector<Planned>& plan, const std:
   for (const auto& f : failures) log->error("failed: {}", f);
 }
 
+// Logs a run that failed (its wait status; the out-of-memory killer's kills while it ran) and
+// returns "<name> (<how it ended>): <why>" for the sweep's end. A run's error is its log's last
+// line; a run killed mid-step has none, only where the next sweep resumes it.
+std::string report_failure(const Planned& p, int status, int64_t oom_kills_during) {
+  const int64_t resume = sweep_resume_step(p.dir);
+  const std::string how = child_end(status, oom_kills_during),
+                    why = !WIFSIGNALED(status) ? last_line((fs::path(p.dir) / "stdout.log").string())
+                          : resume > 0 ? fmt::format("the next `thx sweep` resumes it at step {}", resume)
+                                       : "the next `thx sweep` starts it again (it had no checkpoint)";
+  thx::log("sweep")->error("{} failed ({}): {}", p.run->name, how, why);
+  return fmt::format("{} ({}): {}", p.run->name, how, why);
+}
+
 }  // namespace
 
 SweepOutcome run_sweep(const Sweep& sweep, const SweepOptions& o,
@@ -368,6 +382,7 @@ SweepOutcome run_sweep(const Sweep& sweep, const SweepOptions& o,
     size_t index;
     pid_t pid;
     std::chrono::steady_clock::time_point start;
+    int64_t oom_kills;  // the kernel's count when it started (common/host_memory.h)
   };
   std::vector<Child> running;
   std::vector<std::string> failures;
@@ -388,7 +403,8 @@ SweepOutcome run_sweep(const Sweep& sweep, const SweepOptions& o,
     }
     for (; !g_sweep_stop && int64_t(running.size()) < jobs && next < plan.size(); ++next) {
       if (plan[next].finished) continue;
-      running.push_back({next, launch_run(plan[next], o, threads, ranks), std::chrono::steady_clock::now()});
+      running.push_back(
+          {next, launch_run(plan[next], o, threads, ranks), std::chrono::steady_clock::now(), oom_kills()});
       log->info("[{}/{}] started {} ({})", done + running.size(), todo, plan[next].run->name,
                 plan[next].resolved.attention);
     }
@@ -401,6 +417,7 @@ SweepOutcome run_sweep(const Sweep& sweep, const SweepOptions& o,
     if (it == running.end()) continue;
     Planned& p = plan[it->index];
     const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - it->start).count();
+    const int64_t kills = oom_kills(), oom_during = it->oom_kills >= 0 && kills >= 0 ? kills - it->oom_kills : 0;
     running.erase(it);
     const double ran = p.flops_left();  // what this sweep ran of it, if it finished
     if (const auto ln_ppl = record_result(p, sweep, status, wall)) {
@@ -413,11 +430,7 @@ SweepOutcome run_sweep(const Sweep& sweep, const SweepOptions& o,
     } else if (stopped_at_checkpoint(status) || g_sweep_stop) {
       log->warn("{}: stopped at a checkpoint; the next `thx sweep` resumes it", p.run->name);
     } else {
-      const std::string why = last_line((fs::path(p.dir) / "stdout.log").string());
-      failures.push_back(fmt::format("{}: {}", p.run->name, why));
-      log->error("{} failed ({}): {}", p.run->name,
-                 WIFEXITED(status) ? fmt::format("exit code {}", WEXITSTATUS(status))
-                                   : fmt::format("signal {}", WTERMSIG(status)), why);
+      failures.push_back(report_failure(p, status, oom_during));
     }
   }
   report_end(sweep, plan, out, failures);

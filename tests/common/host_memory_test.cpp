@@ -1,14 +1,18 @@
 // common/host_memory.h: the kernel's numbers as host_memory() reads them, and the check on c10's
 // CPU allocations: a block that would leave less than the floor available, or take the process
 // past its limit, is c10::OutOfMemoryError before anything is written to it; smaller blocks and
-// what fits pass; freed memory counts again; a refusal in backward keeps its type.
+// what fits pass; freed memory counts again; a refusal in backward keeps its type. And the
+// out-of-memory killer's count that names it in a sweep's report of a child's end.
 #include <c10/util/Exception.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <fstream>
+#include <iterator>
 #include <string>
 
 #include "common/host_memory.h"
@@ -62,7 +66,7 @@ TEST(HostMemory, ACgroupsLimitBindsAsLinuxCountsIt) {
   HostMemory m = host_memory_from(info, {v2});
   EXPECT_EQ(m.total, 8 * GiB);
   EXPECT_EQ(m.available, 3 * GiB);
-  EXPECT_EQ(m.owner, "its cgroup's");
+  EXPECT_EQ(m.owner, "this cgroup's");
   const CgroupText v1{"8589934592\n", "1073741824\n", "cache 0\ntotal_inactive_file 0\n", "total_inactive_file"};
   m = host_memory_from("MemTotal:       25165824 kB\nMemAvailable:    2097152 kB\n", {v1});  // 2 GiB available
   EXPECT_EQ(m.total, 8 * GiB);
@@ -86,6 +90,37 @@ TEST(HostMemory, ReadsThisMachinesNumbers) {
   const double machine = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
   if (m.owner == "this machine's") EXPECT_NEAR(m.total, machine, 0.01 * machine);
   else EXPECT_LT(m.total, machine) << m.owner;
+}
+
+// The out-of-memory killer's count, and how `thx sweep` reports a child's end with it: wait
+// statuses from real children (one exits 3, one is killed).
+TEST(HostMemory, NamesTheOutOfMemoryKillerInAChildsEnd) {
+  EXPECT_EQ(oom_kills_from("pgfault 12\noom_kill 3\npgmajfault 1\n"), 3);
+  EXPECT_EQ(oom_kills_from("pgfault 12\n"), -1);  // a kernel before 4.13
+  EXPECT_EQ(oom_kills_from("oom_kill x\n"), -1);
+  std::ifstream in("/proc/vmstat");
+  const std::string vmstat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (vmstat.find("\noom_kill ") != std::string::npos) EXPECT_GE(oom_kills(), oom_kills_from(vmstat));
+  const auto status_of = [](bool kill_it) {
+    const pid_t pid = fork();
+    if (pid == 0) {
+      if (kill_it) raise(SIGKILL);
+      _exit(3);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    return status;
+  };
+  const int exited = status_of(false), killed = status_of(true);
+  EXPECT_EQ(child_end(exited, 0), "exit code 3");
+  EXPECT_EQ(child_end(killed, 0), "SIGKILL");
+  const std::string oom = child_end(killed, 1);
+  EXPECT_EQ(oom.rfind("SIGKILL; Linux's out-of-memory killer ended 1 process while it ran (/proc/vmstat oom_kill), "
+                      "most likely this run: give a run more room (fewer at a time with --jobs, ", 0), 0u) << oom;
+  EXPECT_NE(oom.find("THX_MEMORY_FLOOR_MB"), std::string::npos) << oom;
+  EXPECT_NE(child_end(exited, 2).find("exit code 3; Linux's out-of-memory killer ended 2 processes while it ran "
+                                      "(/proc/vmstat oom_kill), perhaps one of its processes (a rank, under torchrun)"),
+            std::string::npos);
 }
 
 TEST(HostMemoryGuard, RefusesABlockThatWouldLeaveLessThanTheFloor) {

@@ -12,6 +12,8 @@
 #include <random>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -20,6 +22,7 @@
 
 #include "common/fs.h"
 #include "common/error.h"
+#include "common/host_memory.h"
 #include "experiments/results_table.h"
 #include "experiments/sweep.h"
 #include "training/training_fixtures.h"
@@ -273,6 +276,54 @@ TEST(SweepRun, AFailedRunIsReportedAndTheOthersFinish) {
   std::ofstream(ft / "rte.json") << rte << "true}";
   EXPECT_EQ(read_results(dir.file("mixed"))[0]["downstream"],
             json({{"rte", {{"accuracy", 60}}}, {"sst2", {{"accuracy", 81.5}}}}));
+}
+
+// A run killed from outside (SIGKILL, as Linux's out-of-memory killer sends it) is named with
+// the signal and where the next sweep resumes it, not its log's last line (the config it
+// printed); the others finish, and the next sweep finishes it. (The out-of-memory killer's
+// own clause: HostMemory.NamesTheOutOfMemoryKillerInAChildsEnd.)
+TEST(SweepRun, ARunKilledBySigkillIsNamedAndResumes) {
+  TempDir dir;
+  const std::string sweep = tiny_sweep(dir, 120), out = dir.file("out"), log = dir.file("sweep.log");
+  const int64_t oom_before = oom_kills();
+  const pid_t sweeper = fork();
+  if (sweeper == 0) {
+    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(fd, 1), dup2(fd, 2);
+    execl(THX_BINARY, THX_BINARY, "--threads", "1", "sweep", "--config", sweep.c_str(), "--out", out.c_str(), nullptr);
+    _exit(127);
+  }
+  // h2's process, once it has a checkpoint: the `thx pretrain` whose --run-dir is out/h2.
+  const std::string h2 = (fs::path(out) / "h2").string(), wanted = std::string("--run-dir") + '\0' + h2 + '\0';
+  pid_t run = 0;
+  for (int i = 0; i < 2400 && run == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+    if (list_checkpoints(h2 + "/checkpoints").empty()) continue;
+    for (const auto& e : fs::directory_iterator("/proc")) {
+      const std::string name = e.path().filename().string();
+      if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+      std::ifstream in(e.path() / "cmdline");
+      const std::string cmdline((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      if (cmdline.find(wanted) != std::string::npos) run = pid_t(std::stol(name));
+    }
+  }
+  ASSERT_NE(run, 0) << "no checkpointed h2 run to kill";
+  kill(run, SIGKILL);
+  int status = 0;
+  waitpid(sweeper, &status, 0);
+  const std::string said = read_file(log);
+  EXPECT_EQ(WEXITSTATUS(status), 1) << said;
+  const std::string named = "h2 failed (SIGKILL";
+  const size_t at = said.find(named);
+  ASSERT_NE(at, std::string::npos) << said;
+  const std::string line = said.substr(at, said.find('\n', at) - at);
+  if (oom_kills() == oom_before)
+    EXPECT_EQ(line.rfind("h2 failed (SIGKILL): the next `thx sweep` resumes it at step ", 0), 0u) << line;
+  EXPECT_NE(said.find("2 of 3 runs finished"), std::string::npos) << said;
+  const RunResult r = run_thx("--threads 1 sweep --config " + sweep + " --out " + out);
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("2 finished, 1 to run"), std::string::npos) << r.out;
+  EXPECT_EQ(read_results(out).size(), 3u);
 }
 
 }  // namespace THX_FILE_ID
