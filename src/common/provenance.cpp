@@ -6,10 +6,12 @@
 #include <cstdlib>
 #include <ctime>
 #include <filesystem>
+#include <fstream>
 
 #include <fmt/format.h>
 
 #include "common/fs.h"
+#include "common/host_memory.h"
 #include "common/precision.h"
 #include "common/runtime.h"
 
@@ -78,7 +80,36 @@ nlohmann::json session_provenance() {
     if (const char* v = std::getenv(name); v && *v) j["environment"][name] = v;
   j["pid"] = int64_t(::getpid());
   j["started"] = g_started.empty() ? utc_now() : g_started;
+  if (std::ifstream in("/proc/sys/kernel/random/boot_id"); in) {
+    std::string id;
+    if (in >> id) j["boot_id"] = id;
+  }
+  if (const int64_t kills = oom_kills(); kills >= 0) j["oom_kills"] = kills;
   return j;
+}
+
+std::string unended_session(const nlohmann::json& sessions, const nlohmann::json& now) {
+  const nlohmann::json none;
+  const auto rank = [&](const nlohmann::json& s) { return s.contains("rank") ? s["rank"] : none; };
+  const nlohmann::json* last = nullptr;
+  for (const auto& s : sessions)
+    if (s.is_object() && rank(s) == rank(now)) last = &s;
+  if (!last || last->contains("ended")) return "";
+  const nlohmann::json& s = *last;
+  const std::string who = fmt::format("the last session here (pid {}, started {}) did not record its end",
+                                      s.value("pid", int64_t(0)), s.value("started", std::string("?")));
+  if (!s.contains("boot_id") || !now.contains("boot_id"))
+    return who + " (killed, crashed, or the machine stopped)";
+  if (s["boot_id"] != now["boot_id"]) return who + ": the machine has restarted since it started";
+  const int64_t kills = s.contains("oom_kills") && now.contains("oom_kills")
+                            ? now["oom_kills"].get<int64_t>() - s["oom_kills"].get<int64_t>() : 0;
+  if (kills > 0)
+    return fmt::format("{}: Linux's out-of-memory killer has ended {} process{} since it started (/proc/vmstat "
+                       "oom_kill), most likely it; keep thx's memory check on (THX_MEMORY_FLOOR_MB unset or above "
+                       "0), which stops a run that outgrows the machine with one line, and give this one more room "
+                       "(train.grad_accum, or fewer jobs on the machine)", who, kills, kills == 1 ? "" : "es");
+  return who + ": it was killed (SIGKILL, as `kill -9` or a job scheduler's limit sends it) or crashed (thx's "
+               "report of a crash, \"thx: fatal signal\", is on that session's stderr)";
 }
 
 namespace {
@@ -99,10 +130,12 @@ nlohmann::json read_sessions(const std::string& path) {
 
 }  // namespace
 
-size_t record_session_start(const std::string& dir) {
+size_t record_session_start(const std::string& dir, std::string* unended) {
   const std::string path = (std::filesystem::path(dir) / "provenance.json").string();
   nlohmann::json p = read_sessions(path);
-  p["sessions"].push_back(session_provenance());
+  const nlohmann::json now = session_provenance();
+  if (unended) *unended = unended_session(p["sessions"], now);
+  p["sessions"].push_back(now);
   write_file_atomic(path, p.dump(2) + "\n");
   return p["sessions"].size() - 1;
 }

@@ -26,15 +26,23 @@ std::string version_line();
 void set_command_line(int argc, char** argv);
 
 // This process's record: version, commit, dirty, command, cwd, host, cpu, gpus (where CUDA
-// is present), rank (under torchrun), pid, started (UTC, ISO 8601).
+// is present), rank (under torchrun), pid, started (UTC, ISO 8601), and the kernel's boot_id and
+// count of out-of-memory kills (oom_kills) at its start, which tell a resumed run what ended it.
 nlohmann::json session_provenance();
 
 // <dir>/provenance.json ({sessions: [...]}): append this process's session and return its
-// index; later, add its "ended" time. A file that does not parse (edited by hand) is kept aside
-// as provenance.json.unreadable rather than lost. Run directories (training/run_dir.h) and
-// sweep directories record their sessions this way.
-size_t record_session_start(const std::string& dir);
+// index, and in `unended` unended_session's line (or ""); later, add its "ended" time. A file
+// that does not parse (edited by hand) is kept aside as provenance.json.unreadable rather than
+// lost. Run directories (training/run_dir.h) and sweep directories record their sessions so.
+size_t record_session_start(const std::string& dir, std::string* unended = nullptr);
 void record_session_end(const std::string& dir, size_t index);
+
+// A resumed run's word on how its last session (of this rank) ended, where provenance.json
+// has no "ended" for it: the machine restarted since (another boot_id), Linux's out-of-memory
+// killer most likely (/proc/vmstat's oom_kill rose since it started), or a signal or a crash;
+// "" where it ended, or there is none. `sessions` is the file's, `now` this session's record
+// (session_provenance(): boot_id, oom_kills where the kernel gives them).
+std::string unended_session(const nlohmann::json& sessions, const nlohmann::json& now);
 
 // The current time as UTC ISO 8601 ("2026-11-26T07:30:00Z").
 std::string utc_now();

@@ -216,7 +216,9 @@ class SweepLock {
       const std::string pid = std::to_string(::getpid()) + "\n";
       if (::pwrite(fd_, pid.data(), pid.size(), 0) < 0) thx::log("sweep")->warn("{}: cannot record this sweep's pid", path_);
     }
-    session_ = record_session_start(out_ = out);  // <out>/provenance.json: who ran the sweep, and when
+    std::string unended;  // <out>/provenance.json: who ran the sweep, and when
+    session_ = record_session_start(out_ = out, &unended);
+    if (!unended.empty()) thx::log("sweep")->warn("{}: {}", out, unended);
   }
   ~SweepLock() {
     try {

@@ -189,11 +189,13 @@ void RunDirectory::open() {
     std::ofstream((fs::path(o_.dir) / "config_changes.jsonl").string(), std::ios::app) << rec.dump() << "\n";
   }
   write_file_atomic((fs::path(o_.dir) / o_.config_file).string(), o_.yaml);
-  session_ = record_session_start(o_.dir);
+  std::string unended;  // how the last session ended, where it did not say
+  session_ = record_session_start(o_.dir, &unended);
   if (!o_.log_file.empty()) {
     add_log_file((fs::path(o_.dir) / o_.log_file).string());
     log_open_ = true;
   }
+  if (!unended.empty()) thx::log("train")->warn("{}: {}", o_.dir, unended);
 }
 
 }  // namespace thx

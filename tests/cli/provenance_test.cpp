@@ -9,10 +9,12 @@
 #include <regex>
 #include <sstream>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "common/fs.h"
 #include "common/h5.h"
+#include "common/host_memory.h"
 #include "common/provenance.h"
 #include "common/runtime.h"
 #include "training/checkpoint.h"
@@ -111,6 +113,62 @@ TEST(Provenance, EachSessionOfARunIsRecordedWithItsCheckpointsAndTimes) {
     last = j["time"], ++records;
   }
   EXPECT_EQ(records, 5);  // steps 1-4 and the evaluation at 4
+}
+
+// A session with no "ended": the resumed run says what most likely ended it, from the boot_id
+// and the out-of-memory killer's count recorded at its start against today's.
+TEST(Provenance, AResumedRunSaysHowItsLastSessionEnded) {
+  const json now = {{"pid", 9}, {"boot_id", "b1"}, {"oom_kills", 5}};
+  auto last = [](json s) { return json::array({{{"pid", 7}, {"started", "T0"}, {"ended", "T1"}}, s}); };
+  const json killed = {{"pid", 8}, {"started", "T2"}, {"boot_id", "b1"}, {"oom_kills", 5}};
+  EXPECT_EQ(unended_session(last(killed), now),
+            "the last session here (pid 8, started T2) did not record its end: it was killed (SIGKILL, as `kill -9` "
+            "or a job scheduler's limit sends it) or crashed (thx's report of a crash, \"thx: fatal signal\", is on "
+            "that session's stderr)");
+  json oom = killed;
+  oom["oom_kills"] = 3;
+  EXPECT_EQ(unended_session(last(oom), now).rfind("the last session here (pid 8, started T2) did not record its end: "
+                                                  "Linux's out-of-memory killer has ended 2 processes since it started "
+                                                  "(/proc/vmstat oom_kill), most likely it; keep thx's memory check on",
+                                                  0),
+            0u);
+  json rebooted = oom;
+  rebooted["boot_id"] = "b0";  // the count started again at the boot
+  EXPECT_EQ(unended_session(last(rebooted), now),
+            "the last session here (pid 8, started T2) did not record its end: the machine has restarted since it "
+            "started");
+  EXPECT_EQ(unended_session(last({{"pid", 8}, {"started", "T2"}}), now),  // written before thx recorded a boot
+            "the last session here (pid 8, started T2) did not record its end (killed, crashed, or the machine "
+            "stopped)");
+  json ended = killed;
+  ended["ended"] = "T3";
+  EXPECT_EQ(unended_session(last(ended), now), "");
+  EXPECT_EQ(unended_session(json::array(), now), "");
+  json other_rank = killed;  // another rank's session is not this one's last
+  other_rank["rank"] = "1";
+  EXPECT_EQ(unended_session(last(other_rank), now), "");
+  EXPECT_NE(unended_session(last(other_rank), {{"rank", "1"}, {"boot_id", "b1"}, {"oom_kills", 5}}), "");
+
+  // From the binary: a run killed after its first checkpoint, then resumed.
+  TempDir dir;
+  PretrainConfig c = tiny_pretrain(prepared_corpus(dir), 40);
+  c.checkpoint.every = 2;
+  finish(c);
+  const std::string run = dir.file("run");
+  const std::string args = "--threads 1 pretrain --config " + dir.write("run.yaml", c.yaml) + " --run-dir " + run;
+  const int64_t oom_before = oom_kills();
+  ASSERT_TRUE(kill_thx_when_exists(args, checkpoint_path(run + "/checkpoints", 2)));
+  const json killed_session = json::parse(read_file(run + "/provenance.json"))["sessions"][0];
+  EXPECT_FALSE(killed_session.contains("ended")) << killed_session.dump();
+  const RunResult r = run_thx(args + " --resume");
+  EXPECT_EQ(r.code, 0) << r.out;
+  const std::string said =
+      fmt::format("{}: the last session here (pid {}, started {}) did not record its end: ", run,
+                  killed_session["pid"].get<int64_t>(), killed_session["started"].get<std::string>());
+  EXPECT_NE(r.out.find(said + (oom_kills() == oom_before ? "it was killed (SIGKILL" : "")), std::string::npos) << r.out;
+  EXPECT_EQ(json::parse(read_file(run + "/provenance.json"))["sessions"][1]["boot_id"], killed_session["boot_id"]);
+  EXPECT_EQ(run_thx(args + " --resume").out.find("did not record its end"),
+            std::string::npos);  // the resumed session ended
 }
 
 // Debian 12's OpenBLAS takes an Intel CPU it does not know for a Prescott (common/runtime.h);
