@@ -192,7 +192,7 @@ void add_run_row(const BenchAttentionOptions& opt, const Subject& subject, int64
                  AttentionTables& out) {
   const AttentionDims& d = subject.dims;
   const double secs = median_or(t), ref_s = median_or(ref);
-  const double gflops = 6 * multiplies(d, opt.n, opt.n, CostConvention::Full) / secs / 1e9;
+  const double gflops = 6 * double(opt.batch) * multiplies(d, opt.n, opt.n, CostConvention::Full) / secs / 1e9;
   const std::string ref_text = !reference ? "-" : ref_s < 0 ? "out of memory" : fmt::format("{:.1f}", ref_s * 1e3);
   const bool both = secs >= 0 && ref_s >= 0;
   if (secs < 0)
@@ -406,7 +406,7 @@ std::string bench_attention(const BenchAttentionOptions& options) {
       "One attention layer, forward + backward (dX and every parameter gradient{}), d_model {}, "
       "n = m = {}, batch {}{}; median of {} runs, multi-head and talking-heads interleaved; "
       "TH/MH time is the median of the per-pair ratios. Talking-heads ran on {}.{}\n"
-      "GFLOP/s counts 6 x the layer's multiplies (all of them, section 5 extended).\n\n",
+      "GFLOP/s counts 6 x batch x the layer's multiplies per example (all of them, section 5 extended).\n\n",
       device_description(opt.device), peak_size, peak_text, opt.bias ? " and the bias's" : "", opt.d_model, opt.n,
       opt.batch, opt.bias ? ", with T5's relative position bias (a learned [1,h,n,m] fp32 bias on the logits)" : "",
       opt.reps, th_path,

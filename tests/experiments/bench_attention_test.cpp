@@ -2,6 +2,7 @@
 // LibTorch's CUDA allocator throws; here a test hook throws it, as a CPU cannot run out on
 // demand): the variant's row says so, the cell has no time ratio and does not count for or
 // against the time target, the report names the cell, and every other cell is still measured.
+// And what its GFLOP/s count.
 #include <gtest/gtest.h>
 
 #include "experiments/bench_attention.h"
@@ -151,6 +152,22 @@ TEST(BenchAttention, TheBiasReachesEveryStepWithItsGradient) {
     }
     EXPECT_EQ(report.find("relative position bias") != std::string::npos, with) << report;
   }
+}
+
+// GFLOP/s counts the whole batch: 6 x batch x the layer's multiplies per example, here
+// multi-head's 4 n d^2 (the four projections) + 2 n^2 d (scores and weighted sums), from its
+// time. (Until 2026-11-30 the batch was left out: every published GFLOP/s and % of peak of this
+// benchmark was the batch's factor too low.)
+TEST(BenchAttention, GflopsCountTheWholeBatch) {
+  BenchAttentionOptions o;
+  o.d_model = 128, o.n = 128, o.batch = 6, o.heads = {4}, o.reps = 3, o.warmup = 1, o.reference = false;
+  const std::string report = bench_attention(o);
+  const auto mh = row(report, "variant", "multi_head", "4");
+  ASSERT_GE(mh.size(), 7u) << report;
+  const double ms = std::stod(mh[4]), gflops = std::stod(mh[5]), n = 128, d = 128;
+  ASSERT_GE(ms, 2.0) << "too short for the rounded cells to check: " << report;
+  const double want = 6 * 6 * (4 * n * d * d + 2 * n * n * d) / (ms / 1e3) / 1e9;
+  EXPECT_NEAR(gflops, want, 0.03 * want + 0.1) << report;  // (ms rounded to 0.1: at most 2.5% at 2 ms)
 }
 
 }  // namespace THX_FILE_ID
