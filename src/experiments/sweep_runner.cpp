@@ -189,10 +189,11 @@ void print_dry_run(const Sweep& sweep, const std::vector<Planned>& plan, const s
   }
   for (const auto& m : missing_data(plan))
     std::printf("\nMissing data: %s; those runs cannot start until it is there.\n", missing_data_line(m, plan.size()).c_str());
-  std::printf("\nTo run: %.3f of %.3f PFLOP of model FLOPs, about %s on %lld threads at %s, measured now "
+  const long long threads = torch::get_num_threads();
+  std::printf("\nTo run: %.3f of %.3f PFLOP of model FLOPs, about %s on %lld thread%s at %s, measured now "
               "(the share mini steps reach at one thread per job, docs/benchmarks.md).\n",
-              flops_left / 1e15, flops_all / 1e15, format_duration(seconds).c_str(),
-              (long long)torch::get_num_threads(), at.c_str());
+              flops_left / 1e15, flops_all / 1e15, format_duration(seconds).c_str(), threads, threads == 1 ? "" : "s",
+              at.c_str());
 }
 
 // One sweep process per directory, for its lifetime. The lock is not inherited by the runs
