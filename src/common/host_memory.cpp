@@ -6,7 +6,6 @@
 #include <fmt/format.h>
 #include <sys/wait.h>
 
-
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -192,9 +191,9 @@ int64_t oom_kills_from(const std::string& vmstat) {  // "oom_kill 3" among "key 
 int64_t oom_kills() { return oom_kills_from(file_text("/proc/vmstat")); }
 
 std::string child_end(int wait_status, int64_t oom_kills_during) {
-  std::string how = WIFEXITED(wait_status)     ? fmt::format("exit code {}", WEXITSTATUS(wait_status))
-                    : WIFSIGNALED(wait_status) ? signal_name(WTERMSIG(wait_status))
-                                               : fmt::format("wait status {}", wait_status);
+  const std::string how = WIFEXITED(wait_status)     ? fmt::format("exit code {}", WEXITSTATUS(wait_status))
+                          : WIFSIGNALED(wait_status) ? signal_name(WTERMSIG(wait_status))
+                                                     : fmt::format("wait status {}", wait_status);
   if (oom_kills_during <= 0) return how;
   const bool killed = WIFSIGNALED(wait_status) && WTERMSIG(wait_status) == SIGKILL;
   return fmt::format("{}; Linux's out-of-memory killer ended {} process{} while it ran (/proc/vmstat oom_kill), "

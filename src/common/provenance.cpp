@@ -7,6 +7,7 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <type_traits>
 
 #include <fmt/format.h>
 
@@ -88,21 +89,35 @@ nlohmann::json session_provenance() {
   return j;
 }
 
+namespace {
+// A session's field as it was written, or `fallback` where it is absent or of another type (a
+// provenance.json edited by hand must not stop a run).
+template <class T>
+T field(const nlohmann::json& s, const char* key, T fallback) {
+  if (!s.contains(key)) return fallback;
+  const nlohmann::json& v = s[key];
+  if constexpr (std::is_same_v<T, std::string>) return v.is_string() ? v.get<std::string>() : fallback;
+  else return v.is_number_integer() ? v.get<T>() : fallback;
+}
+}  // namespace
+
 std::string unended_session(const nlohmann::json& sessions, const nlohmann::json& now) {
   const nlohmann::json none;
   const auto rank = [&](const nlohmann::json& s) { return s.contains("rank") ? s["rank"] : none; };
   const nlohmann::json* last = nullptr;
-  for (const auto& s : sessions)
-    if (s.is_object() && rank(s) == rank(now)) last = &s;
+  if (sessions.is_array())
+    for (const auto& s : sessions)
+      if (s.is_object() && rank(s) == rank(now)) last = &s;
   if (!last || last->contains("ended")) return "";
   const nlohmann::json& s = *last;
+  const int64_t pid = field<int64_t>(s, "pid", -1);
   const std::string who = fmt::format("the last session here (pid {}, started {}) did not record its end",
-                                      s.value("pid", int64_t(0)), s.value("started", std::string("?")));
-  if (!s.contains("boot_id") || !now.contains("boot_id"))
-    return who + " (killed, crashed, or the machine stopped)";
-  if (s["boot_id"] != now["boot_id"]) return who + ": the machine has restarted since it started";
-  const int64_t kills = s.contains("oom_kills") && now.contains("oom_kills")
-                            ? now["oom_kills"].get<int64_t>() - s["oom_kills"].get<int64_t>() : 0;
+                                      pid >= 0 ? std::to_string(pid) : "?", field<std::string>(s, "started", "?"));
+  const std::string boot = field<std::string>(s, "boot_id", ""), boot_now = field<std::string>(now, "boot_id", "");
+  if (boot.empty() || boot_now.empty()) return who + " (killed, crashed, or the machine stopped)";
+  if (boot != boot_now) return who + ": the machine has restarted since it started";
+  const int64_t before = field<int64_t>(s, "oom_kills", -1), after = field<int64_t>(now, "oom_kills", -1);
+  const int64_t kills = before >= 0 && after >= 0 ? after - before : 0;
   if (kills > 0)
     return fmt::format("{}: Linux's out-of-memory killer has ended {} process{} since it started (/proc/vmstat "
                        "oom_kill), most likely it; keep thx's memory check on (THX_MEMORY_FLOOR_MB unset or above "

@@ -148,6 +148,11 @@ TEST(Provenance, AResumedRunSaysHowItsLastSessionEnded) {
   other_rank["rank"] = "1";
   EXPECT_EQ(unended_session(last(other_rank), now), "");
   EXPECT_NE(unended_session(last(other_rank), {{"rank", "1"}, {"boot_id", "b1"}, {"oom_kills", 5}}), "");
+  // A file edited by hand: fields of other types are unknown, not an error.
+  EXPECT_EQ(unended_session(last({{"pid", "x"}, {"started", 3}, {"boot_id", 1}, {"oom_kills", "y"}}), now),
+            "the last session here (pid ?, started ?) did not record its end (killed, crashed, or the machine "
+            "stopped)");
+  EXPECT_EQ(unended_session(json::object(), now), "");
 
   // From the binary: a run killed after its first checkpoint, then resumed.
   TempDir dir;
