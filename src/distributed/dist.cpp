@@ -16,6 +16,7 @@
 #include <fmt/ranges.h>
 
 #include "common/error.h"
+#include "common/host_memory.h"
 #include "common/log.h"
 #include "common/torch_compat.h"
 #if THX_NCCL
@@ -32,6 +33,7 @@ using Clock = std::chrono::steady_clock;
 struct Group {
   LaunchEnv env;
   double timeout_s = 300;
+  int64_t oom_kills = -1;  // the kernel's count when the group formed (common/host_memory.h)
   c10::intrusive_ptr<c10d::Store> store, beat_store;
   compat::GroupPtr pg;  // Gloo for CPU tensors
   std::thread beat;
@@ -94,9 +96,9 @@ std::string diagnose() {
   for (int r = 0; r < g->env.world_size; ++r)
     if (r != g->env.rank && (*after)[size_t(r)] == (*before)[size_t(r)]) dead.push_back(r);
   if (dead.empty()) return "";
-  return fmt::format("rank {} stopped (no heartbeat for 3 s: killed, out of memory or crashed; its own log says "
-                     "which); with torchrun --max_restarts the group restarts and --resume continues from the "
-                     "last checkpoint", fmt::join(dead, ", "));
+  const int64_t kills = oom_kills();
+  return stopped_ranks_line(dead, g->oom_kills >= 0 && kills >= 0 ? kills - g->oom_kills : -1,
+                            g->env.world_size == g->env.local_world_size);
 }
 
 std::string first_line(const std::exception& e) {
@@ -109,10 +111,25 @@ std::string first_line(const std::exception& e) {
 
 }  // namespace
 
+std::string stopped_ranks_line(const std::vector<int>& dead, int64_t oom_kills_since, bool one_machine) {
+  std::string why = "killed, out of memory or crashed; its own log says which";
+  if (one_machine && oom_kills_since > 0)
+    why = fmt::format("Linux's out-of-memory killer has ended {} process{} on this machine since the group formed "
+                      "(/proc/vmstat oom_kill), most likely it, which leaves nothing in its own log; give each rank "
+                      "more room (train.grad_accum) and leave thx's memory check on (THX_MEMORY_FLOOR_MB unset or "
+                      "above 0)", oom_kills_since, oom_kills_since == 1 ? "" : "es");
+  else if (one_machine && oom_kills_since == 0)
+    why = "killed, hung or crashed, not by this machine's out-of-memory killer (/proc/vmstat oom_kill unchanged); "
+          "its own log shows a crash";
+  return fmt::format("rank{} {} stopped (no heartbeat for 3 s: {}); with torchrun --max_restarts the group restarts "
+                     "and --resume continues from the last checkpoint", dead.size() == 1 ? "" : "s",
+                     fmt::join(dead, ", "), why);
+}
+
 void init(const LaunchEnv& env, double timeout_s) {
   if (env.world_size <= 1 || g) return;
   auto group = std::make_unique<Group>();
-  group->env = env, group->timeout_s = timeout_s;
+  group->env = env, group->timeout_s = timeout_s, group->oom_kills = oom_kills();
   set_log_rank(env.rank);
   // Gloo's TCP pairs and c10d's store write to the other ranks' sockets. Once a rank has died, the
   // default SIGPIPE would kill this one at its next write (exit -13, seen in CI), before the failed

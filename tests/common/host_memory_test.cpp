@@ -2,7 +2,8 @@
 // CPU allocations: a block that would leave less than the floor available, or take the process
 // past its limit, is c10::OutOfMemoryError before anything is written to it; smaller blocks and
 // what fits pass; freed memory counts again; a refusal in backward keeps its type. And the
-// out-of-memory killer's count that names it in a sweep's report of a child's end.
+// out-of-memory killer's count that names it in a sweep's report of a child's end and in a
+// data-parallel group's line for a rank that stopped.
 #include <c10/util/Exception.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -17,6 +18,7 @@
 
 #include "common/host_memory.h"
 #include "common/runtime.h"
+#include "distributed/dist.h"
 
 namespace thx::test {
 namespace {
@@ -121,6 +123,24 @@ TEST(HostMemory, NamesTheOutOfMemoryKillerInAChildsEnd) {
   EXPECT_NE(child_end(exited, 2).find("exit code 3; Linux's out-of-memory killer ended 2 processes while it ran "
                                       "(/proc/vmstat oom_kill), perhaps one of its processes (a rank, under torchrun)"),
             std::string::npos);
+}
+
+// The same count in a data-parallel group's line for a rank that stopped: named where every rank
+// is on this machine and it rose, said not to be it where it did not, left open otherwise.
+TEST(HostMemory, NamesTheOutOfMemoryKillerForAStoppedRank) {
+  const std::string tail = "); with torchrun --max_restarts the group restarts and --resume continues from the last "
+                           "checkpoint";
+  EXPECT_EQ(dist::stopped_ranks_line({1}, -1, true),
+            "rank 1 stopped (no heartbeat for 3 s: killed, out of memory or crashed; its own log says which" + tail);
+  EXPECT_EQ(dist::stopped_ranks_line({1, 3}, 2, false),  // two machines: this one's count says nothing of the other
+            "ranks 1, 3 stopped (no heartbeat for 3 s: killed, out of memory or crashed; its own log says which" + tail);
+  EXPECT_EQ(dist::stopped_ranks_line({1}, 0, true),
+            "rank 1 stopped (no heartbeat for 3 s: killed, hung or crashed, not by this machine's out-of-memory killer "
+            "(/proc/vmstat oom_kill unchanged); its own log shows a crash" + tail);
+  const std::string oom = dist::stopped_ranks_line({2}, 1, true);
+  EXPECT_EQ(oom.rfind("rank 2 stopped (no heartbeat for 3 s: Linux's out-of-memory killer has ended 1 process on this "
+                      "machine since the group formed (/proc/vmstat oom_kill), most likely it, ", 0), 0u) << oom;
+  EXPECT_NE(oom.find("train.grad_accum"), std::string::npos) << oom;
 }
 
 TEST(HostMemoryGuard, RefusesABlockThatWouldLeaveLessThanTheFloor) {

@@ -12,6 +12,7 @@
 #include <future>
 #include <thread>
 
+#include "common/host_memory.h"
 #include "distributed/dist_fixtures.h"
 #include "training/training_fixtures.h"
 
@@ -113,10 +114,14 @@ TEST_F(Faults, KilledRankRestartsAndResumesBitForBit) {
 
 TEST_F(Faults, KilledRankWithoutRestartsStopsTheOthersWithOneLine) {
   double after = 0;
+  const int64_t oom_before = oom_kills();
   const RunResult r = run_and_kill("killed", 0, &after);
   EXPECT_NE(r.code, 0) << r.out;
   EXPECT_NE(r.out.find(" failed: rank 1 stopped (no heartbeat"), std::string::npos)
       << r.out;
+  if (oom_before >= 0 && oom_kills() == oom_before)  // (a SIGKILL from the test, not the out-of-memory killer)
+    EXPECT_NE(r.out.find("not by this machine's out-of-memory killer (/proc/vmstat oom_kill unchanged)"),
+              std::string::npos) << r.out;
   EXPECT_LT(after, 30.0) << "distributed.timeout_s is 30";
   EXPECT_FALSE(fs::exists(final_ckpt("killed")));
 }
