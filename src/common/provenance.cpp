@@ -102,8 +102,8 @@ T field(const nlohmann::json& s, const char* key, T fallback) {
 }  // namespace
 
 std::string unended_session(const nlohmann::json& sessions, const nlohmann::json& now) {
-  const nlohmann::json none;
-  const auto rank = [&](const nlohmann::json& s) { return s.contains("rank") ? s["rank"] : none; };
+  // (One process is rank 0: a data-parallel run may resume as one process and the reverse.)
+  const auto rank = [](const nlohmann::json& s) { return field<std::string>(s, "rank", "0"); };
   const nlohmann::json* last = nullptr;
   if (sessions.is_array())
     for (const auto& s : sessions)

@@ -148,6 +148,9 @@ TEST(Provenance, AResumedRunSaysHowItsLastSessionEnded) {
   other_rank["rank"] = "1";
   EXPECT_EQ(unended_session(last(other_rank), now), "");
   EXPECT_NE(unended_session(last(other_rank), {{"rank", "1"}, {"boot_id", "b1"}, {"oom_kills", 5}}), "");
+  json rank0 = killed;  // a data-parallel run's rank 0, resumed as one process
+  rank0["rank"] = "0";
+  EXPECT_NE(unended_session(last(rank0), now), "");
   // A file edited by hand: fields of other types are unknown, not an error.
   EXPECT_EQ(unended_session(last({{"pid", "x"}, {"started", 3}, {"boot_id", 1}, {"oom_kills", "y"}}), now),
             "the last session here (pid ?, started ?) did not record its end (killed, crashed, or the machine "
