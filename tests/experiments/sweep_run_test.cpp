@@ -276,6 +276,26 @@ TEST(SweepRun, AFailedRunIsReportedAndTheOthersFinish) {
   std::ofstream(ft / "rte.json") << rte << "true}";
   EXPECT_EQ(read_results(dir.file("mixed"))[0]["downstream"],
             json({{"rte", {{"accuracy", 60}}}, {"sst2", {{"accuracy", 81.5}}}}));
+  // Runs out of memory beside each other (--jobs 2; thx's memory check told to keep more free
+  // than the machine has): each line says the runs share the machine's memory; not with --jobs
+  // 1, nor where the cause is THX_MEMORY_LIMIT_MB, each process's own cap.
+  const std::string beside = "(it ran beside up to 1 other run of this sweep (--jobs 2), which share the machine's "
+                             "memory: fewer at a time gives each more)";
+  const std::string large = "model.d_model: 256, model.d_ff: 1024, train.batch_size: 64";  // blocks of 1 MiB and more
+  const std::string two = dir.write("two.yaml", "sweep: two\nbase: base.yaml\nvariants:\n"
+                                                "  - {name: h2, set: {attention.h: 2, " + large + "}}\n"
+                                                "  - {name: h4, set: {attention.h: 4, " + large + "}}\n");
+  const std::string run_two = std::string(THX_BINARY) + " --threads 2 sweep --config " + two + " --out ";
+  r = run_command("THX_MEMORY_FLOOR_MB=99999999 " + run_two + dir.file("floor2") + " --jobs 2 2>&1");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("failed: h2 (exit code 2): thx: error: out of memory: host memory: "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(beside), std::string::npos) << r.out;
+  r = run_command("THX_MEMORY_FLOOR_MB=99999999 " + run_two + dir.file("floor1") + " --jobs 1 2>&1");
+  EXPECT_NE(r.out.find("out of memory"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("ran beside"), std::string::npos) << r.out;
+  r = run_command("THX_MEMORY_LIMIT_MB=1 " + run_two + dir.file("limit2") + " --jobs 2 2>&1");
+  EXPECT_NE(r.out.find("THX_MEMORY_LIMIT_MB=1"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("ran beside"), std::string::npos) << r.out;
 }
 
 // A run killed from outside (SIGKILL, as Linux's out-of-memory killer sends it) is named with
