@@ -288,7 +288,8 @@ TEST(SweepRun, AFailedRunIsReportedAndTheOthersFinish) {
   const std::string run_two = std::string(THX_BINARY) + " --threads 2 sweep --config " + two + " --out ";
   r = run_command("THX_MEMORY_FLOOR_MB=99999999 " + run_two + dir.file("floor2") + " --jobs 2 2>&1");
   EXPECT_EQ(r.code, 1) << r.out;
-  EXPECT_NE(r.out.find("failed: h2 (exit code 2): thx: error: out of memory: host memory: "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("failed: h2 (exit code 2): thx: error: out of memory: host memory: "), std::string::npos)
+      << r.out;
   EXPECT_NE(r.out.find(beside), std::string::npos) << r.out;
   r = run_command("THX_MEMORY_FLOOR_MB=99999999 " + run_two + dir.file("floor1") + " --jobs 1 2>&1");
   EXPECT_NE(r.out.find("out of memory"), std::string::npos) << r.out;
