@@ -4,6 +4,7 @@
 #include <c10/core/CPUAllocator.h>
 #include <c10/util/Exception.h>
 #include <fmt/format.h>
+#include <sys/klog.h>
 #include <sys/wait.h>
 
 #include <algorithm>
@@ -190,17 +191,31 @@ int64_t oom_kills_from(const std::string& vmstat) {  // "oom_kill 3" among "key 
 
 int64_t oom_kills() { return oom_kills_from(file_text("/proc/vmstat")); }
 
-std::string child_end(int wait_status, int64_t oom_kills_during) {
+bool oom_killed_in(const std::string& kernel_log, int64_t pid) {
+  return pid > 0 && kernel_log.find(fmt::format("Killed process {} (", pid)) != std::string::npos;
+}
+
+bool oom_killed(int64_t pid) {
+  const int size = ::klogctl(10, nullptr, 0);  // SYSLOG_ACTION_SIZE_BUFFER
+  if (size <= 0 || pid <= 0) return false;
+  std::string log(size_t(size), '\0');
+  const int n = ::klogctl(3, log.data(), size);  // SYSLOG_ACTION_READ_ALL: refused without CAP_SYSLOG
+  return n > 0 && oom_killed_in(log.substr(0, size_t(n)), pid);
+}
+
+std::string child_end(int wait_status, int64_t oom_kills_during, int64_t pid) {
   const std::string how = WIFEXITED(wait_status)     ? fmt::format("exit code {}", WEXITSTATUS(wait_status))
                           : WIFSIGNALED(wait_status) ? signal_name(WTERMSIG(wait_status))
                                                      : fmt::format("wait status {}", wait_status);
   if (oom_kills_during <= 0) return how;
   const bool killed = WIFSIGNALED(wait_status) && WTERMSIG(wait_status) == SIGKILL;
+  const std::string whom = killed && oom_killed(pid) ? fmt::format("this run (the kernel's log names its pid {})", pid)
+                           : killed                  ? "most likely this run"
+                                                     : "perhaps one of its processes (a rank, under torchrun)";
   return fmt::format("{}; Linux's out-of-memory killer ended {} process{} while it ran (/proc/vmstat oom_kill), "
                      "{}: give a run more room (fewer at a time with --jobs, smaller micro-batches with "
                      "train.grad_accum) and leave thx's memory check on (THX_MEMORY_FLOOR_MB unset or above 0)",
-                     how, oom_kills_during, oom_kills_during == 1 ? "" : "es",
-                     killed ? "most likely this run" : "perhaps one of its processes (a rank, under torchrun)");
+                     how, oom_kills_during, oom_kills_during == 1 ? "" : "es", whom);
 }
 
 std::string host_memory_env_error() {

@@ -65,10 +65,18 @@ std::string host_memory_env_error();
 int64_t oom_kills();
 int64_t oom_kills_from(const std::string& vmstat);  // the same from a /proc/vmstat text
 
+// Whether the kernel's log names `pid` as a process its out-of-memory killer ended ("Killed
+// process <pid> ("), where this process may read that log (root, or CAP_SYSLOG under
+// kernel.dmesg_restrict) and it still holds the line; false otherwise, so only a yes counts.
+// The count above says "most likely"; this says "did".
+bool oom_killed(int64_t pid);
+bool oom_killed_in(const std::string& kernel_log, int64_t pid);  // the same in a log's text
+
 // How a failed child ended, for its parent's log (a wait status): "exit code 1", "SIGKILL", ...;
 // and, where the out-of-memory killer ended processes while it ran (oom_kills_during > 0), that
-// it did and what gives a run more room, since neither the SIGKILL nor its last line says so.
-std::string child_end(int wait_status, int64_t oom_kills_during);
+// it did and what gives a run more room, since neither the SIGKILL nor its last line says so
+// (`pid`: the child's, which the kernel's log may name; 0: not looked up).
+std::string child_end(int wait_status, int64_t oom_kills_during, int64_t pid = 0);
 
 // Installs the check on c10's CPU allocator for the rest of the process (thx's main, after
 // host_memory_env_error()). A floor of 0 with no limit installs nothing.

@@ -39,7 +39,8 @@ void record_session_end(const std::string& dir, size_t index);
 
 // A resumed run's word on how its last session (of this rank) ended, where provenance.json
 // has no "ended" for it: the machine restarted since (another boot_id), Linux's out-of-memory
-// killer most likely (/proc/vmstat's oom_kill rose since it started), or a signal or a crash;
+// killer (/proc/vmstat's oom_kill rose since it started: "most likely", or where the kernel's log
+// can be read and names its pid, that it did), or a signal or a crash;
 // "" where it ended, or there is none. `sessions` is the file's, `now` this session's record
 // (session_provenance(): boot_id, oom_kills where the kernel gives them).
 std::string unended_session(const nlohmann::json& sessions, const nlohmann::json& now);

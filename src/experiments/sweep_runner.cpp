@@ -347,16 +347,16 @@ void report_end(const Sweep& sweep, const std::vector<Planned>& plan, const std:
   for (const auto& f : failures) log->error("failed: {}", f);
 }
 
-// Logs a run that failed (its wait status; the out-of-memory killer's kills while it ran) and
-// returns "<name> (<how it ended>): <why>" for the sweep's end. A run's error is its log's last
+// Logs a run that failed (its pid and wait status; the out-of-memory killer's kills while it
+// ran) and returns "<name> (<how it ended>): <why>" for the sweep's end. A run's error is its log's last
 // line; a run killed mid-step has none, only where the next sweep resumes it. A run that ran out
 // of memory beside others (`jobs` > 1) is told that they share it, which its own line cannot know.
-std::string report_failure(const Planned& p, int status, int64_t oom_kills_during, int64_t jobs) {
+std::string report_failure(const Planned& p, pid_t pid, int status, int64_t oom_kills_during, int64_t jobs) {
   const int64_t resume = sweep_resume_step(p.dir);
   std::string why = !WIFSIGNALED(status) ? last_line((fs::path(p.dir) / "stdout.log").string())
                     : resume > 0 ? fmt::format("the next `thx sweep` resumes it at step {}", resume)
                                  : "the next `thx sweep` starts it again (it had no checkpoint)";
-  const std::string how = child_end(status, oom_kills_during);
+  const std::string how = child_end(status, oom_kills_during, pid);
   if (jobs > 1 && oom_kills_during <= 0 && why.find("out of memory") != std::string::npos &&
       why.find("THX_MEMORY_LIMIT_MB") == std::string::npos)  // (that cap is each process's own)
     why += fmt::format(" (it ran beside up to {} other run{} of this sweep (--jobs {}), which share the machine's "
@@ -438,7 +438,7 @@ SweepOutcome run_sweep(const Sweep& sweep, const SweepOptions& o,
     } else if (stopped_at_checkpoint(status) || g_sweep_stop) {
       log->warn("{}: stopped at a checkpoint; the next `thx sweep` resumes it", p.run->name);
     } else {
-      failures.push_back(report_failure(p, status, oom_during, jobs));
+      failures.push_back(report_failure(p, pid, status, oom_during, jobs));
     }
   }
   report_end(sweep, plan, out, failures);

@@ -120,6 +120,14 @@ TEST(HostMemory, NamesTheOutOfMemoryKillerInAChildsEnd) {
   EXPECT_EQ(oom.rfind("SIGKILL; Linux's out-of-memory killer ended 1 process while it ran (/proc/vmstat oom_kill), "
                       "most likely this run: give a run more room (fewer at a time with --jobs, ", 0), 0u) << oom;
   EXPECT_NE(oom.find("THX_MEMORY_FLOOR_MB"), std::string::npos) << oom;
+  // The kernel's log, where it can be read, names the process it ended: exactly that pid.
+  const std::string log = "[44394.088794] Memory cgroup out of memory: Killed process 12708 (thx) total-vm:2902800kB, "
+                          "anon-rss:1504112kB\n";
+  EXPECT_TRUE(oom_killed_in(log, 12708));
+  EXPECT_FALSE(oom_killed_in(log, 1270));
+  EXPECT_FALSE(oom_killed_in(log, 127080));
+  EXPECT_FALSE(oom_killed_in(log, 0));
+  EXPECT_FALSE(oom_killed(int64_t(getpid())));  // (this process is alive)
   EXPECT_NE(child_end(exited, 2).find("exit code 3; Linux's out-of-memory killer ended 2 processes while it ran "
                                       "(/proc/vmstat oom_kill), perhaps one of its processes (a rank, under torchrun)"),
             std::string::npos);
