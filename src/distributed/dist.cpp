@@ -4,6 +4,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <torch/csrc/distributed/c10d/comm.hpp>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -46,6 +47,7 @@ struct Group {
 std::unique_ptr<Group> g;
 
 std::string beat_key(int r) { return "thx/beat/" + std::to_string(r); }
+std::string pid_key(int r) { return "thx/pid/" + std::to_string(r); }  // each rank's process id
 
 c10::intrusive_ptr<c10d::Store> make_store(const LaunchEnv& e, double timeout_s, bool server, bool wait) {
   c10d::TCPStoreOptions o;
@@ -96,9 +98,17 @@ std::string diagnose() {
   for (int r = 0; r < g->env.world_size; ++r)
     if (r != g->env.rank && (*after)[size_t(r)] == (*before)[size_t(r)]) dead.push_back(r);
   if (dead.empty()) return "";
-  const int64_t kills = oom_kills();
-  return stopped_ranks_line(dead, g->oom_kills >= 0 && kills >= 0 ? kills - g->oom_kills : -1,
-                            g->env.world_size == g->env.local_world_size);
+  const int64_t now = oom_kills(), kills = g->oom_kills >= 0 && now >= 0 ? now - g->oom_kills : -1;
+  const bool one_machine = g->env.world_size == g->env.local_world_size;
+  int64_t named = 0;  // a dead rank's pid that the kernel's log names as the out-of-memory killer's
+  for (int r : dead) {
+    if (!one_machine || kills <= 0) break;
+    try {
+      if (const int64_t pid = g->store->add(pid_key(r), 0); oom_killed(pid)) named = pid;
+    } catch (const std::exception&) {  // the store is gone: the count alone speaks
+    }
+  }
+  return stopped_ranks_line(dead, kills, one_machine, named);
 }
 
 std::string first_line(const std::exception& e) {
@@ -111,16 +121,20 @@ std::string first_line(const std::exception& e) {
 
 }  // namespace
 
-std::string stopped_ranks_line(const std::vector<int>& dead, int64_t oom_kills_since, bool one_machine) {
+std::string stopped_ranks_line(const std::vector<int>& dead, int64_t oom_kills_since, bool one_machine,
+                               int64_t named_pid) {
   std::string why = "killed, out of memory or crashed; its own log says which";
   if (one_machine && oom_kills_since > 0)
     why = fmt::format("Linux's out-of-memory killer has ended {} process{} on this machine since the group formed "
-                      "(/proc/vmstat oom_kill), most likely it, which leaves nothing in its own log; give each rank "
+                      "(/proc/vmstat oom_kill), {}, which leaves nothing in its own log; give each rank "
                       "more room (train.grad_accum) and leave thx's memory check on (THX_MEMORY_FLOOR_MB unset or "
-                      "above 0)", oom_kills_since, oom_kills_since == 1 ? "" : "es");
+                      "above 0)", oom_kills_since, oom_kills_since == 1 ? "" : "es",
+                      named_pid <= 0     ? std::string("most likely it")
+                      : dead.size() == 1 ? fmt::format("it among them (the kernel's log names its pid {})", named_pid)
+                                         : fmt::format("a rank among them (the kernel's log names pid {})", named_pid));
   else if (one_machine && oom_kills_since == 0)
-    why = "killed, hung or crashed, not by this machine's out-of-memory killer (/proc/vmstat oom_kill unchanged); "
-          "its own log shows a crash";
+    why = "not ended by this machine's out-of-memory killer (/proc/vmstat oom_kill unchanged); an error or a crash "
+          "shows in its own log, a signal or a hang does not";
   return fmt::format("rank{} {} stopped (no heartbeat for 3 s: {}); with torchrun --max_restarts the group restarts "
                      "and --resume continues from the last checkpoint", dead.size() == 1 ? "" : "s",
                      fmt::join(dead, ", "), why);
@@ -144,6 +158,10 @@ void init(const LaunchEnv& env, double timeout_s) {
     if (torch::cuda::is_available()) add_nccl_backend(group->pg, group->store, env.rank, env.world_size, timeout);
 #endif
     group->beat_store = make_store(env, timeout_s, false, false);
+    // This rank's pid, for the others' line should it die (set, not added to: a restarted group
+    // may find the last one's).
+    const int64_t was = group->beat_store->add(pid_key(env.rank), 0);
+    group->beat_store->add(pid_key(env.rank), int64_t(::getpid()) - was);
   } catch (const std::exception& e) {
     throw RunError(fmt::format("joining the group of {} at {}:{} failed within {} s "
                                "(distributed.timeout_s): {}", env.world_size, env.master_addr,

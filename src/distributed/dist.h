@@ -75,8 +75,10 @@ void guard(const char* doing, const std::function<void()>& f);
 // The line naming ranks that stopped (their heartbeats did not move), for guard(): with the
 // out-of-memory killer's kills on this machine since the group formed (/proc/vmstat oom_kill;
 // -1 where unknown), named where every rank is on this machine (`one_machine`) and any rose,
-// since its SIGKILL leaves nothing in the rank's own log; said not to be it where none did.
-std::string stopped_ranks_line(const std::vector<int>& dead, int64_t oom_kills_since, bool one_machine);
+// since its SIGKILL leaves nothing in the rank's own log ("most likely", or with `named_pid`, a
+// dead rank's pid that the kernel's log names, for certain); said not to be it where none did.
+std::string stopped_ranks_line(const std::vector<int>& dead, int64_t oom_kills_since, bool one_machine,
+                               int64_t named_pid = 0);
 
 // Data parallel runs on the CPU (Gloo), and on GPUs where thx was built with NCCL (nccl.h), one
 // GPU a rank: a group of more than one rank asked to train on a GPU without NCCL, or with more

@@ -143,12 +143,17 @@ TEST(HostMemory, NamesTheOutOfMemoryKillerForAStoppedRank) {
   EXPECT_EQ(dist::stopped_ranks_line({1, 3}, 2, false),  // two machines: this one's count says nothing of the other
             "ranks 1, 3 stopped (no heartbeat for 3 s: killed, out of memory or crashed; its own log says which" + tail);
   EXPECT_EQ(dist::stopped_ranks_line({1}, 0, true),
-            "rank 1 stopped (no heartbeat for 3 s: killed, hung or crashed, not by this machine's out-of-memory killer "
-            "(/proc/vmstat oom_kill unchanged); its own log shows a crash" + tail);
+            "rank 1 stopped (no heartbeat for 3 s: not ended by this machine's out-of-memory killer (/proc/vmstat "
+            "oom_kill unchanged); an error or a crash shows in its own log, a signal or a hang does not" + tail);
   const std::string oom = dist::stopped_ranks_line({2}, 1, true);
   EXPECT_EQ(oom.rfind("rank 2 stopped (no heartbeat for 3 s: Linux's out-of-memory killer has ended 1 process on this "
                       "machine since the group formed (/proc/vmstat oom_kill), most likely it, ", 0), 0u) << oom;
   EXPECT_NE(oom.find("train.grad_accum"), std::string::npos) << oom;
+  EXPECT_NE(dist::stopped_ranks_line({2}, 1, true, 4321).find("(/proc/vmstat oom_kill), it among them (the kernel's "
+                                                              "log names its pid 4321), which leaves nothing"),
+            std::string::npos);
+  EXPECT_NE(dist::stopped_ranks_line({2, 3}, 2, true, 4321).find("a rank among them (the kernel's log names pid 4321)"),
+            std::string::npos);
 }
 
 TEST(HostMemoryGuard, RefusesABlockThatWouldLeaveLessThanTheFloor) {

@@ -120,7 +120,7 @@ TEST_F(Faults, KilledRankWithoutRestartsStopsTheOthersWithOneLine) {
   EXPECT_NE(r.out.find(" failed: rank 1 stopped (no heartbeat"), std::string::npos)
       << r.out;
   if (oom_before >= 0 && oom_kills() == oom_before)  // (a SIGKILL from the test, not the out-of-memory killer)
-    EXPECT_NE(r.out.find("not by this machine's out-of-memory killer (/proc/vmstat oom_kill unchanged)"),
+    EXPECT_NE(r.out.find("not ended by this machine's out-of-memory killer (/proc/vmstat oom_kill unchanged)"),
               std::string::npos) << r.out;
   EXPECT_LT(after, 30.0) << "distributed.timeout_s is 30";
   EXPECT_FALSE(fs::exists(final_ckpt("killed")));
