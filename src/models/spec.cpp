@@ -127,16 +127,26 @@ std::string with_th_path_advice(const std::string& hint, const ModelSpec& spec, 
 std::string training_memory_refusal(const ModelSpec& spec, int64_t vocab, int64_t rows, int64_t n_in, int64_t n_out,
                                     const MemoryKeys& names, const std::map<std::string, int64_t>& values,
                                     const torch::Device& device, double have, bool bf16) {
-  const MemoryBound b = training_memory_lower_bound(spec, vocab, rows, n_in, n_out, names, false, device, false, bf16);
+  // An encoder's model.recompute keeps less for backward: the bound of the run as configured.
+  const bool recompute = spec.model.recompute && spec.model.encoder_only();
+  const MemoryBound b =
+      training_memory_lower_bound(spec, vocab, rows, n_in, n_out, names, recompute, device, false, bf16);
   if (have <= 0 || !(b.parameters + b.activations > have)) return "";
   const auto it = values.find(b.key);
   const std::string named = it == values.end() ? b.key : fmt::format("{} {}", b.key, it->second);
   std::string advice = th_path_memory_advice(spec, device);
   if (!advice.empty()) {
     const MemoryBound t =
-        training_memory_lower_bound(spec, vocab, rows, n_in, n_out, names, false, device, true, bf16);
+        training_memory_lower_bound(spec, vocab, rows, n_in, n_out, names, recompute, device, true, bf16);
     advice = fmt::format("; {}: at least {:.4g} GB there{}", advice, (t.parameters + t.activations) / 1e9,
                          t.parameters + t.activations > have ? ", which does not fit either" : "");
+  }
+  if (spec.model.encoder_only() && !recompute) {  // the setting that trades compute for this memory
+    const MemoryBound r =
+        training_memory_lower_bound(spec, vocab, rows, n_in, n_out, names, true, device, false, bf16);
+    if (r.parameters + r.activations <= have)
+      advice += fmt::format("; with model.recompute: true (each layer recomputed in the backward pass) at least "
+                            "{:.4g} GB, which fits", (r.parameters + r.activations) / 1e9);
   }
   return fmt::format("{}: training needs at least {:.4g} GB of memory (parameters and gradients {:.4g} GB, "
                      "activations of a micro-batch {:.4g} GB), more than {} {:.1f} GB{}; nothing was allocated",

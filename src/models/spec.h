@@ -70,7 +70,9 @@ std::string with_th_path_advice(const std::string& hint, const ModelSpec& spec, 
 // "<key> <value>: training needs at least X GB of memory (...), more than this machine's Y GB;
 // nothing was allocated" when the bound exceeds `have` bytes of `device` (the machine's, or a
 // GPU's own), with th_path_memory_advice and the tiled path's bound where it applies; else "".
-// `values` gives the values of the keys the message may name.
+// The bound is the run's as configured (an encoder's model.recompute counted); an encoder
+// without it that would fit with it is told so. `values` gives the values of the keys the
+// message may name.
 std::string training_memory_refusal(const ModelSpec& spec, int64_t vocab, int64_t rows, int64_t n_in, int64_t n_out,
                                     const MemoryKeys& names, const std::map<std::string, int64_t>& values,
                                     const torch::Device& device, double have, bool bf16 = false);

@@ -7,6 +7,7 @@
 // example counted that way, against the 1.6-1.8 GB the flash kernels took for a layer of 8).
 // Where the chosen --th-path alone keeps them (batched, folded, gemm), a line about memory offers
 // the tiled path and its bound. A bf16 run's activations count 2 bytes each.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "attention/fused.h"
@@ -177,6 +178,32 @@ TEST(MemoryBound, WithRecomputeOneEncoderLayersWeightsCountWhereKept) {
   EXPECT_DOUBLE_EQ(recomputed(kCpu), 4.0 * kRows * (inputs + own + double(kH) * kIn * kIn + logits));
   set_th_path("tiled", false);
   EXPECT_DOUBLE_EQ(recomputed(kCuda), 4.0 * kRows * (inputs + own + logits));
+}
+
+// The refusal counts the run as configured: an encoder with model.recompute is not refused for
+// memory that only the layers kept without it would take; without it, the refusal says that
+// model.recompute would fit. (Until 2026-11-30 it counted every run as without.)
+TEST(MemoryBound, TheRefusalCountsModelRecompute) {
+  ModelConfig m;
+  m.type = "bert", m.d_model = kD, m.d_ff = kFF, m.encoder_layers = kEnc, m.vocab_size = kVocab;
+  const ModelSpec plain = resolve_model_spec(m, {variant("talking_heads"), {}, {}});
+  m.recompute = true;
+  const ModelSpec recomputing = resolve_model_spec(m, {variant("talking_heads"), {}, {}});
+  const MemoryBound all = training_memory_lower_bound(plain, kVocab, kRows, kIn, kOut, {}, false, kCpu);
+  const MemoryBound less = training_memory_lower_bound(plain, kVocab, kRows, kIn, kOut, {}, true, kCpu);
+  const double have = (all.parameters + all.activations + less.parameters + less.activations) / 2;
+  EXPECT_EQ(training_memory_refusal(recomputing, kVocab, kRows, kIn, kOut, {}, {}, kCpu, have), "");
+  const std::string refused = training_memory_refusal(plain, kVocab, kRows, kIn, kOut, {}, {}, kCpu, have);
+  EXPECT_NE(refused.find(fmt::format("; with model.recompute: true (each layer recomputed in the backward pass) at "
+                                     "least {:.4g} GB, which fits; nothing was allocated",
+                                     (less.parameters + less.activations) / 1e9)),
+            std::string::npos)
+      << refused;
+  // Where even recomputing does not fit, the refusal does not offer it.
+  const double tiny = (less.parameters + less.activations) / 2;
+  EXPECT_EQ(training_memory_refusal(plain, kVocab, kRows, kIn, kOut, {}, {}, kCpu, tiny).find("model.recompute"),
+            std::string::npos);
+  EXPECT_NE(training_memory_refusal(recomputing, kVocab, kRows, kIn, kOut, {}, {}, kCpu, tiny), "");
 }
 
 }  // namespace THX_FILE_ID
