@@ -185,8 +185,16 @@ int64_t oom_kills_from(const std::string& vmstat) {  // "oom_kill 3" among "key 
   std::istringstream in(vmstat);
   std::string key, value;
   while (in >> key >> value)
-    if (key == "oom_kill") return value.find_first_not_of("0123456789") == std::string::npos ? std::stoll(value) : -1;
+    if (key == "oom_kill")
+      return !value.empty() && value.size() <= 18 && value.find_first_not_of("0123456789") == std::string::npos
+                 ? std::stoll(value)
+                 : -1;
   return -1;
+}
+
+std::string oom_killer_advice(const std::string& whom, const std::string& how) {
+  return fmt::format("give {} more room ({}) and leave thx's memory check on (THX_MEMORY_FLOOR_MB unset or above 0), "
+                     "which stops a run that outgrows the machine with one line", whom, how);
 }
 
 int64_t oom_kills() { return oom_kills_from(file_text("/proc/vmstat")); }
@@ -213,9 +221,9 @@ std::string child_end(int wait_status, int64_t oom_kills_during, int64_t pid) {
                            : killed                  ? "most likely this run"
                                                      : "perhaps one of its processes (a rank, under torchrun)";
   return fmt::format("{}; Linux's out-of-memory killer ended {} process{} while it ran (/proc/vmstat oom_kill), "
-                     "{}: give a run more room (fewer at a time with --jobs, smaller micro-batches with "
-                     "train.grad_accum) and leave thx's memory check on (THX_MEMORY_FLOOR_MB unset or above 0)",
-                     how, oom_kills_during, oom_kills_during == 1 ? "" : "es", whom);
+                     "{}: {}", how, oom_kills_during, oom_kills_during == 1 ? "" : "es", whom,
+                     oom_killer_advice("a run", "fewer at a time with --jobs, smaller micro-batches with "
+                                                "train.grad_accum"));
 }
 
 std::string host_memory_env_error() {

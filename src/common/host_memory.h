@@ -72,6 +72,11 @@ int64_t oom_kills_from(const std::string& vmstat);  // the same from a /proc/vms
 bool oom_killed(int64_t pid);
 bool oom_killed_in(const std::string& kernel_log, int64_t pid);  // the same in a log's text
 
+// What to change once the out-of-memory killer has ended `whom` ("a run", "each rank"): "give
+// <whom> more room (<how>) and leave thx's memory check on (...), which stops ... with one line".
+// One wording for the sweep's, the resumed run's and data parallel's lines.
+std::string oom_killer_advice(const std::string& whom, const std::string& how);
+
 // How a failed child ended, for its parent's log (a wait status): "exit code 1", "SIGKILL", ...;
 // and, where the out-of-memory killer ended processes while it ran (oom_kills_during > 0), that
 // it did and what gives a run more room, since neither the SIGKILL nor its last line says so

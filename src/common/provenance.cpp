@@ -120,11 +120,10 @@ std::string unended_session(const nlohmann::json& sessions, const nlohmann::json
   const int64_t kills = before >= 0 && after >= 0 ? after - before : 0;
   if (kills > 0)
     return fmt::format("{}: Linux's out-of-memory killer has ended {} process{} since it started (/proc/vmstat "
-                       "oom_kill), {}; keep thx's memory check on (THX_MEMORY_FLOOR_MB unset or above "
-                       "0), which stops a run that outgrows the machine with one line, and give this one more room "
-                       "(train.grad_accum, or fewer jobs on the machine)", who, kills, kills == 1 ? "" : "es",
+                       "oom_kill), {}; {}", who, kills, kills == 1 ? "" : "es",
                        pid > 0 && oom_killed(pid) ? fmt::format("it among them (the kernel's log names pid {})", pid)
-                                                  : "most likely it");
+                                                  : "most likely it",
+                       oom_killer_advice("this run", "train.grad_accum, or fewer jobs on the machine"));
   return who + ": it was killed (SIGKILL, as `kill -9` or a job scheduler's limit sends it) or crashed (thx's "
                "report of a crash, \"thx: fatal signal\", is on that session's stderr)";
 }

@@ -126,12 +126,12 @@ std::string stopped_ranks_line(const std::vector<int>& dead, int64_t oom_kills_s
   std::string why = "killed, out of memory or crashed; its own log says which";
   if (one_machine && oom_kills_since > 0)
     why = fmt::format("Linux's out-of-memory killer has ended {} process{} on this machine since the group formed "
-                      "(/proc/vmstat oom_kill), {}, which leaves nothing in its own log; give each rank "
-                      "more room (train.grad_accum) and leave thx's memory check on (THX_MEMORY_FLOOR_MB unset or "
-                      "above 0)", oom_kills_since, oom_kills_since == 1 ? "" : "es",
+                      "(/proc/vmstat oom_kill), {}, which leaves nothing in its own log; {}", oom_kills_since,
+                      oom_kills_since == 1 ? "" : "es",
                       named_pid <= 0     ? std::string("most likely it")
                       : dead.size() == 1 ? fmt::format("it among them (the kernel's log names its pid {})", named_pid)
-                                         : fmt::format("a rank among them (the kernel's log names pid {})", named_pid));
+                                         : fmt::format("a rank among them (the kernel's log names pid {})", named_pid),
+                      oom_killer_advice("each rank", "train.grad_accum"));
   else if (one_machine && oom_kills_since == 0)
     why = "not ended by this machine's out-of-memory killer (/proc/vmstat oom_kill unchanged); an error or a crash "
           "shows in its own log, a signal or a hang does not";

@@ -129,7 +129,7 @@ TEST(Provenance, AResumedRunSaysHowItsLastSessionEnded) {
   oom["oom_kills"] = 3;
   EXPECT_EQ(unended_session(last(oom), now).rfind("the last session here (pid 8, started T2) did not record its end: "
                                                   "Linux's out-of-memory killer has ended 2 processes since it started "
-                                                  "(/proc/vmstat oom_kill), most likely it; keep thx's memory check on",
+                                                  "(/proc/vmstat oom_kill), most likely it; give this run more room",
                                                   0),
             0u);
   json rebooted = oom;

@@ -100,9 +100,19 @@ TEST(HostMemory, NamesTheOutOfMemoryKillerInAChildsEnd) {
   EXPECT_EQ(oom_kills_from("pgfault 12\noom_kill 3\npgmajfault 1\n"), 3);
   EXPECT_EQ(oom_kills_from("pgfault 12\n"), -1);  // a kernel before 4.13
   EXPECT_EQ(oom_kills_from("oom_kill x\n"), -1);
-  std::ifstream in("/proc/vmstat");
-  const std::string vmstat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (vmstat.find("\noom_kill ") != std::string::npos) EXPECT_GE(oom_kills(), oom_kills_from(vmstat));
+  EXPECT_EQ(oom_kills_from("oom_kill 1234567890123456789012\n"), -1);  // more digits than a count has
+  // This machine's count, read between two reads of the file: the count cannot go down.
+  const auto vmstat = [] {
+    std::ifstream in("/proc/vmstat");
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  };
+  const int64_t before = oom_kills_from(vmstat()), read = oom_kills(), after = oom_kills_from(vmstat());
+  if (before >= 0) {
+    EXPECT_GE(read, before);
+    EXPECT_LE(read, after);
+  } else {
+    EXPECT_EQ(read, -1);
+  }
   const auto status_of = [](bool kill_it) {
     const pid_t pid = fork();
     if (pid == 0) {
@@ -120,6 +130,12 @@ TEST(HostMemory, NamesTheOutOfMemoryKillerInAChildsEnd) {
   EXPECT_EQ(oom.rfind("SIGKILL; Linux's out-of-memory killer ended 1 process while it ran (/proc/vmstat oom_kill), "
                       "most likely this run: give a run more room (fewer at a time with --jobs, ", 0), 0u) << oom;
   EXPECT_NE(oom.find("THX_MEMORY_FLOOR_MB"), std::string::npos) << oom;
+  const std::string advice =
+      oom_killer_advice("a run", "fewer at a time with --jobs, smaller micro-batches with train.grad_accum");
+  EXPECT_EQ(oom.substr(oom.find(": give a run") + 2), advice);
+  EXPECT_EQ(oom_killer_advice("each rank", "train.grad_accum"),
+            "give each rank more room (train.grad_accum) and leave thx's memory check on (THX_MEMORY_FLOOR_MB unset "
+            "or above 0), which stops a run that outgrows the machine with one line");
   // The kernel's log, where it can be read, names the process it ended: exactly that pid.
   const std::string log = "[44394.088794] Memory cgroup out of memory: Killed process 12708 (thx) total-vm:2902800kB, "
                           "anon-rss:1504112kB\n";
