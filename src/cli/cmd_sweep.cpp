@@ -11,6 +11,7 @@ namespace {
 struct SweepCommand : Command {
   std::string config, out;
   int64_t jobs = 1, ranks_per_run = 1;
+  double memory_gb = 0;
   bool dry_run = false;
 
   explicit SweepCommand(CLI::App& parent) {
@@ -23,6 +24,11 @@ struct SweepCommand : Command {
     app->add_option("--ranks-per-run", ranks_per_run,
                     "data-parallel ranks per run, each run launched under torchrun (its own rendezvous port)")
         ->check(thx::positive_number())->capture_default_str();
+    app->add_option("--memory-gb", memory_gb,
+                    "memory the runs share, in GB (default: this machine's, or its cgroup's limit; a GPU's own "
+                    "for runs on it): a run starts beside others only where the least each holds while it "
+                    "trains (--dry-run lists it) fits in it together")
+        ->check(thx::positive_number())->type_name("GB");
     app->add_option("--out", out, "sweep directory (default: runs/<sweep name>)")->type_name("DIR");
     app->add_flag("--dry-run", dry_run, "list the runs and their estimated cost; run nothing");
   }
@@ -30,7 +36,7 @@ struct SweepCommand : Command {
   int run() override {
     const Sweep s = load_sweep(config);
     SweepOptions o;
-    o.out_dir = out, o.jobs = jobs, o.dry_run = dry_run, o.ranks_per_run = ranks_per_run;
+    o.out_dir = out, o.jobs = jobs, o.dry_run = dry_run, o.ranks_per_run = ranks_per_run, o.memory_gb = memory_gb;
     char exe[4096];
     const ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
     if (len <= 0) throw RunError("sweep: cannot find the thx executable (/proc/self/exe)");

@@ -76,6 +76,12 @@ struct ResolvedRun {
   std::string attention;  // one-line summary of the attention of each layer type
   std::map<std::string, std::string> info;  // JSON values copied into the results
   std::string prepared;   // data.prepared ("" for a generated task, data.synthetic)
+  // The least memory the run holds while it trains, in one process (train.batch_size /
+  // train.grad_accum rows): its parameters and gradients, and a micro-batch's activations
+  // (models/spec.h's training_memory_lower_bound, the bound its own check refuses by), in
+  // bytes, on `device` ("cpu", "cuda"; "" where the sweep cannot tell, and the bytes are 0).
+  double memory_parameters = 0, memory_activations = 0;
+  std::string device;
 };
 
 struct SweepOptions {
@@ -85,13 +91,16 @@ struct SweepOptions {
   std::string thx_binary;  // the executable each run starts: `thx pretrain`
   int64_t threads = 0;     // cores to share among the jobs (default: all)
   int64_t ranks_per_run = 1;  // > 1: each run is `torchrun --nproc_per_node N ... thx`, on its own port
+  double memory_gb = 0;  // the memory the runs share (0: their device's: the machine's, or a GPU's)
 };
 
 // Resolve every run (errors name the sweep file and line), then run those not finished,
 // `jobs` at a time, each with threads / jobs threads (with ranks_per_run N: N ranks of
 // threads / (jobs * N) threads each, under torchrun; every run's batch must divide). Interrupted runs resume from
-// their checkpoints. Writes <out>/results.jsonl (one JSON object per finished run, in sweep
-// order). Returns how many runs failed, and the signal (SIGINT, SIGTERM) that stopped the sweep
+// their checkpoints. A run starts beside others only where their memory lower bounds together
+// fit in the memory they share (sweep_memory_wait); else it waits for one to end, the sweep's
+// log says so, and --dry-run lists each run's bound. Writes <out>/results.jsonl (one JSON
+// object per finished run, in sweep order). Returns how many runs failed, and the signal (SIGINT, SIGTERM) that stopped the sweep
 // (its runs checkpoint and stop; the same command resumes them), or 0.
 struct SweepOutcome {
   int failed = 0;
@@ -104,6 +113,19 @@ SweepOutcome run_sweep(const Sweep& sweep, const SweepOptions& options,
 // model FLOPs of the run, and the resolved attention of each layer type with its parameters
 // and multiplies per layer (the row signatures thx table matches).
 ResolvedRun resolve_pretrain_run(ConfigTree& tree);
+
+// A run's memory lower bound as the sweep adds it up on its device, with `ranks` ranks of it:
+// on the CPU its ranks share the machine (ranks x its parameters and gradients + the batch's
+// activations); on a GPU each rank has its own (parameters and gradients + activations / ranks).
+double sweep_run_memory(const ResolvedRun& run, int64_t ranks);
+
+// "" where run `name`, which needs at least `need` bytes, may start beside the running runs
+// that need `beside` bytes each on its device (none running; together at most `budget` bytes,
+// `owner`'s, as "this machine's"; or either unknown, 0), else the sweep's line saying that it
+// waits for one to end: a run that starts where the bounds alone exceed the memory is ended by
+// the out-of-memory killer or by thx's memory check, mid-step, and so is the run beside it.
+std::string sweep_memory_wait(const std::string& name, double need, const std::vector<double>& beside,
+                              double budget, const std::string& owner);
 
 // The step a started run resumes from: its newest checkpoint in <run_dir>/checkpoints (0: none).
 // The sweep's ETA and the dry run's "To run" count only the steps after it.

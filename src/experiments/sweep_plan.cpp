@@ -8,9 +8,12 @@
 #include "attention/costs.h"
 #include "attention/factory.h"
 #include "attention/registry.h"
+#include "common/error.h"
 #include "common/fs.h"
+#include "common/runtime.h"
 #include "experiments/bench_train.h"
 #include "experiments/sweep.h"
+#include "models/spec.h"
 #include "training/spec.h"
 
 namespace thx {
@@ -38,6 +41,26 @@ json attention_json(const AttentionDims& d) {
   return j;
 }
 
+// The run's memory lower bound as its own check counts it (training/pretrain.cpp), for one
+// process of train.batch_size / train.grad_accum rows, on the device it will train on.
+void add_memory_bound(const PretrainConfig& pc, int64_t vocab, ResolvedRun& r) {
+  torch::Device device(torch::kCPU);
+  try {  // a device the sweep's process cannot resolve fails in the run's own, with its line
+    device = resolve_device(pc.train.device.empty() ? device_request() : pc.train.device, "train.device");
+  } catch (const InputError&) {
+    return;
+  }
+  const bool synthetic = !pc.data.synthetic.empty(), encoder_only = pc.model.encoder_only();
+  const int64_t outputs = synthetic ? recall_options(pc.data).queries
+                          : encoder_only ? pc.data.max_predictions_per_seq : pc.data.targets_length;
+  const int64_t rows = pc.train.batch_size / std::max<int64_t>(1, pc.train.grad_accum);
+  const MemoryBound b = training_memory_lower_bound(pc.spec, vocab, rows, pc.data.inputs_length, outputs, {},
+                                                    pc.spec.model.recompute && encoder_only, device, false,
+                                                    pc.train.precision == "bf16");
+  r.memory_parameters = b.parameters, r.memory_activations = b.activations;
+  r.device = device.is_cuda() ? "cuda" : "cpu";
+}
+
 }  // namespace
 
 ResolvedRun resolve_pretrain_run(ConfigTree& tree) {
@@ -58,6 +81,7 @@ ResolvedRun resolve_pretrain_run(ConfigTree& tree) {
   }
   if (pc.model.vocab_size > 0) vocab = pc.model.vocab_size;
   r.precision = pc.train.precision;
+  add_memory_bound(pc, vocab, r);
   r.flops = 6.0 * double(pc.train.batch_size) * double(pc.train.steps) *
             (encoder_only ? encoder_forward_multiplies(spec, n, predictions, vocab)
                           : t5_forward_multiplies(spec, n, t, vocab));

@@ -158,20 +158,61 @@ std::string missing_data_line(const std::pair<std::string, std::vector<std::stri
 }
 
 // --dry-run: the plan as a table, and the time the runs left would take here.
-void print_dry_run(const Sweep& sweep, const std::vector<Planned>& plan, const std::string& out) {
+// The memory the runs on `device` share ("cpu", "cuda": GPU 0's, as every rank's GPU), and whose
+// it is; 0 where unknown.
+std::pair<double, std::string> shared_memory(const std::string& device, const SweepOptions& o) {
+  if (o.memory_gb > 0) return {o.memory_gb * 1e9, "--memory-gb's"};
+  if (device.empty()) return {0, ""};
+  const torch::Device d = device == "cuda" ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);
+  return {memory_bytes(d), memory_owner(d)};
+}
+
+// What the dry run says of memory, where it matters (each run's bound is in its table): runs
+// that cannot fit even alone, which their own check stops at their start; and where the --jobs
+// largest of the others need more together than their device has, that fewer then run at once.
+void print_memory_note(const std::vector<Planned>& plan, const SweepOptions& o, int64_t jobs, int64_t ranks) {
+  std::map<std::string, std::vector<double>> needs;  // each device's runs still to run
+  for (const auto& p : plan)
+    if (!p.finished && !p.resolved.device.empty())
+      needs[p.resolved.device].push_back(sweep_run_memory(p.resolved, ranks));
+  for (auto& [device, bytes] : needs) {
+    const auto [budget, owner] = shared_memory(device, o);
+    if (budget <= 0) continue;
+    std::sort(bytes.rbegin(), bytes.rend());
+    const double have = budget;  // (a lambda may not capture a structured binding in C++17)
+    const auto fit = std::find_if(bytes.begin(), bytes.end(), [have](double b) { return b <= have; });
+    const std::string on = device == "cuda" ? "on the GPU" : "on the CPU";
+    if (const auto over = size_t(fit - bytes.begin()); over > 0)
+      std::printf("\nMemory: %zu of the %zu runs to run %s need more than %s %.4g GB alone (up to %.4g GB): each "
+                  "stops at its start with one line that names the setting which lowers its need most.\n",
+                  over, bytes.size(), on.c_str(), owner.c_str(), budget / 1e9, bytes.front() / 1e9);
+    double largest = 0;
+    int64_t k = 0;
+    for (auto it = fit; it != bytes.end() && k < jobs; ++it, ++k) largest += *it;
+    if (k >= 2 && largest > budget)
+      std::printf("\nMemory: the %lld largest runs %s that fit alone need at least %.4g GB together, more than "
+                  "%s %.4g GB: a run starts beside others only where theirs fit, so fewer than %lld run at once "
+                  "at times.\n", (long long)k, on.c_str(), largest / 1e9, owner.c_str(), budget / 1e9, (long long)k);
+  }
+}
+
+void print_dry_run(const Sweep& sweep, const std::vector<Planned>& plan, const std::string& out,
+                   const SweepOptions& o, int64_t jobs, int64_t ranks) {
   double flops_left = 0, flops_all = 0;
   for (const auto& p : plan) flops_all += p.resolved.flops, flops_left += p.flops_left();
   std::printf("sweep %s (%s): %zu runs into %s\n", sweep.name.c_str(), sweep.file.c_str(), plan.size(), out.c_str());
   std::vector<PaperRow> paper;
   if (!sweep.table.empty()) paper = load_paper_rows(default_tables_csv());
-  std::printf("| run | steps | attention | fills %s row | model PFLOP | state |\n"
-              "|---|---:|---|---|---:|---|\n", sweep.table.empty() ? "-" : sweep.table.c_str());
+  std::printf("| run | steps | attention | fills %s row | memory GB, at least | model PFLOP | state |\n"
+              "|---|---:|---|---|---:|---:|---|\n", sweep.table.empty() ? "-" : sweep.table.c_str());
   for (const auto& p : plan) {
     const std::string state = p.finished ? "finished"
                               : p.resume_step > 0 ? fmt::format("resumes at step {}", p.resume_step)
                                                   : "to run";
-    std::printf("| %s | %lld | %s | %s | %.3f | %s |\n", p.run->name.c_str(), (long long)p.resolved.steps,
-                p.resolved.attention.c_str(), rows_filled(sweep, paper, p).c_str(), p.resolved.flops / 1e15,
+    const double memory = sweep_run_memory(p.resolved, ranks);
+    std::printf("| %s | %lld | %s | %s | %s | %.3f | %s |\n", p.run->name.c_str(), (long long)p.resolved.steps,
+                p.resolved.attention.c_str(), rows_filled(sweep, paper, p).c_str(),
+                memory > 0 ? fmt::format("{:.3g}", memory / 1e9).c_str() : "-", p.resolved.flops / 1e15,
                 state.c_str());
   }
   // Each precision's FLOPs at the fraction of its own matmul peak that mini steps reach at one
@@ -187,6 +228,7 @@ void print_dry_run(const Sweep& sweep, const std::vector<Planned>& plan, const s
     at += fmt::format("{}{:.0f}% of this machine's {} matmul peak ({:.0f} GFLOP/s)", at.empty() ? "" : " and ",
                       100 * share.at(precision), precision, peak / 1e9);
   }
+  print_memory_note(plan, o, jobs, ranks);
   for (const auto& m : missing_data(plan))
     std::printf("\nMissing data: %s; those runs cannot start until it is there.\n", missing_data_line(m, plan.size()).c_str());
   const long long threads = torch::get_num_threads();
@@ -365,7 +407,45 @@ std::string report_failure(const Planned& p, pid_t pid, int status, int64_t oom_
   return fmt::format("{} ({}): {}", p.run->name, how, why);
 }
 
+// A run the sweep has started.
+struct Child {
+  size_t index;  // in the plan
+  pid_t pid;
+  std::chrono::steady_clock::time_point start;
+  int64_t oom_kills;  // the kernel's count when it started (common/host_memory.h)
+};
+
+// sweep_memory_wait's line for the plan's run `next` beside the runs now `running`.
+std::string memory_wait(const std::vector<Planned>& plan, const std::vector<Child>& running, size_t next,
+                        int64_t ranks, const SweepOptions& o) {
+  const ResolvedRun& r = plan[next].resolved;
+  std::vector<double> beside;
+  for (const Child& c : running)
+    if (plan[c.index].resolved.device == r.device) beside.push_back(sweep_run_memory(plan[c.index].resolved, ranks));
+  const auto [budget, owner] = shared_memory(r.device, o);
+  return sweep_memory_wait(plan[next].run->name, sweep_run_memory(r, ranks), beside, budget, owner);
+}
+
 }  // namespace
+
+double sweep_run_memory(const ResolvedRun& r, int64_t ranks) {
+  const double n = double(std::max<int64_t>(1, ranks));
+  return r.device == "cuda" ? r.memory_parameters + r.memory_activations / n
+                            : n * r.memory_parameters + r.memory_activations;
+}
+
+std::string sweep_memory_wait(const std::string& name, double need, const std::vector<double>& beside,
+                              double budget, const std::string& owner) {
+  double others = 0;
+  for (const double b : beside) others += b;
+  if (beside.empty() || need <= 0 || budget <= 0 || need + others <= budget) return "";
+  const size_t k = beside.size();
+  return fmt::format("{} waits for memory: it needs at least {:.4g} GB, beside the {:.4g} GB of the {} run{} now "
+                     "running: {:.4g} GB together, more than {} {:.4g} GB; it starts when {} (lower bounds of what "
+                     "each holds while it trains; `thx sweep --dry-run` lists them)",
+                     name, need / 1e9, others / 1e9, k, k == 1 ? "" : "s", (need + others) / 1e9, owner, budget / 1e9,
+                     k == 1 ? "that run ends" : "one of them ends");
+}
 
 SweepOutcome run_sweep(const Sweep& sweep, const SweepOptions& o,
               const std::function<ResolvedRun(ConfigTree&)>& resolve) {
@@ -379,22 +459,16 @@ SweepOutcome run_sweep(const Sweep& sweep, const SweepOptions& o,
   const int64_t ranks = std::max<int64_t>(1, o.ranks_per_run);
   const int64_t threads = std::max<int64_t>(1, cores / (jobs * ranks));
   check_ranks(sweep, plan, ranks);
-  if (o.dry_run) return print_dry_run(sweep, plan, out), SweepOutcome{};
+  if (o.dry_run) return print_dry_run(sweep, plan, out, o, jobs, ranks), SweepOutcome{};
   if (const auto missing = missing_data(plan); !missing.empty())  // every run would fail: start none
     throw InputError(fmt::format("{}: {}", sweep.file, missing_data_line(missing.front(), plan.size())));
 
   fs::create_directories(out);
   const SweepLock lock(out);
   write_file_atomic((fs::path(out) / "sweep.yaml").string(), read_file(sweep.file));
-  struct Child {
-    size_t index;
-    pid_t pid;
-    std::chrono::steady_clock::time_point start;
-    int64_t oom_kills;  // the kernel's count when it started (common/host_memory.h)
-  };
   std::vector<Child> running;
   std::vector<std::string> failures;
-  size_t next = 0, done = 0, todo = 0;
+  size_t next = 0, done = 0, todo = 0, waiting = plan.size();
   double flops_left = 0, flops_done = 0;
   for (const auto& p : plan) todo += !p.finished, flops_left += p.flops_left();
   log->info("{}: {} runs, {} finished, {} to run; {} at a time, {}{} thread{} each; into {}", sweep.name,
@@ -411,6 +485,10 @@ SweepOutcome run_sweep(const Sweep& sweep, const SweepOptions& o,
     }
     for (; !g_sweep_stop && int64_t(running.size()) < jobs && next < plan.size(); ++next) {
       if (plan[next].finished) continue;
+      if (const std::string wait = memory_wait(plan, running, next, ranks, o); !wait.empty()) {
+        if (waiting != next) log->info("{}", wait), waiting = next;  // once a run
+        break;
+      }
       running.push_back(
           {next, launch_run(plan[next], o, threads, ranks), std::chrono::steady_clock::now(), oom_kills()});
       log->info("[{}/{}] started {} ({})", done + running.size(), todo, plan[next].run->name,

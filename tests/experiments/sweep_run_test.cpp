@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <map>
 #include <random>
@@ -18,6 +19,7 @@
 #include <sstream>
 #include <thread>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "common/fs.h"
@@ -297,6 +299,44 @@ TEST(SweepRun, AFailedRunIsReportedAndTheOthersFinish) {
   r = run_command("THX_MEMORY_LIMIT_MB=1 " + run_two + dir.file("limit2") + " --jobs 2 2>&1");
   EXPECT_NE(r.out.find("THX_MEMORY_LIMIT_MB=1"), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find("ran beside"), std::string::npos) << r.out;
+}
+
+// Runs whose memory bounds fit alone but not together (--memory-gb between the largest and the
+// two smallest together) run one at a time under --jobs 2, each waiting for the one before to
+// end, and the log says so; the dry run lists each run's bound and says when memory limits.
+TEST(SweepRun, RunsWhoseMemoryDoesNotFitTogetherRunOneAtATime) {
+  TempDir dir;
+  const std::string sweep = tiny_sweep(dir, 20);
+  const Sweep s = load_sweep(sweep);
+  std::vector<double> bytes;
+  for (const auto& run : s.runs) {
+    ConfigTree t = sweep_run_tree(s, run);
+    bytes.push_back(sweep_run_memory(resolve_pretrain_run(t), 1));
+  }
+  std::sort(bytes.begin(), bytes.end());
+  const double gb = bytes.back() * 1.05 / 1e9;
+  ASSERT_LT(gb * 1e9, bytes[0] + bytes[1]);
+  const std::string memory = fmt::format(" --memory-gb {:.6f}", gb);
+  RunResult r = run_thx("--threads 2 sweep --dry-run --jobs 3 --config " + sweep + memory);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("| memory GB, at least |"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(fmt::format(" | {:.3g} | ", bytes[0] / 1e9)), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("Memory: the 3 largest runs on the CPU that fit alone need at least"), std::string::npos)
+      << r.out;
+  r = run_thx("--threads 2 sweep --dry-run --config " + sweep + " --memory-gb 0.000001");
+  EXPECT_NE(r.out.find("Memory: 3 of the 3 runs to run on the CPU need more than --memory-gb's 1e-06 GB alone"),
+            std::string::npos) << r.out;
+  r = run_thx("--threads 2 sweep --dry-run --config " + sweep + " --memory-gb 0");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("--memory-gb: 0 is invalid: must be > 0"), std::string::npos) << r.out;
+  r = run_thx("--threads 2 sweep --jobs 2 --config " + sweep + " --out " + dir.file("out") + memory);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(read_results(dir.file("out")).size(), 3u);
+  EXPECT_NE(r.out.find("h4 waits for memory: it needs at least "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("it starts when that run ends"), std::string::npos) << r.out;
+  // One at a time: each run starts after the one before it finished.
+  for (const auto& [before, after] : {std::pair{"finished h2", "started h4"}, {"finished h4", "started h8"}})
+    EXPECT_LT(r.out.find(before), r.out.find(after)) << r.out;
 }
 
 // A run killed from outside (SIGKILL, as Linux's out-of-memory killer sends it) is named with

@@ -12,6 +12,7 @@
 #include "experiments/results_table.h"
 #include "experiments/sweep.h"
 #include "experiments/sweep_results.h"
+#include "models/spec.h"
 #include "test_util.h"
 #include "training/spec.h"
 
@@ -111,6 +112,68 @@ TEST(Sweep, AT5RunIsCostedAtModelVocabSize) {
     const double per_example = t5_forward_multiplies(pc.spec, pc.data.inputs_length, pc.data.targets_length, vocab);
     EXPECT_DOUBLE_EQ(r.flops, 6.0 * double(pc.train.batch_size) * double(pc.train.steps) * per_example) << vocab;
   }
+}
+
+// The memory a sweep counts for each run is the bound its own check refuses by: the
+// micro-batch train.batch_size / train.grad_accum, model.recompute of an encoder and bf16
+// counted, as training/pretrain.cpp counts them.
+TEST(Sweep, ARunsMemoryIsTheBoundItsOwnCheckUses) {
+  struct Case {
+    const char* config;
+    std::vector<std::string> set;
+  };
+  const std::vector<Case> cases = {
+      {"t5/mini.yaml", {}}, {"t5/mini.yaml", {"train.grad_accum=2"}}, {"t5/mini.yaml", {"train.precision=bf16"}},
+      {"bert/mini.yaml", {}}, {"bert/mini.yaml", {"model.recompute=true"}}};
+  std::vector<double> activations;
+  for (const Case& c : cases) {
+    ConfigTree tree, again;
+    for (ConfigTree* t : {&tree, &again}) {
+      t->merge_file(std::string(THX_SOURCE_DIR) + "/configs/" + c.config);
+      t->set("model.vocab_size=1000");
+      t->set("data.prepared=/nonexistent/thx-shards");
+      for (const auto& s : c.set) t->set(s);
+    }
+    const ResolvedRun r = resolve_pretrain_run(tree);
+    const PretrainConfig pc = load_pretrain_config(again);
+    const bool bert = pc.model.encoder_only();
+    const MemoryBound b = training_memory_lower_bound(
+        pc.spec, 1000, pc.train.batch_size / pc.train.grad_accum, pc.data.inputs_length,
+        bert ? pc.data.max_predictions_per_seq : pc.data.targets_length, {}, bert && pc.spec.model.recompute,
+        torch::kCPU, false, pc.train.precision == "bf16");
+    EXPECT_EQ(r.device, "cpu");
+    EXPECT_DOUBLE_EQ(r.memory_parameters, b.parameters) << c.config;
+    EXPECT_DOUBLE_EQ(r.memory_activations, b.activations) << c.config;
+    EXPECT_GT(r.memory_activations, 0) << c.config;
+    activations.push_back(r.memory_activations);
+  }
+  EXPECT_NEAR(activations[1], activations[0] / 2, 1e-9 * activations[0]);  // half the rows
+  EXPECT_LT(activations[2], activations[0]);                                // 2 bytes, not 4
+  EXPECT_LT(activations[4], activations[3]);                                // recomputed layers
+}
+
+// On the CPU a run's ranks share the machine (each its own parameters, the batch's
+// activations split among them); on a GPU each rank has its own. A run waits only where its
+// bound and those of the runs beside it exceed the memory, and its line says what it waits for.
+TEST(Sweep, ARunWaitsOnlyWhereTheBoundsTogetherExceedTheMemory) {
+  ResolvedRun r;
+  r.memory_parameters = 1e9, r.memory_activations = 4e9, r.device = "cpu";
+  EXPECT_DOUBLE_EQ(sweep_run_memory(r, 1), 5e9);
+  EXPECT_DOUBLE_EQ(sweep_run_memory(r, 2), 6e9);
+  r.device = "cuda";
+  EXPECT_DOUBLE_EQ(sweep_run_memory(r, 2), 3e9);
+  EXPECT_EQ(sweep_memory_wait("a", 5e9, {}, 1e9, "this machine's"), "");  // alone: its own check decides
+  EXPECT_EQ(sweep_memory_wait("a", 5e9, {5e9}, 10e9, "this machine's"), "");  // exactly fits
+  EXPECT_EQ(sweep_memory_wait("a", 5e9, {5e9}, 0, "this machine's"), "");     // memory unknown
+  EXPECT_EQ(sweep_memory_wait("a", 0, {5e9}, 1e9, "this machine's"), "");     // bound unknown
+  EXPECT_EQ(sweep_memory_wait("a", 5e9, {5e9}, 9.99e9, "this machine's"),
+            "a waits for memory: it needs at least 5 GB, beside the 5 GB of the 1 run now running: 10 GB together, "
+            "more than this machine's 9.99 GB; it starts when that run ends (lower bounds of what each holds "
+            "while it trains; `thx sweep --dry-run` lists them)");
+  EXPECT_NE(sweep_memory_wait("b", 1e9, {2e9, 3e9}, 5.5e9, "GPU 0's")
+                .find("beside the 5 GB of the 2 runs now running: 6 GB together, more than GPU 0's 5.5 GB; it starts "
+                      "when one of them ends"),
+            std::string::npos);
 }
 
 // A started run resumes at its newest checkpoint; the dry run says so and counts only the
