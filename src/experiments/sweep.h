@@ -96,12 +96,13 @@ struct SweepOptions {
 
 // Resolve every run (errors name the sweep file and line), then run those not finished,
 // `jobs` at a time, each with threads / jobs threads (with ranks_per_run N: N ranks of
-// threads / (jobs * N) threads each, under torchrun; every run's batch must divide). Interrupted runs resume from
-// their checkpoints. A run starts beside others only where their memory lower bounds together
-// fit in the memory they share (sweep_memory_wait); else it waits for one to end, the sweep's
-// log says so, and --dry-run lists each run's bound. Writes <out>/results.jsonl (one JSON
-// object per finished run, in sweep order). Returns how many runs failed, and the signal (SIGINT, SIGTERM) that stopped the sweep
-// (its runs checkpoint and stop; the same command resumes them), or 0.
+// threads / (jobs * N) threads each, under torchrun; every run's batch must divide).
+// Interrupted runs resume from their checkpoints. A run starts beside others only where their
+// memory lower bounds together fit in the memory they share (sweep_memory_wait); else it waits
+// for one to end, the sweep's log says so, and --dry-run lists each run's bound. Writes
+// <out>/results.jsonl (one JSON object per finished run, in sweep order). Returns how many
+// runs failed, and the signal (SIGINT, SIGTERM) that stopped the sweep (its runs checkpoint
+// and stop; the same command resumes them), or 0.
 struct SweepOutcome {
   int failed = 0;
   int signal = 0;
