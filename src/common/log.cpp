@@ -70,7 +70,9 @@ std::string format_duration(double seconds) {
   const int64_t t = seconds > 0 ? int64_t(seconds + 0.5) : 0;
   if (t < 60) return fmt::format("{}s", t);
   if (t < 3600) return fmt::format("{}m{:02d}s", t / 60, int(t % 60));
-  return fmt::format("{}h{:02d}m", t / 3600, int(t % 3600 / 60));
+  if (t < 2 * 86400) return fmt::format("{}h{:02d}m", t / 3600, int(t % 3600 / 60));
+  if (t < 2 * 31557600) return fmt::format("{}d{:02d}h", t / 86400, int(t % 86400 / 3600));
+  return fmt::format("{:.3g} years", double(t) / 31557600);  // Julian years of 365.25 days
 }
 
 }  // namespace thx

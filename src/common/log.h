@@ -24,8 +24,9 @@ std::string error_prefix();
 void add_log_file(const std::string& path);
 void remove_log_file();
 
-// A duration for progress lines and ETAs: "42s", "3m07s", "2h05m" (rounded to whole seconds
-// first, so that 59.6 s reads "1m00s", not "0m60s").
+// A duration for progress lines and ETAs: "42s", "3m07s", "2h05m", from two days "3d04h", from
+// two years "228 years" (rounded to whole seconds first, so that 59.6 s reads "1m00s", not
+// "0m60s").
 std::string format_duration(double seconds);
 
 // Seconds from t to now, on the monotonic clock.

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
+#include "common/log.h"
 #include "experiments/bench_train.h"
 #include "experiments/claims.h"
 #include "experiments/results_table.h"
@@ -112,6 +113,18 @@ TEST(Sweep, AT5RunIsCostedAtModelVocabSize) {
     const double per_example = t5_forward_multiplies(pc.spec, pc.data.inputs_length, pc.data.targets_length, vocab);
     EXPECT_DOUBLE_EQ(r.flops, 6.0 * double(pc.train.batch_size) * double(pc.train.steps) * per_example) << vocab;
   }
+}
+
+// Durations of progress lines and the dry run's estimate read at their scale: a paper sweep on
+// a CPU is centuries, not "2002143h13m".
+TEST(Sweep, DurationsReadAtTheirScale) {
+  EXPECT_EQ(format_duration(-1), "0s");
+  EXPECT_EQ(format_duration(59.6), "1m00s");
+  EXPECT_EQ(format_duration(3599.4), "59m59s");
+  EXPECT_EQ(format_duration(2 * 86400 - 60), "47h59m");
+  EXPECT_EQ(format_duration(2 * 86400 + 3 * 3600), "2d03h");
+  EXPECT_EQ(format_duration(729.9 * 86400), "729d21h");
+  EXPECT_EQ(format_duration(2002143.2 * 3600), "228 years");
 }
 
 // The memory a sweep counts for each run is the bound its own check refuses by: the
