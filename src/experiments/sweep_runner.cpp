@@ -167,6 +167,38 @@ std::pair<double, std::string> shared_memory(const std::string& device, const Sw
   return {memory_bytes(d), memory_owner(d)};
 }
 
+// The most runs of the plan that memory lets run at once, at most `jobs`: on each device, its
+// smallest bounds added up while they fit (at least one run, which its own check then
+// judges), since a run starts only beside runs that fit with it. Where that is fewer than
+// `jobs`, the line that says so. All the plan's runs count, finished or not, so that a
+// resumed sweep gives its runs the same threads.
+std::pair<int64_t, std::string> jobs_memory_allows(const std::vector<Planned>& plan, const SweepOptions& o,
+                                                   int64_t jobs, int64_t ranks) {
+  std::map<std::string, std::vector<double>> needs;
+  int64_t k = 0;  // runs at once, over the devices
+  for (const auto& p : plan)
+    if (p.resolved.device.empty()) ++k;  // not known: not limited
+    else needs[p.resolved.device].push_back(sweep_run_memory(p.resolved, ranks));
+  std::string why;
+  for (auto& [device, bytes] : needs) {
+    const auto [budget, owner] = shared_memory(device, o);
+    std::sort(bytes.begin(), bytes.end());
+    double sum = 0;
+    size_t fit = 0;
+    while (fit < bytes.size() && (budget <= 0 || sum + bytes[fit] <= budget)) sum += bytes[fit++];
+    k += int64_t(std::max<size_t>(1, fit));
+    const std::string on = device == "cuda" ? "on the GPU" : "on the CPU";
+    if (fit == bytes.size() || int64_t(fit) >= jobs) continue;
+    why = fit == 0 ? fmt::format("no run {} fits in {} {:.4g} GB alone", on, owner, budget / 1e9)
+                   : fmt::format("the {} smallest runs {} need at least {:.4g} GB together, more than {} {:.4g} GB",
+                                 fit + 1, on, (sum + bytes[fit]) / 1e9, owner, budget / 1e9);
+  }
+  if (k >= jobs) return {jobs, ""};
+  k = std::max<int64_t>(1, k);
+  return {k, fmt::format("--jobs {}: at most {} of these runs fit{} in memory at once ({}): {} at a time", jobs, k,
+                         k == 1 ? "s" : "", why, k)};
+}
+
 // What the dry run says of memory, where it matters (each run's bound is in its table): runs
 // that cannot fit even alone, which their own check stops at their start; and where the --jobs
 // largest of the others need more together than their device has, that fewer then run at once.
@@ -197,7 +229,7 @@ void print_memory_note(const std::vector<Planned>& plan, const SweepOptions& o, 
 }
 
 void print_dry_run(const Sweep& sweep, const std::vector<Planned>& plan, const std::string& out,
-                   const SweepOptions& o, int64_t jobs, int64_t ranks) {
+                   const SweepOptions& o, int64_t jobs, int64_t ranks, const std::string& fewer) {
   double flops_left = 0, flops_all = 0;
   for (const auto& p : plan) flops_all += p.resolved.flops, flops_left += p.flops_left();
   std::printf("sweep %s (%s): %zu runs into %s\n", sweep.name.c_str(), sweep.file.c_str(), plan.size(), out.c_str());
@@ -228,6 +260,7 @@ void print_dry_run(const Sweep& sweep, const std::vector<Planned>& plan, const s
     at += fmt::format("{}{:.0f}% of this machine's {} matmul peak ({:.0f} GFLOP/s)", at.empty() ? "" : " and ",
                       100 * share.at(precision), precision, peak / 1e9);
   }
+  if (!fewer.empty()) std::printf("\nMemory: %s.\n", fewer.c_str());
   print_memory_note(plan, o, jobs, ranks);
   for (const auto& m : missing_data(plan))
     std::printf("\nMissing data: %s; those runs cannot start until it is there.\n", missing_data_line(m, plan.size()).c_str());
@@ -455,11 +488,12 @@ SweepOutcome run_sweep(const Sweep& sweep, const SweepOptions& o,
   if (o.jobs < 1) throw InputError(fmt::format("--jobs {}: must be at least 1", o.jobs));
   std::vector<Planned> plan = plan_runs(sweep, out, resolve);
   const int64_t cores = o.threads > 0 ? o.threads : std::max(1u, std::thread::hardware_concurrency());
-  const int64_t jobs = std::min<int64_t>(o.jobs, std::max<int64_t>(1, int64_t(plan.size())));
   const int64_t ranks = std::max<int64_t>(1, o.ranks_per_run);
+  const auto [jobs, fewer] =
+      jobs_memory_allows(plan, o, std::min<int64_t>(o.jobs, std::max<int64_t>(1, int64_t(plan.size()))), ranks);
   const int64_t threads = std::max<int64_t>(1, cores / (jobs * ranks));
   check_ranks(sweep, plan, ranks);
-  if (o.dry_run) return print_dry_run(sweep, plan, out, o, jobs, ranks), SweepOutcome{};
+  if (o.dry_run) return print_dry_run(sweep, plan, out, o, jobs, ranks, fewer), SweepOutcome{};
   if (const auto missing = missing_data(plan); !missing.empty())  // every run would fail: start none
     throw InputError(fmt::format("{}: {}", sweep.file, missing_data_line(missing.front(), plan.size())));
 
@@ -471,6 +505,7 @@ SweepOutcome run_sweep(const Sweep& sweep, const SweepOptions& o,
   size_t next = 0, done = 0, todo = 0, waiting = plan.size();
   double flops_left = 0, flops_done = 0;
   for (const auto& p : plan) todo += !p.finished, flops_left += p.flops_left();
+  if (!fewer.empty()) log->info("{}", fewer);
   log->info("{}: {} runs, {} finished, {} to run; {} at a time, {}{} thread{} each; into {}", sweep.name,
             plan.size(), plan.size() - todo, todo, jobs, ranks > 1 ? fmt::format("{} ranks of ", ranks) : "",
             threads, threads == 1 ? "" : "s", out);

@@ -301,42 +301,52 @@ TEST(SweepRun, AFailedRunIsReportedAndTheOthersFinish) {
   EXPECT_EQ(r.out.find("ran beside"), std::string::npos) << r.out;
 }
 
-// Runs whose memory bounds fit alone but not together (--memory-gb between the largest and the
-// two smallest together) run one at a time under --jobs 2, each waiting for the one before to
-// end, and the log says so; the dry run lists each run's bound and says when memory limits.
-TEST(SweepRun, RunsWhoseMemoryDoesNotFitTogetherRunOneAtATime) {
+// Runs whose memory bounds fit alone but not together: where no two fit (--memory-gb just above
+// the largest), --jobs 2 runs one at a time with the cores of both; where only the two smallest
+// fit together, the third waits for both to end (two at a time, the log says so). The dry run lists each
+// run's bound and says what memory allows.
+TEST(SweepRun, RunsWhoseMemoryDoesNotFitTogetherWaitForIt) {
   TempDir dir;
   const std::string sweep = tiny_sweep(dir, 20);
   const Sweep s = load_sweep(sweep);
-  std::vector<double> bytes;
+  std::vector<double> bytes;  // h2, h4, h8: more heads, more memory
   for (const auto& run : s.runs) {
     ConfigTree t = sweep_run_tree(s, run);
     bytes.push_back(sweep_run_memory(resolve_pretrain_run(t), 1));
   }
-  std::sort(bytes.begin(), bytes.end());
-  const double gb = bytes.back() * 1.05 / 1e9;
-  ASSERT_LT(gb * 1e9, bytes[0] + bytes[1]);
-  const std::string memory = fmt::format(" --memory-gb {:.6f}", gb);
-  RunResult r = run_thx("--threads 2 sweep --dry-run --jobs 3 --config " + sweep + memory);
+  ASSERT_EQ(bytes.size(), 3u);
+  ASSERT_LT(bytes[0], bytes[1]);
+  ASSERT_LT(bytes[1], bytes[2]);
+  const auto gb = [](double b) { return fmt::format(" --memory-gb {:.9f}", b / 1e9); };
+  RunResult r = run_thx("--threads 2 sweep --dry-run --jobs 2 --config " + sweep + gb(bytes[2] * 1.01));
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("| memory GB, at least |"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find(fmt::format(" | {:.3g} | ", bytes[0] / 1e9)), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("Memory: the 3 largest runs on the CPU that fit alone need at least"), std::string::npos)
-      << r.out;
+  EXPECT_NE(r.out.find("Memory: --jobs 2: at most 1 of these runs fits in memory at once (the 2 smallest runs on "
+                       "the CPU need at least "), std::string::npos) << r.out;
   r = run_thx("--threads 2 sweep --dry-run --config " + sweep + " --memory-gb 0.000001");
   EXPECT_NE(r.out.find("Memory: 3 of the 3 runs to run on the CPU need more than --memory-gb's 1e-06 GB alone"),
             std::string::npos) << r.out;
   r = run_thx("--threads 2 sweep --dry-run --config " + sweep + " --memory-gb 0");
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_NE(r.out.find("--memory-gb: 0 is invalid: must be > 0"), std::string::npos) << r.out;
-  r = run_thx("--threads 2 sweep --jobs 2 --config " + sweep + " --out " + dir.file("out") + memory);
+  // No two fit: one at a time, with both threads.
+  r = run_thx("--threads 2 sweep --jobs 2 --config " + sweep + " --out " + dir.file("one") + gb(bytes[2] * 1.01));
   ASSERT_EQ(r.code, 0) << r.out;
-  EXPECT_EQ(read_results(dir.file("out")).size(), 3u);
-  EXPECT_NE(r.out.find("h4 waits for memory: it needs at least "), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("it starts when that run ends"), std::string::npos) << r.out;
-  // One at a time: each run starts after the one before it finished.
-  for (const auto& [before, after] : {std::pair{"finished h2", "started h4"}, {"finished h4", "started h8"}})
-    EXPECT_LT(r.out.find(before), r.out.find(after)) << r.out;
+  EXPECT_NE(r.out.find("3 to run; 1 at a time, 2 threads each"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("waits for memory"), std::string::npos) << r.out;
+  // h2 and h4 fit together, h8 beside either does not: it waits for both.
+  r = run_thx("--threads 2 sweep --jobs 3 --config " + sweep + " --out " + dir.file("two") +
+              gb((bytes[0] + bytes[1] + bytes[0] + bytes[2]) / 2));
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(read_results(dir.file("two")).size(), 3u);
+  EXPECT_NE(r.out.find("--jobs 3: at most 2 of these runs fit in memory at once"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("2 at a time, 1 thread each"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("h8 waits for memory: it needs at least "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("GB of the 1 run now running: "), std::string::npos) << r.out;  // h4, once h2 ended
+  for (const auto& [before, after] : {std::pair{"started h4", "finished h2"}, {"finished h2", "started h8"},
+                                      {"finished h4", "started h8"}})
+    EXPECT_LT(r.out.find(before), r.out.find(after)) << before << " | " << after << "\n" << r.out;
 }
 
 // A run killed from outside (SIGKILL, as Linux's out-of-memory killer sends it) is named with
