@@ -234,6 +234,11 @@ std::string host_memory_env_error() {
   return "";
 }
 
+double host_memory_floor() {
+  const double floor = env_mb("THX_MEMORY_FLOOR_MB", -2);
+  return floor == -2 ? default_floor() : std::max(0.0, floor);
+}
+
 void guard_host_memory() {
   const double floor = env_mb("THX_MEMORY_FLOOR_MB", -2), limit = env_mb("THX_MEMORY_LIMIT_MB", 0);
   if (floor == 0 && limit <= 0) return;

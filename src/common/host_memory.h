@@ -59,6 +59,9 @@ HostMemory host_memory_from(const std::string& meminfo, const std::vector<Cgroup
 // this process; default none). An empty string where both are whole numbers (or unset, or
 // empty), else one line naming the variable.
 std::string host_memory_env_error();
+// The floor the check keeps available (THX_MEMORY_FLOOR_MB's, or its default), in bytes; 0
+// where the check is off. Processes that the check guards fill at most the total less it.
+double host_memory_floor();
 
 // Processes Linux's out-of-memory killer has ended since boot: /proc/vmstat's oom_kill (Linux
 // 4.13 and later; it counts the kills a cgroup's limit caused too), or -1 where it does not say.

@@ -122,11 +122,12 @@ double sweep_run_memory(const ResolvedRun& run, int64_t ranks);
 
 // "" where run `name`, which needs at least `need` bytes, may start beside the running runs
 // that need `beside` bytes each on its device (none running; together at most `budget` bytes,
-// `owner`'s, as "this machine's"; or either unknown, 0), else the sweep's line saying that it
-// waits for one to end: a run that starts where the bounds alone exceed the memory is ended by
-// the out-of-memory killer or by thx's memory check, mid-step, and so is the run beside it.
+// `what`, as "this machine's 25.3 GB"; or either unknown, 0), else the sweep's line saying
+// that it waits for one to end: a run that starts where the bounds alone exceed the memory is
+// ended by the out-of-memory killer or by thx's memory check, mid-step, and so is the run
+// beside it.
 std::string sweep_memory_wait(const std::string& name, double need, const std::vector<double>& beside,
-                              double budget, const std::string& owner);
+                              double budget, const std::string& what);
 
 // The step a started run resumes from: its newest checkpoint in <run_dir>/checkpoints (0: none).
 // The sweep's ETA and the dry run's "To run" count only the steps after it.

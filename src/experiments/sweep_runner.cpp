@@ -157,14 +157,20 @@ std::string missing_data_line(const std::pair<std::string, std::vector<std::stri
                      prepare_command(m.first));
 }
 
-// --dry-run: the plan as a table, and the time the runs left would take here.
-// The memory the runs on `device` share ("cpu", "cuda": GPU 0's, as every rank's GPU), and whose
-// it is; 0 where unknown.
+// The memory the runs on `device` share ("cpu", "cuda": GPU 0's, as every rank's GPU), in
+// bytes (0 where unknown), and what it is, for "more than <what>": --memory-gb's; a GPU's; the
+// machine's (or its cgroup's) less the floor thx's memory check keeps available, which no run
+// it guards fills (common/host_memory.h).
 std::pair<double, std::string> shared_memory(const std::string& device, const SweepOptions& o) {
-  if (o.memory_gb > 0) return {o.memory_gb * 1e9, "--memory-gb's"};
+  if (o.memory_gb > 0) return {o.memory_gb * 1e9, fmt::format("--memory-gb's {:.4g} GB", o.memory_gb)};
   if (device.empty()) return {0, ""};
   const torch::Device d = device == "cuda" ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);
-  return {memory_bytes(d), memory_owner(d)};
+  const double total = memory_bytes(d), floor = d.is_cpu() ? host_memory_floor() : 0;
+  if (total <= 0) return {0, ""};
+  if (floor <= 0 || floor >= total) return {total, fmt::format("{} {:.4g} GB", memory_owner(d), total / 1e9)};
+  return {total - floor, fmt::format("the {:.4g} GB of {} {:.4g} GB that runs may fill (thx's memory check keeps "
+                                     "{:.4g} GB free: THX_MEMORY_FLOOR_MB)",
+                                     (total - floor) / 1e9, memory_owner(d), total / 1e9, floor / 1e9)};
 }
 
 // The most runs of the plan that memory lets run at once, at most `jobs`: on each device, its
@@ -181,7 +187,7 @@ std::pair<int64_t, std::string> jobs_memory_allows(const std::vector<Planned>& p
     else needs[p.resolved.device].push_back(sweep_run_memory(p.resolved, ranks));
   std::string why;
   for (auto& [device, bytes] : needs) {
-    const auto [budget, owner] = shared_memory(device, o);
+    const auto [budget, what] = shared_memory(device, o);
     std::sort(bytes.begin(), bytes.end());
     double sum = 0;
     size_t fit = 0;
@@ -189,14 +195,13 @@ std::pair<int64_t, std::string> jobs_memory_allows(const std::vector<Planned>& p
     k += int64_t(std::max<size_t>(1, fit));
     const std::string on = device == "cuda" ? "on the GPU" : "on the CPU";
     if (fit == bytes.size() || int64_t(fit) >= jobs) continue;
-    why = fit == 0 ? fmt::format("no run {} fits in {} {:.4g} GB alone", on, owner, budget / 1e9)
-                   : fmt::format("the {} smallest runs {} need at least {:.4g} GB together, more than {} {:.4g} GB",
-                                 fit + 1, on, (sum + bytes[fit]) / 1e9, owner, budget / 1e9);
+    why = fit == 0 ? fmt::format("no run {} fits alone in {}", on, what)
+                   : fmt::format("at most {} of these runs {} fit{} in memory at once (the {} smallest need at least "
+                                 "{:.4g} GB together, more than {})", fit, on, fit == 1 ? "s" : "", fit + 1,
+                                 (sum + bytes[fit]) / 1e9, what);
   }
   if (k >= jobs) return {jobs, ""};
-  k = std::max<int64_t>(1, k);
-  return {k, fmt::format("--jobs {}: at most {} of these runs fit{} in memory at once ({}): {} at a time", jobs, k,
-                         k == 1 ? "s" : "", why, k)};
+  return {k, fmt::format("--jobs {}: {}: {} at a time", jobs, why, k)};
 }
 
 // What the dry run says of memory, where it matters (each run's bound is in its table): runs
@@ -208,26 +213,27 @@ void print_memory_note(const std::vector<Planned>& plan, const SweepOptions& o, 
     if (!p.finished && !p.resolved.device.empty())
       needs[p.resolved.device].push_back(sweep_run_memory(p.resolved, ranks));
   for (auto& [device, bytes] : needs) {
-    const auto [budget, owner] = shared_memory(device, o);
+    const auto [budget, what] = shared_memory(device, o);
     if (budget <= 0) continue;
     std::sort(bytes.rbegin(), bytes.rend());
     const double have = budget;  // (a lambda may not capture a structured binding in C++17)
     const auto fit = std::find_if(bytes.begin(), bytes.end(), [have](double b) { return b <= have; });
     const std::string on = device == "cuda" ? "on the GPU" : "on the CPU";
     if (const auto over = size_t(fit - bytes.begin()); over > 0)
-      std::printf("\nMemory: %zu of the %zu runs to run %s need more than %s %.4g GB alone (up to %.4g GB): each "
-                  "stops at its start with one line that names the setting which lowers its need most.\n",
-                  over, bytes.size(), on.c_str(), owner.c_str(), budget / 1e9, bytes.front() / 1e9);
+      std::printf("\nMemory: %zu of the %zu runs to run %s need alone more than %s (up to %.4g GB): each stops "
+                  "with one line that says what to change.\n",
+                  over, bytes.size(), on.c_str(), what.c_str(), bytes.front() / 1e9);
     double largest = 0;
     int64_t k = 0;
     for (auto it = fit; it != bytes.end() && k < jobs; ++it, ++k) largest += *it;
     if (k >= 2 && largest > budget)
       std::printf("\nMemory: the %lld largest runs %s that fit alone need at least %.4g GB together, more than "
-                  "%s %.4g GB: a run starts beside others only where theirs fit, so fewer than %lld run at once "
-                  "at times.\n", (long long)k, on.c_str(), largest / 1e9, owner.c_str(), budget / 1e9, (long long)k);
+                  "%s: a run starts beside others only where theirs fit, so fewer than %lld run at once at times.\n",
+                  (long long)k, on.c_str(), largest / 1e9, what.c_str(), (long long)k);
   }
 }
 
+// --dry-run: the plan as a table, and the time the runs left would take here.
 void print_dry_run(const Sweep& sweep, const std::vector<Planned>& plan, const std::string& out,
                    const SweepOptions& o, int64_t jobs, int64_t ranks, const std::string& fewer) {
   double flops_left = 0, flops_all = 0;
@@ -455,8 +461,8 @@ std::string memory_wait(const std::vector<Planned>& plan, const std::vector<Chil
   std::vector<double> beside;
   for (const Child& c : running)
     if (plan[c.index].resolved.device == r.device) beside.push_back(sweep_run_memory(plan[c.index].resolved, ranks));
-  const auto [budget, owner] = shared_memory(r.device, o);
-  return sweep_memory_wait(plan[next].run->name, sweep_run_memory(r, ranks), beside, budget, owner);
+  const auto [budget, what] = shared_memory(r.device, o);
+  return sweep_memory_wait(plan[next].run->name, sweep_run_memory(r, ranks), beside, budget, what);
 }
 
 }  // namespace
@@ -468,15 +474,15 @@ double sweep_run_memory(const ResolvedRun& r, int64_t ranks) {
 }
 
 std::string sweep_memory_wait(const std::string& name, double need, const std::vector<double>& beside,
-                              double budget, const std::string& owner) {
+                              double budget, const std::string& what) {
   double others = 0;
   for (const double b : beside) others += b;
   if (beside.empty() || need <= 0 || budget <= 0 || need + others <= budget) return "";
   const size_t k = beside.size();
   return fmt::format("{} waits for memory: it needs at least {:.4g} GB, beside the {:.4g} GB of the {} run{} now "
-                     "running: {:.4g} GB together, more than {} {:.4g} GB; it starts when {} (lower bounds of what "
-                     "each holds while it trains; `thx sweep --dry-run` lists them)",
-                     name, need / 1e9, others / 1e9, k, k == 1 ? "" : "s", (need + others) / 1e9, owner, budget / 1e9,
+                     "running: {:.4g} GB together, more than {}; it starts when {} (lower bounds of what each holds "
+                     "while it trains; `thx sweep --dry-run` lists them)",
+                     name, need / 1e9, others / 1e9, k, k == 1 ? "" : "s", (need + others) / 1e9, what,
                      k == 1 ? "that run ends" : "one of them ends");
 }
 

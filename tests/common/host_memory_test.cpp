@@ -94,6 +94,22 @@ TEST(HostMemory, ReadsThisMachinesNumbers) {
   else EXPECT_LT(m.total, machine) << m.owner;
 }
 
+// The floor the check keeps free, which a sweep takes from the memory its runs share: its
+// default the larger of 512 MB and 3% of the total, THX_MEMORY_FLOOR_MB's where set, 0 where
+// that turns the check off.
+TEST(HostMemory, TheFloorIsTheSettingsOrItsDefault) {
+  const char* before = std::getenv("THX_MEMORY_FLOOR_MB");
+  const std::string saved = before ? before : "";
+  unsetenv("THX_MEMORY_FLOOR_MB");
+  EXPECT_DOUBLE_EQ(host_memory_floor(), std::max(512.0 * 1048576, 0.03 * host_memory().total));
+  setenv("THX_MEMORY_FLOOR_MB", "100", 1);
+  EXPECT_DOUBLE_EQ(host_memory_floor(), 100.0 * 1048576);
+  setenv("THX_MEMORY_FLOOR_MB", "0", 1);
+  EXPECT_DOUBLE_EQ(host_memory_floor(), 0);
+  if (before) setenv("THX_MEMORY_FLOOR_MB", saved.c_str(), 1);
+  else unsetenv("THX_MEMORY_FLOOR_MB");
+}
+
 // The out-of-memory killer's count, and how `thx sweep` reports a child's end with it: wait
 // statuses from real children (one exits 3, one is killed).
 TEST(HostMemory, NamesTheOutOfMemoryKillerInAChildsEnd) {

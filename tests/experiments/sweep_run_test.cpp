@@ -322,10 +322,10 @@ TEST(SweepRun, RunsWhoseMemoryDoesNotFitTogetherWaitForIt) {
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("| memory GB, at least |"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find(fmt::format(" | {:.3g} | ", bytes[0] / 1e9)), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("Memory: --jobs 2: at most 1 of these runs fits in memory at once (the 2 smallest runs on "
-                       "the CPU need at least "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("Memory: --jobs 2: at most 1 of these runs on the CPU fits in memory at once (the 2 "
+                       "smallest need at least "), std::string::npos) << r.out;
   r = run_thx("--threads 2 sweep --dry-run --config " + sweep + " --memory-gb 0.000001");
-  EXPECT_NE(r.out.find("Memory: 3 of the 3 runs to run on the CPU need more than --memory-gb's 1e-06 GB alone"),
+  EXPECT_NE(r.out.find("Memory: 3 of the 3 runs to run on the CPU need alone more than --memory-gb's 1e-06 GB"),
             std::string::npos) << r.out;
   r = run_thx("--threads 2 sweep --dry-run --config " + sweep + " --memory-gb 0");
   EXPECT_EQ(r.code, 2) << r.out;
@@ -340,7 +340,8 @@ TEST(SweepRun, RunsWhoseMemoryDoesNotFitTogetherWaitForIt) {
               gb((bytes[0] + bytes[1] + bytes[0] + bytes[2]) / 2));
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_EQ(read_results(dir.file("two")).size(), 3u);
-  EXPECT_NE(r.out.find("--jobs 3: at most 2 of these runs fit in memory at once"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("--jobs 3: at most 2 of these runs on the CPU fit in memory at once"), std::string::npos)
+      << r.out;
   EXPECT_NE(r.out.find("2 at a time, 1 thread each"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("h8 waits for memory: it needs at least "), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("GB of the 1 run now running: "), std::string::npos) << r.out;  // h4, once h2 ended

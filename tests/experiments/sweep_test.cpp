@@ -175,15 +175,15 @@ TEST(Sweep, ARunWaitsOnlyWhereTheBoundsTogetherExceedTheMemory) {
   EXPECT_DOUBLE_EQ(sweep_run_memory(r, 2), 6e9);
   r.device = "cuda";
   EXPECT_DOUBLE_EQ(sweep_run_memory(r, 2), 3e9);
-  EXPECT_EQ(sweep_memory_wait("a", 5e9, {}, 1e9, "this machine's"), "");  // alone: its own check decides
-  EXPECT_EQ(sweep_memory_wait("a", 5e9, {5e9}, 10e9, "this machine's"), "");  // exactly fits
-  EXPECT_EQ(sweep_memory_wait("a", 5e9, {5e9}, 0, "this machine's"), "");     // memory unknown
-  EXPECT_EQ(sweep_memory_wait("a", 0, {5e9}, 1e9, "this machine's"), "");     // bound unknown
-  EXPECT_EQ(sweep_memory_wait("a", 5e9, {5e9}, 9.99e9, "this machine's"),
+  EXPECT_EQ(sweep_memory_wait("a", 5e9, {}, 1e9, "M"), "");  // alone: its own check decides
+  EXPECT_EQ(sweep_memory_wait("a", 5e9, {5e9}, 10e9, "M"), "");  // exactly fits
+  EXPECT_EQ(sweep_memory_wait("a", 5e9, {5e9}, 0, "M"), "");     // memory unknown
+  EXPECT_EQ(sweep_memory_wait("a", 0, {5e9}, 1e9, "M"), "");     // bound unknown
+  EXPECT_EQ(sweep_memory_wait("a", 5e9, {5e9}, 9.99e9, "this machine's 9.99 GB"),
             "a waits for memory: it needs at least 5 GB, beside the 5 GB of the 1 run now running: 10 GB together, "
             "more than this machine's 9.99 GB; it starts when that run ends (lower bounds of what each holds "
             "while it trains; `thx sweep --dry-run` lists them)");
-  EXPECT_NE(sweep_memory_wait("b", 1e9, {2e9, 3e9}, 5.5e9, "GPU 0's")
+  EXPECT_NE(sweep_memory_wait("b", 1e9, {2e9, 3e9}, 5.5e9, "GPU 0's 5.5 GB")
                 .find("beside the 5 GB of the 2 runs now running: 6 GB together, more than GPU 0's 5.5 GB; it starts "
                       "when one of them ends"),
             std::string::npos);
