@@ -81,9 +81,12 @@ namespace {
 // Activation recomputation: the forward pass keeps only the layer's inputs; the backward pass
 // runs the layer again with gradients on (restoring the RNG, so dropout draws the same mask)
 // and back-propagates through that copy. Parameter gradients accumulate directly.
+// A layer without a bias (absolute positions) gets an empty tensor in its place: LibTorch's
+// Function::apply reads the device of every tensor argument, and an undefined one has none.
 struct RecomputeFn : torch::autograd::Function<RecomputeFn> {
-  static Tensor forward(torch::autograd::AutogradContext* ctx, const Tensor& x, const Tensor& bias,
+  static Tensor forward(torch::autograd::AutogradContext* ctx, const Tensor& x, const Tensor& bias_or_empty,
                         const Tensor& mask, EncoderLayerImpl* layer) {
+    const Tensor bias = bias_or_empty.numel() > 0 ? bias_or_empty : Tensor();
     ctx->saved_data["layer"] = reinterpret_cast<int64_t>(layer);
     ctx->saved_data["rng"] = at::detail::getDefaultCPUGenerator().get_state();
     ctx->saved_data["dtype"] = int64_t(compute_dtype());  // the recomputation runs at the same precision
@@ -190,7 +193,7 @@ Tensor EncoderModelImpl::encode(const Tensor& ids, const Tensor& types) {
   for (int64_t l = 0; l < config_.encoder_layers; ++l) {
     EncoderLayerImpl& unit = layer(l);
     x = config_.recompute && is_training() && torch::GradMode::is_enabled()
-            ? RecomputeFn::apply(x, bias, mask, &unit)
+            ? RecomputeFn::apply(x, bias.defined() ? bias : torch::empty({0}, x.options()), mask, &unit)
             : unit.forward(x, bias, mask);  // [b,n,d]
   }
   return x;
