@@ -1,0 +1,116 @@
+// The memory check's bound (models/spec.h) is a lower bound: what one forward and backward pass
+// of a micro-batch allocates on the CPU, measured block by block through c10's CPU allocator,
+// plus the parameters made before it, is at least the bound, in every kind of run the bound
+// counts (T5 and BERT, multi-head and talking-heads, fp32 and bf16, model.recompute). A bound
+// above that would refuse runs that fit. The measure leaves out blocks allocated on worker
+// threads that do not carry the profiler's state, so it can only be lower than the truth.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <c10/core/Allocator.h>
+#include <c10/util/ThreadLocalDebugInfo.h>
+
+#include <atomic>
+#include <tuple>
+
+#include "common/precision.h"
+#include "models/spec.h"
+#include "test_util.h"
+#include "training/objective.h"
+
+namespace thx::test {
+namespace {
+namespace THX_FILE_ID {
+
+// c10's CPU allocator reports each block it makes (+bytes) and frees (-bytes) to the thread's
+// profiler state where that state asks for memory (c10::MemoryReportingInfoBase); this one keeps
+// the running sum and its peak. (The argument types are read from the base class: 1.13 and 2.x
+// differ in them.)
+template <class C, class... A>
+std::tuple<A...> report_args(void (C::*)(A...));
+using ReportArgs = decltype(report_args(&c10::MemoryReportingInfoBase::reportMemoryUsage));
+
+class PeakCpuMemory : public c10::MemoryReportingInfoBase {
+ public:
+  void reportMemoryUsage(void*, std::tuple_element_t<1, ReportArgs> bytes, std::tuple_element_t<2, ReportArgs>,
+                         std::tuple_element_t<3, ReportArgs>, c10::Device device) override {
+    if (!device.is_cpu()) return;
+    const int64_t now = current_.fetch_add(int64_t(bytes)) + int64_t(bytes);
+    int64_t peak = peak_.load();
+    while (now > peak && !peak_.compare_exchange_weak(peak, now)) {
+    }
+  }
+  bool memoryProfilingEnabled() const override { return true; }
+  double peak() const { return double(peak_.load()); }
+
+ private:
+  std::atomic<int64_t> current_{0}, peak_{0};
+};
+
+struct Case {
+  std::string name, model = "t5", variant = "multi_head", precision = "fp32";
+  int64_t h = 4, rows = 8, d = 64, ff = 128, vocab = 500, n_in = 64, n_out = 16;
+  bool recompute = false;
+};
+
+// The measured peak of one forward and backward pass plus the parameters' bytes, and the bound.
+std::pair<double, double> measured_and_bound(const Case& r) {
+  ModelConfig m;
+  m.type = r.model, m.d_model = r.d, m.d_ff = r.ff, m.encoder_layers = 2, m.decoder_layers = 2;
+  m.vocab_size = r.vocab, m.recompute = r.recompute, m.dropout = 0;
+  if (r.model != "t5") m.max_positions = r.n_in;
+  AttentionConfig a;
+  a.variant = r.variant, a.h = r.h;
+  const ModelSpec spec = resolve_model_spec(m, {a, a, a});
+  torch::manual_seed(1);
+  const auto objective = make_objective(spec, r.vocab, false);
+  DataConfig data;
+  data.inputs_length = r.n_in, data.targets_length = r.n_out, data.max_predictions_per_seq = r.n_out;
+  const Batch batch = objective->random_batch(data, r.rows, r.vocab, torch::kCPU);
+  double parameters = 0;
+  for (const auto& [path, p] : objective->params()) parameters += double(p.numel()) * double(p.element_size());
+  objective->module().train();
+  auto peak = std::make_shared<PeakCpuMemory>();
+  {
+    c10::DebugInfoGuard guard(c10::DebugInfoKind::PROFILER_STATE, peak);
+    PrecisionScope precision(r.precision);
+    const Objective::Out o = objective->forward(batch);
+    (o.second.defined() ? o.loss + o.second : o.loss).backward();
+  }
+  const MemoryBound b = training_memory_lower_bound(spec, r.vocab, r.rows, r.n_in, r.n_out, {},
+                                                    r.recompute && r.model != "t5", torch::kCPU, false,
+                                                    r.precision == "bf16");
+  return {parameters + peak->peak(), b.parameters + b.activations};
+}
+
+TEST(MemoryBoundMeasured, NoRunAllocatesLessThanTheBound) {
+  std::vector<Case> runs;
+  auto add = [&](Case r, const std::string& name) { r.name = name, runs.push_back(r); };
+  Case t5;
+  add(t5, "t5 multi-head");
+  t5.variant = "talking_heads";
+  add(t5, "t5 talking-heads");
+  t5.precision = "bf16";
+  add(t5, "t5 talking-heads bf16");
+  Case many = t5;
+  many.h = 32, many.precision = "fp32", many.n_in = 128;
+  add(many, "t5 talking-heads 32 heads, n 128");
+  Case wide;  // parameters more than activations: the gradients of all layers exist only at the end
+  wide.d = 256, wide.ff = 2048, wide.vocab = 8000, wide.rows = 1, wide.n_in = 16, wide.n_out = 4;
+  add(wide, "t5 wide, one short example");
+  Case bert;
+  bert.model = "bert", bert.variant = "talking_heads", bert.h = 16, bert.n_in = 128, bert.n_out = 20;
+  add(bert, "bert talking-heads");
+  bert.recompute = true;
+  add(bert, "bert talking-heads recompute");
+  for (const Case& r : runs) {
+    const auto [measured, bound] = measured_and_bound(r);
+    EXPECT_GE(measured, bound) << r.name;
+    std::printf("%-36s measured %8.2f MB, bound %8.2f MB (%.2fx)\n", r.name.c_str(), measured / 1e6, bound / 1e6,
+                measured / bound);
+  }
+}
+
+}  // namespace THX_FILE_ID
+}  // namespace
+}  // namespace thx::test
