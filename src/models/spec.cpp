@@ -39,6 +39,7 @@ namespace {
 struct Sizes {
   double d, ff, vocab, rows, n_in, n_out, enc, dec, units, E;  // units: encoder layers with their own parameters
   double h_enc, h_dec, h_cross, att_enc, att_dec, att_cross;     // heads; projection size of a layer / d
+  double qkvo_enc = 0, qkvo_dec = 0, qkvo_cross = 0;  // the widths of Q, K, V and O together (0: not counted)
   double keep_enc = 1, keep_dec = 1, keep_cross = 1;  // 1: the attention keeps its weights for backward
   bool recompute = false;  // model.recompute: an encoder keeps its layers' inputs, and one layer at a time
   double act_bytes = 4;    // an activation's bytes: fp32, or (bf16 runs) 2
@@ -53,9 +54,15 @@ std::pair<double, double> bound(const Sizes& z) {
   const double enc_weights = z.keep_enc * z.h_enc * z.n_in * z.n_in;  // an encoder layer's, per example
   const double weights = z.enc * enc_weights + z.dec * (z.keep_dec * z.h_dec * z.n_out * z.n_out +
                                                         z.keep_cross * z.h_cross * z.n_out * z.n_in);
-  const double kept = z.recompute  // the encoder's layer inputs, and one layer's own at a time
-                          ? z.enc * z.n_in * z.d + std::min(z.enc, 1.0) * (z.n_in * (z.d + z.ff) + enc_weights)
-                          : positions * (z.d + z.ff) + weights;
+  // Q, K, V and O of each attention, which its backward pass needs on every path (the products'
+  // inputs): an encoder layer's over its positions; encoder-decoder attention's Q and O over the
+  // targets, K and V over the inputs (qkvo / 2 = h_k d_k + h_v d_v).
+  const double enc_qkvo = z.qkvo_enc * z.n_in;
+  const double qkvo = z.enc * enc_qkvo + z.dec * (z.qkvo_dec * z.n_out + z.qkvo_cross / 2 * (z.n_out + z.n_in));
+  const double kept =
+      z.recompute  // the encoder's layer inputs, and one layer's own at a time
+          ? z.enc * z.n_in * z.d + std::min(z.enc, 1.0) * (z.n_in * (z.d + z.ff) + enc_weights + enc_qkvo)
+          : positions * (z.d + z.ff) + weights + qkvo;
   const double activations = z.rows * (kept + z.n_out * z.vocab);
   return {2 * f * params, z.act_bytes * activations};
 }
@@ -77,7 +84,9 @@ MemoryBound training_memory_lower_bound(const ModelSpec& spec, int64_t vocab, in
   z.enc = double(m.encoder_layers), z.dec = m.encoder_only() ? 0.0 : double(m.decoder_layers);
   z.units = m.type == "albert" ? double(m.hidden_groups) : z.enc;
   z.E = m.encoder_only() && m.embedding_size > 0 ? double(m.embedding_size) : z.d;
-  z.h_enc = double(spec.encoder_self.h), z.att_enc = per_d(spec.encoder_self);
+  // General bilinear attention (d_k 0) has no Q, K, V of this shape: none counted for it.
+  auto qkvo = [&](const AttentionDims& a) { return a.d_k == 0 ? 0.0 : per_d(a); };
+  z.h_enc = double(spec.encoder_self.h), z.att_enc = per_d(spec.encoder_self), z.qkvo_enc = qkvo(spec.encoder_self);
   auto keeps = [&](const AttentionDims& a) {
     return (on_tiled_path ? keeps_attention_weights_on_tiled_path(a, device) : keeps_attention_weights(a, device))
                ? 1.0
@@ -88,6 +97,7 @@ MemoryBound training_memory_lower_bound(const ModelSpec& spec, int64_t vocab, in
   if (!m.encoder_only()) {
     z.h_dec = double(spec.decoder_self.h), z.att_dec = per_d(spec.decoder_self);
     z.h_cross = double(spec.encoder_decoder.h), z.att_cross = per_d(spec.encoder_decoder);
+    z.qkvo_dec = qkvo(spec.decoder_self), z.qkvo_cross = qkvo(spec.encoder_decoder);
     z.keep_dec = keeps(spec.decoder_self), z.keep_cross = keeps(spec.encoder_decoder);
   }
   MemoryBound b;

@@ -40,9 +40,11 @@ ModelSpec resolve_attention_spec(const ModelConfig& model, const T5Attention& at
 // of `rows` examples must keep for the backward pass, 4 bytes an element (`bf16`: 2, the least a
 // bf16 run keeps of each, the attention weights of the heads-major and folded products or of the
 // CPU's multi-head core among them): each layer's input and feed-forward hidden units, its
-// attention weights, and the output logits, for inputs of `n_in` positions and `n_out` outputs
-// (T5: targets; BERT/ALBERT: the masked positions predicted). Real use is higher. `key` names the
-// setting whose reduction to 1 lowers the bound most.
+// attention's Q, K, V and O (general bilinear's not counted), its attention weights, and the
+// output logits, for inputs of `n_in` positions and `n_out` outputs (T5: targets; BERT/ALBERT:
+// the masked positions predicted). Real use is higher: a forward and backward pass on the CPU
+// allocates 1.2 to 2.5 times the bound (tests/models/memory_bound_measured_test.cpp, which
+// holds it below). `key` names the setting whose reduction to 1 lowers the bound most.
 struct MemoryKeys {  // the config keys of the sizes the caller takes from its own blocks
   std::string batch = "train.batch_size", inputs = "data.inputs_length", outputs = "data.targets_length";
 };

@@ -33,12 +33,17 @@ AttentionConfig variant(const std::string& name) {
   return a;
 }
 
-// The bound's activations from its definition, given which attentions keep their weights.
-double expected(bool enc, bool dec, bool cross) {
+// The bound's activations from its definition, given which attentions keep their weights: every
+// attention here has heads of d_k = d_v = kD / kH, so Q, K, V and O are kD wide each; the
+// encoder-decoder attention's K and V run over the inputs. A general bilinear encoder (no Q,
+// K, V of that shape) has none counted.
+double expected(bool enc, bool dec, bool cross, bool bilinear_encoder = false) {
   const double layers = double(kEnc * kIn + kDec * kOut) * (kD + kFF);
   const double weights = (enc ? double(kEnc) * kH * kIn * kIn : 0.0) + (dec ? double(kDec) * kH * kOut * kOut : 0.0) +
                          (cross ? double(kDec) * kH * kOut * kIn : 0.0);
-  return 4.0 * kRows * (layers + weights + double(kOut) * kVocab);
+  const double qkvo = (bilinear_encoder ? 0.0 : double(kEnc) * kIn * 4 * kD) +
+                      double(kDec) * (kOut * 4 * kD + (kOut + kIn) * 2 * kD);
+  return 4.0 * kRows * (layers + weights + qkvo + double(kOut) * kVocab);
 }
 
 double bound(const ModelSpec& s, const torch::Device& device) {
@@ -74,7 +79,7 @@ TEST(MemoryBound, OnAGpuTheBatchedCompositionDropoutAndDynamicProjectionsKeepThe
   dropout.dropout = 0.1, mh_dropout.dropout = 0.1, dynamic.dynamic = {"X_l"};
   EXPECT_DOUBLE_EQ(bound(spec_of(dropout, mh_dropout, dynamic), kCuda), expected(true, true, true));
   EXPECT_DOUBLE_EQ(bound(spec_of(variant("general_bilinear"), variant("multi_head"), variant("talking_heads")), kCuda),
-                   expected(true, !THX_HAVE_SDPA, false));
+                   expected(true, !THX_HAVE_SDPA, false, true));
 }
 
 TEST(MemoryBound, OnAGpuTheFoldedAndHeadsMajorProductsKeepThem) {
@@ -173,8 +178,10 @@ TEST(MemoryBound, WithRecomputeOneEncoderLayersWeightsCountWhereKept) {
   auto recomputed = [&](const torch::Device& d) {
     return training_memory_lower_bound(s, kVocab, kRows, kIn, kOut, {}, true, d).activations;
   };
-  // The layers' inputs, one layer's own (input, feed-forward units, weights), the predictions' logits.
-  const double own = double(kIn) * (kD + kFF), inputs = double(kEnc) * kIn * kD, logits = double(kOut) * kVocab;
+  // The layers' inputs, one layer's own (input, feed-forward units, Q, K, V and O, weights), the
+  // predictions' logits.
+  const double own = double(kIn) * (kD + kFF + 4 * kD), inputs = double(kEnc) * kIn * kD;
+  const double logits = double(kOut) * kVocab;
   EXPECT_DOUBLE_EQ(recomputed(kCpu), 4.0 * kRows * (inputs + own + double(kH) * kIn * kIn + logits));
   set_th_path("tiled", false);
   EXPECT_DOUBLE_EQ(recomputed(kCuda), 4.0 * kRows * (inputs + own + logits));
