@@ -31,6 +31,7 @@
 #include "experiments/bench_attention.h"
 #include "experiments/results_table.h"
 #include "experiments/sweep_results.h"
+#include "models/spec.h"
 #include "training/checkpoint.h"
 #include "training/loop.h"
 #include "training/spec.h"
@@ -469,8 +470,9 @@ std::string memory_wait(const std::vector<Planned>& plan, const std::vector<Chil
 
 double sweep_run_memory(const ResolvedRun& r, int64_t ranks) {
   const double n = double(std::max<int64_t>(1, ranks));
-  return r.device == "cuda" ? r.memory_parameters + r.memory_activations / n
-                            : n * r.memory_parameters + r.memory_activations;
+  MemoryBound rank;  // each rank's: its parameters and gradients, its share of the batch
+  rank.parameters = r.memory_parameters, rank.activations = r.memory_activations / n;
+  return r.device == "cuda" ? rank.total() : n * rank.total();
 }
 
 std::string sweep_memory_wait(const std::string& name, double need, const std::vector<double>& beside,

@@ -112,8 +112,9 @@ MemoryBound training_memory_lower_bound(const ModelSpec& spec, int64_t vocab, in
     Sizes one = z;
     one.*field = std::min(one.*field, 1.0);
     if (field == &Sizes::d) one.E = std::min(one.E, 1.0);
-    const auto [p, a] = bound(one);
-    const double saved = b.parameters + b.activations - p - a;
+    MemoryBound reduced;
+    std::tie(reduced.parameters, reduced.activations) = bound(one);
+    const double saved = b.total() - reduced.total();
     if (saved > best) best = saved, b.key = key;
   }
   return b;
@@ -141,26 +142,27 @@ std::string training_memory_refusal(const ModelSpec& spec, int64_t vocab, int64_
   const bool recompute = spec.model.recompute && spec.model.encoder_only();
   const MemoryBound b =
       training_memory_lower_bound(spec, vocab, rows, n_in, n_out, names, recompute, device, false, bf16);
-  if (have <= 0 || !(b.parameters + b.activations > have)) return "";
+  if (have <= 0 || !(b.total() > have)) return "";
   const auto it = values.find(b.key);
   const std::string named = it == values.end() ? b.key : fmt::format("{} {}", b.key, it->second);
   std::string advice = th_path_memory_advice(spec, device);
   if (!advice.empty()) {
     const MemoryBound t =
         training_memory_lower_bound(spec, vocab, rows, n_in, n_out, names, recompute, device, true, bf16);
-    advice = fmt::format("; {}: at least {:.4g} GB there{}", advice, (t.parameters + t.activations) / 1e9,
-                         t.parameters + t.activations > have ? ", which does not fit either" : "");
+    advice = fmt::format("; {}: at least {:.4g} GB there{}", advice, t.total() / 1e9,
+                         t.total() > have ? ", which does not fit either" : "");
   }
   if (spec.model.encoder_only() && !recompute) {  // the setting that trades compute for this memory
     const MemoryBound r =
         training_memory_lower_bound(spec, vocab, rows, n_in, n_out, names, true, device, false, bf16);
-    if (r.parameters + r.activations <= have)
+    if (r.total() <= have)
       advice += fmt::format("; with model.recompute: true (each layer recomputed in the backward pass) at least "
-                            "{:.4g} GB, which fits", (r.parameters + r.activations) / 1e9);
+                            "{:.4g} GB, which fits", r.total() / 1e9);
   }
-  return fmt::format("{}: training needs at least {:.4g} GB of memory (parameters and gradients {:.4g} GB, "
-                     "activations of a micro-batch {:.4g} GB), more than {} {:.1f} GB{}; nothing was allocated",
-                     named, (b.parameters + b.activations) / 1e9, b.parameters / 1e9, b.activations / 1e9,
+  return fmt::format("{}: training needs at least {:.4g} GB of memory (parameters {:.4g} GB, and the larger of "
+                     "their gradients, {:.4g} GB, and the activations of a micro-batch, {:.4g} GB), more than {} "
+                     "{:.1f} GB{}; nothing was allocated",
+                     named, b.total() / 1e9, b.parameters / 2e9, b.parameters / 2e9, b.activations / 1e9,
                      memory_owner(device), have / 1e9, advice);
 }
 

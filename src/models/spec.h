@@ -6,6 +6,7 @@
 #include "attention/config.h"
 #include "models/config.h"
 
+#include <algorithm>
 #include <map>
 #include <string>
 #include <vector>
@@ -43,14 +44,20 @@ ModelSpec resolve_attention_spec(const ModelConfig& model, const T5Attention& at
 // attention's Q, K, V and O (general bilinear's not counted), its attention weights, and the
 // output logits, for inputs of `n_in` positions and `n_out` outputs (T5: targets; BERT/ALBERT:
 // the masked positions predicted). Real use is higher: a forward and backward pass on the CPU
-// allocates 1.2 to 2.5 times the bound (tests/models/memory_bound_measured_test.cpp, which
+// allocates 1.3 to 2.6 times the bound (tests/models/memory_bound_measured_test.cpp, which
 // holds it below). `key` names the setting whose reduction to 1 lowers the bound most.
 struct MemoryKeys {  // the config keys of the sizes the caller takes from its own blocks
   std::string batch = "train.batch_size", inputs = "data.inputs_length", outputs = "data.targets_length";
 };
 struct MemoryBound {
-  double parameters = 0, activations = 0;  // bytes
+  double parameters = 0, activations = 0;  // bytes: the parameters and their gradients; activations
   std::string key;
+  // What the step holds at least at once: the parameters throughout, and the larger of their
+  // gradients and the activations. The gradients are made during the backward pass as the
+  // activations it has used are freed (a step starts without them, training/loop.cpp), so both
+  // in full exist at once only from a step's second micro-batch on; their sum would refuse runs
+  // that fit (a run of parameters as large as its activations by up to a third).
+  double total() const { return parameters / 2 + std::max(parameters / 2, activations); }
 };
 // With `recompute` (an encoder's model.recompute) the activations are the layers' inputs and
 // one layer's own: what the backward pass then keeps at once. The attention weights [h, n, m] of

@@ -170,11 +170,14 @@ TEST(Sweep, ARunsMemoryIsTheBoundItsOwnCheckUses) {
 // bound and those of the runs beside it exceed the memory, and its line says what it waits for.
 TEST(Sweep, ARunWaitsOnlyWhereTheBoundsTogetherExceedTheMemory) {
   ResolvedRun r;
+  // 0.5 GB of parameters and 0.5 of gradients; 4 GB of activations for the whole batch. Each rank
+  // holds its parameters and the larger of its gradients and its share of the activations.
   r.memory_parameters = 1e9, r.memory_activations = 4e9, r.device = "cpu";
-  EXPECT_DOUBLE_EQ(sweep_run_memory(r, 1), 5e9);
-  EXPECT_DOUBLE_EQ(sweep_run_memory(r, 2), 6e9);
+  EXPECT_DOUBLE_EQ(sweep_run_memory(r, 1), 4.5e9);
+  EXPECT_DOUBLE_EQ(sweep_run_memory(r, 2), 5e9);   // 2 x (0.5 + 2)
+  EXPECT_DOUBLE_EQ(sweep_run_memory(r, 16), 16e9);  // 16 x (0.5 + 0.5): the gradients are larger
   r.device = "cuda";
-  EXPECT_DOUBLE_EQ(sweep_run_memory(r, 2), 3e9);
+  EXPECT_DOUBLE_EQ(sweep_run_memory(r, 2), 2.5e9);
   EXPECT_EQ(sweep_memory_wait("a", 5e9, {}, 1e9, "M"), "");  // alone: its own check decides
   EXPECT_EQ(sweep_memory_wait("a", 5e9, {5e9}, 10e9, "M"), "");  // exactly fits
   EXPECT_EQ(sweep_memory_wait("a", 5e9, {5e9}, 0, "M"), "");     // memory unknown

@@ -52,6 +52,18 @@ double bound(const ModelSpec& s, const torch::Device& device) {
 
 const torch::Device kCpu(torch::kCPU), kCuda(torch::kCUDA);
 
+// A step holds its parameters throughout, and their gradients and a micro-batch's activations
+// in full only at different times (the first at the backward pass's end, the second at its
+// start): the total is the parameters and the larger of the two, not the sum.
+TEST(MemoryBound, TheTotalIsTheParametersAndTheLargerOfGradientsAndActivations) {
+  MemoryBound b;
+  b.parameters = 2e9;  // 1 GB of parameters and 1 of gradients
+  b.activations = 0.5e9;
+  EXPECT_DOUBLE_EQ(b.total(), 2e9);
+  b.activations = 3e9;
+  EXPECT_DOUBLE_EQ(b.total(), 4e9);
+}
+
 TEST(MemoryBound, OnTheCpuEveryAttentionsWeightsCount) {
   const ModelSpec s = spec_of(variant("talking_heads"), variant("multi_head"), variant("project_logits"));
   EXPECT_DOUBLE_EQ(bound(s, kCpu), expected(true, true, true));
@@ -131,16 +143,17 @@ TEST(MemoryBound, TheRefusalGivesTheTiledPathsBoundWhereThePathKeepsTheWeights) 
   set_th_path("gemm", false);
   const MemoryBound kept = training_memory_lower_bound(s, kVocab, kRows, kIn, kOut, {}, false, kCuda);
   const MemoryBound tiled = training_memory_lower_bound(s, kVocab, kRows, kIn, kOut, {}, false, kCuda, true);
-  const double total = kept.parameters + kept.activations, less = tiled.parameters + tiled.activations;
+  const double total = kept.total(), less = tiled.total();
   ASSERT_LT(less, total);
   const double have = (less + total) / 2;
   EXPECT_EQ(training_memory_refusal(s, kVocab, kRows, kIn, kOut, {}, values, kCuda, have),
-            fmt::format("{}: training needs at least {:.4g} GB of memory (parameters and gradients {:.4g} GB, "
-                        "activations of a micro-batch {:.4g} GB), more than GPU 0's {:.1f} GB; take `--th-path "
-                        "tiled`, which keeps none of the talking-heads weights [b,h,n,m] for backward (`--th-path "
-                        "gemm` keeps them): at least {:.4g} GB there; nothing was allocated",
+            fmt::format("{}: training needs at least {:.4g} GB of memory (parameters {:.4g} GB, and the larger of "
+                        "their gradients, {:.4g} GB, and the activations of a micro-batch, {:.4g} GB), more than "
+                        "GPU 0's {:.1f} GB; take `--th-path tiled`, which keeps none of the talking-heads weights "
+                        "[b,h,n,m] for backward (`--th-path gemm` keeps them): at least {:.4g} GB there; nothing was "
+                        "allocated",
                         kept.key == "train.batch_size" ? "train.batch_size 4" : kept.key, total / 1e9,
-                        kept.parameters / 1e9, kept.activations / 1e9, have / 1e9, less / 1e9));
+                        kept.parameters / 2e9, kept.parameters / 2e9, kept.activations / 1e9, have / 1e9, less / 1e9));
   EXPECT_EQ(training_memory_refusal(s, kVocab, kRows, kIn, kOut, {}, values, kCuda, total * 1.01), "");
   // Where the tiled path does not fit either, the line says so.
   const std::string neither = training_memory_refusal(s, kVocab, kRows, kIn, kOut, {}, values, kCuda, less / 2);
@@ -166,7 +179,7 @@ TEST(MemoryBound, Bf16CountsTwoBytesAnActivation) {
   EXPECT_DOUBLE_EQ(bf16.parameters, fp32.parameters);
   EXPECT_GT(fp32.parameters, 0);
   // Memory between the two: refused in fp32, let through in bf16.
-  const double have = (fp32.parameters + fp32.activations + bf16.parameters + bf16.activations) / 2;
+  const double have = (fp32.total() + bf16.total()) / 2;
   EXPECT_NE(training_memory_refusal(s, kVocab, kRows, kIn, kOut, {}, {}, kCpu, have), "");
   EXPECT_EQ(training_memory_refusal(s, kVocab, kRows, kIn, kOut, {}, {}, kCpu, have, true), "");
 }
@@ -198,16 +211,16 @@ TEST(MemoryBound, TheRefusalCountsModelRecompute) {
   const ModelSpec recomputing = resolve_model_spec(m, {variant("talking_heads"), {}, {}});
   const MemoryBound all = training_memory_lower_bound(plain, kVocab, kRows, kIn, kOut, {}, false, kCpu);
   const MemoryBound less = training_memory_lower_bound(plain, kVocab, kRows, kIn, kOut, {}, true, kCpu);
-  const double have = (all.parameters + all.activations + less.parameters + less.activations) / 2;
+  const double have = (all.total() + less.total()) / 2;
   EXPECT_EQ(training_memory_refusal(recomputing, kVocab, kRows, kIn, kOut, {}, {}, kCpu, have), "");
   const std::string refused = training_memory_refusal(plain, kVocab, kRows, kIn, kOut, {}, {}, kCpu, have);
   EXPECT_NE(refused.find(fmt::format("; with model.recompute: true (each layer recomputed in the backward pass) at "
                                      "least {:.4g} GB, which fits; nothing was allocated",
-                                     (less.parameters + less.activations) / 1e9)),
+                                     less.total() / 1e9)),
             std::string::npos)
       << refused;
   // Where even recomputing does not fit, the refusal does not offer it.
-  const double tiny = (less.parameters + less.activations) / 2;
+  const double tiny = less.total() / 2;
   EXPECT_EQ(training_memory_refusal(plain, kVocab, kRows, kIn, kOut, {}, {}, kCpu, tiny).find("model.recompute"),
             std::string::npos);
   EXPECT_NE(training_memory_refusal(recomputing, kVocab, kRows, kIn, kOut, {}, {}, kCpu, tiny), "");
