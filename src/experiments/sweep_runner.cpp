@@ -221,9 +221,9 @@ void print_memory_note(const std::vector<Planned>& plan, const SweepOptions& o, 
     const auto fit = std::find_if(bytes.begin(), bytes.end(), [have](double b) { return b <= have; });
     const std::string on = device == "cuda" ? "on the GPU" : "on the CPU";
     if (const auto over = size_t(fit - bytes.begin()); over > 0)
-      std::printf("\nMemory: %zu of the %zu runs to run %s need alone more than %s (up to %.4g GB): each stops "
-                  "with one line that says what to change.\n",
-                  over, bytes.size(), on.c_str(), what.c_str(), bytes.front() / 1e9);
+      std::printf("\nMemory: %zu of the %zu runs to run %s need%s alone more than %s (up to %.4g GB): %s "
+                  "with one line that says what to change.\n", over, bytes.size(), on.c_str(), over == 1 ? "s" : "",
+                  what.c_str(), bytes.front() / 1e9, over == 1 ? "it stops" : "each stops");
     double largest = 0;
     int64_t k = 0;
     for (auto it = fit; it != bytes.end() && k < jobs; ++it, ++k) largest += *it;

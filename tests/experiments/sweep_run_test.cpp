@@ -327,6 +327,10 @@ TEST(SweepRun, RunsWhoseMemoryDoesNotFitTogetherWaitForIt) {
   r = run_thx("--threads 2 sweep --dry-run --config " + sweep + " --memory-gb 0.000001");
   EXPECT_NE(r.out.find("Memory: 3 of the 3 runs to run on the CPU need alone more than --memory-gb's 1e-06 GB"),
             std::string::npos) << r.out;
+  r = run_thx("--threads 2 sweep --dry-run --config " + sweep + gb((bytes[1] + bytes[2]) / 2));
+  EXPECT_NE(r.out.find("Memory: 1 of the 3 runs to run on the CPU needs alone more than --memory-gb's "),
+            std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("it stops with one line that says what to change"), std::string::npos) << r.out;
   r = run_thx("--threads 2 sweep --dry-run --config " + sweep + " --memory-gb 0");
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_NE(r.out.find("--memory-gb: 0 is invalid: must be > 0"), std::string::npos) << r.out;
