@@ -50,13 +50,11 @@ void add_memory_bound(const PretrainConfig& pc, int64_t vocab, ResolvedRun& r) {
   } catch (const InputError&) {
     return;
   }
-  const bool synthetic = !pc.data.synthetic.empty(), encoder_only = pc.model.encoder_only();
-  const int64_t outputs = synthetic ? recall_options(pc.data).queries
-                          : encoder_only ? pc.data.max_predictions_per_seq : pc.data.targets_length;
   const int64_t rows = pc.train.batch_size / std::max<int64_t>(1, pc.train.grad_accum);
-  const MemoryBound b = training_memory_lower_bound(pc.spec, vocab, rows, pc.data.inputs_length, outputs, {},
-                                                    pc.spec.model.recompute && encoder_only, device, false,
-                                                    pc.train.precision == "bf16");
+  const MemoryBound b =
+      training_memory_lower_bound(pc.spec, vocab, rows, pc.data.inputs_length, trained_outputs(pc), {},
+                                  pc.spec.model.recompute && pc.model.encoder_only(), device, false,
+                                  pc.train.precision == "bf16");
   r.memory_parameters = b.parameters, r.memory_activations = b.activations;
   r.device = device.is_cuda() ? "cuda" : "cpu";
 }

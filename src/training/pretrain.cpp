@@ -110,8 +110,7 @@ Setup build(const PretrainConfig& c, const torch::Device& device) {
   const int64_t micro = c.train.batch_size / (c.train.grad_accum * dist::world_size());
   MemoryKeys keys;
   if (c.model.encoder_only()) keys.outputs = synthetic ? "data.recall.queries" : "data.max_predictions_per_seq";
-  const int64_t outputs = synthetic ? recall_options(c.data).queries
-                          : c.model.encoder_only() ? c.data.max_predictions_per_seq : c.data.targets_length;
+  const int64_t outputs = trained_outputs(c);
   check_training_memory(spec, vocab, micro, c.data.inputs_length, outputs, keys,
                         {{"train.batch_size", c.train.batch_size}, {"data.max_predictions_per_seq", c.data.max_predictions_per_seq}, {"model.d_ff", c.model.d_ff},
                          {"model.vocab_size", vocab}, {"model.d_model", c.model.d_model},

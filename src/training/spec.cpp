@@ -173,4 +173,9 @@ void check_spec(const PretrainConfig& c) {
                            "was never resolved); load it, or call finish() after changing it");
 }
 
+int64_t trained_outputs(const PretrainConfig& c) {
+  if (!c.data.synthetic.empty()) return recall_options(c.data).queries;
+  return c.model.encoder_only() ? c.data.max_predictions_per_seq : c.data.targets_length;
+}
+
 }  // namespace thx

@@ -102,4 +102,9 @@ PretrainConfig with_dropouts(PretrainConfig c, double p, double a);
 // was resolved: a model built from a stale spec would silently differ from its config.
 void check_spec(const PretrainConfig& c);
 
+// The outputs an example trains on, as the memory bound counts them (models/spec.h): T5's
+// target tokens, BERT/ALBERT's masked positions, a generated task's queries. One definition
+// for the run's own check and the sweep's admission.
+int64_t trained_outputs(const PretrainConfig& c);
+
 }  // namespace thx

@@ -163,6 +163,12 @@ TEST(Sweep, ARunsMemoryIsTheBoundItsOwnCheckUses) {
   EXPECT_NEAR(activations[1], activations[0] / 2, 1e-9 * activations[0]);  // half the rows
   EXPECT_LT(activations[2], activations[0]);                                // 2 bytes, not 4
   EXPECT_LT(activations[4], activations[3]);                                // recomputed layers
+  // A generated task trains on its queries (data.recall.queries), not max_predictions_per_seq.
+  ConfigTree recall;
+  recall.merge_file(std::string(THX_SOURCE_DIR) + "/configs/bert/recall.yaml");
+  const PretrainConfig rc = load_pretrain_config(recall);
+  EXPECT_EQ(trained_outputs(rc), recall_options(rc.data).queries);
+  EXPECT_NE(trained_outputs(rc), rc.data.max_predictions_per_seq);  // (4 against 20)
 }
 
 // On the CPU a run's ranks share the machine (each its own parameters, the batch's
