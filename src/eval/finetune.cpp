@@ -16,6 +16,7 @@
 #include "distributed/dist.h"
 #include "distributed/launch.h"
 #include "training/loop.h"
+#include "training/optimizer.h"
 #include "training/run_dir.h"
 #include "training/tensorboard.h"
 #include "data/tokenizer.h"
@@ -53,12 +54,14 @@ std::map<std::string, Splits> read_tasks(const FinetuneConfig& f, bool need_trai
 
 // The model the trainers need, built here from the pretrained configuration and the tokenizer
 // and given `ck`'s parameters (and, for a fine-tuned encoder, its task heads): a tokenizer or
-// checkpoint of another model, or (with `f`, fine-tuning) a batch too large for the machine,
+// checkpoint of another model, or (with `run`, fine-tuning) a batch too large for the machine,
 // stops here, before the output directory exists. Fine-tuning's first trainer takes the model
 // (FinetuneJob::checked): built under finetune.seed with the run's dropout, as it would build it.
 CheckedModel check_model(const PretrainConfig& pretrained, const std::string& tokenizer, const Checkpoint& ck,
                          const std::string& file, const std::vector<std::string>& head_tasks = {},
-                         const FinetuneConfig* f = nullptr, const torch::Device& device = torch::Device(torch::kCPU)) {
+                         const FinetuneRunConfig* run = nullptr,
+                         const torch::Device& device = torch::Device(torch::kCPU)) {
+  const FinetuneConfig* f = run ? &run->finetune : nullptr;
   const PretrainConfig pc = f ? with_dropout(pretrained, *f) : pretrained;
   torch::NoGradGuard no_grad;
   const Tokenizer tok(tokenizer);
@@ -73,7 +76,10 @@ CheckedModel check_model(const PretrainConfig& pretrained, const std::string& to
                            {"finetune.targets_length", f->targets_length}, {"model.d_ff", pc.model.d_ff},
                            {"model.vocab_size", vocab}, {"model.d_model", pc.model.d_model},
                            {"attention.h", spec.encoder_self.h}},
-                          device, train_precision(*f, pretrained) == "bf16");
+                          device, train_precision(*f, pretrained) == "bf16",
+                          // no train.grad_accum; T5 keeps its shared embedding fixed unless told not to
+                          {optimizer_state_copies(run->optimizer), false,
+                           !pc.model.encoder_only() && f->freeze_embedding});
   }
   // With model.vocab_size 0 the vocabulary is the tokenizer's: a mismatch is the tokenizer's.
   auto copy = [&](const std::vector<std::pair<std::string, torch::Tensor>>& params) {
@@ -170,7 +176,7 @@ int run_finetune(const FinetuneRunConfig& config, const Pretrained& pretrained, 
   }
   std::map<std::string, Splits> data = read_tasks(config.finetune, true);
   CheckedModel checked =
-      check_model(pretrained.config, tokenizer, pretrained.checkpoint, pretrained.path, {}, &config.finetune, device);
+      check_model(pretrained.config, tokenizer, pretrained.checkpoint, pretrained.path, {}, &config, device);
   // Only rank 0 has the output directory (the others may be on other nodes).
   std::optional<RunDirectory> dir;
   dist::on_rank0([&] { dir.emplace(ro); });

@@ -34,6 +34,7 @@
 
 #include "common/config_tree.h"
 #include "experiments/sweep_results.h"
+#include "models/spec.h"
 
 namespace thx {
 
@@ -77,10 +78,10 @@ struct ResolvedRun {
   std::map<std::string, std::string> info;  // JSON values copied into the results
   std::string prepared;   // data.prepared ("" for a generated task, data.synthetic)
   // The least memory the run holds while it trains, in one process (train.batch_size /
-  // train.grad_accum rows): its parameters and gradients, and a micro-batch's activations
-  // (models/spec.h's training_memory_lower_bound, the bound its own check refuses by), in
-  // bytes, on `device` ("cpu", "cuda"; "" where the sweep cannot tell, and the bytes are 0).
-  double memory_parameters = 0, memory_activations = 0;
+  // train.grad_accum rows): its parameters, gradients and optimizer state, and a micro-batch's
+  // activations (models/spec.h's training_memory_lower_bound, the bound its own check refuses
+  // by), on `device` ("cpu", "cuda"; "" where the sweep cannot tell, and the bound is 0).
+  MemoryBound memory;
   std::string device;
 };
 

@@ -54,8 +54,8 @@ void add_memory_bound(const PretrainConfig& pc, int64_t vocab, ResolvedRun& r) {
   const MemoryBound b =
       training_memory_lower_bound(pc.spec, vocab, rows, pc.data.inputs_length, trained_outputs(pc), {},
                                   pc.spec.model.recompute && pc.model.encoder_only(), device, false,
-                                  pc.train.precision == "bf16");
-  r.memory_parameters = b.parameters, r.memory_activations = b.activations;
+                                  pc.train.precision == "bf16", step_memory(pc));
+  r.memory = b;
   r.device = device.is_cuda() ? "cuda" : "cpu";
 }
 

@@ -470,8 +470,8 @@ std::string memory_wait(const std::vector<Planned>& plan, const std::vector<Chil
 
 double sweep_run_memory(const ResolvedRun& r, int64_t ranks) {
   const double n = double(std::max<int64_t>(1, ranks));
-  MemoryBound rank;  // each rank's: its parameters and gradients, its share of the batch
-  rank.parameters = r.memory_parameters, rank.activations = r.memory_activations / n;
+  MemoryBound rank = r.memory;  // each rank's: its parameters, gradients and state, its share of the batch
+  rank.activations /= n;
   return r.device == "cuda" ? rank.total() : n * rank.total();
 }
 

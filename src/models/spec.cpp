@@ -6,7 +6,6 @@
 #include "common/runtime.h"
 
 #include <algorithm>
-#include <tuple>
 
 namespace thx {
 
@@ -43,13 +42,16 @@ struct Sizes {
   double keep_enc = 1, keep_dec = 1, keep_cross = 1;  // 1: the attention keeps its weights for backward
   bool recompute = false;  // model.recompute: an encoder keeps its layers' inputs, and one layer at a time
   double act_bytes = 4;    // an activation's bytes: fp32, or (bf16 runs) 2
+  StepMemory step;
 };
 
-// {parameters and gradients, activations of a micro-batch}, in bytes (fp32).
-std::pair<double, double> bound(const Sizes& z) {
-  const double f = 4.0;  // the parameters and their gradients: fp32 in every precision
-  const double params = z.vocab * z.E + (z.units + z.dec) * 2 * z.d * z.ff +
+// The bound's parts in bytes (the parameters, their gradients and state: fp32 in every precision).
+MemoryBound bound(const Sizes& z) {
+  const double f = 4.0;
+  const double embedding = z.vocab * z.E;
+  const double params = embedding + (z.units + z.dec) * 2 * z.d * z.ff +
                         z.d * (z.units * z.att_enc + z.dec * (z.att_dec + z.att_cross));
+  const double trained = z.step.embedding_frozen ? params - embedding : params;
   const double positions = z.enc * z.n_in + z.dec * z.n_out;  // layer runs x positions
   const double enc_weights = z.keep_enc * z.h_enc * z.n_in * z.n_in;  // an encoder layer's, per example
   const double weights = z.enc * enc_weights + z.dec * (z.keep_dec * z.h_dec * z.n_out * z.n_out +
@@ -63,15 +65,19 @@ std::pair<double, double> bound(const Sizes& z) {
       z.recompute  // the encoder's layer inputs, and one layer's own at a time
           ? z.enc * z.n_in * z.d + std::min(z.enc, 1.0) * (z.n_in * (z.d + z.ff) + enc_weights + enc_qkvo)
           : positions * (z.d + z.ff) + weights + qkvo;
-  const double activations = z.rows * (kept + z.n_out * z.vocab);
-  return {2 * f * params, z.act_bytes * activations};
+  MemoryBound b;
+  b.parameters = f * params, b.gradients = f * trained, b.optimizer = f * z.step.optimizer_copies * trained;
+  b.activations = z.act_bytes * z.rows * (kept + z.n_out * z.vocab);
+  b.accumulates = z.step.accumulates;
+  return b;
 }
 
 }  // namespace
 
 MemoryBound training_memory_lower_bound(const ModelSpec& spec, int64_t vocab, int64_t rows, int64_t n_in,
                                         int64_t n_out, const MemoryKeys& names, bool recompute,
-                                        const torch::Device& device, bool on_tiled_path, bool bf16) {
+                                        const torch::Device& device, bool on_tiled_path, bool bf16,
+                                        const StepMemory& step) {
   const ModelConfig& m = spec.model;
   auto per_d = [](const AttentionDims& a) {  // P_q, P_k, P_v, P_o (general bilinear: P, Q) / d
     if (a.d_k == 0) return 2.0 * double(a.d_M) * double(a.h);
@@ -81,6 +87,7 @@ MemoryBound training_memory_lower_bound(const ModelSpec& spec, int64_t vocab, in
   z.d = double(m.d_model), z.ff = double(m.d_ff), z.vocab = double(vocab), z.rows = double(rows);
   z.n_in = double(n_in), z.n_out = double(n_out);
   z.act_bytes = bf16 ? 2.0 : 4.0;
+  z.step = step;
   z.enc = double(m.encoder_layers), z.dec = m.encoder_only() ? 0.0 : double(m.decoder_layers);
   z.units = m.type == "albert" ? double(m.hidden_groups) : z.enc;
   z.E = m.encoder_only() && m.embedding_size > 0 ? double(m.embedding_size) : z.d;
@@ -100,8 +107,7 @@ MemoryBound training_memory_lower_bound(const ModelSpec& spec, int64_t vocab, in
     z.qkvo_dec = qkvo(spec.decoder_self), z.qkvo_cross = qkvo(spec.encoder_decoder);
     z.keep_dec = keeps(spec.decoder_self), z.keep_cross = keeps(spec.encoder_decoder);
   }
-  MemoryBound b;
-  std::tie(b.parameters, b.activations) = bound(z);
+  MemoryBound b = bound(z);
   // The setting to blame: the one whose reduction to 1 takes the most off the bound.
   const std::vector<std::pair<std::string, double Sizes::*>> keys = {
       {"model.d_ff", &Sizes::ff},           {"model.vocab_size", &Sizes::vocab},  {"model.d_model", &Sizes::d},
@@ -112,9 +118,7 @@ MemoryBound training_memory_lower_bound(const ModelSpec& spec, int64_t vocab, in
     Sizes one = z;
     one.*field = std::min(one.*field, 1.0);
     if (field == &Sizes::d) one.E = std::min(one.E, 1.0);
-    MemoryBound reduced;
-    std::tie(reduced.parameters, reduced.activations) = bound(one);
-    const double saved = b.total() - reduced.total();
+    const double saved = b.total() - bound(one).total();
     if (saved > best) best = saved, b.key = key;
   }
   return b;
@@ -135,42 +139,52 @@ std::string with_th_path_advice(const std::string& hint, const ModelSpec& spec, 
   return advice.empty() ? hint : hint + ", or " + advice;
 }
 
+std::string memory_parts(const MemoryBound& b) {
+  const std::string state =
+      b.optimizer > 0 ? fmt::format(", the optimizer's state {:.4g} GB", b.optimizer / 1e9) : std::string();
+  if (b.accumulates)
+    return fmt::format("parameters {:.4g} GB{}, their gradients {:.4g} GB and the activations of a micro-batch "
+                       "{:.4g} GB, which train.grad_accum keeps beside the gradients",
+                       b.parameters / 1e9, state, b.gradients / 1e9, b.activations / 1e9);
+  return fmt::format("parameters {:.4g} GB{}, and the larger of their gradients, {:.4g} GB, and the activations of "
+                     "a micro-batch, {:.4g} GB",
+                     b.parameters / 1e9, state, b.gradients / 1e9, b.activations / 1e9);
+}
+
 std::string training_memory_refusal(const ModelSpec& spec, int64_t vocab, int64_t rows, int64_t n_in, int64_t n_out,
                                     const MemoryKeys& names, const std::map<std::string, int64_t>& values,
-                                    const torch::Device& device, double have, bool bf16) {
+                                    const torch::Device& device, double have, bool bf16, const StepMemory& step) {
   // An encoder's model.recompute keeps less for backward: the bound of the run as configured.
   const bool recompute = spec.model.recompute && spec.model.encoder_only();
-  const MemoryBound b =
-      training_memory_lower_bound(spec, vocab, rows, n_in, n_out, names, recompute, device, false, bf16);
+  auto bound_with = [&](bool recomputed, bool tiled) {
+    return training_memory_lower_bound(spec, vocab, rows, n_in, n_out, names, recomputed, device, tiled, bf16, step);
+  };
+  const MemoryBound b = bound_with(recompute, false);
   if (have <= 0 || !(b.total() > have)) return "";
   const auto it = values.find(b.key);
   const std::string named = it == values.end() ? b.key : fmt::format("{} {}", b.key, it->second);
   std::string advice = th_path_memory_advice(spec, device);
   if (!advice.empty()) {
-    const MemoryBound t =
-        training_memory_lower_bound(spec, vocab, rows, n_in, n_out, names, recompute, device, true, bf16);
+    const MemoryBound t = bound_with(recompute, true);
     advice = fmt::format("; {}: at least {:.4g} GB there{}", advice, t.total() / 1e9,
                          t.total() > have ? ", which does not fit either" : "");
   }
   if (spec.model.encoder_only() && !recompute) {  // the setting that trades compute for this memory
-    const MemoryBound r =
-        training_memory_lower_bound(spec, vocab, rows, n_in, n_out, names, true, device, false, bf16);
+    const MemoryBound r = bound_with(true, false);
     if (r.total() <= have)
       advice += fmt::format("; with model.recompute: true (each layer recomputed in the backward pass) at least "
                             "{:.4g} GB, which fits", r.total() / 1e9);
   }
-  return fmt::format("{}: training needs at least {:.4g} GB of memory (parameters {:.4g} GB, and the larger of "
-                     "their gradients, {:.4g} GB, and the activations of a micro-batch, {:.4g} GB), more than {} "
-                     "{:.1f} GB{}; nothing was allocated",
-                     named, b.total() / 1e9, b.parameters / 2e9, b.parameters / 2e9, b.activations / 1e9,
-                     memory_owner(device), have / 1e9, advice);
+  return fmt::format("{}: training needs at least {:.4g} GB of memory ({}), more than {} {:.1f} GB{}; nothing was "
+                     "allocated",
+                     named, b.total() / 1e9, memory_parts(b), memory_owner(device), have / 1e9, advice);
 }
 
 void check_training_memory(const ModelSpec& spec, int64_t vocab, int64_t rows, int64_t n_in, int64_t n_out,
                            const MemoryKeys& names, const std::map<std::string, int64_t>& values,
-                           const torch::Device& device, bool bf16) {
-  const std::string refusal =
-      training_memory_refusal(spec, vocab, rows, n_in, n_out, names, values, device, memory_bytes(device), bf16);
+                           const torch::Device& device, bool bf16, const StepMemory& step) {
+  const std::string refusal = training_memory_refusal(spec, vocab, rows, n_in, n_out, names, values, device,
+                                                      memory_bytes(device), bf16, step);
   if (!refusal.empty()) throw InputError(refusal);
 }
 

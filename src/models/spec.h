@@ -36,28 +36,39 @@ struct AttentionPaths {
 ModelSpec resolve_attention_spec(const ModelConfig& model, const T5Attention& attention, const AttentionPaths& paths);
 
 // A lower bound of the memory one training step needs, so that an absurd size is refused,
-// naming its key, before anything is allocated. Counted: the parameters and their gradients in
-// fp32 (optimizer state, which depends on the optimizer, is left out), and what one micro-batch
-// of `rows` examples must keep for the backward pass, 4 bytes an element (`bf16`: 2, the least a
-// bf16 run keeps of each, the attention weights of the heads-major and folded products or of the
-// CPU's multi-head core among them): each layer's input and feed-forward hidden units, its
-// attention's Q, K, V and O (general bilinear's not counted), its attention weights, and the
-// output logits, for inputs of `n_in` positions and `n_out` outputs (T5: targets; BERT/ALBERT:
-// the masked positions predicted). Real use is higher: a forward and backward pass on the CPU
-// allocates 1.3 to 2.6 times the bound (tests/models/memory_bound_measured_test.cpp, which
-// holds it below). `key` names the setting whose reduction to 1 lowers the bound most.
+// naming its key, before anything is allocated. Counted, 4 bytes an element: the parameters, the
+// gradients and optimizer state of those that train (`step`), and what one micro-batch of `rows`
+// examples must keep for the backward pass (`bf16`: 2 bytes, the least a bf16 run keeps of each,
+// the attention weights of the heads-major and folded products or of the CPU's multi-head core
+// among them): each layer's input and feed-forward hidden units, its attention's Q, K, V and O
+// (general bilinear's not counted), its attention weights, and the output logits, for inputs of
+// `n_in` positions and `n_out` outputs (T5: targets; BERT/ALBERT: the masked positions
+// predicted). Real use is higher: a training step on the CPU allocates 1.3 to 2.6 times the
+// bound (tests/models/memory_bound_measured_test.cpp, which holds it below). Not counted: c10d's
+// gradient buckets of a data-parallel rank (another copy of the gradients). `key` names the
+// setting whose reduction to 1 lowers the bound most.
 struct MemoryKeys {  // the config keys of the sizes the caller takes from its own blocks
   std::string batch = "train.batch_size", inputs = "data.inputs_length", outputs = "data.targets_length";
 };
+// What a step keeps beside the model and a micro-batch's activations, as the run's optimizer and
+// train blocks set it (training/optimizer.h's step_memory).
+struct StepMemory {
+  double optimizer_copies = 0;    // fp32 copies of the trained parameters in the optimizer's state
+  bool accumulates = false;       // train.grad_accum > 1
+  bool embedding_frozen = false;  // the shared embedding has no gradient and no state (T5 fine-tuning)
+};
 struct MemoryBound {
-  double parameters = 0, activations = 0;  // bytes: the parameters and their gradients; activations
+  double parameters = 0, gradients = 0, optimizer = 0, activations = 0;  // bytes
+  bool accumulates = false;
   std::string key;
-  // What the step holds at least at once: the parameters throughout, and the larger of their
-  // gradients and the activations. The gradients are made during the backward pass as the
-  // activations it has used are freed (a step starts without them, training/loop.cpp), so both
-  // in full exist at once only from a step's second micro-batch on; their sum would refuse runs
-  // that fit (a run of parameters as large as its activations by up to a third).
-  double total() const { return parameters / 2 + std::max(parameters / 2, activations); }
+  // What the step holds at least at once: the parameters and the optimizer's state throughout,
+  // and the larger of the gradients and the activations. The gradients are made during the
+  // backward pass as the activations it has used are freed (a step starts without them,
+  // training/loop.cpp), so both in full exist at once only from a step's second micro-batch on
+  // (`accumulates`): then their sum.
+  double total() const {
+    return parameters + optimizer + (accumulates ? gradients + activations : std::max(gradients, activations));
+  }
 };
 // With `recompute` (an encoder's model.recompute) the activations are the layers' inputs and
 // one layer's own: what the backward pass then keeps at once. The attention weights [h, n, m] of
@@ -67,7 +78,7 @@ struct MemoryBound {
 MemoryBound training_memory_lower_bound(const ModelSpec& spec, int64_t vocab, int64_t rows, int64_t n_in,
                                         int64_t n_out, const MemoryKeys& names = {}, bool recompute = false,
                                         const torch::Device& device = torch::Device(torch::kCPU),
-                                        bool on_tiled_path = false, bool bf16 = false);
+                                        bool on_tiled_path = false, bool bf16 = false, const StepMemory& step = {});
 // Where an attention of `spec` keeps its weights [b,h,n,m] for backward on `device` only because
 // of the chosen `--th-path` (batched, folded, gemm: on a GPU), what a line about memory adds:
 // "take `--th-path tiled`, which keeps none of the talking-heads weights [b,h,n,m] for backward
@@ -76,7 +87,12 @@ std::string th_path_memory_advice(const ModelSpec& spec, const torch::Device& de
 // An out-of-memory line's `hint` (what to change: "raise train.grad_accum ..."), with
 // th_path_memory_advice's offer after ", or " where it applies; else the hint as it is.
 std::string with_th_path_advice(const std::string& hint, const ModelSpec& spec, const torch::Device& device);
-// "<key> <value>: training needs at least X GB of memory (...), more than this machine's Y GB;
+// The bound's parts as a refusal names them: "parameters P GB, the optimizer's state S GB, and the
+// larger of their gradients, G GB, and the activations of a micro-batch, A GB" (no state: that
+// part left out; `accumulates`: "..., their gradients G GB and the activations ... A GB, which
+// train.grad_accum keeps beside the gradients").
+std::string memory_parts(const MemoryBound& b);
+// "<key> <value>: training needs at least X GB of memory (<memory_parts>), more than this machine's Y GB;
 // nothing was allocated" when the bound exceeds `have` bytes of `device` (the machine's, or a
 // GPU's own), with th_path_memory_advice and the tiled path's bound where it applies; else "".
 // The bound is the run's as configured (an encoder's model.recompute counted); an encoder
@@ -84,10 +100,11 @@ std::string with_th_path_advice(const std::string& hint, const ModelSpec& spec, 
 // message may name.
 std::string training_memory_refusal(const ModelSpec& spec, int64_t vocab, int64_t rows, int64_t n_in, int64_t n_out,
                                     const MemoryKeys& names, const std::map<std::string, int64_t>& values,
-                                    const torch::Device& device, double have, bool bf16 = false);
+                                    const torch::Device& device, double have, bool bf16 = false,
+                                    const StepMemory& step = {});
 // InputError with training_memory_refusal's line where the bound exceeds the memory of `device`.
 void check_training_memory(const ModelSpec& spec, int64_t vocab, int64_t rows, int64_t n_in, int64_t n_out,
                            const MemoryKeys& names, const std::map<std::string, int64_t>& values,
-                           const torch::Device& device, bool bf16);
+                           const torch::Device& device, bool bf16, const StepMemory& step = {});
 
 }  // namespace thx

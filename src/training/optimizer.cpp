@@ -493,6 +493,11 @@ std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& c, std::vector<
   return make_adafactor(std::move(params), o);
 }
 
+double optimizer_state_copies(const OptimizerConfig& c) {
+  if (c.name == "adamw" || c.name == "lamb") return 2;
+  return c.beta1 ? 1 : 0;
+}
+
 std::vector<OptimizedParam> optimized_params(torch::nn::Module& model,
                                              const std::vector<std::pair<std::string, torch::Tensor>>& params,
                                              const OptimizerConfig& c) {

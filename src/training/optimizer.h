@@ -98,6 +98,11 @@ struct AdamOptions {
 };
 std::unique_ptr<Optimizer> make_adam(std::vector<OptimizedParam> params, AdamOptions o);
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& c, std::vector<OptimizedParam> params);
+// The fp32 copies of its parameters `c`'s optimizer keeps, for the memory bound
+// (models/spec.h's StepMemory): Adam's and LAMB's m and v, 2; Adafactor's momentum, 1 with beta1
+// and else 0: its factored statistics (a row and a column of each large matrix) and the v of its
+// small tensors are left out.
+double optimizer_state_copies(const OptimizerConfig& c);
 
 // The two dims Adafactor reduces over for this view, {d0, d1}, or nullopt if not factored.
 std::optional<std::pair<int64_t, int64_t>> factored_dims(const std::vector<int64_t>& view,

@@ -116,7 +116,7 @@ Setup build(const PretrainConfig& c, const torch::Device& device) {
                          {"model.vocab_size", vocab}, {"model.d_model", c.model.d_model},
                          {"data.inputs_length", c.data.inputs_length}, {"data.targets_length", c.data.targets_length},
                          {"model.encoder_layers", c.model.encoder_layers}, {"model.decoder_layers", c.model.decoder_layers},
-                         {"attention.h", spec.encoder_self.h}}, device, c.train.precision == "bf16");
+                         {"attention.h", spec.encoder_self.h}}, device, c.train.precision == "bf16", step_memory(c));
   s.vocab = vocab, s.outputs = outputs;
   torch::manual_seed(uint64_t(c.train.seed));
   s.model.objective = make_objective(spec, vocab, c.data.sentence_task != "none");

@@ -3,6 +3,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "attention/registry.h"
+#include "training/optimizer.h"
 
 namespace thx {
 
@@ -176,6 +177,12 @@ void check_spec(const PretrainConfig& c) {
 int64_t trained_outputs(const PretrainConfig& c) {
   if (!c.data.synthetic.empty()) return recall_options(c.data).queries;
   return c.model.encoder_only() ? c.data.max_predictions_per_seq : c.data.targets_length;
+}
+
+StepMemory step_memory(const PretrainConfig& c) {
+  StepMemory s;
+  s.optimizer_copies = optimizer_state_copies(c.optimizer), s.accumulates = c.train.grad_accum > 1;
+  return s;
 }
 
 }  // namespace thx

@@ -128,16 +128,21 @@ TEST(Sweep, DurationsReadAtTheirScale) {
 }
 
 // The memory a sweep counts for each run is the bound its own check refuses by: the
-// micro-batch train.batch_size / train.grad_accum, model.recompute of an encoder and bf16
-// counted, as training/pretrain.cpp counts them.
+// micro-batch train.batch_size / train.grad_accum, model.recompute of an encoder, bf16, the
+// optimizer's state and the accumulation counted, as training/pretrain.cpp counts them.
 TEST(Sweep, ARunsMemoryIsTheBoundItsOwnCheckUses) {
   struct Case {
     const char* config;
     std::vector<std::string> set;
+    double copies;  // the optimizer's fp32 copies of the parameters
   };
-  const std::vector<Case> cases = {
-      {"t5/mini.yaml", {}}, {"t5/mini.yaml", {"train.grad_accum=2"}}, {"t5/mini.yaml", {"train.precision=bf16"}},
-      {"bert/mini.yaml", {}}, {"bert/mini.yaml", {"model.recompute=true"}}};
+  const std::vector<Case> cases = {{"t5/mini.yaml", {}, 0},
+                                   {"t5/mini.yaml", {"train.grad_accum=2"}, 0},
+                                   {"t5/mini.yaml", {"train.precision=bf16"}, 0},
+                                   {"bert/mini.yaml", {}, 2},
+                                   {"bert/mini.yaml", {"model.recompute=true"}, 2},
+                                   {"t5/mini.yaml", {"optimizer.beta1=0.9"}, 1},
+                                   {"t5/mini.yaml", {"optimizer.name=lamb"}, 2}};
   std::vector<double> activations;
   for (const Case& c : cases) {
     ConfigTree tree, again;
@@ -150,15 +155,21 @@ TEST(Sweep, ARunsMemoryIsTheBoundItsOwnCheckUses) {
     const ResolvedRun r = resolve_pretrain_run(tree);
     const PretrainConfig pc = load_pretrain_config(again);
     const bool bert = pc.model.encoder_only();
+    StepMemory step;
+    step.optimizer_copies = c.copies, step.accumulates = pc.train.grad_accum > 1;
     const MemoryBound b = training_memory_lower_bound(
         pc.spec, 1000, pc.train.batch_size / pc.train.grad_accum, pc.data.inputs_length,
         bert ? pc.data.max_predictions_per_seq : pc.data.targets_length, {}, bert && pc.spec.model.recompute,
-        torch::kCPU, false, pc.train.precision == "bf16");
+        torch::kCPU, false, pc.train.precision == "bf16", step);
     EXPECT_EQ(r.device, "cpu");
-    EXPECT_DOUBLE_EQ(r.memory_parameters, b.parameters) << c.config;
-    EXPECT_DOUBLE_EQ(r.memory_activations, b.activations) << c.config;
-    EXPECT_GT(r.memory_activations, 0) << c.config;
-    activations.push_back(r.memory_activations);
+    EXPECT_DOUBLE_EQ(r.memory.parameters, b.parameters) << c.config;
+    EXPECT_DOUBLE_EQ(r.memory.gradients, b.gradients) << c.config;
+    EXPECT_DOUBLE_EQ(r.memory.optimizer, c.copies * b.parameters) << c.config;
+    EXPECT_DOUBLE_EQ(r.memory.activations, b.activations) << c.config;
+    EXPECT_EQ(r.memory.accumulates, b.accumulates) << c.config;
+    EXPECT_DOUBLE_EQ(r.memory.total(), b.total()) << c.config;
+    EXPECT_GT(r.memory.activations, 0) << c.config;
+    activations.push_back(r.memory.activations);
   }
   EXPECT_NEAR(activations[1], activations[0] / 2, 1e-9 * activations[0]);  // half the rows
   EXPECT_LT(activations[2], activations[0]);                                // 2 bytes, not 4
@@ -178,12 +189,18 @@ TEST(Sweep, ARunWaitsOnlyWhereTheBoundsTogetherExceedTheMemory) {
   ResolvedRun r;
   // 0.5 GB of parameters and 0.5 of gradients; 4 GB of activations for the whole batch. Each rank
   // holds its parameters and the larger of its gradients and its share of the activations.
-  r.memory_parameters = 1e9, r.memory_activations = 4e9, r.device = "cpu";
+  r.memory.parameters = 0.5e9, r.memory.gradients = 0.5e9, r.memory.activations = 4e9, r.device = "cpu";
   EXPECT_DOUBLE_EQ(sweep_run_memory(r, 1), 4.5e9);
   EXPECT_DOUBLE_EQ(sweep_run_memory(r, 2), 5e9);   // 2 x (0.5 + 2)
   EXPECT_DOUBLE_EQ(sweep_run_memory(r, 16), 16e9);  // 16 x (0.5 + 0.5): the gradients are larger
   r.device = "cuda";
   EXPECT_DOUBLE_EQ(sweep_run_memory(r, 2), 2.5e9);
+  // Each rank's optimizer state, and with train.grad_accum > 1 its gradients beside its share.
+  r.memory.optimizer = 1e9, r.device = "cpu";
+  EXPECT_DOUBLE_EQ(sweep_run_memory(r, 1), 5.5e9);
+  r.memory.accumulates = true;
+  EXPECT_DOUBLE_EQ(sweep_run_memory(r, 1), 6e9);
+  EXPECT_DOUBLE_EQ(sweep_run_memory(r, 2), 8e9);  // 2 x (0.5 + 1 + 0.5 + 2)
   EXPECT_EQ(sweep_memory_wait("a", 5e9, {}, 1e9, "M"), "");  // alone: its own check decides
   EXPECT_EQ(sweep_memory_wait("a", 5e9, {5e9}, 10e9, "M"), "");  // exactly fits
   EXPECT_EQ(sweep_memory_wait("a", 5e9, {5e9}, 0, "M"), "");     // memory unknown

@@ -13,6 +13,7 @@
 #include "attention/fused.h"
 #include "common/torch_compat.h"
 #include "models/spec.h"
+#include "models/t5.h"
 #include "test_util.h"
 
 namespace thx::test {
@@ -52,16 +53,76 @@ double bound(const ModelSpec& s, const torch::Device& device) {
 
 const torch::Device kCpu(torch::kCPU), kCuda(torch::kCUDA);
 
-// A step holds its parameters throughout, and their gradients and a micro-batch's activations
-// in full only at different times (the first at the backward pass's end, the second at its
-// start): the total is the parameters and the larger of the two, not the sum.
-TEST(MemoryBound, TheTotalIsTheParametersAndTheLargerOfGradientsAndActivations) {
+// A step holds its parameters and the optimizer's state throughout, and their gradients and a
+// micro-batch's activations in full only at different times (the first at the backward pass's
+// end, the second at its start): the total is those and the larger of the two, not the sum;
+// with train.grad_accum > 1 a second micro-batch's activations come beside the gradients.
+TEST(MemoryBound, TheTotalIsTheParametersStateAndTheLargerOfGradientsAndActivations) {
   MemoryBound b;
-  b.parameters = 2e9;  // 1 GB of parameters and 1 of gradients
+  b.parameters = 1e9, b.gradients = 0.9e9, b.optimizer = 2e9;
   b.activations = 0.5e9;
-  EXPECT_DOUBLE_EQ(b.total(), 2e9);
+  EXPECT_DOUBLE_EQ(b.total(), 3.9e9);
   b.activations = 3e9;
-  EXPECT_DOUBLE_EQ(b.total(), 4e9);
+  EXPECT_DOUBLE_EQ(b.total(), 6e9);
+  b.accumulates = true;
+  EXPECT_DOUBLE_EQ(b.total(), 6.9e9);
+}
+
+// The bound's parameters are the built model's, less its small tensors (layer norms, the
+// relative bias, biases, the embedding's padding; under 2% here); the gradients and the
+// optimizer's state count those that train: a frozen embedding has neither.
+TEST(MemoryBound, TheParametersAreTheModelsAndTheStateIsTheOptimizersCopiesOfThoseThatTrain) {
+  const ModelSpec s = spec_of(variant("talking_heads"), variant("multi_head"), variant("project_logits"));
+  torch::manual_seed(1);
+  T5 model(s, kVocab);
+  double numel = 0;
+  for (const auto& p : model->parameters()) numel += double(p.numel());
+  const MemoryBound plain = training_memory_lower_bound(s, kVocab, kRows, kIn, kOut);
+  EXPECT_LE(plain.parameters, 4 * numel);
+  EXPECT_GT(plain.parameters, 0.98 * 4 * numel);
+  EXPECT_DOUBLE_EQ(plain.gradients, plain.parameters);
+  EXPECT_EQ(plain.optimizer, 0);
+  EXPECT_FALSE(plain.accumulates);
+  StepMemory adam;
+  adam.optimizer_copies = 2, adam.accumulates = true;
+  const MemoryBound a = training_memory_lower_bound(s, kVocab, kRows, kIn, kOut, {}, false, kCpu, false, false, adam);
+  EXPECT_DOUBLE_EQ(a.parameters, plain.parameters);
+  EXPECT_DOUBLE_EQ(a.optimizer, 2 * a.parameters);
+  EXPECT_TRUE(a.accumulates);
+  StepMemory frozen = adam;
+  frozen.embedding_frozen = true;
+  const MemoryBound f = training_memory_lower_bound(s, kVocab, kRows, kIn, kOut, {}, false, kCpu, false, false,
+                                                    frozen);
+  const double embedding = 4.0 * kVocab * kD;  // the unpadded embedding (the bound's)
+  EXPECT_DOUBLE_EQ(f.parameters, plain.parameters);
+  EXPECT_DOUBLE_EQ(f.gradients, plain.gradients - embedding);
+  EXPECT_DOUBLE_EQ(f.optimizer, 2 * (plain.parameters - embedding));
+  EXPECT_DOUBLE_EQ(f.activations, plain.activations);
+}
+
+// The refusal names each part, the optimizer's state where there is one, and with
+// train.grad_accum > 1 the sum it counts.
+TEST(MemoryBound, TheRefusalNamesTheStateAndTheAccumulatedSum) {
+  MemoryBound b;
+  b.parameters = 1e9, b.gradients = 0.9e9, b.activations = 3e9;
+  EXPECT_EQ(memory_parts(b), "parameters 1 GB, and the larger of their gradients, 0.9 GB, and the activations of a "
+                             "micro-batch, 3 GB");
+  b.optimizer = 1.8e9;
+  EXPECT_EQ(memory_parts(b), "parameters 1 GB, the optimizer's state 1.8 GB, and the larger of their gradients, "
+                             "0.9 GB, and the activations of a micro-batch, 3 GB");
+  b.accumulates = true;
+  EXPECT_EQ(memory_parts(b), "parameters 1 GB, the optimizer's state 1.8 GB, their gradients 0.9 GB and the "
+                             "activations of a micro-batch 3 GB, which train.grad_accum keeps beside the gradients");
+  const ModelSpec s = spec_of(variant("multi_head"), variant("multi_head"), variant("multi_head"));
+  StepMemory step;
+  step.optimizer_copies = 2;
+  const MemoryBound with = training_memory_lower_bound(s, kVocab, kRows, kIn, kOut, {}, false, kCpu, false, false,
+                                                       step);
+  const MemoryBound without = training_memory_lower_bound(s, kVocab, kRows, kIn, kOut);
+  const double have = (with.total() + without.total()) / 2;  // fits without the state, not with it
+  EXPECT_EQ(training_memory_refusal(s, kVocab, kRows, kIn, kOut, {}, {}, kCpu, have), "");
+  const std::string refused = training_memory_refusal(s, kVocab, kRows, kIn, kOut, {}, {}, kCpu, have, false, step);
+  EXPECT_NE(refused.find("(" + memory_parts(with) + ")"), std::string::npos) << refused;
 }
 
 TEST(MemoryBound, OnTheCpuEveryAttentionsWeightsCount) {
@@ -153,7 +214,7 @@ TEST(MemoryBound, TheRefusalGivesTheTiledPathsBoundWhereThePathKeepsTheWeights) 
                         "[b,h,n,m] for backward (`--th-path gemm` keeps them): at least {:.4g} GB there; nothing was "
                         "allocated",
                         kept.key == "train.batch_size" ? "train.batch_size 4" : kept.key, total / 1e9,
-                        kept.parameters / 2e9, kept.parameters / 2e9, kept.activations / 1e9, have / 1e9, less / 1e9));
+                        kept.parameters / 1e9, kept.gradients / 1e9, kept.activations / 1e9, have / 1e9, less / 1e9));
   EXPECT_EQ(training_memory_refusal(s, kVocab, kRows, kIn, kOut, {}, values, kCuda, total * 1.01), "");
   // Where the tiled path does not fit either, the line says so.
   const std::string neither = training_memory_refusal(s, kVocab, kRows, kIn, kOut, {}, values, kCuda, less / 2);
