@@ -40,6 +40,7 @@ struct Sizes {
   double h_enc, h_dec, h_cross, att_enc, att_dec, att_cross;     // heads; projection size of a layer / d
   double qkvo_enc = 0, qkvo_dec = 0, qkvo_cross = 0;  // the widths of Q, K, V and O together (0: not counted)
   double keep_enc = 1, keep_dec = 1, keep_cross = 1;  // 1: the attention keeps its weights for backward
+  double mixed_enc = 0, mixed_dec = 0, mixed_cross = 0;  // heads of the mixed weights kept beside them
   bool recompute = false;  // model.recompute: an encoder keeps its layers' inputs, and one layer at a time
   double act_bytes = 4;    // an activation's bytes: fp32, or (bf16 runs) 2
   StepMemory step;
@@ -53,9 +54,9 @@ MemoryBound bound(const Sizes& z) {
                         z.d * (z.units * z.att_enc + z.dec * (z.att_dec + z.att_cross));
   const double trained = z.step.embedding_frozen ? params - embedding : params;
   const double positions = z.enc * z.n_in + z.dec * z.n_out;  // layer runs x positions
-  const double enc_weights = z.keep_enc * z.h_enc * z.n_in * z.n_in;  // an encoder layer's, per example
-  const double weights = z.enc * enc_weights + z.dec * (z.keep_dec * z.h_dec * z.n_out * z.n_out +
-                                                        z.keep_cross * z.h_cross * z.n_out * z.n_in);
+  const double enc_weights = z.keep_enc * (z.h_enc + z.mixed_enc) * z.n_in * z.n_in;  // a layer's, an example's
+  const double weights = z.enc * enc_weights + z.dec * (z.keep_dec * (z.h_dec + z.mixed_dec) * z.n_out * z.n_out +
+                                                        z.keep_cross * (z.h_cross + z.mixed_cross) * z.n_out * z.n_in);
   // Q, K, V and O of each attention, which its backward pass needs on every path (the products'
   // inputs): an encoder layer's over its positions; encoder-decoder attention's Q and O over the
   // targets, K and V over the inputs (qkvo / 2 = h_k d_k + h_v d_v).
@@ -99,13 +100,17 @@ MemoryBound training_memory_lower_bound(const ModelSpec& spec, int64_t vocab, in
                ? 1.0
                : 0.0;
   };
-  z.keep_enc = keeps(spec.encoder_self);
+  // On the CPU the weights after P_w, U [h_v, n, m], are kept too: the CPU's cores keep W and U
+  // (attention/fused.cpp's save_core), ATen's composition W, U and more.
+  auto mixed = [&](const AttentionDims& a) { return device.is_cpu() && a.has_P_w() ? double(a.h_v) : 0.0; };
+  z.keep_enc = keeps(spec.encoder_self), z.mixed_enc = mixed(spec.encoder_self);
   z.recompute = recompute && m.encoder_only();
   if (!m.encoder_only()) {
     z.h_dec = double(spec.decoder_self.h), z.att_dec = per_d(spec.decoder_self);
     z.h_cross = double(spec.encoder_decoder.h), z.att_cross = per_d(spec.encoder_decoder);
     z.qkvo_dec = qkvo(spec.decoder_self), z.qkvo_cross = qkvo(spec.encoder_decoder);
     z.keep_dec = keeps(spec.decoder_self), z.keep_cross = keeps(spec.encoder_decoder);
+    z.mixed_dec = mixed(spec.decoder_self), z.mixed_cross = mixed(spec.encoder_decoder);
   }
   MemoryBound b = bound(z);
   // The setting to blame: the one whose reduction to 1 takes the most off the bound.
@@ -118,6 +123,7 @@ MemoryBound training_memory_lower_bound(const ModelSpec& spec, int64_t vocab, in
     Sizes one = z;
     one.*field = std::min(one.*field, 1.0);
     if (field == &Sizes::d) one.E = std::min(one.E, 1.0);
+    if (field == &Sizes::h_enc) one.mixed_enc = std::min(one.mixed_enc, 1.0);
     const double saved = b.total() - bound(one).total();
     if (saved > best) best = saved, b.key = key;
   }

@@ -39,14 +39,14 @@ ModelSpec resolve_attention_spec(const ModelConfig& model, const T5Attention& at
 // naming its key, before anything is allocated. Counted, 4 bytes an element: the parameters, the
 // gradients and optimizer state of those that train (`step`), and what one micro-batch of `rows`
 // examples must keep for the backward pass (`bf16`: 2 bytes, the least a bf16 run keeps of each,
-// the attention weights of the heads-major and folded products or of the CPU's multi-head core
-// among them): each layer's input and feed-forward hidden units, its attention's Q, K, V and O
-// (general bilinear's not counted), its attention weights, and the output logits, for inputs of
-// `n_in` positions and `n_out` outputs (T5: targets; BERT/ALBERT: the masked positions
-// predicted). Real use is higher: a training step on the CPU allocates 1.3 to 2.6 times the
-// bound (tests/models/memory_bound_measured_test.cpp, which holds it below). Not counted: c10d's
-// gradient buckets of a data-parallel rank (another copy of the gradients). `key` names the
-// setting whose reduction to 1 lowers the bound most.
+// the attention weights of the heads-major and folded products or of the CPU's cores among
+// them): each layer's input and feed-forward hidden units, its attention's Q, K, V and O
+// (general bilinear's not counted), its attention weights (on the CPU, with P_w, the mixed
+// weights U as well), and the output logits, for inputs of `n_in` positions and `n_out` outputs
+// (T5: targets; BERT/ALBERT: the masked positions predicted). Real use is higher: a training
+// step on the CPU allocates 1.01 to 1.5 times the bound (tests/models/memory_bound_measured_test.cpp,
+// which holds it below). Not counted: c10d's gradient buckets of a data-parallel rank (another
+// copy of the gradients). `key` names the setting whose reduction to 1 lowers the bound most.
 struct MemoryKeys {  // the config keys of the sizes the caller takes from its own blocks
   std::string batch = "train.batch_size", inputs = "data.inputs_length", outputs = "data.targets_length";
 };

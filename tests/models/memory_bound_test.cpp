@@ -37,11 +37,11 @@ AttentionConfig variant(const std::string& name) {
 // The bound's activations from its definition, given which attentions keep their weights: every
 // attention here has heads of d_k = d_v = kD / kH, so Q, K, V and O are kD wide each; the
 // encoder-decoder attention's K and V run over the inputs. A general bilinear encoder (no Q,
-// K, V of that shape) has none counted.
-double expected(bool enc, bool dec, bool cross, bool bilinear_encoder = false) {
+// K, V of that shape) has none counted. `enc`, `dec`, `cross`: the [h, n, m] tensors each
+// attention keeps (0; 1, the weights; 2, the weights and those P_w mixes them into).
+double expected(double enc, double dec, double cross, bool bilinear_encoder = false) {
   const double layers = double(kEnc * kIn + kDec * kOut) * (kD + kFF);
-  const double weights = (enc ? double(kEnc) * kH * kIn * kIn : 0.0) + (dec ? double(kDec) * kH * kOut * kOut : 0.0) +
-                         (cross ? double(kDec) * kH * kOut * kIn : 0.0);
+  const double weights = enc * kEnc * kH * kIn * kIn + dec * kDec * kH * kOut * kOut + cross * kDec * kH * kOut * kIn;
   const double qkvo = (bilinear_encoder ? 0.0 : double(kEnc) * kIn * 4 * kD) +
                       double(kDec) * (kOut * 4 * kD + (kOut + kIn) * 2 * kD);
   return 4.0 * kRows * (layers + weights + qkvo + double(kOut) * kVocab);
@@ -125,9 +125,13 @@ TEST(MemoryBound, TheRefusalNamesTheStateAndTheAccumulatedSum) {
   EXPECT_NE(refused.find("(" + memory_parts(with) + ")"), std::string::npos) << refused;
 }
 
-TEST(MemoryBound, OnTheCpuEveryAttentionsWeightsCount) {
+// On the CPU every attention keeps its weights W, and one with P_w also U = W P_w (the CPU's
+// cores keep both; ATen's composition both and more).
+TEST(MemoryBound, OnTheCpuEveryAttentionsWeightsCountAndTheMixedOnesWithPw) {
   const ModelSpec s = spec_of(variant("talking_heads"), variant("multi_head"), variant("project_logits"));
-  EXPECT_DOUBLE_EQ(bound(s, kCpu), expected(true, true, true));
+  EXPECT_DOUBLE_EQ(bound(s, kCpu), expected(2, 1, 1));
+  const ModelSpec w = spec_of(variant("multi_head"), variant("project_weights"), variant("talking_heads"));
+  EXPECT_DOUBLE_EQ(bound(w, kCpu), expected(1, 2, 2));
 }
 
 TEST(MemoryBound, OnAGpuTheDefaultPathsKeepNoWeights) {
@@ -235,8 +239,8 @@ TEST(MemoryBound, Bf16CountsTwoBytesAnActivation) {
   const ModelSpec s = spec_of(variant("talking_heads"), variant("multi_head"), variant("project_logits"));
   const MemoryBound fp32 = training_memory_lower_bound(s, kVocab, kRows, kIn, kOut, {}, false, kCpu);
   const MemoryBound bf16 = training_memory_lower_bound(s, kVocab, kRows, kIn, kOut, {}, false, kCpu, false, true);
-  EXPECT_DOUBLE_EQ(fp32.activations, expected(true, true, true));
-  EXPECT_DOUBLE_EQ(bf16.activations, expected(true, true, true) / 2);
+  EXPECT_DOUBLE_EQ(fp32.activations, expected(2, 1, 1));
+  EXPECT_DOUBLE_EQ(bf16.activations, expected(2, 1, 1) / 2);
   EXPECT_DOUBLE_EQ(bf16.parameters, fp32.parameters);
   EXPECT_GT(fp32.parameters, 0);
   // Memory between the two: refused in fp32, let through in bf16.
@@ -256,7 +260,7 @@ TEST(MemoryBound, WithRecomputeOneEncoderLayersWeightsCountWhereKept) {
   // predictions' logits.
   const double own = double(kIn) * (kD + kFF + 4 * kD), inputs = double(kEnc) * kIn * kD;
   const double logits = double(kOut) * kVocab;
-  EXPECT_DOUBLE_EQ(recomputed(kCpu), 4.0 * kRows * (inputs + own + double(kH) * kIn * kIn + logits));
+  EXPECT_DOUBLE_EQ(recomputed(kCpu), 4.0 * kRows * (inputs + own + 2.0 * kH * kIn * kIn + logits));  // W and U
   set_th_path("tiled", false);
   EXPECT_DOUBLE_EQ(recomputed(kCuda), 4.0 * kRows * (inputs + own + logits));
 }
