@@ -1,6 +1,8 @@
 #include "distributed/grad_sync.h"
 
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/comm.hpp>
 #include <torch/csrc/distributed/c10d/reducer.hpp>
 
@@ -68,9 +70,14 @@ struct GradSync::Impl {
   std::unique_ptr<c10d::Reducer> reducer;
 };
 
-GradSync::GradSync(const std::vector<torch::Tensor>& params, bool find_unused, int64_t bucket_bytes)
-    : timeline_(std::make_shared<Timeline>()) {
-  if (!active()) return;
+GradSync::GradSync() : timeline_(std::make_shared<Timeline>()) {}
+
+GradSync::GradSync(const std::vector<torch::Tensor>& params, bool find_unused, int64_t bucket_bytes) : GradSync() {
+  if (active()) start(params, find_unused, bucket_bytes, &group());
+}
+
+void GradSync::start(const std::vector<torch::Tensor>& params, bool find_unused, int64_t bucket_bytes,
+                     c10d::ProcessGroup* group) {
   // As DDP: buckets filled in reverse order of the parameters (the order backward reaches
   // them), a small first bucket so that communication starts early.
   const size_t first_bucket = 1 << 20;
@@ -78,10 +85,20 @@ GradSync::GradSync(const std::vector<torch::Tensor>& params, bool find_unused, i
       params, {first_bucket, size_t(bucket_bytes)}, std::vector<bool>(params.size(), false));
   std::reverse(indices.begin(), indices.end());
   std::reverse(limits.begin(), limits.end());
-  c10::intrusive_ptr<c10d::ProcessGroup> pg = c10::intrusive_ptr<c10d::ProcessGroup>::reclaim_copy(&group());
+  c10::intrusive_ptr<c10d::ProcessGroup> pg = c10::intrusive_ptr<c10d::ProcessGroup>::reclaim_copy(group);
   impl_ = std::make_unique<Impl>();
   impl_->reducer = compat::make_reducer(params, indices, limits, pg, bucket_bytes, find_unused, int64_t(first_bucket));
   impl_->reducer->register_comm_hook(std::make_unique<SumHook>(pg, timeline_));
+}
+
+std::unique_ptr<GradSync> GradSync::on_own_group(const std::vector<torch::Tensor>& params, int64_t bucket_bytes) {
+  const auto timeout = std::chrono::milliseconds(60000);
+  c10::intrusive_ptr<c10d::Store> store = c10::make_intrusive<c10d::HashStore>();
+  compat::GroupPtr pg =
+      compat::make_gloo_group(store, 0, 1, timeout, c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+  std::unique_ptr<GradSync> sync(new GradSync());
+  sync->start(params, false, bucket_bytes, pg.get());  // (the Reducer holds the group, the group its store)
+  return sync;
 }
 
 GradSync::~GradSync() = default;

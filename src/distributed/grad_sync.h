@@ -18,6 +18,10 @@
 #include <memory>
 #include <vector>
 
+namespace c10d {
+class ProcessGroup;
+}
+
 namespace thx::dist {
 
 // What the last reduced backward cost (seconds on the steady clock; see benchmarks.md).
@@ -35,6 +39,11 @@ class GradSync {
   // process); costs one traversal of the autograd graph per step.
   GradSync(const std::vector<torch::Tensor>& params, bool find_unused, int64_t bucket_bytes = 25 << 20);
   ~GradSync();
+  // The same over a group of this process alone (a HashStore; Gloo on loopback), in any launch:
+  // what a rank's Reducer holds, for the memory bound's test
+  // (tests/models/memory_bound_measured_test.cpp). nullptr in a build without c10d.
+  static std::unique_ptr<GradSync> on_own_group(const std::vector<torch::Tensor>& params,
+                                                int64_t bucket_bytes = 25 << 20);
   // Arm the hooks for the backward of `loss` (the step's last micro-batch on this rank).
   void prepare(const torch::Tensor& loss);
   // Call after that backward returned: fills stats().
@@ -45,6 +54,9 @@ class GradSync {
   struct Impl;  // c10d::Reducer (grad_sync.cpp); nothing in a build without c10d
 
  private:
+  GradSync();
+  void start(const std::vector<torch::Tensor>& params, bool find_unused, int64_t bucket_bytes,
+             c10d::ProcessGroup* group);
   std::unique_ptr<Impl> impl_;
   std::shared_ptr<Timeline> timeline_;
   SyncStats stats_;

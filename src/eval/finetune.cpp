@@ -79,7 +79,7 @@ CheckedModel check_model(const PretrainConfig& pretrained, const std::string& to
                           device, train_precision(*f, pretrained) == "bf16",
                           // no train.grad_accum; T5 keeps its shared embedding fixed unless told not to
                           {optimizer_state_copies(run->optimizer), false,
-                           !pc.model.encoder_only() && f->freeze_embedding});
+                           !pc.model.encoder_only() && f->freeze_embedding, dist::world_size() > 1});
   }
   // With model.vocab_size 0 the vocabulary is the tokenizer's: a mismatch is the tokenizer's.
   auto copy = [&](const std::vector<std::pair<std::string, torch::Tensor>>& params) {

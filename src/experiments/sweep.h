@@ -117,8 +117,9 @@ SweepOutcome run_sweep(const Sweep& sweep, const SweepOptions& options,
 ResolvedRun resolve_pretrain_run(ConfigTree& tree);
 
 // A run's memory lower bound as the sweep adds it up on its device, with `ranks` ranks of it,
-// each rank's MemoryBound::total() of its share of the batch: on the CPU its ranks share the
-// machine (ranks x that); on a GPU each rank has its own (that).
+// each rank's MemoryBound::total() of its share of the batch (with more than one, c10d's
+// gradient buckets too): on the CPU its ranks share the machine (ranks x that); on a GPU each
+// rank has its own (that).
 double sweep_run_memory(const ResolvedRun& run, int64_t ranks);
 
 // "" where run `name`, which needs at least `need` bytes, may start beside the running runs

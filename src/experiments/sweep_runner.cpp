@@ -472,6 +472,7 @@ double sweep_run_memory(const ResolvedRun& r, int64_t ranks) {
   const double n = double(std::max<int64_t>(1, ranks));
   MemoryBound rank = r.memory;  // each rank's: its parameters, gradients and state, its share of the batch
   rank.activations /= n;
+  if (n > 1) rank.buckets = rank.gradients;  // c10d's Reducer's
   return r.device == "cuda" ? rank.total() : n * rank.total();
 }
 

@@ -68,6 +68,7 @@ MemoryBound bound(const Sizes& z) {
           : positions * (z.d + z.ff) + weights + qkvo;
   MemoryBound b;
   b.parameters = f * params, b.gradients = f * trained, b.optimizer = f * z.step.optimizer_copies * trained;
+  b.buckets = z.step.data_parallel ? b.gradients : 0.0;
   b.activations = z.act_bytes * z.rows * (kept + z.n_out * z.vocab);
   b.accumulates = z.step.accumulates;
   return b;
@@ -146,8 +147,9 @@ std::string with_th_path_advice(const std::string& hint, const ModelSpec& spec, 
 }
 
 std::string memory_parts(const MemoryBound& b) {
-  const std::string state =
+  std::string state =
       b.optimizer > 0 ? fmt::format(", the optimizer's state {:.4g} GB", b.optimizer / 1e9) : std::string();
+  if (b.buckets > 0) state += fmt::format(", c10d's gradient buckets {:.4g} GB", b.buckets / 1e9);
   if (b.accumulates)
     return fmt::format("parameters {:.4g} GB{}, their gradients {:.4g} GB and the activations of a micro-batch "
                        "{:.4g} GB, which train.grad_accum keeps beside the gradients",

@@ -45,29 +45,31 @@ ModelSpec resolve_attention_spec(const ModelConfig& model, const T5Attention& at
 // weights U as well), and the output logits, for inputs of `n_in` positions and `n_out` outputs
 // (T5: targets; BERT/ALBERT: the masked positions predicted). Real use is higher: a training
 // step on the CPU allocates 1.01 to 1.5 times the bound (tests/models/memory_bound_measured_test.cpp,
-// which holds it below). Not counted: c10d's gradient buckets of a data-parallel rank (another
-// copy of the gradients). `key` names the setting whose reduction to 1 lowers the bound most.
+// which holds it below). `key` names the setting whose reduction to 1 lowers the bound most.
 struct MemoryKeys {  // the config keys of the sizes the caller takes from its own blocks
   std::string batch = "train.batch_size", inputs = "data.inputs_length", outputs = "data.targets_length";
 };
 // What a step keeps beside the model and a micro-batch's activations, as the run's optimizer and
-// train blocks set it (training/optimizer.h's step_memory).
+// train blocks set it (training/spec.h's step_memory) and the launch (data_parallel).
 struct StepMemory {
   double optimizer_copies = 0;    // fp32 copies of the trained parameters in the optimizer's state
   bool accumulates = false;       // train.grad_accum > 1
   bool embedding_frozen = false;  // the shared embedding has no gradient and no state (T5 fine-tuning)
+  bool data_parallel = false;     // a rank of several: c10d's Reducer keeps the gradients' buckets
 };
 struct MemoryBound {
   double parameters = 0, gradients = 0, optimizer = 0, activations = 0;  // bytes
+  double buckets = 0;  // a data-parallel rank's: a flat copy of the gradients, kept from the start
   bool accumulates = false;
   std::string key;
-  // What the step holds at least at once: the parameters and the optimizer's state throughout,
-  // and the larger of the gradients and the activations. The gradients are made during the
-  // backward pass as the activations it has used are freed (a step starts without them,
-  // training/loop.cpp), so both in full exist at once only from a step's second micro-batch on
-  // (`accumulates`): then their sum.
+  // What the step holds at least at once: the parameters, the optimizer's state and the
+  // gradients' buckets throughout, and the larger of the gradients and the activations. The
+  // gradients are made during the backward pass as the activations it has used are freed (a
+  // step starts without them, training/loop.cpp), so both in full exist at once only from a
+  // step's second micro-batch on (`accumulates`): then their sum.
   double total() const {
-    return parameters + optimizer + (accumulates ? gradients + activations : std::max(gradients, activations));
+    return parameters + optimizer + buckets +
+           (accumulates ? gradients + activations : std::max(gradients, activations));
   }
 };
 // With `recompute` (an encoder's model.recompute) the activations are the layers' inputs and
@@ -89,7 +91,8 @@ std::string th_path_memory_advice(const ModelSpec& spec, const torch::Device& de
 std::string with_th_path_advice(const std::string& hint, const ModelSpec& spec, const torch::Device& device);
 // The bound's parts as a refusal names them: "parameters P GB, the optimizer's state S GB, and the
 // larger of their gradients, G GB, and the activations of a micro-batch, A GB" (no state: that
-// part left out; `accumulates`: "..., their gradients G GB and the activations ... A GB, which
+// part left out; a data-parallel rank's ", c10d's gradient buckets B GB" after the state;
+// `accumulates`: "..., their gradients G GB and the activations ... A GB, which
 // train.grad_accum keeps beside the gradients").
 std::string memory_parts(const MemoryBound& b);
 // "<key> <value>: training needs at least X GB of memory (<memory_parts>), more than this machine's Y GB;

@@ -111,12 +111,14 @@ Setup build(const PretrainConfig& c, const torch::Device& device) {
   MemoryKeys keys;
   if (c.model.encoder_only()) keys.outputs = synthetic ? "data.recall.queries" : "data.max_predictions_per_seq";
   const int64_t outputs = trained_outputs(c);
+  StepMemory step = step_memory(c);
+  step.data_parallel = dist::world_size() > 1;
   check_training_memory(spec, vocab, micro, c.data.inputs_length, outputs, keys,
                         {{"train.batch_size", c.train.batch_size}, {"data.max_predictions_per_seq", c.data.max_predictions_per_seq}, {"model.d_ff", c.model.d_ff},
                          {"model.vocab_size", vocab}, {"model.d_model", c.model.d_model},
                          {"data.inputs_length", c.data.inputs_length}, {"data.targets_length", c.data.targets_length},
                          {"model.encoder_layers", c.model.encoder_layers}, {"model.decoder_layers", c.model.decoder_layers},
-                         {"attention.h", spec.encoder_self.h}}, device, c.train.precision == "bf16", step_memory(c));
+                         {"attention.h", spec.encoder_self.h}}, device, c.train.precision == "bf16", step);
   s.vocab = vocab, s.outputs = outputs;
   torch::manual_seed(uint64_t(c.train.seed));
   s.model.objective = make_objective(spec, vocab, c.data.sentence_task != "none");

@@ -191,16 +191,17 @@ TEST(Sweep, ARunWaitsOnlyWhereTheBoundsTogetherExceedTheMemory) {
   // holds its parameters and the larger of its gradients and its share of the activations.
   r.memory.parameters = 0.5e9, r.memory.gradients = 0.5e9, r.memory.activations = 4e9, r.device = "cpu";
   EXPECT_DOUBLE_EQ(sweep_run_memory(r, 1), 4.5e9);
-  EXPECT_DOUBLE_EQ(sweep_run_memory(r, 2), 5e9);   // 2 x (0.5 + 2)
-  EXPECT_DOUBLE_EQ(sweep_run_memory(r, 16), 16e9);  // 16 x (0.5 + 0.5): the gradients are larger
+  // With more than one rank, each also holds c10d's gradient buckets (0.5).
+  EXPECT_DOUBLE_EQ(sweep_run_memory(r, 2), 6e9);    // 2 x (0.5 + 0.5 + 2)
+  EXPECT_DOUBLE_EQ(sweep_run_memory(r, 16), 24e9);  // 16 x (0.5 + 0.5 + 0.5): the gradients are larger
   r.device = "cuda";
-  EXPECT_DOUBLE_EQ(sweep_run_memory(r, 2), 2.5e9);
+  EXPECT_DOUBLE_EQ(sweep_run_memory(r, 2), 3e9);
   // Each rank's optimizer state, and with train.grad_accum > 1 its gradients beside its share.
   r.memory.optimizer = 1e9, r.device = "cpu";
   EXPECT_DOUBLE_EQ(sweep_run_memory(r, 1), 5.5e9);
   r.memory.accumulates = true;
   EXPECT_DOUBLE_EQ(sweep_run_memory(r, 1), 6e9);
-  EXPECT_DOUBLE_EQ(sweep_run_memory(r, 2), 8e9);  // 2 x (0.5 + 1 + 0.5 + 2)
+  EXPECT_DOUBLE_EQ(sweep_run_memory(r, 2), 9e9);  // 2 x (0.5 + 1 + 0.5 + 0.5 + 2)
   EXPECT_EQ(sweep_memory_wait("a", 5e9, {}, 1e9, "M"), "");  // alone: its own check decides
   EXPECT_EQ(sweep_memory_wait("a", 5e9, {5e9}, 10e9, "M"), "");  // exactly fits
   EXPECT_EQ(sweep_memory_wait("a", 5e9, {5e9}, 0, "M"), "");     // memory unknown

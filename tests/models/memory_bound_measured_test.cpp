@@ -21,6 +21,7 @@
 #include "test_util.h"
 #include "training/objective.h"
 #include "training/optimizer.h"
+#include "distributed/grad_sync.h"
 
 namespace thx::test {
 namespace {
@@ -46,6 +47,7 @@ class PeakCpuMemory : public c10::MemoryReportingInfoBase {
   }
   bool memoryProfilingEnabled() const override { return true; }
   double peak() const { return double(peak_.load()); }
+  double current() const { return double(current_.load()); }
 
  private:
   std::atomic<int64_t> current_{0}, peak_{0};
@@ -58,6 +60,7 @@ struct Case {
   std::string optimizer;  // "": none made (no state); adafactor, adafactor+beta1, adamw, lamb
   int64_t accum = 1;      // micro-batches of `rows`, their gradients accumulated
   bool frozen = false;    // the shared embedding trains not (T5's fine-tuning)
+  bool data_parallel = false;  // a rank's Reducer (on a group of this process alone) reduces the gradients
 };
 
 // The optimizer config of a case's name.
@@ -102,17 +105,26 @@ std::pair<double, double> measured_and_bound(const Case& r, const torch::Device&
     const OptimizerConfig oc = optimizer_config(r.optimizer);
     std::unique_ptr<Optimizer> optimizer;
     if (!r.optimizer.empty()) optimizer = make_optimizer(oc, optimized_params(objective->module(), trained, oc));
-    PrecisionScope precision(r.precision);
-    for (const Batch& b : micro) {
-      const Objective::Out o = objective->forward(b);
-      (o.second.defined() ? o.loss + o.second : o.loss).backward();
+    std::unique_ptr<dist::GradSync> sync;
+    if (r.data_parallel) {
+      std::vector<torch::Tensor> tensors;
+      for (const auto& t : trained) tensors.push_back(t.second);
+      sync = dist::GradSync::on_own_group(tensors);
     }
+    PrecisionScope precision(r.precision);
+    for (size_t i = 0; i < micro.size(); ++i) {
+      const Objective::Out o = objective->forward(micro[i]);
+      const torch::Tensor loss = o.second.defined() ? o.loss + o.second : o.loss;
+      if (sync && i + 1 == micro.size()) sync->prepare(loss);
+      loss.backward();
+    }
+    if (sync) sync->finish();
     if (optimizer) optimizer->step(1e-3);
   }
   synchronize(device);
   StepMemory step;
   step.optimizer_copies = r.optimizer.empty() ? 0 : optimizer_state_copies(optimizer_config(r.optimizer));
-  step.accumulates = r.accum > 1, step.embedding_frozen = r.frozen;
+  step.accumulates = r.accum > 1, step.embedding_frozen = r.frozen, step.data_parallel = r.data_parallel;
   const MemoryBound b = training_memory_lower_bound(spec, r.vocab, r.rows, r.n_in, r.n_out, {},
                                                     r.recompute && r.model != "t5", device, false,
                                                     r.precision == "bf16", step);
@@ -157,6 +169,11 @@ std::vector<Case> cases() {
   add(accumulated, "t5 wide, 2 micro-batches of 16");
   accumulated.optimizer = "adamw";
   add(accumulated, "t5 wide, 2 micro-batches of 16, adamw");
+  Case rank = wide;  // (on a build without c10d the bound counts buckets no Reducer makes: skipped below)
+  rank.optimizer = "adamw", rank.data_parallel = true;
+  add(rank, "t5 wide, one short example, adamw, a data-parallel rank");
+  rank.rows = 16, rank.n_in = 64, rank.n_out = 16, rank.accum = 2;
+  add(rank, "t5 wide, 2 micro-batches of 16, adamw, a data-parallel rank");
   Case frozen = wide;
   frozen.optimizer = "adafactor+beta1", frozen.frozen = true;
   add(frozen, "t5 wide, embedding frozen, adafactor+beta1");
@@ -170,13 +187,48 @@ std::vector<Case> cases() {
   return runs;
 }
 
+bool have_reducer() { return dist::GradSync::on_own_group({torch::zeros({1}, torch::requires_grad())}) != nullptr; }
+
 TEST(MemoryBoundMeasured, NoRunAllocatesLessThanTheBound) {
+  const bool reducer = have_reducer();
   for (const Case& r : cases()) {
+    if (r.data_parallel && !reducer) continue;  // a build without c10d (THX_DISTRIBUTED=OFF)
     const auto [measured, bound] = measured_and_bound(r);
     EXPECT_GE(measured, bound) << r.name;
-    std::printf("%-52s measured %8.2f MB, bound %8.2f MB (%.2fx)\n", r.name.c_str(), measured / 1e6, bound / 1e6,
+    std::printf("%-60s measured %8.2f MB, bound %8.2f MB (%.2fx)\n", r.name.c_str(), measured / 1e6, bound / 1e6,
                 measured / bound);
   }
+}
+
+// A data-parallel rank's Reducer (grad_sync.h, gradients not views of its buckets) allocates a
+// flat copy of the gradients when it is made, kept for the run: the bound's buckets, which are
+// the bound's gradients (the model's less its small tensors).
+TEST(MemoryBoundMeasured, ARanksReducerHoldsTheBucketsTheBoundCounts) {
+  if (!have_reducer()) GTEST_SKIP() << "a build without c10d (THX_DISTRIBUTED=OFF)";
+  ModelConfig m;
+  m.d_model = 256, m.d_ff = 2048, m.encoder_layers = 2, m.decoder_layers = 2, m.vocab_size = 8000;
+  AttentionConfig a;
+  a.variant = "talking_heads", a.h = 4;
+  const ModelSpec spec = resolve_model_spec(m, {a, a, a});
+  const auto objective = make_objective(spec, m.vocab_size, false);
+  std::vector<torch::Tensor> params;
+  double bytes = 0;
+  for (const auto& [path, p] : objective->params()) params.push_back(p), bytes += 4.0 * double(p.numel());
+  auto held = std::make_shared<PeakCpuMemory>();
+  std::unique_ptr<dist::GradSync> sync;
+  {
+    c10::DebugInfoGuard guard(c10::DebugInfoKind::PROFILER_STATE, held);
+    sync = dist::GradSync::on_own_group(params);
+  }
+  StepMemory step;
+  step.data_parallel = true;
+  const MemoryBound b = training_memory_lower_bound(spec, m.vocab_size, 1, 16, 4, {}, false, torch::kCPU, false,
+                                                    false, step);
+  EXPECT_GE(held->current(), b.buckets);
+  EXPECT_DOUBLE_EQ(b.buckets, b.gradients);
+  EXPECT_NEAR(held->current(), bytes, 0.01 * bytes);  // the buckets: every gradient, once
+  std::printf("the Reducer holds %.2f MB; the gradients are %.2f MB, the bound's buckets %.2f MB\n",
+              held->current() / 1e6, bytes / 1e6, b.buckets / 1e6);
 }
 
 // The same on a GPU (the GPU session's cuda-tests phase runs it: "OnCuda"), where the bound
@@ -186,9 +238,10 @@ TEST(MemoryBoundMeasured, OnCudaNoRunAllocatesLessThanTheBound) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   const torch::Device gpu(torch::kCUDA, 0);
   for (const Case& r : cases()) {
+    if (r.data_parallel) continue;  // (its one-process group is Gloo's alone: no CUDA tensors)
     const auto [measured, bound] = measured_and_bound(r, gpu);
     EXPECT_GE(measured, bound) << r.name;
-    std::printf("%-52s measured %8.2f MB, bound %8.2f MB (%.2fx) on %s\n", r.name.c_str(), measured / 1e6,
+    std::printf("%-60s measured %8.2f MB, bound %8.2f MB (%.2fx) on %s\n", r.name.c_str(), measured / 1e6,
                 bound / 1e6, measured / bound, device_description(gpu).c_str());
   }
 }

@@ -66,6 +66,8 @@ TEST(MemoryBound, TheTotalIsTheParametersStateAndTheLargerOfGradientsAndActivati
   EXPECT_DOUBLE_EQ(b.total(), 6e9);
   b.accumulates = true;
   EXPECT_DOUBLE_EQ(b.total(), 6.9e9);
+  b.buckets = 0.9e9;  // a data-parallel rank's
+  EXPECT_DOUBLE_EQ(b.total(), 7.8e9);
 }
 
 // The bound's parameters are the built model's, less its small tensors (layer norms, the
@@ -98,6 +100,11 @@ TEST(MemoryBound, TheParametersAreTheModelsAndTheStateIsTheOptimizersCopiesOfTho
   EXPECT_DOUBLE_EQ(f.gradients, plain.gradients - embedding);
   EXPECT_DOUBLE_EQ(f.optimizer, 2 * (plain.parameters - embedding));
   EXPECT_DOUBLE_EQ(f.activations, plain.activations);
+  EXPECT_EQ(f.buckets, 0);
+  frozen.data_parallel = true;  // a rank's Reducer: a copy of the gradients of those that train
+  EXPECT_DOUBLE_EQ(training_memory_lower_bound(s, kVocab, kRows, kIn, kOut, {}, false, kCpu, false, false, frozen)
+                       .buckets,
+                   f.gradients);
 }
 
 // The refusal names each part, the optimizer's state where there is one, and with
@@ -113,6 +120,9 @@ TEST(MemoryBound, TheRefusalNamesTheStateAndTheAccumulatedSum) {
   b.accumulates = true;
   EXPECT_EQ(memory_parts(b), "parameters 1 GB, the optimizer's state 1.8 GB, their gradients 0.9 GB and the "
                              "activations of a micro-batch 3 GB, which train.grad_accum keeps beside the gradients");
+  b.accumulates = false, b.buckets = 0.9e9;
+  EXPECT_EQ(memory_parts(b), "parameters 1 GB, the optimizer's state 1.8 GB, c10d's gradient buckets 0.9 GB, and the "
+                             "larger of their gradients, 0.9 GB, and the activations of a micro-batch, 3 GB");
   const ModelSpec s = spec_of(variant("multi_head"), variant("multi_head"), variant("multi_head"));
   StepMemory step;
   step.optimizer_copies = 2;

@@ -36,6 +36,7 @@ struct GradSync::Timeline {};
 struct GradSync::Impl {};
 GradSync::GradSync(const std::vector<torch::Tensor>&, bool, int64_t) {}
 GradSync::~GradSync() = default;
+std::unique_ptr<GradSync> GradSync::on_own_group(const std::vector<torch::Tensor>&, int64_t) { return nullptr; }
 void GradSync::prepare(const torch::Tensor&) {}
 void GradSync::finish() {}
 
