@@ -105,9 +105,10 @@ std::string training_memory_refusal(const ModelSpec& spec, int64_t vocab, int64_
                                     const MemoryKeys& names, const std::map<std::string, int64_t>& values,
                                     const torch::Device& device, double have, bool bf16 = false,
                                     const StepMemory& step = {});
-// InputError with training_memory_refusal's line where the bound exceeds the memory of `device`.
-void check_training_memory(const ModelSpec& spec, int64_t vocab, int64_t rows, int64_t n_in, int64_t n_out,
-                           const MemoryKeys& names, const std::map<std::string, int64_t>& values,
-                           const torch::Device& device, bool bf16, const StepMemory& step = {});
+// InputError with training_memory_refusal's line where the bound exceeds the memory of `device`;
+// else the bound (the run as configured), for the run's log.
+MemoryBound check_training_memory(const ModelSpec& spec, int64_t vocab, int64_t rows, int64_t n_in, int64_t n_out,
+                                  const MemoryKeys& names, const std::map<std::string, int64_t>& values,
+                                  const torch::Device& device, bool bf16, const StepMemory& step = {});
 
 }  // namespace thx

@@ -53,6 +53,9 @@ struct Setup {
   std::unique_ptr<ExampleStream> stream;
   std::vector<uint8_t> word_starts;  // MLM
   int64_t vocab = 0, outputs = 0;     // the model's vocabulary; predictions per example (memory bound)
+  int64_t micro = 0;                  // examples per micro-batch of a process
+  MemoryBound memory;                 // the memory check's bound, as the run is configured
+  double memory_recomputed = 0;       // an encoder without model.recompute: the bound with it
 };
 
 MlmOptions mlm_options(const DataConfig& d) {
@@ -113,13 +116,24 @@ Setup build(const PretrainConfig& c, const torch::Device& device) {
   const int64_t outputs = trained_outputs(c);
   StepMemory step = step_memory(c);
   step.data_parallel = dist::world_size() > 1;
-  check_training_memory(spec, vocab, micro, c.data.inputs_length, outputs, keys,
-                        {{"train.batch_size", c.train.batch_size}, {"data.max_predictions_per_seq", c.data.max_predictions_per_seq}, {"model.d_ff", c.model.d_ff},
-                         {"model.vocab_size", vocab}, {"model.d_model", c.model.d_model},
-                         {"data.inputs_length", c.data.inputs_length}, {"data.targets_length", c.data.targets_length},
-                         {"model.encoder_layers", c.model.encoder_layers}, {"model.decoder_layers", c.model.decoder_layers},
-                         {"attention.h", spec.encoder_self.h}}, device, c.train.precision == "bf16", step);
-  s.vocab = vocab, s.outputs = outputs;
+  const std::map<std::string, int64_t> values = {
+      {"train.batch_size", c.train.batch_size},
+      {"data.max_predictions_per_seq", c.data.max_predictions_per_seq},
+      {"model.d_ff", c.model.d_ff},
+      {"model.vocab_size", vocab},
+      {"model.d_model", c.model.d_model},
+      {"data.inputs_length", c.data.inputs_length},
+      {"data.targets_length", c.data.targets_length},
+      {"model.encoder_layers", c.model.encoder_layers},
+      {"model.decoder_layers", c.model.decoder_layers},
+      {"attention.h", spec.encoder_self.h}};
+  s.memory = check_training_memory(spec, vocab, micro, c.data.inputs_length, outputs, keys, values, device,
+                                   c.train.precision == "bf16", step);
+  if (c.model.encoder_only() && !c.model.recompute)
+    s.memory_recomputed = training_memory_lower_bound(spec, vocab, micro, c.data.inputs_length, outputs, keys, true,
+                                                      device, false, c.train.precision == "bf16", step)
+                              .total();
+  s.vocab = vocab, s.outputs = outputs, s.micro = micro;
   torch::manual_seed(uint64_t(c.train.seed));
   s.model.objective = make_objective(spec, vocab, c.data.sentence_task != "none");
   s.model.device = device;
@@ -263,7 +277,7 @@ class PretrainTrainee : public Trainee {
   std::vector<Mixing> mixing_;
 };
 
-void describe(const PretrainConfig& c, PretrainModel& model, int64_t vocab, int64_t outputs) {
+void describe_model(const PretrainConfig& c, PretrainModel& model, int64_t vocab) {
   auto log = thx::log("train");
   // Where it trains: the CPU's threads, or the GPU (whose run would otherwise say "1 thread").
   const int threads = torch::get_num_threads();
@@ -305,15 +319,20 @@ void describe(const PretrainConfig& c, PretrainModel& model, int64_t vocab, int6
   log->info("of which the encoder {} (embeddings at V = {}, layers and pooler: what the published BERT-base "
             "109,482,240 and ALBERT-base 11,683,584 count), the pretraining heads {} and the word embedding's "
             "padding to a multiple of 128 {}", encoder, vocab, heads, padding);
-  const int64_t micro = c.train.batch_size / c.train.grad_accum;
-  const double gib = 1024.0 * 1024 * 1024;
-  auto bytes = [&](bool recompute) {  // the memory check's own bound (models/spec.h)
-    return training_memory_lower_bound(c.spec, vocab, micro, c.data.inputs_length, outputs, {}, recompute,
-                                       model.device).activations / gib;
-  };
-  log->info("activation memory per micro-batch of {}: at least {:.2f} GiB{}", micro, bytes(c.model.recompute),
-            c.model.recompute ? " (model.recompute: layers are recomputed in the backward pass)"
-                              : fmt::format(" (with model.recompute: {:.2f} GiB)", bytes(true)));
+}
+
+// The memory check's bound (models/spec.h), as the run is configured, against what it checked:
+// the first line of the loop's banner, so that train.log keeps it.
+std::string memory_line(const PretrainConfig& c, const Setup& s) {
+  const std::string recompute =
+      s.memory_recomputed > 0
+          ? fmt::format("; with model.recompute: true, at least {:.4g} GB", s.memory_recomputed / 1e9)
+      : c.model.encoder_only() && c.model.recompute ? " (model.recompute: layers recomputed in the backward pass)"
+                                                    : "";
+  return fmt::format("memory: at least {:.4g} GB a process while it trains ({}; micro-batches of {} examples), of {} "
+                     "{:.1f} GB{}",
+                     s.memory.total() / 1e9, memory_parts(s.memory), s.micro, memory_owner(s.model.device),
+                     memory_bytes(s.model.device) / 1e9, recompute);
 }
 
 }  // namespace
@@ -362,8 +381,8 @@ PretrainResult run_pretrain(const PretrainConfig& c, const std::string& run_dir,
   o.precision = c.train.precision, o.eval_precision = c.eval.precision;
   if (c.train.deterministic) o.deterministic_key = "train.deterministic";
   o.train_memory_hint = with_th_path_advice(o.train_memory_hint, c.spec, s.model.device);
-  o.banner = "resolved config:\n" + c.yaml;
-  describe(c, s.model, s.vocab, s.outputs);
+  o.banner = memory_line(c, s) + "\nresolved config:\n" + c.yaml;
+  describe_model(c, s.model, s.vocab);
   PretrainTrainee trainee(c, s);
   const LoopResult r = train(trainee, o);
   PretrainResult result;

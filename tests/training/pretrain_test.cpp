@@ -11,6 +11,8 @@
 #include "common/error.h"
 #include "common/fs.h"
 #include "common/h5.h"
+#include "common/runtime.h"
+#include "data/prepare.h"
 #include "training/checkpoint.h"
 #include "training/spec.h"
 #include "training/training_fixtures.h"
@@ -57,6 +59,16 @@ TEST(Pretrain, RunDirectoryStepProbeAndProtection) {
   EXPECT_GT(r.ln_ppl, 0);
   EXPECT_TRUE(fs::exists(run + "/config.yaml"));
   EXPECT_TRUE(fs::exists(run + "/train.log"));
+  // The log gives the memory check's bound as the run is configured, against the memory checked.
+  const int64_t vocab = load_split(c.data.prepared, "train").vocab_size;
+  const MemoryBound bound = training_memory_lower_bound(c.spec, vocab, 8, 32, 8, {}, false, torch::kCPU, false, false,
+                                                        step_memory(c));
+  const std::string log = read_file(run + "/train.log");
+  EXPECT_NE(log.find(fmt::format("memory: at least {:.4g} GB a process while it trains ({}; micro-batches of 8 "
+                                 "examples), of {} ",
+                                 bound.total() / 1e9, memory_parts(bound), memory_owner(torch::kCPU))),
+            std::string::npos)
+      << log;
   EXPECT_EQ(list_checkpoints(run + "/checkpoints").size(), 2u);  // keep: 2
   std::ifstream m(run + "/metrics.jsonl");
   int lines = 0, evals = 0;
