@@ -70,16 +70,20 @@ CheckedModel check_model(const PretrainConfig& pretrained, const std::string& to
   const ModelSpec& spec = pc.spec;
   if (f) {  // fine-tuning: its batches, before anything is allocated
     const int64_t outputs = pc.model.encoder_only() ? 0 : f->targets_length;
-    check_training_memory(spec, vocab, f->batch_size / dist::world_size(), f->inputs_length, outputs,
-                          {"finetune.batch_size", "finetune.inputs_length", "finetune.targets_length"},
-                          {{"finetune.batch_size", f->batch_size}, {"finetune.inputs_length", f->inputs_length},
-                           {"finetune.targets_length", f->targets_length}, {"model.d_ff", pc.model.d_ff},
-                           {"model.vocab_size", vocab}, {"model.d_model", pc.model.d_model},
-                           {"attention.h", spec.encoder_self.h}},
-                          device, train_precision(*f, pretrained) == "bf16",
-                          // no train.grad_accum; T5 keeps its shared embedding fixed unless told not to
-                          {optimizer_state_copies(run->optimizer), false,
-                           !pc.model.encoder_only() && f->freeze_embedding, dist::world_size() > 1});
+    const int64_t rows = f->batch_size / dist::world_size();
+    const std::map<std::string, int64_t> values = {
+        {"finetune.batch_size", f->batch_size}, {"finetune.inputs_length", f->inputs_length},
+        {"finetune.targets_length", f->targets_length}, {"model.d_ff", pc.model.d_ff},
+        {"model.vocab_size", vocab}, {"model.d_model", pc.model.d_model},
+        {"attention.h", spec.encoder_self.h}};
+    // No train.grad_accum here; T5 keeps its shared embedding fixed unless told not to.
+    const StepMemory step{optimizer_state_copies(run->optimizer), false,
+                          !pc.model.encoder_only() && f->freeze_embedding, dist::world_size() > 1};
+    const MemoryBound bound =
+        check_training_memory(spec, vocab, rows, f->inputs_length, outputs,
+                              {"finetune.batch_size", "finetune.inputs_length", "finetune.targets_length"}, values,
+                              device, train_precision(*f, pretrained) == "bf16", step);
+    thx::log("finetune")->info("{}", memory_line(bound, rows, device));
   }
   // With model.vocab_size 0 the vocabulary is the tokenizer's: a mismatch is the tokenizer's.
   auto copy = [&](const std::vector<std::pair<std::string, torch::Tensor>>& params) {

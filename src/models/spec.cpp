@@ -159,6 +159,12 @@ std::string memory_parts(const MemoryBound& b) {
                      b.parameters / 1e9, state, b.gradients / 1e9, b.activations / 1e9);
 }
 
+std::string memory_line(const MemoryBound& b, int64_t rows, const torch::Device& device) {
+  return fmt::format("memory: at least {:.4g} GB a process while it trains ({}; micro-batches of {} examples), of {} "
+                     "{:.1f} GB",
+                     b.total() / 1e9, memory_parts(b), rows, memory_owner(device), memory_bytes(device) / 1e9);
+}
+
 std::string training_memory_refusal(const ModelSpec& spec, int64_t vocab, int64_t rows, int64_t n_in, int64_t n_out,
                                     const MemoryKeys& names, const std::map<std::string, int64_t>& values,
                                     const torch::Device& device, double have, bool bf16, const StepMemory& step) {

@@ -95,6 +95,9 @@ std::string with_th_path_advice(const std::string& hint, const ModelSpec& spec, 
 // `accumulates`: "..., their gradients G GB and the activations ... A GB, which
 // train.grad_accum keeps beside the gradients").
 std::string memory_parts(const MemoryBound& b);
+// A run's line for its log: "memory: at least X GB a process while it trains (<memory_parts>;
+// micro-batches of `rows` examples), of <device's owner> Y GB" (the memory its check compares).
+std::string memory_line(const MemoryBound& b, int64_t rows, const torch::Device& device);
 // "<key> <value>: training needs at least X GB of memory (<memory_parts>), more than this machine's Y GB;
 // nothing was allocated" when the bound exceeds `have` bytes of `device` (the machine's, or a
 // GPU's own), with th_path_memory_advice and the tiled path's bound where it applies; else "".

@@ -329,10 +329,7 @@ std::string memory_line(const PretrainConfig& c, const Setup& s) {
           ? fmt::format("; with model.recompute: true, at least {:.4g} GB", s.memory_recomputed / 1e9)
       : c.model.encoder_only() && c.model.recompute ? " (model.recompute: layers recomputed in the backward pass)"
                                                     : "";
-  return fmt::format("memory: at least {:.4g} GB a process while it trains ({}; micro-batches of {} examples), of {} "
-                     "{:.1f} GB{}",
-                     s.memory.total() / 1e9, memory_parts(s.memory), s.micro, memory_owner(s.model.device),
-                     memory_bytes(s.model.device) / 1e9, recompute);
+  return memory_line(s.memory, s.micro, s.model.device) + recompute;
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <regex>
 
 #include "common/fs.h"
 #include "eval/eval_fixtures.h"
@@ -285,6 +286,11 @@ TEST(BadInputCampaign, FineTuningAndEvaluation) {
                                "finetune.eval_every=2 --set checkpoint.every=2 --out " + albert.dir.file("ft"));
   ASSERT_EQ(ft.code, 0) << ft.out;
   EXPECT_NE(ft.out.find("; results in " + albert.dir.file("ft/sst2.json") + "\n"), std::string::npos) << ft.out;
+  // Its memory check's bound, AdamW's state among its parts, as the line states it.
+  const std::regex memory(R"(\[finetune\] memory: at least [0-9.e-]+ GB a process while it trains )"
+                          R"(\(parameters [0-9.e-]+ GB, the optimizer's state [0-9.e-]+ GB, .*; )"
+                          R"(micro-batches of 8 examples\), of )");
+  EXPECT_TRUE(std::regex_search(ft.out, memory)) << ft.out;
   const std::string A = albert.dir.path.string();
   // Task data in its own root {C}/data, the rest of the fixture as is.
   const std::string FT = "finetune --config " + albert.config + " --set finetune.data={C}/data --out {C}/out ";
