@@ -174,6 +174,19 @@ std::pair<double, std::string> shared_memory(const std::string& device, const Sw
                                      (total - floor) / 1e9, memory_owner(d), total / 1e9, floor / 1e9)};
 }
 
+// The bounds (sweep_run_memory) of the plan's runs, by their device ("cpu", "cuda"; a run whose
+// device the sweep cannot tell is left out), all of them or (`to_run`) those not finished.
+std::map<std::string, std::vector<double>> bounds_by_device(const std::vector<Planned>& plan, int64_t ranks,
+                                                            bool to_run) {
+  std::map<std::string, std::vector<double>> needs;
+  for (const auto& p : plan)
+    if (!p.resolved.device.empty() && !(to_run && p.finished))
+      needs[p.resolved.device].push_back(sweep_run_memory(p.resolved, ranks));
+  return needs;
+}
+
+std::string on_device(const std::string& device) { return device == "cuda" ? "on the GPU" : "on the CPU"; }
+
 // The most runs of the plan that memory lets run at once, at most `jobs`: on each device, its
 // smallest bounds added up while they fit (at least one run, which its own check then
 // judges), since a run starts only beside runs that fit with it. Where that is fewer than
@@ -181,20 +194,17 @@ std::pair<double, std::string> shared_memory(const std::string& device, const Sw
 // resumed sweep gives its runs the same threads.
 std::pair<int64_t, std::string> jobs_memory_allows(const std::vector<Planned>& plan, const SweepOptions& o,
                                                    int64_t jobs, int64_t ranks) {
-  std::map<std::string, std::vector<double>> needs;
-  int64_t k = 0;  // runs at once, over the devices
-  for (const auto& p : plan)
-    if (p.resolved.device.empty()) ++k;  // not known: not limited
-    else needs[p.resolved.device].push_back(sweep_run_memory(p.resolved, ranks));
+  int64_t k = 0;  // runs at once, over the devices; a run on a device not known is not limited
+  for (const auto& p : plan) k += p.resolved.device.empty();
   std::string why;
-  for (auto& [device, bytes] : needs) {
+  for (auto& [device, bytes] : bounds_by_device(plan, ranks, false)) {
     const auto [budget, what] = shared_memory(device, o);
     std::sort(bytes.begin(), bytes.end());
     double sum = 0;
     size_t fit = 0;
     while (fit < bytes.size() && (budget <= 0 || sum + bytes[fit] <= budget)) sum += bytes[fit++];
     k += int64_t(std::max<size_t>(1, fit));
-    const std::string on = device == "cuda" ? "on the GPU" : "on the CPU";
+    const std::string on = on_device(device);
     if (fit == bytes.size() || int64_t(fit) >= jobs) continue;
     why = fit == 0 ? fmt::format("no run {} fits alone in {}", on, what)
                    : fmt::format("at most {} of these runs {} fit{} in memory at once (the {} smallest need at least "
@@ -209,17 +219,13 @@ std::pair<int64_t, std::string> jobs_memory_allows(const std::vector<Planned>& p
 // that cannot fit even alone, which their own check stops at their start; and where the --jobs
 // largest of the others need more together than their device has, that fewer then run at once.
 void print_memory_note(const std::vector<Planned>& plan, const SweepOptions& o, int64_t jobs, int64_t ranks) {
-  std::map<std::string, std::vector<double>> needs;  // each device's runs still to run
-  for (const auto& p : plan)
-    if (!p.finished && !p.resolved.device.empty())
-      needs[p.resolved.device].push_back(sweep_run_memory(p.resolved, ranks));
-  for (auto& [device, bytes] : needs) {
+  for (auto& [device, bytes] : bounds_by_device(plan, ranks, true)) {
     const auto [budget, what] = shared_memory(device, o);
     if (budget <= 0) continue;
     std::sort(bytes.rbegin(), bytes.rend());
     const double have = budget;  // (a lambda may not capture a structured binding in C++17)
     const auto fit = std::find_if(bytes.begin(), bytes.end(), [have](double b) { return b <= have; });
-    const std::string on = device == "cuda" ? "on the GPU" : "on the CPU";
+    const std::string on = on_device(device);
     if (const auto over = size_t(fit - bytes.begin()); over > 0)
       std::printf("\nMemory: %zu of the %zu runs to run %s need%s alone more than %s (up to %.4g GB): %s "
                   "with one line that says what to change.\n", over, bytes.size(), on.c_str(), over == 1 ? "s" : "",
