@@ -203,12 +203,14 @@ struct Run {
   std::vector<std::pair<std::string, Tensor>> params;  // fixed for the run: taken once
   std::vector<Tensor> tensors;
   std::optional<at::Generator> device_gen;  // dropout's on a GPU
+  torch::Device device = torch::kCPU;        // the parameters'
 
   Run(Trainee& trainee, const LoopOptions& options)
       : t(trainee), o(options), prefix(options.tag.empty() ? "" : options.tag + " "), world(dist::world_size()),
         rank(dist::rank()), writer(rank == 0), params(trainee.parameters()) {
     for (const auto& [path, p] : params) tensors.push_back(p);
-    device_gen = device_generator(params.empty() ? torch::Device(torch::kCPU) : params.front().second.device());
+    if (!params.empty()) device = params.front().second.device();
+    device_gen = device_generator(device);
   }
 };
 
@@ -423,6 +425,10 @@ struct Window {
              {"tokens_per_s", double(tokens) / time}, {"step_time_s", time / n},
              {"rss_mb", std::round(rss_mb())}, {"peak_rss_mb", std::round(peak_rss_mb())}};  // the window's peak
     if (clipping) rec["clipped"] = double(clipped) / n;
+    if (out.r.device.is_cuda()) {  // the caching allocator's peak of memory held by tensors in the window
+      rec["gpu_peak_mb"] = std::round(device_peak_mb(out.r.device));
+      reset_device_peak(out.r.device);
+    }
     const bool with_nll = out.r.o.reports_nll;
     if (with_nll) rec["nll"] = nll / n;
     reset_peak_rss();

@@ -4,7 +4,8 @@
 // Run directory:
 //   config.yaml      the resolved configuration
 //   metrics.jsonl    one record per logged step: step, loss, nll (means since the previous
-//                    record), lr, tokens_per_s, step_time_s; and per evaluation: step, ln_ppl (T5: per target token;
+//                    record), lr, tokens_per_s, step_time_s, memory (training/loop.h); and per
+//                    evaluation: step, ln_ppl (T5: per target token;
 //                    BERT/ALBERT: per masked token), and for BERT/ALBERT mlm_accuracy and
 //                    sop_accuracy or nsp_accuracy (fractions)
 //   train.log        everything the console showed

@@ -14,12 +14,16 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "common/runtime.h"
+#include "data/prepare.h"
 #include "eval/eval_fixtures.h"
 #include "models/spec.h"
+#include "training/spec.h"
 #include "training/training_fixtures.h"
 
 namespace thx::test {
@@ -47,6 +51,24 @@ TEST(Cuda, PretrainingT5AndAlbertMatchTheCpuAndResume) {
     ASSERT_EQ(r.code, 0) << r.out;
     r = run_thx(args("cuda", "cuda"));
     ASSERT_EQ(r.code, 0) << r.out;
+    // The GPU run's metrics give the caching allocator's peak per window (the CPU's give none),
+    // and T5's is at least the memory bound its check counted.
+    double gpu_peak_mb = 0;
+    for (const std::string run : {"cpu", "cuda"}) {
+      std::ifstream metrics(dir.file(run + "/metrics.jsonl"));
+      for (std::string line; std::getline(metrics, line);) {
+        const nlohmann::json j = nlohmann::json::parse(line);
+        EXPECT_EQ(j.contains("gpu_peak_mb"), run == "cuda" && j.contains("step_time_s")) << line;
+        if (j.contains("gpu_peak_mb")) gpu_peak_mb = std::max(gpu_peak_mb, j["gpu_peak_mb"].get<double>());
+      }
+    }
+    if (!albert) {
+      const int64_t vocab = load_split(c.data.prepared, "train").vocab_size;
+      const torch::Device gpu(torch::kCUDA, 0);
+      const MemoryBound b =
+          training_memory_lower_bound(c.spec, vocab, 8, 32, 8, {}, false, gpu, false, false, step_memory(c));
+      EXPECT_GE(gpu_peak_mb * 1e6, b.total()) << "the GPU's peak against the bound";
+    }
     const std::string last = "checkpoints/step-00000010.h5";
     EXPECT_TRUE(same_params(dir.file("cuda/" + last), dir.file("cpu/" + last), 1e-3, 1e-6));
     ASSERT_TRUE(kill_thx_when_exists(args("cuda", "killed"), dir.file("killed/checkpoints/step-00000005.h5")));
