@@ -7,6 +7,7 @@
 #include "models/config.h"
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -56,6 +57,10 @@ struct StepMemory {
   bool accumulates = false;       // train.grad_accum > 1
   bool embedding_frozen = false;  // the shared embedding has no gradient and no state (T5 fine-tuning)
   bool data_parallel = false;     // a rank of several: c10d's Reducer keeps the gradients' buckets
+  // The elements of the optimizer's statistics for a parameter of a shape (an attention
+  // projection's with its variant; training/optimizer.h's optimizer_statistics: Adafactor's), for
+  // the matrices the bound counts; none where empty.
+  std::function<double(const std::vector<int64_t>&, const VariantSpec*)> statistics;
 };
 struct MemoryBound {
   double parameters = 0, gradients = 0, optimizer = 0, activations = 0;  // bytes

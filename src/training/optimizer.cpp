@@ -30,6 +30,26 @@ std::optional<std::pair<int64_t, int64_t>> factored_dims(const std::vector<int64
   return std::pair<int64_t, int64_t>{order[0], order[1]};
 }
 
+std::vector<int64_t> optimizer_view(const std::vector<int64_t>& shape, const VariantSpec* projection_of,
+                                    const std::string& factor_attention) {
+  if (projection_of && shape.size() == 3 &&
+      (factor_attention == "combined" || (factor_attention == "mesh_tf" && projection_of->factor_combined)))
+    return {shape[0], shape[1] * shape[2]};  // [d, d_k*h]
+  return shape;
+}
+
+std::function<double(const std::vector<int64_t>&, const VariantSpec*)> optimizer_statistics(const OptimizerConfig& c) {
+  if (c.name != "adafactor") return {};
+  const std::string mode = c.factor_attention;
+  return [mode](const std::vector<int64_t>& shape, const VariantSpec* projection_of) {
+    const std::vector<int64_t> view = optimizer_view(shape, projection_of, mode);
+    double n = 1;
+    for (const int64_t s : view) n *= double(s);
+    const auto dims = factored_dims(view, AdafactorOptions{}.min_dim_size_to_factor);
+    return dims ? n / double(view[dims->first]) + n / double(view[dims->second]) : n;  // vr and vc, or v
+  };
+}
+
 double learning_rate(const OptimizerConfig& c, int64_t t, int64_t T) {
   if (c.schedule == "constant") return c.learning_rate;
   if (c.schedule == "polynomial") {
@@ -515,9 +535,7 @@ std::vector<OptimizedParam> optimized_params(torch::nn::Module& model,
     auto it = variants.find(owner);
     const ParamRole role = it == variants.end() ? ParamRole::other : param_role(*it->second, name);
     if (role == ParamRole::head_mixing) op.never_factor = true, op.lr_scale = c.mixing_lr_multiplier;
-    if (role == ParamRole::head_projection &&
-        (mode == "combined" || (mode == "mesh_tf" && it->second->factor_combined)))
-      op.view = {op.view[0], op.view[1] * op.view[2]};  // [d, d_k*h]
+    op.view = optimizer_view(op.view, role == ParamRole::head_projection ? it->second : nullptr, mode);
     for (const auto& key : c.no_decay)
       if (!key.empty() && path.find(key) != std::string::npos) op.no_decay = true;
     out.push_back(op);

@@ -22,6 +22,7 @@
 #pragma once
 #include <torch/torch.h>
 
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -30,6 +31,8 @@
 #include "training/config.h"
 
 namespace thx {
+
+struct VariantSpec;  // attention/registry.h
 
 struct OptimizedParam {
   std::string path;             // module path, "encoder/layers/0/self_attention/P_q"
@@ -100,13 +103,23 @@ std::unique_ptr<Optimizer> make_adam(std::vector<OptimizedParam> params, AdamOpt
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& c, std::vector<OptimizedParam> params);
 // The fp32 copies of its parameters `c`'s optimizer keeps, for the memory bound
 // (models/spec.h's StepMemory): Adam's and LAMB's m and v, 2; Adafactor's momentum, 1 with beta1
-// and else 0: its factored statistics (a row and a column of each large matrix) and the v of its
-// small tensors are left out.
+// and else 0; its statistics are optimizer_statistics'.
 double optimizer_state_copies(const OptimizerConfig& c);
 
 // The two dims Adafactor reduces over for this view, {d0, d1}, or nullopt if not factored.
 std::optional<std::pair<int64_t, int64_t>> factored_dims(const std::vector<int64_t>& view,
                                                          int64_t min_dim_size = 128);
+// The view by which Adafactor factors a parameter of `shape` (optimized_params's rule): an
+// attention projection (P_q, P_k, P_v or P_o of the variant `projection_of`) is seen combined,
+// [d, d_k*h], under optimizer.factor_attention combined, or mesh_tf where the variant's row says
+// so, else per head, [d, d_k, h]; any other parameter (nullptr) as it is.
+std::vector<int64_t> optimizer_view(const std::vector<int64_t>& shape, const VariantSpec* projection_of,
+                                    const std::string& factor_attention);
+// For the memory bound (models/spec.h's StepMemory::statistics): the elements of the
+// second-moment statistics `c`'s optimizer keeps for a parameter of `shape` beyond
+// optimizer_state_copies: Adafactor's, a row and a column of its view where factored, else the
+// whole view; none for the Adam family (an empty function).
+std::function<double(const std::vector<int64_t>&, const VariantSpec*)> optimizer_statistics(const OptimizerConfig& c);
 
 // lr_t for step t (from 1) of T:
 //   inverse_sqrt: c * rsqrt(max(t, warmup)) * min(1, (T - t) / (fraction * T))  (the paper's T5)

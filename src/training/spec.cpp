@@ -182,6 +182,7 @@ int64_t trained_outputs(const PretrainConfig& c) {
 StepMemory step_memory(const PretrainConfig& c) {
   StepMemory s;
   s.optimizer_copies = optimizer_state_copies(c.optimizer), s.accumulates = c.train.grad_accum > 1;
+  s.statistics = optimizer_statistics(c.optimizer);
   return s;
 }
 

@@ -107,7 +107,8 @@ void check_spec(const PretrainConfig& c);
 // for the run's own check and the sweep's admission.
 int64_t trained_outputs(const PretrainConfig& c);
 // What a pretraining step keeps beside the model and its activations, for the same bound: the
-// optimizer's state (optimizer_state_copies) and whether train.grad_accum accumulates.
+// optimizer's state (optimizer_state_copies, optimizer_statistics) and whether
+// train.grad_accum accumulates.
 StepMemory step_memory(const PretrainConfig& c);
 
 }  // namespace thx

@@ -15,6 +15,7 @@
 #include "experiments/sweep_results.h"
 #include "models/spec.h"
 #include "test_util.h"
+#include "training/optimizer.h"
 #include "training/spec.h"
 
 namespace thx::test {
@@ -157,17 +158,25 @@ TEST(Sweep, ARunsMemoryIsTheBoundItsOwnCheckUses) {
     const bool bert = pc.model.encoder_only();
     StepMemory step;
     step.optimizer_copies = c.copies, step.accumulates = pc.train.grad_accum > 1;
-    const MemoryBound b = training_memory_lower_bound(
-        pc.spec, 1000, pc.train.batch_size / pc.train.grad_accum, pc.data.inputs_length,
-        bert ? pc.data.max_predictions_per_seq : pc.data.targets_length, {}, bert && pc.spec.model.recompute,
-        torch::kCPU, false, pc.train.precision == "bf16", step);
+    auto bound_with = [&](const StepMemory& s) {
+      return training_memory_lower_bound(pc.spec, 1000, pc.train.batch_size / pc.train.grad_accum,
+                                         pc.data.inputs_length,
+                                         bert ? pc.data.max_predictions_per_seq : pc.data.targets_length, {},
+                                         bert && pc.spec.model.recompute, torch::kCPU, false,
+                                         pc.train.precision == "bf16", s);
+    };
+    const MemoryBound b = bound_with(step);
+    StepMemory statistics;  // Adafactor's (none for the Adam family)
+    statistics.statistics = optimizer_statistics(pc.optimizer);
+    const double held = bound_with(statistics).optimizer;
+    EXPECT_EQ(held > 0, pc.optimizer.name == "adafactor") << c.config;
     EXPECT_EQ(r.device, "cpu");
     EXPECT_DOUBLE_EQ(r.memory.parameters, b.parameters) << c.config;
     EXPECT_DOUBLE_EQ(r.memory.gradients, b.gradients) << c.config;
-    EXPECT_DOUBLE_EQ(r.memory.optimizer, c.copies * b.parameters) << c.config;
+    EXPECT_DOUBLE_EQ(r.memory.optimizer, c.copies * b.parameters + held) << c.config;
     EXPECT_DOUBLE_EQ(r.memory.activations, b.activations) << c.config;
     EXPECT_EQ(r.memory.accumulates, b.accumulates) << c.config;
-    EXPECT_DOUBLE_EQ(r.memory.total(), b.total()) << c.config;
+    EXPECT_DOUBLE_EQ(r.memory.total(), b.total() + held) << c.config;
     EXPECT_GT(r.memory.activations, 0) << c.config;
     activations.push_back(r.memory.activations);
   }

@@ -123,7 +123,10 @@ std::pair<double, double> measured_and_bound(const Case& r, const torch::Device&
   }
   synchronize(device);
   StepMemory step;
-  step.optimizer_copies = r.optimizer.empty() ? 0 : optimizer_state_copies(optimizer_config(r.optimizer));
+  if (!r.optimizer.empty()) {
+    step.optimizer_copies = optimizer_state_copies(optimizer_config(r.optimizer));
+    step.statistics = optimizer_statistics(optimizer_config(r.optimizer));
+  }
   step.accumulates = r.accum > 1, step.embedding_frozen = r.frozen, step.data_parallel = r.data_parallel;
   const MemoryBound b = training_memory_lower_bound(spec, r.vocab, r.rows, r.n_in, r.n_out, {},
                                                     r.recompute && r.model != "t5", device, false,
@@ -164,6 +167,14 @@ std::vector<Case> cases() {
     state.optimizer = optimizer;
     add(state, fmt::format("t5 wide, one short example, {}", optimizer));
   }
+  // Adafactor's statistics where they are a whole copy: d_model 64 factors nothing (every
+  // matrix has a dim under 128), and talking-heads' per-head views [d, d_k, h] are not factored.
+  Case unfactored = t5;  // (talking-heads, fp32 again)
+  unfactored.precision = "fp32", unfactored.optimizer = "adafactor";
+  add(unfactored, "t5 talking-heads, adafactor (nothing factored)");
+  Case th_wide = wide;
+  th_wide.variant = "talking_heads", th_wide.optimizer = "adafactor";
+  add(th_wide, "t5 wide talking-heads, adafactor");
   Case accumulated = wide;
   accumulated.rows = 16, accumulated.n_in = 64, accumulated.n_out = 16, accumulated.accum = 2;
   add(accumulated, "t5 wide, 2 micro-batches of 16");

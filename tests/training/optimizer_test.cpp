@@ -10,6 +10,7 @@
 #include "models/t5.h"
 #include "test_util.h"
 #include "models/encoder.h"
+#include "models/spec.h"
 #include "training/adafactor_reference.h"
 #include "training/optimizer.h"
 #include "training/pretrain.h"
@@ -356,10 +357,10 @@ TEST(MixingLrMultiplier, ScalesOnlyTheHeadMixingProjections) {
 
 // The memory bound counts optimizer_state_copies fp32 copies of the trained parameters
 // (models/spec.h): what each optimizer's state holds at least. Adam's and LAMB's m and v are
-// exactly two; Adafactor's momentum is one, and its statistics come beside it, left out by the
-// bound: a row and a column of a factored matrix, but the whole of a small tensor's, and of
-// each talking-heads projection's, whose per-head view [d, d_k, h] mesh_tf's rule does not
-// factor (d_k < 128): 55% of the parameters in this T5 of d_model 256.
+// exactly two; Adafactor's momentum is one, and its statistics come beside it (the next test):
+// a row and a column of a factored matrix, but the whole of a small tensor's, and of each
+// talking-heads projection's, whose per-head view [d, d_k, h] mesh_tf's rule does not factor
+// (d_k < 128): 55% of the parameters in this T5 of d_model 256.
 TEST(OptimizerState, IsTheCopiesTheMemoryBoundCounts) {
   ModelConfig mc;
   mc.d_model = 256, mc.d_ff = 512, mc.encoder_layers = 2, mc.decoder_layers = 2;
@@ -385,6 +386,66 @@ TEST(OptimizerState, IsTheCopiesTheMemoryBoundCounts) {
       EXPECT_DOUBLE_EQ(state, copies * trained) << name;
     }
   }
+}
+
+// The memory bound's statistics (optimizer_statistics, summed over the matrices the bound
+// counts: the embedding, the feed-forwards, the attention projections) are exactly what
+// Adafactor's state() holds of those matrices beyond its momentum, under each factoring of the
+// attention (mesh_tf's per head for talking-heads, combined for multi-head), in T5, BERT and
+// ALBERT, with a vocabulary whose padding to 128 decides its factoring, and with beta1.
+TEST(OptimizerState, TheBoundsStatisticsAreAdafactorsOfItsMatrices) {
+  struct Case {
+    std::string model, variant, factor_attention;
+    int64_t d, vocab;
+    bool beta1;
+  };
+  const std::vector<Case> cases = {{"t5", "talking_heads", "mesh_tf", 256, 1000, false},
+                                   {"t5", "multi_head", "mesh_tf", 256, 1000, true},
+                                   {"t5", "talking_heads", "combined", 256, 100, false},
+                                   {"t5", "multi_head", "per_head", 64, 100, false},
+                                   {"bert", "talking_heads", "mesh_tf", 128, 1000, false},
+                                   {"albert", "multi_head", "mesh_tf", 256, 1000, true}};
+  for (const Case& k : cases) {
+    SCOPED_TRACE(k.model + " " + k.variant + " " + k.factor_attention);
+    ModelConfig mc;
+    mc.type = k.model, mc.d_model = k.d, mc.d_ff = 2 * k.d, mc.encoder_layers = 2, mc.decoder_layers = 2;
+    if (k.model != "t5") mc.max_positions = 16;
+    if (k.model == "albert") mc.embedding_size = 128, mc.hidden_groups = 1;
+    AttentionConfig a;
+    a.variant = k.variant, a.h = 4;
+    const ModelSpec spec = resolve_model_spec(mc, {a, a, a});
+    OptimizerConfig c;
+    c.factor_attention = k.factor_attention;
+    if (k.beta1) c.beta1 = 0.9;
+    std::vector<std::pair<std::string, torch::Tensor>> params;
+    std::shared_ptr<torch::nn::Module> model;
+    if (k.model == "t5") {
+      T5 t5(spec, k.vocab);
+      params = t5->named_parameters_by_path(), model = t5.ptr();
+    } else {
+      EncoderModel encoder(spec, k.vocab, false);
+      params = encoder->named_parameters_by_path(), model = encoder.ptr();
+    }
+    const auto optimizer = make_optimizer(c, optimized_params(*model, params, c));
+    // The state of the matrices the bound counts, its momentum aside.
+    auto counted = [](const std::string& path) {
+      const std::string name = path.substr(path.rfind('/') + 1);
+      return path == "shared" || path == "embeddings/word" || name == "wi" || name == "wo" || name == "P_q" ||
+             name == "P_k" || name == "P_v" || name == "P_o";
+    };
+    double held = 0;
+    for (const auto& [key, t] : optimizer->state()) {
+      const std::string path = key.substr(0, key.rfind('/')), part = key.substr(key.rfind('/') + 1);
+      if (counted(path) && part != "m") held += 4.0 * double(t.numel());
+    }
+    StepMemory step;
+    step.statistics = optimizer_statistics(c);
+    const MemoryBound b = training_memory_lower_bound(spec, k.vocab, 1, 16, 4, {}, false, torch::kCPU, false, false,
+                                                      step);
+    EXPECT_GT(held, 0);
+    EXPECT_DOUBLE_EQ(b.optimizer, held);
+  }
+  EXPECT_FALSE(optimizer_statistics(OptimizerConfig{"adamw"}));  // the Adam family's: its copies alone
 }
 
 // A parameter with lr_scale s follows the trajectory of one stepped at s times the rate, in every
