@@ -425,7 +425,7 @@ struct Window {
              {"tokens_per_s", double(tokens) / time}, {"step_time_s", time / n},
              {"rss_mb", std::round(rss_mb())}, {"peak_rss_mb", std::round(peak_rss_mb())}};  // the window's peak
     if (clipping) rec["clipped"] = double(clipped) / n;
-    if (out.r.device.is_cuda()) {  // the caching allocator's peak of memory held by tensors in the window
+    if (out.r.device.is_cuda()) {  // the allocator's peak of tensor memory in the window (its evaluations too)
       rec["gpu_peak_mb"] = std::round(device_peak_mb(out.r.device));
       reset_device_peak(out.r.device);
     }
