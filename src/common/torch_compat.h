@@ -4,7 +4,8 @@
 // difference below was read in PyTorch's sources, not guessed; where the 2.x signature moved
 // between minor releases, the candidates are tried in order at compile time
 // (std::is_constructible), and a LibTorch that matches none fails to compile here, naming the
-// function, rather than somewhere inside c10d.
+// function, rather than somewhere inside c10d. `scripts/cuda_build_check.sh LIBTORCH` compiles
+// all of thx against a LibTorch 2.x's headers on a machine without a GPU (2.10 and 2.14 passed).
 //
 //   c10d::ProcessGroup     1.13: ProcessGroupGloo *is* a ProcessGroup. 2.x: it is a Backend,
 //                          attached to a ProcessGroup(store, rank, size[, options]) with
