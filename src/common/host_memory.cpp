@@ -82,6 +82,12 @@ std::vector<Cgroup> cgroups() {
 
 double resident_bytes() { return rss_mb() * kMB; }  // runtime.h's, from /proc/self/status
 
+}  // namespace
+
+// (Named, not anonymous: HostMemoryGuard::State, a class with linkage, holds a Guard and a
+// CheckedAllocator, and GCC warns of a member whose type has none, -Wsubobject-linkage.)
+namespace host_memory_detail {
+
 // The checked allocator's state: what it may hand out before it reads the kernel's numbers again.
 struct Guard {
   double floor = 0, limit = 0;  // bytes (limit 0: none)
@@ -131,6 +137,13 @@ struct Checker {
   void operator()(void*, size_t n) const { guard->check(n); }
 };
 using CheckedAllocator = compat::WrappingAllocator<Checker>;
+
+}  // namespace host_memory_detail
+using host_memory_detail::Checker;
+using host_memory_detail::CheckedAllocator;
+using host_memory_detail::Guard;
+
+namespace {
 
 // The environment's MB as bytes: `fallback` where unset; -1 where not a whole number.
 double env_mb(const char* name, double fallback) {

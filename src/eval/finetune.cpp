@@ -77,9 +77,9 @@ CheckedModel check_model(const PretrainConfig& pretrained, const std::string& to
         {"model.vocab_size", vocab}, {"model.d_model", pc.model.d_model},
         {"attention.h", spec.encoder_self.h}};
     // No train.grad_accum here; T5 keeps its shared embedding fixed unless told not to.
-    StepMemory step{optimizer_state_copies(run->optimizer), false, !pc.model.encoder_only() && f->freeze_embedding,
-                    dist::world_size() > 1};
-    step.statistics = optimizer_statistics(run->optimizer);
+    const StepMemory step{optimizer_state_copies(run->optimizer), false,
+                          !pc.model.encoder_only() && f->freeze_embedding, dist::world_size() > 1,
+                          optimizer_statistics(run->optimizer)};
     const MemoryBound bound =
         check_training_memory(spec, vocab, rows, f->inputs_length, outputs,
                               {"finetune.batch_size", "finetune.inputs_length", "finetune.targets_length"}, values,

@@ -445,7 +445,9 @@ TEST(OptimizerState, TheBoundsStatisticsAreAdafactorsOfItsMatrices) {
     EXPECT_GT(held, 0);
     EXPECT_DOUBLE_EQ(b.optimizer, held);
   }
-  EXPECT_FALSE(optimizer_statistics(OptimizerConfig{"adamw"}));  // the Adam family's: its copies alone
+  OptimizerConfig adamw;
+  adamw.name = "adamw";
+  EXPECT_FALSE(optimizer_statistics(adamw));  // the Adam family's: its copies alone
 }
 
 // A parameter with lr_scale s follows the trajectory of one stepped at s times the rate, in every
