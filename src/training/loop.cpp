@@ -357,6 +357,9 @@ struct Recorder {
   Run& r;
   EventWriter* events = nullptr;
   std::ofstream metrics{};
+  // The peaks of the current log window's steps before an evaluation inside it, which resets them
+  // to measure its own (MB; the GPU's: the caching allocator's, on CUDA).
+  double window_rss_peak = 0, window_gpu_peak = 0;
 
   void open(int64_t step) {
     events = r.o.open_outputs ? r.o.open_outputs() : nullptr;
@@ -375,7 +378,10 @@ struct Recorder {
     metrics << j.dump() << "\n" << std::flush;
   }
   json evaluate(int64_t at) {
+    window_rss_peak = std::max(window_rss_peak, peak_rss_mb());
     reset_peak_rss();
+    const bool gpu = r.device.is_cuda();
+    if (gpu) window_gpu_peak = std::max(window_gpu_peak, device_peak_mb(r.device)), reset_device_peak(r.device);
     PrecisionScope precision(r.o.eval_precision.empty() ? r.o.precision : r.o.eval_precision);
     json values;
     try {
@@ -391,8 +397,9 @@ struct Recorder {
       throw;
     }
     json rec = values;
-    rec["peak_rss_mb"] = std::round(peak_rss_mb());  // the evaluation's own peak
+    rec["peak_rss_mb"] = std::round(peak_rss_mb());  // the evaluation's own peaks
     reset_peak_rss();
+    if (gpu) rec["gpu_peak_mb"] = std::round(device_peak_mb(r.device)), reset_device_peak(r.device);
     record(rec, "eval", at);
     return values;
   }
@@ -421,17 +428,20 @@ struct Window {
   }
   void flush(Recorder& out, int64_t step, double lr, double eta, bool data_parallel) {
     const double n = double(steps);
+    // The window's peaks: of its steps, before and after any evaluation among them.
+    const double rss_peak = std::max(out.window_rss_peak, peak_rss_mb());
     json rec{{"loss", loss / n}, {"lr", lr}, {"grad_norm", grad_norm / n},
              {"tokens_per_s", double(tokens) / time}, {"step_time_s", time / n},
-             {"rss_mb", std::round(rss_mb())}, {"peak_rss_mb", std::round(peak_rss_mb())}};  // the window's peak
+             {"rss_mb", std::round(rss_mb())}, {"peak_rss_mb", std::round(rss_peak)}};
     if (clipping) rec["clipped"] = double(clipped) / n;
-    if (out.r.device.is_cuda()) {  // the allocator's peak of tensor memory in the window (its evaluations too)
-      rec["gpu_peak_mb"] = std::round(device_peak_mb(out.r.device));
+    if (out.r.device.is_cuda()) {  // the allocator's peak of tensor memory
+      rec["gpu_peak_mb"] = std::round(std::max(out.window_gpu_peak, device_peak_mb(out.r.device)));
       reset_device_peak(out.r.device);
     }
     const bool with_nll = out.r.o.reports_nll;
     if (with_nll) rec["nll"] = nll / n;
     reset_peak_rss();
+    out.window_rss_peak = out.window_gpu_peak = 0;
     std::string comm;
     if (data_parallel) {  // rank 0's view of the gradient all-reduce, per step
       rec["backward_s"] = sync.backward_s / n, rec["allreduce_s"] = sync.comm_s / n;

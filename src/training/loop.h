@@ -31,14 +31,15 @@
 // Records (one JSON object per line in metrics.jsonl, and the same scalars in TensorBoard):
 //   train: {step, loss, nll, lr, tokens_per_s, step_time_s, rss_mb, peak_rss_mb}: loss and nll
 //          are means over the steps since the previous record, peak_rss_mb the process's peak
-//          since it; on a GPU also gpu_peak_mb (the caching allocator's peak of memory held by
-//          tensors since the previous train record, an evaluation between them included); with
-//          a tag, also {"task": tag}; data parallel, per
+//          in those steps (an evaluation among them left out: it has its own); on a GPU also
+//          gpu_peak_mb (the caching allocator's peak of memory held by tensors, in the same
+//          steps); with a tag, also {"task": tag}; data parallel, per
 //          step as rank 0 saw it: backward_s (the last micro-batch's backward, all-reduce
 //          included), allreduce_s (time with a bucket in flight), allreduce_exposed_s (of that,
 //          after the last bucket was launched: what backward did not hide), allreduce_mb,
 //          allreduce_buckets
-//   eval:  {step, <metric>: value, ...} as Trainee::evaluate returns them
+//   eval:  {step, <metric>: value, ..., peak_rss_mb[, gpu_peak_mb]}: the metrics as
+//          Trainee::evaluate returns them, and the evaluation's own peaks
 #pragma once
 #include <torch/torch.h>
 

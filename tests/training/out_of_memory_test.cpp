@@ -12,6 +12,7 @@
 #include "common/determinism.h"
 #include "test_util.h"
 #include "training/checkpoint.h"
+#include "training/linear_trainee.h"
 #include "training/loop.h"
 
 namespace thx::test {
@@ -33,46 +34,26 @@ class PutOptimizer : public Optimizer {
   int64_t at_;
 };
 
-class OutOfMemoryTrainee : public Trainee {
+class OutOfMemoryTrainee : public LinearTrainee {
  public:
   // put: at fail_at_forward, run put_ (no deterministic implementation in ATen) instead.
   explicit OutOfMemoryTrainee(int64_t fail_at_forward, int64_t fail_at_eval, bool put = false)
-      : fail_forward_(fail_at_forward), fail_eval_(fail_at_eval), put_(put) {
-    torch::manual_seed(3);
-    lin_ = torch::nn::Linear(3, 1);
-    opt_ = make_optimizer(OptimizerConfig{}, {{"w", lin_->weight, lin_->weight.sizes().vec()},
-                                              {"b", lin_->bias, lin_->bias.sizes().vec()}});
-  }
-  torch::nn::Module& module() override { return *lin_; }
-  std::vector<std::pair<std::string, torch::Tensor>> parameters() override {
-    return {{"w", lin_->weight}, {"b", lin_->bias}};
-  }
+      : fail_forward_(fail_at_forward), fail_eval_(fail_at_eval), put_(put) {}
   Optimizer& optimizer() override { return update_ ? *update_ : *opt_; }
   std::unique_ptr<Optimizer> update_;  // in place of Adafactor, where a test sets it
-  std::vector<Batch> next_step(int64_t micro) override {
-    std::vector<Batch> out(static_cast<size_t>(micro));
-    for (auto& b : out) b.inputs = torch::randn({8 / micro, 3});  // [b,3]
-    return out;
-  }
-  double weight(const Batch& b) override { return double(b.inputs.size(0)); }
-  int64_t tokens(const Batch& b) override { return b.inputs.size(0); }
   MicroLoss forward(const Batch& b) override {
     if (++forwards_ == fail_forward_ && put_)
       torch::zeros({3}).put_(torch::tensor({int64_t{1}, int64_t{1}}), torch::tensor({1.0f, 2.0f}), false);
     else if (forwards_ == fail_forward_)
       TORCH_CHECK_WITH(OutOfMemoryError, false, "CUDA out of memory. Tried to allocate 20.00 GiB");
-    return {lin_->forward(b.inputs).pow(2).mean(), 0.0, {}};
+    return LinearTrainee::forward(b);
   }
   nlohmann::json evaluate(int64_t step) override {
     if (++evals_ == fail_eval_) TORCH_CHECK_WITH(OutOfMemoryError, false, "CUDA out of memory. Tried to allocate 9 GiB");
-    return {{"loss", 0.0}};
+    return LinearTrainee::evaluate(step);
   }
-  void save_state(Checkpoint&) override {}
-  void load_state(const Checkpoint&) override {}
 
  private:
-  torch::nn::Linear lin_{nullptr};
-  std::unique_ptr<Optimizer> opt_;
   int64_t fail_forward_, fail_eval_, forwards_ = 0, evals_ = 0;
   bool put_ = false;
 };
