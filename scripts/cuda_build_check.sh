@@ -71,7 +71,7 @@ else
   # The stand-in: torch, its headers and no library; torch_cuda, nothing. The wheel's own
   # TorchConfig finds its libraries, which a headers-only tree lacks.
   cat > "$dir/stand-in/TorchConfig.cmake" <<CMAKE
-set(TORCH_INCLUDE_DIRS $libtorch/include $libtorch/include/torch/csrc/api/include)
+set(TORCH_INCLUDE_DIRS "$libtorch/include" "$libtorch/include/torch/csrc/api/include")
 add_library(torch INTERFACE IMPORTED)
 set_target_properties(torch PROPERTIES INTERFACE_INCLUDE_DIRECTORIES "\${TORCH_INCLUDE_DIRS}")
 add_library(torch_cuda INTERFACE IMPORTED)
@@ -111,9 +111,11 @@ if [ -z "$libtorch" ]; then
   foreign=$(grep -vE "^(c10::cuda::|at::cuda::)" "$dir/unresolved.txt" || true)
   expected="LibTorch's CUDA libraries' (c10::cuda, at::cuda)"
 else
-  # No library of that LibTorch is linked: every unresolved symbol that is thx's, or no LibTorch's.
-  foreign=$({ grep -E "thx::" "$dir/unresolved.txt"; grep -vE "(c10|at|torch|caffe2|c10d)::" "$dir/unresolved.txt"; } |
-            sort -u || true)
+  # No library of that LibTorch is linked: every unresolved symbol that is thx's, or no LibTorch's
+  # (a namespace of its, whole: fmt::format:: is not at::).
+  ns='(^|[^A-Za-z0-9_])'
+  foreign=$({ grep -E "${ns}thx::" "$dir/unresolved.txt"
+              grep -vE "${ns}(c10|at|torch|caffe2|c10d)::" "$dir/unresolved.txt"; } | sort -u || true)
   expected="LibTorch's (c10, at, torch, caffe2, c10d), whose libraries this check does not link"
 fi
 echo "[cuda_build_check] $cuda_objects CUDA objects; $(wc -l < "$dir/unresolved.txt") symbols unresolved, all" \
