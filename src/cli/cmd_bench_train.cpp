@@ -2,7 +2,6 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
-#include <filesystem>
 
 #include "attention/fused.h"
 #include "cli/command.h"
@@ -95,10 +94,7 @@ struct BenchTrainCommand : Command {
       if (!topt.device.is_cuda())
         throw InputError("--trace writes Kineto's timeline of a GPU's step (thx --device cuda); on the CPU, "
                          "--profile's tables are LibTorch's CPU profiler's");
-      check_output_dir(topt.trace_dir, "--trace");
-      std::error_code ec;
-      std::filesystem::create_directories(topt.trace_dir, ec);
-      if (ec) throw InputError(fmt::format("--trace: cannot make the folder {}: {}", topt.trace_dir, ec.message()));
+      create_output_dir(topt.trace_dir, "--trace");
     }
     bench_train(topt);
     return 0;

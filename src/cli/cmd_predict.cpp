@@ -63,11 +63,7 @@ struct PredictCommand : Command {
   int run() override {
     if (checkpoint.empty()) throw InputError("predict: --checkpoint PATH is required");
     if (!std::filesystem::exists(checkpoint)) throw InputError(fmt::format("{}: no such checkpoint", checkpoint));
-    if (out != "-") {  // before any model is loaded: the run would end at its last step
-      const std::filesystem::path dir = std::filesystem::absolute(out).parent_path();
-      if (!std::filesystem::is_directory(dir))
-        throw InputError(fmt::format("--out {}: directory {} does not exist", out, dir.string()));
-    }
+    if (out != "-") check_output_file(out, "--out");  // before any model is loaded
     if (task.empty()) {
       if (!config.files.empty() || !config.sets.empty())
         throw InputError("predict: --config and --set go with --task (a fine-tuned model); a pretrained T5 needs "

@@ -197,8 +197,20 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"debug", "info", "warn", "error", "off"}))
       ->capture_default_str();
   int64_t threads = 0;
-  app.add_option("--threads", threads, "intra-op CPU threads (0: every core; under torchrun, cores / LOCAL_WORLD_SIZE)")
+  app.add_option("--threads", threads,
+                 "intra-op CPU threads (0: every core this process may run on; under torchrun, cores / "
+                 "LOCAL_WORLD_SIZE)")
       ->check(thx::non_negative_number())
+      ->check(CLI::Validator(
+          [](std::string& value) {
+            const double v = std::strtod(value.c_str(), nullptr);
+            return v <= double(thx::kMaxThreads)
+                       ? std::string()
+                       : fmt::format("{} is invalid: at most {} (this process may run on {} of this machine's "
+                                     "cores; past them threads only wait on each other)",
+                                     value, thx::kMaxThreads, thx::available_cores());
+          },
+          ""))
       ->capture_default_str();
   std::string device = "auto";
   app.add_option("--device", device, "cpu | cuda | auto (CUDA when present); a config's train.device overrides it")

@@ -97,4 +97,25 @@ void check_output_dir(const std::string& path, const std::string& flag) {
     throw InputError(fmt::format("{}: exists and is not a directory ({} names a directory)", path, flag));
 }
 
+void create_output_dir(const std::string& path, const std::string& flag) {
+  check_output_dir(path, flag);
+  std::error_code ec;
+  std::filesystem::create_directories(path, ec);
+  if (ec) throw InputError(fmt::format("{} {}: cannot create the directory ({})", flag, path, ec.message()));
+}
+
+void check_output_file(const std::string& path, const std::string& flag) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::is_directory(path, ec))
+    throw InputError(fmt::format("{} {}: is a directory; {} names a file", flag, path, flag));
+  const fs::path dir = fs::absolute(path, ec).parent_path();
+  if (!fs::is_directory(dir, ec))
+    throw InputError(fmt::format("{} {}: directory {} {}", flag, path, dir.string(),
+                                 fs::exists(dir, ec) ? "is not a directory" : "does not exist"));
+  if (::access(dir.c_str(), W_OK) != 0)
+    throw InputError(fmt::format("{} {}: cannot write in directory {} ({})", flag, path, dir.string(),
+                                 std::strerror(errno)));
+}
+
 }  // namespace thx

@@ -23,6 +23,13 @@ inline uint64_t fnv1a(const std::string& s, uint64_t seed = 0xcbf29ce484222325UL
 // InputError "<path>: exists and is not a directory (<flag> names a directory)" when `path`
 // exists as anything but a directory: checked before an output directory is created.
 void check_output_dir(const std::string& path, const std::string& flag);
+// check_output_dir, then the directory and its parents made: InputError "<flag> <path>: cannot
+// create the directory (<why>)" where they cannot be (a file in the way, no permission).
+void create_output_dir(const std::string& path, const std::string& flag);
+// Checked before long work whose result goes to the file `path` (a report, predictions):
+// InputError "<flag> <path>: ..." where its directory does not exist or cannot be written in,
+// or where `path` is a directory.
+void check_output_file(const std::string& path, const std::string& flag);
 
 // Removes `path` and, if it is a directory, everything under it, without following symbolic
 // links (a link is removed, not what it points to); a missing path is no error. Returns false

@@ -4,6 +4,7 @@
 #include <execinfo.h>
 #include <fmt/format.h>
 #include <malloc.h>
+#include <sched.h>
 #include <torch/torch.h>
 
 #include <signal.h>
@@ -186,6 +187,13 @@ void install_crash_report() {
   for (const int sig : {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT}) ::sigaction(sig, &sa, nullptr);
 }
 
+int64_t available_cores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
+  return std::max<int64_t>(1, int64_t(std::thread::hardware_concurrency()));
+}
+
 void configure_runtime(int64_t threads) {
   static bool malloc_done = false;
   if (!malloc_done) {
@@ -197,7 +205,11 @@ void configure_runtime(int64_t threads) {
     // Under torchrun, the node's cores are shared by its LOCAL_WORLD_SIZE ranks.
     int64_t local = 1;
     if (const char* v = std::getenv("LOCAL_WORLD_SIZE")) local = std::max<int64_t>(1, std::atoll(v));
-    threads = std::max<int64_t>(1, int64_t(std::thread::hardware_concurrency()) / local);
+    threads = std::max<int64_t>(1, available_cores() / local);
+  } else if (threads > available_cores()) {
+    const int64_t cores = available_cores();
+    thx::log("runtime")->warn("--threads {}: more than the {} core{} this process may run on; past them threads only "
+                              "wait on each other", threads, cores, cores == 1 ? "" : "s");
   }
   torch::set_num_threads(static_cast<int>(threads));
   // ATen's thread count does not reach a pthreads OpenBLAS, which would otherwise use every
@@ -326,7 +338,8 @@ std::string device_description(const torch::Device& device) {
 #endif
   if (!device.is_cpu()) return "device " + device.str();
   const std::string blas = blas_description();
-  return fmt::format("CPU: {}; {} threads{}", cpu_bf16().describe(), torch::get_num_threads(),
+  const int threads = torch::get_num_threads();
+  return fmt::format("CPU: {}; {} thread{}{}", cpu_bf16().describe(), threads, threads == 1 ? "" : "s",
                      blas.empty() ? "" : "; " + blas);
 }
 

@@ -78,7 +78,16 @@ void install_crash_report();
 // it (130 for Ctrl-C, 143 for SIGTERM), after its checkpoint.
 std::string signal_name(int sig);
 
-// threads <= 0: all hardware threads, divided among torchrun's LOCAL_WORLD_SIZE ranks.
+// The hardware threads this process may run on: its CPU affinity's (taskset, a container's
+// cpuset), not the machine's, which std::thread::hardware_concurrency counts; at least 1.
+int64_t available_cores();
+// The most --threads takes: past the cores, threads only wait on each other (a run with 1,000
+// on 2 cores took 6x as long to start, with 100,000 it never did), so more is a mistake. Up to
+// it, more than the cores is taken with a warning (a run repeated with another machine's count).
+constexpr int64_t kMaxThreads = 1024;
+
+// threads <= 0: available_cores(), divided among torchrun's LOCAL_WORLD_SIZE ranks. More than
+// available_cores() logs a warning.
 void configure_runtime(int64_t threads = 0);
 
 // Call first in main(): re-executes the program with the thread-pool environment above if it

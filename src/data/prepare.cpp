@@ -231,7 +231,7 @@ PrepareResult run_prepare(const PrepareOptions& o) {
     return *done;
   }
   const RemoveIfFailed cleanup{fs::exists(o.out_dir) ? "" : o.out_dir};
-  fs::create_directories(o.out_dir);
+  create_output_dir(o.out_dir, "--out");
   const auto t0 = std::chrono::steady_clock::now();
   ShardWriter writers[2] = {ShardWriter(o.out_dir, "train", o.shard_tokens),
                             ShardWriter(o.out_dir, "heldout", o.shard_tokens)};

@@ -7,10 +7,10 @@
 #include <random>
 #include <regex>
 #include <sstream>
-#include <thread>
 
 #include "common/error.h"
 #include "common/log.h"
+#include "common/runtime.h"
 
 namespace thx {
 
@@ -197,7 +197,7 @@ CorpusStats train_sentencepiece(const SpmTrainOptions& o) {
   }, stats);
   log->info("{} files, {} documents, {} lines ({} sampled), {} malformed lines skipped",
             stats.files, stats.documents, seen, sample.size(), stats.bad_lines);
-  const int64_t threads = o.threads > 0 ? o.threads : std::max(1u, std::thread::hardware_concurrency());
+  const int64_t threads = o.threads > 0 ? o.threads : available_cores();
   // SentencePiece writes PREFIX.model and PREFIX.vocab in place; train under a temporary
   // prefix and rename, so that an interrupted run leaves no half-written model behind.
   const std::string tmp_prefix = fmt::format("{}.tmp{}", o.model_prefix, getpid());

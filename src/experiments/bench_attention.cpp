@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <fstream>
 #include <map>
 #include <thread>
 
@@ -15,6 +14,7 @@
 #include "attention/fused.h"
 #include "attention/kernels.h"
 #include "common/error.h"
+#include "common/fs.h"
 #include "common/log.h"
 #include "common/precision.h"
 #include "common/text_table.h"
@@ -348,6 +348,7 @@ std::string cpu_tiles_note(const std::vector<std::string>& precisions) {
 std::string bench_attention(const BenchAttentionOptions& options) {
   auto log = thx::log("bench");
   BenchAttentionOptions opt = options;  // its own path, else `thx --th-path`'s
+  if (!opt.markdown_out.empty()) check_output_file(opt.markdown_out, "--out");  // before the hours it may take
   const std::string path =
       opt.batched ? "batched" : opt.tiled && !tiled_path(th_path()) ? "tiled" : opt.fused ? "fused" : th_path();
   opt.batched = path == "batched", opt.tiled = tiled_path(path);
@@ -360,8 +361,9 @@ std::string bench_attention(const BenchAttentionOptions& options) {
   set_th_padded_heads(!opt.unpadded);
   set_th_launch(opt.th_launch);
   torch::manual_seed(0);
-  log->info("attention fwd+bwd: d_model {}, n = m = {}, batch {}{}, {} threads, median of {}", opt.d_model, opt.n,
-            opt.batch, opt.bias ? ", T5's relative position bias" : "", torch::get_num_threads(), opt.reps);
+  const int threads = torch::get_num_threads();
+  log->info("attention fwd+bwd: d_model {}, n = m = {}, batch {}{}, {} thread{}, median of {}", opt.d_model, opt.n,
+            opt.batch, opt.bias ? ", T5's relative position bias" : "", threads, threads == 1 ? "" : "s", opt.reps);
   const std::vector<std::string> precisions = bench_precisions(opt.precision, "--precision", opt.device);
   const bool gpu = opt.device.is_cuda();
   const std::string th_path = !gpu           ? "the CPU cores" + cpu_tiles_note(precisions)
@@ -418,7 +420,7 @@ std::string bench_attention(const BenchAttentionOptions& options) {
   report += targets_text(opt, precisions, tables);
   report += "\n";
   std::fputs(report.c_str(), stdout);
-  if (!opt.markdown_out.empty()) std::ofstream(opt.markdown_out) << report;
+  if (!opt.markdown_out.empty()) write_file_atomic(opt.markdown_out, report);
   return report;
 }
 

@@ -4,7 +4,6 @@
 #include <cctype>
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <regex>
 #include <set>
 
@@ -15,6 +14,7 @@
 #include <functional>
 #include "common/determinism.h"
 #include "common/error.h"
+#include "common/fs.h"
 #include "common/log.h"
 #include "common/precision.h"
 #include "common/runtime.h"
@@ -424,6 +424,7 @@ void t5_base_rows(TrainBench& bench, const PretrainConfig& c, int64_t batch, boo
 
 std::string bench_train(const BenchTrainOptions& options) {
   BenchTrainOptions o = options;
+  if (!o.markdown_out.empty()) check_output_file(o.markdown_out, "--out");  // before the hours it may take
   o.tiled = o.tiled || th_path() != "fused";  // `--th-path tiled|batched|folded|gemm...`: not the fused kernels
   set_th_kernels(!o.tiled);
   // --aten's parts, read where each runs (common/runtime.h), for this bench (with THX_ATEN's).
@@ -463,7 +464,7 @@ std::string bench_train(const BenchTrainOptions& options) {
     t5_base_rows(bench, c, o.base_batch > 0 ? o.base_batch : bench.gpu() ? 32 : 8, peer, o.base_heads, o.peer_heads);
   const std::string report = bench.report();
   std::fputs(report.c_str(), stdout);
-  if (!o.markdown_out.empty()) std::ofstream(o.markdown_out) << report;
+  if (!o.markdown_out.empty()) write_file_atomic(o.markdown_out, report);
   return report;
 }
 

@@ -16,7 +16,6 @@
 #include <fstream>
 #include <map>
 #include <optional>
-#include <thread>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -502,7 +501,7 @@ SweepOutcome run_sweep(const Sweep& sweep, const SweepOptions& o,
   check_output_dir(out, "--out");
   if (o.jobs < 1) throw InputError(fmt::format("--jobs {}: must be at least 1", o.jobs));
   std::vector<Planned> plan = plan_runs(sweep, out, resolve);
-  const int64_t cores = o.threads > 0 ? o.threads : std::max(1u, std::thread::hardware_concurrency());
+  const int64_t cores = o.threads > 0 ? o.threads : available_cores();
   const int64_t ranks = std::max<int64_t>(1, o.ranks_per_run);
   const auto [jobs, fewer] =
       jobs_memory_allows(plan, o, std::min<int64_t>(o.jobs, std::max<int64_t>(1, int64_t(plan.size()))), ranks);
@@ -512,7 +511,7 @@ SweepOutcome run_sweep(const Sweep& sweep, const SweepOptions& o,
   if (const auto missing = missing_data(plan); !missing.empty())  // every run would fail: start none
     throw InputError(fmt::format("{}: {}", sweep.file, missing_data_line(missing.front(), plan.size())));
 
-  fs::create_directories(out);
+  create_output_dir(out, "--out");
   const SweepLock lock(out);
   write_file_atomic((fs::path(out) / "sweep.yaml").string(), read_file(sweep.file));
   std::vector<Child> running;

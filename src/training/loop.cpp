@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cmath>
 #include <csignal>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -367,6 +368,8 @@ struct Recorder {
     fs::create_directories(r.o.checkpoint_dir);
     if (r.o.resume) drop_records_after(r.o.metrics_file, r.o.tag, step);
     metrics.open(r.o.metrics_file, std::ios::app);
+    if (!metrics)
+      throw InputError(fmt::format("{}: cannot open for appending ({})", r.o.metrics_file, std::strerror(errno)));
   }
   void record(json j, const std::string& kind, int64_t at) {
     if (!r.writer) return;
@@ -376,6 +379,9 @@ struct Recorder {
     // Wall-clock seconds since the Unix epoch, as TensorBoard's events carry it (not a scalar).
     j["time"] = std::round(std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count() * 1000) / 1000;
     metrics << j.dump() << "\n" << std::flush;
+    if (!metrics)  // (a full disk: the run's numbers must not go missing unsaid)
+      throw RunError(fmt::format("{}: cannot write the step-{} {} record ({})", r.o.metrics_file, at, kind,
+                                 std::strerror(errno)));
   }
   json evaluate(int64_t at) {
     window_rss_peak = std::max(window_rss_peak, peak_rss_mb());

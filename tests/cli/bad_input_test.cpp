@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -65,26 +64,54 @@ TEST(BadInput, AKernelBuildThisCpuCannotRunIsOneLine) {
   EXPECT_EQ(run_command("THX_KERNELS=generic " + std::string(THX_BINARY) + " costs >/dev/null 2>&1").code, 0);
 }
 
-TEST(BadInput, AnOutputDirectoryThatIsAFileIsOneLine) {
+// An output directory that is a file, or a path below a file, or a report's path that is a
+// folder: one line, exit 2, before the work whose result it would hold (a benchmark can take
+// hours); nothing written, the file kept.
+TEST(BadInput, AnOutputPathThatIsOrIsBelowAFileIsOneLineBeforeAnyWork) {
   TempDir dir;
   const std::string file = dir.write("afile", "keep me\n");
   const PretrainConfig c = tiny_pretrain(prepared_corpus(dir), 2);
   const std::string cfg = dir.write("run.yaml", c.yaml);
   const std::string sweep = dir.write("sweep.yaml", "sweep: s\nbase: run.yaml\ngrid: {attention.h: [2]}\n");
-  for (const std::string& args :
-       {"pretrain --config " + cfg + " --run-dir " + file,
-        "prepare --input " + dir.file("corpus.txt") + " --format text --tokenizer " + dir.file("tiny.model") +
-            " --out " + file,
-        "sweep --dry-run --config " + sweep + " --out " + file}) {
+  const std::string prepare =
+      "prepare --input " + dir.file("corpus.txt") + " --format text --tokenizer " + dir.file("tiny.model");
+  const std::string bench = "bench attention --heads 2 --d-model 16 --n 8 --batch 1 --reps 1 --no-reference";
+  const std::string is_file = file + ": exists and is not a directory (";
+  const std::string below = "--out " + file + "/x: cannot create the directory (Not a directory)";
+  const std::string report = "--out " + file + "/r.md: directory " + file + " is not a directory";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"pretrain --config " + cfg + " --run-dir " + file, is_file},
+      {prepare + " --out " + file, is_file},
+      {"sweep --dry-run --config " + sweep + " --out " + file, is_file},
+      {prepare + " --out " + file + "/x", below},
+      {"sweep --config " + sweep + " --out " + file + "/x", below},
+      {bench + " --out " + file + "/r.md", report},
+      {"bench train --config " + cfg + " --steps 1 --out " + file + "/r.md", report},
+      {bench + " --out " + dir.path.string(), "--out " + dir.path.string() + ": is a directory; --out names a file"},
+  };
+  for (const auto& [args, want] : cases) {
     const RunResult r = run_thx(args);
     EXPECT_EQ(r.code, 2) << args << "\n" << r.out;
-    EXPECT_NE(r.out.find("thx: error: " + file + ": exists and is not a directory ("), std::string::npos) << r.out;
+    EXPECT_EQ(r.out.rfind("thx: error: " + want, 0), 0u) << args << "\n" << r.out;
     EXPECT_EQ(lines(r.out), 1) << r.out;
   }
-  std::ifstream in(file);
-  std::string kept;
-  std::getline(in, kept);
-  EXPECT_EQ(kept, "keep me");
+  EXPECT_EQ(read_file(file), "keep me\n");
+}
+
+// A metrics.jsonl that cannot be written (here: a full disk, /dev/full) stops the run with one
+// line naming it and the record: a run's numbers never go missing unsaid.
+TEST(BadInput, AMetricsFileThatCannotBeWrittenStopsTheRun) {
+  if (!fs::exists("/dev/full")) GTEST_SKIP() << "no /dev/full here (the full disk this test stands in with)";
+  TempDir dir;
+  const PretrainConfig c = tiny_pretrain(prepared_corpus(dir), 5);
+  const std::string cfg = dir.write("run.yaml", c.yaml);
+  fs::create_directories(dir.file("run"));
+  fs::create_symlink("/dev/full", dir.file("run/metrics.jsonl"));
+  const RunResult r =
+      run_thx("--threads 1 --log-level warn pretrain --config " + cfg + " --run-dir " + dir.file("run"));
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_EQ(r.out, "thx: error: " + dir.file("run/metrics.jsonl") +
+                       ": cannot write the step-5 train record (No space left on device)\n");
 }
 
 TEST(BadInput, ResumeRemovesTheTemporariesOfAKilledWriter) {

@@ -45,6 +45,26 @@ TEST(Cli, GlobalOptionsOnEitherSideOfTheSubcommand) {
   EXPECT_EQ(run_thx("costs --threads -1").code, 2);
 }
 
+// Threads are counted from the cores this process may run on (here: taskset's one), not the
+// machine's; more than those is a warning, more than thx's bound (kMaxThreads) one line, exit 2.
+TEST(Cli, ThreadsAreTheCoresThisProcessMayRunOn) {
+  const std::string bench = " bench attention --heads 2 --d-model 16 --n 8 --batch 1 --reps 1 --no-reference";
+  RunResult r = run_command("taskset -c 0 " + std::string(THX_BINARY) + bench + " 2>&1");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("batch 1, 1 thread, median of 1"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("more than the"), std::string::npos) << r.out;
+  r = run_command("taskset -c 0 " + std::string(THX_BINARY) + " --threads 2 --log-level warn" + bench + " 2>&1");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("] --threads 2: more than the 1 core this process may run on; past them threads only wait "
+                       "on each other\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("; 2 threads"), std::string::npos) << r.out;  // (the report's CPU line)
+  r = run_thx("--threads 1025 costs");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_EQ(r.out.rfind("thx: error: --threads: 1025 is invalid: at most 1024 (this process may run on ", 0), 0u)
+      << r.out;
+  EXPECT_EQ(lines(r.out), 1) << r.out;
+}
+
 TEST(Cli, UnknownSubcommandOrFlagExitsTwo) {
   EXPECT_EQ(run_thx("frobnicate").code, 2);
   EXPECT_EQ(run_thx("costs --colour").code, 2);

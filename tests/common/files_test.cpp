@@ -5,6 +5,7 @@
 #include <fstream>
 
 #include <hdf5.h>
+#include <unistd.h>
 
 #include "common/csv.h"
 #include "common/error.h"
@@ -213,6 +214,25 @@ TEST(H5, ALegacyFileThatCrashesHdf5IsOneLine) {
   }
   const std::string sound = std::string(THX_SOURCE_DIR) + "/tests/fuzz/corpus/shard/train-no-checksum.h5";
   EXPECT_GT(H5Reader(sound).read("/tokens").numel(), 0);
+}
+
+// A folder that this user may not write in refuses a report's path before the work (bench --out).
+// Root writes in any folder (its permission bits do not bind it), so this runs for other users.
+TEST(OutputPaths, AFolderNotWritableRefusesAReportsPath) {
+  if (::geteuid() == 0) GTEST_SKIP() << "running as root, which may write in any folder";
+  test::TempDir dir;
+  const std::string locked = dir.file("locked");
+  std::filesystem::create_directories(locked);
+  std::filesystem::permissions(locked, std::filesystem::perms::owner_read | std::filesystem::perms::owner_exec);
+  try {
+    check_output_file(locked + "/r.md", "--out");
+    ADD_FAILURE() << "a folder without write permission was taken";
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()), "--out " + locked + "/r.md: cannot write in directory " + locked +
+                                         " (Permission denied)");
+  }
+  std::filesystem::permissions(locked, std::filesystem::perms::owner_all);
+  EXPECT_NO_THROW(check_output_file(locked + "/r.md", "--out"));
 }
 
 TEST(Csv, QuotesBlankLinesAndErrors) {
