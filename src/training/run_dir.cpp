@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -186,7 +187,11 @@ void RunDirectory::open() {
     }
     const nlohmann::json rec{{"time", std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count()},
                              {"from_checkpoint", from_checkpoint_}, {"changes", c}};
-    std::ofstream((fs::path(o_.dir) / "config_changes.jsonl").string(), std::ios::app) << rec.dump() << "\n";
+    const std::string file = (fs::path(o_.dir) / "config_changes.jsonl").string();
+    std::ofstream out(file, std::ios::app);
+    out << rec.dump() << "\n" << std::flush;
+    if (!out)  // (before the config is replaced: the change would go unrecorded)
+      throw RunError(fmt::format("{}: cannot record the config change ({})", file, std::strerror(errno)));
   }
   write_file_atomic((fs::path(o_.dir) / o_.config_file).string(), o_.yaml);
   std::string unended;  // how the last session ended, where it did not say

@@ -98,20 +98,30 @@ TEST(BadInput, AnOutputPathThatIsOrIsBelowAFileIsOneLineBeforeAnyWork) {
   EXPECT_EQ(read_file(file), "keep me\n");
 }
 
-// A metrics.jsonl that cannot be written (here: a full disk, /dev/full) stops the run with one
-// line naming it and the record: a run's numbers never go missing unsaid.
-TEST(BadInput, AMetricsFileThatCannotBeWrittenStopsTheRun) {
+// A record that cannot be written (here: a full disk, /dev/full) stops the run with one line
+// naming the file and the record, exit 1: metrics.jsonl's, and config_changes.jsonl's of an
+// allowed change on resume (before config.yaml is replaced). A run's numbers never go missing
+// unsaid.
+TEST(BadInput, ARecordThatCannotBeWrittenStopsTheRun) {
   if (!fs::exists("/dev/full")) GTEST_SKIP() << "no /dev/full here (the full disk this test stands in with)";
   TempDir dir;
   const PretrainConfig c = tiny_pretrain(prepared_corpus(dir), 5);
   const std::string cfg = dir.write("run.yaml", c.yaml);
-  fs::create_directories(dir.file("run"));
-  fs::create_symlink("/dev/full", dir.file("run/metrics.jsonl"));
-  const RunResult r =
-      run_thx("--threads 1 --log-level warn pretrain --config " + cfg + " --run-dir " + dir.file("run"));
+  const std::string thx = "--threads 1 --log-level warn pretrain --config " + cfg + " --run-dir ";
+  fs::create_directories(dir.file("full"));
+  fs::create_symlink("/dev/full", dir.file("full/metrics.jsonl"));
+  RunResult r = run_thx(thx + dir.file("full"));
   EXPECT_EQ(r.code, 1) << r.out;
-  EXPECT_EQ(r.out, "thx: error: " + dir.file("run/metrics.jsonl") +
+  EXPECT_EQ(r.out, "thx: error: " + dir.file("full/metrics.jsonl") +
                        ": cannot write the step-5 train record (No space left on device)\n");
+  ASSERT_EQ(run_thx(thx + dir.file("run")).code, 0);
+  const std::string config = read_file(dir.file("run/config.yaml"));
+  fs::create_symlink("/dev/full", dir.file("run/config_changes.jsonl"));
+  r = run_thx(thx + dir.file("run") + " --resume --allow-config-change train.steps --set train.steps=6");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("thx: error: " + dir.file("run/config_changes.jsonl") +
+                       ": cannot record the config change (No space left on device)\n"), std::string::npos) << r.out;
+  EXPECT_TRUE(read_file(dir.file("run/config.yaml")) == config) << "config.yaml replaced, the change unrecorded";
 }
 
 TEST(BadInput, ResumeRemovesTheTemporariesOfAKilledWriter) {
