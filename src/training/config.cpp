@@ -69,12 +69,13 @@ void validate(const OptimizerConfig& c) {
   one_of("optimizer.schedule", c.schedule, {"inverse_sqrt", "constant", "polynomial"});
   if (!(c.power > 0))
     throw ConfigError("optimizer.power", fmt::format("{} is invalid: must be > 0", c.power));
+  // (learning_rate first: end_learning_rate is judged against it)
+  if (!(c.learning_rate > 0))
+    throw ConfigError("optimizer.learning_rate", fmt::format("{} is invalid: must be > 0", c.learning_rate));
   if (!(c.end_learning_rate >= 0 && c.end_learning_rate <= c.learning_rate))
     throw ConfigError("optimizer.end_learning_rate",
                       fmt::format("{} is invalid: must be in [0, learning_rate]", c.end_learning_rate));
   one_of("optimizer.factor_attention", c.factor_attention, {"mesh_tf", "combined", "per_head"});
-  if (!(c.learning_rate > 0))
-    throw ConfigError("optimizer.learning_rate", fmt::format("{} is invalid: must be > 0", c.learning_rate));
   at_least("optimizer.warmup_steps", c.warmup_steps, 1);
   if (!(c.decay_fraction >= 0 && c.decay_fraction <= 1))
     throw ConfigError("optimizer.decay_fraction", fmt::format("{} is invalid: must be in [0, 1]", c.decay_fraction));

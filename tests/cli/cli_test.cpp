@@ -333,6 +333,8 @@ TEST(Cli, BadPretrainConfigsExitTwoWithOneLine) {
       {"--set optimizer.mixing_lr_multiplier=3",
        "optimizer.mixing_lr_multiplier: 3 has no effect: attention.variant multi_head has no P_l or P_w"},
       {"--set data.noise_density=1.5", "data.noise_density: 1.5 is invalid"},
+      // (the rate itself named, not end_learning_rate, which is judged against it)
+      {"--set optimizer.learning_rate=-1", "optimizer.learning_rate: -1 is invalid: must be > 0"},
       {"--set data.prepared=", "data.prepared: expected a string, got null"},
       {"--set 'data.prepared=\"\"'", "data.prepared: is required"},
   };
