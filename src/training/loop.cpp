@@ -325,8 +325,12 @@ struct Checkpointer {
     try {
       save_checkpoint(path, ck);
     } catch (const RunError& e) {  // disk full: one line, the earlier checkpoints untouched
-      throw RunError(fmt::format("{}step {}: no checkpoint written: {}; the earlier checkpoints in {} are intact (free "
-                                 "some space, then --resume)", r.prefix, at, e.what(), r.o.checkpoint_dir));
+      const std::string kept = list_checkpoints(r.o.checkpoint_dir).empty()
+                                   ? fmt::format("there is no earlier checkpoint in {} (free some space, then run "
+                                                 "again)", r.o.checkpoint_dir)
+                                   : fmt::format("the earlier checkpoints in {} are intact (free some space, then "
+                                                 "--resume)", r.o.checkpoint_dir);
+      throw RunError(fmt::format("{}step {}: no checkpoint written: {}; {}", r.prefix, at, e.what(), kept));
     }
     prune_checkpoints(r.o.checkpoint_dir, r.o.keep);
     thx::log("train")->info("{}checkpoint {}", r.prefix, path);

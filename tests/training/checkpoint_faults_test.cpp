@@ -145,6 +145,12 @@ TEST(CheckpointFaults, AFullDiskWhileCheckpointingIsOneLineAndResumes) {
   EXPECT_EQ(read_file(checkpoint_path(ck, 2)), before);
   for (const auto& e : fs::directory_iterator(ck))
     EXPECT_EQ(e.path().string().find(".tmp-"), std::string::npos) << e.path();
+  // A run's first checkpoint: there is none before it to speak of.
+  const RunResult first = run_command("ulimit -f 128 && " + std::string(THX_BINARY) + " " + t.args("first") + " 2>&1");
+  EXPECT_EQ(first.code, 1) << first.out;
+  const std::string none =
+      "; nothing was replaced; there is no earlier checkpoint in " + t.dir.file("first/checkpoints");
+  EXPECT_NE(first.out.find(none + " (free some space, then run again)\n"), std::string::npos) << first.out;
   const RunResult again = run_thx(t.args("full", "--resume"));
   ASSERT_EQ(again.code, 0) << again.out;
   EXPECT_TRUE(same_params(checkpoint_path(ck, 6), checkpoint_path(t.dir.file("whole/checkpoints"), 6), 0));
