@@ -14,6 +14,7 @@
 
 #include <atomic>
 #include <climits>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -187,11 +188,64 @@ void install_crash_report() {
   for (const int sig : {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT}) ::sigaction(sig, &sa, nullptr);
 }
 
+int64_t cgroup_quota_cores(const std::string& cpu_max, const std::string& cfs_quota, const std::string& cfs_period) {
+  double quota = 0, period = 0;
+  std::string word;
+  if (!cpu_max.empty()) {
+    std::istringstream in(cpu_max);
+    if (!(in >> word >> period) || word == "max") return 0;
+    quota = std::atof(word.c_str());
+  } else {
+    quota = std::atof(cfs_quota.c_str()), period = std::atof(cfs_period.c_str());
+  }
+  if (!(quota > 0 && period > 0)) return 0;
+  return std::max<int64_t>(1, int64_t(std::floor(quota / period + 1e-9)));
+}
+
+namespace {
+std::string cgroup_file_text(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// The CPU quota of this process's cgroup (v2, else v1's cpu controller; its own directory from
+// /proc/self/cgroup, else the mount's root, as a container sees its own), in cores; 0: none.
+int64_t own_cgroup_quota_cores() {
+  std::string v2 = "/", v1 = "/";
+  std::istringstream in(cgroup_file_text("/proc/self/cgroup"));
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("0::", 0) == 0) v2 = line.substr(3);
+    const size_t a = line.find(':'), b = line.find(':', a + 1);
+    if (a == std::string::npos || b == std::string::npos) continue;
+    const std::string controllers = "," + line.substr(a + 1, b - a - 1) + ",";
+    if (controllers.find(",cpu,") != std::string::npos) v1 = line.substr(b + 1);
+  }
+  for (const std::string& dir : {v2, std::string("/")}) {
+    const std::string max = cgroup_file_text("/sys/fs/cgroup" + (dir == "/" ? "" : dir) + "/cpu.max");
+    if (!max.empty()) return cgroup_quota_cores(max, "", "");
+  }
+  for (const std::string& dir : {v1, std::string("/")}) {
+    const std::string d = "/sys/fs/cgroup/cpu" + (dir == "/" ? "" : dir) + "/";
+    const std::string quota = cgroup_file_text(d + "cpu.cfs_quota_us");
+    if (!quota.empty()) return cgroup_quota_cores("", quota, cgroup_file_text(d + "cpu.cfs_period_us"));
+  }
+  return 0;
+}
+}  // namespace
+
 int64_t available_cores() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (::sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
-  return std::max<int64_t>(1, int64_t(std::thread::hardware_concurrency()));
+  static const int64_t cores = [] {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    int64_t n = ::sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0
+                    ? CPU_COUNT(&set)
+                    : std::max<int64_t>(1, int64_t(std::thread::hardware_concurrency()));
+    if (const int64_t q = own_cgroup_quota_cores(); q > 0) n = std::min(n, q);
+    return n;
+  }();
+  return cores;
 }
 
 void configure_runtime(int64_t threads) {

@@ -79,8 +79,14 @@ void install_crash_report();
 std::string signal_name(int sig);
 
 // The hardware threads this process may run on: its CPU affinity's (taskset, a container's
-// cpuset), not the machine's, which std::thread::hardware_concurrency counts; at least 1.
+// cpuset), not the machine's, which std::thread::hardware_concurrency counts, and at most what
+// its cgroup's CPU quota allows (a container's --cpus); at least 1.
 int64_t available_cores();
+// The whole cores a cgroup's CPU quota allows (at least 1; a thread past them would be throttled
+// within each period, stalling the others at its parallel region's end); 0 where it sets none.
+// From the texts of v2's cpu.max ("max 100000", or "200000 100000": quota and period in us)
+// or, where that is empty, v1's cpu.cfs_quota_us (-1: none) and cpu.cfs_period_us.
+int64_t cgroup_quota_cores(const std::string& cpu_max, const std::string& cfs_quota, const std::string& cfs_period);
 // The most --threads takes: past the cores, threads only wait on each other (a run with 1,000
 // on 2 cores took 6x as long to start, with 100,000 it never did), so more is a mistake. Up to
 // it, more than the cores is taken with a warning (a run repeated with another machine's count).

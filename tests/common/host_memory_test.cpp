@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <sched.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -81,6 +82,24 @@ TEST(HostMemory, ACgroupsLimitBindsAsLinuxCountsIt) {
   m = host_memory_from(info, {v2, {"4294967296\n", "0\n", "", "inactive_file"}});  // a lower limit above
   EXPECT_EQ(m.total, 4 * GiB);
   EXPECT_EQ(m.available, 3 * GiB);
+}
+
+// A container's CPU quota (docker --cpus) in whole cores, from cgroup v2's cpu.max or v1's
+// two files; none where unlimited. available_cores() never counts more than the affinity's.
+TEST(Cores, ACgroupsCpuQuotaIsItsWholeCores) {
+  EXPECT_EQ(cgroup_quota_cores("max 100000\n", "", ""), 0);
+  EXPECT_EQ(cgroup_quota_cores("200000 100000\n", "", ""), 2);
+  EXPECT_EQ(cgroup_quota_cores("150000 100000\n", "", ""), 1);  // 1.5 cores: a second thread is throttled
+  EXPECT_EQ(cgroup_quota_cores("50000 100000\n", "", ""), 1);
+  EXPECT_EQ(cgroup_quota_cores("", "-1\n", "100000\n"), 0);
+  EXPECT_EQ(cgroup_quota_cores("", "400000\n", "100000\n"), 4);
+  EXPECT_EQ(cgroup_quota_cores("", "", ""), 0);
+  EXPECT_EQ(cgroup_quota_cores("garbage", "", ""), 0);
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  ASSERT_EQ(::sched_getaffinity(0, sizeof(set), &set), 0);
+  EXPECT_GE(available_cores(), 1);
+  EXPECT_LE(available_cores(), CPU_COUNT(&set));
 }
 
 TEST(HostMemory, ReadsThisMachinesNumbers) {
