@@ -90,6 +90,13 @@ bool remove_tree(const std::string& path, std::string* error) {
   return first.empty();
 }
 
+std::string read_file_if_any(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
 void check_output_dir(const std::string& path, const std::string& flag) {
   std::error_code ec;
   const auto st = std::filesystem::status(path, ec);

@@ -1,4 +1,5 @@
-// fs.h: small file-system helpers: atomic text writes and file fingerprints.
+// fs.h: small file-system helpers: atomic text writes, reads, output paths checked before the work, and
+// file fingerprints.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -12,6 +13,9 @@ void write_file_atomic(const std::string& path, const std::string& text);
 
 // The whole file as a string; InputError naming the file if it cannot be read.
 std::string read_file(const std::string& path);
+// The whole file as a string, or "" where it cannot be read: for the kernel's files under /proc
+// and /sys, which a machine or container may lack (a cgroup's limits, /proc/vmstat).
+std::string read_file_if_any(const std::string& path);
 
 // FNV-1a 64-bit hash, for stable, order-independent decisions (held-out split) and for
 // fingerprints. Not cryptographic.

@@ -18,6 +18,7 @@
 #include <sstream>
 #include <vector>
 
+#include "common/fs.h"
 #include "common/runtime.h"
 #include "common/torch_compat.h"
 
@@ -27,13 +28,6 @@ namespace {
 constexpr double kMB = 1024.0 * 1024.0;       // the MB of thx's memory lines (rss_mb's, /proc's kB / 1024)
 constexpr size_t kChecked = size_t(1) << 20;  // allocations this large are checked, smaller ones counted
 constexpr int64_t kReadEveryNs = 100'000'000;  // /proc/meminfo read at most every 100 ms, unless...
-
-std::string file_text(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 double number(const std::string& text) {  // a file holding one whole number; -1 where it does not
   char* end = nullptr;
@@ -59,7 +53,7 @@ struct Cgroup {
 };
 std::vector<Cgroup> cgroups() {
   std::vector<std::string> v1 = {""}, v2 = {""};
-  std::istringstream in(file_text("/proc/self/cgroup"));
+  std::istringstream in(read_file_if_any("/proc/self/cgroup"));
   for (std::string line; std::getline(in, line);) {
     if (line.rfind("0::", 0) == 0) v2.insert(v2.begin(), line.substr(3));
     const size_t at = line.find(":memory:");
@@ -190,8 +184,8 @@ HostMemory host_memory() {
   static const std::vector<Cgroup> groups = cgroups();
   std::vector<CgroupText> texts;
   for (const Cgroup& g : groups)
-    texts.push_back({file_text(g.limit), file_text(g.usage), file_text(g.stat), g.inactive});
-  return host_memory_from(file_text("/proc/meminfo"), texts);
+    texts.push_back({read_file_if_any(g.limit), read_file_if_any(g.usage), read_file_if_any(g.stat), g.inactive});
+  return host_memory_from(read_file_if_any("/proc/meminfo"), texts);
 }
 
 int64_t oom_kills_from(const std::string& vmstat) {  // "oom_kill 3" among "key value" lines
@@ -210,7 +204,7 @@ std::string oom_killer_advice(const std::string& whom, const std::string& how) {
                      "which stops a run that outgrows the machine with one line", whom, how);
 }
 
-int64_t oom_kills() { return oom_kills_from(file_text("/proc/vmstat")); }
+int64_t oom_kills() { return oom_kills_from(read_file_if_any("/proc/vmstat")); }
 
 bool oom_killed_in(const std::string& kernel_log, int64_t pid) {
   return pid > 0 && kernel_log.find(fmt::format("Killed process {} (", pid)) != std::string::npos;

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/fs.h"
 #include "common/host_memory.h"
 #include "common/log.h"
 #include "common/precision.h"
@@ -203,18 +204,11 @@ int64_t cgroup_quota_cores(const std::string& cpu_max, const std::string& cfs_qu
 }
 
 namespace {
-std::string cgroup_file_text(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 // The CPU quota of this process's cgroup (v2, else v1's cpu controller; its own directory from
 // /proc/self/cgroup, else the mount's root, as a container sees its own), in cores; 0: none.
 int64_t own_cgroup_quota_cores() {
   std::string v2 = "/", v1 = "/";
-  std::istringstream in(cgroup_file_text("/proc/self/cgroup"));
+  std::istringstream in(read_file_if_any("/proc/self/cgroup"));
   for (std::string line; std::getline(in, line);) {
     if (line.rfind("0::", 0) == 0) v2 = line.substr(3);
     const size_t a = line.find(':'), b = line.find(':', a + 1);
@@ -223,13 +217,13 @@ int64_t own_cgroup_quota_cores() {
     if (controllers.find(",cpu,") != std::string::npos) v1 = line.substr(b + 1);
   }
   for (const std::string& dir : {v2, std::string("/")}) {
-    const std::string max = cgroup_file_text("/sys/fs/cgroup" + (dir == "/" ? "" : dir) + "/cpu.max");
+    const std::string max = read_file_if_any("/sys/fs/cgroup" + (dir == "/" ? "" : dir) + "/cpu.max");
     if (!max.empty()) return cgroup_quota_cores(max, "", "");
   }
   for (const std::string& dir : {v1, std::string("/")}) {
     const std::string d = "/sys/fs/cgroup/cpu" + (dir == "/" ? "" : dir) + "/";
-    const std::string quota = cgroup_file_text(d + "cpu.cfs_quota_us");
-    if (!quota.empty()) return cgroup_quota_cores("", quota, cgroup_file_text(d + "cpu.cfs_period_us"));
+    const std::string quota = read_file_if_any(d + "cpu.cfs_quota_us");
+    if (!quota.empty()) return cgroup_quota_cores("", quota, read_file_if_any(d + "cpu.cfs_period_us"));
   }
   return 0;
 }
