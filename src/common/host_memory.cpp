@@ -18,6 +18,7 @@
 #include <sstream>
 #include <vector>
 
+#include "common/cgroup.h"
 #include "common/fs.h"
 #include "common/runtime.h"
 #include "common/torch_compat.h"
@@ -45,33 +46,35 @@ double stat_value(const std::string& stat, const std::string& key) {
   return 0;
 }
 
-// The memory cgroup's files this process is under: v2 (memory.max) or v1's memory controller
-// (memory.limit_in_bytes), its own directory from /proc/self/cgroup, or the mount's root (a
-// container that sees its own cgroup as the root).
+// A memory cgroup's files: v2's memory.max, memory.current, memory.stat, or v1's memory
+// controller's memory.limit_in_bytes, memory.usage_in_bytes, memory.stat; and memory.stat's key
+// of the inactive page cache.
 struct Cgroup {
-  std::string limit, usage, stat, inactive;  // files, and memory.stat's key of the inactive page cache
+  std::string limit, usage, stat, inactive;
 };
-std::vector<Cgroup> cgroups() {
-  std::vector<std::string> v1 = {""}, v2 = {""};
-  std::istringstream in(read_file_if_any("/proc/self/cgroup"));
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind("0::", 0) == 0) v2.insert(v2.begin(), line.substr(3));
-    const size_t at = line.find(":memory:");
-    if (at != std::string::npos) v1.insert(v1.begin(), line.substr(at + 8));
-  }
+// Those of the cgroups this process is under (cgroup.h: its own and each ancestor) that exist.
+std::vector<Cgroup> cgroups(const std::string& self_cgroup, const std::string& root) {
   std::vector<Cgroup> found;
-  for (const std::string& dir : v2) {
-    const std::string d = "/sys/fs/cgroup" + (dir == "/" ? "" : dir) + "/";
-    if (std::ifstream(d + "memory.max")) found.push_back({d + "memory.max", d + "memory.current", d + "memory.stat",
-                                                          "inactive_file"});
-  }
-  for (const std::string& dir : v1) {
-    const std::string d = "/sys/fs/cgroup/memory" + (dir == "/" ? "" : dir) + "/";
-    if (std::ifstream(d + "memory.limit_in_bytes"))
-      found.push_back({d + "memory.limit_in_bytes", d + "memory.usage_in_bytes", d + "memory.stat",
-                       "total_inactive_file"});
+  for (const CgroupDir& d : cgroup_dirs(self_cgroup, "memory", root)) {
+    const Cgroup g = d.version == 2
+                         ? Cgroup{d.path + "memory.max", d.path + "memory.current", d.path + "memory.stat",
+                                  "inactive_file"}
+                         : Cgroup{d.path + "memory.limit_in_bytes", d.path + "memory.usage_in_bytes",
+                                  d.path + "memory.stat", "total_inactive_file"};
+    if (std::ifstream(g.limit)) found.push_back(g);
   }
   return found;
+}
+
+HostMemory host_memory_of(const std::string& meminfo, const std::vector<Cgroup>& groups) {
+  const double total = meminfo_bytes(meminfo, "MemTotal:");
+  std::vector<CgroupText> texts;
+  for (const Cgroup& g : groups) {  // usage and statistics read only where a limit is set
+    std::string limit = read_file_if_any(g.limit);
+    if (cgroup_limit_bytes(limit, total) > 0)
+      texts.push_back({std::move(limit), read_file_if_any(g.usage), read_file_if_any(g.stat), g.inactive});
+  }
+  return host_memory_from(meminfo, texts);
 }
 
 double resident_bytes() { return rss_mb() * kMB; }  // runtime.h's, from /proc/self/status
@@ -169,23 +172,27 @@ double cgroup_limit_bytes(const std::string& limit_file, double machine_total) {
 
 HostMemory host_memory_from(const std::string& meminfo, const std::vector<CgroupText>& groups) {
   HostMemory m{meminfo_bytes(meminfo, "MemAvailable:"), meminfo_bytes(meminfo, "MemTotal:"), "this machine's"};
+  const double machine_total = m.total;
   for (const CgroupText& g : groups) {
-    const double limit = cgroup_limit_bytes(g.limit, m.total);
-    if (limit <= 0) continue;  // no limit, or none below what binds already
-    // The cgroup reclaims its inactive page cache before its own out-of-memory killer runs.
+    const double limit = cgroup_limit_bytes(g.limit, machine_total);
+    if (limit <= 0) continue;  // none, or none below the machine's memory
+    // The cgroup reclaims its inactive page cache before its own out-of-memory killer runs. Its
+    // usage counts its children's (and an ancestor's, its siblings'), so each limit may bind.
     const double usage = std::max(0.0, number(g.usage));
     const double available = std::max(0.0, limit - usage + stat_value(g.stat, g.inactive_key));
-    m = {m.total > 0 ? std::min(m.available, available) : available, limit, "this cgroup's"};
+    m.available = m.total > 0 ? std::min(m.available, available) : available;
+    if (m.total <= 0 || limit < m.total) m.total = limit, m.owner = "this cgroup's";
   }
   return m;
 }
 
 HostMemory host_memory() {
-  static const std::vector<Cgroup> groups = cgroups();
-  std::vector<CgroupText> texts;
-  for (const Cgroup& g : groups)
-    texts.push_back({read_file_if_any(g.limit), read_file_if_any(g.usage), read_file_if_any(g.stat), g.inactive});
-  return host_memory_from(read_file_if_any("/proc/meminfo"), texts);
+  static const std::vector<Cgroup> groups = cgroups(read_file_if_any("/proc/self/cgroup"), "/sys/fs/cgroup");
+  return host_memory_of(read_file_if_any("/proc/meminfo"), groups);
+}
+
+HostMemory host_memory_under(const std::string& meminfo, const std::string& self_cgroup, const std::string& root) {
+  return host_memory_of(meminfo, cgroups(self_cgroup, root));
 }
 
 int64_t oom_kills_from(const std::string& vmstat) {  // "oom_kill 3" among "key value" lines

@@ -12,8 +12,8 @@
 // Available memory: /proc/meminfo's MemAvailable (the kernel's estimate of what it can hand out
 // without swapping: free memory and the page cache it can drop), or less where a cgroup's limit
 // binds (a container: limit - usage + the inactive page cache, v2's memory.max or v1's
-// memory.limit_in_bytes), or less where THX_MEMORY_LIMIT_MB caps this process (limit - its
-// resident memory).
+// memory.limit_in_bytes, in its own cgroup or an ancestor: common/cgroup.h), or less where
+// THX_MEMORY_LIMIT_MB caps this process (limit - its resident memory).
 //
 // The cost: /proc/meminfo is read at most every 100 ms, and before that only when the
 // allocations since the last read could have used up what it left; allocations under 1 MiB are
@@ -48,10 +48,15 @@ double cgroup_limit_bytes(const std::string& limit_file, double machine_total);
 struct CgroupText {
   std::string limit, usage, stat, inactive_key;
 };
-// host_memory() from those texts: a cgroup whose limit is below the machine's total makes the
-// total its limit ("this cgroup's"), and the available the lesser of MemAvailable and limit -
-// usage + inactive page cache (which the cgroup drops before its out-of-memory killer runs).
+// host_memory() from those texts: the total is the lowest limit below the machine's total
+// ("this cgroup's"), and the available the least of MemAvailable and each such cgroup's limit -
+// usage + inactive page cache (which the cgroup drops before its out-of-memory killer runs; an
+// ancestor's usage counts its other children's).
 HostMemory host_memory_from(const std::string& meminfo, const std::vector<CgroupText>& groups);
+// host_memory() with its inputs named, for its tests: a /proc/meminfo text, a /proc/self/cgroup
+// text, and where the cgroup file systems are mounted (cgroup.h: the process's cgroup and each
+// ancestor, v2 and v1, those whose limit file exists).
+HostMemory host_memory_under(const std::string& meminfo, const std::string& self_cgroup, const std::string& root);
 
 // The environment's settings, in MB of 2^20 bytes (as thx's RSS numbers): THX_MEMORY_FLOOR_MB
 // (what every checked allocation leaves available; default the larger of 512 MB and 3% of the

@@ -22,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/cgroup.h"
 #include "common/error.h"
 #include "common/fs.h"
 #include "common/host_memory.h"
@@ -203,31 +204,16 @@ int64_t cgroup_quota_cores(const std::string& cpu_max, const std::string& cfs_qu
   return std::max<int64_t>(1, int64_t(std::floor(quota / period + 1e-9)));
 }
 
-namespace {
-// The CPU quota of this process's cgroup (v2, else v1's cpu controller; its own directory from
-// /proc/self/cgroup, else the mount's root, as a container sees its own), in cores; 0: none.
-int64_t own_cgroup_quota_cores() {
-  std::string v2 = "/", v1 = "/";
-  std::istringstream in(read_file_if_any("/proc/self/cgroup"));
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind("0::", 0) == 0) v2 = line.substr(3);
-    const size_t a = line.find(':'), b = line.find(':', a + 1);
-    if (a == std::string::npos || b == std::string::npos) continue;
-    const std::string controllers = "," + line.substr(a + 1, b - a - 1) + ",";
-    if (controllers.find(",cpu,") != std::string::npos) v1 = line.substr(b + 1);
+int64_t cgroup_cores(const std::string& self_cgroup, const std::string& root) {
+  int64_t cores = 0;
+  for (const CgroupDir& d : cgroup_dirs(self_cgroup, "cpu", root)) {
+    const int64_t q = d.version == 2 ? cgroup_quota_cores(read_file_if_any(d.path + "cpu.max"), "", "")
+                                     : cgroup_quota_cores("", read_file_if_any(d.path + "cpu.cfs_quota_us"),
+                                                          read_file_if_any(d.path + "cpu.cfs_period_us"));
+    if (q > 0 && (cores == 0 || q < cores)) cores = q;
   }
-  for (const std::string& dir : {v2, std::string("/")}) {
-    const std::string max = read_file_if_any("/sys/fs/cgroup" + (dir == "/" ? "" : dir) + "/cpu.max");
-    if (!max.empty()) return cgroup_quota_cores(max, "", "");
-  }
-  for (const std::string& dir : {v1, std::string("/")}) {
-    const std::string d = "/sys/fs/cgroup/cpu" + (dir == "/" ? "" : dir) + "/";
-    const std::string quota = read_file_if_any(d + "cpu.cfs_quota_us");
-    if (!quota.empty()) return cgroup_quota_cores("", quota, read_file_if_any(d + "cpu.cfs_period_us"));
-  }
-  return 0;
+  return cores;
 }
-}  // namespace
 
 int64_t available_cores() {
   static const int64_t cores = [] {
@@ -236,7 +222,8 @@ int64_t available_cores() {
     int64_t n = ::sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0
                     ? CPU_COUNT(&set)
                     : std::max<int64_t>(1, int64_t(std::thread::hardware_concurrency()));
-    if (const int64_t q = own_cgroup_quota_cores(); q > 0) n = std::min(n, q);
+    const int64_t quota = cgroup_cores(read_file_if_any("/proc/self/cgroup"), "/sys/fs/cgroup");
+    if (quota > 0) n = std::min(n, quota);
     return n;
   }();
   return cores;

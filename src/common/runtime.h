@@ -87,6 +87,9 @@ int64_t available_cores();
 // From the texts of v2's cpu.max ("max 100000", or "200000 100000": quota and period in us)
 // or, where that is empty, v1's cpu.cfs_quota_us (-1: none) and cpu.cfs_period_us.
 int64_t cgroup_quota_cores(const std::string& cpu_max, const std::string& cfs_quota, const std::string& cfs_period);
+// The least of those quotas over this process's cgroup and its ancestors (common/cgroup.h), from
+// a /proc/self/cgroup text and where the cgroup file systems are mounted; 0 where none is set.
+int64_t cgroup_cores(const std::string& self_cgroup, const std::string& root);
 // The most --threads takes: past the cores, threads only wait on each other (a run with 1,000
 // on 2 cores took 6x as long to start, with 100,000 it never did), so more is a mistake. Up to
 // it, more than the cores is taken with a warning (a run repeated with another machine's count).

@@ -17,9 +17,11 @@
 #include <iterator>
 #include <string>
 
+#include "common/cgroup.h"
 #include "common/host_memory.h"
 #include "common/runtime.h"
 #include "distributed/dist.h"
+#include "test_util.h"
 
 namespace thx::test {
 namespace {
@@ -55,7 +57,7 @@ TEST(HostMemory, ParsesMeminfoAndCgroupLimits) {
 }
 
 // The cgroup arithmetic, v2's and v1's files: available = limit - usage + inactive page cache,
-// bounded by MemAvailable; the total is the lowest limit. (Minus the cache, or the usage
+// bounded by MemAvailable and by each other limit; the total is the lowest limit. (Minus the cache, or the usage
 // ignored, gives other numbers than these.)
 TEST(HostMemory, ACgroupsLimitBindsAsLinuxCountsIt) {
   const double GiB = 1024.0 * kMiB;
@@ -82,6 +84,11 @@ TEST(HostMemory, ACgroupsLimitBindsAsLinuxCountsIt) {
   m = host_memory_from(info, {v2, {"4294967296\n", "0\n", "", "inactive_file"}});  // a lower limit above
   EXPECT_EQ(m.total, 4 * GiB);
   EXPECT_EQ(m.available, 3 * GiB);
+  // A looser limit above whose usage (its other children's) leaves less: it binds the available.
+  m = host_memory_from(info, {{"4294967296\n", "1073741824\n", "", "inactive_file"},
+                              {"6442450944\n", "5905580032\n", "", "inactive_file"}});  // 4 GiB, 1 used; 6, 5.5
+  EXPECT_EQ(m.total, 4 * GiB);
+  EXPECT_EQ(m.available, 0.5 * GiB);
 }
 
 // A container's CPU quota (docker --cpus) in whole cores, from cgroup v2's cpu.max or v1's
@@ -100,6 +107,80 @@ TEST(Cores, ACgroupsCpuQuotaIsItsWholeCores) {
   ASSERT_EQ(::sched_getaffinity(0, sizeof(set), &set), 0);
   EXPECT_GE(available_cores(), 1);
   EXPECT_LE(available_cores(), CPU_COUNT(&set));
+}
+
+// /proc/self/cgroup's lines as the kernel writes them: v2's "0::", v1's hierarchies with their
+// controllers comma-separated (systemd mounts cpu and cpuacct together), a hybrid host with
+// both, a container that sees its cgroup as the root. Each yields its folder, then each ancestor.
+TEST(Cgroup, TheFoldersAreTheProcesssOwnThenEachAncestor) {
+  const auto paths = [](const std::string& self, const std::string& controller) {
+    std::string out;
+    for (const CgroupDir& d : cgroup_dirs(self, controller, "/c")) out += std::to_string(d.version) + d.path + " ";
+    return out;
+  };
+  EXPECT_EQ(paths("0::/user.slice/user-0.slice\n", "memory"),
+            "2/c/user.slice/user-0.slice/ 2/c/user.slice/ 2/c/ 1/c/memory/ ");
+  const std::string v1 = "12:memory:/docker/ab\n4:cpu,cpuacct:/user.slice\n1:name=systemd:/init.scope\n";
+  EXPECT_EQ(paths(v1, "memory"), "2/c/ 1/c/memory/docker/ab/ 1/c/memory/docker/ 1/c/memory/ ");
+  EXPECT_EQ(paths(v1, "cpu"), "2/c/ 1/c/cpu/user.slice/ 1/c/cpu/ ");
+  EXPECT_EQ(paths("3:cpuacct:/a\n", "cpu"), "2/c/ 1/c/cpu/ ");  // cpuacct is not cpu
+  EXPECT_EQ(paths(v1 + "0::/session.scope\n", "cpu"), "2/c/session.scope/ 2/c/ 1/c/cpu/user.slice/ 1/c/cpu/ ");
+  EXPECT_EQ(paths("0::/\n", "cpu"), "2/c/ 1/c/cpu/ ");
+  EXPECT_EQ(paths("", "memory"), "2/c/ 1/c/memory/ ");
+}
+
+// The readers on cgroup trees made in a temporary folder: a limit on an ancestor (a systemd
+// slice's, a pod's) binds as the process's own does, the tightest wins, and a path the mount
+// lacks (a container without its own cgroup namespace) leaves the mount's root, its own cgroup.
+TEST(Cgroup, ALimitOnAnAncestorBindsAndTheTightestWins) {
+  const double GiB = 1024.0 * kMiB;
+  TempDir root;
+  const auto put = [&](const std::string& name, const std::string& text) {
+    std::filesystem::create_directories(std::filesystem::path(root.file(name)).parent_path());
+    root.write(name, text);
+  };
+  const std::string info = "MemTotal:       25165824 kB\nMemAvailable:   20971520 kB\n";  // 24 GiB, 20 available
+  // v1: the process in /pod/run, the pod limited to 4 GiB with 3 in use (0.5 of it inactive cache).
+  put("memory/memory.limit_in_bytes", "9223372036854771712\n");
+  put("memory/pod/memory.limit_in_bytes", "4294967296\n");
+  put("memory/pod/memory.usage_in_bytes", "3221225472\n");
+  put("memory/pod/memory.stat", "cache 0\ntotal_inactive_file 536870912\n");
+  put("memory/pod/run/memory.limit_in_bytes", "9223372036854771712\n");
+  put("memory/pod/run/memory.usage_in_bytes", "1073741824\n");
+  HostMemory m = host_memory_under(info, "9:memory:/pod/run\n", root.path.string());
+  EXPECT_EQ(m.total, 4 * GiB);
+  EXPECT_EQ(m.available, 1.5 * GiB);
+  EXPECT_EQ(m.owner, "this cgroup's");
+  // The process's own limit, 8 GiB with 1 used, is looser than the pod's: the pod's still binds.
+  put("memory/pod/run/memory.limit_in_bytes", "8589934592\n");
+  m = host_memory_under(info, "9:memory:/pod/run\n", root.path.string());
+  EXPECT_EQ(m.total, 4 * GiB);
+  EXPECT_EQ(m.available, 1.5 * GiB);
+  // A path the mount lacks: the root's limit (here none) is all there is.
+  m = host_memory_under(info, "9:memory:/docker/elsewhere\n", root.path.string());
+  EXPECT_EQ(m.total, 24 * GiB);
+  EXPECT_EQ(m.owner, "this machine's");
+  // v2's memory.max on a slice above the process's scope.
+  put("a.slice/memory.max", "2147483648\n");
+  put("a.slice/memory.current", "1073741824\n");
+  put("a.slice/b.scope/memory.max", "max\n");
+  m = host_memory_under(info, "0::/a.slice/b.scope\n", root.path.string());
+  EXPECT_EQ(m.total, 2 * GiB);
+  EXPECT_EQ(m.available, 1 * GiB);
+  // CPU: v2's cpu.max on the slice (2 cores) and the scope (unlimited); v1's quota on both
+  // (3 cores above, 1 on the process's own).
+  put("a.slice/cpu.max", "200000 100000\n");
+  put("a.slice/b.scope/cpu.max", "max 100000\n");
+  EXPECT_EQ(cgroup_cores("0::/a.slice/b.scope\n", root.path.string()), 2);
+  put("cpu/cpu.cfs_quota_us", "-1\n");
+  put("cpu/cpu.cfs_period_us", "100000\n");
+  put("cpu/pod/cpu.cfs_quota_us", "300000\n");
+  put("cpu/pod/cpu.cfs_period_us", "100000\n");
+  put("cpu/pod/run/cpu.cfs_quota_us", "100000\n");
+  put("cpu/pod/run/cpu.cfs_period_us", "100000\n");
+  EXPECT_EQ(cgroup_cores("4:cpu,cpuacct:/pod/run\n", root.path.string()), 1);
+  EXPECT_EQ(cgroup_cores("4:cpu,cpuacct:/pod/other\n", root.path.string()), 3);
+  EXPECT_EQ(cgroup_cores("4:cpu,cpuacct:/docker/elsewhere\n", root.path.string()), 0);
 }
 
 TEST(HostMemory, ReadsThisMachinesNumbers) {
