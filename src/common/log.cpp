@@ -3,6 +3,7 @@
 #include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 
+#include <cctype>
 #include <cstdint>
 #include <mutex>
 
@@ -16,6 +17,15 @@ std::string pattern() {
   return g_rank > 0 ? fmt::format("[%H:%M:%S] [rank {}] [%n] %^%v%$", g_rank) : "[%H:%M:%S] [%n] %^%v%$";
 }
 spdlog::level::level_enum level() { return g_rank > 0 ? std::max(g_level, spdlog::level::warn) : g_level; }
+// 4496000 -> "4,496,000" (rounded to a whole number).
+std::string whole_with_commas(double x) {
+  std::string digits = fmt::format("{:.0f}", x);
+  for (int64_t at = int64_t(digits.size()) - 3; at > 0 && std::isdigit(static_cast<unsigned char>(digits[at - 1]));
+       at -= 3)
+    digits.insert(size_t(at), ",");
+  return digits;
+}
+
 }  // namespace
 
 std::shared_ptr<spdlog::logger> log(const std::string& component) {
@@ -72,7 +82,16 @@ std::string format_duration(double seconds) {
   if (t < 3600) return fmt::format("{}m{:02d}s", t / 60, int(t % 60));
   if (t < 2 * 86400) return fmt::format("{}h{:02d}m", t / 3600, int(t % 3600 / 60));
   if (t < 2 * 31557600) return fmt::format("{}d{:02d}h", t / 86400, int(t % 86400 / 3600));
-  return fmt::format("{:.3g} years", double(t) / 31557600);  // Julian years of 365.25 days
+  const double years = double(t) / 31557600;  // Julian years of 365.25 days
+  return (years < 999.5 ? fmt::format("{:.3g}", years) : whole_with_commas(years)) + " years";
+}
+
+std::string format_gb(double bytes) {
+  const double gb = bytes / 1e9;
+  if (gb >= 9999.5) return whole_with_commas(gb) + " GB";
+  if (gb >= 0.01 || bytes <= 0) return fmt::format("{:.4g} GB", gb);
+  if (bytes >= 1e3) return fmt::format("{:.3g} MB", bytes / 1e6);
+  return fmt::format("{:.0f} bytes", bytes);
 }
 
 }  // namespace thx

@@ -28,6 +28,10 @@ void remove_log_file();
 // two years "228 years" (rounded to whole seconds first, so that 59.6 s reads "1m00s", not
 // "0m60s").
 std::string format_duration(double seconds);
+// A size in GB (10^9 bytes) for memory lines: "0.8176 GB", "230.2 GB", from 10,000 GB whole
+// with commas ("4,496,000 GB"); under 10 MB in MB or bytes. Never in e-notation, which the
+// memory bound's refusal printed at absurd sizes ("4.496e+06 GB").
+std::string format_gb(double bytes);
 
 // Seconds from t to now, on the monotonic clock.
 inline double seconds_since(std::chrono::steady_clock::time_point t) {

@@ -31,10 +31,10 @@ void run_attention_probe(const AttentionProbe& probe, const AttentionProbeOption
     const double have = physical_memory_bytes();
     if (have > 0 && need > have)
       throw InputError(fmt::format("{} {}: the attention weights of --batch {} x h {} x --n {} x --m {} and their "
-                                   "gradients need at least {:.4g} GB, more than {} {:.1f} GB; nothing "
+                                   "gradients need at least {}, more than {} {}; nothing "
                                    "was allocated", o.n >= o.m ? "--n" : "--m", o.n >= o.m ? o.n : o.m, o.batch,
-                                   std::max(dims.h, dims.h_k), o.n, o.m, need / 1e9, memory_owner(torch::kCPU),
-                                   have / 1e9));
+                                   std::max(dims.h, dims.h_k), o.n, o.m, format_gb(need), memory_owner(torch::kCPU),
+                                   format_gb(have)));
   }
   auto log = thx::log("probe");
   log->info("resolved config:\n{}", yaml);

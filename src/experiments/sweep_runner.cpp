@@ -167,10 +167,10 @@ std::pair<double, std::string> shared_memory(const std::string& device, const Sw
   const torch::Device d = device == "cuda" ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);
   const double total = memory_bytes(d), floor = d.is_cpu() ? host_memory_floor() : 0;
   if (total <= 0) return {0, ""};
-  if (floor <= 0 || floor >= total) return {total, fmt::format("{} {:.4g} GB", memory_owner(d), total / 1e9)};
-  return {total - floor, fmt::format("the {:.4g} GB of {} {:.4g} GB that runs may fill (thx's memory check keeps "
-                                     "{:.4g} GB free: THX_MEMORY_FLOOR_MB)",
-                                     (total - floor) / 1e9, memory_owner(d), total / 1e9, floor / 1e9)};
+  if (floor <= 0 || floor >= total) return {total, fmt::format("{} {}", memory_owner(d), format_gb(total))};
+  return {total - floor, fmt::format("the {} of {} {} that runs may fill (thx's memory check keeps {} free: "
+                                     "THX_MEMORY_FLOOR_MB)",
+                                     format_gb(total - floor), memory_owner(d), format_gb(total), format_gb(floor))};
 }
 
 // The bounds (sweep_run_memory) of the plan's runs, by their device ("cpu", "cuda"; a run whose
@@ -207,8 +207,8 @@ std::pair<int64_t, std::string> jobs_memory_allows(const std::vector<Planned>& p
     if (fit == bytes.size() || int64_t(fit) >= jobs) continue;
     why = fit == 0 ? fmt::format("no run {} fits alone in {}", on, what)
                    : fmt::format("at most {} of these runs {} fit{} in memory at once (the {} smallest need at least "
-                                 "{:.4g} GB together, more than {})", fit, on, fit == 1 ? "s" : "", fit + 1,
-                                 (sum + bytes[fit]) / 1e9, what);
+                                 "{} together, more than {})", fit, on, fit == 1 ? "s" : "", fit + 1,
+                                 format_gb(sum + bytes[fit]), what);
   }
   if (k >= jobs) return {jobs, ""};
   return {k, fmt::format("--jobs {}: {}: {} at a time", jobs, why, k)};
@@ -487,10 +487,10 @@ std::string sweep_memory_wait(const std::string& name, double need, const std::v
   for (const double b : beside) others += b;
   if (beside.empty() || need <= 0 || budget <= 0 || need + others <= budget) return "";
   const size_t k = beside.size();
-  return fmt::format("{} waits for memory: it needs at least {:.4g} GB, beside the {:.4g} GB of the {} run{} now "
-                     "running: {:.4g} GB together, more than {}; it starts when {} (lower bounds of what each holds "
-                     "while it trains; `thx sweep --dry-run` lists them)",
-                     name, need / 1e9, others / 1e9, k, k == 1 ? "" : "s", (need + others) / 1e9, what,
+  return fmt::format("{} waits for memory: it needs at least {}, beside the {} of the {} run{} now running: {} "
+                     "together, more than {}; it starts when {} (lower bounds of what each holds while it trains; "
+                     "`thx sweep --dry-run` lists them)",
+                     name, format_gb(need), format_gb(others), k, k == 1 ? "" : "s", format_gb(need + others), what,
                      k == 1 ? "that run ends" : "one of them ends");
 }
 

@@ -3,6 +3,7 @@
 #include "attention/fused.h"
 #include "attention/registry.h"
 #include "common/error.h"
+#include "common/log.h"
 #include "common/runtime.h"
 
 #include <algorithm>
@@ -169,21 +170,21 @@ std::string with_th_path_advice(const std::string& hint, const ModelSpec& spec, 
 
 std::string memory_parts(const MemoryBound& b) {
   std::string state =
-      b.optimizer > 0 ? fmt::format(", the optimizer's state {:.4g} GB", b.optimizer / 1e9) : std::string();
-  if (b.buckets > 0) state += fmt::format(", c10d's gradient buckets {:.4g} GB", b.buckets / 1e9);
+      b.optimizer > 0 ? ", the optimizer's state " + format_gb(b.optimizer) : std::string();
+  if (b.buckets > 0) state += ", c10d's gradient buckets " + format_gb(b.buckets);
   if (b.accumulates)
-    return fmt::format("parameters {:.4g} GB{}, their gradients {:.4g} GB and the activations of a micro-batch "
-                       "{:.4g} GB, which train.grad_accum keeps beside the gradients",
-                       b.parameters / 1e9, state, b.gradients / 1e9, b.activations / 1e9);
-  return fmt::format("parameters {:.4g} GB{}, and the larger of their gradients, {:.4g} GB, and the activations of "
-                     "a micro-batch, {:.4g} GB",
-                     b.parameters / 1e9, state, b.gradients / 1e9, b.activations / 1e9);
+    return fmt::format("parameters {}{}, their gradients {} and the activations of a micro-batch {}, which "
+                       "train.grad_accum keeps beside the gradients",
+                       format_gb(b.parameters), state, format_gb(b.gradients), format_gb(b.activations));
+  return fmt::format("parameters {}{}, and the larger of their gradients, {}, and the activations of a "
+                     "micro-batch, {}",
+                     format_gb(b.parameters), state, format_gb(b.gradients), format_gb(b.activations));
 }
 
 std::string memory_line(const MemoryBound& b, int64_t rows, const torch::Device& device) {
-  return fmt::format("memory: at least {:.4g} GB a process while it trains ({}; micro-batches of {} examples), of {} "
-                     "{:.1f} GB",
-                     b.total() / 1e9, memory_parts(b), rows, memory_owner(device), memory_bytes(device) / 1e9);
+  return fmt::format("memory: at least {} a process while it trains ({}; micro-batches of {} examples), of {} {}",
+                     format_gb(b.total()), memory_parts(b), rows, memory_owner(device),
+                     format_gb(memory_bytes(device)));
 }
 
 std::string training_memory_refusal(const ModelSpec& spec, int64_t vocab, int64_t rows, int64_t n_in, int64_t n_out,
@@ -201,18 +202,17 @@ std::string training_memory_refusal(const ModelSpec& spec, int64_t vocab, int64_
   std::string advice = th_path_memory_advice(spec, device);
   if (!advice.empty()) {
     const MemoryBound t = bound_with(recompute, true);
-    advice = fmt::format("; {}: at least {:.4g} GB there{}", advice, t.total() / 1e9,
+    advice = fmt::format("; {}: at least {} there{}", advice, format_gb(t.total()),
                          t.total() > have ? ", which does not fit either" : "");
   }
   if (spec.model.encoder_only() && !recompute) {  // the setting that trades compute for this memory
     const MemoryBound r = bound_with(true, false);
     if (r.total() <= have)
       advice += fmt::format("; with model.recompute: true (each layer recomputed in the backward pass) at least "
-                            "{:.4g} GB, which fits", r.total() / 1e9);
+                            "{}, which fits", format_gb(r.total()));
   }
-  return fmt::format("{}: training needs at least {:.4g} GB of memory ({}), more than {} {:.1f} GB{}; nothing was "
-                     "allocated",
-                     named, b.total() / 1e9, memory_parts(b), memory_owner(device), have / 1e9, advice);
+  return fmt::format("{}: training needs at least {} of memory ({}), more than {} {}{}; nothing was allocated",
+                     named, format_gb(b.total()), memory_parts(b), memory_owner(device), format_gb(have), advice);
 }
 
 MemoryBound check_training_memory(const ModelSpec& spec, int64_t vocab, int64_t rows, int64_t n_in, int64_t n_out,

@@ -326,7 +326,7 @@ void describe_model(const PretrainConfig& c, PretrainModel& model, int64_t vocab
 std::string memory_line(const PretrainConfig& c, const Setup& s) {
   const std::string recompute =
       s.memory_recomputed > 0
-          ? fmt::format("; with model.recompute: true, at least {:.4g} GB", s.memory_recomputed / 1e9)
+          ? "; with model.recompute: true, at least " + format_gb(s.memory_recomputed)
       : c.model.encoder_only() && c.model.recompute ? " (model.recompute: layers recomputed in the backward pass)"
                                                     : "";
   return memory_line(s.memory, s.micro, s.model.device) + recompute;

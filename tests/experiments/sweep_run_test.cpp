@@ -348,7 +348,7 @@ TEST(SweepRun, RunsWhoseMemoryDoesNotFitTogetherWaitForIt) {
       << r.out;
   EXPECT_NE(r.out.find("2 at a time, 1 thread each"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("h8 waits for memory: it needs at least "), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("GB of the 1 run now running: "), std::string::npos) << r.out;  // h4, once h2 ended
+  EXPECT_NE(r.out.find(" of the 1 run now running: "), std::string::npos) << r.out;  // h4, once h2 ended
   for (const auto& [before, after] : {std::pair{"started h4", "finished h2"}, {"finished h2", "started h8"},
                                       {"finished h4", "started h8"}})
     EXPECT_LT(r.out.find(before), r.out.find(after)) << before << " | " << after << "\n" << r.out;

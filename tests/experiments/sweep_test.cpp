@@ -126,6 +126,22 @@ TEST(Sweep, DurationsReadAtTheirScale) {
   EXPECT_EQ(format_duration(2 * 86400 + 3 * 3600), "2d03h");
   EXPECT_EQ(format_duration(729.9 * 86400), "729d21h");
   EXPECT_EQ(format_duration(2002143.2 * 3600), "228 years");
+  EXPECT_EQ(format_duration(1234567.0 * 31557600), "1,234,567 years");  // not "1.23e+06 years"
+}
+
+// Sizes in the memory lines (the bound's refusal, a sweep's plan) read at their scale too: an
+// absurd batch size's bound gave "4.496e+06 GB", a toy model's "0.0009144 GB".
+TEST(Sweep, SizesReadAtTheirScale) {
+  EXPECT_EQ(format_gb(0), "0 GB");
+  EXPECT_EQ(format_gb(850), "850 bytes");
+  EXPECT_EQ(format_gb(914400), "0.914 MB");
+  EXPECT_EQ(format_gb(9.996e6), "10 MB");
+  EXPECT_EQ(format_gb(1e7), "0.01 GB");
+  EXPECT_EQ(format_gb(817.6e6), "0.8176 GB");
+  EXPECT_EQ(format_gb(25.29e9), "25.29 GB");
+  EXPECT_EQ(format_gb(9999.4e9), "9999 GB");
+  EXPECT_EQ(format_gb(9999.6e9), "10,000 GB");
+  EXPECT_EQ(format_gb(4.496e15), "4,496,000 GB");
 }
 
 // The memory a sweep counts for each run is the bound its own check refuses by: the

@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include "attention/fused.h"
+#include "common/log.h"
 #include "common/torch_compat.h"
 #include "models/spec.h"
 #include "models/t5.h"
@@ -222,18 +223,18 @@ TEST(MemoryBound, TheRefusalGivesTheTiledPathsBoundWhereThePathKeepsTheWeights) 
   ASSERT_LT(less, total);
   const double have = (less + total) / 2;
   EXPECT_EQ(training_memory_refusal(s, kVocab, kRows, kIn, kOut, {}, values, kCuda, have),
-            fmt::format("{}: training needs at least {:.4g} GB of memory (parameters {:.4g} GB, and the larger of "
-                        "their gradients, {:.4g} GB, and the activations of a micro-batch, {:.4g} GB), more than "
-                        "GPU 0's {:.1f} GB; take `--th-path tiled`, which keeps none of the talking-heads weights "
-                        "[b,h,n,m] for backward (`--th-path gemm` keeps them): at least {:.4g} GB there; nothing was "
-                        "allocated",
-                        kept.key == "train.batch_size" ? "train.batch_size 4" : kept.key, total / 1e9,
-                        kept.parameters / 1e9, kept.gradients / 1e9, kept.activations / 1e9, have / 1e9, less / 1e9));
+            fmt::format("{}: training needs at least {} of memory (parameters {}, and the larger of their "
+                        "gradients, {}, and the activations of a micro-batch, {}), more than GPU 0's {}; take "
+                        "`--th-path tiled`, which keeps none of the talking-heads weights [b,h,n,m] for backward "
+                        "(`--th-path gemm` keeps them): at least {} there; nothing was allocated",
+                        kept.key == "train.batch_size" ? "train.batch_size 4" : kept.key, format_gb(total),
+                        format_gb(kept.parameters), format_gb(kept.gradients), format_gb(kept.activations),
+                        format_gb(have), format_gb(less)));
   EXPECT_EQ(training_memory_refusal(s, kVocab, kRows, kIn, kOut, {}, values, kCuda, total * 1.01), "");
   // Where the tiled path does not fit either, the line says so.
   const std::string neither = training_memory_refusal(s, kVocab, kRows, kIn, kOut, {}, values, kCuda, less / 2);
-  EXPECT_NE(neither.find(fmt::format("(`--th-path gemm` keeps them): at least {:.4g} GB there, which does not fit "
-                                     "either; nothing was allocated", less / 1e9)),
+  EXPECT_NE(neither.find(fmt::format("(`--th-path gemm` keeps them): at least {} there, which does not fit "
+                                     "either; nothing was allocated", format_gb(less))),
             std::string::npos)
       << neither;
   set_th_path("tiled", false);
@@ -290,8 +291,8 @@ TEST(MemoryBound, TheRefusalCountsModelRecompute) {
   EXPECT_EQ(training_memory_refusal(recomputing, kVocab, kRows, kIn, kOut, {}, {}, kCpu, have), "");
   const std::string refused = training_memory_refusal(plain, kVocab, kRows, kIn, kOut, {}, {}, kCpu, have);
   EXPECT_NE(refused.find(fmt::format("; with model.recompute: true (each layer recomputed in the backward pass) at "
-                                     "least {:.4g} GB, which fits; nothing was allocated",
-                                     less.total() / 1e9)),
+                                     "least {}, which fits; nothing was allocated",
+                                     format_gb(less.total()))),
             std::string::npos)
       << refused;
   // Where even recomputing does not fit, the refusal does not offer it.

@@ -11,6 +11,7 @@
 #include "common/error.h"
 #include "common/fs.h"
 #include "common/h5.h"
+#include "common/log.h"
 #include "common/runtime.h"
 #include "data/prepare.h"
 #include "training/checkpoint.h"
@@ -64,9 +65,9 @@ TEST(Pretrain, RunDirectoryStepProbeAndProtection) {
   const MemoryBound bound = training_memory_lower_bound(c.spec, vocab, 8, 32, 8, {}, false, torch::kCPU, false, false,
                                                         step_memory(c));
   const std::string log = read_file(run + "/train.log");
-  EXPECT_NE(log.find(fmt::format("memory: at least {:.4g} GB a process while it trains ({}; micro-batches of 8 "
+  EXPECT_NE(log.find(fmt::format("memory: at least {} a process while it trains ({}; micro-batches of 8 "
                                  "examples), of {} ",
-                                 bound.total() / 1e9, memory_parts(bound), memory_owner(torch::kCPU))),
+                                 format_gb(bound.total()), memory_parts(bound), memory_owner(torch::kCPU))),
             std::string::npos)
       << log;
   EXPECT_EQ(list_checkpoints(run + "/checkpoints").size(), 2u);  // keep: 2
