@@ -7,6 +7,7 @@
 //   /loss (mean CE per target token + z-loss), /nll (mean CE), /learning_rate
 //   attribute "config": the resolved YAML
 #include "cli/command.h"
+#include "common/fs.h"
 #include "training/pretrain.h"
 
 namespace thx {
@@ -30,6 +31,7 @@ struct StepProbeCommand : Command {
     const PretrainConfig pc = load_pretrain_config(tree);
     if (config.dump) return dump_config(pc.yaml);
     if (out.empty()) throw InputError("step-probe: --out FILE is required");
+    check_output_file(out, "--out");  // before the data, the model and the step
     run_step_probe(pc, out);
     return 0;
   }

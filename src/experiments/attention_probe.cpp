@@ -4,6 +4,7 @@
 
 #include "attention/factory.h"
 #include "common/error.h"
+#include "common/fs.h"
 #include "common/h5.h"
 #include "common/log.h"
 #include "common/runtime.h"
@@ -22,6 +23,7 @@ AttentionProbe load_attention_probe(const ConfigTree& tree, int64_t d_model) {
 
 void run_attention_probe(const AttentionProbe& probe, const AttentionProbeOptions& o) {
   if (o.out.empty()) throw InputError("attention-probe: --out FILE is required");
+  check_output_file(o.out, "--out");  // before the layer is built and run
   if (o.mask == "causal" && o.n != o.m)
     throw InputError(fmt::format("--mask causal needs --n equal to --m (got {} and {})", o.n, o.m));
   const AttentionDims& dims = probe.dims;

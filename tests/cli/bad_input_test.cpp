@@ -64,9 +64,9 @@ TEST(BadInput, AKernelBuildThisCpuCannotRunIsOneLine) {
   EXPECT_EQ(run_command("THX_KERNELS=generic " + std::string(THX_BINARY) + " costs >/dev/null 2>&1").code, 0);
 }
 
-// An output directory that is a file, or a path below a file, or a report's path that is a
-// folder: one line, exit 2, before the work whose result it would hold (a benchmark can take
-// hours); nothing written, the file kept.
+// An output directory that is a file, or a path below a file, or a report's or a probe's file
+// that is a folder: one line, exit 2, before the work whose result it would hold (a benchmark
+// can take hours); nothing written, the file kept.
 TEST(BadInput, AnOutputPathThatIsOrIsBelowAFileIsOneLineBeforeAnyWork) {
   TempDir dir;
   const std::string file = dir.write("afile", "keep me\n");
@@ -88,6 +88,11 @@ TEST(BadInput, AnOutputPathThatIsOrIsBelowAFileIsOneLineBeforeAnyWork) {
       {bench + " --out " + file + "/r.md", report},
       {"bench train --config " + cfg + " --steps 1 --out " + file + "/r.md", report},
       {bench + " --out " + dir.path.string(), "--out " + dir.path.string() + ": is a directory; --out names a file"},
+      {"attention-probe --out " + file + "/r.md", report},
+      {"attention-probe --out " + dir.path.string(), "--out " + dir.path.string() + ": is a directory; --out names a file"},
+      {"step-probe --config " + cfg + " --out " + file + "/r.md", report},
+      {"step-probe --config " + cfg + " --out " + dir.path.string(),
+       "--out " + dir.path.string() + ": is a directory; --out names a file"},
   };
   for (const auto& [args, want] : cases) {
     const RunResult r = run_thx(args);
