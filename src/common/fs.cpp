@@ -98,10 +98,26 @@ std::string read_file_if_any(const std::string& path) {
 }
 
 void check_output_dir(const std::string& path, const std::string& flag) {
+  namespace fs = std::filesystem;
   std::error_code ec;
-  const auto st = std::filesystem::status(path, ec);
-  if (!ec && std::filesystem::exists(st) && !std::filesystem::is_directory(st))
+  const auto st = fs::status(path, ec);
+  if (!ec && fs::exists(st) && !fs::is_directory(st))
     throw InputError(fmt::format("{}: exists and is not a directory ({} names a directory)", path, flag));
+  if (!ec && fs::exists(st)) return;
+  // Not there yet: the nearest folder above that exists is where it will be made.
+  for (fs::path above = fs::absolute(path, ec).parent_path(); !above.empty(); above = above.parent_path()) {
+    const auto a = fs::status(above, ec);
+    if (fs::exists(a)) {
+      if (!fs::is_directory(a))
+        throw InputError(fmt::format("{} {}: cannot create the directory ({} is not a directory)", flag, path,
+                                     above.string()));
+      if (::access(above.c_str(), W_OK | X_OK) != 0)
+        throw InputError(fmt::format("{} {}: cannot create the directory (cannot write in {}: {})", flag, path,
+                                     above.string(), std::strerror(errno)));
+      return;
+    }
+    if (above == above.parent_path()) return;
+  }
 }
 
 void create_output_dir(const std::string& path, const std::string& flag) {

@@ -25,7 +25,9 @@ inline uint64_t fnv1a(const std::string& s, uint64_t seed = 0xcbf29ce484222325UL
 }
 
 // InputError "<path>: exists and is not a directory (<flag> names a directory)" when `path`
-// exists as anything but a directory: checked before an output directory is created.
+// exists as anything but a directory, and "<flag> <path>: cannot create the directory (...)"
+// when it does not exist and the nearest existing path above it is a file or a folder this
+// process may not write in: checked before the work whose output the directory will hold.
 void check_output_dir(const std::string& path, const std::string& flag);
 // check_output_dir, then the directory and its parents made: InputError "<flag> <path>: cannot
 // create the directory (<why>)" where they cannot be (a file in the way, no permission).

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "common/error.h"
+#include "common/fs.h"
 #include "common/log.h"
 #include "common/runtime.h"
 
@@ -171,9 +172,7 @@ CorpusStats train_sentencepiece(const SpmTrainOptions& o) {
   // model is never replaced (runs and shards were made with it).
   namespace fs = std::filesystem;
   const fs::path model_file = o.model_prefix + ".model";
-  const fs::path dir = model_file.parent_path().empty() ? fs::path(".") : model_file.parent_path();
-  if (!fs::is_directory(dir))
-    throw InputError(fmt::format("--out {}: directory {} does not exist", o.model_prefix, dir.string()));
+  check_output_file(o.model_prefix, "--out");  // its folder exists and may be written in; not a folder itself
   if (fs::exists(model_file))
     throw InputError(fmt::format("--out {}: {} exists; remove it or choose another prefix",
                                  o.model_prefix, model_file.string()));

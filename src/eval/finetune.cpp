@@ -8,6 +8,7 @@
 
 #include "common/determinism.h"
 #include "common/error.h"
+#include "common/fs.h"
 #include "common/log.h"
 #include "common/precision.h"
 #include "common/runtime.h"
@@ -114,12 +115,6 @@ CheckedModel check_model(const PretrainConfig& pretrained, const std::string& to
   return m;
 }
 
-void prepare_out(const std::string& out) {
-  std::error_code ec;
-  fs::create_directories(out, ec);
-  if (ec) throw InputError(fmt::format("{}: cannot create the output directory ({})", out, ec.message()));
-}
-
 // Both precisions on this device, each named by the key that set it (InputError, exit 2).
 void check_fine_tuning_precision(const FinetuneConfig& f, const PretrainConfig& pc, const torch::Device& device) {
   check_precision(train_precision(f, pc), device,
@@ -150,6 +145,7 @@ int run_finetune(const FinetuneRunConfig& config, const Pretrained& pretrained, 
                   const FinetuneOptions& options) {
   // Everything that can be checked is checked before the output directory is touched.
   validate(config.finetune);
+  check_output_dir(out_dir, "--out");  // where it will be made, before the data and the model are read
   check_recipe_fits(config.finetune, pretrained);
   const std::string tokenizer = tokenizer_path(config.finetune, pretrained.config);
   THX_CHECK(fs::is_regular_file(tokenizer), "{}: no such tokenizer model (finetune.tokenizer)", tokenizer);
@@ -246,11 +242,12 @@ EvalInputs eval_inputs(const FinetuneRunConfig& config, const Pretrained& model,
 void run_eval(const FinetuneRunConfig& config, const Pretrained& model, const std::string& checkpoint,
               const std::string& out) {
   // As run_finetune: every input is checked before the output directory is created.
-  EvalInputs in = eval_inputs(config, model, checkpoint, true);
   const fs::path beside = fs::is_directory(checkpoint) ? fs::path(checkpoint) : fs::path(checkpoint).parent_path();
   const std::string out_dir = out.empty() ? (beside / "eval").string() : out;
+  check_output_dir(out_dir, "--out");
+  EvalInputs in = eval_inputs(config, model, checkpoint, true);
   std::map<std::string, Splits> data = read_tasks(config.finetune, false);
-  prepare_out(out_dir);
+  create_output_dir(out_dir, "--out");
   const FinetuneJob job{config, model, out_dir, in.tokenizer, cfg::to_yaml(config), false, {}, std::move(data),
                         in.device, {}};
   PrecisionScope scope(in.precision);

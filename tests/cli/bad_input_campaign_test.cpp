@@ -287,8 +287,8 @@ TEST(BadInputCampaign, FineTuningAndEvaluation) {
   ASSERT_EQ(ft.code, 0) << ft.out;
   EXPECT_NE(ft.out.find("; results in " + albert.dir.file("ft/sst2.json") + "\n"), std::string::npos) << ft.out;
   // Its memory check's bound, AdamW's state among its parts, as the line states it.
-  const std::regex memory(R"(\[finetune\] memory: at least [0-9.e-]+ GB a process while it trains )"
-                          R"(\(parameters [0-9.e-]+ GB, the optimizer's state [0-9.e-]+ GB, .*; )"
+  const std::regex memory(R"(\[finetune\] memory: at least [0-9.]+ [GM]B a process while it trains )"
+                          R"(\(parameters [0-9.]+ [GM]B, the optimizer's state [0-9.]+ [GM]B, .*; )"
                           R"(micro-batches of 8 examples\), of )");
   EXPECT_TRUE(std::regex_search(ft.out, memory)) << ft.out;
   const std::string A = albert.dir.path.string();
@@ -342,6 +342,8 @@ TEST(BadInputCampaign, FineTuningAndEvaluation) {
       {"the shipped T5 recipe for an ALBERT checkpoint", {}, "finetune --config " THX_SOURCE_DIR "/configs/mini/finetune-t5.yaml --set finetune.pretrained=" + A + "/pretrained --out {C}/out", "has model.type albert; use a recipe for albert"},
       {"inputs longer than the ALBERT's position table", sst("sentence\tlabel\ngood\t1\n"), FT + "--set finetune.inputs_length=100000", "finetune.inputs_length 100000: the pretrained albert"},
       {"--out that is a file", {{"f", "x"}}, "finetune --config " + albert.config + " --out {C}/f", "{C}/f: exists and is not a directory"},
+      {"--out below a file", {{"f", "x"}}, "finetune --config " + albert.config + " --out {C}/f/x", "--out {C}/f/x: cannot create the directory ({C}/f is not a directory)"},
+      {"an evaluation's --out below a file", {{"f", "x"}}, "eval --config " + albert.config + " --checkpoint {A}/ft --out {C}/f/x", "--out {C}/f/x: cannot create the directory ({C}/f is not a directory)"},
       {"--out with results and no --resume", {}, "finetune --config " + albert.config + " --out {A}/ft", "{A}/ft"},
       {"a model type thx does not know", {}, "finetune --config " + albert.config + " --set finetune.model_type=gpt --out {C}/out", "finetune.model_type: 'gpt'; allowed: t5, bert, albert"},
       {"a fine-tuning key thx does not know", {}, "finetune --config " + albert.config + " --set finetune.stpes=3 --out {C}/out", "finetune.stpes"},

@@ -77,7 +77,7 @@ TEST(BadInput, AnOutputPathThatIsOrIsBelowAFileIsOneLineBeforeAnyWork) {
       "prepare --input " + dir.file("corpus.txt") + " --format text --tokenizer " + dir.file("tiny.model");
   const std::string bench = "bench attention --heads 2 --d-model 16 --n 8 --batch 1 --reps 1 --no-reference";
   const std::string is_file = file + ": exists and is not a directory (";
-  const std::string below = "--out " + file + "/x: cannot create the directory (Not a directory)";
+  const std::string below = "--out " + file + "/x: cannot create the directory (" + file + " is not a directory)";
   const std::string report = "--out " + file + "/r.md: directory " + file + " is not a directory";
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"pretrain --config " + cfg + " --run-dir " + file, is_file},
@@ -91,6 +91,8 @@ TEST(BadInput, AnOutputPathThatIsOrIsBelowAFileIsOneLineBeforeAnyWork) {
       {"attention-probe --out " + file + "/r.md", report},
       {"attention-probe --out " + dir.path.string(), "--out " + dir.path.string() + ": is a directory; --out names a file"},
       {"step-probe --config " + cfg + " --out " + file + "/r.md", report},
+      {"pretrain --config " + cfg + " --run-dir " + file + "/x/y",
+       "--run-dir " + file + "/x/y: cannot create the directory (" + file + " is not a directory)"},
       {"step-probe --config " + cfg + " --out " + dir.path.string(),
        "--out " + dir.path.string() + ": is a directory; --out names a file"},
   };
