@@ -5,6 +5,7 @@
 
 #include "cli/command.h"
 #include "common/fs.h"
+#include "data/corpus.h"
 #include "eval/finetune.h"
 #include "eval/predict.h"
 
@@ -45,8 +46,13 @@ struct PredictCommand : Command {
       if (!file) throw InputError(fmt::format("{}: cannot read the input (--input)", input));
     }
     std::istream& in = input == "-" ? std::cin : file;
-    for (std::string line; std::getline(in, line);) lines.push_back(line);
     *where = input == "-" ? "stdin" : input;
+    for (std::string line; std::getline(in, line);) {
+      if (!valid_utf8(line))  // as a corpus's lines (data/corpus.h); the tokenizer was trained on UTF-8 text
+        throw InputError(fmt::format("{}:{}: not valid UTF-8; thx predict reads UTF-8 text", *where,
+                                     lines.size() + 1));
+      lines.push_back(line);
+    }
     return lines;
   }
 

@@ -8,6 +8,7 @@
 #include <map>
 #include <numeric>
 #include <optional>
+#include <set>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -57,6 +58,7 @@ namespace {
 
 struct T5Item {
   std::vector<int32_t> input, target;
+  bool input_cut = false, target_cut = false;  // longer than finetune.inputs_length / targets_length
 };
 
 // Rows of token ids, zero-padded to the longest ([rows, max len]); with prefix >= 0 each row
@@ -115,6 +117,7 @@ class T5Finetune : public Trainee {
         if (std::isfinite(e.score)) sum += e.score, ++n;
       if (n > 0) fallback_score_.back() = sum / n;
       log->info("{}: {} training pairs, {} dev examples", t, items.size(), data_.back().dev.examples.size());
+      log_cut_training_pairs(t, items);
       train_.push_back(std::move(items));
     }
     if (!need_train) return;
@@ -182,17 +185,46 @@ class T5Finetune : public Trainee {
   void save_state(Checkpoint& c) override { save_finetune_state(c, rng_, records); }
   void load_state(const Checkpoint& c) override { load_finetune_state(c, rng_, records); }
 
+  // How many training pairs were cut to fit (T5 cuts them too; a count that is not small says
+  // that finetune.inputs_length or targets_length is too short for the task).
+  void log_cut_training_pairs(const std::string& task, const std::vector<T5Item>& items) const {
+    int64_t inputs = 0, targets = 0;
+    for (const T5Item& it : items) inputs += it.input_cut, targets += it.target_cut;
+    const auto share = [&](int64_t n) {
+      return fmt::format("{} ({:.1f}%)", n, 100.0 * double(n) / double(items.size()));
+    };
+    if (inputs > 0 || targets > 0)
+      thx::log("finetune")->info("{}: of {} training pairs, {} had inputs longer than finetune.inputs_length {} and {} "
+                                 "targets longer than finetune.targets_length {} (EOS counted): cut to fit", task,
+                                 items.size(), share(inputs), f_.inputs_length, share(targets), f_.targets_length);
+  }
+
+  // Task k's dev inputs as ids, cut to finetune.inputs_length with EOS last; how many were cut
+  // is logged once per task, not at every evaluation.
+  std::vector<std::vector<int32_t>> dev_inputs(size_t k) {
+    const int64_t length = f_.inputs_length;
+    std::vector<std::vector<int32_t>> inputs;
+    int64_t longer = 0;
+    for (const auto& e : data_[k].dev.examples) {
+      auto v = tok_.encode(t5_input(*specs_[k], e));
+      longer += int64_t(v.size()) > length - 1;
+      v = cut(std::move(v), size_t(length - 1));
+      v.push_back(Tokenizer::kEos);
+      inputs.push_back(std::move(v));
+    }
+    if (longer > 0 && dev_cut_told_.insert(k).second)
+      thx::log("finetune")->info("{} ({}): {} of its {} inputs ({:.1f}%) are longer than finetune.inputs_length {} "
+                                 "(EOS counted): cut to fit", specs_[k]->name, data_[k].dev.path, longer,
+                                 inputs.size(), 100.0 * double(longer) / double(inputs.size()), length);
+    return inputs;
+  }
+
   // One task's dev set decoded greedily, in batches of similar input lengths.
   TaskEval evaluate_task(size_t k) {
     const auto& f = f_;
     const TaskSpec& spec = *specs_[k];
     const auto& dev = data_[k].dev.examples;
-    std::vector<std::vector<int32_t>> inputs;
-    for (const auto& e : dev) {
-      auto v = cut(tok_.encode(t5_input(spec, e)), size_t(f.inputs_length - 1));
-      v.push_back(Tokenizer::kEos);
-      inputs.push_back(std::move(v));
-    }
+    const std::vector<std::vector<int32_t>> inputs = dev_inputs(k);
     std::vector<size_t> order(dev.size());
     std::iota(order.begin(), order.end(), 0);
     std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return inputs[a].size() < inputs[b].size(); });
@@ -268,9 +300,12 @@ class T5Finetune : public Trainee {
  private:
   T5Item item(const std::string& input, const std::string& target) const {
     T5Item it;
-    it.input = cut(tok_.encode(input), size_t(f_.inputs_length - 1));
+    it.input = tok_.encode(input), it.target = tok_.encode(target);
+    it.input_cut = int64_t(it.input.size()) > f_.inputs_length - 1;
+    it.target_cut = int64_t(it.target.size()) > f_.targets_length - 1;
+    it.input = cut(std::move(it.input), size_t(f_.inputs_length - 1));
     it.input.push_back(Tokenizer::kEos);
-    it.target = cut(tok_.encode(target), size_t(f_.targets_length - 1));
+    it.target = cut(std::move(it.target), size_t(f_.targets_length - 1));
     it.target.push_back(Tokenizer::kEos);
     return it;
   }
@@ -281,6 +316,7 @@ class T5Finetune : public Trainee {
   Tokenizer tok_;
   std::mt19937_64 rng_;  // the mixture sampler (and, before training, the data shuffles)
   std::vector<std::vector<T5Item>> train_;
+  std::set<size_t> dev_cut_told_;  // tasks whose dev inputs' cut was logged
   std::vector<double> rates_;
   std::vector<int> fallback_label_;     // per task: what a prediction file gets for a miss
   std::vector<double> fallback_score_;  // (regression: the mean training score)

@@ -1,10 +1,12 @@
 #include "eval/predict.h"
 
+#include <algorithm>
 #include <regex>
 
 #include <fmt/format.h>
 
 #include "common/error.h"
+#include "common/log.h"
 #include "common/runtime.h"
 #include "data/tokenizer.h"
 #include "models/t5.h"
@@ -21,6 +23,13 @@ bool text_fields_only(const TaskSpec& s) {
   for (const char* other : {"wic", "wsc", "multirc", "record", "copa"})
     if (s.name == other) return false;
   return true;
+}
+
+// The first k of `items`, comma-separated.
+std::string first_lines_joined(const std::vector<std::string>& items, size_t k) {
+  std::string out;
+  for (size_t i = 0; i < std::min(k, items.size()); ++i) out += (i ? ", " : "") + items[i];
+  return out;
 }
 
 std::string text_tasks() {
@@ -59,7 +68,7 @@ std::vector<TaskExample> predict_examples(const std::string& task, const std::ve
 }
 
 std::vector<int32_t> span_filling_input(const Tokenizer& tok, const std::string& line, int64_t inputs_length,
-                                        const std::string& where) {
+                                        const std::string& where, int64_t* ids_before_cut) {
   static const std::regex marker("<extra_id_(\\d+)>");
   std::vector<int32_t> ids;
   size_t at = 0;
@@ -74,6 +83,7 @@ std::vector<int32_t> span_filling_input(const Tokenizer& tok, const std::string&
   }
   const auto rest = tok.encode(line.substr(at));
   ids.insert(ids.end(), rest.begin(), rest.end());
+  if (ids_before_cut) *ids_before_cut = int64_t(ids.size());
   if (int64_t(ids.size()) > inputs_length - 1) ids.resize(size_t(std::max<int64_t>(inputs_length - 1, 0)));
   ids.push_back(Tokenizer::kEos);
   return ids;
@@ -115,13 +125,24 @@ std::vector<std::string> fill_spans(const Pretrained& model, const std::string& 
   m->eval();
   torch::NoGradGuard no_grad;
   std::vector<std::string> out;
+  std::vector<std::string> cut;  // "line (ids)" of each line longer than the encoder takes
   for (size_t i = 0; i < lines.size(); ++i) {
-    const auto ids = span_filling_input(tok, lines[i], pc.data.inputs_length, fmt::format("{}:{}", where, i + 1));
+    int64_t n = 0;
+    const auto ids =
+        span_filling_input(tok, lines[i], pc.data.inputs_length, fmt::format("{}:{}", where, i + 1), &n);
+    if (n > pc.data.inputs_length - 1) cut.push_back(fmt::format("{} ({} ids)", i + 1, n));
     const torch::Tensor in = torch::tensor(std::vector<int64_t>(ids.begin(), ids.end()), torch::kInt64).unsqueeze(0);  // [1,n]
     const torch::Tensor got =
         m->greedy_decode(in.to(device), max_length, Tokenizer::kEos).to(torch::kCPU).contiguous();  // [1,t]
     out.push_back(span_filling_text(tok, std::vector<int64_t>(got.data_ptr<int64_t>(), got.data_ptr<int64_t>() + got.numel())));
   }
+  if (!cut.empty())
+    thx::log("predict")->warn("{}: {} line{} longer than the {} ids the model was pretrained on (data.inputs_length "
+                              "{}, EOS one of them), {} to its first {}: line{} {}{}",
+                              where, cut.size(), cut.size() == 1 ? " is" : "s are", pc.data.inputs_length,
+                              pc.data.inputs_length, cut.size() == 1 ? "cut" : "each cut", pc.data.inputs_length - 1,
+                              cut.size() == 1 ? "" : "s",
+                              first_lines_joined(cut, 5), cut.size() > 5 ? ", ..." : "");
   return out;
 }
 

@@ -32,9 +32,10 @@ std::vector<std::string> predict_task(const FinetuneRunConfig& config, const Pre
 // A span-filling line as the encoder's input: its text between <extra_id_N> markers encoded
 // piece by piece, each marker as sentinel N's id (T5's convention: <extra_id_N> is the
 // vocabulary's last id minus N), cut to inputs_length - 1 ids, EOS last. A marker past
-// <extra_id_99> is an InputError naming `where`.
+// <extra_id_99> is an InputError naming `where`. `ids_before_cut`, where given, gets the
+// number of ids before the cut (EOS not counted).
 std::vector<int32_t> span_filling_input(const Tokenizer& tok, const std::string& line, int64_t inputs_length,
-                                        const std::string& where);
+                                        const std::string& where, int64_t* ids_before_cut = nullptr);
 // Decoded target ids as text: the pieces between sentinels decoded, each sentinel written back
 // as its <extra_id_N>; it ends at the first EOS or padding id.
 std::string span_filling_text(const Tokenizer& tok, const std::vector<int64_t>& ids);

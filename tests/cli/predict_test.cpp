@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "common/fs.h"
+#include "data/tokenizer.h"
 #include "eval/eval_fixtures.h"
 #include "eval/text2text.h"
 #include "training/training_fixtures.h"
@@ -89,7 +90,60 @@ void expect_predict_equals_eval(bool albert) {
     r = run_thx("predict --checkpoint " + s.dir.file("pretrained") + " --input " + past);
     EXPECT_EQ(r.code, 2) << r.out;
     EXPECT_EQ(r.out, "thx: error: " + past + ":2: <extra_id_100>: sentinels go from 0 to 99\n");
+    // A line that is not UTF-8 is refused (as Python's open() would); a line longer than the
+    // pretraining inputs is cut, and the user told which.
+    const std::string bad = s.dir.write("bad.txt", "fine <extra_id_0>\nheads \xff\xfe <extra_id_0>\n");
+    r = run_thx("predict --checkpoint " + s.dir.file("pretrained") + " --input " + bad);
+    EXPECT_EQ(r.code, 2) << r.out;
+    EXPECT_EQ(r.out, "thx: error: " + bad + ":2: not valid UTF-8; thx predict reads UTF-8 text\n");
+    std::string words;
+    for (int i = 0; i < 400; ++i) words += "heads talk ";
+    const std::string long_line = s.dir.write("long.txt", "fine <extra_id_0>\n" + words + "<extra_id_0>\n");
+    r = run_thx("predict --checkpoint " + s.dir.file("pretrained") + " --input " + long_line + " --max-length 4");
+    EXPECT_EQ(r.code, 0) << r.out;
+    EXPECT_NE(r.out.find(long_line + ": 1 line is longer than the "), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("cut to its first "), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find(": line 2 ("), std::string::npos) << r.out;
   }
+}
+
+// T5 fine-tuning counts the inputs (and targets) it cuts to finetune.inputs_length, for the
+// training pairs and each dev set, against the tokenizer's own count of each line here.
+TEST(FinetuneCuts, ATasksInputsLongerThanInputsLengthAreCounted) {
+  FinetuneFixture s;
+  make_finetune_fixture(s, false);
+  const int64_t length = 32;  // the fixture's: about a third of its sentences are longer
+  const Tokenizer tok(s.dir.file("tiny.model"));
+  const auto& names = target_names(task_spec("sst2"));  // the targets: "negative", "positive"
+  int64_t targets = 0;
+  auto longer = [&](const std::string& split) {
+    const auto lines = split_lines(read_file(s.dir.file("data/glue/SST-2/" + split + ".tsv")));
+    int64_t n = 0;
+    for (size_t i = 1; i < lines.size(); ++i) {
+      TaskExample e;
+      e.text = {lines[i].substr(0, lines[i].find('\t'))};
+      n += int64_t(tok.encode(t5_input(task_spec("sst2"), e)).size()) > length - 1;
+      const int label = std::stoi(lines[i].substr(lines[i].find('\t') + 1));
+      if (split == "train") targets += int64_t(tok.encode(names.at(size_t(label))).size()) > 8 - 1;
+    }
+    return n;
+  };
+  const int64_t train = longer("train"), dev = longer("dev");
+  ASSERT_GT(train, 0) << "no input this long: the test would not test";
+  ASSERT_LT(train, 400) << "every input this long: the test would not tell cut from all";
+  const RunResult r = run_thx("--threads 1 finetune --config " + s.config + " --out " + s.dir.file("ft") +
+                              " --set finetune.inputs_length=" + std::to_string(length) +
+                              " --set finetune.steps=2 --set finetune.eval_every=2 --set checkpoint.every=2"
+                              " --set finetune.max_train_examples=0 --set finetune.eval_examples=0");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find(fmt::format("sst2: of 400 training pairs, {} ({:.1f}%) had inputs longer than "
+                                   "finetune.inputs_length 32 and {} ({:.1f}%) targets longer than "
+                                   "finetune.targets_length 8 (EOS counted): cut to fit",
+                                   train, train / 4.0, targets, targets / 4.0)),
+            std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(fmt::format("{} of its 100 inputs ({:.1f}%) are longer than finetune.inputs_length 32",
+                                   dev, double(dev))),
+            std::string::npos) << r.out;
 }
 
 TEST(Predict, AFineTunedAlbertPredictsWhatEvalWrote) { expect_predict_equals_eval(true); }
