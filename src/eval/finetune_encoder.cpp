@@ -5,6 +5,7 @@
 #include <csignal>
 #include <filesystem>
 #include <numeric>
+#include <set>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -72,7 +73,23 @@ struct Feature {
   int64_t start = 0, end = 0;       // span targets (0: [CLS])
   std::vector<int64_t> token_to_word;  // span: per position, the context word or -1
   std::vector<bool> max_context;
+  bool cut = false;  // its text was cut to fit (inputs_length; SQuAD: the question to max_query_length)
 };
+
+// How many of the examples behind `feats` were cut to fit, and the log's line for it ("" when
+// none): the share of `examples`, for `what` ("training examples", "dev examples").
+std::string cut_examples_line(const std::vector<const Feature*>& feats, size_t examples, const std::string& what,
+                              const FinetuneConfig& f, bool span) {
+  std::set<int64_t> cut;
+  for (const Feature* x : feats)
+    if (x->cut) cut.insert(x->example);
+  if (cut.empty()) return "";
+  return fmt::format("{} of {} {} ({:.1f}%) {}: cut to fit", cut.size(), examples, what,
+                     100.0 * double(cut.size()) / double(std::max<size_t>(examples, 1)),
+                     span ? fmt::format("have questions longer than finetune.max_query_length {}", f.max_query_length)
+                          : fmt::format("are longer than finetune.inputs_length {} ([CLS] and [SEP] counted)",
+                                        f.inputs_length));
+}
 
 // Examples -> features: [CLS] a [SEP] b [SEP] with token types; SQuAD windows; one feature per
 // option for multiple choice.
@@ -86,8 +103,9 @@ class Featurizer {
   // [CLS] a [SEP] b [SEP], the longer side cut first.
   Feature pair(std::vector<int32_t> a, std::vector<int32_t> b, bool has_b) const {
     const size_t room = size_t(f_.inputs_length) - (has_b ? 3 : 2);
-    while (a.size() + b.size() > room) (a.size() >= b.size() ? a : b).pop_back();
     Feature f;
+    f.cut = a.size() + b.size() > room;
+    while (a.size() + b.size() > room) (a.size() >= b.size() ? a : b).pop_back();
     f.ids.push_back(Tokenizer::kCls);
     f.ids.insert(f.ids.end(), a.begin(), a.end());
     f.ids.push_back(Tokenizer::kSep);
@@ -117,8 +135,10 @@ class Featurizer {
         }
         auto b = tok_.encode(second);
         // The option side keeps up to half the input; the article is cut first.
-        if (b.size() > size_t(f_.inputs_length / 2)) b.resize(size_t(f_.inputs_length / 2));
+        const bool option_cut = b.size() > size_t(f_.inputs_length / 2);
+        if (option_cut) b.resize(size_t(f_.inputs_length / 2));
         Feature f = pair(ctx, b, true);
+        f.cut = f.cut || option_cut;
         f.example = index, f.label = e.label;
         out.push_back(std::move(f));
       }
@@ -176,14 +196,16 @@ class Featurizer {
       }
       if (ans_start < 0) return {};  // an answer that does not line up with the text: skipped
     }
-    auto q = cut(tok_.encode(e.text[0]), size_t(fc.max_query_length));
+    auto q = tok_.encode(e.text[0]);
+    const bool question_cut = int64_t(q.size()) > fc.max_query_length;
+    q = cut(std::move(q), size_t(fc.max_query_length));
     const int64_t room = fc.inputs_length - int64_t(q.size()) - 3;
     const auto windows = doc_windows(int64_t(doc.size()), room, fc.doc_stride);
     std::vector<Feature> out;
     for (size_t w = 0; w < windows.size(); ++w) {
       const auto [start, len] = windows[w];
       Feature f;
-      f.example = index;
+      f.example = index, f.cut = question_cut;
       f.ids.push_back(Tokenizer::kCls);
       f.ids.insert(f.ids.end(), q.begin(), q.end());
       f.ids.push_back(Tokenizer::kSep);
@@ -235,6 +257,13 @@ class Featurizer {
     std::vector<Feature> feats;
     for (size_t i = 0; i < dev.size(); ++i)
       for (auto& f : features(s, dev[i], int64_t(i), false)) feats.push_back(std::move(f));
+    if (!dev_cut_told_) {  // once, not at every evaluation
+      dev_cut_told_ = true;
+      std::vector<const Feature*> all;
+      for (const Feature& f : feats) all.push_back(&f);
+      const std::string line = cut_examples_line(all, dev.size(), "dev examples", f_, s.kind == TaskKind::span);
+      if (!line.empty()) thx::log("finetune")->info("{}: {}", s.name, line);
+    }
     const std::vector<Tensor> rows = head_rows(m, h, s, feats);
     m->train(), h->train();
     Outputs out(dev.size());
@@ -342,6 +371,7 @@ class Featurizer {
  private:
   const FinetuneConfig& f_;
   Tokenizer tok_;
+  mutable bool dev_cut_told_ = false;  // the dev set's cut examples logged (evaluate() is const)
 };
 
 
@@ -378,6 +408,12 @@ class EncoderTask : public Trainee {
     THX_CHECK(!units_.empty(), "{}: no usable training examples", d_.train.path);
     thx::log("finetune")->info("{}: {} training units from {} examples ({:.0f} s), {} dev examples", task,
                                units_.size(), d_.train.examples.size(), seconds_since(t0), d_.dev.examples.size());
+    std::vector<const Feature*> all;
+    for (const auto& unit : units_)
+      for (const Feature& f : unit) all.push_back(&f);
+    const std::string cut_line = cut_examples_line(all, d_.train.examples.size(), "training examples", f_,
+                                              s_.kind == TaskKind::span);
+    if (!cut_line.empty()) thx::log("finetune")->info("{}: {}", task, cut_line);
     params_ = model->named_parameters_by_path();
     std::vector<OptimizedParam> op = optimized_params(*model, params_, job.config.optimizer);
     for (auto [name, p] : std::vector<std::pair<std::string, Tensor>>{{"w", head->w}, {"bias", head->b}}) {

@@ -146,6 +146,34 @@ TEST(FinetuneCuts, ATasksInputsLongerThanInputsLengthAreCounted) {
             std::string::npos) << r.out;
 }
 
+// ALBERT's fine-tuning counts the examples whose [CLS] text [SEP] it cuts to inputs_length.
+TEST(FinetuneCuts, AnEncodersExamplesLongerThanInputsLengthAreCounted) {
+  FinetuneFixture s;
+  make_finetune_fixture(s, true);
+  const int64_t length = 16;
+  const Tokenizer tok(s.dir.file("tiny.model"));
+  auto longer = [&](const std::string& split) {
+    const auto lines = split_lines(read_file(s.dir.file("data/glue/SST-2/" + split + ".tsv")));
+    int64_t n = 0;
+    for (size_t i = 1; i < lines.size(); ++i)
+      n += int64_t(tok.encode(lines[i].substr(0, lines[i].find('\t'))).size()) > length - 2;
+    return n;
+  };
+  const int64_t train = longer("train"), dev = longer("dev");
+  ASSERT_GT(train, 0) << "no input this long: the test would not test";
+  ASSERT_LT(train, 400) << "every input this long: the test would not tell cut from all";
+  const RunResult r = run_thx("--threads 1 finetune --config " + s.config + " --out " + s.dir.file("ft") +
+                              " --set finetune.inputs_length=" + std::to_string(length) +
+                              " --set finetune.steps=2 --set finetune.eval_every=2 --set checkpoint.every=2"
+                              " --set finetune.max_train_examples=0 --set finetune.eval_examples=0");
+  ASSERT_EQ(r.code, 0) << r.out;
+  const std::string tail = " are longer than finetune.inputs_length 16 ([CLS] and [SEP] counted): cut to fit";
+  EXPECT_NE(r.out.find(fmt::format("sst2: {} of 400 training examples ({:.1f}%){}", train, train / 4.0, tail)),
+            std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(fmt::format("sst2: {} of 100 dev examples ({:.1f}%){}", dev, double(dev), tail)),
+            std::string::npos) << r.out;
+}
+
 TEST(Predict, AFineTunedAlbertPredictsWhatEvalWrote) { expect_predict_equals_eval(true); }
 TEST(Predict, AFineTunedT5PredictsWhatEvalWroteAndAPretrainedOneFillsSpans) { expect_predict_equals_eval(false); }
 
