@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <sstream>
 
 #include "common/fs.h"
@@ -107,42 +108,50 @@ void expect_predict_equals_eval(bool albert) {
   }
 }
 
+// The fixture's SST-2 fine-tuned for 2 steps with inputs_length `length`, every example read:
+// the run's output. `longer(line, split)` says whether a "sentence\tlabel" line is longer than
+// fits, as the test counts it with the tokenizer; `counts` gets how many in train and dev.
+RunResult finetune_with_cuts(const FinetuneFixture& s, int64_t length,
+                             const std::function<bool(const std::string&, const std::string&)>& longer,
+                             std::pair<int64_t, int64_t>* counts) {
+  for (const char* split : {"train", "dev"}) {
+    const auto lines = split_lines(read_file(s.dir.file(std::string("data/glue/SST-2/") + split + ".tsv")));
+    int64_t n = 0;
+    for (size_t i = 1; i < lines.size(); ++i) n += longer(lines[i], split);
+    (std::string(split) == "train" ? counts->first : counts->second) = n;
+  }
+  EXPECT_GT(counts->first, 0) << "no input this long: the test would not test";
+  EXPECT_LT(counts->first, 400) << "every input this long: the test would not tell cut from all";
+  return run_thx("--threads 1 finetune --config " + s.config + " --out " + s.dir.file("ft") +
+                 " --set finetune.inputs_length=" + std::to_string(length) +
+                 " --set finetune.steps=2 --set finetune.eval_every=2 --set checkpoint.every=2"
+                 " --set finetune.max_train_examples=0 --set finetune.eval_examples=0");
+}
+
 // T5 fine-tuning counts the inputs (and targets) it cuts to finetune.inputs_length, for the
 // training pairs and each dev set, against the tokenizer's own count of each line here.
 TEST(FinetuneCuts, ATasksInputsLongerThanInputsLengthAreCounted) {
   FinetuneFixture s;
   make_finetune_fixture(s, false);
-  const int64_t length = 32;  // the fixture's: about a third of its sentences are longer
   const Tokenizer tok(s.dir.file("tiny.model"));
   const auto& names = target_names(task_spec("sst2"));  // the targets: "negative", "positive"
   int64_t targets = 0;
-  auto longer = [&](const std::string& split) {
-    const auto lines = split_lines(read_file(s.dir.file("data/glue/SST-2/" + split + ".tsv")));
-    int64_t n = 0;
-    for (size_t i = 1; i < lines.size(); ++i) {
-      TaskExample e;
-      e.text = {lines[i].substr(0, lines[i].find('\t'))};
-      n += int64_t(tok.encode(t5_input(task_spec("sst2"), e)).size()) > length - 1;
-      const int label = std::stoi(lines[i].substr(lines[i].find('\t') + 1));
-      if (split == "train") targets += int64_t(tok.encode(names.at(size_t(label))).size()) > 8 - 1;
-    }
-    return n;
-  };
-  const int64_t train = longer("train"), dev = longer("dev");
-  ASSERT_GT(train, 0) << "no input this long: the test would not test";
-  ASSERT_LT(train, 400) << "every input this long: the test would not tell cut from all";
-  const RunResult r = run_thx("--threads 1 finetune --config " + s.config + " --out " + s.dir.file("ft") +
-                              " --set finetune.inputs_length=" + std::to_string(length) +
-                              " --set finetune.steps=2 --set finetune.eval_every=2 --set checkpoint.every=2"
-                              " --set finetune.max_train_examples=0 --set finetune.eval_examples=0");
+  std::pair<int64_t, int64_t> n;
+  const RunResult r = finetune_with_cuts(s, 32, [&](const std::string& line, const std::string& split) {
+    TaskExample e;
+    e.text = {line.substr(0, line.find('\t'))};
+    const int label = std::stoi(line.substr(line.find('\t') + 1));
+    if (split == "train") targets += int64_t(tok.encode(names.at(size_t(label))).size()) > 8 - 1;
+    return int64_t(tok.encode(t5_input(task_spec("sst2"), e)).size()) > 32 - 1;
+  }, &n);
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find(fmt::format("sst2: of 400 training pairs, {} ({:.1f}%) had inputs longer than "
                                    "finetune.inputs_length 32 and {} ({:.1f}%) targets longer than "
                                    "finetune.targets_length 8 (EOS counted): cut to fit",
-                                   train, train / 4.0, targets, targets / 4.0)),
+                                   n.first, n.first / 4.0, targets, targets / 4.0)),
             std::string::npos) << r.out;
   EXPECT_NE(r.out.find(fmt::format("{} of its 100 inputs ({:.1f}%) are longer than finetune.inputs_length 32",
-                                   dev, double(dev))),
+                                   n.second, double(n.second))),
             std::string::npos) << r.out;
 }
 
@@ -150,27 +159,16 @@ TEST(FinetuneCuts, ATasksInputsLongerThanInputsLengthAreCounted) {
 TEST(FinetuneCuts, AnEncodersExamplesLongerThanInputsLengthAreCounted) {
   FinetuneFixture s;
   make_finetune_fixture(s, true);
-  const int64_t length = 16;
   const Tokenizer tok(s.dir.file("tiny.model"));
-  auto longer = [&](const std::string& split) {
-    const auto lines = split_lines(read_file(s.dir.file("data/glue/SST-2/" + split + ".tsv")));
-    int64_t n = 0;
-    for (size_t i = 1; i < lines.size(); ++i)
-      n += int64_t(tok.encode(lines[i].substr(0, lines[i].find('\t'))).size()) > length - 2;
-    return n;
-  };
-  const int64_t train = longer("train"), dev = longer("dev");
-  ASSERT_GT(train, 0) << "no input this long: the test would not test";
-  ASSERT_LT(train, 400) << "every input this long: the test would not tell cut from all";
-  const RunResult r = run_thx("--threads 1 finetune --config " + s.config + " --out " + s.dir.file("ft") +
-                              " --set finetune.inputs_length=" + std::to_string(length) +
-                              " --set finetune.steps=2 --set finetune.eval_every=2 --set checkpoint.every=2"
-                              " --set finetune.max_train_examples=0 --set finetune.eval_examples=0");
+  std::pair<int64_t, int64_t> n;
+  const RunResult r = finetune_with_cuts(s, 16, [&](const std::string& line, const std::string&) {
+    return int64_t(tok.encode(line.substr(0, line.find('\t'))).size()) > 16 - 2;
+  }, &n);
   ASSERT_EQ(r.code, 0) << r.out;
   const std::string tail = " are longer than finetune.inputs_length 16 ([CLS] and [SEP] counted): cut to fit";
-  EXPECT_NE(r.out.find(fmt::format("sst2: {} of 400 training examples ({:.1f}%){}", train, train / 4.0, tail)),
+  EXPECT_NE(r.out.find(fmt::format("sst2: {} of 400 training examples ({:.1f}%){}", n.first, n.first / 4.0, tail)),
             std::string::npos) << r.out;
-  EXPECT_NE(r.out.find(fmt::format("sst2: {} of 100 dev examples ({:.1f}%){}", dev, double(dev), tail)),
+  EXPECT_NE(r.out.find(fmt::format("sst2: {} of 100 dev examples ({:.1f}%){}", n.second, double(n.second), tail)),
             std::string::npos) << r.out;
 }
 
