@@ -257,8 +257,7 @@ class Featurizer {
     std::vector<Feature> feats;
     for (size_t i = 0; i < dev.size(); ++i)
       for (auto& f : features(s, dev[i], int64_t(i), false)) feats.push_back(std::move(f));
-    if (!dev_cut_told_) {  // once, not at every evaluation
-      dev_cut_told_ = true;
+    if (dev_cut_told_.insert(s.name).second) {  // once per task, not at every evaluation
       std::vector<const Feature*> all;
       for (const Feature& f : feats) all.push_back(&f);
       const std::string line = cut_examples_line(all, dev.size(), "dev examples", f_, s.kind == TaskKind::span);
@@ -371,7 +370,9 @@ class Featurizer {
  private:
   const FinetuneConfig& f_;
   Tokenizer tok_;
-  mutable bool dev_cut_told_ = false;  // the dev set's cut examples logged (evaluate() is const)
+  // Tasks whose dev set's cut examples were logged (one featurizer serves every task of a run;
+  // evaluate() is const).
+  mutable std::set<std::string> dev_cut_told_;
 };
 
 
