@@ -16,7 +16,24 @@
 
 namespace thx {
 
+namespace {
+// What `path` is where it is neither absent nor a regular file nor a folder ("a device", "a
+// pipe", ...; a link counts as what it points to); "" otherwise. A file written atomically
+// would replace it: /dev/stdout's link or /dev/full's node, run as root.
+std::string special_file(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0 || S_ISREG(st.st_mode) || S_ISDIR(st.st_mode)) return "";
+  if (S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode)) return "a device";
+  if (S_ISFIFO(st.st_mode)) return "a pipe";
+  return S_ISSOCK(st.st_mode) ? "a socket" : "not a regular file";
+}
+constexpr const char* kWholeFiles = "thx writes its files whole, through a temporary file renamed into place, which "
+                                    "would replace it; name a file in a folder";
+}  // namespace
+
 void write_file_atomic(const std::string& path, const std::string& text) {
+  if (const std::string what = special_file(path); !what.empty())
+    throw InputError(fmt::format("{}: is {}; {}", path, what, kWholeFiles));
   const std::string tmp = fmt::format("{}.tmp-{}", path, ::getpid());
   const int fd = ::open(tmp.c_str(), O_CREAT | O_TRUNC | O_WRONLY | O_CLOEXEC, 0644);
   if (fd < 0) throw InputError(fmt::format("{}: cannot create file ({})", tmp, std::strerror(errno)));
@@ -132,6 +149,8 @@ void check_output_file(const std::string& path, const std::string& flag) {
   std::error_code ec;
   if (fs::is_directory(path, ec))
     throw InputError(fmt::format("{} {}: is a directory; {} names a file", flag, path, flag));
+  if (const std::string what = special_file(path); !what.empty())
+    throw InputError(fmt::format("{} {}: is {}; {}", flag, path, what, kWholeFiles));
   const fs::path dir = fs::absolute(path, ec).parent_path();
   if (!fs::is_directory(dir, ec))
     throw InputError(fmt::format("{} {}: directory {} {}", flag, path, dir.string(),

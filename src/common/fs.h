@@ -8,7 +8,8 @@ namespace thx {
 
 // Write `text` to `path` through a temporary file, fsync and rename: readers see the old
 // file or the new one, never a partial write. Throws InputError if the directory is not
-// writable.
+// writable, or if `path` is a device, pipe or socket (or a link to one: /dev/stdout), which the
+// rename would replace.
 void write_file_atomic(const std::string& path, const std::string& text);
 
 // The whole file as a string; InputError naming the file if it cannot be read.
@@ -34,7 +35,7 @@ void check_output_dir(const std::string& path, const std::string& flag);
 void create_output_dir(const std::string& path, const std::string& flag);
 // Checked before long work whose result goes to the file `path` (a report, predictions):
 // InputError "<flag> <path>: ..." where its directory does not exist or cannot be written in,
-// or where `path` is a directory.
+// or where `path` is a directory, a device, a pipe or a socket.
 void check_output_file(const std::string& path, const std::string& flag);
 
 // Removes `path` and, if it is a directory, everything under it, without following symbolic

@@ -361,10 +361,10 @@ std::string bench_attention(const BenchAttentionOptions& options) {
   set_th_padded_heads(!opt.unpadded);
   set_th_launch(opt.th_launch);
   torch::manual_seed(0);
+  const std::vector<std::string> precisions = bench_precisions(opt.precision, "--precision", opt.device);
   const int threads = torch::get_num_threads();
   log->info("attention fwd+bwd: d_model {}, n = m = {}, batch {}{}, {} thread{}, median of {}", opt.d_model, opt.n,
             opt.batch, opt.bias ? ", T5's relative position bias" : "", threads, threads == 1 ? "" : "s", opt.reps);
-  const std::vector<std::string> precisions = bench_precisions(opt.precision, "--precision", opt.device);
   const bool gpu = opt.device.is_cuda();
   const std::string th_path = !gpu           ? "the CPU cores" + cpu_tiles_note(precisions)
                               : opt.batched ? "the batched ATen composition"

@@ -2,6 +2,7 @@
 // nothing written or changed; and a resumed run clears the checkpoint temporaries a killed
 // process left.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -79,8 +80,11 @@ TEST(BadInput, AnOutputPathThatIsOrIsBelowAFileIsOneLineBeforeAnyWork) {
   const std::string is_file = file + ": exists and is not a directory (";
   const std::string below = "--out " + file + "/x: cannot create the directory (" + file + " is not a directory)";
   const std::string report = "--out " + file + "/r.md: directory " + file + " is not a directory";
+  const std::string pipe = dir.file("pipe");
+  ASSERT_EQ(::mkfifo(pipe.c_str(), 0644), 0);
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"pretrain --config " + cfg + " --run-dir " + file, is_file},
+      {bench + " --out " + pipe, "--out " + pipe + ": is a pipe; thx writes its files whole"},
       {prepare + " --out " + file, is_file},
       {"sweep --dry-run --config " + sweep + " --out " + file, is_file},
       {prepare + " --out " + file + "/x", below},
@@ -104,6 +108,7 @@ TEST(BadInput, AnOutputPathThatIsOrIsBelowAFileIsOneLineBeforeAnyWork) {
     EXPECT_EQ(lines(r.out), 1) << r.out;
   }
   EXPECT_EQ(read_file(file), "keep me\n");
+  EXPECT_TRUE(fs::is_fifo(pipe));
 }
 
 // A record that cannot be written (here: a full disk, /dev/full) stops the run with one line

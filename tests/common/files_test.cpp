@@ -5,6 +5,7 @@
 #include <fstream>
 
 #include <hdf5.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "common/csv.h"
@@ -233,6 +234,33 @@ TEST(OutputPaths, AFolderNotWritableRefusesAReportsPath) {
   }
   std::filesystem::permissions(locked, std::filesystem::perms::owner_all);
   EXPECT_NO_THROW(check_output_file(locked + "/r.md", "--out"));
+}
+
+// A path that is a pipe (or a device, a socket, a link to one: /dev/stdout) is refused, by the
+// check before the work and by the atomic write itself: the rename into place would replace it
+// (as root, /dev/full's node or /dev/stdout's link became a regular file). A link to a regular
+// file, and a new file, are written as before.
+TEST(OutputPaths, ADevicePipeOrSocketIsNotReplacedByAFile) {
+  test::TempDir dir;
+  const std::string pipe = dir.file("pipe");
+  ASSERT_EQ(::mkfifo(pipe.c_str(), 0644), 0);
+  const std::string tail = "thx writes its files whole, through a temporary file renamed into place, which would "
+                           "replace it; name a file in a folder";
+  EXPECT_EQ(test::error_of([&] { check_output_file(pipe, "--out"); }), "--out " + pipe + ": is a pipe; " + tail);
+  EXPECT_EQ(test::error_of([&] { write_file_atomic(pipe, "x\n"); }), pipe + ": is a pipe; " + tail);
+  const std::string link = dir.file("link");
+  std::filesystem::create_symlink(pipe, link);
+  EXPECT_EQ(test::error_of([&] { write_file_atomic(link, "x\n"); }), link + ": is a pipe; " + tail);
+  EXPECT_TRUE(std::filesystem::is_fifo(pipe));
+  EXPECT_TRUE(std::filesystem::is_symlink(link));
+  if (std::filesystem::exists("/dev/null"))  // read only: nothing is written to it
+    EXPECT_EQ(test::error_of([] { check_output_file("/dev/null", "--out"); }),
+              "--out /dev/null: is a device; " + tail);
+  const std::string file = dir.write("file", "old\n"), to_file = dir.file("to_file");
+  std::filesystem::create_symlink(file, to_file);
+  EXPECT_NO_THROW(write_file_atomic(to_file, "new\n"));
+  EXPECT_NO_THROW(write_file_atomic(dir.file("fresh"), "new\n"));
+  EXPECT_EQ(read_file(dir.file("fresh")), "new\n");
 }
 
 TEST(Csv, QuotesBlankLinesAndErrors) {
