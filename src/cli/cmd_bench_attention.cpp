@@ -46,6 +46,7 @@ struct BenchAttentionCommand : Command {
   std::vector<std::pair<CLI::Option*, const char*>> fused_only;  // the fused kernels' own options
   std::vector<std::pair<CLI::Option*, const char*>> gpu_only;    // those and the other paths'
   CLI::Option* fma_ = nullptr;  // thx's kernels', fused or the row kernels
+  CLI::Option* heads_ = nullptr;  // given, or its default list
 
   explicit BenchAttentionCommand(CLI::App& parent) {
     app = parent.add_subcommand(
@@ -54,7 +55,7 @@ struct BenchAttentionCommand : Command {
     app->add_option("--d-model", opt.d_model)->capture_default_str()->check(thx::positive_number());
     app->add_option("--n", opt.n, "n = m")->capture_default_str()->check(thx::positive_number());
     app->add_option("--batch", opt.batch)->capture_default_str()->check(thx::positive_number());
-    app->add_option("--heads", opt.heads, "head counts h (d_k = d_v = d_model / h)")
+    heads_ = app->add_option("--heads", opt.heads, "head counts h (d_k = d_v = d_model / h)")
         ->delimiter(',')
         ->check(thx::positive_number())
         ->capture_default_str();
@@ -122,9 +123,13 @@ struct BenchAttentionCommand : Command {
   }
 
   int run() override {
+    std::string defaults;  // a default that does not divide a given --d-model says it is the default
+    for (int64_t h : BenchAttentionOptions{}.heads) defaults += " " + std::to_string(h);
     for (int64_t h : opt.heads)
       if (opt.d_model % h != 0)
-        throw InputError(fmt::format("--heads: {} does not divide --d-model {}", h, opt.d_model));
+        throw InputError(fmt::format("--heads: {}{} does not divide --d-model {}", h,
+                                     heads_->count() > 0 ? "" : " (of the default --heads" + defaults + ")",
+                                     opt.d_model));
     opt.reference = !no_reference;
     choose_path();
     if (!th_tiles.empty()) opt.th_launch = parse_th_tiles(th_tiles);

@@ -81,6 +81,9 @@ TEST(Cli, BadBenchFlagsExitTwo) {
   EXPECT_EQ(r.out, "thx: error: --heads: 7 does not divide --d-model 768\n");
   EXPECT_EQ(run_thx("bench").code, 2);
   EXPECT_EQ(run_thx("bench attention --reps 0").code, 2);
+  r = run_thx("bench attention --d-model 64");  // a default head count that does not divide it says so
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_EQ(r.out, "thx: error: --heads: 6 (of the default --heads 6 12 24 48) does not divide --d-model 64\n");
   r = run_thx("bench attention --precision fp16");  // the one line, before the benchmark's banner
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_EQ(r.out, "thx: error: --precision fp16: allowed: fp32, bf16, both\n");
