@@ -36,7 +36,10 @@ void validate(const FinetuneConfig& c, const std::string& path) {
   positive(c.log_every, "log_every");
   if (c.eval_batch_size < 0)
     throw ConfigError(path + ".eval_batch_size", fmt::format("{} must be 0 (batch_size / ranks) or positive", c.eval_batch_size));
-  positive(c.targets_length, "targets_length"), positive(c.mixing_cap, "mixing_cap");
+  positive(c.mixing_cap, "mixing_cap");
+  if (c.targets_length < 2)  // (cut() takes a room of 0 as no cut: a target would keep every token)
+    throw ConfigError(path + ".targets_length",
+                      fmt::format("{} must be at least 2 (a target's token and EOS)", c.targets_length));
   positive(c.n_best, "n_best"), positive(c.max_answer_length, "max_answer_length");
   positive(c.max_query_length, "max_query_length"), positive(c.doc_stride, "doc_stride");
   if (c.inputs_length < 16) throw ConfigError(path + ".inputs_length", fmt::format("{} must be at least 16", c.inputs_length));
@@ -204,9 +207,13 @@ void load_finetune_state(const Checkpoint& c, std::mt19937_64& sampler, std::vec
   sampler = g, records = std::move(out);
 }
 
-std::vector<int32_t> cut(std::vector<int32_t> v, size_t max) {
-  if (max > 0 && v.size() > max) v.resize(max);
+std::vector<int32_t> cut(std::vector<int32_t> v, size_t max, bool* was_cut) {
+  const bool cutting = max > 0 && v.size() > max;
+  if (was_cut) *was_cut = cutting;
+  if (cutting) v.resize(max);
   return v;
 }
+
+double percent_of(int64_t n, size_t total) { return total > 0 ? 100.0 * double(n) / double(total) : 0.0; }
 
 }  // namespace thx

@@ -137,8 +137,10 @@ Splits read_splits(const FinetuneConfig& c, const std::string& task, bool need_t
 // of its generator).
 Splits shuffled(Splits s, const FinetuneConfig& c, std::mt19937_64& rng);
 
-// Tokens for a text, cut to `max` (0: no cut).
-std::vector<int32_t> cut(std::vector<int32_t> v, size_t max);
+// Tokens for a text, cut to `max` (0: no cut); `was_cut`, where given, says whether it was.
+std::vector<int32_t> cut(std::vector<int32_t> v, size_t max, bool* was_cut = nullptr);
+// n as a percentage of `total` (0 where total is 0), for the log's counts of cut examples.
+double percent_of(int64_t n, size_t total);
 
 // What both fine-tuning trainers keep in a checkpoint beyond the loop's own state: the
 // generator that samples and orders their data (/state/extra/sampler) and every task's record

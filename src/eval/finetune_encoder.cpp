@@ -85,7 +85,7 @@ std::string cut_examples_line(const std::vector<const Feature*>& feats, size_t e
     if (x->cut) cut.insert(x->example);
   if (cut.empty()) return "";
   return fmt::format("{} of {} {} ({:.1f}%) {}: cut to fit", cut.size(), examples, what,
-                     100.0 * double(cut.size()) / double(std::max<size_t>(examples, 1)),
+                     percent_of(int64_t(cut.size()), examples),
                      span ? fmt::format("have questions longer than finetune.max_query_length {}", f.max_query_length)
                           : fmt::format("are longer than finetune.inputs_length {} ([CLS] and [SEP] counted)",
                                         f.inputs_length));
@@ -196,9 +196,8 @@ class Featurizer {
       }
       if (ans_start < 0) return {};  // an answer that does not line up with the text: skipped
     }
-    auto q = tok_.encode(e.text[0]);
-    const bool question_cut = int64_t(q.size()) > fc.max_query_length;
-    q = cut(std::move(q), size_t(fc.max_query_length));
+    bool question_cut = false;
+    const auto q = cut(tok_.encode(e.text[0]), size_t(fc.max_query_length), &question_cut);
     const int64_t room = fc.inputs_length - int64_t(q.size()) - 3;
     const auto windows = doc_windows(int64_t(doc.size()), room, fc.doc_stride);
     std::vector<Feature> out;

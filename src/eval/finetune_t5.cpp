@@ -190,9 +190,7 @@ class T5Finetune : public Trainee {
   void log_cut_training_pairs(const std::string& task, const std::vector<T5Item>& items) const {
     int64_t inputs = 0, targets = 0;
     for (const T5Item& it : items) inputs += it.input_cut, targets += it.target_cut;
-    const auto share = [&](int64_t n) {
-      return fmt::format("{} ({:.1f}%)", n, 100.0 * double(n) / double(items.size()));
-    };
+    const auto share = [&](int64_t n) { return fmt::format("{} ({:.1f}%)", n, percent_of(n, items.size())); };
     if (inputs > 0 || targets > 0)
       thx::log("finetune")->info("{}: of {} training pairs, {} had inputs longer than finetune.inputs_length {} and {} "
                                  "targets longer than finetune.targets_length {} (EOS counted): cut to fit", task,
@@ -206,16 +204,16 @@ class T5Finetune : public Trainee {
     std::vector<std::vector<int32_t>> inputs;
     int64_t longer = 0;
     for (const auto& e : data_[k].dev.examples) {
-      auto v = tok_.encode(t5_input(*specs_[k], e));
-      longer += int64_t(v.size()) > length - 1;
-      v = cut(std::move(v), size_t(length - 1));
+      bool was_cut = false;
+      auto v = cut(tok_.encode(t5_input(*specs_[k], e)), size_t(length - 1), &was_cut);
+      longer += was_cut;
       v.push_back(Tokenizer::kEos);
       inputs.push_back(std::move(v));
     }
     if (longer > 0 && dev_cut_told_.insert(k).second)
       thx::log("finetune")->info("{} ({}): {} of its {} inputs ({:.1f}%) are longer than finetune.inputs_length {} "
                                  "(EOS counted): cut to fit", specs_[k]->name, data_[k].dev.path, longer,
-                                 inputs.size(), 100.0 * double(longer) / double(inputs.size()), length);
+                                 inputs.size(), percent_of(longer, inputs.size()), length);
     return inputs;
   }
 
@@ -300,12 +298,9 @@ class T5Finetune : public Trainee {
  private:
   T5Item item(const std::string& input, const std::string& target) const {
     T5Item it;
-    it.input = tok_.encode(input), it.target = tok_.encode(target);
-    it.input_cut = int64_t(it.input.size()) > f_.inputs_length - 1;
-    it.target_cut = int64_t(it.target.size()) > f_.targets_length - 1;
-    it.input = cut(std::move(it.input), size_t(f_.inputs_length - 1));
+    it.input = cut(tok_.encode(input), size_t(f_.inputs_length - 1), &it.input_cut);
     it.input.push_back(Tokenizer::kEos);
-    it.target = cut(std::move(it.target), size_t(f_.targets_length - 1));
+    it.target = cut(tok_.encode(target), size_t(f_.targets_length - 1), &it.target_cut);
     it.target.push_back(Tokenizer::kEos);
     return it;
   }

@@ -346,6 +346,7 @@ TEST(BadInputCampaign, FineTuningAndEvaluation) {
       {"an evaluation's --out below a file", {{"f", "x"}}, "eval --config " + albert.config + " --checkpoint {A}/ft --out {C}/f/x", "--out {C}/f/x: cannot create the directory ({C}/f is not a directory)"},
       {"--out with results and no --resume", {}, "finetune --config " + albert.config + " --out {A}/ft", "{A}/ft"},
       {"a model type thx does not know", {}, "finetune --config " + albert.config + " --set finetune.model_type=gpt --out {C}/out", "finetune.model_type: 'gpt'; allowed: t5, bert, albert"},
+      {"a target with no room beside EOS", {}, "finetune --config " + albert.config + " --set finetune.targets_length=1 --out {C}/out", "finetune.targets_length: 1 must be at least 2 (a target's token and EOS)"},
       {"a fine-tuning key thx does not know", {}, "finetune --config " + albert.config + " --set finetune.stpes=3 --out {C}/out", "finetune.stpes"},
       {"an evaluation of a missing checkpoint", {}, "eval --config " + albert.config + " --checkpoint {C}/none.h5 --out {C}/ev", "{C}/none.h5"},
       {"an evaluation of another model's checkpoint", {}, "eval --config " + albert.config + " --checkpoint {T5}/run/checkpoints/step-00000002.h5 --out {C}/ev", "{T5}/run/checkpoints/step-00000002.h5"},
