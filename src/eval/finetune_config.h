@@ -57,8 +57,9 @@ void visit(V& v, FinetuneConfig& c) {
   v("tasks", c.tasks, "tasks to fine-tune on and evaluate (see `thx finetune --help`)");
   v("steps", c.steps, "optimizer steps (T5: over the whole mixture; BERT/ALBERT: per task)");
   v("batch_size", c.batch_size, "examples per step");
-  v("inputs_length", c.inputs_length, "tokens per input (longer inputs are truncated; SQuAD: windows)");
-  v("targets_length", c.targets_length, "t5: target tokens (and the decoding limit)");
+  v("inputs_length", c.inputs_length, "tokens per input, at least 16 (longer inputs are cut, and counted in the log; "
+    "SQuAD: windows)");
+  v("targets_length", c.targets_length, "t5: target tokens with EOS, at least 2 (and the decoding limit)");
   v("eval_every", c.eval_every, "steps between dev evaluations (and one at the end)");
   v("eval_examples", c.eval_examples, "dev examples per task (0: all)");
   v("max_train_examples", c.max_train_examples, "training examples per task (0: all)");
