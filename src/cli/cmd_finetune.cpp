@@ -36,7 +36,7 @@ struct FinetuneCommand : Command {
     if (out.empty()) throw InputError("finetune: --out DIR is required");
     dist::start(dc, cfg::to_yaml(c));  // under torchrun: join the group, same config on every rank
     const Pretrained p = load_pretrained(c.finetune.pretrained);
-    const int stopped_by = run_finetune(c, p, out, options);
+    const int stopped_by = tree.told([&] { return run_finetune(c, p, out, options); });  // (as pretrain's)
     if (stopped_by) {  // no result: the shell sees the signal (128 + N)
       if (dist::rank() == 0)
         std::fprintf(stderr, "%s: interrupted by %s, checkpoint saved; no result yet; continue with the same "

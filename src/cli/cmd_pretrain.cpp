@@ -35,7 +35,8 @@ struct PretrainCommand : Command {
     if (config.dump) return dump_config(pc.yaml);
     if (run_dir.empty()) throw InputError("pretrain: --run-dir DIR is required");
     dist::start(dc, pc.yaml);  // under torchrun: join the group, same config on every rank
-    const PretrainResult r = run_pretrain(pc, run_dir, resume, allow_changes);
+    // (A check after the config was read, on the data or the memory, names the file and line too.)
+    const PretrainResult r = tree.told([&] { return run_pretrain(pc, run_dir, resume, allow_changes); });
     if (r.interrupted) {  // no result: the run is not done; the shell sees the signal (128 + N)
       if (dist::rank() == 0)
         std::fprintf(stderr, "%s: interrupted by %s at step %lld of %lld, checkpoint saved; no result yet; "

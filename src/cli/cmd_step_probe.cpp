@@ -32,7 +32,7 @@ struct StepProbeCommand : Command {
     if (config.dump) return dump_config(pc.yaml);
     if (out.empty()) throw InputError("step-probe: --out FILE is required");
     check_output_file(out, "--out");  // before the data, the model and the step
-    run_step_probe(pc, out);
+    tree.told([&] { run_step_probe(pc, out); });  // (as pretrain's)
     return 0;
   }
 };

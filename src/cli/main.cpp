@@ -163,7 +163,7 @@ int run_parsed(const std::vector<std::unique_ptr<thx::Command>>& commands) {
     for (auto& c : commands)
       if (c->app->parsed()) return c->run();
   } catch (const thx::ConfigError& e) {  // a flag validated like a config key
-    return fail(2, error() + e.key + ": " + e.what());
+    return fail(2, error() + e.line());
   } catch (const thx::InputError& e) {
     return fail(2, error() + e.what());
   } catch (const thx::RunError& e) {

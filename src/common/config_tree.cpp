@@ -230,8 +230,10 @@ std::string ConfigTree::describe(const ConfigError& e) const {
   // A key that no file or --set wrote has no place to name ("defaults: data.prepared: is
   // required" read as if thx's defaults were at fault); say instead that nothing gave it.
   const std::string where = origin(e.key);
-  if (where == "defaults") return fmt::format("{}: {} (not set by any --config or --set)", e.key, e.what());
-  return fmt::format("{}: {}: {}", where, e.key, e.what());
+  if (where == "defaults")
+    return e.key_leads ? fmt::format("{} ({}: not set by any --config or --set)", e.what(), e.key)
+                       : fmt::format("{}: {} (not set by any --config or --set)", e.key, e.what());
+  return fmt::format("{}: {}", where, e.line());
 }
 
 }  // namespace thx

@@ -68,6 +68,16 @@ class ConfigTree {
   // One line for a ConfigError: "<origin>: <key>: <message>", or for a key nothing set
   // "<key>: <message> (not set by any --config or --set)".
   std::string describe(const ConfigError& e) const;
+  // f(), with a ConfigError it throws told by describe(): a check after the config was read
+  // (the data's vocabulary, the memory bound) names the file and line too.
+  template <class F>
+  auto told(F&& f) const -> decltype(f()) {
+    try {
+      return f();
+    } catch (const ConfigError& e) {
+      throw InputError(describe(e));
+    }
+  }
 
  private:
   void merge_into(YAML::Node& parent, const std::string& key, const YAML::Node& src,

@@ -5,11 +5,13 @@
 // std::exception from a bug or the environment) exits with code 1.
 //
 // ConfigError is an InputError about one config key. It carries the dotted key path, so that
-// the CLI can name the file and line the value came from (see config_tree.h).
+// the CLI can name the file and line the value came from (see config_tree.h), whether it is
+// thrown while the config is read or by a check after it (the data's vocabulary, the memory).
 #pragma once
 #include <fmt/format.h>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 namespace thx {
 
@@ -35,7 +37,17 @@ struct InputError : std::runtime_error {
 struct ConfigError : InputError {
   ConfigError(std::string key_path, const std::string& message)
       : InputError(message), key(one_line(key_path)) {}
+  // A line that begins with its key already ("train.batch_size 4096: training needs ..."): told
+  // as it is, after the place the key was set.
+  static ConfigError leading(std::string key_path, const std::string& line) {
+    ConfigError e(std::move(key_path), line);
+    e.key_leads = true;
+    return e;
+  }
   std::string key;  // dotted path, e.g. "attention.h_k"
+  bool key_leads = false;
+  // The line without a place: "<key>: <message>", or the leading line.
+  std::string line() const { return key_leads ? what() : key + ": " + what(); }
 };
 
 // A run that cannot continue for a reason that is not the user's input (a diverged loss):

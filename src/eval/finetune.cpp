@@ -81,10 +81,15 @@ CheckedModel check_model(const PretrainConfig& pretrained, const std::string& to
     const StepMemory step{optimizer_state_copies(run->optimizer), false,
                           !pc.model.encoder_only() && f->freeze_embedding, dist::world_size() > 1,
                           optimizer_statistics(run->optimizer)};
-    const MemoryBound bound =
-        check_training_memory(spec, vocab, rows, f->inputs_length, outputs,
-                              {"finetune.batch_size", "finetune.inputs_length", "finetune.targets_length"}, values,
-                              device, train_precision(*f, pretrained) == "bf16", step);
+    MemoryBound bound;
+    try {
+      bound = check_training_memory(spec, vocab, rows, f->inputs_length, outputs,
+                                    {"finetune.batch_size", "finetune.inputs_length", "finetune.targets_length"},
+                                    values, device, train_precision(*f, pretrained) == "bf16", step);
+    } catch (const ConfigError& e) {  // a size of the pretrained model's: its run's config, not this one's
+      if (e.key.rfind("finetune.", 0) == 0) throw;
+      throw InputError(fmt::format("{} (the pretrained model's, {})", e.line(), file));
+    }
     thx::log("finetune")->info("{}", memory_line(bound, rows, device));
   }
   // With model.vocab_size 0 the vocabulary is the tokenizer's: a mismatch is the tokenizer's.
@@ -126,17 +131,22 @@ void check_fine_tuning_precision(const FinetuneConfig& f, const PretrainConfig& 
 // heads for, and inputs no longer than an encoder's position table.
 void check_recipe_fits(const FinetuneConfig& f, const Pretrained& p) {
   const ModelConfig& m = p.config.model;
-  THX_CHECK(f.model_type.empty() || f.model_type == m.type,
-            "finetune.model_type: this recipe is for model.type {}, but {} has model.type {}; use a recipe for "
-            "{} (configs/*/finetune-*.yaml), or --set finetune.model_type={} to run this one on it anyway",
-            f.model_type, p.path, m.type, m.type, m.type);
+  if (!f.model_type.empty() && f.model_type != m.type)
+    throw ConfigError("finetune.model_type",
+                      fmt::format("this recipe is for model.type {}, but {} has model.type {}; use a recipe for "
+                                  "{} (configs/*/finetune-*.yaml), or --set finetune.model_type={} to run this one "
+                                  "on it anyway", f.model_type, p.path, m.type, m.type, m.type));
   if (!m.encoder_only()) return;
   for (const auto& t : f.tasks)
-    THX_CHECK(t != "record", "finetune.tasks: record needs an entity-ranking head, which BERT/ALBERT "
-                             "fine-tuning does not have; T5 fine-tunes it as text to text");
-  THX_CHECK(f.inputs_length <= m.max_positions,
-            "finetune.inputs_length {}: the pretrained {} ({}) has model.max_positions {} positions; lower "
-            "finetune.inputs_length to at most {}", f.inputs_length, m.type, p.path, m.max_positions, m.max_positions);
+    if (t == "record")
+      throw ConfigError("finetune.tasks", "record needs an entity-ranking head, which BERT/ALBERT fine-tuning does "
+                                          "not have; T5 fine-tunes it as text to text");
+  if (f.inputs_length > m.max_positions)
+    throw ConfigError::leading(
+        "finetune.inputs_length",
+        fmt::format("finetune.inputs_length {}: the pretrained {} ({}) has model.max_positions {} positions; lower "
+                    "finetune.inputs_length to at most {}", f.inputs_length, m.type, p.path, m.max_positions,
+                    m.max_positions));
 }
 
 }  // namespace

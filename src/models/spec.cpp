@@ -218,11 +218,13 @@ std::string training_memory_refusal(const ModelSpec& spec, int64_t vocab, int64_
 MemoryBound check_training_memory(const ModelSpec& spec, int64_t vocab, int64_t rows, int64_t n_in, int64_t n_out,
                                   const MemoryKeys& names, const std::map<std::string, int64_t>& values,
                                   const torch::Device& device, bool bf16, const StepMemory& step) {
+  const bool recompute = spec.model.recompute && spec.model.encoder_only();
+  const MemoryBound b =
+      training_memory_lower_bound(spec, vocab, rows, n_in, n_out, names, recompute, device, false, bf16, step);
   const std::string refusal = training_memory_refusal(spec, vocab, rows, n_in, n_out, names, values, device,
                                                       memory_bytes(device), bf16, step);
-  if (!refusal.empty()) throw InputError(refusal);
-  const bool recompute = spec.model.recompute && spec.model.encoder_only();
-  return training_memory_lower_bound(spec, vocab, rows, n_in, n_out, names, recompute, device, false, bf16, step);
+  if (!refusal.empty()) throw ConfigError::leading(b.key, refusal);  // (the line names b.key first)
+  return b;
 }
 
 }  // namespace thx

@@ -544,9 +544,9 @@ std::vector<OptimizedParam> optimized_params(torch::nn::Module& model,
   // the model's attention only from its checkpoint.
   if (c.mixing_lr_multiplier != 1.0 &&
       std::none_of(out.begin(), out.end(), [](const OptimizedParam& p) { return p.lr_scale != 1.0; }))
-    throw InputError(fmt::format("optimizer.mixing_lr_multiplier: {} has no effect: the model has no P_l or P_w "
-                                 "({} have them)",
-                                 c.mixing_lr_multiplier, mixing_variant_choices()));
+    throw ConfigError("optimizer.mixing_lr_multiplier",
+                      fmt::format("{} has no effect: the model has no P_l or P_w ({} have them)",
+                                  c.mixing_lr_multiplier, mixing_variant_choices()));
   return out;
 }
 

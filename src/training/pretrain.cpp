@@ -98,8 +98,10 @@ Setup build(const PretrainConfig& c, const torch::Device& device) {
   if (synthetic) s.train.vocab_size = recall_options(c.data).vocab_size;  // no shards: an empty corpus
   else s.train = load_split(c.data.prepared, "train");
   const int64_t vocab = c.model.vocab_size > 0 ? c.model.vocab_size : s.train.vocab_size;
-  THX_CHECK(vocab >= s.train.vocab_size, "model.vocab_size {} is smaller than the data's vocabulary {}",
-            vocab, s.train.vocab_size);
+  if (vocab < s.train.vocab_size)
+    throw ConfigError("model.vocab_size", fmt::format("{} is smaller than the vocabulary of data.prepared {} ({} ids); "
+                                                      "set it to 0 (the data's) or at least {}",
+                                                      vocab, c.data.prepared, s.train.vocab_size, s.train.vocab_size));
   if (synthetic) {
     // The task's own ids (data/recall.h): no tokenizer, no word starts.
   } else if (c.model.encoder_only()) s.word_starts = mlm_word_starts(s.train, c.data.prepared);

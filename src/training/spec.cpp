@@ -25,6 +25,9 @@ PretrainConfig load(ConfigTree& tree, bool run_blocks) {
         throw ConfigError("attention_decoder_self", fmt::format("model.type {} has no decoder", c.model.type));
       if (c.attention_encoder_decoder)
         throw ConfigError("attention_encoder_decoder", fmt::format("model.type {} has no decoder", c.model.type));
+      if (run_blocks && c.data.synthetic.empty() && c.data.inputs_length < 8)  // (data/mlm.cpp's examples)
+        throw ConfigError("data.inputs_length", fmt::format("{} is too short for model.type {}'s [CLS] A [SEP] B "
+                                                            "[SEP]: at least 8", c.data.inputs_length, c.model.type));
       // A BERT/ALBERT setting: T5 inputs may be shorter than its default.
       if (run_blocks && c.data.synthetic.empty() && c.data.max_predictions_per_seq > c.data.inputs_length)
         throw ConfigError("data.max_predictions_per_seq", fmt::format("{} is invalid: more than data.inputs_length {}",

@@ -370,6 +370,8 @@ TEST(Cli, BadAlbertAndBertConfigsExitTwoWithOneLine) {
       {"--set data.max_ngram=0", "data.max_ngram: 0 is invalid: must be >= 1"},
       {"--set data.sentence_task=both", "data.sentence_task: 'both' is not allowed; allowed: sop, nsp, none"},
       {"--set data.inputs_length=256", "data.inputs_length: 256 is more than model.max_positions 128"},
+      {"--set data.inputs_length=6", "--set data.inputs_length=6: data.inputs_length: 6 is too short for model.type "
+                                     "albert's [CLS] A [SEP] B [SEP]: at least 8"},
       {"--set attention_decoder_self.h=4", "attention_decoder_self: model.type albert has no decoder"},
       {"--set optimizer.schedule=cosine", "allowed: inverse_sqrt, constant, polynomial"},
       {"--set optimizer.power=0", "optimizer.power: 0 is invalid: must be > 0"},

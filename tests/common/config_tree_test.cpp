@@ -145,6 +145,30 @@ TEST(ConfigTree, ErrorsNameFileLineKeyAndAllowed) {
   none.merge_text("name: n\n", "n.yaml");
   EXPECT_EQ(none.describe(ConfigError("inner.a", "is required")),
             "inner.a: is required (not set by any --config or --set)");
+  // A line that names its key first (the memory bound's) keeps it, after the place or before why.
+  const ConfigError leads = ConfigError::leading("inner.a", "inner.a 3: needs 9 GB");
+  EXPECT_EQ(leads.line(), "inner.a 3: needs 9 GB");
+  EXPECT_EQ(ConfigError("inner.a", "is odd").line(), "inner.a: is odd");
+  EXPECT_EQ(none.describe(leads), "inner.a 3: needs 9 GB (inner.a: not set by any --config or --set)");
+  ConfigTree set;
+  set.merge_text("inner:\n  a: 3\n", "s.yaml");
+  EXPECT_EQ(set.describe(leads), "s.yaml:2: inner.a 3: needs 9 GB");
+}
+
+// told(f): a check after the config was read throws a ConfigError; it comes out described.
+TEST(ConfigTree, ToldDescribesAConfigErrorThrownAfterReading) {
+  ConfigTree t;
+  t.merge_text("name: n\nrate: 2\n", "t.yaml");
+  EXPECT_EQ(t.told([] { return 7; }), 7);
+  try {
+    t.told([]() -> int { throw ConfigError("rate", "2 is more than the data allows"); });
+    FAIL() << "no error";
+  } catch (const ConfigError&) {
+    FAIL() << "not described";
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()), "t.yaml:2: rate: 2 is more than the data allows");
+  }
+  EXPECT_THROW(t.told([] { throw InputError("x: other"); }), InputError);  // (as it was)
 }
 
 TEST(ConfigTree, BadFilesAndOverridesAreInputErrors) {

@@ -350,7 +350,13 @@ TEST(MixingLrMultiplier, ScalesOnlyTheHeadMixingProjections) {
   EXPECT_EQ(mixing, 4);  // P_l and P_w in each of the 2 layers
   a.variant = "multi_head";
   EncoderModel mh(mc, a, 20);
-  EXPECT_THROW(optimized_params(*mh, mh->named_parameters_by_path(), c), InputError);
+  try {  // a ConfigError: the command names the file and line of the key (a fine-tuning recipe's)
+    optimized_params(*mh, mh->named_parameters_by_path(), c);
+    ADD_FAILURE() << "a multi-head model took optimizer.mixing_lr_multiplier 4";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(e.key, "optimizer.mixing_lr_multiplier");
+    EXPECT_EQ(std::string(e.what()).rfind("4 has no effect: the model has no P_l or P_w (", 0), 0u) << e.what();
+  }
   c.mixing_lr_multiplier = 1;
   EXPECT_NO_THROW(optimized_params(*mh, mh->named_parameters_by_path(), c));
 }
