@@ -4,6 +4,7 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 
 #include <cctype>
+#include <cmath>
 #include <cstdint>
 #include <mutex>
 
@@ -85,6 +86,8 @@ std::string format_duration(double seconds) {
   const double years = double(t) / 31557600;  // Julian years of 365.25 days
   return (years < 999.5 ? fmt::format("{:.3g}", years) : whole_with_commas(years)) + " years";
 }
+
+std::string format_count(int64_t n) { return (n < 0 ? "-" : "") + whole_with_commas(std::fabs(double(n))); }
 
 std::string format_gb(double bytes) {
   const double gb = bytes / 1e9;

@@ -32,6 +32,8 @@ std::string format_duration(double seconds);
 // with commas ("4,496,000 GB"); under 10 MB in MB or bytes. Never in e-notation, which the
 // memory bound's refusal printed at absurd sizes ("4.496e+06 GB").
 std::string format_gb(double bytes);
+// A count with commas: "1,000,000" (progress lines).
+std::string format_count(int64_t n);
 
 // Seconds from t to now, on the monotonic clock.
 inline double seconds_since(std::chrono::steady_clock::time_point t) {

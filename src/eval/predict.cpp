@@ -126,14 +126,27 @@ std::vector<std::string> fill_spans(const Pretrained& model, const std::string& 
   torch::NoGradGuard no_grad;
   std::vector<std::string> out;
   std::vector<std::string> cut;  // "line (ids)" of each line longer than the encoder takes
+  // Progress every 10 s, within a line too: a long --max-length on a model that never ends its
+  // spans decodes for a long time.
+  const auto t0 = std::chrono::steady_clock::now();
+  auto last = t0;
+  size_t line = 0;
+  const auto progress = [&](int64_t step) {
+    if (seconds_since(last) < 10) return;
+    last = std::chrono::steady_clock::now();
+    thx::log("predict")->info("{}: line {} of {} ({} done in {}): {} of at most {} tokens decoded", where, line + 1,
+                              lines.size(), line, format_duration(seconds_since(t0)), format_count(step + 1),
+                              format_count(max_length));
+  };
   for (size_t i = 0; i < lines.size(); ++i) {
+    line = i;
     int64_t n = 0;
     const auto ids =
         span_filling_input(tok, lines[i], pc.data.inputs_length, fmt::format("{}:{}", where, i + 1), &n);
     if (n > pc.data.inputs_length - 1) cut.push_back(fmt::format("{} ({} ids)", i + 1, n));
     const torch::Tensor in = torch::tensor(std::vector<int64_t>(ids.begin(), ids.end()), torch::kInt64).unsqueeze(0);  // [1,n]
     const torch::Tensor got =
-        m->greedy_decode(in.to(device), max_length, Tokenizer::kEos).to(torch::kCPU).contiguous();  // [1,t]
+        m->greedy_decode(in.to(device), max_length, Tokenizer::kEos, progress).to(torch::kCPU).contiguous();  // [1,t]
     out.push_back(span_filling_text(tok, std::vector<int64_t>(got.data_ptr<int64_t>(), got.data_ptr<int64_t>() + got.numel())));
   }
   if (!cut.empty())

@@ -363,7 +363,8 @@ Tensor T5Impl::encode(const Tensor& inputs) {
   return encoder_->forward(torch::embedding(shared, inputs), enc_mask, {}, {});        // [b,n,d]
 }
 
-Tensor T5Impl::greedy_decode(const Tensor& inputs, int64_t max_length, int64_t eos) {
+Tensor T5Impl::greedy_decode(const Tensor& inputs, int64_t max_length, int64_t eos,
+                             const std::function<void(int64_t)>& on_step) {
   torch::NoGradGuard no_grad;
   const int64_t batch = inputs.size(0);
   const Tensor enc_mask = (inputs != 0).view({batch, 1, 1, inputs.size(1)});  // [b,1,1,n]
@@ -371,7 +372,7 @@ Tensor T5Impl::greedy_decode(const Tensor& inputs, int64_t max_length, int64_t e
   std::vector<AttentionCache> self_caches(decoder_->layer_count()), cross_caches(decoder_->layer_count());
   for (auto& c : cross_caches) c.fixed = true;
   const auto on = inputs.options();
-  Tensor out = torch::zeros({batch, max_length}, on.dtype(torch::kInt64));  // [b,max_length]
+  std::vector<Tensor> out;  // [b,1] each step's
   Tensor token = torch::zeros({batch, 1}, on.dtype(torch::kInt64));  // [b,1]: the decoder starts from padding (id 0)
   Tensor done = torch::zeros({batch}, on.dtype(torch::kBool));       // [b]
   const Tensor output_rows = to_compute(shared.narrow(0, 0, vocab_size_).t());  // [d,V]
@@ -381,12 +382,14 @@ Tensor T5Impl::greedy_decode(const Tensor& inputs, int64_t max_length, int64_t e
                                            cross_caches);                       // [b,1,d]
     const Tensor next = torch::matmul(y.squeeze(1) * scale, output_rows).argmax(-1);  // [b]
     const Tensor kept = next.masked_fill(done, 0);  // [b]
-    out.select(1, s).copy_(kept);
+    out.push_back(kept.view({batch, 1}));
     done = done | (next == eos);
+    if (on_step) on_step(s);
     if (done.all().item<bool>()) break;
     token = next.view({batch, 1});
   }
-  return out;
+  if (out.empty()) return torch::zeros({batch, 0}, on.dtype(torch::kInt64));  // [b,0]: max_length 0
+  return torch::cat(out, 1);                                                 // [b,t]
 }
 
 std::vector<std::pair<std::string, Tensor>> T5Impl::named_parameters_by_path() const {

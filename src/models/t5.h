@@ -23,6 +23,8 @@
 #pragma once
 #include <torch/torch.h>
 
+#include <functional>
+
 #include "attention/attention.h"
 #include "models/config.h"
 #include "models/spec.h"
@@ -80,9 +82,12 @@ class T5Impl : public torch::nn::Module {
   torch::Tensor encode(const torch::Tensor& inputs);
   // Greedy decoding with the incremental cache (attention.h's forward_cached: each step
   // projects only the new position; encoder-decoder keys and values are projected once).
-  // Returns [b, max_length] ids: each row's tokens up to and including its first `eos`, then 0.
+  // Returns [b, t] ids, t <= max_length the steps taken (it stops when every row has its
+  // `eos`): each row's tokens up to and including its first `eos`, then 0. Nothing of size
+  // max_length is allocated ahead. on_step(s), if given, is called after each step s (0-based).
   // Runs without gradients; call eval() first for dropout-free decoding.
-  torch::Tensor greedy_decode(const torch::Tensor& inputs, int64_t max_length, int64_t eos = 1);
+  torch::Tensor greedy_decode(const torch::Tensor& inputs, int64_t max_length, int64_t eos = 1,
+                              const std::function<void(int64_t)>& on_step = {});
 
   // Module paths with '/' separators ("encoder/layers/0/self_attention/P_q"), in a fixed
   // order: the names used by checkpoints and probe files.

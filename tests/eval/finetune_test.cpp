@@ -135,7 +135,9 @@ TEST(GreedyDecode, IncrementalCacheEqualsFullRecomputation) {
     torch::Tensor inputs = torch::randint(2, 40, {3, 9});
     inputs[2].narrow(0, 6, 3).fill_(0);  // padding
     const int64_t L = 7;
-    const torch::Tensor fast = model->greedy_decode(inputs, L, /*eos=*/1);
+    int64_t steps = 0;
+    const torch::Tensor fast = model->greedy_decode(inputs, L, /*eos=*/1, [&](int64_t s) { EXPECT_EQ(s, steps++); });
+    EXPECT_EQ(steps, fast.size(1)) << variant;  // a call after each step taken
     // Reference: the whole decoder rerun on the growing prefix, argmax of the last position.
     torch::NoGradGuard g;
     torch::Tensor prefix = torch::zeros({3, 1}, torch::kInt64);
@@ -147,8 +149,22 @@ TEST(GreedyDecode, IncrementalCacheEqualsFullRecomputation) {
       done = done | (next == 1);
       prefix = torch::cat({prefix, next.view({3, 1})}, 1);
     }
-    EXPECT_TRUE(torch::equal(fast, slow)) << variant << "\n" << fast << "\n" << slow;
+    // It stops when every row has ended (no column of only padding is allocated or returned).
+    ASSERT_LE(fast.size(1), L) << variant;
+    EXPECT_TRUE(torch::equal(fast, slow.narrow(1, 0, fast.size(1)))) << variant << "\n" << fast << "\n" << slow;
+    EXPECT_TRUE(slow.narrow(1, fast.size(1), L - fast.size(1)).eq(0).all().item<bool>()) << variant;
   }
+  // Every row ended at its first step: one column; a max_length far past memory is not allocated.
+  torch::manual_seed(3);
+  AttentionConfig mh;
+  mh.variant = "multi_head", mh.h = 4;
+  T5 model(mc, T5Attention{mh, mh, mh}, 40);
+  model->eval();
+  torch::NoGradGuard g;
+  const torch::Tensor inputs = torch::randint(2, 40, {1, 5});
+  const torch::Tensor first = model->logits(inputs, torch::zeros({1, 1}, torch::kInt64)).select(1, 0).argmax(-1);
+  const torch::Tensor one = model->greedy_decode(inputs, int64_t(1) << 40, /*eos=*/first.item<int64_t>());  // [1,1]
+  EXPECT_TRUE(torch::equal(one, first.view({1, 1}))) << one;
 }
 
 double best_accuracy(const std::string& out) {

@@ -142,6 +142,12 @@ TEST(Sweep, SizesReadAtTheirScale) {
   EXPECT_EQ(format_gb(9999.4e9), "9999 GB");
   EXPECT_EQ(format_gb(9999.6e9), "10,000 GB");
   EXPECT_EQ(format_gb(4.496e15), "4,496,000 GB");
+  // Counts in progress lines (predict's tokens decoded).
+  EXPECT_EQ(format_count(0), "0");
+  EXPECT_EQ(format_count(999), "999");
+  EXPECT_EQ(format_count(1000), "1,000");
+  EXPECT_EQ(format_count(-1234567), "-1,234,567");
+  EXPECT_EQ(format_count(1000000000000), "1,000,000,000,000");
 }
 
 // The memory a sweep counts for each run is the bound its own check refuses by: the
