@@ -46,11 +46,13 @@ double stat_value(const std::string& stat, const std::string& key) {
   return 0;
 }
 
-// A memory cgroup's files: v2's memory.max, memory.current, memory.stat, or v1's memory
-// controller's memory.limit_in_bytes, memory.usage_in_bytes, memory.stat; and memory.stat's key
-// of the inactive page cache.
+// A memory cgroup's files: v2's memory.max, memory.current, memory.stat and memory.high, or v1's
+// memory controller's memory.limit_in_bytes, memory.usage_in_bytes, memory.stat; and
+// memory.stat's key of the inactive page cache. v2's memory.high (systemd's MemoryHigh=,
+// Kubernetes' memory QoS) is no hard limit, but above it the kernel throttles the cgroup and
+// reclaims from it hard: a run past it crawls, so where it is lower it counts as the limit.
 struct Cgroup {
-  std::string limit, usage, stat, inactive;
+  std::string limit, usage, stat, inactive, high;
 };
 // Those of the cgroups this process is under (cgroup.h: its own and each ancestor) that exist.
 std::vector<Cgroup> cgroups(const std::string& self_cgroup, const std::string& root) {
@@ -58,9 +60,9 @@ std::vector<Cgroup> cgroups(const std::string& self_cgroup, const std::string& r
   for (const CgroupDir& d : cgroup_dirs(self_cgroup, "memory", root)) {
     const Cgroup g = d.version == 2
                          ? Cgroup{d.path + "memory.max", d.path + "memory.current", d.path + "memory.stat",
-                                  "inactive_file"}
+                                  "inactive_file", d.path + "memory.high"}
                          : Cgroup{d.path + "memory.limit_in_bytes", d.path + "memory.usage_in_bytes",
-                                  d.path + "memory.stat", "total_inactive_file"};
+                                  d.path + "memory.stat", "total_inactive_file", ""};
     if (std::ifstream(g.limit)) found.push_back(g);
   }
   return found;
@@ -71,6 +73,11 @@ HostMemory host_memory_of(const std::string& meminfo, const std::vector<Cgroup>&
   std::vector<CgroupText> texts;
   for (const Cgroup& g : groups) {  // usage and statistics read only where a limit is set
     std::string limit = read_file_if_any(g.limit);
+    if (!g.high.empty()) {
+      std::string high = read_file_if_any(g.high);
+      const double h = cgroup_limit_bytes(high, total), l = cgroup_limit_bytes(limit, total);
+      if (h > 0 && (l <= 0 || h < l)) limit = std::move(high);
+    }
     if (cgroup_limit_bytes(limit, total) > 0)
       texts.push_back({std::move(limit), read_file_if_any(g.usage), read_file_if_any(g.stat), g.inactive});
   }

@@ -11,8 +11,9 @@
 //
 // Available memory: /proc/meminfo's MemAvailable (the kernel's estimate of what it can hand out
 // without swapping: free memory and the page cache it can drop), or less where a cgroup's limit
-// binds (a container: limit - usage + the inactive page cache, v2's memory.max or v1's
-// memory.limit_in_bytes, in its own cgroup or an ancestor: common/cgroup.h), or less where
+// binds (a container: limit - usage + the inactive page cache, v2's memory.max, or its
+// memory.high where lower, above which the kernel throttles, or v1's memory.limit_in_bytes,
+// in its own cgroup or an ancestor: common/cgroup.h), or less where
 // THX_MEMORY_LIMIT_MB caps this process (limit - its resident memory).
 //
 // The cost: /proc/meminfo is read at most every 100 ms, and before that only when the

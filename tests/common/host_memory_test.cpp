@@ -167,6 +167,18 @@ TEST(Cgroup, ALimitOnAnAncestorBindsAndTheTightestWins) {
   m = host_memory_under(info, "0::/a.slice/b.scope\n", root.path.string());
   EXPECT_EQ(m.total, 2 * GiB);
   EXPECT_EQ(m.available, 1 * GiB);
+  // v2's memory.high, where lower than memory.max (above it the kernel throttles), is the limit:
+  // the scope's 1.5 GiB, with the slice's usage, leaves 0.5; "max" or a higher one changes nothing.
+  put("a.slice/b.scope/memory.high", "1610612736\n");
+  put("a.slice/b.scope/memory.current", "1073741824\n");
+  m = host_memory_under(info, "0::/a.slice/b.scope\n", root.path.string());
+  EXPECT_EQ(m.total, 1.5 * GiB);
+  EXPECT_EQ(m.available, 0.5 * GiB);
+  put("a.slice/memory.high", "max\n");
+  put("a.slice/b.scope/memory.high", "3221225472\n");
+  m = host_memory_under(info, "0::/a.slice/b.scope\n", root.path.string());
+  EXPECT_EQ(m.total, 2 * GiB);
+  EXPECT_EQ(m.available, 1 * GiB);
   // CPU: v2's cpu.max on the slice (2 cores) and the scope (unlimited); v1's quota on both
   // (3 cores above, 1 on the process's own).
   put("a.slice/cpu.max", "200000 100000\n");
