@@ -78,17 +78,20 @@ struct Feature {
 
 // How many of the examples behind `feats` were cut to fit, and the log's line for it ("" when
 // none): the share of `examples`, for `what` ("training examples", "dev examples").
+// SQuAD's are its questions; a multiple-choice example's, its text or an option (features()).
 std::string cut_examples_line(const std::vector<const Feature*>& feats, size_t examples, const std::string& what,
-                              const FinetuneConfig& f, bool span) {
+                              const FinetuneConfig& f, TaskKind kind) {
   std::set<int64_t> cut;
   for (const Feature* x : feats)
     if (x->cut) cut.insert(x->example);
   if (cut.empty()) return "";
+  std::string why = fmt::format("are longer than finetune.inputs_length {} ([CLS] and [SEP] counted)", f.inputs_length);
+  if (kind == TaskKind::span) why = fmt::format("have questions longer than finetune.max_query_length {}",
+                                                f.max_query_length);
+  if (kind == TaskKind::multiple_choice) why += fmt::format(" or have an option longer than half of it, {}",
+                                                            f.inputs_length / 2);
   return fmt::format("{} of {} {} ({:.1f}%) {}: cut to fit", cut.size(), examples, what,
-                     percent_of(int64_t(cut.size()), examples),
-                     span ? fmt::format("have questions longer than finetune.max_query_length {}", f.max_query_length)
-                          : fmt::format("are longer than finetune.inputs_length {} ([CLS] and [SEP] counted)",
-                                        f.inputs_length));
+                     percent_of(int64_t(cut.size()), examples), why);
 }
 
 // Examples -> features: [CLS] a [SEP] b [SEP] with token types; SQuAD windows; one feature per
@@ -259,7 +262,7 @@ class Featurizer {
     if (dev_cut_told_.insert(s.name).second) {  // once per task, not at every evaluation
       std::vector<const Feature*> all;
       for (const Feature& f : feats) all.push_back(&f);
-      const std::string line = cut_examples_line(all, dev.size(), "dev examples", f_, s.kind == TaskKind::span);
+      const std::string line = cut_examples_line(all, dev.size(), "dev examples", f_, s.kind);
       if (!line.empty()) thx::log("finetune")->info("{}: {}", s.name, line);
     }
     const std::vector<Tensor> rows = head_rows(m, h, s, feats);
@@ -411,8 +414,7 @@ class EncoderTask : public Trainee {
     std::vector<const Feature*> all;
     for (const auto& unit : units_)
       for (const Feature& f : unit) all.push_back(&f);
-    const std::string cut_line = cut_examples_line(all, d_.train.examples.size(), "training examples", f_,
-                                              s_.kind == TaskKind::span);
+    const std::string cut_line = cut_examples_line(all, d_.train.examples.size(), "training examples", f_, s_.kind);
     if (!cut_line.empty()) thx::log("finetune")->info("{}: {}", task, cut_line);
     params_ = model->named_parameters_by_path();
     std::vector<OptimizedParam> op = optimized_params(*model, params_, job.config.optimizer);
