@@ -87,8 +87,8 @@ CMAKE
   nccl=()
   [ -f "$cuda_include/nccl.h" ] && nccl=(-DTHX_NCCL=ON -DTHX_NCCL_INCLUDE_DIR="$cuda_include")
 fi
-# A generated header of c10's CUDA half that a CPU LibTorch lacks (as CudaKernels.* writes it).
-printf '#pragma once\n#define C10_CUDA_BUILD_SHARED_LIBS\n' > "$dir/stand-in/c10/cuda/impl/cuda_cmake_macros.h"
+# A generated header of c10's CUDA half that a CPU LibTorch lacks (CudaKernels.* takes it too).
+cp cmake/stand-in/c10/cuda/impl/cuda_cmake_macros.h "$dir/stand-in/c10/cuda/impl/"
 echo "[cuda_build_check] configuring $dir (CUDA branch: $what with a stand-in torch_cuda, $nvcc)"
 cmake -S . -B "$dir/build" -G Ninja -DTorch_DIR="$dir/stand-in" -DCMAKE_CUDA_COMPILER="$nvcc" \
   "${compilers[@]}" "${nccl[@]}" -DCMAKE_CXX_FLAGS="$cxx_flags" -DCMAKE_CUDA_FLAGS="-isystem $dir/stand-in" \

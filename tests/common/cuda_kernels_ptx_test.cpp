@@ -122,12 +122,9 @@ std::string torch_include() {
   return "";
 }
 
-// The one generated header of c10's CUDA half that Debian's CPU LibTorch lacks, written into
-// `dir` (an include folder of its own), found only where the LibTorch has none.
-void write_cuda_cmake_macros(const fs::path& dir) {
-  fs::create_directories(dir / "c10/cuda/impl");
-  std::ofstream(dir / "c10/cuda/impl/cuda_cmake_macros.h") << "#pragma once\n#define C10_CUDA_BUILD_SHARED_LIBS\n";
-}
+// The folder of the one generated header of c10's CUDA half that Debian's CPU LibTorch lacks
+// (scripts/cuda_build_check.sh's too), after the LibTorch's: found only where it has none.
+const std::string kStandIn = std::string(THX_SOURCE_DIR) + "/cmake/stand-in";
 
 std::string nvcc() {
   if (run_command("nvcc --version > /dev/null 2>&1").code == 0) return "nvcc";
@@ -145,14 +142,13 @@ TEST(CudaKernels, NvccCompilesEveryCuFileForSm90) {
   const std::string compiler = nvcc();
   if (compiler.empty()) GTEST_SKIP() << "no nvcc on PATH or in /usr/local/cuda/bin";
   TempDir dir;
-  write_cuda_cmake_macros(dir.path);
   std::vector<fs::path> sources;
   for (const char* tree : {"/src", "/tests"})
     for (const auto& e : fs::recursive_directory_iterator(std::string(THX_SOURCE_DIR) + tree))
       if (e.path().extension() == ".cu") sources.push_back(e.path());
   ASSERT_GE(sources.size(), 3u);
   const std::string flags = " -std=c++17 -arch=sm_90 -Xptxas -v -I" + std::string(THX_SOURCE_DIR) + "/src -I" +
-                            std::string(THX_SOURCE_DIR) + "/tests" + torch_include() + " -I" + dir.path.string();
+                            std::string(THX_SOURCE_DIR) + "/tests" + torch_include() + " -I" + kStandIn;
   std::string jobs;  // the files side by side: nvcc spends most of its time in LibTorch's headers
   for (size_t i = 0; i < sources.size(); ++i) {
     const std::string out = (dir.path / std::to_string(i)).string();
@@ -256,7 +252,6 @@ TEST(CudaHostCode, GuardedBlocksCompileWithCuda) {
   ASSERT_GE(src.size(), 6u) << "the search for `#if THX_CUDA` found too few";
   ASSERT_GE(tests.size(), 1u) << "the search for `#if THX_CUDA` found too few";
   TempDir dir;
-  write_cuda_cmake_macros(dir.path);
   std::vector<fs::path> units = src;
   {
     std::ofstream all(dir.path / "tests.cpp");
@@ -270,7 +265,7 @@ TEST(CudaHostCode, GuardedBlocksCompileWithCuda) {
       " -std=gnu++17 -fsyntax-only -Wall -Wextra -Wno-unused-parameter -Wno-unknown-pragmas -Werror"
       " -DTHX_CUDA=1 -DTHX_CUDA_KERNELS=1 -DTHX_BUILD_DIR='\"" THX_BUILD_DIR "\"' -DTHX_BINARY='\"" THX_BINARY "\"'"
       " -DTHX_SOURCE_DIR='\"" + source + "\"' -I" + source + "/tests " THX_TORCH_INCLUDES + torch_include() +
-      " -isystem " + cuda + " -isystem " + dir.path.string();
+      " -isystem " + cuda + " -isystem " + kStandIn;
   std::string jobs;
   for (size_t i = 0; i < units.size(); ++i) {
     // A src file sees what its library's build sees: its layer's view of src/ (CMakeLists.txt,
