@@ -208,6 +208,9 @@ std::vector<std::string> expand_inputs(const std::vector<std::string>& specs) {
         }
       globfree(&g);
     }
+    if (!matched && fs::is_directory(spec))
+      throw InputError(fmt::format("{}: a directory with no files in it (those whose names start with '.' are "
+                                   "skipped)", spec));
     if (!matched)
       throw InputError(fmt::format("{}: no such file, directory or matching file", spec));
   }

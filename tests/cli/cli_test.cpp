@@ -6,6 +6,7 @@
 
 #include "common/fs.h"
 #include "common/h5.h"
+#include "data/data_fixtures.h"
 #include "test_util.h"
 
 namespace thx::test {
@@ -411,6 +412,9 @@ TEST(Cli, BadTokenizerAndPrepareInputExitTwoAndKeepFiles) {
   const std::string bad = dir.write("bad.jsonl", "{\"text\": 5}\n{oops\n");
   const std::string model = dir.write("old.model", "an existing model\n");
   const std::string junk = dir.write("junk.model", "junk\n");
+  TempDir tok;  // a real tokenizer, for prepare's checks after tokenizing
+  const std::string spm = tiny_tokenizer(tok);
+  const std::string blank = dir.write("blank.txt", "\n\n");
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"spm-train --input " + dir.file("nope.txt") + " --out " + dir.file("m"),
        dir.file("nope.txt") + ": no such file, directory or matching file"},
@@ -437,6 +441,11 @@ TEST(Cli, BadTokenizerAndPrepareInputExitTwoAndKeepFiles) {
        junk + ": not a SentencePiece model"},
       {"prepare --input " + small + " --tokenizer " + junk + " --out " + dir.file("p") +
            " --heldout-fraction 1.5", "--heldout-fraction 1.5: must be in [0, 1)"},
+      {"prepare --input " + small + " --tokenizer " + spm + " --out " + dir.file("p") + " --heldout-fraction 0",
+       "prepare: no document went to the held-out split (--heldout-fraction 0 of 1 document), which thx pretrain "
+       "evaluates on; raise --heldout-fraction, or hold out files with --heldout"},
+      {"prepare --input " + small + " --tokenizer " + spm + " --out " + dir.file("p") + " --heldout " + blank,
+       blank + ": no usable document (0 malformed lines)"},
   };
   for (const auto& [args, want] : cases) {
     RunResult r = run_thx("--log-level warn " + args);

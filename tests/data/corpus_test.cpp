@@ -81,6 +81,16 @@ TEST(Corpus, FilesDirectoriesAndGlobs) {
   } catch (const InputError& e) {
     EXPECT_EQ(std::string(e.what()), dir.file("nope*") + ": no such file, directory or matching file");
   }
+  // A folder that exists, with only hidden files in it: not "no such file".
+  std::filesystem::create_directories(dir.file("e"));
+  dir.write("e/.only", "z\n");
+  try {
+    expand_inputs({dir.file("e")});
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()), dir.file("e") + ": a directory with no files in it (those whose names start "
+                                                     "with '.' are skipped)");
+  }
 }
 
 TEST(Corpus, NothingUsableIsFatalWithTheFirstProblem) {
