@@ -23,11 +23,13 @@ struct EvalCommand : Command {
   }
 
   int run() override {
-    const FinetuneRunConfig c = load_finetune_config(config.tree());
+    const ConfigTree tree = config.tree();
+    const FinetuneRunConfig c = load_finetune_config(tree);
     if (config.dump) return dump_config(cfg::to_yaml(c));
     if (checkpoint.empty()) throw InputError("eval: --checkpoint PATH is required");
     if (!std::filesystem::exists(checkpoint)) throw InputError(fmt::format("{}: no such checkpoint", checkpoint));
-    run_eval(c, load_pretrained(c.finetune.pretrained), checkpoint, out);
+    // (A check of the recipe against the model names the file and line of its key.)
+    tree.told([&] { run_eval(c, load_pretrained(c.finetune.pretrained), checkpoint, out); });
     return 0;
   }
 };

@@ -87,12 +87,13 @@ struct PredictCommand : Command {
     if (!tokenizer.empty() || max_length > 0)
       throw InputError("predict: --tokenizer and --max-length go without --task (a pretrained T5); a fine-tuned "
                        "model's tokenizer is its recipe's finetune.tokenizer");
-    const FinetuneRunConfig c = load_finetune_config(config.tree());
+    const ConfigTree tree = config.tree();
+    const FinetuneRunConfig c = load_finetune_config(tree);
     if (config.dump) return dump_config(cfg::to_yaml(c));
     const Pretrained p = load_pretrained(c.finetune.pretrained);
     std::string where;
     const auto lines = read_lines(&where);
-    write(predict_task(c, p, checkpoint, task, lines, where));
+    write(tree.told([&] { return predict_task(c, p, checkpoint, task, lines, where); }));  // (as eval's)
     return 0;
   }
 };
