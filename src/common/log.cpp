@@ -1,18 +1,52 @@
 #include "common/log.h"
 
+#include <spdlog/sinks/base_sink.h>
 #include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 
 #include <cctype>
 #include <cmath>
 #include <cstdint>
+#include <deque>
+#include <fstream>
 #include <mutex>
+#include <utility>
 
 namespace thx {
 namespace {
+constexpr const char* kFilePattern = "[%Y-%m-%d %H:%M:%S] [%n] %v";
+constexpr size_t kEarlyLines = 1000;
+
+// The lines logged before a run's log file opens (the memory bound, the data's counts), kept
+// to be written at its head: the file then holds everything the console showed.
+class EarlyLines : public spdlog::sinks::base_sink<std::mutex> {
+ public:
+  EarlyLines() { set_pattern(kFilePattern); }
+  // The kept lines, and how many earlier ones were let go; the store is emptied.
+  std::deque<std::string> take(size_t* dropped) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    *dropped = dropped_, dropped_ = 0;
+    return std::exchange(lines_, {});
+  }
+
+ protected:
+  void sink_it_(const spdlog::details::log_msg& msg) override {
+    spdlog::memory_buf_t buf;
+    formatter_->format(msg, buf);
+    if (lines_.size() == kEarlyLines) lines_.pop_front(), ++dropped_;
+    lines_.push_back(fmt::to_string(buf));
+  }
+  void flush_() override {}
+
+ private:
+  std::deque<std::string> lines_;
+  size_t dropped_ = 0;
+};
+
 std::mutex g_mutex;
 spdlog::level::level_enum g_level = spdlog::level::info;
 std::shared_ptr<spdlog::sinks::basic_file_sink_mt> g_file;
+const std::shared_ptr<EarlyLines> g_early = std::make_shared<EarlyLines>();
 int g_rank = 0;
 std::string pattern() {
   return g_rank > 0 ? fmt::format("[%H:%M:%S] [rank {}] [%n] %^%v%$", g_rank) : "[%H:%M:%S] [%n] %^%v%$";
@@ -34,8 +68,9 @@ std::shared_ptr<spdlog::logger> log(const std::string& component) {
   if (auto existing = spdlog::get(component)) return existing;
   auto logger = spdlog::stderr_color_mt(component);
   logger->set_pattern(pattern());
-  if (g_file) logger->sinks().push_back(g_file);
+  logger->sinks().push_back(g_file ? std::static_pointer_cast<spdlog::sinks::sink>(g_file) : g_early);
   logger->set_level(level());
+  logger->flush_on(spdlog::level::trace);  // each line on disk as it is logged: a killed run keeps its log
   return logger;
 }
 
@@ -60,11 +95,27 @@ std::string error_prefix() { return g_rank > 0 ? fmt::format("rank {}: ", g_rank
 
 namespace thx {
 
+void start_log_capture() {
+  size_t dropped = 0;
+  g_early->take(&dropped);
+}
+
 void add_log_file(const std::string& path) {
   std::lock_guard<std::mutex> lock(g_mutex);
+  size_t dropped = 0;
+  const std::deque<std::string> early = g_early->take(&dropped);
+  {
+    std::ofstream head(path, std::ios::app);
+    if (dropped > 0) head << fmt::format("({} earlier lines of this process not kept)\n", dropped);
+    for (const auto& line : early) head << line;
+  }
   g_file = std::make_shared<spdlog::sinks::basic_file_sink_mt>(path, false);
-  g_file->set_pattern("[%Y-%m-%d %H:%M:%S] [%n] %v");
-  spdlog::apply_all([](const std::shared_ptr<spdlog::logger>& l) { l->sinks().push_back(g_file); });
+  g_file->set_pattern(kFilePattern);
+  spdlog::apply_all([](const std::shared_ptr<spdlog::logger>& l) {
+    auto& s = l->sinks();
+    s.erase(std::remove(s.begin(), s.end(), g_early), s.end());
+    s.push_back(g_file);
+  });
 }
 
 void remove_log_file() {
@@ -73,6 +124,7 @@ void remove_log_file() {
   spdlog::apply_all([](const std::shared_ptr<spdlog::logger>& l) {
     auto& s = l->sinks();
     s.erase(std::remove(s.begin(), s.end(), g_file), s.end());
+    s.push_back(g_early);
   });
   g_file.reset();
 }

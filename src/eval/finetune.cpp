@@ -185,12 +185,13 @@ int run_finetune(const FinetuneRunConfig& config, const Pretrained& pretrained, 
     const std::string e = batch_split_error("finetune.batch_size", config.finetune.batch_size, 1, dist::world_size());
     if (!e.empty()) throw InputError(e);
   }
+  // Only rank 0 has the output directory (the others may be on other nodes). Checked here, before
+  // the data and the model are read; written only once the first trainer opens its outputs.
+  std::optional<RunDirectory> dir;
+  dist::on_rank0([&] { dir.emplace(ro); });
   std::map<std::string, Splits> data = read_tasks(config.finetune, true);
   CheckedModel checked =
       check_model(pretrained.config, tokenizer, pretrained.checkpoint, pretrained.path, {}, &config, device);
-  // Only rank 0 has the output directory (the others may be on other nodes).
-  std::optional<RunDirectory> dir;
-  dist::on_rank0([&] { dir.emplace(ro); });
   // The outputs open once, when the first trainer has read the checkpoint it resumes from.
   std::optional<EventWriter> events;
   bool opened = false;

@@ -109,6 +109,32 @@ TEST(Interrupt, AnEvaluationStopsWithinABatch) {
   EXPECT_EQ(slurp(run + "/metrics.jsonl").find("ln_ppl"), std::string::npos) << "an evaluation recorded";
 }
 
+// A run killed outright (SIGKILL: no handler runs, nothing is flushed at exit) leaves a log that
+// holds every line the console showed up to the kill, from its first: each line is on disk as
+// it is logged, and the lines logged before the run's folder was written open it.
+TEST(Interrupt, AKilledRunsLogHoldsEveryLineTheConsoleShowed) {
+  TempDir dir;
+  PretrainConfig c = tiny_pretrain(prepared_corpus(dir), 100000);
+  c.train.log_every = 1, c.eval.every = 100000, c.checkpoint.every = 5;
+  finish(c);
+  const std::string run = dir.file("run");
+  const Stopped s = signal_when_exists(dir, "--threads 1 pretrain --config " + dir.write("run.yaml", c.yaml) +
+                                                " --run-dir " + run,
+                                       checkpoint_path(run + "/checkpoints", 5), SIGKILL);
+  ASSERT_TRUE(WIFSIGNALED(s.status)) << s.err;
+  const std::string log = slurp(run + "/train.log");
+  int lines = 0;
+  std::istringstream err(s.err);
+  for (std::string line; std::getline(err, line);) {
+    if (line.rfind("[", 0) != 0) continue;  // (the resolved config's lines: in the log, unprefixed)
+    const std::string text = line.substr(line.find("] [") + 1);  // "[train] step 5/100000 ..." without the time
+    EXPECT_NE(log.find(text + "\n"), std::string::npos) << "not in train.log: " << text << "\n" << log;
+    ++lines;
+  }
+  EXPECT_GE(lines, 7) << s.err;  // the model's line, the memory bound's, steps 1-5
+  EXPECT_NE(log.find("] [train] memory: at least "), std::string::npos) << log;
+}
+
 // A run killed after its checkpoint at step 5 had recorded steps 6-10 (here: its last
 // checkpoint removed); resumed, metrics.jsonl holds each step once, as the resumed run wrote it.
 TEST(Interrupt, AResumedRunRecordsEachStepOnce) {

@@ -209,6 +209,9 @@ TEST(Finetune, TinyAlbertLearnsATinyTaskAboveChance) {
   // A task head has no nll: its progress lines and records leave it out.
   const std::string log = read_file(t.file("out/finetune.log"));
   EXPECT_NE(log.find("sst2 step 30/60 loss "), std::string::npos) << log;
+  // It opens with what was logged before the folder was written: the memory bound, the data's counts.
+  EXPECT_NE(log.find("] [finetune] memory: at least "), std::string::npos) << log;
+  EXPECT_NE(log.find("] [finetune] sst2: "), std::string::npos) << log;
   EXPECT_EQ(log.find(" nll "), std::string::npos) << log;
   EXPECT_EQ(read_file(t.file("out/metrics.jsonl")).find("\"nll\""), std::string::npos);
   // The predictions file is in GLUE's submission layout, one row per dev example.
