@@ -189,7 +189,7 @@ Batch MlmStream::next(int64_t batch_size) {
 
 std::vector<uint8_t> mlm_word_starts(const TokenCorpus& corpus, const std::string& prepared) {
   if (corpus.convention != "albert")
-    throw InputError(fmt::format(
+    throw ConfigError("data.prepared", fmt::format(
         "{}: tokenized with {} ids; BERT and ALBERT need ALBERT's ([CLS] 2, [SEP] 3, [MASK] 4): "
         "train one with `thx spm-train --convention albert` and run `thx prepare` with it",
         prepared, corpus.convention));

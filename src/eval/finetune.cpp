@@ -149,6 +149,23 @@ void check_recipe_fits(const FinetuneConfig& f, const Pretrained& p) {
                     m.max_positions));
 }
 
+// The tokenizer and each task's `splits` exist, named by the key that gives them (ConfigError:
+// the command names its file and line).
+void check_tokenizer_and_data(const FinetuneConfig& f, const std::string& tokenizer,
+                              const std::vector<std::string>& splits) {
+  if (!fs::is_regular_file(tokenizer)) {
+    if (!f.tokenizer.empty()) throw ConfigError("finetune.tokenizer", tokenizer + ": no such tokenizer model");
+    throw InputError(fmt::format("{}: no such tokenizer model (the pretraining data's, as its manifest names it); "
+                                 "set finetune.tokenizer to where it is now", tokenizer));
+  }
+  for (const auto& t : f.tasks)
+    for (const auto& split : splits) {
+      const std::string path = task_path(f.data, t, split);
+      if (!fs::exists(path))
+        throw ConfigError("finetune.data", fmt::format("{}: not found (task {}, split {})", path, t, split));
+    }
+}
+
 }  // namespace
 
 int run_finetune(const FinetuneRunConfig& config, const Pretrained& pretrained, const std::string& out_dir,
@@ -158,13 +175,7 @@ int run_finetune(const FinetuneRunConfig& config, const Pretrained& pretrained, 
   check_output_dir(out_dir, "--out");  // where it will be made, before the data and the model are read
   check_recipe_fits(config.finetune, pretrained);
   const std::string tokenizer = tokenizer_path(config.finetune, pretrained.config);
-  THX_CHECK(fs::is_regular_file(tokenizer), "{}: no such tokenizer model (finetune.tokenizer)", tokenizer);
-  for (const auto& t : config.finetune.tasks)
-    for (const char* split : {"train", "dev"}) {
-      const std::string path = task_path(config.finetune.data, t, split);
-      THX_CHECK(fs::exists(path), "{}: not found (task {}, split {}; finetune.data is {})", path, t, split,
-                config.finetune.data);
-    }
+  check_tokenizer_and_data(config.finetune, tokenizer, {"train", "dev"});
   RunDirOptions ro;
   ro.dir = out_dir, ro.flag = "--out", ro.config_file = "finetune.yaml", ro.yaml = cfg::to_yaml(config);
   ro.resume = options.resume, ro.allow_changes = options.allow_changes, ro.normalize = normalize_finetune;
@@ -229,12 +240,9 @@ EvalInputs eval_inputs(const FinetuneRunConfig& config, const Pretrained& model,
                   : !config.finetune.precision.empty()    ? "finetune.precision"
                                                           : "finetune.precision (the pretrained run's train.precision)");
   in.tokenizer = tokenizer_path(config.finetune, model.config);
-  THX_CHECK(fs::is_regular_file(in.tokenizer), "{}: no such tokenizer model (finetune.tokenizer)", in.tokenizer);
+  check_tokenizer_and_data(config.finetune, in.tokenizer, dev_sets ? std::vector<std::string>{"dev"}
+                                                                    : std::vector<std::string>{});
   for (const auto& t : config.finetune.tasks) {
-    if (dev_sets) {
-      const std::string dev = task_path(config.finetune.data, t, "dev");
-      THX_CHECK(fs::exists(dev), "{}: not found (task {}, split dev; finetune.data is {})", dev, t, config.finetune.data);
-    }
     const std::string file = finetuned_file(checkpoint, model, t);
     THX_CHECK(fs::is_regular_file(file), "{}: no fine-tuned parameters for task {} (--checkpoint)", file, t);
   }

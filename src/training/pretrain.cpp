@@ -106,7 +106,7 @@ Setup build(const PretrainConfig& c, const torch::Device& device) {
     // The task's own ids (data/recall.h): no tokenizer, no word starts.
   } else if (c.model.encoder_only()) s.word_starts = mlm_word_starts(s.train, c.data.prepared);
   else if (s.train.convention != "t5")
-    throw InputError(fmt::format(
+    throw ConfigError("data.prepared", fmt::format(
         "{}: tokenized with {} ids; T5 needs T5's (eos 1 and 100 sentinels): train one with "
         "`thx spm-train --convention t5` and run `thx prepare` with it",
         c.data.prepared, s.train.convention));

@@ -227,7 +227,8 @@ TEST(Pretrain, AlbertMetricsCheckpointsAndExactResume) {
   try {
     run_pretrain(tiny_pretrain(prep, 2), dir.file("t5-on-albert"), false);
     FAIL();
-  } catch (const InputError& e) {
+  } catch (const ConfigError& e) {  // (the command names the file and line of data.prepared)
+    EXPECT_EQ(e.key, "data.prepared");
     EXPECT_NE(std::string(e.what()).find("tokenized with albert ids; T5 needs T5's"), std::string::npos) << e.what();
   }
   EXPECT_FALSE(fs::exists(dir.file("t5-on-albert")));
@@ -237,7 +238,8 @@ TEST(Pretrain, AlbertMetricsCheckpointsAndExactResume) {
   try {
     run_pretrain(t5_data, dir.file("wrong"), false);
     FAIL();
-  } catch (const InputError& e) {
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(e.key, "data.prepared");
     EXPECT_NE(std::string(e.what()).find("tokenized with t5 ids"), std::string::npos) << e.what();
   }
 }
