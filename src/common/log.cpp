@@ -46,7 +46,11 @@ class EarlyLines : public spdlog::sinks::base_sink<std::mutex> {
 std::mutex g_mutex;
 spdlog::level::level_enum g_level = spdlog::level::info;
 std::shared_ptr<spdlog::sinks::basic_file_sink_mt> g_file;
-const std::shared_ptr<EarlyLines> g_early = std::make_shared<EarlyLines>();
+// (A function's static: a logger made during another file's static initialization finds it built.)
+const std::shared_ptr<EarlyLines>& early_lines() {
+  static const auto early = std::make_shared<EarlyLines>();
+  return early;
+}
 int g_rank = 0;
 std::string pattern() {
   return g_rank > 0 ? fmt::format("[%H:%M:%S] [rank {}] [%n] %^%v%$", g_rank) : "[%H:%M:%S] [%n] %^%v%$";
@@ -68,7 +72,7 @@ std::shared_ptr<spdlog::logger> log(const std::string& component) {
   if (auto existing = spdlog::get(component)) return existing;
   auto logger = spdlog::stderr_color_mt(component);
   logger->set_pattern(pattern());
-  logger->sinks().push_back(g_file ? std::static_pointer_cast<spdlog::sinks::sink>(g_file) : g_early);
+  logger->sinks().push_back(g_file ? std::static_pointer_cast<spdlog::sinks::sink>(g_file) : early_lines());
   logger->set_level(level());
   logger->flush_on(spdlog::level::trace);  // each line on disk as it is logged: a killed run keeps its log
   return logger;
@@ -97,13 +101,13 @@ namespace thx {
 
 void start_log_capture() {
   size_t dropped = 0;
-  g_early->take(&dropped);
+  early_lines()->take(&dropped);
 }
 
 void add_log_file(const std::string& path) {
   std::lock_guard<std::mutex> lock(g_mutex);
   size_t dropped = 0;
-  const std::deque<std::string> early = g_early->take(&dropped);
+  const std::deque<std::string> early = early_lines()->take(&dropped);
   {
     std::ofstream head(path, std::ios::app);
     if (dropped > 0) head << fmt::format("({} earlier lines of this process not kept)\n", dropped);
@@ -113,7 +117,7 @@ void add_log_file(const std::string& path) {
   g_file->set_pattern(kFilePattern);
   spdlog::apply_all([](const std::shared_ptr<spdlog::logger>& l) {
     auto& s = l->sinks();
-    s.erase(std::remove(s.begin(), s.end(), g_early), s.end());
+    s.erase(std::remove(s.begin(), s.end(), early_lines()), s.end());
     s.push_back(g_file);
   });
 }
@@ -124,7 +128,7 @@ void remove_log_file() {
   spdlog::apply_all([](const std::shared_ptr<spdlog::logger>& l) {
     auto& s = l->sinks();
     s.erase(std::remove(s.begin(), s.end(), g_file), s.end());
-    s.push_back(g_early);
+    s.push_back(early_lines());
   });
   g_file.reset();
 }
