@@ -244,13 +244,17 @@ PrepareResult run_prepare(const PrepareOptions& o) {
   if (writers[0].documents == 0)
     throw InputError("prepare: every document went to the held-out split; lower "
                      "--heldout-fraction or hold out fewer files");
-  // thx pretrain evaluates on the held-out split and refuses data without one: say so here. (The
-  // --heldout files, each read on its own, are refused above where they hold no document.)
-  if (writers[1].documents == 0)
+  // thx pretrain evaluates on the held-out split and refuses data without one: say so here. A
+  // fraction asked for and none held out is refused; --heldout-fraction 0 is a choice, and warned
+  // of. (The --heldout files, each read on its own, are refused above where they hold no document.)
+  if (writers[1].documents == 0 && o.heldout_fraction > 0)
     throw InputError(fmt::format("prepare: no document went to the held-out split (--heldout-fraction {} of {} "
                                  "document{}), which thx pretrain evaluates on; raise --heldout-fraction, or hold out "
                                  "files with --heldout", o.heldout_fraction, result.stats.documents,
                                  result.stats.documents == 1 ? "" : "s"));
+  if (writers[1].documents == 0)
+    log->warn("{}: --heldout-fraction 0 and no --heldout files: no held-out split, which thx pretrain needs",
+              o.out_dir);
   write_manifest(o, in, tok, fp, writers, result);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   log->info("train: {} docs, {} tokens; heldout: {} docs, {} tokens; {} malformed lines; {:.1f}s",

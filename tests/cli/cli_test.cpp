@@ -441,9 +441,9 @@ TEST(Cli, BadTokenizerAndPrepareInputExitTwoAndKeepFiles) {
        junk + ": not a SentencePiece model"},
       {"prepare --input " + small + " --tokenizer " + junk + " --out " + dir.file("p") +
            " --heldout-fraction 1.5", "--heldout-fraction 1.5: must be in [0, 1)"},
-      {"prepare --input " + small + " --tokenizer " + spm + " --out " + dir.file("p") + " --heldout-fraction 0",
-       "prepare: no document went to the held-out split (--heldout-fraction 0 of 1 document), which thx pretrain "
-       "evaluates on; raise --heldout-fraction, or hold out files with --heldout"},
+      {"prepare --input " + small + " --tokenizer " + spm + " --out " + dir.file("p") + " --heldout-fraction 0.01",
+       "prepare: no document went to the held-out split (--heldout-fraction 0.01 of 1 document), which thx "
+       "pretrain evaluates on; raise --heldout-fraction, or hold out files with --heldout"},
       {"prepare --input " + small + " --tokenizer " + spm + " --out " + dir.file("p") + " --heldout " + blank,
        blank + ": no usable document (0 malformed lines)"},
   };
@@ -458,6 +458,12 @@ TEST(Cli, BadTokenizerAndPrepareInputExitTwoAndKeepFiles) {
   for (const char* f : {"m.model", "m.vocab", "p"}) EXPECT_FALSE(std::filesystem::exists(dir.file(f))) << f;
   for (const auto& e : std::filesystem::directory_iterator(dir.path))  // no temporary model left
     EXPECT_EQ(e.path().string().find(".tmp"), std::string::npos) << e.path();
+  // --heldout-fraction 0 is a choice: the shards are written, and the missing split warned of.
+  const RunResult none = run_thx("prepare --input " + small + " --tokenizer " + spm + " --out " + dir.file("q") +
+                                 " --heldout-fraction 0");
+  EXPECT_EQ(none.code, 0) << none.out;
+  EXPECT_NE(none.out.find(dir.file("q") + ": --heldout-fraction 0 and no --heldout files: no held-out split, "
+                          "which thx pretrain needs"), std::string::npos) << none.out;
 }
 
 TEST(Cli, TableAndClaimsCommands) {
