@@ -2,7 +2,8 @@
 // checkpoint, prints no result line (no held-out number that was never measured), says how to
 // continue, and exits 128 + N (130, 143) as shells report a signal, so that `thx pretrain ... &&
 // thx finetune ...` stops there; a held-out evaluation stops within a batch; a resumed run records
-// each step once. The binary is run and signalled as a user's shell would.
+// each step once; predict's span filling stops within a decoding step, writing nothing. The
+// binary is run and signalled as a user's shell would.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -107,6 +108,30 @@ TEST(Interrupt, AnEvaluationStopsWithinABatch) {
             std::string::npos) << s.err;
   EXPECT_EQ(list_checkpoints(run + "/checkpoints"), std::vector<std::string>{checkpoint_path(run + "/checkpoints", 1)});
   EXPECT_EQ(slurp(run + "/metrics.jsonl").find("ln_ppl"), std::string::npos) << "an evaluation recorded";
+}
+
+// predict's span filling, told to decode far (a 5-step model does not end its spans), stops on
+// SIGINT within a step: it says so, writes nothing, and exits 130 as pretrain does.
+TEST(Interrupt, APredictionStopsWithinADecodingStepAndWritesNothing) {
+  TempDir dir;
+  PretrainConfig c = tiny_pretrain(prepared_corpus(dir), 5);
+  finish(c);
+  const std::string run = dir.file("run");
+  run_pretrain(c, run, false);
+  const std::string in = dir.write("in.txt", "heads <extra_id_0> talk\nmore <extra_id_0>\n"), out = dir.file("out.txt");
+  const std::string err = dir.file("stderr.txt");
+  double seconds = 0;
+  const Stopped s = signal_when(dir, "--log-level debug --threads 1 predict --checkpoint " + run + " --input " + in +
+                                         " --out " + out + " --max-length 100000000",
+                                [&] { return slurp(err).find("decoding 2 lines") != std::string::npos; }, SIGINT,
+                                &seconds);
+  ASSERT_TRUE(WIFEXITED(s.status)) << s.err;
+  EXPECT_EQ(WEXITSTATUS(s.status), 128 + SIGINT) << s.err;
+  const size_t said = s.err.find("predict: interrupted by SIGINT while decoding line ");
+  EXPECT_NE(said, std::string::npos) << s.err;
+  if (said != std::string::npos) EXPECT_NE(s.err.find(" of 2; nothing written\n", said), std::string::npos) << s.err;
+  EXPECT_FALSE(fs::exists(out));
+  EXPECT_LT(seconds, 30) << "not within a step";
 }
 
 // A run killed outright (SIGKILL: no handler runs, nothing is flushed at exit) leaves a log that
