@@ -99,11 +99,6 @@ std::string error_prefix() { return g_rank > 0 ? fmt::format("rank {}: ", g_rank
 
 namespace thx {
 
-void start_log_capture() {
-  size_t dropped = 0;
-  early_lines()->take(&dropped);
-}
-
 void add_log_file(const std::string& path) {
   std::lock_guard<std::mutex> lock(g_mutex);
   size_t dropped = 0;

@@ -22,11 +22,11 @@ std::string error_prefix();
 
 // Also write every thx logger's output to `path` (appending), until remove_log_file(), each
 // line flushed as it is logged. The file starts with the lines logged before it was added (up
-// to 1,000 of them, kept in memory since the process started or since start_log_capture()): a
-// run's log holds what the console showed before its folder could be written, too.
+// to 1,000 of them, kept in memory since the process started or the last remove_log_file()): a
+// run's log holds what the console showed before its folder could be written, too, from the
+// command's first line (train.deterministic's among them).
 void add_log_file(const std::string& path);
 void remove_log_file();
-void start_log_capture();  // (a run's checks begin: the lines kept so far are not its)
 
 // A duration for progress lines and ETAs: "42s", "3m07s", "2h05m", from two days "3d04h", from
 // two years "228 years" (rounded to whole seconds first, so that 59.6 s reads "1m00s", not

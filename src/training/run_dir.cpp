@@ -91,7 +91,6 @@ std::map<std::string, std::pair<std::string, std::string>> config_differences(co
 }
 
 RunDirectory::RunDirectory(RunDirOptions o) : o_(std::move(o)) {
-  if (!o_.log_file.empty()) start_log_capture();  // the lines from here on open its log
   check_output_dir(o_.dir, o_.flag);
   if (!o_.allow_changes.empty()) {
     if (!o_.resume)
