@@ -188,11 +188,7 @@ Batch MlmStream::next(int64_t batch_size) {
 }
 
 std::vector<uint8_t> mlm_word_starts(const TokenCorpus& corpus, const std::string& prepared) {
-  if (corpus.convention != "albert")
-    throw ConfigError("data.prepared", fmt::format(
-        "{}: tokenized with {} ids; BERT and ALBERT need ALBERT's ([CLS] 2, [SEP] 3, [MASK] 4): "
-        "train one with `thx spm-train --convention albert` and run `thx prepare` with it",
-        prepared, corpus.convention));
+  require_prepared_convention(prepared, corpus.convention, "albert");
   const Tokenizer tok(corpus.tokenizer);
   THX_CHECK(tok.vocab_size() == corpus.vocab_size, "{}: its tokenizer {} has {} pieces, the shards {}",
             prepared, corpus.tokenizer, tok.vocab_size(), corpus.vocab_size);

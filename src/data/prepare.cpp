@@ -272,6 +272,16 @@ std::string prepare_command(const std::string& dir) {
   return "thx prepare --input ... --tokenizer ... --out " + dir;
 }
 
+void require_prepared_convention(const std::string& prepared, const std::string& have, const std::string& want) {
+  if (have == want) return;
+  const bool t5 = want == "t5";
+  throw ConfigError("data.prepared",
+                    fmt::format("{}: tokenized with {} ids; {} need{} {}'s ({}): train one with `thx spm-train "
+                                "--convention {}` and run `thx prepare` with it",
+                                prepared, have, t5 ? "T5" : "BERT and ALBERT", t5 ? "s" : "", t5 ? "T5" : "ALBERT",
+                                t5 ? "eos 1 and 100 sentinels" : "[CLS] 2, [SEP] 3, [MASK] 4", want));
+}
+
 TokenCorpus load_split(const std::string& dir, const std::string& split) {
   const fs::path manifest_path = fs::path(dir) / "manifest.json";
   if (!fs::exists(manifest_path)) {

@@ -45,6 +45,10 @@ struct TokenCorpus {
   int64_t documents() const { return int64_t(offsets.size()) - 1; }
 };
 
+// ConfigError on data.prepared where its tokenizer's id convention `have` is not the model's
+// `want` ("t5": T5's; "albert": BERT's and ALBERT's), saying how to make data with the right one.
+void require_prepared_convention(const std::string& prepared, const std::string& have, const std::string& want);
+
 // InputError naming the file for a missing or corrupt manifest or shard.
 TokenCorpus load_split(const std::string& prepared_dir, const std::string& split);
 

@@ -21,14 +21,19 @@ namespace {
 
 using json = nlohmann::json;
 
-// Vocabulary size from the prepared data's manifest; T5's padded 32128 before it exists.
-int64_t prepared_vocab(const std::string& dir) {
+// The tokenizer of prepared data from its manifest: its vocabulary size and id convention; T5's
+// padded 32128 and no convention ("") before it exists or where it cannot be read (the run's own
+// reading of it says why).
+std::pair<int64_t, std::string> prepared_tokenizer(const std::string& dir) {
   const std::string m = (std::filesystem::path(dir) / "manifest.json").string();
   try {
-    if (std::filesystem::exists(m)) return json::parse(read_file(m))["tokenizer"]["vocab_size"];
+    if (std::filesystem::exists(m)) {
+      const json tok = json::parse(read_file(m)).at("tokenizer");
+      return {tok.at("vocab_size").get<int64_t>(), tok.value("convention", "t5")};
+    }
   } catch (const std::exception&) {
   }
-  return 32128;
+  return {32128, ""};
 }
 
 json attention_json(const AttentionDims& d) {
@@ -72,7 +77,12 @@ ResolvedRun resolve_pretrain_run(ConfigTree& tree) {
   const bool encoder_only = pc.model.encoder_only();
   // An encoder's MLM head: its vocabulary and predicted positions per example. A generated task
   // (data.synthetic) has no shards: its own vocabulary, and one prediction per query.
-  int64_t vocab = prepared_vocab(pc.data.prepared), predictions = pc.data.max_predictions_per_seq;
+  const auto tokenizer = prepared_tokenizer(pc.data.prepared);
+  int64_t vocab = tokenizer.first, predictions = pc.data.max_predictions_per_seq;
+  // What the run checks of the data once it has read it, checked now: a run that would stop at its
+  // start stops the sweep before anything runs, with the line of the sweep file that set the key.
+  if (pc.data.synthetic.empty() && !tokenizer.second.empty())
+    tree.told([&] { check_data_tokenizer(pc, tokenizer.first, tokenizer.second); });
   if (!pc.data.synthetic.empty()) {
     const RecallOptions o = recall_options(pc.data);
     vocab = o.vocab_size, predictions = o.queries;

@@ -434,13 +434,36 @@ void report_end(const Sweep& sweep, const std::vector<Planned>& plan, const std:
   for (const auto& f : failures) log->error("failed: {}", f);
 }
 
+// A run's error names the line of the run.yaml the sweep wrote for it ("RUN/run.yaml:7:
+// model.d_ff ..."); the line to change is the sweep file's (or its base's) that set the key,
+// added after it: "RUN/run.yaml:7 (from sweep.yaml:12): model.d_ff ...".
+std::string with_sweep_origin(const std::string& why, const Sweep& sweep, const Planned& p) {
+  const std::string at = (fs::path(p.dir) / "run.yaml").string() + ":";
+  const size_t line = why.find(at);
+  const size_t colon = line == std::string::npos ? line : why.find(": ", line + at.size());
+  if (colon == std::string::npos) return why;
+  const size_t end = why.find_first_of(" :", colon + 2);
+  const std::string key = why.substr(colon + 2, end == std::string::npos ? end : end - colon - 2);
+  if (key.find('.') == std::string::npos) return why;
+  std::string origin;
+  try {
+    origin = sweep_run_tree(sweep, *p.run).origin(key);
+  } catch (const std::exception&) {  // the sweep file changed since it started: say nothing more
+    return why;
+  }
+  if (origin.empty() || origin == "defaults") return why;
+  return fmt::format("{} (from {}){}", why.substr(0, colon), origin, why.substr(colon));
+}
+
 // Logs a run that failed (its pid and wait status; the out-of-memory killer's kills while it
 // ran) and returns "<name> (<how it ended>): <why>" for the sweep's end. A run's error is its log's last
 // line; a run killed mid-step has none, only where the next sweep resumes it. A run that ran out
 // of memory beside others (`jobs` > 1) is told that they share it, which its own line cannot know.
-std::string report_failure(const Planned& p, pid_t pid, int status, int64_t oom_kills_during, int64_t jobs) {
+std::string report_failure(const Sweep& sweep, const Planned& p, pid_t pid, int status, int64_t oom_kills_during,
+                           int64_t jobs) {
   const int64_t resume = sweep_resume_step(p.dir);
-  std::string why = !WIFSIGNALED(status) ? last_line((fs::path(p.dir) / "stdout.log").string())
+  const std::string log = (fs::path(p.dir) / "stdout.log").string();
+  std::string why = !WIFSIGNALED(status) ? with_sweep_origin(last_line(log), sweep, p)
                     : resume > 0 ? fmt::format("the next `thx sweep` resumes it at step {}", resume)
                                  : "the next `thx sweep` starts it again (it had no checkpoint)";
   const std::string how = child_end(status, oom_kills_during, pid);
@@ -565,7 +588,7 @@ SweepOutcome run_sweep(const Sweep& sweep, const SweepOptions& o,
     } else if (stopped_at_checkpoint(status) || g_sweep_stop) {
       log->warn("{}: stopped at a checkpoint; the next `thx sweep` resumes it", p.run->name);
     } else {
-      failures.push_back(report_failure(p, pid, status, oom_during, jobs));
+      failures.push_back(report_failure(sweep, p, pid, status, oom_during, jobs));
     }
   }
   report_end(sweep, plan, out, failures);

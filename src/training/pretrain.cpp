@@ -98,18 +98,8 @@ Setup build(const PretrainConfig& c, const torch::Device& device) {
   if (synthetic) s.train.vocab_size = recall_options(c.data).vocab_size;  // no shards: an empty corpus
   else s.train = load_split(c.data.prepared, "train");
   const int64_t vocab = c.model.vocab_size > 0 ? c.model.vocab_size : s.train.vocab_size;
-  if (vocab < s.train.vocab_size)
-    throw ConfigError("model.vocab_size", fmt::format("{} is smaller than the vocabulary of data.prepared {} ({} ids); "
-                                                      "set it to 0 (the data's) or at least {}",
-                                                      vocab, c.data.prepared, s.train.vocab_size, s.train.vocab_size));
-  if (synthetic) {
-    // The task's own ids (data/recall.h): no tokenizer, no word starts.
-  } else if (c.model.encoder_only()) s.word_starts = mlm_word_starts(s.train, c.data.prepared);
-  else if (s.train.convention != "t5")
-    throw ConfigError("data.prepared", fmt::format(
-        "{}: tokenized with {} ids; T5 needs T5's (eos 1 and 100 sentinels): train one with "
-        "`thx spm-train --convention t5` and run `thx prepare` with it",
-        c.data.prepared, s.train.convention));
+  if (!synthetic) check_data_tokenizer(c, s.train.vocab_size, s.train.convention);
+  if (!synthetic && c.model.encoder_only()) s.word_starts = mlm_word_starts(s.train, c.data.prepared);
   check_spec(c);
   const ModelSpec& spec = c.spec;  // resolved when the config was read
   const int64_t micro = c.train.batch_size / (c.train.grad_accum * dist::world_size());

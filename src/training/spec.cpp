@@ -3,6 +3,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "attention/registry.h"
+#include "data/prepare.h"
 #include "training/optimizer.h"
 
 namespace thx {
@@ -187,6 +188,14 @@ StepMemory step_memory(const PretrainConfig& c) {
   s.optimizer_copies = optimizer_state_copies(c.optimizer), s.accumulates = c.train.grad_accum > 1;
   s.statistics = optimizer_statistics(c.optimizer);
   return s;
+}
+
+void check_data_tokenizer(const PretrainConfig& c, int64_t data_vocab, const std::string& convention) {
+  if (c.model.vocab_size > 0 && c.model.vocab_size < data_vocab)
+    throw ConfigError("model.vocab_size", fmt::format("{} is smaller than the vocabulary of data.prepared {} ({} ids); "
+                                                      "set it to 0 (the data's) or at least {}",
+                                                      c.model.vocab_size, c.data.prepared, data_vocab, data_vocab));
+  require_prepared_convention(c.data.prepared, convention, c.model.encoder_only() ? "albert" : "t5");
 }
 
 }  // namespace thx

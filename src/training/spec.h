@@ -110,5 +110,9 @@ int64_t trained_outputs(const PretrainConfig& c);
 // optimizer's state (optimizer_state_copies, optimizer_statistics) and whether
 // train.grad_accum accumulates.
 StepMemory step_memory(const PretrainConfig& c);
+// What a run checks of its prepared data's tokenizer (data_vocab ids, `convention`) once it has
+// read the manifest, and a sweep before it starts anything: model.vocab_size, where set, at least
+// the data's vocabulary; the id convention the model needs. ConfigError naming the key.
+void check_data_tokenizer(const PretrainConfig& c, int64_t data_vocab, const std::string& convention);
 
 }  // namespace thx

@@ -242,6 +242,7 @@ TEST(BadInputCampaign, SweepsTablesClaimsAndScores) {
       {"a missing base config", {{"s.yaml", "sweep: s\nbase: none.yaml\ngrid: {attention.h: [2]}\n"}}, SW, "none.yaml"},
       {"zip lists of different lengths", {{"s.yaml", "sweep: s\nbase: {T5}/base.yaml\nzip: {attention.h: [2, 4], model.d_ff: [64]}\n"}}, SW, "zip"},
       {"a sweep --out that is a file", {{"s.yaml", "sweep: s\nbase: {T5}/base.yaml\ngrid: {attention.h: [2]}\n"}, {"f", "x"}}, "sweep --dry-run --out {C}/f --config {C}/s.yaml", "{C}/f: exists and is not a directory"},
+      {"a sweep of BERT on T5's data", {{"s.yaml", "sweep: s\nbase: {T5}/base.yaml\nvariants: [{name: b, set: {model.type: bert}}]\n"}}, SW, "run 'b': {T5}/base.yaml:3: data.prepared: {T5}/prep: tokenized with t5 ids; BERT and ALBERT need"},
       {"a sweep of an unknown table", {{"s.yaml", "sweep: s\ntable: table99\nbase: {T5}/base.yaml\ngrid: {attention.h: [2]}\n"}}, SW, "table99"},
       {"a sweep of runs the ranks cannot share", {{"s.yaml", "sweep: s\nbase: {T5}/base.yaml\ngrid: {attention.h: [2]}\nset: {train.batch_size: 3}\n"}}, SW + " --ranks-per-run 2", "train.batch_size"},
       {"no results to tabulate", {}, "table --sweep {C}", "{C}/results.jsonl: no results file"},

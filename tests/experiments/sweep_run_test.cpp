@@ -239,6 +239,25 @@ TEST(SweepRun, AFailedRunIsReportedAndTheOthersFinish) {
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_EQ(r.out, "thx: error: run 'hh2': " + hh + ":3: attention.hh: unknown key; allowed keys under "
                    "attention: variant, h_k, h, h_v, d_k, d_v, dynamic, dropout\n");
+  // What a run checks of its data once it has read it, the sweep checks before it starts any:
+  // the vocabulary of a variant, with the sweep file's line.
+  const std::string small = dir.write("small.yaml", "sweep: small\nbase: base.yaml\nvariants:\n"
+                                                    "  - {name: v100, set: {model.vocab_size: 100}}\n");
+  r = run_thx("--threads 1 sweep --config " + small + " --out " + dir.file("small"));
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("thx: error: run 'v100': " + small + ":4: model.vocab_size: 100 is smaller than the "
+                       "vocabulary of data.prepared "), std::string::npos) << r.out;
+  EXPECT_FALSE(fs::exists(dir.file("small")));
+  // A run that stops at its start (its memory bound past the machine's) names the line of its
+  // own run.yaml and, the one to change, the sweep file's.
+  const std::string wide = dir.write("wide.yaml", "sweep: wide\nbase: base.yaml\nvariants:\n"
+                                                  "  - {name: ff, set: {model.d_ff: 1000000000}}\n");
+  r = run_thx("--threads 1 sweep --config " + wide + " --out " + dir.file("wide"));
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("ff failed (exit code 2): thx: error: " + dir.file("wide") + "/ff/run.yaml:"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find(" (from " + wide + ":4): model.d_ff 1000000000: training needs at least "), std::string::npos)
+      << r.out;
   // A run that fails while training (its data deleted under it) does not stop the others.
   const std::string prepared2 = dir.file("prep2");
   fs::copy(dir.file("prep"), prepared2);
