@@ -19,6 +19,7 @@
 #include "common/log.h"
 #include "common/provenance.h"
 #include "common/runtime.h"
+#include "common/signals.h"
 
 namespace {
 
@@ -162,6 +163,9 @@ int run_parsed(const std::vector<std::unique_ptr<thx::Command>>& commands) {
     thx::guard_host_memory();  // the machine's memory running out: one line, not Linux's SIGKILL
     for (auto& c : commands)
       if (c->app->parsed()) return c->run();
+  } catch (const thx::Interrupted& e) {  // not an error: the shell sees the signal (128 + N)
+    std::cerr << e.what() << "\n";
+    return 128 + e.signal;
   } catch (const thx::ConfigError& e) {  // a flag validated like a config key
     return fail(2, error() + e.line());
   } catch (const thx::InputError& e) {

@@ -4,6 +4,8 @@
 #include <optional>
 
 #include <chrono>
+#include <csignal>
+#include <cerrno>
 #include <exception>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -14,6 +16,8 @@
 #include "common/h5.h"
 #include "common/log.h"
 #include "common/parallel.h"
+#include "common/runtime.h"
+#include "common/signals.h"
 #include "data/tokenizer.h"
 
 namespace thx {
@@ -128,8 +132,13 @@ std::optional<PrepareResult> up_to_date(const PrepareOptions& o, const std::stri
   }
 }
 
+// A signal stopped the tokenizing: how far it had come (bytes of the files done, documents read).
+struct Stopped {
+  int64_t bytes, total_bytes, documents;
+};
+
 // Every input document tokenized (in parallel, in batches, appended in order) into the train
-// or held-out shards; progress every 2 s.
+// or held-out shards; progress every 2 s. Stopped where a signal asked (common/signals.h).
 void tokenize_all(const PrepareOptions& o, const Inputs& in, const Tokenizer& tok, ShardWriter (&writers)[2],
                   PrepareResult& result) {
   auto log = thx::log("prepare");
@@ -156,6 +165,7 @@ void tokenize_all(const PrepareOptions& o, const Inputs& in, const Tokenizer& to
     CorpusStats file_stats;
     const auto ff = in.format.find(f);
     read_corpus({f}, ff != in.format.end() ? ff->second : o.format, [&](std::string&& doc) {
+      if (stop_signal() != 0) throw Stopped{result.stats.bytes, total_bytes, docs + int64_t(batch.size())};
       int s = file_split;
       if (in.heldout.empty())  // by fraction, from the text itself
         s = double(fnv1a(doc) >> 11) * 0x1.0p-53 < o.heldout_fraction ? 1 : 0;
@@ -214,6 +224,48 @@ struct RemoveIfFailed {
   }
 };
 
+// In a directory that was there before, the shards this run wrote (and, of one it was writing,
+// its temporary file: H5Writer's own) are removed if it fails.
+struct RemoveShardsIfFailed {
+  const ShardWriter (&writers)[2];
+  int exceptions = std::uncaught_exceptions();
+  ~RemoveShardsIfFailed() {
+    if (std::uncaught_exceptions() <= exceptions) return;
+    std::error_code ec;
+    for (const ShardWriter& w : writers)
+      for (const std::string& name : w.shards) fs::remove(fs::path(w.dir) / name, ec);
+  }
+};
+
+// A shard's temporary file (<split>-<k>.h5.tmp-<pid>) whose process is gone was left by a prepare
+// killed while writing it (SIGKILL, or a second signal): removed, said once. A live one's stays.
+void remove_dead_temporaries(const std::string& dir) {
+  int64_t files = 0;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const std::string name = e.path().filename().string();
+    const size_t at = name.find(".h5.tmp-");
+    if (!e.is_regular_file() || at == std::string::npos) continue;
+    const std::string pid = name.substr(at + 8);
+    if (pid.empty() || pid.find_first_not_of("0123456789") != std::string::npos || pid.size() > 9) continue;
+    if (::kill(pid_t(std::stol(pid)), 0) == 0 || errno != ESRCH) continue;  // alive, or not ours to judge
+    std::error_code ec;
+    files += fs::remove(e.path(), ec);
+  }
+  if (files > 0)
+    thx::log("prepare")->warn("{}: removed {} unfinished shard file{} left by a killed prepare", dir, files,
+                              files == 1 ? "" : "s");
+}
+
+// SIGINT or SIGTERM stopped the run (`at`): the one line of what it did and what it left.
+Interrupted interrupted(const Stopped& at, const PrepareOptions& o, bool own_dir) {
+  return Interrupted(stop_signal(),
+                     fmt::format("prepare: interrupted by {} at {:.0f}% of {:.1f} MB ({} documents read); nothing "
+                                 "kept: {}", signal_name(stop_signal()),
+                                 100.0 * double(at.bytes) / double(std::max<int64_t>(at.total_bytes, 1)),
+                                 double(at.total_bytes) / 1e6, format_count(at.documents),
+                                 own_dir ? o.out_dir + " removed" : "the shards it wrote removed from " + o.out_dir));
+}
+
 }  // namespace
 
 PrepareResult run_prepare(const PrepareOptions& o) {
@@ -230,13 +282,21 @@ PrepareResult run_prepare(const PrepareOptions& o) {
     log->info("{} is up to date with its inputs; nothing to do", o.out_dir);
     return *done;
   }
-  const RemoveIfFailed cleanup{fs::exists(o.out_dir) ? "" : o.out_dir};
+  const bool own_dir = !fs::exists(o.out_dir);
+  const RemoveIfFailed cleanup{own_dir ? o.out_dir : ""};
   create_output_dir(o.out_dir, "--out");
+  if (!own_dir) remove_dead_temporaries(o.out_dir);
   const auto t0 = std::chrono::steady_clock::now();
   ShardWriter writers[2] = {ShardWriter(o.out_dir, "train", o.shard_tokens),
                             ShardWriter(o.out_dir, "heldout", o.shard_tokens)};
+  const RemoveShardsIfFailed shards_cleanup{writers};
   PrepareResult result;
-  tokenize_all(o, in, tok, writers, result);
+  const SignalScope signals;
+  try {
+    tokenize_all(o, in, tok, writers, result);
+  } catch (const Stopped& at) {
+    throw interrupted(at, o, own_dir);
+  }
   if (result.stats.documents == 0)
     throw InputError(fmt::format("prepare: no usable document in {} files ({} malformed lines)",
                                  in.files.size(), result.stats.bad_lines));
@@ -255,6 +315,8 @@ PrepareResult run_prepare(const PrepareOptions& o) {
   if (writers[1].documents == 0)
     log->warn("{}: --heldout-fraction 0 and no --heldout files: no held-out split, which thx pretrain needs",
               o.out_dir);
+  if (stop_signal() != 0)  // while the last shards were written: not done, so nothing kept
+    throw interrupted({result.stats.bytes, result.stats.bytes, result.stats.documents}, o, own_dir);
   write_manifest(o, in, tok, fp, writers, result);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   log->info("train: {} docs, {} tokens; heldout: {} docs, {} tokens; {} malformed lines; {:.1f}s",

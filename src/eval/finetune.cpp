@@ -5,6 +5,7 @@
 #include <optional>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "common/determinism.h"
 #include "common/error.h"
@@ -12,6 +13,7 @@
 #include "common/log.h"
 #include "common/precision.h"
 #include "common/runtime.h"
+#include "common/signals.h"
 #include "eval/finetune_encoder.h"
 #include "eval/finetune_t5.h"
 #include "distributed/dist.h"
@@ -266,15 +268,32 @@ void run_eval(const FinetuneRunConfig& config, const Pretrained& model, const st
   check_output_dir(out_dir, "--out");
   EvalInputs in = eval_inputs(config, model, checkpoint, true);
   std::map<std::string, Splits> data = read_tasks(config.finetune, false);
+  const bool own_dir = !fs::exists(out_dir);
   create_output_dir(out_dir, "--out");
   const FinetuneJob job{config, model, out_dir, in.tokenizer, cfg::to_yaml(config), false, {}, std::move(data),
                         in.device, {}};
   PrecisionScope scope(in.precision);
-  if (model.config.model.encoder_only()) {
-    for (size_t k = 0; k < in.files.size(); ++k)
-      eval_encoder_task(job, config.finetune.tasks[k], in.loaded[in.files[k]], in.files[k]);
-  } else {
-    eval_t5(job, in.loaded[in.files.front()], in.files.front());
+  const SignalScope signals;  // SIGINT, SIGTERM: the evaluation stops within a batch (check_stop)
+  const std::vector<std::string>& tasks = config.finetune.tasks;
+  thx::log("eval")->debug("evaluating {} into {}", fmt::join(tasks, ", "), out_dir);
+  size_t done = 0;  // tasks whose results are written (BERT/ALBERT: one after another; T5: all at the end)
+  try {
+    if (model.config.model.encoder_only()) {
+      for (; done < in.files.size(); ++done)
+        eval_encoder_task(job, tasks[done], in.loaded[in.files[done]], in.files[done]);
+    } else {
+      eval_t5(job, in.loaded[in.files.front()], in.files.front());
+    }
+  } catch (const EvaluationStopped&) {
+    std::error_code ec;
+    if (own_dir && done == 0) fs::remove(out_dir, ec);  // (empty: nothing was written)
+    const auto first = tasks.begin(), now = first + long(done);
+    const std::string evaluating =
+        model.config.model.encoder_only() ? *now : fmt::format("{}", fmt::join(tasks, ", "));
+    const std::string kept = done == 0 ? "nothing written"
+                                       : fmt::format("the results of {} are in {}", fmt::join(first, now, ", "), out_dir);
+    throw Interrupted(stop_signal(), fmt::format("eval: interrupted by {} while evaluating {}; {}",
+                                                 signal_name(stop_signal()), evaluating, kept));
   }
 }
 
@@ -291,12 +310,20 @@ std::vector<std::string> predict_task(const FinetuneRunConfig& recipe, const Pre
   if (lines.empty()) return {};
   const FinetuneJob job{config, model, "", in.tokenizer, cfg::to_yaml(config), false, {}, std::move(data), in.device, {}};
   PrecisionScope scope(in.precision);
+  const SignalScope signals;  // SIGINT, SIGTERM: the predictions stop within a batch (check_stop)
+  thx::log("predict")->debug("{}: predicting {} lines", where, lines.size());
   std::vector<std::string> out;
-  if (model.config.model.encoder_only()) {
-    out = evaluate_encoder_task(job, task, in.loaded[in.files[0]], in.files[0]).predictions;
-  } else {  // the prediction as the files write it, then the model's own answer
-    const TaskEval ev = evaluate_t5(job, in.loaded[in.files[0]], in.files[0]).front();
-    for (size_t i = 0; i < ev.predictions.size(); ++i) out.push_back(ev.predictions[i] + "\t" + ev.decoded[i]);
+  try {
+    if (model.config.model.encoder_only()) {
+      out = evaluate_encoder_task(job, task, in.loaded[in.files[0]], in.files[0]).predictions;
+    } else {  // the prediction as the files write it, then the model's own answer
+      const TaskEval ev = evaluate_t5(job, in.loaded[in.files[0]], in.files[0]).front();
+      for (size_t i = 0; i < ev.predictions.size(); ++i) out.push_back(ev.predictions[i] + "\t" + ev.decoded[i]);
+    }
+  } catch (const EvaluationStopped&) {
+    throw Interrupted(stop_signal(), fmt::format("predict: interrupted by {} while predicting {} line{} of {}; nothing "
+                                                 "written", signal_name(stop_signal()), lines.size(),
+                                                 lines.size() == 1 ? "" : "s", where));
   }
   return out;
 }

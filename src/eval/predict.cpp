@@ -11,7 +11,7 @@
 #include "data/tokenizer.h"
 #include "models/t5.h"
 #include "training/loop.h"
-#include "training/signals.h"
+#include "common/signals.h"
 
 // Shapes: b lines in a batch, n input tokens, t decoded tokens.
 namespace thx {

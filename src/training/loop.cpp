@@ -20,7 +20,7 @@
 #include "distributed/dist.h"
 #include "distributed/grad_sync.h"
 #include "distributed/launch.h"
-#include "training/signals.h"
+#include "common/signals.h"
 #include "training/tensorboard.h"
 
 // Shapes: micro-batches are data/stream.h's Batch (b examples); losses are scalars.

@@ -2,8 +2,9 @@
 // checkpoint, prints no result line (no held-out number that was never measured), says how to
 // continue, and exits 128 + N (130, 143) as shells report a signal, so that `thx pretrain ... &&
 // thx finetune ...` stops there; a held-out evaluation stops within a batch; a resumed run records
-// each step once; predict's span filling stops within a decoding step, writing nothing. The
-// binary is run and signalled as a user's shell would.
+// each step once; predict's span filling stops within a decoding step, writing nothing; a prepare
+// stops within a document and keeps nothing; a fine-tuned model's predictions and evaluation
+// stop within a batch. The binary is run and signalled as a user's shell would.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -19,6 +20,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "eval/eval_fixtures.h"
 #include "training/checkpoint.h"
 #include "training/training_fixtures.h"
 
@@ -132,6 +134,71 @@ TEST(Interrupt, APredictionStopsWithinADecodingStepAndWritesNothing) {
   if (said != std::string::npos) EXPECT_NE(s.err.find(" of 2; nothing written\n", said), std::string::npos) << s.err;
   EXPECT_FALSE(fs::exists(out));
   EXPECT_LT(seconds, 30) << "not within a step";
+}
+
+// A prepare stopped by SIGINT or SIGTERM while it tokenizes (its first shards written) says so,
+// exits 128 + N and keeps nothing: a folder it made is removed; in one that was there, the shards
+// it wrote are removed and the rest stays. A shard's temporary file that a killed prepare left
+// there (its process gone) is removed by the next prepare.
+TEST(Interrupt, APrepareStopsAndKeepsNothing) {
+  TempDir dir;
+  const std::string args = "--threads 1 prepare --format text --shard-tokens 20000 --tokenizer " + tiny_tokenizer(dir) +
+                           " --input " + dir.write("corpus.txt", synthetic_corpus(60000)) + " --out ";  // 20 MB
+  const std::string own = dir.file("own");
+  Stopped s = signal_when_exists(dir, args + own, own + "/train-00000.h5", SIGINT);
+  ASSERT_TRUE(WIFEXITED(s.status)) << s.err;
+  EXPECT_EQ(WEXITSTATUS(s.status), 128 + SIGINT) << s.err;
+  EXPECT_NE(s.err.find("prepare: interrupted by SIGINT at "), std::string::npos) << s.err;
+  EXPECT_NE(s.err.find(" documents read); nothing kept: " + own + " removed\n"), std::string::npos) << s.err;
+  EXPECT_FALSE(fs::exists(own));
+  const std::string there = dir.file("there");
+  fs::create_directories(there);
+  dir.write("there/notes.txt", "mine\n");
+  const pid_t gone = fork();  // a pid no process has now
+  if (gone == 0) _exit(0);
+  waitpid(gone, nullptr, 0);
+  dir.write("there/train-00000.h5.tmp-" + std::to_string(gone), "a killed prepare's");
+  s = signal_when_exists(dir, args + there, there + "/train-00001.h5", SIGTERM);
+  ASSERT_TRUE(WIFEXITED(s.status)) << s.err;
+  EXPECT_EQ(WEXITSTATUS(s.status), 128 + SIGTERM) << s.err;
+  EXPECT_NE(s.err.find(there + ": removed 1 unfinished shard file left by a killed prepare"), std::string::npos)
+      << s.err;
+  EXPECT_NE(s.err.find("; nothing kept: the shards it wrote removed from " + there + "\n"), std::string::npos) << s.err;
+  std::vector<std::string> left;
+  for (const auto& e : fs::directory_iterator(there)) left.push_back(e.path().filename().string());
+  EXPECT_EQ(left, std::vector<std::string>{"notes.txt"});
+}
+
+// A fine-tuned model's predictions and evaluation stop within a batch on SIGINT or SIGTERM: each
+// says so, writes nothing and exits 128 + N; eval removes the folder it made for its results.
+TEST(Interrupt, PredictionsAndEvaluationOfAFineTunedModelStopWithinABatch) {
+  FinetuneFixture ft;
+  make_finetune_fixture(ft, true);  // a pretrained tiny ALBERT, its tokenizer, a tiny SST-2
+  const std::string tuned = ft.dir.file("ft");
+  ASSERT_EQ(run_thx("--threads 1 finetune --config " + ft.config + " --set finetune.steps=2 --set "
+                    "finetune.eval_every=2 --set checkpoint.every=2 --out " + tuned).code, 0);
+  std::string lines, rows = "sentence\tlabel\n";
+  for (int i = 0; i < 100000; ++i) lines += "a good film\n", rows += "a good film\t1\n";
+  const std::string in = ft.dir.write("in.txt", lines), out = ft.dir.file("out.txt"), err = ft.dir.file("stderr.txt");
+  Stopped s = signal_when(ft.dir, "--log-level debug --threads 1 predict --config " + ft.config + " --task sst2 "
+                                  "--checkpoint " + tuned + " --input " + in + " --out " + out,
+                          [&] { return slurp(err).find("predicting 100000 lines") != std::string::npos; }, SIGINT);
+  ASSERT_TRUE(WIFEXITED(s.status)) << s.err;
+  EXPECT_EQ(WEXITSTATUS(s.status), 128 + SIGINT) << s.err;
+  EXPECT_NE(s.err.find("predict: interrupted by SIGINT while predicting 100000 lines of " + in + "; nothing written\n"),
+            std::string::npos) << s.err;
+  EXPECT_FALSE(fs::exists(out));
+  fs::create_directories(ft.dir.file("big/glue/SST-2"));
+  ft.dir.write("big/glue/SST-2/train.tsv", rows), ft.dir.write("big/glue/SST-2/dev.tsv", rows);
+  const std::string results = ft.dir.file("results");
+  s = signal_when(ft.dir, "--log-level debug --threads 1 eval --config " + ft.config + " --set finetune.data=" +
+                              ft.dir.file("big") + " --checkpoint " + tuned + " --out " + results,
+                  [&] { return slurp(err).find("evaluating sst2 into") != std::string::npos; }, SIGTERM);
+  ASSERT_TRUE(WIFEXITED(s.status)) << s.err;
+  EXPECT_EQ(WEXITSTATUS(s.status), 128 + SIGTERM) << s.err;
+  EXPECT_NE(s.err.find("eval: interrupted by SIGTERM while evaluating sst2; nothing written\n"), std::string::npos)
+      << s.err;
+  EXPECT_FALSE(fs::exists(results));
 }
 
 // A run killed outright (SIGKILL: no handler runs, nothing is flushed at exit) leaves a log that

@@ -1,4 +1,4 @@
-#include "training/signals.h"
+#include "common/signals.h"
 
 #include <exception>
 

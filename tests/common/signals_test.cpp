@@ -1,4 +1,4 @@
-// training/signals.h: a loop's SIGINT and SIGTERM handlers, with signals raised in this process.
+// common/signals.h: a loop's SIGINT and SIGTERM handlers, with signals raised in this process.
 // The handler in place before each "loop" records what reaches it, so that a wrong handler shows
 // as a wrong count instead of ending the test binary.
 #include <gtest/gtest.h>
@@ -6,7 +6,7 @@
 #include <csignal>
 #include <stdexcept>
 
-#include "training/signals.h"
+#include "common/signals.h"
 
 namespace thx::test {
 namespace {
