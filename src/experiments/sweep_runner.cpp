@@ -587,7 +587,8 @@ SweepOutcome run_sweep(const Sweep& sweep, const SweepOptions& o,
                 format_duration(wall), format_duration(eta));
     } else if (stopped_at_checkpoint(status) || g_sweep_stop) {
       log->warn("{}: stopped at a checkpoint; the next `thx sweep` resumes it", p.run->name);
-    } else {
+    } else {  // it does not run again in this sweep: the time left is the others'
+      flops_left -= ran;
       failures.push_back(report_failure(sweep, p, pid, status, oom_during, jobs));
     }
   }

@@ -13,6 +13,7 @@
 #include <random>
 #include <cstdlib>
 #include <filesystem>
+#include <regex>
 #include <fstream>
 #include <iterator>
 #include <set>
@@ -249,15 +250,20 @@ TEST(SweepRun, AFailedRunIsReportedAndTheOthersFinish) {
                        "vocabulary of data.prepared "), std::string::npos) << r.out;
   EXPECT_FALSE(fs::exists(dir.file("small")));
   // A run that stops at its start (its memory bound past the machine's) names the line of its
-  // own run.yaml and, the one to change, the sweep file's.
+  // own run.yaml and, the one to change, the sweep file's; the time left counts it no more.
   const std::string wide = dir.write("wide.yaml", "sweep: wide\nbase: base.yaml\nvariants:\n"
-                                                  "  - {name: ff, set: {model.d_ff: 1000000000}}\n");
+                                                  "  - {name: ff, set: {model.d_ff: 1000000000}}\n"
+                                                  "  - {name: h2, set: {attention.h: 2}}\n  - {name: h4, set: {}}\n");
   r = run_thx("--threads 1 sweep --config " + wide + " --out " + dir.file("wide"));
   EXPECT_EQ(r.code, 1) << r.out;
   EXPECT_NE(r.out.find("ff failed (exit code 2): thx: error: " + dir.file("wide") + "/ff/run.yaml:"), std::string::npos)
       << r.out;
   EXPECT_NE(r.out.find(" (from " + wide + ":4): model.d_ff 1000000000: training needs at least "), std::string::npos)
       << r.out;
+  const size_t eta = r.out.find("[1/3] finished h2: ");
+  ASSERT_NE(eta, std::string::npos) << r.out;
+  const std::string line = r.out.substr(eta, r.out.find('\n', eta) - eta);
+  EXPECT_TRUE(std::regex_search(line, std::regex("\\| ETA [0-9]+s$"))) << line;  // (with ff's: 7 days)
   // A run that fails while training (its data deleted under it) does not stop the others.
   const std::string prepared2 = dir.file("prep2");
   fs::copy(dir.file("prep"), prepared2);
