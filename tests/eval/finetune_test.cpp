@@ -203,6 +203,7 @@ TEST(Finetune, TinyAlbertLearnsATinyTaskAboveChance) {
   c.finetune.tasks = {"sst2"};
   c.finetune.steps = 60, c.finetune.batch_size = 16, c.finetune.inputs_length = 32;
   c.finetune.eval_every = 30, c.finetune.log_every = 30, c.finetune.max_query_length = 8;
+  c.finetune.deterministic = true;  // (allowed on the CPU too; its line must reach the log)
   run_finetune(c, p, t.file("out"));
   const double acc = best_accuracy(t.file("out"));
   EXPECT_GT(acc, 80.0) << "chance is 50%";
@@ -212,6 +213,8 @@ TEST(Finetune, TinyAlbertLearnsATinyTaskAboveChance) {
   // It opens with what was logged before the folder was written: the memory bound, the data's counts.
   EXPECT_NE(log.find("] [finetune] memory: at least "), std::string::npos) << log;
   EXPECT_NE(log.find("] [finetune] sst2: "), std::string::npos) << log;
+  EXPECT_NE(log.find("] [finetune] deterministic algorithms (finetune.deterministic): each step repeats to the bit on "
+                     "cpu\n"), std::string::npos) << log;
   EXPECT_EQ(log.find(" nll "), std::string::npos) << log;
   EXPECT_EQ(read_file(t.file("out/metrics.jsonl")).find("\"nll\""), std::string::npos);
   // The predictions file is in GLUE's submission layout, one row per dev example.
