@@ -83,18 +83,44 @@ struct Inputs {
   std::map<std::string, CorpusFormat> format;
 };
 
+// Whether `file` lies inside the folder `dir` (both absolute and normal, links resolved where
+// they exist).
+bool inside(const std::string& file, const std::string& dir) {
+  std::error_code ec;
+  const fs::path f = fs::weakly_canonical(fs::absolute(file), ec), d = fs::weakly_canonical(fs::absolute(dir), ec);
+  auto di = d.begin(), fi = f.begin();
+  for (; di != d.end() && !di->empty(); ++di, ++fi)  // (a trailing separator is an empty last part)
+    if (fi == f.end() || *fi != *di) return false;
+  return fi != f.end();
+}
+
+// The files of `specs`, less those inside --out: with the output folder inside an input folder,
+// a re-run would read its own shards and manifest as text (and find the inputs changed).
+std::vector<std::string> input_files(const std::vector<std::string>& specs, const std::string& out, int64_t* left_out) {
+  std::vector<std::string> files;
+  for (auto& f : expand_inputs(specs))
+    if (inside(f, out)) ++*left_out;
+    else files.push_back(std::move(f));
+  return files;
+}
+
 Inputs list_inputs(const PrepareOptions& o) {
   Inputs in;
   std::vector<std::string> paths;
+  int64_t left_out = 0;
   for (const auto& spec : o.inputs) {
     const auto [format, path] = split_format_prefix(spec);
     paths.push_back(path);
+    int64_t ignored = 0;
     if (format)
-      for (const auto& f : expand_inputs({path})) in.format[f] = *format;
+      for (const auto& f : input_files({path}, o.out_dir, &ignored)) in.format[f] = *format;
   }
-  in.files = expand_inputs(paths);
+  in.files = input_files(paths, o.out_dir, &left_out);
   if (!o.heldout_files.empty())
-    for (const auto& f : expand_inputs(o.heldout_files)) in.heldout_set.insert(f);
+    for (const auto& f : input_files(o.heldout_files, o.out_dir, &left_out)) in.heldout_set.insert(f);
+  if (left_out > 0)
+    thx::log("prepare")->info("left out {} file{} inside --out {}: its own output, not an input", left_out,
+                              left_out == 1 ? "" : "s", o.out_dir);
   in.heldout.assign(in.heldout_set.begin(), in.heldout_set.end());
   for (const auto& f : in.heldout)  // held-out files need not be listed among the inputs
     if (std::find(in.files.begin(), in.files.end(), f) == in.files.end()) in.files.push_back(f);

@@ -12,6 +12,7 @@
 namespace thx::test {
 namespace {
 namespace THX_FILE_ID {
+namespace fs = std::filesystem;
 
 TEST(Tokenizer, T5IdConventions) {
   TempDir dir;
@@ -99,6 +100,16 @@ TEST(Prepare, ShardsRoundTripAndReRunsDoNothing) {
   o.out_dir = dir.file("prep2");
   const PrepareResult r2 = run_prepare(o);
   EXPECT_EQ(r2.documents[0] + r2.documents[1], 301);
+  // Shards written inside the folder of the inputs are not inputs of the next run (its --out
+  // named another way, through a link too): it finds nothing to do, where it used to read them
+  // as text and refuse the folder as made from other inputs.
+  TempDir in;
+  in.write("corpus.txt", synthetic_corpus(300));
+  o.inputs = {in.path.string()}, o.out_dir = in.file("prep");
+  EXPECT_FALSE(run_prepare(o).up_to_date);
+  fs::create_directory_symlink(in.path, dir.file("link"));
+  o.out_dir = dir.file("link") + "/./prep/";
+  EXPECT_TRUE(run_prepare(o).up_to_date);
 }
 
 TEST(Prepare, HeldOutByFilesAndDamagedShards) {
