@@ -94,12 +94,22 @@ bool inside(const std::string& file, const std::string& dir) {
   return fi != f.end();
 }
 
-// The files of `specs`, less those inside --out: with the output folder inside an input folder,
-// a re-run would read its own shards and manifest as text (and find the inputs changed).
-std::vector<std::string> input_files(const std::vector<std::string>& specs, const std::string& out, int64_t* left_out) {
+// Whether `file` is the tokenizer model or the .vocab that spm-train wrote beside it.
+bool tokenizer_file(const std::string& file, const std::string& tokenizer) {
+  std::error_code ec;
+  for (const fs::path& t : {fs::path(tokenizer), fs::path(tokenizer).replace_extension(".vocab")})
+    if (fs::equivalent(file, t, ec)) return true;
+  return false;
+}
+
+// The files of `specs`, less prepare's own: those inside --out (with the output folder inside an
+// input folder, a re-run would read its own shards and manifest as text, and find the inputs
+// changed), and the tokenizer's (its lines would be documents).
+std::vector<std::string> input_files(const std::vector<std::string>& specs, const PrepareOptions& o,
+                                     std::set<std::string>* left_out) {
   std::vector<std::string> files;
   for (auto& f : expand_inputs(specs))
-    if (inside(f, out)) ++*left_out;
+    if (inside(f, o.out_dir) || tokenizer_file(f, o.tokenizer)) left_out->insert(f);
     else files.push_back(std::move(f));
   return files;
 }
@@ -107,20 +117,19 @@ std::vector<std::string> input_files(const std::vector<std::string>& specs, cons
 Inputs list_inputs(const PrepareOptions& o) {
   Inputs in;
   std::vector<std::string> paths;
-  int64_t left_out = 0;
+  std::set<std::string> left_out;
   for (const auto& spec : o.inputs) {
     const auto [format, path] = split_format_prefix(spec);
     paths.push_back(path);
-    int64_t ignored = 0;
     if (format)
-      for (const auto& f : input_files({path}, o.out_dir, &ignored)) in.format[f] = *format;
+      for (const auto& f : input_files({path}, o, &left_out)) in.format[f] = *format;
   }
-  in.files = input_files(paths, o.out_dir, &left_out);
+  in.files = input_files(paths, o, &left_out);
   if (!o.heldout_files.empty())
-    for (const auto& f : input_files(o.heldout_files, o.out_dir, &left_out)) in.heldout_set.insert(f);
-  if (left_out > 0)
-    thx::log("prepare")->info("left out {} file{} inside --out {}: its own output, not an input", left_out,
-                              left_out == 1 ? "" : "s", o.out_dir);
+    for (const auto& f : input_files(o.heldout_files, o, &left_out)) in.heldout_set.insert(f);
+  if (!left_out.empty())
+    thx::log("prepare")->info("left out {} file{} that are the tokenizer's or inside --out: {}{}", left_out.size(),
+                              left_out.size() == 1 ? "" : "s", *left_out.begin(), left_out.size() > 1 ? ", ..." : "");
   in.heldout.assign(in.heldout_set.begin(), in.heldout_set.end());
   for (const auto& f : in.heldout)  // held-out files need not be listed among the inputs
     if (std::find(in.files.begin(), in.files.end(), f) == in.files.end()) in.files.push_back(f);

@@ -102,11 +102,16 @@ TEST(Prepare, ShardsRoundTripAndReRunsDoNothing) {
   EXPECT_EQ(r2.documents[0] + r2.documents[1], 301);
   // Shards written inside the folder of the inputs are not inputs of the next run (its --out
   // named another way, through a link too): it finds nothing to do, where it used to read them
-  // as text and refuse the folder as made from other inputs.
+  // as text and refuse the folder as made from other inputs. Nor is the tokenizer there, or
+  // the .vocab beside it: their lines were documents.
   TempDir in;
   in.write("corpus.txt", synthetic_corpus(300));
-  o.inputs = {in.path.string()}, o.out_dir = in.file("prep");
-  EXPECT_FALSE(run_prepare(o).up_to_date);
+  for (const char* f : {"tiny.model", "tiny.vocab"}) fs::copy_file(dir.file(f), in.file(f));
+  o.inputs = {in.path.string()}, o.out_dir = in.file("prep"), o.tokenizer = in.file("tiny.model");
+  const PrepareResult own = run_prepare(o);
+  EXPECT_FALSE(own.up_to_date);
+  EXPECT_EQ(own.documents[0] + own.documents[1], 300);
+  EXPECT_EQ(own.stats.bad_lines, 0);
   fs::create_directory_symlink(in.path, dir.file("link"));
   o.out_dir = dir.file("link") + "/./prep/";
   EXPECT_TRUE(run_prepare(o).up_to_date);
