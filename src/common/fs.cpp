@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <ftw.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -158,6 +159,27 @@ void check_output_file(const std::string& path, const std::string& flag) {
   if (::access(dir.c_str(), W_OK) != 0)
     throw InputError(fmt::format("{} {}: cannot write in directory {} ({})", flag, path, dir.string(),
                                  std::strerror(errno)));
+}
+
+int try_lock_directory(const std::string& dir) {
+  const std::string path = (std::filesystem::path(dir) / ".lock").string();
+  const int fd = ::open(path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0644);
+  if (fd < 0) throw InputError(fmt::format("{}: cannot create its lock file ({})", path, std::strerror(errno)));
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  const std::string pid = std::to_string(::getpid()) + "\n";
+  if (::ftruncate(fd, 0) == 0) {
+    [[maybe_unused]] const ssize_t written = ::pwrite(fd, pid.data(), pid.size(), 0);  // only for messages
+  }
+  return fd;
+}
+
+std::string lock_holder(const std::string& dir) {
+  std::string pid = read_file_if_any((std::filesystem::path(dir) / ".lock").string());
+  while (!pid.empty() && (pid.back() == '\n' || pid.back() == ' ')) pid.pop_back();
+  return pid.empty() ? std::string() : " (pid " + pid + ")";
 }
 
 }  // namespace thx

@@ -47,6 +47,13 @@ void check_output_file(const std::string& path, const std::string& flag);
 // This walks the tree with POSIX nftw and unlink/rmdir, outside the C++ library.
 bool remove_tree(const std::string& path, std::string* error = nullptr);
 
+// An exclusive flock(2) on <dir>/.lock (created; closed on exec), taken without waiting, so
+// that two processes never write one directory at once: its file descriptor, which holds the
+// lock until closed, or -1 where another process holds it. The holder's pid goes into the file,
+// for lock_holder(dir): " (pid N)", or "" where unknown. InputError where it cannot be created.
+int try_lock_directory(const std::string& dir);
+std::string lock_holder(const std::string& dir);
+
 // "size:mtime_ns" of a file, for detecting changed inputs; InputError if it does not exist.
 std::string file_stamp(const std::string& path);
 

@@ -3,6 +3,8 @@
 #include <map>
 #include <optional>
 
+#include <unistd.h>
+
 #include <chrono>
 #include <csignal>
 #include <cerrno>
@@ -272,6 +274,19 @@ struct RemoveShardsIfFailed {
   }
 };
 
+// One prepare at a time in a folder: two would write each other's shards under one manifest.
+struct DirectoryLock {
+  explicit DirectoryLock(const std::string& dir) : fd(try_lock_directory(dir)) {
+    if (fd < 0)
+      throw InputError(fmt::format("--out {}: another thx prepare{} is writing this folder; wait for it to end",
+                                   dir, lock_holder(dir)));
+  }
+  ~DirectoryLock() { ::close(fd); }
+  DirectoryLock(const DirectoryLock&) = delete;
+  DirectoryLock& operator=(const DirectoryLock&) = delete;
+  int fd;
+};
+
 // A shard's temporary file (<split>-<k>.h5.tmp-<pid>) whose process is gone was left by a prepare
 // killed while writing it (SIGKILL, or a second signal): removed, said once. A live one's stays.
 void remove_dead_temporaries(const std::string& dir) {
@@ -320,6 +335,7 @@ PrepareResult run_prepare(const PrepareOptions& o) {
   const bool own_dir = !fs::exists(o.out_dir);
   const RemoveIfFailed cleanup{own_dir ? o.out_dir : ""};
   create_output_dir(o.out_dir, "--out");
+  const DirectoryLock lock(o.out_dir);
   if (!own_dir) remove_dead_temporaries(o.out_dir);
   const auto t0 = std::chrono::steady_clock::now();
   ShardWriter writers[2] = {ShardWriter(o.out_dir, "train", o.shard_tokens),

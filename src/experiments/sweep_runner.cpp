@@ -289,21 +289,10 @@ void print_dry_run(const Sweep& sweep, const std::vector<Planned>& plan, const s
 // pid is in the file, for the message.
 class SweepLock {
  public:
-  explicit SweepLock(const std::string& out) : path_((fs::path(out) / ".lock").string()) {
-    fd_ = ::open(path_.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0644);
-    if (fd_ < 0) throw InputError(fmt::format("{}: cannot create its lock file ({})", path_, std::strerror(errno)));
-    if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
-      std::string holder = read_file(path_);
-      ::close(fd_);
-      while (!holder.empty() && (holder.back() == '\n' || holder.back() == ' ')) holder.pop_back();
+  explicit SweepLock(const std::string& out) : fd_(try_lock_directory(out)) {
+    if (fd_ < 0)
       throw InputError(fmt::format("{}: another thx sweep{} is running on this directory; wait for it or stop it "
-                                   "(its runs checkpoint and stop on SIGTERM)", out,
-                                   holder.empty() ? "" : " (pid " + holder + ")"));
-    }
-    if (::ftruncate(fd_, 0) == 0) {
-      const std::string pid = std::to_string(::getpid()) + "\n";
-      if (::pwrite(fd_, pid.data(), pid.size(), 0) < 0) thx::log("sweep")->warn("{}: cannot record this sweep's pid", path_);
-    }
+                                   "(its runs checkpoint and stop on SIGTERM)", out, lock_holder(out)));
     std::string unended;  // <out>/provenance.json: who ran the sweep, and when
     session_ = record_session_start(out_ = out, &unended);
     if (!unended.empty()) thx::log("sweep")->warn("{}: {}", out, unended);
@@ -320,7 +309,7 @@ class SweepLock {
   SweepLock& operator=(const SweepLock&) = delete;
 
  private:
-  std::string path_, out_;
+  std::string out_;
   int fd_ = -1;
   size_t session_ = 0;
 };

@@ -48,28 +48,14 @@ bool allowed(const std::string& key, const std::vector<std::string>& allow) {
 // sweep restarted while a run it started is still saving). Waits up to a minute.
 // The holder's pid is written into the lock file, for the messages.
 int lock_dir(const std::string& dir) {
-  const std::string path = (fs::path(dir) / ".lock").string();
-  const int fd = ::open(path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0644);
-  if (fd < 0) throw InputError(fmt::format("{}: cannot create its lock file", dir));
-  auto holder = [&] {
-    std::string pid = read_file(path);
-    while (!pid.empty() && (pid.back() == '\n' || pid.back() == ' ')) pid.pop_back();
-    return pid.empty() ? std::string() : " (pid " + pid + ")";
-  };
-  for (int i = 0; ::flock(fd, LOCK_EX | LOCK_NB) != 0; ++i) {
-    if (i == 0) thx::log("train")->warn("{}: another process{} is training here; waiting up to a minute", dir, holder());
-    if (i == 600) {
-      const std::string who = holder();
-      ::close(fd);
-      throw InputError(fmt::format("{}: another process{} is training in this run directory", dir, who));
-    }
+  for (int i = 0;; ++i) {
+    if (const int fd = try_lock_directory(dir); fd >= 0) return fd;
+    if (i == 0) thx::log("train")->warn("{}: another process{} is training here; waiting up to a minute", dir,
+                                        lock_holder(dir));
+    if (i == 600) throw InputError(fmt::format("{}: another process{} is training in this run directory", dir,
+                                               lock_holder(dir)));
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
-  if (::ftruncate(fd, 0) == 0) {
-    const std::string pid = std::to_string(::getpid()) + "\n";
-    [[maybe_unused]] const ssize_t written = ::pwrite(fd, pid.data(), pid.size(), 0);  // only for messages
-  }
-  return fd;
 }
 
 }  // namespace

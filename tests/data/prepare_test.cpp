@@ -1,5 +1,6 @@
 // Tokenizer, `prepare` shards and the span-corruption stream, end to end on small fixtures.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 
@@ -115,6 +116,17 @@ TEST(Prepare, ShardsRoundTripAndReRunsDoNothing) {
   fs::create_directory_symlink(in.path, dir.file("link"));
   o.out_dir = dir.file("link") + "/./prep/";
   EXPECT_TRUE(run_prepare(o).up_to_date);
+  // One prepare at a time writes a folder: another's shards would mix with its own under one
+  // manifest. (The lock is this process's here; a flock from another open() conflicts as well.)
+  o.out_dir = dir.file("prep3");
+  fs::create_directories(o.out_dir);
+  const int lock = try_lock_directory(o.out_dir);
+  ASSERT_GE(lock, 0);
+  EXPECT_EQ(error_of([&] { run_prepare(o); }), "--out " + o.out_dir + ": another thx prepare (pid " +
+                                                   std::to_string(::getpid()) + ") is writing this folder; wait for "
+                                                   "it to end");
+  ::close(lock);
+  EXPECT_FALSE(run_prepare(o).up_to_date);
 }
 
 TEST(Prepare, HeldOutByFilesAndDamagedShards) {
