@@ -266,6 +266,12 @@ void run_eval(const FinetuneRunConfig& config, const Pretrained& model, const st
   const fs::path beside = fs::is_directory(checkpoint) ? fs::path(checkpoint) : fs::path(checkpoint).parent_path();
   const std::string out_dir = out.empty() ? (beside / "eval").string() : out;
   check_output_dir(out_dir, "--out");
+  // A fine-tuning run's own results (<task>.json, its best evaluation and history) have the names
+  // eval's would: never overwritten.
+  if (fs::exists(fs::path(out_dir) / "finetune.yaml"))
+    throw InputError(fmt::format("--out {}: a fine-tuning run's folder (it holds finetune.yaml), whose results eval "
+                                 "would overwrite; choose another (without --out: {})", out_dir,
+                                 (beside / "eval").string()));
   EvalInputs in = eval_inputs(config, model, checkpoint, true);
   std::map<std::string, Splits> data = read_tasks(config.finetune, false);
   const bool own_dir = !fs::exists(out_dir);
