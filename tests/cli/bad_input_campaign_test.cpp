@@ -355,6 +355,8 @@ TEST(BadInputCampaign, FineTuningAndEvaluation) {
       {"a target with no room beside EOS", {}, "finetune --config " + albert.config + " --set finetune.targets_length=1 --out {C}/out", "finetune.targets_length: 1 must be at least 2 (a target's token and EOS)"},
       {"a fine-tuning key thx does not know", {}, "finetune --config " + albert.config + " --set finetune.stpes=3 --out {C}/out", "finetune.stpes"},
       {"an evaluation with inputs longer than the position table", {}, "eval --config " + albert.config + " --set finetune.inputs_length=100000 --checkpoint {A}/ft --out {C}/ev", "--set finetune.inputs_length=100000: finetune.inputs_length 100000: the pretrained albert"},
+      {"fine-tuning into a pretraining run's folder", {}, "finetune --config " + albert.config + " --out {T5}/run", "--out {T5}/run: a pretraining run's folder (it holds config.yaml); choose another"},
+      {"pretraining into a fine-tuning run's folder", {}, "pretrain --config {T5}/run.yaml --run-dir {A}/ft", "--run-dir {A}/ft: a fine-tuning run's folder (it holds finetune.yaml); choose another"},
       {"an evaluation into the fine-tuning run's own folder", {}, "eval --config " + albert.config + " --checkpoint {A}/ft/sst2.h5 --out {A}/ft/", "--out {A}/ft/: a fine-tuning run's folder (it holds finetune.yaml), whose results eval would overwrite; choose another (without --out: {A}/ft/eval)"},
       {"an evaluation of a missing checkpoint", {}, "eval --config " + albert.config + " --checkpoint {C}/none.h5 --out {C}/ev", "{C}/none.h5"},
       {"an evaluation of another model's checkpoint", {}, "eval --config " + albert.config + " --checkpoint {T5}/run/checkpoints/step-00000002.h5 --out {C}/ev", "{T5}/run/checkpoints/step-00000002.h5"},
