@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
+#include <yaml-cpp/yaml.h>
 
 #include "common/error.h"
 #include "common/fs.h"
@@ -96,12 +97,35 @@ FinetuneRunConfig load_finetune_config(ConfigTree tree) {
   });
 }
 
+namespace {
+
+// A fine-tuning checkpoint (its stored config is a recipe: a finetune block) where a pretrained
+// model is asked for: one line naming the pretrained model it started from, not the first key
+// a pretraining config does not know.
+void refuse_fine_tuned(const std::string& stored, const std::string& path, const char* what) {
+  YAML::Node recipe;
+  try {
+    recipe = YAML::Load(stored);
+  } catch (const YAML::Exception&) {
+    return;  // (the pretraining config's reader says what is wrong with it)
+  }
+  if (!recipe.IsMap() || !recipe["finetune"]) return;
+  const YAML::Node from = recipe["finetune"]["pretrained"];
+  throw InputError(fmt::format("{}: a fine-tuning {}, not a pretraining one; give the pretraining run or checkpoint{}",
+                               path, what, from && from.IsScalar() ? " it started from, " + from.Scalar() : ""));
+}
+
+}  // namespace
+
 Pretrained load_pretrained(const std::string& setting) {
   Pretrained p;
+  if (const fs::path recipe = fs::path(setting) / "finetune.yaml"; fs::is_directory(setting) && fs::exists(recipe))
+    refuse_fine_tuned(read_file(recipe.string()), setting, "run's folder");
   p.path = resolve_checkpoint(setting);
   p.checkpoint = load_checkpoint(p.path);
   if (p.checkpoint.config.empty())
     throw InputError(fmt::format("{}: carries no configuration (attribute 'config')", p.path));
+  refuse_fine_tuned(p.checkpoint.config, p.path, "checkpoint");
   p.config = pretrain_config_from_text(p.checkpoint.config, p.path + " (stored config)");
   return p;
 }
