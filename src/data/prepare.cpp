@@ -85,11 +85,15 @@ struct Inputs {
   std::map<std::string, CorpusFormat> format;
 };
 
-// Whether `file` lies inside the folder `dir` (both absolute and normal, links resolved where
-// they exist).
-bool inside(const std::string& file, const std::string& dir) {
+// A path made absolute and normal, links resolved where they exist.
+fs::path resolved_path(const std::string& path) {
   std::error_code ec;
-  const fs::path f = fs::weakly_canonical(fs::absolute(file), ec), d = fs::weakly_canonical(fs::absolute(dir), ec);
+  return fs::weakly_canonical(fs::absolute(path), ec);
+}
+
+// Whether `file` lies inside the folder `d` (resolved).
+bool inside(const std::string& file, const fs::path& d) {
+  const fs::path f = resolved_path(file);
   auto di = d.begin(), fi = f.begin();
   for (; di != d.end() && !di->empty(); ++di, ++fi)  // (a trailing separator is an empty last part)
     if (fi == f.end() || *fi != *di) return false;
@@ -110,8 +114,9 @@ bool tokenizer_file(const std::string& file, const std::string& tokenizer) {
 std::vector<std::string> input_files(const std::vector<std::string>& specs, const PrepareOptions& o,
                                      std::set<std::string>* left_out) {
   std::vector<std::string> files;
+  const fs::path out = resolved_path(o.out_dir);
   for (auto& f : expand_inputs(specs))
-    if (inside(f, o.out_dir) || tokenizer_file(f, o.tokenizer)) left_out->insert(f);
+    if (inside(f, out) || tokenizer_file(f, o.tokenizer)) left_out->insert(f);
     else files.push_back(std::move(f));
   return files;
 }
