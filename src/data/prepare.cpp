@@ -339,6 +339,7 @@ PrepareResult run_prepare(const PrepareOptions& o) {
   }
   const bool own_dir = !fs::exists(o.out_dir);
   const RemoveIfFailed cleanup{own_dir ? o.out_dir : ""};
+  const SignalScope signals;  // from before the folder is made: a signal is honoured at the first document
   create_output_dir(o.out_dir, "--out");
   const DirectoryLock lock(o.out_dir);
   if (!own_dir) remove_dead_temporaries(o.out_dir);
@@ -347,7 +348,6 @@ PrepareResult run_prepare(const PrepareOptions& o) {
                             ShardWriter(o.out_dir, "heldout", o.shard_tokens)};
   const RemoveShardsIfFailed shards_cleanup{writers};
   PrepareResult result;
-  const SignalScope signals;
   try {
     tokenize_all(o, in, tok, writers, result);
   } catch (const Stopped& at) {
