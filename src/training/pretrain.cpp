@@ -13,6 +13,7 @@
 #include "common/log.h"
 #include "common/precision.h"
 #include "common/runtime.h"
+#include "common/signals.h"
 #include "data/mlm.h"
 #include "data/stream.h"
 #include "distributed/dist.h"
@@ -391,6 +392,28 @@ std::string result_line(const PretrainConfig& c, const std::string& run_dir, con
   if (r.sentence_accuracy) extra += fmt::format(", {} accuracy {:.2f}%", c.data.sentence_task, 100 * *r.sentence_accuracy);
   return fmt::format("{} step {} held-out {}ln(PPL) {:.4f}{}", run_dir, r.step, r.mlm_accuracy ? "MLM " : "", r.ln_ppl,
                      extra);
+}
+
+PretrainResult evaluate_pretrained(const PretrainConfig& c, const std::map<std::string, Tensor>& params, int64_t step,
+                                   const std::string& file) {
+  const torch::Device device = run_device(c);
+  const std::string precision = c.eval.precision.empty() ? c.train.precision : c.eval.precision;
+  check_precision(precision, device, c.eval.precision.empty() ? "train.precision" : "eval.precision");
+  Setup s = build(c, device);  // the run's model, built as it was (then its parameters copied in)
+  if (c.data.synthetic.empty()) s.heldout = load_split(c.data.prepared, "heldout");
+  copy_parameters(s.model.params(), params, file);
+  const SignalScope signals;  // a signal stops it within a batch (check_stop)
+  PrecisionScope scope(precision);
+  EvalMetrics m;
+  try {
+    m = evaluate_model(s.model, heldout_batches(c, s.heldout, s.word_starts));
+  } catch (const EvaluationStopped&) {
+    throw Interrupted(stop_signal(), fmt::format("eval: interrupted by {} while evaluating {} on the held-out split",
+                                                 signal_name(stop_signal()), file));
+  }
+  PretrainResult r;
+  r.step = step, r.ln_ppl = m.ln_ppl, r.mlm_accuracy = m.mlm_accuracy, r.sentence_accuracy = m.sentence_accuracy;
+  return r;
 }
 
 void run_step_probe(const PretrainConfig& c, const std::string& out) {

@@ -44,6 +44,12 @@ PretrainResult run_pretrain(const PretrainConfig& config, const std::string& run
 // The command's final line: "<run_dir> step N held-out [MLM ]ln(PPL) x[, accuracies]".
 std::string result_line(const PretrainConfig& config, const std::string& run_dir, const PretrainResult& r);
 
+// The held-out evaluation a run makes (its eval block, on the held-out split of its data, at
+// eval.precision) of the parameters `params` of a checkpoint `file` of that run: the number the
+// run recorded at that step, recomputed (`thx eval --checkpoint RUN` without --config).
+PretrainResult evaluate_pretrained(const PretrainConfig& config, const std::map<std::string, torch::Tensor>& params,
+                                   int64_t step, const std::string& file);
+
 // One optimizer step on the first batch; writes batch, parameters before and after,
 // gradients, optimizer state, loss and nll to HDF5 (the layout in cli/cmd_step_probe.cpp).
 void run_step_probe(const PretrainConfig& config, const std::string& out);

@@ -271,6 +271,42 @@ TEST(Pretrain, HeldOutMetricsDoNotDependOnTheEvaluationBatch) {
   }
 }
 
+// A run's recorded held-out numbers are what evaluate_pretrained (`thx eval --checkpoint` without
+// --config) recomputes from its checkpoints: T5's ln(PPL); ALBERT's MLM ln(PPL) and accuracies.
+// The command prints the run's own result line.
+TEST(Pretrain, AHeldOutEvaluationIsRecomputedFromItsCheckpoint) {
+  TempDir dir, albert_dir;
+  PretrainConfig t5 = tiny_pretrain(prepared_corpus(dir), 4);
+  PretrainConfig albert = tiny_albert_pretrain(prepared_corpus(albert_dir, 120, TokenizerConvention::albert), 4);
+  for (PretrainConfig* c : {&t5, &albert}) {
+    SCOPED_TRACE(c->model.type);
+    c->eval.every = 2, c->checkpoint.every = 2, c->checkpoint.keep = 2;
+    finish(*c);
+    bitwise_runs(*c);  // (recomputed to the bit: a GPU's run is deterministic)
+    const std::string run = dir.file(c->model.type);
+    const PretrainResult last = run_pretrain(*c, run, false);
+    const auto recorded = eval_records(run + "/metrics.jsonl");
+    ASSERT_EQ(recorded.size(), 2u);
+    for (const auto& rec : recorded) {
+      const int64_t step = rec["step"];
+      const std::string file = checkpoint_path(run + "/checkpoints", step);
+      const Checkpoint ck = load_checkpoint(file);
+      const PretrainResult r = evaluate_pretrained(*c, ck.params, ck.step, file);
+      EXPECT_EQ(r.step, step);
+      EXPECT_EQ(r.ln_ppl, rec["ln_ppl"].get<double>()) << step;
+      if (c->model.encoder_only()) {
+        EXPECT_EQ(r.mlm_accuracy, rec["mlm_accuracy"].get<double>()) << step;
+        EXPECT_EQ(r.sentence_accuracy, rec["sop_accuracy"].get<double>()) << step;
+      }
+    }
+    const RunResult cli = run_thx("--threads 1 eval --checkpoint " + run);
+    ASSERT_EQ(cli.code, 0) << cli.out;
+    const std::string line = result_line(*c, checkpoint_path(run + "/checkpoints", 4), last);
+    EXPECT_NE(cli.out.find(line + " (" + std::to_string(c->eval.examples) + " examples of the held-out split)\n"),
+              std::string::npos) << cli.out << "\nexpected: " << line;
+  }
+}
+
 // data.max_predictions_per_seq is a BERT/ALBERT setting: a T5 may take inputs shorter than its
 // default of 20 (it was refused before), an ALBERT may not.
 TEST(PretrainConfig, MaskedPredictionsCapIsCheckedOnlyForEncoders) {
