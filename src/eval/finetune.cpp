@@ -179,7 +179,7 @@ int run_finetune(const FinetuneRunConfig& config, const Pretrained& pretrained, 
   const std::string tokenizer = tokenizer_path(config.finetune, pretrained.config);
   check_tokenizer_and_data(config.finetune, tokenizer, {"train", "dev"});
   RunDirOptions ro;
-  ro.dir = out_dir, ro.flag = "--out", ro.config_file = "finetune.yaml", ro.yaml = cfg::to_yaml(config);
+  ro.dir = out_dir, ro.flag = "--out", ro.config_file = kFinetuneConfigFile, ro.yaml = cfg::to_yaml(config);
   ro.resume = options.resume, ro.allow_changes = options.allow_changes, ro.normalize = normalize_finetune;
   ro.checkpoint_dirs.push_back((fs::path(out_dir) / "checkpoints").string());
   for (const auto& t : config.finetune.tasks) {
@@ -268,7 +268,7 @@ void run_eval(const FinetuneRunConfig& config, const Pretrained& model, const st
   check_output_dir(out_dir, "--out");
   // A fine-tuning run's own results (<task>.json, its best evaluation and history) have the names
   // eval's would: never overwritten.
-  if (fs::exists(fs::path(out_dir) / "finetune.yaml"))
+  if (fs::exists(fs::path(out_dir) / kFinetuneConfigFile))
     throw InputError(fmt::format("--out {}: a fine-tuning run's folder (it holds finetune.yaml), whose results eval "
                                  "would overwrite; choose another (without --out: {})", out_dir,
                                  (beside / "eval").string()));

@@ -12,6 +12,7 @@
 #include "common/fs.h"
 #include "common/log.h"
 #include "distributed/dist.h"
+#include "training/run_dir.h"
 
 namespace thx {
 namespace fs = std::filesystem;
@@ -119,7 +120,7 @@ void refuse_fine_tuned(const std::string& stored, const std::string& path, const
 
 Pretrained load_pretrained(const std::string& setting) {
   Pretrained p;
-  if (const fs::path recipe = fs::path(setting) / "finetune.yaml"; fs::is_directory(setting) && fs::exists(recipe))
+  if (const fs::path recipe = fs::path(setting) / kFinetuneConfigFile; fs::is_directory(setting) && fs::exists(recipe))
     refuse_fine_tuned(read_file(recipe.string()), setting, "run's folder");
   p.path = resolve_checkpoint(setting);
   p.checkpoint = load_checkpoint(p.path);

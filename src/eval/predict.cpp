@@ -112,7 +112,7 @@ std::string span_filling_text(const Tokenizer& tok, const std::vector<int64_t>& 
 
 std::vector<std::string> fill_spans(const Pretrained& model, const std::string& tokenizer,
                                     const std::vector<std::string>& lines, int64_t max_length,
-                                    const std::string& where, int* stopped_by, size_t* stopped_at) {
+                                    const std::string& where) {
   const PretrainConfig& pc = model.config;
   THX_CHECK(!pc.model.encoder_only(), "{}: a pretrained {} fills no spans; thx predict without --task takes a "
             "pretrained T5 (a fine-tuned model: --task and --config)", model.path, pc.model.type);
@@ -132,11 +132,11 @@ std::vector<std::string> fill_spans(const Pretrained& model, const std::string& 
   const auto t0 = std::chrono::steady_clock::now();
   auto last = t0;
   size_t line = 0;
-  struct Stop {};  // a signal: out of the decoding loop, at once
   const SignalScope signals;
-  *stopped_by = 0, *stopped_at = 0;
   const auto progress = [&](int64_t step) {
-    if (stop_signal() != 0) throw Stop{};
+    if (stop_signal() != 0)  // out of the decoding loop at once; nothing is written
+      throw Interrupted(stop_signal(), fmt::format("predict: interrupted by {} while decoding line {} of {}; nothing "
+                                                   "written", signal_name(stop_signal()), line + 1, lines.size()));
     if (seconds_since(last) < 10) return;
     last = std::chrono::steady_clock::now();
     thx::log("predict")->info("{}: line {} of {} ({} done in {}): {} of at most {} tokens decoded", where, line + 1,
@@ -151,13 +151,8 @@ std::vector<std::string> fill_spans(const Pretrained& model, const std::string& 
         span_filling_input(tok, lines[i], pc.data.inputs_length, fmt::format("{}:{}", where, i + 1), &n);
     if (n > pc.data.inputs_length - 1) cut.push_back(fmt::format("{} ({} ids)", i + 1, n));
     const torch::Tensor in = torch::tensor(std::vector<int64_t>(ids.begin(), ids.end()), torch::kInt64).unsqueeze(0);  // [1,n]
-    torch::Tensor got;  // [1,t]
-    try {
-      got = m->greedy_decode(in.to(device), max_length, Tokenizer::kEos, progress).to(torch::kCPU).contiguous();
-    } catch (const Stop&) {
-      *stopped_by = stop_signal(), *stopped_at = i;
-      return out;
-    }
+    const torch::Tensor got =
+        m->greedy_decode(in.to(device), max_length, Tokenizer::kEos, progress).to(torch::kCPU).contiguous();  // [1,t]
     out.push_back(span_filling_text(tok, std::vector<int64_t>(got.data_ptr<int64_t>(), got.data_ptr<int64_t>() + got.numel())));
   }
   if (!cut.empty())

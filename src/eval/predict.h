@@ -41,10 +41,10 @@ std::vector<int32_t> span_filling_input(const Tokenizer& tok, const std::string&
 std::string span_filling_text(const Tokenizer& tok, const std::vector<int64_t>& ids);
 
 // A pretrained T5's span filling: greedy decoding of at most max_length target tokens per line.
-// SIGINT or SIGTERM stops it within a decoding step: *stopped_by is then the signal (else 0),
-// *stopped_at the line it was decoding (0-based), and the lines are not all filled.
+// SIGINT or SIGTERM stops it within a decoding step: Interrupted (common/signals.h), naming the
+// line it was decoding.
 std::vector<std::string> fill_spans(const Pretrained& model, const std::string& tokenizer,
                                     const std::vector<std::string>& lines, int64_t max_length,
-                                    const std::string& where, int* stopped_by, size_t* stopped_at);
+                                    const std::string& where);
 
 }  // namespace thx

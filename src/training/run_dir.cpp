@@ -80,7 +80,7 @@ RunDirectory::RunDirectory(RunDirOptions o) : o_(std::move(o)) {
   check_output_dir(o_.dir, o_.flag);
   // Another command's run (pretraining's config.yaml, fine-tuning's finetune.yaml): its checkpoints
   // and results are not this run's to continue or to replace, with --resume or without.
-  for (const auto& [file, what] : {std::pair{"config.yaml", "pretraining"}, {"finetune.yaml", "fine-tuning"}})
+  for (const auto& [file, what] : {std::pair{kPretrainConfigFile, "pretraining"}, {kFinetuneConfigFile, "fine-tuning"}})
     if (file != o_.config_file && fs::exists(fs::path(o_.dir) / file) && !fs::exists(fs::path(o_.dir) / o_.config_file))
       throw InputError(fmt::format("{} {}: a {} run's folder (it holds {}); choose another", o_.flag, o_.dir, what,
                                    file));

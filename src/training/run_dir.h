@@ -18,10 +18,14 @@
 
 namespace thx {
 
+// The stored config that makes a folder a run's, and says whose: pretraining's, fine-tuning's.
+inline constexpr const char* kPretrainConfigFile = "config.yaml";
+inline constexpr const char* kFinetuneConfigFile = "finetune.yaml";
+
 struct RunDirOptions {
   std::string dir;
   std::string flag = "--run-dir";           // the flag that named dir, for messages
-  std::string config_file = "config.yaml";  // the stored resolved config, inside dir
+  std::string config_file = kPretrainConfigFile;  // the stored resolved config, inside dir
   std::string yaml;                         // this invocation's resolved config
   bool resume = false;
   std::vector<std::string> allow_changes;
