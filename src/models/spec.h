@@ -6,6 +6,8 @@
 #include "attention/config.h"
 #include "models/config.h"
 
+#include <torch/torch.h>
+
 #include <algorithm>
 #include <functional>
 #include <map>
