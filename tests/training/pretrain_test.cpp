@@ -272,18 +272,24 @@ TEST(Pretrain, HeldOutMetricsDoNotDependOnTheEvaluationBatch) {
 }
 
 // A run's recorded held-out numbers are what evaluate_pretrained (`thx eval --checkpoint` without
-// --config) recomputes from its checkpoints: T5's ln(PPL); ALBERT's MLM ln(PPL) and accuracies.
-// The command prints the run's own result line.
+// --config) recomputes from its checkpoints: T5's ln(PPL); ALBERT's MLM ln(PPL) and accuracies;
+// a bf16 run's, whose evaluation takes the training precision (eval.precision ""), in bf16 too
+// (an fp32 evaluation of its parameters differs in the low bits). The command prints the run's
+// own result line.
 TEST(Pretrain, AHeldOutEvaluationIsRecomputedFromItsCheckpoint) {
   TempDir dir, albert_dir;
   PretrainConfig t5 = tiny_pretrain(prepared_corpus(dir), 4);
   PretrainConfig albert = tiny_albert_pretrain(prepared_corpus(albert_dir, 120, TokenizerConvention::albert), 4);
-  for (PretrainConfig* c : {&t5, &albert}) {
-    SCOPED_TRACE(c->model.type);
+  PretrainConfig bf16 = t5;
+  bf16.train.precision = "bf16";
+  ASSERT_EQ(bf16.eval.precision, "");
+  for (PretrainConfig* c : {&t5, &albert, &bf16}) {
+    const std::string name = c->model.type + "-" + c->train.precision;
+    SCOPED_TRACE(name);
     c->eval.every = 2, c->checkpoint.every = 2, c->checkpoint.keep = 2;
     finish(*c);
     bitwise_runs(*c);  // (recomputed to the bit: a GPU's run is deterministic)
-    const std::string run = dir.file(c->model.type);
+    const std::string run = dir.file(name);
     const PretrainResult last = run_pretrain(*c, run, false);
     const auto recorded = eval_records(run + "/metrics.jsonl");
     ASSERT_EQ(recorded.size(), 2u);
