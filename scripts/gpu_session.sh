@@ -547,9 +547,14 @@ run() {
     phase unit-suite 150 env GTEST_OUTPUT="xml:$OUT/unit-suite-xml/" \
       ctest --test-dir "$BUILD" -j 16 -L unit -E '^Cuda[.]' --output-on-failure
     report_tests unit-suite
-    phase tensorboard 40 bash -c "
-      $thx --device cuda --log-level warn pretrain --config configs/t5/mini.yaml --set data.prepared=$prep \
-        --set train.steps=20 --set train.log_every=5 --set eval.every=10 --run-dir $OUT/tb-run &&
+    # The real tensorboard package reads a run's tb/ (its scalars equal metrics.jsonl's), after a
+    # resume from step 10 as a killed run's, whose first file holds steps 15 and 20 too: each
+    # step must show once (the SessionLog START, training/tensorboard.h).
+    phase tensorboard 60 bash -c "
+      run='$thx --device cuda --log-level warn pretrain --config configs/t5/mini.yaml --set data.prepared=$prep
+        --set train.steps=20 --set train.log_every=5 --set eval.every=10 --set checkpoint.every=10
+        --run-dir $OUT/tb-run'
+      \$run && rm $OUT/tb-run/checkpoints/step-00000020.h5 && \$run --resume &&
       python3 tests/scripts/tb_tensorboard_check.py $OUT/tb-run"
     # Which kernel scaled_dot_product_attention picks for thx's multi-head call, and the
     # relative bias's gradient through it against float64.

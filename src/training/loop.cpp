@@ -340,9 +340,10 @@ struct Checkpointer {
 // metrics.jsonl and TensorBoard (rank 0), and the evaluations that go there.
 // A resumed run's metrics.jsonl: the records this run's tag wrote after the step it resumes
 // from (a killed run ran on past its last checkpoint) go, so that each step is recorded once,
-// by the run that went on from there. Other tasks' records and unreadable lines stay.
-void drop_records_after(const std::string& path, const std::string& tag, int64_t step) {
-  if (!fs::exists(path)) return;
+// by the run that went on from there. Other tasks' records and unreadable lines stay. Returns
+// how many went.
+size_t drop_records_after(const std::string& path, const std::string& tag, int64_t step) {
+  if (!fs::exists(path)) return 0;
   std::istringstream in(read_file(path));
   std::string kept;
   size_t dropped = 0;
@@ -356,6 +357,31 @@ void drop_records_after(const std::string& path, const std::string& tag, int64_t
     kept += line + "\n";
   }
   if (dropped) write_file_atomic(path, kept);
+  return dropped;
+}
+
+// A record's TensorBoard tag prefix: [task/]train/ for a training window's (it has a learning
+// rate), [task/]eval/ for an evaluation's (tests/scripts/metrics_scalars.py reads them alike).
+std::string event_prefix(const json& values, const std::string& task) {
+  return (task.empty() ? "" : task + "/") + (values.contains("lr") ? "train/" : "eval/");
+}
+
+// metrics.jsonl's records as the events they were written as (EventWriter::restart), each at its
+// step and wall time. Unreadable lines are left out, as they carried no event.
+std::vector<EventWriter::Record> event_records(const std::string& path) {
+  std::vector<EventWriter::Record> out;
+  std::istringstream in(read_file(path));
+  for (std::string line; std::getline(in, line);) {
+    json j = json::parse(line, nullptr, false);
+    if (!j.is_object() || !j.contains("step") || !j["step"].is_number_integer()) continue;
+    const int64_t step = j["step"];
+    const std::string task = j.contains("task") && j["task"].is_string() ? j["task"].get<std::string>() : "";
+    const double time = j.contains("time") && j["time"].is_number() ? j["time"].get<double>() : 0;
+    for (const char* key : {"step", "task", "time"}) j.erase(key);
+    std::string prefix = event_prefix(j, task);
+    out.push_back({step, std::move(prefix), std::move(j), time});
+  }
+  return out;
 }
 
 struct Recorder {
@@ -370,24 +396,30 @@ struct Recorder {
     events = r.o.open_outputs ? r.o.open_outputs() : nullptr;
     if (!r.writer) return;
     fs::create_directories(r.o.checkpoint_dir);
-    if (r.o.resume) drop_records_after(r.o.metrics_file, r.o.tag, step);
+    const size_t dropped = r.o.resume ? drop_records_after(r.o.metrics_file, r.o.tag, step) : 0;
+    if (events && !r.o.resume) events->session_start();
+    // The earlier files' steps past `step` go from TensorBoard too (tensorboard.h).
+    if (events && dropped > 0) events->restart(event_records(r.o.metrics_file));
     metrics.open(r.o.metrics_file, std::ios::app);
     if (!metrics)
       throw InputError(fmt::format("{}: cannot open for appending ({})", r.o.metrics_file, std::strerror(errno)));
   }
-  void record(json j, const std::string& kind, int64_t at) {
+  // metrics.jsonl first: an event is never without its record, which a resume would drop.
+  void record(json j, int64_t at) {
     if (!r.writer) return;
-    if (events) events->scalars(at, (r.o.tag.empty() ? "" : r.o.tag + "/") + kind + "/", j);
+    const json values = j;
     j["step"] = at;
     if (!r.o.tag.empty()) j["task"] = r.o.tag;
     // Wall-clock seconds since the Unix epoch, as TensorBoard's events carry it (not a scalar).
     j["time"] = std::round(std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count() * 1000) / 1000;
     metrics << j.dump() << "\n" << std::flush;
     if (!metrics)  // (a full disk: the run's numbers must not go missing unsaid)
-      throw RunError(fmt::format("{}: cannot write the step-{} {} record ({})", r.o.metrics_file, at, kind,
-                                 std::strerror(errno)));
+      throw RunError(fmt::format("{}: cannot write the step-{} {} record ({})", r.o.metrics_file, at,
+                                 values.contains("lr") ? "train" : "eval", std::strerror(errno)));
+    if (events) events->scalars(at, event_prefix(values, r.o.tag), values);
   }
-  json evaluate(int64_t at) {
+  // Recorded unless `keep` is false (a finished run's evaluation: its record is there already).
+  json evaluate(int64_t at, bool keep = true) {
     window_rss_peak = std::max(window_rss_peak, peak_rss_mb());
     reset_peak_rss();
     const bool gpu = r.device.is_cuda();
@@ -410,7 +442,7 @@ struct Recorder {
     rec["peak_rss_mb"] = std::round(peak_rss_mb());  // the evaluation's own peaks
     reset_peak_rss();
     if (gpu) rec["gpu_peak_mb"] = std::round(device_peak_mb(r.device)), reset_device_peak(r.device);
-    record(rec, "eval", at);
+    if (keep) record(rec, at);
     return values;
   }
 };
@@ -460,7 +492,7 @@ struct Window {
       comm = fmt::format(" | all-reduce {:.1f} MB {:.3f} s, {:.3f} s after backward", double(sync.bytes) / n / 1e6,
                          sync.comm_s / n, sync.exposed_s / n);
     }
-    out.record(rec, "train", step);
+    out.record(rec, step);
     const Run& r = out.r;
     thx::log("train")->info("{}step {}/{} loss {:.4f}{} lr {:.3g} | {:.0f} tok/s {:.3f} s/step{} ETA {}",
                             r.prefix, step, r.o.steps, loss / n, with_nll ? fmt::format(" nll {:.4f}", nll / n) : "",
@@ -529,7 +561,7 @@ LoopResult train(Trainee& t, const LoopOptions& o) {
   if (!o.banner.empty()) thx::log("train")->info("{}", o.banner);
   LoopResult result;
   if (step >= o.steps) {  // a finished run: report where it ended
-    if (o.eval_if_finished) result.last_eval = out.evaluate(step);
+    if (o.eval_if_finished) result.last_eval = out.evaluate(step, false);
     result.step = step, result.finished = true;
     return result;
   }

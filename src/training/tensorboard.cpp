@@ -50,8 +50,15 @@ EventWriter::EventWriter(const std::string& dir) {
   fs::create_directories(dir, ec);
   char host[256] = "localhost";
   gethostname(host, sizeof host - 1);
-  path_ = (fs::path(dir) / fmt::format("events.out.tfevents.{}.{}.{}", int64_t(wall_time()), host, getpid())).string();
-  file_ = ec ? nullptr : std::fopen(path_.c_str(), "wb");
+  const std::string name =
+      (fs::path(dir) / fmt::format("events.out.tfevents.{}.{}.{}", int64_t(wall_time()), host, getpid())).string();
+  // Never over an earlier file (a run resumed within the second by the same pid: one process's
+  // runs, or a pid used again): a suffix keeps the name order the order of writing.
+  for (int i = 0; !ec && !file_ && i < 1000; ++i) {
+    path_ = i == 0 ? name : fmt::format("{}.{:03}", name, i);
+    file_ = std::fopen(path_.c_str(), "wbx");
+    if (!file_ && errno != EEXIST) break;
+  }
   if (!file_)
     throw InputError(fmt::format("{}: cannot write TensorBoard events there ({})", dir,
                                  ec ? ec.message() : std::string(std::strerror(errno))));
@@ -65,12 +72,30 @@ EventWriter::~EventWriter() {
   if (file_) std::fclose(file_);
 }
 
-void EventWriter::scalars(int64_t step, const std::string& prefix, const nlohmann::json& values) {
+void EventWriter::scalars(int64_t step, const std::string& prefix, const nlohmann::json& values, double at) {
   tb::Event e;
-  e.set_wall_time(wall_time());
+  e.set_wall_time(at > 0 ? at : wall_time());
   e.set_step(step);
   add_values(*e.mutable_summary(), prefix, values);
   if (e.summary().value_size() > 0) write_record(e.SerializeAsString());
+}
+
+void EventWriter::write_start() {
+  tb::Event e;
+  e.set_wall_time(wall_time());
+  e.set_step(0);
+  e.mutable_session_log()->set_status(tb::SessionLog::START);
+  write_record(e.SerializeAsString());
+  started_ = true;
+}
+
+void EventWriter::session_start() {
+  if (!started_) write_start();
+}
+
+void EventWriter::restart(const std::vector<Record>& records) {
+  write_start();
+  for (const Record& r : records) scalars(r.step, r.prefix, r.values, r.wall_time);
 }
 
 void EventWriter::write_record(const std::string& data) {

@@ -1,13 +1,15 @@
 // Fine-tuning on the training loop, as a user meets it: `thx finetune` killed with SIGKILL after
 // its first checkpoint and continued with --resume ends bit-identical to an uninterrupted run
-// (T5 text to text, and an ALBERT head); a truncated fine-tuning checkpoint is one line and
-// exit 2; a finished directory is never overwritten without --resume.
+// (T5 text to text, and an ALBERT head), with TensorBoard files that show each step once; a
+// truncated fine-tuning checkpoint is one line and exit 2; a finished directory is never
+// overwritten without --resume.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <thread>
 
@@ -47,6 +49,33 @@ void expect_identical(const FinetuneFixture& s, const std::string& a, const std:
   EXPECT_EQ(read_file(s.dir.file(a + "/SST-2.tsv")), read_file(s.dir.file(b + "/SST-2.tsv")));
 }
 
+// Each run's tb/, read as TensorBoard reads a folder (tests/scripts/tb_check.py), shows each step
+// once with metrics.jsonl's values. So does the straight run resumed from its step-30 checkpoint
+// once its step-40 one and its parameters are gone: it records step 40 again, and its SessionLog START and the
+// history hide the first run's step 40 (training/tensorboard.h). The result is the same.
+void expect_events_as_metrics(const FinetuneFixture& s) {
+  if (std::system("/usr/bin/python3 -c 'import google.protobuf, crc32c, numpy' 2>/dev/null") != 0)
+    GTEST_SKIP() << "/usr/bin/python3 lacks protobuf or crc32c (scripts/setup.sh installs them)";
+  const auto check = [&](const std::string& run) {
+    return run_command(fmt::format("/usr/bin/python3 {}/tests/scripts/tb_check.py {} 2>&1", THX_SOURCE_DIR,
+                                   s.dir.file(run)));
+  };
+  for (const char* run : {"straight", "killed"}) {
+    const RunResult r = check(run);
+    EXPECT_EQ(r.code, 0) << run << ": " << r.out;
+  }
+  std::string last = s.first_checkpoint;
+  last.replace(last.find("00000010"), 8, "00000040");
+  ASSERT_TRUE(fs::remove(s.dir.file("straight/" + last))) << last;  // as if killed after step 40's records
+  ASSERT_TRUE(fs::remove(s.dir.file("straight/" + s.final_params)));
+  const auto resumed = run_thx(finetune(s, "straight") + " --resume");
+  ASSERT_EQ(resumed.code, 0) << resumed.out;
+  const RunResult r = check("straight");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("1 restart(s)"), std::string::npos) << r.out;
+  expect_identical(s, "straight", "killed");
+}
+
 void kill_and_resume(bool albert) {
   FinetuneFixture s;
   make_finetune_fixture(s, albert);
@@ -72,6 +101,7 @@ void kill_and_resume(bool albert) {
   expect_identical(s, "straight", "killed");
   // A resumed run whose work is done does nothing more, and says so by exiting 0.
   EXPECT_EQ(run_thx(finetune(s, "killed") + " --resume").code, 0);
+  expect_events_as_metrics(s);
 }
 
 // <task>.json says "finished" only once the run's last step is evaluated, so that a table read

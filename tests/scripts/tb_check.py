@@ -8,12 +8,15 @@ Value.tag 1, Value.simple_value 2), and parsed by Google's protobuf runtime (Deb
 python3-protobuf). The TFRecord framing is checked with Debian's python3-crc32c.
 
 Usage: tb_check.py RUN_DIR   (RUN_DIR/tb/events.out.tfevents.* and RUN_DIR/metrics.jsonl)
+The files are read in name order as one run, as TensorBoard reads a folder, with its rule for
+restarts (file_version 2): a SessionLog START (event field 7, its status field 1; START = 1)
+after the folder's first drops every scalar read so far at its step or later.
 Checks:
   - every record's length and data CRCs (masked CRC-32C) are right, and nothing trails;
   - the first event of each file has file_version "brain.Event:2";
   - every numeric value of every metrics.jsonl record is a scalar at the same step, tagged
     [task/]train/<key> or [task/]eval/<key...>, equal to the value as float32;
-  - and no scalar exists that metrics.jsonl does not have.
+  - no tag has two values at one step, and no scalar exists that metrics.jsonl does not have.
 Exit 0 if all hold; 1 with the first difference otherwise.
 """
 import glob
@@ -26,6 +29,7 @@ from metrics_scalars import difference
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
 F = descriptor_pb2.FieldDescriptorProto
+START = 1  # SessionLog.SessionStatus.START
 
 
 def messages():
@@ -45,6 +49,10 @@ def messages():
     event.field.add(name="file_version", number=3, type=F.TYPE_STRING, label=F.LABEL_OPTIONAL)
     event.field.add(name="summary", number=5, type=F.TYPE_MESSAGE, label=F.LABEL_OPTIONAL,
                     type_name=".tbcheck.Summary")
+    session_log = fd.message_type.add(name="SessionLog")  # its enum read as the int it is on the wire
+    session_log.field.add(name="status", number=1, type=F.TYPE_INT32, label=F.LABEL_OPTIONAL)
+    event.field.add(name="session_log", number=7, type=F.TYPE_MESSAGE, label=F.LABEL_OPTIONAL,
+                    type_name=".tbcheck.SessionLog")
     pool = descriptor_pool.DescriptorPool()
     pool.Add(fd)
     return message_factory.MessageFactory(pool).GetPrototype(pool.FindMessageTypeByName("tbcheck.Event"))
@@ -80,6 +88,7 @@ def main(run):
     if not files:
         return f"{run}/tb: no event files"
     got = {}  # (step, tag) -> value
+    started, restarts = False, 0
     for path in files:
         for i, data in enumerate(records(path)):
             e = Event()
@@ -88,13 +97,20 @@ def main(run):
                 if e.file_version != "brain.Event:2":
                     return f"{path}: first event has file_version {e.file_version!r}"
                 continue
+            if e.HasField("session_log") and e.session_log.status == START:
+                if started:  # a restart: what was read at this step or later goes
+                    got = {k: v for k, v in got.items() if k[0] < e.step}
+                    restarts += 1
+                started = True
             for v in e.summary.value:
                 if v.HasField("simple_value"):
+                    if (e.step, v.tag) in got:
+                        return f"{path}: {v.tag} at step {e.step} twice ({got[(e.step, v.tag)]}, {v.simple_value})"
                     got[(e.step, v.tag)] = v.simple_value
     error = difference(got, run)
     if error:
         return error
-    print(f"{run}: {len(files)} event file(s), {len(got)} scalars, all CRCs and values agree")
+    print(f"{run}: {len(files)} event file(s), {restarts} restart(s), {len(got)} scalars, all CRCs and values agree")
     return None
 
 

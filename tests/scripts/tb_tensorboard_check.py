@@ -6,7 +6,8 @@ package, which Debian does not ship: it runs on the GPU machine (scripts/gpu_ses
 
 Usage: tb_tensorboard_check.py RUN_DIR
 Exit 0 when every numeric value of every metrics.jsonl record is a scalar of the same tag at the
-same step, equal to the value as float32, and no other scalar exists; 1 with the first
+same step, equal to the value as float32, no tag has two values at one step, and no other scalar
+exists; 1 with the first
 difference; 77 (a skip) where tensorboard is not installed.
 """
 import os
@@ -27,6 +28,8 @@ def main(run):
     got = {}
     for tag in acc.Tags()["scalars"]:
         for e in acc.Scalars(tag):
+            if (e.step, tag) in got:
+                return f"{tag} at step {e.step} twice ({got[(e.step, tag)]}, {e.value})"
             got[(e.step, tag)] = e.value
     if not got:
         return f"{run}/tb: tensorboard read no scalars"

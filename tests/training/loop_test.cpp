@@ -1,6 +1,6 @@
 // The training loop's own duties, through pretraining (the fine-tuning ones are in
 // tests/eval/finetune_resume_test.cpp): TensorBoard files read back by an independent reader,
-// a tb/ that cannot be written, and --resume with a different config.
+// after a resume too, a tb/ that cannot be written, and --resume with a different config.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -52,6 +52,36 @@ TEST(TensorBoard, EventFilesAgreeWithMetricsUnderAnIndependentReader) {
   f.put('\x7f');
   f.close();
   EXPECT_NE(std::system((check + " 2>/dev/null").c_str()), 0);
+}
+
+// A killed run's event files hold steps past the checkpoint it resumes from, and the resumed run
+// writes those steps again into a new file. Read as TensorBoard reads a folder (tb_check.py:
+// its restart rule), the folder shows each step once, with metrics.jsonl's values: the resumed
+// run wrote a SessionLog START and the history (tensorboard.h). Before, steps 6 to 10 had two
+// values each (the killed run's throughput and the resumed run's). A finished run resumed
+// again evaluates and records nothing more (it used to record its last evaluation twice).
+TEST(TensorBoard, AResumedRunShowsEachStepOnce) {
+  if (!python_has("google.protobuf, crc32c, numpy"))
+    GTEST_SKIP() << "/usr/bin/python3 lacks protobuf or crc32c (scripts/setup.sh installs them)";
+  TempDir dir;
+  PretrainConfig c = tiny_pretrain(prepared_corpus(dir), 10);
+  c.train.log_every = 2, c.eval.every = 4, c.checkpoint.every = 4, c.checkpoint.keep = 5;
+  const std::string run = dir.file("run");
+  const std::string check = fmt::format("/usr/bin/python3 {}/tests/scripts/tb_check.py {}", THX_SOURCE_DIR, run);
+  run_pretrain(c, run, false);
+  const std::string straight = read_file(run + "/metrics.jsonl");
+  for (const int64_t step : {8, 10}) fs::remove(checkpoint_path(run + "/checkpoints", step));  // killed at 10
+  const PretrainResult resumed = run_pretrain(c, run, true);
+  const RunResult read = run_command(check + " 2>&1");
+  EXPECT_EQ(read.code, 0) << read.out;
+  EXPECT_NE(read.out.find("2 event file(s), 1 restart(s)"), std::string::npos) << read.out;
+  const std::string metrics = read_file(run + "/metrics.jsonl");
+  EXPECT_EQ(lines(metrics), lines(straight)) << metrics;  // steps 6 to 10 once, as in the straight run
+  EXPECT_EQ(resumed.ln_ppl, run_pretrain(c, run, true).ln_ppl);  // finished: evaluated, not recorded
+  EXPECT_EQ(read_file(run + "/metrics.jsonl"), metrics);
+  const RunResult again = run_command(check + " 2>&1");
+  EXPECT_EQ(again.code, 0) << again.out;
+  EXPECT_NE(again.out.find("3 event file(s), 1 restart(s)"), std::string::npos) << again.out;
 }
 
 TEST(TensorBoard, AnUnwritableTbDirectoryStopsBeforeTraining) {
