@@ -397,7 +397,6 @@ struct Recorder {
     if (!r.writer) return;
     fs::create_directories(r.o.checkpoint_dir);
     const size_t dropped = r.o.resume ? drop_records_after(r.o.metrics_file, r.o.tag, step) : 0;
-    if (events && !r.o.resume) events->session_start();
     // The earlier files' steps past `step` go from TensorBoard too (tensorboard.h).
     if (events && dropped > 0) events->restart(event_records(r.o.metrics_file));
     metrics.open(r.o.metrics_file, std::ios::app);

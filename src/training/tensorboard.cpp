@@ -48,6 +48,9 @@ void add_values(tb::Summary& summary, const std::string& prefix, const nlohmann:
 EventWriter::EventWriter(const std::string& dir) {
   std::error_code ec;
   fs::create_directories(dir, ec);
+  bool first = true;  // the folder's first event file (a resumed run's is not)
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
+    if (it->path().filename().string().find("tfevents") != std::string::npos) first = false;
   char host[256] = "localhost";
   gethostname(host, sizeof host - 1);
   const std::string name =
@@ -66,6 +69,7 @@ EventWriter::EventWriter(const std::string& dir) {
   e.set_wall_time(wall_time());
   e.set_file_version("brain.Event:2");
   write_record(e.SerializeAsString());
+  if (first) write_start();
 }
 
 EventWriter::~EventWriter() {
@@ -86,11 +90,6 @@ void EventWriter::write_start() {
   e.set_step(0);
   e.mutable_session_log()->set_status(tb::SessionLog::START);
   write_record(e.SerializeAsString());
-  started_ = true;
-}
-
-void EventWriter::session_start() {
-  if (!started_) write_start();
 }
 
 void EventWriter::restart(const std::vector<Record>& records) {

@@ -57,7 +57,8 @@ TEST(TensorBoard, EventFilesAgreeWithMetricsUnderAnIndependentReader) {
 // A killed run's event files hold steps past the checkpoint it resumes from, and the resumed run
 // writes those steps again into a new file. Read as TensorBoard reads a folder (tb_check.py:
 // its restart rule), the folder shows each step once, with metrics.jsonl's values: the resumed
-// run wrote a SessionLog START and the history (tensorboard.h). Before, steps 6 to 10 had two
+// run wrote a SessionLog START and the history (tensorboard.h), after the START that the folder's
+// first file begins with, however the run began. Before, steps 6 to 10 had two
 // values each (the killed run's throughput and the resumed run's). A finished run resumed
 // again evaluates and records nothing more (it used to record its last evaluation twice).
 TEST(TensorBoard, AResumedRunShowsEachStepOnce) {
@@ -68,7 +69,7 @@ TEST(TensorBoard, AResumedRunShowsEachStepOnce) {
   c.train.log_every = 2, c.eval.every = 4, c.checkpoint.every = 4, c.checkpoint.keep = 5;
   const std::string run = dir.file("run");
   const std::string check = fmt::format("/usr/bin/python3 {}/tests/scripts/tb_check.py {}", THX_SOURCE_DIR, run);
-  run_pretrain(c, run, false);
+  run_pretrain(c, run, true);  // begun with --resume, as a sweep begins its runs
   const std::string straight = read_file(run + "/metrics.jsonl");
   for (const int64_t step : {8, 10}) fs::remove(checkpoint_path(run + "/checkpoints", step));  // killed at 10
   const PretrainResult resumed = run_pretrain(c, run, true);
