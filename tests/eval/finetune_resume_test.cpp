@@ -11,6 +11,8 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <thread>
 
 #include <fmt/format.h>
@@ -118,6 +120,37 @@ TEST(FinetuneResume, AResultIsFinishedOnlyAtTheLastStep) {
   r.steps = 0, r.history = nlohmann::json::array();  // `thx eval` of one checkpoint
   r.history.push_back({{"step", 7}});
   EXPECT_EQ(to_json(r)["finished"], true);
+}
+
+// An ALBERT fine-tuning of two tasks, as if killed in its second after step 40's records: the
+// first task is done and skipped, the second resumes from step 30. Its SessionLog START drops
+// every tag of the earlier file from TensorBoard's view, the first task's too, and its history
+// brings both back, so that tb/ shows each task's steps once (tb_check.py).
+TEST(FinetuneResume, AnAlbertRunResumedInItsSecondTaskShowsEachStepOnce) {
+  if (std::system("/usr/bin/python3 -c 'import google.protobuf, crc32c, numpy' 2>/dev/null") != 0)
+    GTEST_SKIP() << "/usr/bin/python3 lacks protobuf or crc32c (scripts/setup.sh installs them)";
+  FinetuneFixture s;
+  make_finetune_fixture(s, true);
+  fs::create_directories(s.dir.file("data/glue/CoLA"));  // CoLA: no header; source, label, -, sentence
+  for (const char* split : {"train", "dev"}) {
+    std::istringstream sst2(read_file(s.dir.file(fmt::format("data/glue/SST-2/{}.tsv", split))));
+    std::string line, cola;
+    std::getline(sst2, line);  // (its header)
+    while (std::getline(sst2, line))
+      cola += "x\t" + line.substr(line.find('\t') + 1) + "\t\t" + line.substr(0, line.find('\t')) + "\n";
+    std::ofstream(s.dir.file(fmt::format("data/glue/CoLA/{}.tsv", split))) << cola;
+  }
+  const std::string both = finetune(s, "run") + " --set 'finetune.tasks=[sst2, cola]'";
+  const auto straight = run_thx(both);
+  ASSERT_EQ(straight.code, 0) << straight.out;
+  ASSERT_TRUE(fs::remove(s.dir.file("run/checkpoints/cola/step-00000040.h5")));
+  ASSERT_TRUE(fs::remove(s.dir.file("run/cola.h5")));
+  const auto resumed = run_thx(both + " --resume");
+  ASSERT_EQ(resumed.code, 0) << resumed.out;
+  const std::string check = fmt::format("{}/tests/scripts/tb_check.py {}", THX_SOURCE_DIR, s.dir.file("run"));
+  const RunResult r = run_command("/usr/bin/python3 " + check + " 2>&1");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("2 event file(s), 1 restart(s), 80 scalars"), std::string::npos) << r.out;
 }
 
 TEST(FinetuneResume, T5KilledAfterItsFirstCheckpointEndsBitIdentical) { kill_and_resume(false); }
