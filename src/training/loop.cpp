@@ -340,10 +340,9 @@ struct Checkpointer {
 // metrics.jsonl and TensorBoard (rank 0), and the evaluations that go there.
 // A resumed run's metrics.jsonl: the records this run's tag wrote after the step it resumes
 // from (a killed run ran on past its last checkpoint) go, so that each step is recorded once,
-// by the run that went on from there. Other tasks' records and unreadable lines stay. Returns
-// how many went.
-size_t drop_records_after(const std::string& path, const std::string& tag, int64_t step) {
-  if (!fs::exists(path)) return 0;
+// by the run that went on from there. Other tasks' records and unreadable lines stay.
+void drop_records_after(const std::string& path, const std::string& tag, int64_t step) {
+  if (!fs::exists(path)) return;
   std::istringstream in(read_file(path));
   std::string kept;
   size_t dropped = 0;
@@ -357,7 +356,6 @@ size_t drop_records_after(const std::string& path, const std::string& tag, int64
     kept += line + "\n";
   }
   if (dropped) write_file_atomic(path, kept);
-  return dropped;
 }
 
 // A record's TensorBoard tag prefix: [task/]train/ for a training window's (it has a learning
@@ -396,9 +394,16 @@ struct Recorder {
     events = r.o.open_outputs ? r.o.open_outputs() : nullptr;
     if (!r.writer) return;
     fs::create_directories(r.o.checkpoint_dir);
-    const size_t dropped = r.o.resume ? drop_records_after(r.o.metrics_file, r.o.tag, step) : 0;
-    // The earlier files' steps past `step` go from TensorBoard too (tensorboard.h).
-    if (events && dropped > 0) events->restart(event_records(r.o.metrics_file));
+    if (r.o.resume) drop_records_after(r.o.metrics_file, r.o.tag, step);
+    // The earlier files' steps past `step` go from TensorBoard too (tensorboard.h), once per
+    // file: the first trainer to open it is the one a killed run was in (a fine-tuning's later
+    // tasks have no records yet). Nothing to do in a new folder with no records (a run begun
+    // with --resume).
+    if (events && r.o.resume && !events->restarted()) {
+      std::vector<EventWriter::Record> history =
+          fs::exists(r.o.metrics_file) ? event_records(r.o.metrics_file) : std::vector<EventWriter::Record>{};
+      if (!history.empty() || !events->first_in_folder()) events->restart(history);
+    }
     metrics.open(r.o.metrics_file, std::ios::app);
     if (!metrics)
       throw InputError(fmt::format("{}: cannot open for appending ({})", r.o.metrics_file, std::strerror(errno)));

@@ -48,9 +48,8 @@ void add_values(tb::Summary& summary, const std::string& prefix, const nlohmann:
 EventWriter::EventWriter(const std::string& dir) {
   std::error_code ec;
   fs::create_directories(dir, ec);
-  bool first = true;  // the folder's first event file (a resumed run's is not)
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
-    if (it->path().filename().string().find("tfevents") != std::string::npos) first = false;
+    if (it->path().filename().string().find("tfevents") != std::string::npos) first_ = false;
   char host[256] = "localhost";
   gethostname(host, sizeof host - 1);
   const std::string name =
@@ -69,7 +68,7 @@ EventWriter::EventWriter(const std::string& dir) {
   e.set_wall_time(wall_time());
   e.set_file_version("brain.Event:2");
   write_record(e.SerializeAsString());
-  if (first) write_start();
+  if (first_) write_start();
 }
 
 EventWriter::~EventWriter() {
@@ -94,6 +93,7 @@ void EventWriter::write_start() {
 
 void EventWriter::restart(const std::vector<Record>& records) {
   write_start();
+  restarted_ = true;
   for (const Record& r : records) scalars(r.step, r.prefix, r.values, r.wall_time);
 }
 

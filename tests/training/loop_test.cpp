@@ -60,7 +60,8 @@ TEST(TensorBoard, EventFilesAgreeWithMetricsUnderAnIndependentReader) {
 // run wrote a SessionLog START and the history (tensorboard.h), after the START that the folder's
 // first file begins with, however the run began. Before, steps 6 to 10 had two
 // values each (the killed run's throughput and the resumed run's). A finished run resumed
-// again evaluates and records nothing more (it used to record its last evaluation twice).
+// again evaluates and records nothing more (it used to record its last evaluation twice), and
+// brings back a deleted tb/.
 TEST(TensorBoard, AResumedRunShowsEachStepOnce) {
   if (!python_has("google.protobuf, crc32c, numpy"))
     GTEST_SKIP() << "/usr/bin/python3 lacks protobuf or crc32c (scripts/setup.sh installs them)";
@@ -82,7 +83,14 @@ TEST(TensorBoard, AResumedRunShowsEachStepOnce) {
   EXPECT_EQ(read_file(run + "/metrics.jsonl"), metrics);
   const RunResult again = run_command(check + " 2>&1");
   EXPECT_EQ(again.code, 0) << again.out;
-  EXPECT_NE(again.out.find("3 event file(s), 1 restart(s)"), std::string::npos) << again.out;
+  EXPECT_NE(again.out.find("3 event file(s), 2 restart(s)"), std::string::npos) << again.out;  // (every resume)
+  // Every resume writes the history, so a run killed during one, or whose tb/ was deleted,
+  // shows it whole after the next.
+  fs::remove_all(run + "/tb");
+  run_pretrain(c, run, true);
+  const RunResult rebuilt = run_command(check + " 2>&1");
+  EXPECT_EQ(rebuilt.code, 0) << rebuilt.out;
+  EXPECT_NE(rebuilt.out.find("1 event file(s), 1 restart(s)"), std::string::npos) << rebuilt.out;
 }
 
 TEST(TensorBoard, AnUnwritableTbDirectoryStopsBeforeTraining) {
