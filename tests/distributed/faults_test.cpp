@@ -1,8 +1,9 @@
 // A rank killed with SIGKILL after the first checkpoint: with torchrun --max_restarts the group
 // restarts, --resume continues from the last checkpoint and the final parameters are bit for
-// bit those of an uninterrupted run of the same world size; without restarts the other rank
-// stops at once with one line naming the dead rank. SIGTERM to the torchrun agent saves a
-// checkpoint on all ranks, and --resume then ends bit for bit where the uninterrupted run does.
+// bit those of an uninterrupted run of the same world size, and TensorBoard shows each step once;
+// without restarts the other rank stops at once with one line naming the dead rank. SIGTERM to
+// the torchrun agent saves a checkpoint on all ranks, and --resume then ends bit for bit where
+// the uninterrupted run does.
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -110,6 +111,15 @@ TEST_F(Faults, KilledRankRestartsAndResumesBitForBit) {
   EXPECT_NE(r.out.find("rank 1 stopped"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("resumed from"), std::string::npos) << "the kill came after the run ended:\n" << r.out;
   EXPECT_TRUE(same_params(final_ckpt("killed"), final_ckpt("plain"), 0));
+  // Rank 0's tb/, read as TensorBoard reads a folder (tests/scripts/tb_check.py), shows each step
+  // once, as metrics.jsonl has it: the restarted group's rank 0 wrote a SessionLog START and the
+  // history (training/tensorboard.h) over what the killed group had written past step 5.
+  if (std::system("/usr/bin/python3 -c 'import google.protobuf, crc32c, numpy' 2>/dev/null") != 0)
+    GTEST_SKIP() << "/usr/bin/python3 lacks protobuf or crc32c (scripts/setup.sh installs them)";
+  const RunResult tb = run_command(
+      fmt::format("/usr/bin/python3 {}/tests/scripts/tb_check.py {} 2>&1", THX_SOURCE_DIR, dir.file("killed")));
+  EXPECT_EQ(tb.code, 0) << tb.out;
+  EXPECT_NE(tb.out.find("2 event file(s), 1 restart(s)"), std::string::npos) << tb.out;
 }
 
 TEST_F(Faults, KilledRankWithoutRestartsStopsTheOthersWithOneLine) {
