@@ -211,6 +211,9 @@ std::vector<std::string> expand_inputs(const std::vector<std::string>& specs) {
     if (!matched && fs::is_directory(spec))
       throw InputError(fmt::format("{}: a directory with no files in it (those whose names start with '.' are "
                                    "skipped)", spec));
+    if (!matched && fs::exists(spec))  // a pipe, a socket: not "no such file"
+      throw InputError(fmt::format("{}: not a regular file or a directory (a pipe, socket or device); write the "
+                                   "corpus to a file", spec));
     if (!matched)
       throw InputError(fmt::format("{}: no such file, directory or matching file", spec));
   }

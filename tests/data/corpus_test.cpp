@@ -1,5 +1,6 @@
 // Corpus readers on small fixtures written here, and on ../shared/data when it is present.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <filesystem>
 
@@ -90,6 +91,15 @@ TEST(Corpus, FilesDirectoriesAndGlobs) {
   } catch (const InputError& e) {
     EXPECT_EQ(std::string(e.what()), dir.file("e") + ": a directory with no files in it (those whose names start "
                                                      "with '.' are skipped)");
+  }
+  // A pipe that exists: not "no such file" either.
+  ASSERT_EQ(::mkfifo(dir.file("pipe").c_str(), 0644), 0);
+  try {
+    expand_inputs({dir.file("pipe")});
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()), dir.file("pipe") + ": not a regular file or a directory (a pipe, socket or "
+                                                        "device); write the corpus to a file");
   }
 }
 
