@@ -192,6 +192,7 @@ int main(int argc, char** argv) {
   thx::install_crash_report();
   thx::reexec_with_thread_environment(argv);  // see common/runtime.h
   thx::set_command_line(argc, argv);          // provenance (common/provenance.h)
+  thx::stop_at_once_with_a_line("thx");       // a signal says so (its command's name once parsed)
   CLI::App app{"thx: Talking-Heads Attention (Shazeer et al., 2020) experiments on LibTorch.\n"
                "Run 'thx SUBCOMMAND --help' for the options of each subcommand."};
   app.require_subcommand(1);
@@ -259,5 +260,7 @@ int main(int argc, char** argv) {
   thx::configure_runtime(threads);
   thx::set_device_request(device);
   thx::set_th_path(th_path, th_path_option->count() > 0);
+  for (const auto& c : commands)
+    if (c->app->parsed()) thx::stop_at_once_with_a_line("thx " + c->app->get_name());
   return run_parsed(commands);
 }

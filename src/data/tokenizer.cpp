@@ -12,6 +12,7 @@
 #include "common/fs.h"
 #include "common/log.h"
 #include "common/runtime.h"
+#include "common/signals.h"
 
 namespace thx {
 
@@ -177,6 +178,8 @@ CorpusStats train_sentencepiece(const SpmTrainOptions& o) {
     throw InputError(fmt::format("--out {}: {} exists; remove it or choose another prefix",
                                  o.model_prefix, model_file.string()));
   const auto files = expand_inputs(o.inputs);
+  const StopNote note(fmt::format(" while it read the corpus or trained SentencePiece, before it wrote {}",
+                                  model_file.string()));
   // Reservoir-sample lines, so that memory stays bounded on any corpus.
   std::vector<std::string> sample;
   std::mt19937_64 rng(o.seed);

@@ -391,6 +391,7 @@ struct Recorder {
   double window_rss_peak = 0, window_gpu_peak = 0;
 
   void open(int64_t step) {
+    set_stop_note("");  // (opening them writes: the setup's line would no longer be true)
     events = r.o.open_outputs ? r.o.open_outputs() : nullptr;
     if (!r.writer) return;
     fs::create_directories(r.o.checkpoint_dir);

@@ -20,6 +20,7 @@
 #include "common/fs.h"
 #include "common/log.h"
 #include "common/provenance.h"
+#include "common/signals.h"
 #include "training/checkpoint.h"
 
 namespace thx {
@@ -96,6 +97,10 @@ RunDirectory::RunDirectory(RunDirOptions o) : o_(std::move(o)) {
                                      "checkpoint)", a));
     }
   }
+  // Until the outputs open, a signal ends the process with a line that says nothing was recorded
+  // (common/signals.h): the data, the model and a checkpoint are only read, and a lock waited for.
+  set_stop_note(fmt::format(" while it set up, before it recorded anything in {}; the same command runs it again",
+                            o_.dir));
   if (fs::is_directory(o_.dir)) lock_fd_ = lock_dir(o_.dir);
   std::string newest;
   for (const auto& d : o_.checkpoint_dirs) {
@@ -153,6 +158,7 @@ void RunDirectory::remove_stale_temporaries() const {
 }
 
 RunDirectory::~RunDirectory() {
+  set_stop_note("");
   if (lock_fd_ >= 0) {
     try {
       record_session_end(o_.dir, session_);
@@ -165,6 +171,7 @@ RunDirectory::~RunDirectory() {
 }
 
 void RunDirectory::open() {
+  set_stop_note("");
   std::error_code ec;
   fs::create_directories(o_.dir, ec);
   if (ec) throw InputError(fmt::format("{}: cannot create the directory ({})", o_.dir, ec.message()));

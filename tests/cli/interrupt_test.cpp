@@ -4,9 +4,12 @@
 // thx finetune ...` stops there; a held-out evaluation stops within a batch; a resumed run records
 // each step once; predict's span filling stops within a decoding step, writing nothing; a prepare
 // stops within a document and keeps nothing; a fine-tuned model's predictions and evaluation
-// stop within a batch. The binary is run and signalled as a user's shell would.
+// stop within a batch; before any of them can stop cleanly (the setup), a signal ends the command
+// at once with one line. The binary is run and signalled as a user's shell would.
 #include <gtest/gtest.h>
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -15,12 +18,14 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <random>
 #include <set>
 #include <sstream>
 #include <thread>
 
 #include <nlohmann/json.hpp>
 
+#include "common/fs.h"
 #include "eval/eval_fixtures.h"
 #include "training/checkpoint.h"
 #include "training/training_fixtures.h"
@@ -274,6 +279,67 @@ TEST(Interrupt, ASweepExitsWithItsSignalAndItsRunsStopAtACheckpoint) {
   EXPECT_EQ(s.err.find("failed"), std::string::npos) << "a run stopped at a checkpoint is not a failure:\n" << s.err;
   EXPECT_NE(slurp(out + "/h2/stdout.log").find("interrupted by SIGTERM at step"), std::string::npos);
   EXPECT_FALSE(fs::exists(out + "/results.jsonl") && !slurp(out + "/results.jsonl").empty());
+}
+
+// The last line of `err`, its newline included.
+std::string last_line(const std::string& err) {
+  const size_t at = err.size() < 2 ? std::string::npos : err.rfind('\n', err.size() - 2);
+  return at == std::string::npos ? err : err.substr(at + 1);
+}
+
+bool ended_by(const Stopped& s, int sig) { return WIFSIGNALED(s.status) && WTERMSIG(s.status) == sig; }
+
+// Before a command's work can stop cleanly (at a step's checkpoint, a document, a batch), SIGINT
+// and SIGTERM end it at once, as by default (its parent sees the signal), with one line that says
+// so and, where it knows, what is on disk (common/signals.h): a pretraining that waits for its run
+// folder's lock has recorded nothing there, and the same command then runs it; a command still
+// reading its config says only that it stopped; SentencePiece's training, one library call that
+// cannot check for a signal, has not written its model.
+TEST(Interrupt, ASignalBeforeTheWorkCanStopEndsItAtOnceWithOneLine) {
+  TempDir dir;
+  const std::string err = dir.file("stderr.txt");
+  const auto said = [&](const std::string& what) {
+    return [&, what] { return slurp(err).find(what) != std::string::npos; };
+  };
+  const std::string cfg = dir.write("run.yaml", tiny_pretrain(prepared_corpus(dir), 2).yaml), run = dir.file("run");
+  fs::create_directories(run);
+  const int lock = try_lock_directory(run);  // another process training there
+  ASSERT_GE(lock, 0);
+  const std::string args = "--threads 1 pretrain --config " + cfg + " --run-dir " + run;
+  Stopped s = signal_when(dir, args, said("is training here; waiting up to a minute"), SIGTERM);
+  ::close(lock);
+  EXPECT_TRUE(ended_by(s, SIGTERM)) << s.status << "\n" << s.err;
+  EXPECT_EQ(last_line(s.err), "thx pretrain: stopped by SIGTERM while it set up, before it recorded anything in " +
+                                  run + "; the same command runs it again\n");
+  std::set<std::string> left;
+  for (const auto& e : fs::directory_iterator(run)) left.insert(e.path().filename().string());
+  EXPECT_EQ(left, (std::set<std::string>{".lock"}));
+  const RunResult again = run_thx(args);
+  EXPECT_EQ(again.code, 0) << again.out;
+
+  const std::string pipe = dir.file("config.yaml");  // a config that never comes (as from `<(...)`)
+  ASSERT_EQ(::mkfifo(pipe.c_str(), 0644), 0);
+  int writer = -1;  // opens once thx opened the pipe to read it, past the command line's parsing
+  s = signal_when(dir, "pretrain --config " + pipe + " --run-dir " + dir.file("never"),
+                  [&] { return (writer = ::open(pipe.c_str(), O_WRONLY | O_NONBLOCK)) >= 0; }, SIGINT);
+  if (writer >= 0) ::close(writer);
+  EXPECT_TRUE(ended_by(s, SIGINT)) << s.status << "\n" << s.err;
+  EXPECT_EQ(s.err, "thx pretrain: stopped by SIGINT\n");
+  EXPECT_FALSE(fs::exists(dir.file("never")));
+
+  std::string corpus;  // random words: SentencePiece takes seconds over 2,000 pieces of them
+  std::mt19937 rng(7);
+  for (int line = 0; line < 5000; ++line, corpus += '\n')
+    for (int w = 0; w < 8; ++w, corpus += ' ')
+      for (int c = 3 + int(rng() % 6); c > 0; --c) corpus += char('a' + rng() % 26);
+  const std::string prefix = dir.file("spm");
+  s = signal_when(dir, "--threads 1 spm-train --format text --pieces 2000 --input " + dir.write("words.txt", corpus) +
+                           " --out " + prefix, said("sampled)"), SIGTERM);
+  EXPECT_TRUE(ended_by(s, SIGTERM)) << s.status << "\n" << s.err;
+  EXPECT_EQ(last_line(s.err), "thx spm-train: stopped by SIGTERM while it read the corpus or trained SentencePiece, "
+                              "before it wrote " + prefix + ".model\n");
+  EXPECT_FALSE(fs::exists(prefix + ".model"));
+  EXPECT_FALSE(fs::exists(prefix + ".vocab"));
 }
 
 }  // namespace THX_FILE_ID
