@@ -23,6 +23,12 @@ list(APPEND costs CudaKernels 100 CudaHostCode 42)
 # (each on a line of its own: `set(emulated ...)`, then `list(APPEND emulated ...)`).
 set(emulated Emulator CudaMma CudaPrimitives Flash TiledRowKernels TiledRowKernelsTc FusedThEmulated FusedThPadded RmsNormEmulated)
 list(APPEND emulated RowsSoftmax HeadsGemmRowSoftmax AdafactorEmulated CrossEntropyEmulated)
+# Tests left out of a suite's descending run: Flash's three exhaustive sweeps (every bucket, every
+# variant's memory reads, the bias's gradient: 101 of its 124 s, each run twice made the suite the
+# CI's longest after the sweeps'). Its NoRaceWhenThreadsTakeTurnsInEitherOrder runs a problem with
+# a bias, padding and a causal mask in both orders and all at once in either run.
+set(descending_skips "Flash.EveryBucketOverBlocksOfRowsAndKeys:Flash.ReadNoMemoryNothingWrote")
+string(APPEND descending_skips ":Flash.BiasGradientFourKeysAtATimeChangesNoNumber")
 set(text "")
 foreach(line IN LISTS lines)
   if(line MATCHES "^([A-Za-z_][A-Za-z0-9_/]*)\\.")
@@ -38,7 +44,13 @@ foreach(line IN LISTS lines)
     string(APPEND text "set_tests_properties([=[${suite}.*]=] PROPERTIES LABELS ${LABEL}${cost})\n")
     list(FIND emulated "${suite}" emu)
     if(emu GREATER_EQUAL 0)
-      string(APPEND text "add_test([=[${suite}.* descending]=] \"${EXE}\" [=[--gtest_filter=${suite}.*]=])\n"
+      set(skip "")
+      string(REGEX MATCHALL "${suite}\\.[A-Za-z0-9_]+" skipped "${descending_skips}")
+      if(skipped)
+        string(REPLACE ";" ":" skipped "${skipped}")
+        set(skip "-${skipped}")
+      endif()
+      string(APPEND text "add_test([=[${suite}.* descending]=] \"${EXE}\" [=[--gtest_filter=${suite}.*${skip}]=])\n"
                          "set_tests_properties([=[${suite}.* descending]=] PROPERTIES LABELS ${LABEL}${cost} "
                          "ENVIRONMENT THX_EMU_ORDER=descending)\n")
     endif()

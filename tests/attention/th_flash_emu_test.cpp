@@ -372,8 +372,8 @@ TEST(Flash, Controls) {
 // what another has yet to read, sees different bytes in one of the first two): O equal bit for
 // bit in all three (the forward adds in a fixed order), and every result within its bound in each
 // (the backward's atomics add in the order the threads come). A variant with bias, padding and a
-// causal mask over two blocks of rows and three of keys. (CTest runs every test of this file in
-// both serialized orders too.)
+// causal mask over two blocks of rows and three of keys. (CTest runs this file's tests in the
+// descending order too, all but its three exhaustive sweeps: cmake/gtest_suites.cmake.)
 TEST(Flash, NoRaceWhenThreadsTakeTurnsInEitherOrder) {
   const cuda_th::RowsLauncher kernels = emulator_flash(32);
   torch::manual_seed(11);
