@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstring>
 #include <exception>
 
@@ -21,16 +22,20 @@ void on_signal(int sig) {
 }
 
 // The at-once line, one for each signal, written whole before the handler may read it: two
-// slots, and `g_line` names the one that is complete.
+// slots, and `g_line` names the one that is complete. Its store releases the slot's bytes and the
+// handler's load acquires them (a lock-free atomic: async-signal-safe, and the handler may run on
+// any thread). A handler still writing a slot when the next note but one is set could read a
+// mixed line; notes change a few times a run, so that is not guarded.
 constexpr size_t kLine = 1024;
 char g_lines[2][2][kLine];  // [slot][0: SIGINT, 1: SIGTERM]
 size_t g_sizes[2][2];
-volatile std::sig_atomic_t g_line = -1;  // the complete slot; -1: no line (not installed)
+std::atomic<int> g_line{-1};  // the complete slot; -1: no line (not installed)
+static_assert(std::atomic<int>::is_always_lock_free);
 std::string g_who;
 
 // write, signal and raise are async-signal-safe.
 void on_signal_at_once(int sig) {
-  const int slot = g_line;
+  const int slot = g_line.load(std::memory_order_acquire);
   if (slot >= 0) {
     const int i = sig == SIGINT ? 0 : 1;
     (void)!::write(STDERR_FILENO, g_lines[slot][i], g_sizes[slot][i]);
@@ -55,14 +60,14 @@ void stop_at_once_with_a_line(const std::string& who) {
 
 void set_stop_note(const std::string& note) {
   if (g_who.empty()) return;  // not installed (the tests' process)
-  const int slot = g_line == 0 ? 1 : 0;
+  const int slot = g_line.load(std::memory_order_relaxed) == 0 ? 1 : 0;
   for (const int i : {0, 1}) {
     std::string line = g_who + ": stopped by " + (i == 0 ? "SIGINT" : "SIGTERM") + note;
     line = line.substr(0, kLine - 1) + "\n";
     std::memcpy(g_lines[slot][i], line.data(), line.size());
     g_sizes[slot][i] = line.size();
   }
-  g_line = slot;
+  g_line.store(slot, std::memory_order_release);
 }
 
 SignalScope::SignalScope() {
