@@ -724,7 +724,7 @@ rehearse() {
   trap 'rm -rf "$dir"' EXIT
   BUILD=$(dirname "$thx_bin") CARRY=$dir/carry MINI_STEPS=10
   # What thx would set and then re-execute itself for (common/runtime.h), set here: the rehearsal
-  # starts thx some hundred times, and the re-execution doubled each start (1.3 s, not 0.7).
+  # starts thx about 50 times, and the re-execution doubled each start (1.3 s, not 0.7).
   export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE} OPENBLAS_THREAD_TIMEOUT=${OPENBLAS_THREAD_TIMEOUT:-4}
   mkdir -p "$CARRY"
   : > "$CARRY/peer_t5.py"  # (never run: every row beside it is refused first)
