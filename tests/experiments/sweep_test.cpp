@@ -3,9 +3,12 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <set>
 
 #include <nlohmann/json.hpp>
 
+#include "attention/costs.h"
+#include "attention/factory.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "experiments/bench_train.h"
@@ -95,6 +98,46 @@ TEST(Sweep, AGeneratedTaskIsCostedAtItsOwnVocabularyAndQueries) {
   const double per_example = encoder_forward_multiplies(pc.spec, 12, 4, 18);
   EXPECT_DOUBLE_EQ(r.flops, 6.0 * 64 * 3000 * per_example);
   EXPECT_LT(r.flops, 5e12);  // about 2.4e12: 100k parameters, 2.3M tokens
+}
+
+// A run's parameters per attention layer (results.jsonl, the tables' parameter columns) are
+// those of the layer built anew from the run's config, though resolving counts each distinct
+// layer once a process (experiments/sweep_plan.cpp). Each run below differs from one before it
+// in one field of the layer's dims: the variant, each head count and size alone, each dynamic
+// projection, the model width, and BERT's dense biases (the last two runs: the same dims but
+// those); all run twice, the second time in reverse.
+TEST(Sweep, EachRunsParametersAreThoseOfItsLayersBuiltAnew) {
+  const std::string t5 = std::string(THX_SOURCE_DIR) + "/configs/t5/mini.yaml",
+                    bert = std::string(THX_SOURCE_DIR) + "/configs/bert/mini.yaml";
+  const std::string th = "attention.variant=talking_heads";
+  const std::vector<std::pair<std::string, std::vector<std::string>>> runs = {
+      {t5, {}}, {t5, {th}}, {t5, {"attention.variant=general_bilinear"}},
+      {t5, {th, "attention.h_k=8", "attention.h_v=8", "attention.h=4"}},
+      {t5, {th, "attention.h_k=4", "attention.d_k=16"}}, {t5, {th, "attention.h_v=4", "attention.d_v=16"}},
+      {t5, {th, "attention.d_k=32"}}, {t5, {th, "attention.d_v=32"}},
+      {t5, {th, "attention.dynamic=[X_l]"}}, {t5, {th, "attention.dynamic=[M_l]"}},
+      {t5, {th, "attention.dynamic=[X_w]"}}, {t5, {th, "attention.dynamic=[M_w]"}},
+      {t5, {"model.d_model=192", "attention.h=12"}}, {bert, {}}};
+  std::vector<int64_t> counts;
+  for (int pass = 0; pass < 2; ++pass)
+    for (size_t k = 0; k < runs.size(); ++k) {
+      const auto& [file, overrides] = runs[pass == 0 ? k : runs.size() - 1 - k];
+      ConfigTree tree, again;
+      for (ConfigTree* t : {&tree, &again}) {
+        t->merge_file(file);
+        for (const auto& o : overrides) t->set(o);
+      }
+      const json params = json::parse(resolve_pretrain_run(tree).info.at("params_per_att_layer"));
+      const ModelSpec spec = load_pretrain_config(again).spec;
+      const int64_t built = count_parameters(*make_attention(spec.encoder_self));
+      EXPECT_EQ(params.at("encoder_self").get<int64_t>(), built)
+          << file << " " << fmt::format("{}", fmt::join(overrides, " "));
+      if (pass == 0) counts.push_back(built);
+    }
+  // Each differs from the run it varies, so a key that left out a field would give a wrong count;
+  // the mirrored pairs (h_k and h_v, d_k and d_v) have equal counts, as the four dynamic
+  // projections (d_model x 8 x 8 each here) do.
+  EXPECT_EQ(std::set<int64_t>(counts.begin(), counts.end()).size(), runs.size() - 5);
 }
 
 // model.vocab_size overrides the prepared data's vocabulary in the cost of a T5 run as in an
