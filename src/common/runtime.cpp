@@ -20,6 +20,7 @@
 #include <fstream>
 #include <sstream>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "common/cgroup.h"
@@ -269,15 +270,39 @@ const char* openblas_core() {
 }
 }  // namespace
 
-const char* openblas_core_for(const std::string& detected, bool avx512, bool avx2) {
-  // OpenBLAS's names of the cores before AVX (and of none: "Unknown"); Sandybridge on would
-  // still use AVX, and the AVX2 and AVX-512 cores are its own choice to keep.
+namespace {
+// OpenBLAS's names of the cores before AVX (and of none: "Unknown"); Sandybridge on would use AVX.
+bool before_avx(const std::string& core) {
   static const char* const kOld[] = {"Katmai", "Coppermine", "Northwood", "Prescott", "Banias", "Atom",
                                      "Core2",  "Penryn",     "Dunnington", "Nehalem",  "Unknown"};
   bool old = false;
-  for (const char* k : kOld) old = old || ::strcasecmp(detected.c_str(), k) == 0;
-  if (!old) return nullptr;
+  for (const char* k : kOld) old = old || ::strcasecmp(core.c_str(), k) == 0;
+  return old;
+}
+
+// This CPU's vector units as OpenBLAS's kernels use them: AVX-512 (F, CD, BW, DQ and VL), and AVX2
+// with FMA.
+std::pair<bool, bool> cpu_avx512_avx2() {
+  __builtin_cpu_init();  // (the test binaries call this from a static initializer: before libgcc's own)
+  const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512cd") &&
+                      __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
+                      __builtin_cpu_supports("avx512vl");
+  return {avx512, __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")};
+}
+}  // namespace
+
+const char* openblas_core_for(const std::string& detected, bool avx512, bool avx2) {
+  // The AVX2 and AVX-512 cores are OpenBLAS's own choice to keep.
+  if (!before_avx(detected)) return nullptr;
   return avx512 ? "SkylakeX" : avx2 ? "Haswell" : nullptr;
+}
+
+const char* openblas_core_leaves_unused(const std::string& core, bool avx512, bool avx2) {
+  static const char* const kAvx512[] = {"SkylakeX", "Cooperlake", "SapphireRapids"};
+  bool uses_avx512 = false;
+  for (const char* k : kAvx512) uses_avx512 = uses_avx512 || ::strcasecmp(core.c_str(), k) == 0;
+  if (avx512 && !uses_avx512) return "AVX-512";
+  return avx2 && before_avx(core) ? "AVX2" : nullptr;
 }
 
 namespace {
@@ -286,11 +311,7 @@ namespace {
 bool set_openblas_coretype() {
   const char* detected = openblas_core();
   if (!detected || std::getenv("OPENBLAS_CORETYPE")) return false;
-  __builtin_cpu_init();  // (the test binaries call this from a static initializer: before libgcc's own)
-  const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512cd") &&
-                      __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
-                      __builtin_cpu_supports("avx512vl");
-  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  const auto [avx512, avx2] = cpu_avx512_avx2();
   const char* core = openblas_core_for(detected, avx512, avx2);
   if (!core) return false;
   ::setenv("THX_OPENBLAS_DETECTED", detected, 1);
@@ -321,6 +342,17 @@ void reexec_for_openblas_kernels() {
   if (args.size() > 0) ::execv("/proc/self/exe", argv.data());  // returns only on failure
 }
 
+namespace {
+// What blas_description adds to a core set before thx started that leaves vector units unused.
+std::string coretype_note(const char* core) {
+  const auto [avx512, avx2] = cpu_avx512_avx2();
+  const char* unused = openblas_core_leaves_unused(core, avx512, avx2);
+  if (!unused) return "";
+  return fmt::format(", set before thx started: its kernels leave this CPU's {} unused; unset it for the CPU's own",
+                     unused);
+}
+}  // namespace
+
 std::string blas_description() {
   const char* core = openblas_core();
   if (!core) return "";
@@ -328,8 +360,8 @@ std::string blas_description() {
   const char* set = std::getenv("OPENBLAS_CORETYPE");
   if (const char* detected = std::getenv("THX_OPENBLAS_DETECTED"); detected && set)
     out += fmt::format(" (OPENBLAS_CORETYPE={}: OpenBLAS took this CPU for a {})", set, detected);
-  else if (set)
-    out += fmt::format(" (OPENBLAS_CORETYPE={})", set);
+  else if (set)  // the user's, or a shell's from another machine: kept, and said where it holds the CPU back
+    out += fmt::format(" (OPENBLAS_CORETYPE={}{})", set, coretype_note(core));
   return out;
 }
 

@@ -109,9 +109,15 @@ void reexec_for_openblas_kernels();
 // BW, DQ and VL) or "Haswell" (avx2: AVX2 and FMA) where `detected` is a core before AVX, else
 // nullptr (OpenBLAS's own choice stands).
 const char* openblas_core_for(const std::string& detected, bool avx512, bool avx2);
+// The vector units OpenBLAS's `core` kernels leave unused on a CPU with them: "AVX-512" where the
+// CPU has it and the core is not SkylakeX, Cooperlake or SapphireRapids; "AVX2" where the CPU has
+// AVX2 and FMA and the core is one before AVX; else nullptr.
+const char* openblas_core_leaves_unused(const std::string& core, bool avx512, bool avx2);
 // The BLAS behind LibTorch's fp32 CPU matmuls, as bench headers and provenance name it:
 // "OpenBLAS SkylakeX kernels", with "(OPENBLAS_CORETYPE=SkylakeX: OpenBLAS took this CPU for a
-// Prescott)" where thx set it; "" where the BLAS is not OpenBLAS.
+// Prescott)" where thx set it; where it was set before thx started, "(OPENBLAS_CORETYPE=Haswell)",
+// with ", set before thx started: its kernels leave this CPU's AVX-512 unused; ..." where they do
+// (a shell's setting from another machine, say); "" where the BLAS is not OpenBLAS.
 std::string blas_description();
 
 // This process's memory, from /proc/self/status (MB; 0 where it cannot be read): resident now,

@@ -275,11 +275,14 @@ void run_eval(const FinetuneRunConfig& config, const Pretrained& model, const st
   EvalInputs in = eval_inputs(config, model, checkpoint, true);
   std::map<std::string, Splits> data = read_tasks(config.finetune, false);
   const bool own_dir = !fs::exists(out_dir);
+  // SIGINT, SIGTERM: the evaluation stops within a batch (check_stop). From before the folder is
+  // made, as prepare's: a signal between the two then removes it too, instead of ending thx at
+  // once with an empty folder left.
+  const SignalScope signals;
   create_output_dir(out_dir, "--out");
   const FinetuneJob job{config, model, out_dir, in.tokenizer, cfg::to_yaml(config), false, {}, std::move(data),
                         in.device, {}};
   PrecisionScope scope(in.precision);
-  const SignalScope signals;  // SIGINT, SIGTERM: the evaluation stops within a batch (check_stop)
   const std::vector<std::string>& tasks = config.finetune.tasks;
   thx::log("eval")->debug("evaluating {} into {}", fmt::join(tasks, ", "), out_dir);
   size_t done = 0;  // tasks whose results are written (BERT/ALBERT: one after another; T5: all at the end)

@@ -191,6 +191,21 @@ TEST(Provenance, OpenBlasKernelsReplaceOnlyACoreOlderThanAvx) {
     EXPECT_EQ(openblas_core_for(own, true, true), nullptr) << own;
 }
 
+// An OPENBLAS_CORETYPE set before thx started stands; bench's CPU line says where its kernels
+// leave the CPU's AVX-512 (or AVX2) unused: the session shells of this project's AVX-512 hosts
+// set Haswell.
+TEST(Provenance, ACoretypeThatLeavesVectorUnitsUnusedIsNamed) {
+  for (const char* core : {"Haswell", "Zen", "Sandybridge", "Prescott", "Excavator"})
+    EXPECT_STREQ(openblas_core_leaves_unused(core, true, true), "AVX-512") << core;
+  for (const char* core : {"SkylakeX", "SKYLAKEX", "Cooperlake", "SapphireRapids"})
+    EXPECT_EQ(openblas_core_leaves_unused(core, true, true), nullptr) << core;
+  for (const char* core : {"Prescott", "Nehalem", "Core2", "Unknown"})
+    EXPECT_STREQ(openblas_core_leaves_unused(core, false, true), "AVX2") << core;
+  for (const char* core : {"Haswell", "Zen", "Sandybridge"})  // AVX or AVX2 kernels on an AVX2 CPU
+    EXPECT_EQ(openblas_core_leaves_unused(core, false, true), nullptr) << core;
+  EXPECT_EQ(openblas_core_leaves_unused("Prescott", false, false), nullptr);  // nothing it could use
+}
+
 // On this machine, as a user runs thx (OPENBLAS_CORETYPE unset), its fp32 matmuls never run on
 // OpenBLAS kernels older than AVX where the CPU has AVX2: bench's CPU line names the kernels, and
 // where thx chose them, what OpenBLAS had taken the CPU for. A user's OPENBLAS_CORETYPE stands.
@@ -209,7 +224,14 @@ TEST(Provenance, Fp32MatmulsRunOnTheCpusOwnOpenBlasKernels) {
     EXPECT_TRUE(std::regex_search(m[2].str(), std::regex("OpenBLAS took this CPU for a \\w+"))) << r.out;
   const RunResult own = run_command("env -u THX_OPENBLAS_DETECTED OPENBLAS_CORETYPE=Haswell " + bench);
   ASSERT_EQ(own.code, 0) << own.out;
-  EXPECT_NE(own.out.find("OpenBLAS Haswell kernels (OPENBLAS_CORETYPE=Haswell)"), std::string::npos) << own.out;
+  const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512cd") &&
+                      __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
+                      __builtin_cpu_supports("avx512vl");
+  EXPECT_NE(own.out.find(avx512 ? "OpenBLAS Haswell kernels (OPENBLAS_CORETYPE=Haswell, set before thx started: its "
+                                  "kernels leave this CPU's AVX-512 unused; unset it for the CPU's own)"
+                                : "OpenBLAS Haswell kernels (OPENBLAS_CORETYPE=Haswell)"),
+            std::string::npos)
+      << own.out;
 }
 
 }  // namespace THX_FILE_ID
