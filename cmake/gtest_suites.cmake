@@ -11,9 +11,10 @@ string(REPLACE "\n" ";" lines "${listing}")
 # The suites that take longest (seconds on 2 cores, 2026-11-26), so that `ctest -j2` starts them
 # first: with no cost data yet (a clean clone, as CI), CTest starts tests in the order listed,
 # and the 135-second BadInputCampaign started last ran alone for 90 s while the other core
-# waited. Only the order depends on these numbers. (SweepRun 115 -> 65 on 2026-12-02: its shipped
-# sweeps' dry runs in the test's own process, 20 of its 45 s on the day's faster host.)
-set(costs BadInputCampaign 140 Cli 140 SweepRun 65 Precision 35 EncoderContext 30 FinetuneResume 20
+# waited. Only the order depends on these numbers. (2026-12-02: SweepRun 115 -> 65, its shipped
+# sweeps' dry runs in the test's own process; Cli 140 -> 30 and BadInputCampaign 140 -> 15, their
+# refusals in forked copies of a process with LibTorch loaded, tests/cli/forked_cli.h.)
+set(costs SweepRun 65 Precision 35 Cli 30 BadInputCampaign 15 EncoderContext 30 FinetuneResume 20
           Predict 17 EncoderParameters 16 Bf16Step 16 Recall 14 BadInput 13 CheckpointFaults 12)
 # (and the two that compile thx's CUDA code with nvcc and the host compiler, 2026-11-29: both cores each)
 list(APPEND costs CudaKernels 100 CudaHostCode 42)

@@ -15,6 +15,10 @@
 
 namespace thx {
 
+// The thx command line, as the binary runs it once its thread environment is set (main.cpp):
+// parses argv, runs the subcommand, and returns the exit code (cli.cpp says which).
+int cli_main(int argc, char** argv);
+
 struct Command {
   virtual ~Command() = default;
   virtual int run() = 0;

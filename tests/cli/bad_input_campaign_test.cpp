@@ -15,6 +15,7 @@
 #include <map>
 #include <regex>
 
+#include "cli/forked_cli.h"
 #include "common/fs.h"
 #include "eval/eval_fixtures.h"
 #include "training/training_fixtures.h"
@@ -66,7 +67,7 @@ int run_cases(const std::vector<Case>& cases, std::map<std::string, std::string>
     for (const auto& w : workspace) before.push_back(snapshot(w));
     const auto here_before = snapshot(here.path);
     const std::string args = replace_all(c.args, vars);
-    const RunResult r = run_thx("--threads 1 " + args);
+    const RunResult r = fork_thx("--threads 1 " + args);  // (cli/forked_cli.h)
     const std::string expect = replace_all(c.expect, vars);
     bool ok = true;
     ok &= r.code == 2;

@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "cli/forked_cli.h"
 #include "training/checkpoint.h"
 #include "training/training_fixtures.h"
 
@@ -20,7 +21,7 @@ namespace fs = std::filesystem;
 
 TEST(BadInput, ADirectoryIsNotAConfig) {
   TempDir dir;
-  const RunResult r = run_thx("pretrain --config " + dir.path.string() + " --run-dir " + dir.file("run"));
+  const RunResult r = fork_thx("pretrain --config " + dir.path.string() + " --run-dir " + dir.file("run"));
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_EQ(r.out, "thx: error: " + dir.path.string() + ": is a directory, not a config file (--config takes a "
                    "YAML file)\n");
@@ -28,7 +29,7 @@ TEST(BadInput, ADirectoryIsNotAConfig) {
 }
 
 TEST(BadInput, FlagErrorsAreOneLineInTheHouseFormat) {
-  RunResult r = run_thx("--threads -1 costs");
+  RunResult r = fork_thx("--threads -1 costs");
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_EQ(r.out, "thx: error: --threads: -1 is invalid: must be >= 0 (thx --help lists the options)\n");
   // A count that must be positive, a word and a fraction where a whole number goes, and a range:
@@ -41,11 +42,11 @@ TEST(BadInput, FlagErrorsAreOneLineInTheHouseFormat) {
            {"--threads 2.5 costs", "--threads: 2.5 is invalid: must be a whole number"},
            {"spm-train --character-coverage 2 --input x --out y",  // CLI::Range: "Value 2 not in range 0.500000 to 1"
             "--character-coverage: 2 is invalid: must be in [0.5, 1]"}}) {
-    r = run_thx(args);
+    r = fork_thx(args);
     EXPECT_EQ(r.code, 2) << args << ": " << r.out;
     EXPECT_EQ(r.out, "thx: error: " + want + " (thx --help lists the options)\n") << args;
   }
-  r = run_thx("costs --bogus");
+  r = fork_thx("costs --bogus");
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_EQ(r.out, "thx: error: The following argument was not expected: --bogus (thx --help lists the options)\n");
 }
@@ -102,7 +103,7 @@ TEST(BadInput, AnOutputPathThatIsOrIsBelowAFileIsOneLineBeforeAnyWork) {
        "--out " + dir.path.string() + ": is a directory; --out names a file"},
   };
   for (const auto& [args, want] : cases) {
-    const RunResult r = run_thx(args);
+    const RunResult r = fork_thx(args);
     EXPECT_EQ(r.code, 2) << args << "\n" << r.out;
     EXPECT_EQ(r.out.rfind("thx: error: " + want, 0), 0u) << args << "\n" << r.out;
     EXPECT_EQ(lines(r.out), 1) << r.out;
@@ -123,14 +124,14 @@ TEST(BadInput, ARecordThatCannotBeWrittenStopsTheRun) {
   const std::string thx = "--threads 1 --log-level warn pretrain --config " + cfg + " --run-dir ";
   fs::create_directories(dir.file("full"));
   fs::create_symlink("/dev/full", dir.file("full/metrics.jsonl"));
-  RunResult r = run_thx(thx + dir.file("full"));
+  RunResult r = fork_thx(thx + dir.file("full"));
   EXPECT_EQ(r.code, 1) << r.out;
   EXPECT_EQ(r.out, "thx: error: " + dir.file("full/metrics.jsonl") +
                        ": cannot write the step-5 train record (No space left on device)\n");
-  ASSERT_EQ(run_thx(thx + dir.file("run")).code, 0);
+  ASSERT_EQ(fork_thx(thx + dir.file("run")).code, 0);
   const std::string config = read_file(dir.file("run/config.yaml"));
   fs::create_symlink("/dev/full", dir.file("run/config_changes.jsonl"));
-  r = run_thx(thx + dir.file("run") + " --resume --allow-config-change train.steps --set train.steps=6");
+  r = fork_thx(thx + dir.file("run") + " --resume --allow-config-change train.steps --set train.steps=6");
   EXPECT_EQ(r.code, 1) << r.out;
   EXPECT_NE(r.out.find("thx: error: " + dir.file("run/config_changes.jsonl") +
                        ": cannot record the config change (No space left on device)\n"), std::string::npos) << r.out;
@@ -142,10 +143,10 @@ TEST(BadInput, ResumeRemovesTheTemporariesOfAKilledWriter) {
   const PretrainConfig c = tiny_pretrain(prepared_corpus(dir), 4);
   const std::string cfg = dir.write("run.yaml", c.yaml);
   const std::string run = dir.file("run");
-  ASSERT_EQ(run_thx("--threads 1 pretrain --config " + cfg + " --run-dir " + run + " --set train.steps=2").code, 0);
+  ASSERT_EQ(fork_thx("--threads 1 pretrain --config " + cfg + " --run-dir " + run + " --set train.steps=2").code, 0);
   // What a process killed inside save_checkpoint leaves: a temporary beside the checkpoints.
   const std::string stale = dir.write("run/checkpoints/step-00000004.h5.tmp-999999", std::string(1000, 'x'));
-  const RunResult r = run_thx("--threads 1 pretrain --config " + cfg + " --run-dir " + run +
+  const RunResult r = fork_thx("--threads 1 pretrain --config " + cfg + " --run-dir " + run +
                               " --resume --allow-config-change train.steps");
   EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_FALSE(fs::exists(stale));
@@ -158,10 +159,10 @@ TEST(BadInput, ATruncatedCheckpointIsNotBuriedUnderTheConfig) {
   const PretrainConfig c = tiny_pretrain(prepared_corpus(dir), 2);
   const std::string cfg = dir.write("run.yaml", c.yaml);
   const std::string run = dir.file("run");
-  ASSERT_EQ(run_thx("--threads 1 pretrain --config " + cfg + " --run-dir " + run).code, 0);
+  ASSERT_EQ(fork_thx("--threads 1 pretrain --config " + cfg + " --run-dir " + run).code, 0);
   const std::string ck = checkpoint_path(run + "/checkpoints", 2);
   fs::resize_file(ck, fs::file_size(ck) / 2);
-  const RunResult r = run_thx("--threads 1 pretrain --config " + cfg + " --run-dir " + run + " --resume");
+  const RunResult r = fork_thx("--threads 1 pretrain --config " + cfg + " --run-dir " + run + " --resume");
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_EQ(r.out.find("resolved config"), std::string::npos) << r.out;
   EXPECT_LE(lines(r.out), 3) << r.out;
@@ -176,7 +177,7 @@ TEST(BadInput, RunningOutOfHostMemoryIsOneLineAndKeepsTheCheckpoints) {
   const PretrainConfig c = tiny_pretrain(prepared_corpus(dir), 4);
   const std::string cfg = dir.write("run.yaml", c.yaml);
   const std::string run = dir.file("run"), big = " --set train.batch_size=1024";
-  ASSERT_EQ(run_thx("--threads 1 pretrain --config " + cfg + " --run-dir " + run + big + " --set train.steps=2").code,
+  ASSERT_EQ(fork_thx("--threads 1 pretrain --config " + cfg + " --run-dir " + run + big + " --set train.steps=2").code,
             0);
   const std::string ck = checkpoint_path(run + "/checkpoints", 2);
   const std::string before = read_file(ck);

@@ -1,5 +1,7 @@
 // The thx binary: help, config merging and dumping, the probe file, and bad input (one line,
-// exit code 2, nothing written).
+// exit code 2, nothing written). The help test runs the binary; the others run its command line
+// in forked copies of a process with LibTorch loaded (cli/forked_cli.h), which
+// Cli.AForkedCopyAnswersAsTheBinaryDoes holds to the binary's codes and output.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -7,6 +9,7 @@
 #include "common/fs.h"
 #include "common/h5.h"
 #include "data/data_fixtures.h"
+#include "cli/forked_cli.h"
 #include "test_util.h"
 
 namespace thx::test {
@@ -31,19 +34,19 @@ TEST(Cli, HelpDescribesEverySubcommandAndOption) {
 // --threads, --log-level and --device go before or after the subcommand (as git's and
 // torchrun's do), and every subcommand's --help lists them.
 TEST(Cli, GlobalOptionsOnEitherSideOfTheSubcommand) {
-  const RunResult before = run_thx("--threads 1 --log-level warn costs --format csv");
+  const RunResult before = fork_thx("--threads 1 --log-level warn costs --format csv");
   ASSERT_EQ(before.code, 0) << before.out;
-  const RunResult after = run_thx("costs --format csv --threads 1 --log-level warn --device cpu");
+  const RunResult after = fork_thx("costs --format csv --threads 1 --log-level warn --device cpu");
   ASSERT_EQ(after.code, 0) << after.out;
   EXPECT_EQ(after.out, before.out);
-  const RunResult nested = run_thx("bench attention --threads 1 --help");
+  const RunResult nested = fork_thx("bench attention --threads 1 --help");
   EXPECT_EQ(nested.code, 0) << nested.out;
   for (const char* sub : {"costs --help", "pretrain --help", "bench attention --help", "finetune --help"}) {
-    const RunResult r = run_thx(sub);
+    const RunResult r = fork_thx(sub);
     EXPECT_NE(r.out.find("Global options, before or after the subcommand: --threads N, --log-level LEVEL, "
                          "--device DEVICE"), std::string::npos) << sub << "\n" << r.out;
   }
-  EXPECT_EQ(run_thx("costs --threads -1").code, 2);
+  EXPECT_EQ(fork_thx("costs --threads -1").code, 2);
 }
 
 // Threads are counted from the cores this process may run on (here: taskset's one), not the
@@ -59,7 +62,7 @@ TEST(Cli, ThreadsAreTheCoresThisProcessMayRunOn) {
   EXPECT_NE(r.out.find("] --threads 2: more than the 1 core this process may run on; past them threads only wait "
                        "on each other\n"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("; 2 threads"), std::string::npos) << r.out;  // (the report's CPU line)
-  r = run_thx("--threads 1025 costs");
+  r = fork_thx("--threads 1025 costs");
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_EQ(r.out.rfind("thx: error: --threads: 1025 is invalid: at most 1024 (this process may run on ", 0), 0u)
       << r.out;
@@ -67,120 +70,120 @@ TEST(Cli, ThreadsAreTheCoresThisProcessMayRunOn) {
 }
 
 TEST(Cli, UnknownSubcommandOrFlagExitsTwo) {
-  EXPECT_EQ(run_thx("frobnicate").code, 2);
-  EXPECT_EQ(run_thx("costs --colour").code, 2);
-  EXPECT_EQ(run_thx("").code, 2);
-  RunResult r = run_thx("costs --format html");
+  EXPECT_EQ(fork_thx("frobnicate").code, 2);
+  EXPECT_EQ(fork_thx("costs --colour").code, 2);
+  EXPECT_EQ(fork_thx("").code, 2);
+  RunResult r = fork_thx("costs --format html");
   EXPECT_EQ(r.code, 2);
   EXPECT_EQ(lines(r.out), 1) << r.out;
   EXPECT_NE(r.out.find("allowed: markdown, csv, latex"), std::string::npos) << r.out;
 }
 
 TEST(Cli, BadBenchFlagsExitTwo) {
-  RunResult r = run_thx("bench attention --heads 7");
+  RunResult r = fork_thx("bench attention --heads 7");
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_EQ(r.out, "thx: error: --heads: 7 does not divide --d-model 768\n");
-  EXPECT_EQ(run_thx("bench").code, 2);
-  EXPECT_EQ(run_thx("bench attention --reps 0").code, 2);
-  r = run_thx("bench attention --d-model 64");  // a default head count that does not divide it says so
+  EXPECT_EQ(fork_thx("bench").code, 2);
+  EXPECT_EQ(fork_thx("bench attention --reps 0").code, 2);
+  r = fork_thx("bench attention --d-model 64");  // a default head count that does not divide it says so
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_EQ(r.out, "thx: error: --heads: 6 (of the default --heads 6 12 24 48) does not divide --d-model 64\n");
-  r = run_thx("bench attention --precision fp16");  // the one line, before the benchmark's banner
+  r = fork_thx("bench attention --precision fp16");  // the one line, before the benchmark's banner
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_EQ(r.out, "thx: error: --precision fp16: allowed: fp32, bf16, both\n");
-  r = run_thx("bench attention --tiled --batched");  // one talking-heads path at a time
+  r = fork_thx("bench attention --tiled --batched");  // one talking-heads path at a time
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_EQ(r.out, "thx: error: --batched excludes --tiled (thx --help lists the options)\n");
   // The fused kernels' forced launch: tiles RxC[,RxC], threads a multiple of 32, atomics by name,
   // not with another path.
   for (const char* bad : {"--th-tiles 16x", "--th-tiles 16x8,8", "--th-tiles 0x8", "--th-tiles 16x8,8x8x"}) {
-    r = run_thx(std::string("bench attention ") + bad);
+    r = fork_thx(std::string("bench attention ") + bad);
     EXPECT_TRUE(refused(r, "thx: error: --th-tiles", "allowed: RxC or RxC,RxC")) << bad;
   }
-  EXPECT_TRUE(refused(run_thx("bench attention --th-threads 100"), "thx: error: --th-threads 100",
+  EXPECT_TRUE(refused(fork_thx("bench attention --th-threads 100"), "thx: error: --th-threads 100",
                       "a multiple of 32 from 32 to 256"));
   EXPECT_TRUE(
-      refused(run_thx("bench attention --th-tiles 16x8 --tiled"), "thx: error: --tiled excludes --th-tiles", ""));
-  EXPECT_TRUE(refused(run_thx("bench attention --th-atomics sorted"), "thx: error: --th-atomics sorted",
+      refused(fork_thx("bench attention --th-tiles 16x8 --tiled"), "thx: error: --tiled excludes --th-tiles", ""));
+  EXPECT_TRUE(refused(fork_thx("bench attention --th-atomics sorted"), "thx: error: --th-atomics sorted",
                       "allowed: in-order, staggered, vector"));
-  EXPECT_TRUE(refused(run_thx("--th-path flashy bench attention"), "thx: error: --th-path", "fused"));
+  EXPECT_TRUE(refused(fork_thx("--th-path flashy bench attention"), "thx: error: --th-path", "fused"));
   // A --th-path the user names is the choice --tiled and --batched make: no contradiction, no fused-only option under
   // another path. Without it (tiled by default) --batched and the fused kernels' options choose their own path.
-  EXPECT_TRUE(refused(run_thx("--th-path tiled bench attention --th-atomics in-order"), "thx: error: --th-atomics",
+  EXPECT_TRUE(refused(fork_thx("--th-path tiled bench attention --th-atomics in-order"), "thx: error: --th-atomics",
                       "which --th-path tiled leaves"));
-  EXPECT_TRUE(refused(run_thx("bench attention --fma --th-path batched"), "thx: error: --fma", "--th-path batched"));
+  EXPECT_TRUE(refused(fork_thx("bench attention --fma --th-path batched"), "thx: error: --fma", "--th-path batched"));
   for (const std::string path : {"tiled-aten", "folded", "gemm-aten"})  // ATen's operations alone
-    EXPECT_TRUE(refused(run_thx("--th-path " + path + " bench attention --fma"),
+    EXPECT_TRUE(refused(fork_thx("--th-path " + path + " bench attention --fma"),
                         "thx: error: --fma is an option of thx's kernels", "--th-path " + path + " leaves"));
   for (const std::string path : {"gemm", "tiled-gemm"})  // thx's softmax kernel alone
-    EXPECT_TRUE(refused(run_thx("--th-path " + path + " bench attention --fma"),
+    EXPECT_TRUE(refused(fork_thx("--th-path " + path + " bench attention --fma"),
                         "thx: error: --fma makes the row kernels' mixings fp32 FMAs",
                         "--th-path " + path + " mixes by cuBLAS products"));
-  EXPECT_TRUE(refused(run_thx("--th-path flash bench attention --fma"), "thx: error: --fma runs thx's kernels as fp32 "
+  EXPECT_TRUE(refused(fork_thx("--th-path flash bench attention --fma"), "thx: error: --fma runs thx's kernels as fp32 "
                                                                         "FMAs; --th-path flash runs on tensor cores",
                       ""));
-  EXPECT_TRUE(refused(run_thx("--th-path tiled --device cuda bench attention --fma"), "thx: error: --device cuda",
+  EXPECT_TRUE(refused(fork_thx("--th-path tiled --device cuda bench attention --fma"), "thx: error: --device cuda",
                       ""));  // --fma is the row kernels' option too: past the path check, refused for the device
-  EXPECT_TRUE(refused(run_thx("bench attention --th-unpadded --th-path tiled"), "thx: error: --th-unpadded",
+  EXPECT_TRUE(refused(fork_thx("bench attention --th-unpadded --th-path tiled"), "thx: error: --th-unpadded",
                       "--th-path tiled"));
   // The paths that are not the tiled path's forms exclude --tiled, in either benchmark.
   for (const std::string path : {"batched", "fused", "folded", "gemm", "gemm-aten"})
     for (const char* bench : {" bench attention --tiled", " bench train --tiled"})
-      EXPECT_TRUE(refused(run_thx("--th-path " + path + bench), "thx: error: --th-path " + path + " excludes --tiled",
+      EXPECT_TRUE(refused(fork_thx("--th-path " + path + bench), "thx: error: --th-path " + path + " excludes --tiled",
                           ""));
   for (const char* own : {"attention --batched", "attention --tiled", "attention --fma",
                           "attention --th-atomics in-order", "attention --th-unpadded", "train --tiled"})  // on the CPU
-    EXPECT_TRUE(refused(run_thx(std::string("--device cpu bench ") + own), "thx: error: --",
+    EXPECT_TRUE(refused(fork_thx(std::string("--device cpu bench ") + own), "thx: error: --",
                         "chooses or tunes a GPU path of talking-heads; on the CPU it runs on thx's CPU cores"))
         << own;
   // The tiled path's forms take --tiled: past the path check, refused for the device.
   for (const std::string path : {"tiled-aten", "tiled-fma", "tiled-gemm", "flash"})
     for (const char* bench : {" bench attention --tiled", " bench train --tiled"})
-      EXPECT_TRUE(refused(run_thx("--th-path " + path + " --device cuda" + bench), "thx: error: --device cuda", ""));
+      EXPECT_TRUE(refused(fork_thx("--th-path " + path + " --device cuda" + bench), "thx: error: --device cuda", ""));
   for (const char* own : {"--batched", "--th-atomics in-order", "--th-unpadded"})  // past the path check: refused for the device
-    EXPECT_TRUE(refused(run_thx(std::string("--device cuda bench attention ") + own), "thx: error: --device cuda", ""))
+    EXPECT_TRUE(refused(fork_thx(std::string("--device cuda bench attention ") + own), "thx: error: --device cuda", ""))
         << own;
   // bench train's base rows: an h that does not divide 768, a peer row that is not a base row,
   // --base-only without --base; one line each, before any model is built.
-  r = run_thx("bench train --base --base-heads 7");
+  r = fork_thx("bench train --base --base-heads 7");
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_EQ(r.out, "thx: error: --base-heads: 7 does not divide the base d_model 768\n");
-  r = run_thx("bench train --base --base-heads 12 --peer-heads 48");
+  r = fork_thx("bench train --base --base-heads 12 --peer-heads 48");
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_EQ(r.out, "thx: error: --peer-heads: 48 is not among the base rows' h (12)\n");
   // The default --peer-heads (12,48) is not refused where the base rows leave one out (the GPU
   // session's profile-aten-parts, --base-heads 12): the check passes, and the next one speaks.
-  r = run_thx("bench train --base --base-only --base-heads 12 --aten bogus");
+  r = fork_thx("bench train --base --base-only --base-heads 12 --aten bogus");
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_EQ(r.out.rfind("thx: error: --aten: bogus is not a part", 0), 0u) << r.out;
-  r = run_thx("bench train --base-only");
+  r = fork_thx("bench train --base-only");
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_EQ(lines(r.out), 1) << r.out;
   // --trace: Kineto's timeline of a profiled step on a GPU; without --profile, or on the CPU, one
   // line, and its folder is not made.
   TempDir dir;
   const std::string traces = (dir.path / "traces").string();
-  r = run_thx("bench train --trace " + traces);
+  r = fork_thx("bench train --trace " + traces);
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_EQ(lines(r.out), 1) << r.out;
   EXPECT_NE(r.out.find("--profile"), std::string::npos) << r.out;
-  r = run_thx("--device cpu bench train --profile --trace " + traces);
+  r = fork_thx("--device cpu bench train --profile --trace " + traces);
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_EQ(r.out, "thx: error: --trace writes Kineto's timeline of a GPU's step (thx --device cuda); on the CPU, "
                    "--profile's tables are LibTorch's CPU profiler's\n");
   EXPECT_FALSE(std::filesystem::exists(traces));
   // --aten adafactor with another optimizer, or rms_norm in a model without it, would report a
   // comparison that did not happen; an unknown part is named.
-  r = run_thx("bench train --aten loss,adafactor --set optimizer.name=lamb");
+  r = fork_thx("bench train --aten loss,adafactor --set optimizer.name=lamb");
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_EQ(r.out, "thx: error: --aten adafactor: the config's optimizer.name is lamb; the part concerns adafactor\n");
-  r = run_thx("bench train --aten rms_norm --config " + std::string(THX_SOURCE_DIR) + "/configs/albert/mini.yaml");
+  r = fork_thx("bench train --aten rms_norm --config " + std::string(THX_SOURCE_DIR) + "/configs/albert/mini.yaml");
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_EQ(r.out, "thx: error: --aten rms_norm: model.type albert has layer norms (ATen's); rms_norm is T5's\n");
-  r = run_thx("bench train --aten loss,softmax");
+  r = fork_thx("bench train --aten loss,softmax");
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_EQ(r.out, "thx: error: --aten: softmax is not a part; allowed: adafactor, loss, rms_norm\n");
-  r = run_thx("bench train --aten '' --dump-config");  // (before the config is dumped, and named)
+  r = fork_thx("bench train --aten '' --dump-config");  // (before the config is dumped, and named)
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_EQ(r.out, "thx: error: --aten: an empty name is not a part; allowed: adafactor, loss, rms_norm\n");
 }
@@ -189,7 +192,7 @@ TEST(Cli, ConfigsMergeInOrderSetWinsAndDumpRoundTrips) {
   TempDir dir;
   const auto a = dir.write("a.yaml", "attention:\n  variant: talking_heads\n  h: 5\n");
   const auto b = dir.write("b.yaml", "attention:\n  h: 12\n  dynamic: [X_l]\n");
-  RunResult r = run_thx("attention-probe --config " + a + " --config " + b +
+  RunResult r = fork_thx("attention-probe --config " + a + " --config " + b +
                         " --set attention.h_v=4 --set attention.d_v=16 --dump-config");
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("variant: talking_heads"), std::string::npos) << r.out;
@@ -198,7 +201,7 @@ TEST(Cli, ConfigsMergeInOrderSetWinsAndDumpRoundTrips) {
   EXPECT_NE(r.out.find("dynamic: [X_l]"), std::string::npos) << r.out;
   // The dump is itself a config that resolves to the same dump.
   const auto dumped = dir.write("dumped.yaml", r.out);
-  RunResult again = run_thx("attention-probe --config " + dumped + " --dump-config");
+  RunResult again = fork_thx("attention-probe --config " + dumped + " --dump-config");
   EXPECT_EQ(again.code, 0);
   EXPECT_EQ(again.out, r.out);
 }
@@ -210,7 +213,7 @@ TEST(Cli, ProbeWritesTheDocumentedLayout) {
       "--set attention.h_k=2 --set attention.h=3 --set attention.h_v=4 --set attention.d_k=5 "
       "--set attention.d_v=6 --d-model 16 --n 4 --m 4 --batch 2 --mask causal --bias --out ";
   const std::string out = dir.file("probe.h5");
-  RunResult r = run_thx(args + out);
+  RunResult r = fork_thx(args + out);
   ASSERT_EQ(r.code, 0) << r.out;
   H5Reader h(out);
   EXPECT_EQ(h.read("/inputs/X").sizes().vec(), (std::vector<int64_t>{2, 4, 16}));
@@ -225,7 +228,7 @@ TEST(Cli, ProbeWritesTheDocumentedLayout) {
   EXPECT_NE(h.attr("/", "config").find("variant: talking_heads"), std::string::npos);
   // The same seed gives the same file contents.
   const std::string out2 = dir.file("probe2.h5");
-  ASSERT_EQ(run_thx(args + out2).code, 0);
+  ASSERT_EQ(fork_thx(args + out2).code, 0);
   H5Reader h2(out2);
   EXPECT_TRUE(torch::equal(h.read("/outputs/Y"), h2.read("/outputs/Y")));
   EXPECT_TRUE(torch::equal(h.read("/grads/P_q"), h2.read("/grads/P_q")));
@@ -296,7 +299,7 @@ TEST(Cli, BadAttentionSettingsGiveOneLineAndExitTwo) {
   for (const auto& c : cases) {
     std::string args = c.args;
     if (c.yaml) args = "--config " + dir.write("bad.yaml", c.args);
-    RunResult r = run_thx("attention-probe --d-model 64 " + args + " --out " + out);
+    RunResult r = fork_thx("attention-probe --d-model 64 " + args + " --out " + out);
     EXPECT_EQ(r.code, 2) << args << "\n" << r.out;
     EXPECT_EQ(lines(r.out), 1) << args << "\n" << r.out;
     EXPECT_NE(r.out.find(c.expect), std::string::npos) << args << "\n" << r.out;
@@ -310,7 +313,7 @@ void expect_one_line_errors(const std::string& base,
                             const std::vector<std::pair<std::string, std::string>>& cases,
                             const std::string& run_dir) {
   for (const auto& [args, want] : cases) {
-    RunResult r = run_thx(base + args);
+    RunResult r = fork_thx(base + args);
     EXPECT_EQ(r.code, 2) << args << "\n" << r.out;
     EXPECT_EQ(lines(r.out), 1) << args << "\n" << r.out;
     EXPECT_NE(r.out.find(want), std::string::npos) << args << "\n" << r.out;
@@ -347,7 +350,7 @@ TEST(Cli, BadPretrainConfigsExitTwoWithOneLine) {
   };
   expect_one_line_errors(base, cases, dir.file("run"));
   // The per-layer blocks inherit from attention key by key.
-  RunResult d = run_thx("pretrain --config " + std::string(THX_SOURCE_DIR) + "/configs/t5/mini.yaml "
+  RunResult d = fork_thx("pretrain --config " + std::string(THX_SOURCE_DIR) + "/configs/t5/mini.yaml "
                         "--set attention.h=4 --set attention_encoder_self.variant=talking_heads --dump-config");
   ASSERT_EQ(d.code, 0) << d.out;
   EXPECT_NE(d.out.find("attention_encoder_self:\n  variant: talking_heads"), std::string::npos) << d.out;
@@ -383,7 +386,7 @@ TEST(Cli, BadAlbertAndBertConfigsExitTwoWithOneLine) {
   expect_one_line_errors(base, cases, dir.file("run"));
   // Every shipped BERT/ALBERT config resolves.
   for (const char* f : {"albert/base.yaml", "albert/paper.yaml", "albert/mini.yaml", "bert/base.yaml", "bert/mini.yaml"}) {
-    RunResult d = run_thx("pretrain --config " + std::string(THX_SOURCE_DIR) + "/configs/" + f + " --dump-config");
+    RunResult d = fork_thx("pretrain --config " + std::string(THX_SOURCE_DIR) + "/configs/" + f + " --dump-config");
     EXPECT_EQ(d.code, 0) << f << "\n" << d.out;
   }
 }
@@ -393,15 +396,15 @@ TEST(Cli, BadProbeFlagsExitTwoAndWriteNothing) {
   const std::string out = dir.file("p.h5");
   for (const std::string args : {"--mask diagonal", "--mask causal --n 3 --m 4", "--n 0",
                                  "--d-model -5", "--batch x"}) {
-    RunResult r = run_thx("attention-probe " + args + " --out " + out);
+    RunResult r = fork_thx("attention-probe " + args + " --out " + out);
     EXPECT_EQ(r.code, 2) << args << "\n" << r.out;
     EXPECT_FALSE(std::filesystem::exists(out)) << args;
   }
-  RunResult r = run_thx("attention-probe --config " + dir.file("nope.yaml") + " --out " + out);
+  RunResult r = fork_thx("attention-probe --config " + dir.file("nope.yaml") + " --out " + out);
   EXPECT_EQ(r.code, 2);
   EXPECT_EQ(r.out, "thx: error: " + dir.file("nope.yaml") + ": cannot read config file: No such file or directory\n");
   // An output directory that does not exist: one line, exit 2.
-  r = run_thx("--log-level warn attention-probe --out " + dir.file("no/such/dir/p.h5"));
+  r = fork_thx("--log-level warn attention-probe --out " + dir.file("no/such/dir/p.h5"));
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_EQ(lines(r.out), 1) << r.out;
 }
@@ -448,7 +451,7 @@ TEST(Cli, BadTokenizerAndPrepareInputExitTwoAndKeepFiles) {
        blank + ": no usable document (0 malformed lines)"},
   };
   for (const auto& [args, want] : cases) {
-    RunResult r = run_thx("--log-level warn " + args);
+    RunResult r = fork_thx("--log-level warn " + args);
     EXPECT_EQ(r.code, 2) << args << "\n" << r.out;
     EXPECT_EQ(lines(r.out), 1) << args << "\n" << r.out;
     EXPECT_EQ(r.out.rfind("thx: error: ", 0), 0u) << args << "\n" << r.out;
@@ -459,7 +462,7 @@ TEST(Cli, BadTokenizerAndPrepareInputExitTwoAndKeepFiles) {
   for (const auto& e : std::filesystem::directory_iterator(dir.path))  // no temporary model left
     EXPECT_EQ(e.path().string().find(".tmp"), std::string::npos) << e.path();
   // --heldout-fraction 0 is a choice: the shards are written, and the missing split warned of.
-  const RunResult none = run_thx("prepare --input " + small + " --tokenizer " + spm + " --out " + dir.file("q") +
+  const RunResult none = fork_thx("prepare --input " + small + " --tokenizer " + spm + " --out " + dir.file("q") +
                                  " --heldout-fraction 0");
   EXPECT_EQ(none.code, 0) << none.out;
   EXPECT_NE(none.out.find(dir.file("q") + ": --heldout-fraction 0 and no --heldout files: no held-out split, "
@@ -478,37 +481,37 @@ TEST(Cli, TableAndClaimsCommands) {
       {"claims --published --sweep " + dir.path.string(), "claims: give exactly one of --sweep DIR and --published"},
   };
   for (const auto& [args, want] : cases) {
-    RunResult r = run_thx(args);
+    RunResult r = fork_thx(args);
     EXPECT_EQ(r.code, 2) << args << "\n" << r.out;
     EXPECT_EQ(r.out, "thx: error: " + want + "\n") << args;
   }
   dir.write("results.jsonl", "{\"name\": \"a\"}\nnot json\n");
-  RunResult r = run_thx("table --layout table1 --sweep " + dir.path.string());
+  RunResult r = fork_thx("table --layout table1 --sweep " + dir.path.string());
   EXPECT_EQ(r.code, 2);
   EXPECT_EQ(r.out.rfind("thx: error: " + dir.file("results.jsonl") + ":2: not a JSON object", 0), 0u) << r.out;
   dir.write("results.jsonl", "{\"name\": \"a\", \"ln_ppl\": \"low\"}\n");
-  r = run_thx("table --layout table1 --sweep " + dir.path.string());
+  r = fork_thx("table --layout table1 --sweep " + dir.path.string());
   EXPECT_EQ(r.code, 2);
   EXPECT_EQ(r.out, "thx: error: " + dir.file("results.jsonl") + ":1: 'ln_ppl' must be a number\n");
   dir.write("results.jsonl", "{\"name\": \"" + std::string(300, 'x') + "\"}\n");  // fuzzing: past NAME_MAX
-  r = run_thx("table --layout table1 --sweep " + dir.path.string());
+  r = fork_thx("table --layout table1 --sweep " + dir.path.string());
   EXPECT_EQ(r.code, 2);
   EXPECT_EQ(r.out, "thx: error: " + dir.file("results.jsonl") + ":1: 'name' must be a run directory's name (1 to 255 "
                    "bytes, no '/')\n");
   // Read as integers: a d_model of 1.28e51 (fuzzing, results) is no int64.
   dir.write("results.jsonl", "{\"name\": \"a\", \"d_model\": 1.28e51, \"attention\": {\"encoder_self\": {\"variant\": "
                              "\"multi_head\", \"h_k\": 4, \"h\": 4, \"h_v\": 4, \"d_k\": 8, \"d_v\": 8}}}\n");
-  r = run_thx("table --layout table1 --sweep " + dir.path.string());
+  r = fork_thx("table --layout table1 --sweep " + dir.path.string());
   EXPECT_EQ(r.code, 2);
   EXPECT_EQ(r.out, "thx: error: " + dir.file("results.jsonl") + ":1: 'd_model' must be an integer\n");
   dir.write("results.jsonl", "{\"name\": \"a\", \"attention\": {\"encoder_self\": {\"h\": 4}}}\n");
-  r = run_thx("claims --sweep " + dir.path.string());
+  r = fork_thx("claims --sweep " + dir.path.string());
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_EQ(lines(r.out), 1) << r.out;
   // Without --layout, the table the sweep names (its copy of the sweep file).
   dir.write("results.jsonl", "{\"name\": \"a\"}\n");
   dir.write("sweep.yaml", "sweep: x\ntable: table3\nbase: b.yaml\n");
-  r = run_thx("table --sweep " + dir.path.string());
+  r = fork_thx("table --sweep " + dir.path.string());
   EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("Table 3 of the paper"), std::string::npos) << r.out;
   // A run that fills no row is named, in the table's notes and as a warning.
@@ -516,14 +519,44 @@ TEST(Cli, TableAndClaimsCommands) {
                            "and h·d_k / d_model, in every layer type for T5): a (no attention block).";
   EXPECT_NE(r.out.find("[table] " + left), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("\n" + left + "\n"), std::string::npos) << r.out;
-  EXPECT_EQ(run_thx("table").code, 2);
-  r = run_thx("table --layout costs --format csv");
+  EXPECT_EQ(fork_thx("table").code, 2);
+  r = fork_thx("table --layout costs --format csv");
   EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("2359296"), std::string::npos);
-  r = run_thx("claims --published");
+  r = fork_thx("claims --published");
   EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("| **fails** |"), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find("| **fails** |"), r.out.rfind("| **fails** |")) << "only the broader reading fails";
+}
+
+}  // namespace THX_FILE_ID
+}  // namespace
+}  // namespace thx::test
+
+namespace thx::test {
+namespace {
+namespace THX_FILE_ID {
+
+// The forked copies that the CLI tests run thx's command line in (cli/forked_cli.h) answer as the
+// binary does: the same exit code and the same output, byte for byte, for a refusal at parsing,
+// one in a command's own checks, help, a quoted word, and a benchmark that computes (the copy's
+// OpenMP is fresh, though this process has used its own first); a line with a redirection runs
+// the binary.
+TEST(Cli, AForkedCopyAnswersAsTheBinaryDoes) {
+  EXPECT_GT(torch::mm(torch::ones({256, 256}), torch::ones({256, 256})).sum().item<double>(), 0);  // (OpenMP used)
+  for (const char* args : {"bench attention --heads 7", "frobnicate", "costs --format html", "score --help",
+                           "'bench' attention --heads \"7\"", "--threads 1 costs --format csv",
+                           "bench attention --heads 7 > /dev/null"}) {
+    const RunResult copy = fork_thx(args), binary = run_thx(args);
+    EXPECT_EQ(copy.code, binary.code) << args;
+    EXPECT_EQ(copy.out, binary.out) << args;
+  }
+  const std::string bench =
+      "--threads 2 bench attention --heads 2 --d-model 16 --n 8 --batch 1 --reps 1 --no-reference";
+  const RunResult copy = fork_thx(bench), binary = run_thx(bench);
+  EXPECT_EQ(copy.code, 0) << copy.out;
+  EXPECT_EQ(binary.code, 0) << binary.out;
+  EXPECT_EQ(lines(copy.out), lines(binary.out)) << copy.out << "\n" << binary.out;
 }
 
 }  // namespace THX_FILE_ID
