@@ -22,7 +22,7 @@ namespace thx::test {
 // run_thx(args), in a copy of the helper. `args` are split into words as the shell would
 // (wordexp, no command substitution); a line the shell would do more with (a redirection, a
 // pipe, braces), or no helper, runs the thx binary instead. A copy still running after two
-// minutes is killed (code -1), as a hung process would be.
+// minutes is killed (code 137: SIGKILL, as the shell reports it), as a hung process would be.
 RunResult fork_thx(const std::string& args);
 // The helper's loop (thx_tests' main runs it where THX_TEST_ZYGOTE names its socket).
 int serve_forked_cli(int socket);
