@@ -23,7 +23,9 @@
 #                                         cores; build-cudacheck-<its version>/ (ignored). Only
 #                                         headers are used, so the verdict is the compiles': no
 #                                         library of that LibTorch is linked, and every symbol of
-#                                         it is unresolved. 2.10 and 2.14 passed (2026-11-30).
+#                                         it is unresolved. 2.10 and 2.14 passed (2026-11-30);
+#                                         2.14 again at ced899e, with the command line a
+#                                         library (thx_cli), in 686 s (2026-12-02).
 #
 # Exit 0 when the check passes; 1 with the failing lines; 2 where nvcc or the LibTorch is
 # missing, or given a second argument. CudaHostCode.* (the test suite) checks the host code under

@@ -557,6 +557,12 @@ TEST(Cli, AForkedCopyAnswersAsTheBinaryDoes) {
   EXPECT_EQ(copy.code, 0) << copy.out;
   EXPECT_EQ(binary.code, 0) << binary.out;
   EXPECT_EQ(lines(copy.out), lines(binary.out)) << copy.out << "\n" << binary.out;
+  // A copy that started its own binary (a sweep's runs are /proc/self/exe) would start this test
+  // binary with thx's words: refused, not taken for no test option and every test run.
+  const RunResult self =
+      run_command(std::filesystem::read_symlink("/proc/self/exe").string() + " pretrain --config x 2>&1");
+  EXPECT_EQ(self.code, 2) << self.out;
+  EXPECT_EQ(self.out.rfind("thx_tests: 'pretrain' is a thx command, not a test option", 0), 0u) << self.out;
 }
 
 }  // namespace THX_FILE_ID
