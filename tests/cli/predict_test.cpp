@@ -8,6 +8,7 @@
 #include <functional>
 #include <sstream>
 
+#include "cli/forked_cli.h"
 #include "common/fs.h"
 #include "data/tokenizer.h"
 #include "eval/eval_fixtures.h"
@@ -31,10 +32,10 @@ void expect_predict_equals_eval(bool albert) {
   FinetuneFixture s;
   make_finetune_fixture(s, albert);
   const std::string ft = s.dir.file("ft");
-  RunResult r = run_thx("--threads 1 finetune --config " + s.config + " --out " + ft +
+  RunResult r = fork_thx("--threads 1 finetune --config " + s.config + " --out " + ft +
                         " --set finetune.steps=20 --set finetune.eval_every=20 --set checkpoint.every=20");
   ASSERT_EQ(r.code, 0) << r.out;
-  r = run_thx("--threads 1 eval --config " + s.config + " --set finetune.eval_examples=0 --checkpoint " + ft +
+  r = fork_thx("--threads 1 eval --config " + s.config + " --set finetune.eval_examples=0 --checkpoint " + ft +
               " --out " + s.dir.file("ev"));
   ASSERT_EQ(r.code, 0) << r.out;
   const auto tsv = split_lines(read_file(s.dir.file("ev/SST-2.tsv")));  // "index\tprediction"
@@ -43,7 +44,7 @@ void expect_predict_equals_eval(bool albert) {
   std::string input;
   for (size_t i = 1; i < dev.size(); ++i) input += dev[i].substr(0, dev[i].find('\t')) + "\n";
   const std::string in = s.dir.write("sentences.txt", input);
-  r = run_thx("--threads 1 --log-level warn predict --config " + s.config + " --task sst2 --checkpoint " + ft +
+  r = fork_thx("--threads 1 --log-level warn predict --config " + s.config + " --task sst2 --checkpoint " + ft +
               " --input " + in);
   ASSERT_EQ(r.code, 0) << r.out;
   const auto got = split_lines(r.out);
@@ -59,48 +60,48 @@ void expect_predict_equals_eval(bool albert) {
     }
   }
   // --out writes the same lines to a file.
-  r = run_thx("--log-level warn predict --config " + s.config + " --task sst2 --checkpoint " + ft + " --input " + in +
+  r = fork_thx("--log-level warn predict --config " + s.config + " --task sst2 --checkpoint " + ft + " --input " + in +
               " --out " + s.dir.file("p.txt"));
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_EQ(split_lines(read_file(s.dir.file("p.txt"))), got);
   if (albert) {  // bad input: one line, exit 2, nothing written
     const std::string two = s.dir.write("two.txt", "a\tb\n");
-    r = run_thx("predict --config " + s.config + " --task sst2 --checkpoint " + ft + " --input " + two + " --out " +
+    r = fork_thx("predict --config " + s.config + " --task sst2 --checkpoint " + ft + " --input " + two + " --out " +
                 s.dir.file("q.txt"));
     EXPECT_EQ(r.code, 2) << r.out;
     EXPECT_EQ(r.out, "thx: error: " + two + ":1: task sst2 takes 1 tab-separated field (sentence), this line has 2\n");
     EXPECT_FALSE(std::filesystem::exists(s.dir.file("q.txt")));
-    r = run_thx("predict --config " + s.config + " --task copa --checkpoint " + ft + " --input " + two);
+    r = fork_thx("predict --config " + s.config + " --task copa --checkpoint " + ft + " --input " + two);
     EXPECT_EQ(r.code, 2) << r.out;
     EXPECT_NE(r.out.find("predict --task copa: its examples need more than text fields; thx predict takes cola, "),
               std::string::npos) << r.out;
   } else {  // the pretrained T5 fills the spans of each line
     const std::string spans = s.dir.write("spans.txt", "the model <extra_id_0> to each other\nheads <extra_id_0>\n");
-    r = run_thx("--log-level warn predict --checkpoint " + s.dir.file("pretrained") + " --input " + spans +
+    r = fork_thx("--log-level warn predict --checkpoint " + s.dir.file("pretrained") + " --input " + spans +
                 " --max-length 6");
     EXPECT_EQ(r.code, 0) << r.out;
     EXPECT_EQ(split_lines(r.out).size(), 2u) << r.out;
-    r = run_thx("predict --checkpoint " + s.dir.file("pretrained") + " --input " + spans + " --task sst2");
+    r = fork_thx("predict --checkpoint " + s.dir.file("pretrained") + " --input " + spans + " --task sst2");
     EXPECT_EQ(r.code, 2) << r.out;
-    r = run_thx("predict --checkpoint " + s.dir.file("pretrained") + " --input " + spans + " --out " +
+    r = fork_thx("predict --checkpoint " + s.dir.file("pretrained") + " --input " + spans + " --out " +
                 s.dir.file("missing/p.txt"));
     EXPECT_EQ(r.code, 2) << r.out;
     EXPECT_EQ(r.out, "thx: error: --out " + s.dir.file("missing/p.txt") + ": directory " + s.dir.file("missing") +
                          " does not exist\n");
     const std::string past = s.dir.write("past.txt", "fine <extra_id_99>\nheads <extra_id_100> here\n");
-    r = run_thx("predict --checkpoint " + s.dir.file("pretrained") + " --input " + past);
+    r = fork_thx("predict --checkpoint " + s.dir.file("pretrained") + " --input " + past);
     EXPECT_EQ(r.code, 2) << r.out;
     EXPECT_EQ(r.out, "thx: error: " + past + ":2: <extra_id_100>: sentinels go from 0 to 99\n");
     // A line that is not UTF-8 is refused (as Python's open() would); a line longer than the
     // pretraining inputs is cut, and the user told which.
     const std::string bad = s.dir.write("bad.txt", "fine <extra_id_0>\nheads \xff\xfe <extra_id_0>\n");
-    r = run_thx("predict --checkpoint " + s.dir.file("pretrained") + " --input " + bad);
+    r = fork_thx("predict --checkpoint " + s.dir.file("pretrained") + " --input " + bad);
     EXPECT_EQ(r.code, 2) << r.out;
     EXPECT_EQ(r.out, "thx: error: " + bad + ":2: not valid UTF-8; thx predict reads UTF-8 text\n");
     std::string words;
     for (int i = 0; i < 400; ++i) words += "heads talk ";
     const std::string long_line = s.dir.write("long.txt", "fine <extra_id_0>\n" + words + "<extra_id_0>\n");
-    r = run_thx("predict --checkpoint " + s.dir.file("pretrained") + " --input " + long_line + " --max-length 4");
+    r = fork_thx("predict --checkpoint " + s.dir.file("pretrained") + " --input " + long_line + " --max-length 4");
     EXPECT_EQ(r.code, 0) << r.out;
     EXPECT_NE(r.out.find(long_line + ": 1 line is longer than the "), std::string::npos) << r.out;
     EXPECT_NE(r.out.find("cut to its first "), std::string::npos) << r.out;
@@ -122,7 +123,7 @@ RunResult finetune_with_cuts(const FinetuneFixture& s, int64_t length,
   }
   EXPECT_GT(counts->first, 0) << "no input this long: the test would not test";
   EXPECT_LT(counts->first, 400) << "every input this long: the test would not tell cut from all";
-  return run_thx("--threads 1 finetune --config " + s.config + " --out " + s.dir.file("ft") +
+  return fork_thx("--threads 1 finetune --config " + s.config + " --out " + s.dir.file("ft") +
                  " --set finetune.inputs_length=" + std::to_string(length) +
                  " --set finetune.steps=2 --set finetune.eval_every=2 --set checkpoint.every=2"
                  " --set finetune.max_train_examples=0 --set finetune.eval_examples=0" + more_sets);
@@ -258,7 +259,7 @@ TEST(FinetuneCuts, SquadsQuestionsAndRacesOptionsAreCountedInOneRun) {
     EXPECT_GT(n, 0) << "nothing cut: the test would not test";
     EXPECT_LT(n, of) << "everything cut: the test would not tell cut from all";
   }
-  const RunResult r = run_thx("--threads 1 finetune --config " + s.config + " --out " + s.dir.file("ft2") +
+  const RunResult r = fork_thx("--threads 1 finetune --config " + s.config + " --out " + s.dir.file("ft2") +
                               " --set finetune.tasks=[squad11,race] --set finetune.inputs_length=32"
                               " --set finetune.steps=2 --set finetune.eval_every=2 --set checkpoint.every=2"
                               " --set finetune.max_train_examples=0 --set finetune.eval_examples=0");

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "experiments/cost_table.h"
+#include "cli/forked_cli.h"
 #include "test_util.h"
 
 namespace thx {
@@ -41,18 +42,18 @@ TEST(Costs, PrintedMultipliesFromTheFormulas) {
 }
 
 TEST(Costs, CommandPrintsEveryFormat) {
-  auto r = test::run_thx("costs");
+  auto r = test::fork_thx("costs");
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("| talking-heads      |  24 |  24 |  24 |  32 |  32 |  2360448 |    1.913e9"),
             std::string::npos) << r.out;
-  r = test::run_thx("costs --format csv");
+  r = test::fork_thx("costs --format csv");
   ASSERT_EQ(r.code, 0);
   EXPECT_NE(r.out.find("general bilinear ²,,12,,,,14155776,7650410496,1.10,="), std::string::npos)
       << r.out;
-  r = test::run_thx("costs --format latex");
+  r = test::fork_thx("costs --format latex");
   ASSERT_EQ(r.code, 0);
   EXPECT_NE(r.out.find("$2.819\\cdot 10^{9}$"), std::string::npos) << r.out;
-  r = test::run_thx("costs --tables /nonexistent.csv");
+  r = test::fork_thx("costs --tables /nonexistent.csv");
   EXPECT_EQ(r.code, 2);
   EXPECT_EQ(r.out, "thx: error: /nonexistent.csv: cannot read file\n");
 }
