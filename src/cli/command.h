@@ -2,7 +2,7 @@
 //
 // Each subcommand lives in its own cmd_*.cpp: it declares its flags on a CLI11 subcommand,
 // and run() only validates, builds and calls into experiments/training/eval. Bad input
-// throws InputError (exit 2, one line); main() owns the error reporting.
+// throws InputError (exit 2, one line); cli_main (cli.cpp) owns the error reporting.
 #pragma once
 #include <CLI/CLI.hpp>
 
@@ -27,7 +27,7 @@ struct Command {
 
 std::unique_ptr<Command> make_costs_command(CLI::App& parent);
 std::unique_ptr<Command> make_probe_command(CLI::App& parent);
-// `thx bench attention` and `thx bench train`, added to the `bench` group main() creates.
+// `thx bench attention` and `thx bench train`, added to the `bench` group cli_main creates.
 std::unique_ptr<Command> make_bench_attention_command(CLI::App& bench);
 std::unique_ptr<Command> make_bench_train_command(CLI::App& bench);
 std::unique_ptr<Command> make_spm_train_command(CLI::App& parent);
