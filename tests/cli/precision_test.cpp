@@ -19,6 +19,7 @@
 #include <regex>
 #include <string>
 
+#include "cli/forked_cli.h"
 #include "common/fs.h"
 #include "common/precision.h"
 #include "eval/eval_fixtures.h"
@@ -34,7 +35,7 @@ TEST(Precision, BadValuesAreOneLineNamingTheKey) {
   const PretrainConfig c = tiny_pretrain(prepared_corpus(dir), 2);
   const std::string run = " pretrain --config " + dir.write("run.yaml", c.yaml) + " --run-dir " + dir.file("run");
   for (const char* set : {"train.precision=fp16", "eval.precision=half"}) {
-    const RunResult r = run_thx(run + " --set " + set);
+    const RunResult r = fork_thx(run + " --set " + set);
     EXPECT_EQ(r.code, 2) << r.out;
     EXPECT_EQ(lines(r.out), 1) << r.out;
     const std::string key = std::string(set).substr(0, std::string(set).find('='));
@@ -118,9 +119,9 @@ TEST(Precision, KilledBf16RunResumesBitForBit) {
       return "--threads 1 --log-level warn pretrain --config " + cfg + " --run-dir " + dir.file(run) +
              " --set train.precision=bf16";
     };
-    ASSERT_EQ(run_thx(args("straight")).code, 0);
+    ASSERT_EQ(fork_thx(args("straight")).code, 0);
     ASSERT_TRUE(kill_thx_when_exists(args("killed"), checkpoint_path(dir.file("killed/checkpoints"), 5)));
-    const RunResult r = run_thx(args("killed") + " --resume");
+    const RunResult r = fork_thx(args("killed") + " --resume");
     ASSERT_EQ(r.code, 0) << r.out;
     const Checkpoint a = load_checkpoint(checkpoint_path(dir.file("straight/checkpoints"), 60));
     const Checkpoint b = load_checkpoint(checkpoint_path(dir.file("killed/checkpoints"), 60));
@@ -132,7 +133,7 @@ TEST(Precision, KilledBf16RunResumesBitForBit) {
     for (const auto& [k, v] : a.optimizer) EXPECT_TRUE(torch::equal(v, b.optimizer.at(k))) << k;
     EXPECT_EQ(a.stream.example, b.stream.example);
     // And it did run in bf16: the fp32 run of the same config ends elsewhere.
-    ASSERT_EQ(run_thx(args("fp32") + " --set train.precision=fp32").code, 0);
+    ASSERT_EQ(fork_thx(args("fp32") + " --set train.precision=fp32").code, 0);
     const Checkpoint f = load_checkpoint(checkpoint_path(dir.file("fp32/checkpoints"), 60));
     int differ = 0;
     for (const auto& [k, v] : a.params) differ += !torch::equal(v, f.params.at(k));
@@ -146,13 +147,14 @@ TEST(Precision, ResumeAtAnotherPrecisionNeedsAllowConfigChange) {
   PretrainConfig c = tiny_pretrain(prepared_corpus(dir), 5);
   const std::string cfg = dir.write("run.yaml", c.yaml);
   const std::string run = "--threads 1 --log-level warn pretrain --config " + cfg + " --run-dir " + dir.file("run");
-  ASSERT_EQ(run_thx(run).code, 0);
-  RunResult r = run_thx(run + " --resume --set train.steps=10 --set train.precision=bf16 --allow-config-change train.steps");
+  ASSERT_EQ(fork_thx(run).code, 0);
+  RunResult r =
+      fork_thx(run + " --resume --set train.steps=10 --set train.precision=bf16 --allow-config-change train.steps");
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_EQ(lines(r.out), 1) << r.out;
   EXPECT_NE(r.out.find("train.precision"), std::string::npos) << r.out;
   EXPECT_FALSE(fs::exists(checkpoint_path(dir.file("run/checkpoints"), 10)));
-  r = run_thx(run + " --resume --set train.steps=10 --set train.precision=bf16 --allow-config-change train.steps "
+  r = fork_thx(run + " --resume --set train.steps=10 --set train.precision=bf16 --allow-config-change train.steps "
                     "train.precision");
   EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_TRUE(fs::exists(checkpoint_path(dir.file("run/checkpoints"), 10)));
@@ -179,17 +181,17 @@ TEST(Precision, FineTuningInBf16) {
     make_finetune_fixture(s, albert);
     const std::string base = "--threads 1 --log-level warn finetune --config " + s.config + " --out ";
     for (const char* bad : {"finetune.precision=fp8", "finetune.eval_precision=int8"}) {
-      const RunResult r = run_thx(base + s.dir.file("bad") + " --set " + bad);
+      const RunResult r = fork_thx(base + s.dir.file("bad") + " --set " + bad);
       EXPECT_EQ(r.code, 2) << r.out;
       EXPECT_EQ(lines(r.out), 1) << r.out;
       EXPECT_NE(r.out.find(std::string(bad).substr(0, std::string(bad).find('=')) + ": '"), std::string::npos) << r.out;
       EXPECT_FALSE(fs::exists(s.dir.file("bad")));
     }
-    const RunResult r = run_thx(base + s.dir.file("bf16") + " --set finetune.precision=bf16");
+    const RunResult r = fork_thx(base + s.dir.file("bf16") + " --set finetune.precision=bf16");
     ASSERT_EQ(r.code, 0) << r.out;
     const std::string record = read_file(s.dir.file("bf16/sst2.json"));
     EXPECT_NE(record.find("\"finished\": true"), std::string::npos) << record;
-    ASSERT_EQ(run_thx(base + s.dir.file("fp32")).code, 0);
+    ASSERT_EQ(fork_thx(base + s.dir.file("fp32")).code, 0);
     EXPECT_NE(read_file(s.dir.file("fp32/" + s.final_params)), read_file(s.dir.file("bf16/" + s.final_params)))
         << "bf16 fine-tuning must differ from fp32";
   }

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "cli/forked_cli.h"
 #include "common/error.h"
 #include "common/fs.h"
 #include "common/h5.h"
@@ -95,12 +96,12 @@ struct TinyRun {
 
 TEST(CheckpointFaults, ResumeFallsBackToTheCheckpointBeforeAFlippedOne) {
   TinyRun t;
-  ASSERT_EQ(run_thx(t.args("whole")).code, 0);
-  ASSERT_EQ(run_thx(t.args("hurt")).code, 0);
+  ASSERT_EQ(fork_thx(t.args("whole")).code, 0);
+  ASSERT_EQ(fork_thx(t.args("hurt")).code, 0);
   const std::string ck = t.dir.file("hurt/checkpoints");
   fs::remove(checkpoint_path(ck, 6));                   // as if killed before step 6 was saved
   flip(checkpoint_path(ck, 4), int64_t(fs::file_size(checkpoint_path(ck, 4))) / 2);  // and step 4 rotted
-  const RunResult r = run_thx(t.args("hurt", "--resume"));
+  const RunResult r = fork_thx(t.args("hurt", "--resume"));
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find(checkpoint_path(ck, 4) + ": checksum mismatch"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("moved aside to " + checkpoint_path(ck, 4) + ".corrupt; resuming from the checkpoint before "
@@ -112,10 +113,10 @@ TEST(CheckpointFaults, ResumeFallsBackToTheCheckpointBeforeAFlippedOne) {
 
 TEST(CheckpointFaults, EveryCheckpointUnreadableIsOneLineAndMovesNothing) {
   TinyRun t;
-  ASSERT_EQ(run_thx(t.args("hurt", "--set train.steps=2")).code, 0);
+  ASSERT_EQ(fork_thx(t.args("hurt", "--set train.steps=2")).code, 0);
   const std::string ck = checkpoint_path(t.dir.file("hurt/checkpoints"), 2);
   flip(ck, 700);
-  const RunResult r = run_thx(t.args("hurt", "--set train.steps=2 --resume"));
+  const RunResult r = fork_thx(t.args("hurt", "--set train.steps=2 --resume"));
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_LE(lines(r.out), 2) << r.out;  // the model's one-line summary, then the error
   EXPECT_NE(r.out.find("thx: error: " + ck + ": checksum mismatch"), std::string::npos) << r.out;
@@ -125,8 +126,8 @@ TEST(CheckpointFaults, EveryCheckpointUnreadableIsOneLineAndMovesNothing) {
 
 TEST(CheckpointFaults, AFullDiskWhileCheckpointingIsOneLineAndResumes) {
   TinyRun t;
-  ASSERT_EQ(run_thx(t.args("whole")).code, 0);
-  ASSERT_EQ(run_thx(t.args("full")).code, 0);
+  ASSERT_EQ(fork_thx(t.args("whole")).code, 0);
+  ASSERT_EQ(fork_thx(t.args("full")).code, 0);
   const std::string ck = t.dir.file("full/checkpoints");
   fs::remove(checkpoint_path(ck, 4)), fs::remove(checkpoint_path(ck, 6));  // as if stopped after step 2
   const std::string before = read_file(checkpoint_path(ck, 2));
@@ -151,7 +152,7 @@ TEST(CheckpointFaults, AFullDiskWhileCheckpointingIsOneLineAndResumes) {
   const std::string none =
       "; nothing was replaced; there is no earlier checkpoint in " + t.dir.file("first/checkpoints");
   EXPECT_NE(first.out.find(none + " (free some space, then run again)\n"), std::string::npos) << first.out;
-  const RunResult again = run_thx(t.args("full", "--resume"));
+  const RunResult again = fork_thx(t.args("full", "--resume"));
   ASSERT_EQ(again.code, 0) << again.out;
   EXPECT_TRUE(same_params(checkpoint_path(ck, 6), checkpoint_path(t.dir.file("whole/checkpoints"), 6), 0));
 }

@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include "cli/forked_cli.h"
 #include "common/error.h"
 #include "common/fs.h"
 #include "training/checkpoint.h"
@@ -126,9 +127,9 @@ TEST(RunDirectory, ResumeWithAChangedConfigIsRefusedUnlessAllowed) {
   const std::string cfg = dir.write("run.yaml", to_yaml(tiny_pretrain(prep, 5)));
   const std::string run = dir.file("run");
   const std::string base = fmt::format("--log-level warn pretrain --config {} --run-dir {}", cfg, run);
-  ASSERT_EQ(run_thx(base).code, 0);
+  ASSERT_EQ(fork_thx(base).code, 0);
   const std::string stored = read_file(run + "/config.yaml");
-  const auto changed = run_thx(base + " --resume --set model.d_ff=128 --set train.steps=8");
+  const auto changed = fork_thx(base + " --resume --set model.d_ff=128 --set train.steps=8");
   EXPECT_EQ(changed.code, 2) << changed.out;
   EXPECT_EQ(lines(changed.out), 1) << changed.out;
   EXPECT_NE(changed.out.find("model.d_ff (64 -> 128)"), std::string::npos) << changed.out;
@@ -136,19 +137,19 @@ TEST(RunDirectory, ResumeWithAChangedConfigIsRefusedUnlessAllowed) {
   EXPECT_EQ(read_file(run + "/config.yaml"), stored);
   EXPECT_EQ(list_checkpoints(run + "/checkpoints").back(), checkpoint_path(run + "/checkpoints", 5));
   // Allowed: the run goes on to step 8 and the change is on record.
-  const auto allowed = run_thx(base + " --resume --set train.steps=8 --allow-config-change train.steps");
+  const auto allowed = fork_thx(base + " --resume --set train.steps=8 --allow-config-change train.steps");
   ASSERT_EQ(allowed.code, 0) << allowed.out;
   EXPECT_EQ(list_checkpoints(run + "/checkpoints").back(), checkpoint_path(run + "/checkpoints", 8));
   const std::string record = read_file(run + "/config_changes.jsonl");
   EXPECT_NE(record.find("\"train.steps\":{\"from\":\"5\",\"to\":\"8\"}"), std::string::npos) << record;
   EXPECT_NE(read_file(run + "/config.yaml").find("steps: 8"), std::string::npos);
   // Resuming with the same config again needs no flag.
-  EXPECT_EQ(run_thx(base + " --resume --set train.steps=8").code, 0);
+  EXPECT_EQ(fork_thx(base + " --resume --set train.steps=8").code, 0);
   // The flag is for resuming, and names keys that exist: each mistake is one line, exit 2.
   for (const auto& [args, says] : std::vector<std::pair<std::string, std::string>>{
            {" --set train.steps=8 --allow-config-change train.steps", "only with --resume"},
            {" --resume --set train.steps=9 --allow-config-change trian.steps", "trian.steps: not a key or block"}}) {
-    const auto r = run_thx(base + args);
+    const auto r = fork_thx(base + args);
     EXPECT_EQ(r.code, 2) << args << "\n" << r.out;
     EXPECT_EQ(lines(r.out), 1) << r.out;
     EXPECT_NE(r.out.find(says), std::string::npos) << r.out;
