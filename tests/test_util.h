@@ -136,10 +136,16 @@ inline std::string test_python() {
   return p && *p ? p : "/usr/bin/python3";
 }
 
-// Run a shell command line, capturing stdout and stderr together.
-inline RunResult run_command(const std::string& cmd) {
+// The thread-pool environment thx would re-execute itself for (common/runtime.h), set unless it
+// is: the thx processes and forked copies (cli/forked_cli.h) the tests start then need no re-exec.
+inline void set_thread_environment() {
   setenv("OMP_WAIT_POLICY", "PASSIVE", 0);
   setenv("OPENBLAS_THREAD_TIMEOUT", "4", 0);
+}
+
+// Run a shell command line, capturing stdout and stderr together.
+inline RunResult run_command(const std::string& cmd) {
+  set_thread_environment();
   RunResult r;
   FILE* p = popen(cmd.c_str(), "r");
   if (!p) return r;

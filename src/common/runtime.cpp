@@ -20,6 +20,7 @@
 #include <fstream>
 #include <sstream>
 #include <thread>
+#include <initializer_list>
 #include <utility>
 #include <vector>
 
@@ -298,11 +299,15 @@ const char* openblas_core_for(const std::string& detected, bool avx512, bool avx
 }
 
 const char* openblas_core_leaves_unused(const std::string& core, bool avx512, bool avx2) {
-  static const char* const kAvx512[] = {"SkylakeX", "Cooperlake", "SapphireRapids"};
-  bool uses_avx512 = false;
-  for (const char* k : kAvx512) uses_avx512 = uses_avx512 || ::strcasecmp(core.c_str(), k) == 0;
-  if (avx512 && !uses_avx512) return "AVX-512";
-  return avx2 && before_avx(core) ? "AVX2" : nullptr;
+  const auto named = [&](std::initializer_list<const char*> names) {
+    for (const char* k : names)
+      if (::strcasecmp(core.c_str(), k) == 0) return true;
+    return false;
+  };
+  if (avx512 && !named({"SkylakeX", "Cooperlake", "SapphireRapids"})) return "AVX-512";
+  // The cores with AVX but not AVX2: Intel's Sandy Bridge, AMD's Bulldozer family to Steamroller.
+  const bool before_avx2 = before_avx(core) || named({"Sandybridge", "Bulldozer", "Piledriver", "Steamroller"});
+  return avx2 && before_avx2 ? "AVX2" : nullptr;
 }
 
 namespace {

@@ -111,7 +111,8 @@ void reexec_for_openblas_kernels();
 const char* openblas_core_for(const std::string& detected, bool avx512, bool avx2);
 // The vector units OpenBLAS's `core` kernels leave unused on a CPU with them: "AVX-512" where the
 // CPU has it and the core is not SkylakeX, Cooperlake or SapphireRapids; "AVX2" where the CPU has
-// AVX2 and FMA and the core is one before AVX; else nullptr.
+// AVX2 and FMA and the core is one before AVX2 (before AVX, Sandybridge, Bulldozer, Piledriver,
+// Steamroller); else nullptr.
 const char* openblas_core_leaves_unused(const std::string& core, bool avx512, bool avx2);
 // The BLAS behind LibTorch's fp32 CPU matmuls, as bench headers and provenance name it:
 // "OpenBLAS SkylakeX kernels", with "(OPENBLAS_CORETYPE=SkylakeX: OpenBLAS took this CPU for a

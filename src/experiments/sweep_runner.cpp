@@ -266,10 +266,12 @@ void print_dry_run(const Sweep& sweep, const std::vector<Planned>& plan, const s
   const std::map<std::string, double> share = {{"fp32", 0.5}, {"bf16", 0.3}};
   double seconds = 0;
   std::string at;
-  static std::map<std::string, double> peaks;  // measured once a process (a test dry-runs many sweeps)
+  // Measured once a process per precision and thread count (a test dry-runs many sweeps).
+  static std::map<std::pair<std::string, int64_t>, double> peaks;
   for (const auto& [precision, flops] : left) {
-    if (!peaks.count(precision)) peaks[precision] = matmul_peak_gflops(1024, 3, precision) * 1e9;
-    const double peak = peaks.at(precision);
+    const std::pair<std::string, int64_t> key{precision, int64_t(torch::get_num_threads())};
+    if (!peaks.count(key)) peaks[key] = matmul_peak_gflops(1024, 3, precision) * 1e9;
+    const double peak = peaks.at(key);
     seconds += flops / (share.at(precision) * peak);
     at += fmt::format("{}{:.0f}% of this machine's {} matmul peak ({:.0f} GFLOP/s)", at.empty() ? "" : " and ",
                       100 * share.at(precision), precision, peak / 1e9);

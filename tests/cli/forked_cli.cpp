@@ -172,8 +172,7 @@ RunResult fork_thx(const std::string& args) {
   ::wordfree(&words);
   const int socket = forked_cli::helper_socket();
   if (socket < 0) return run_thx(args);
-  setenv("OMP_WAIT_POLICY", "PASSIVE", 0);  // as run_command
-  setenv("OPENBLAS_THREAD_TIMEOUT", "4", 0);
+  set_thread_environment();  // (test_util.h)
   std::vector<std::string> env;
   for (char** e = environ; *e; ++e) env.push_back(*e);
   char out[] = "/tmp/thx-forked-XXXXXX";

@@ -199,10 +199,11 @@ TEST(Provenance, ACoretypeThatLeavesVectorUnitsUnusedIsNamed) {
     EXPECT_STREQ(openblas_core_leaves_unused(core, true, true), "AVX-512") << core;
   for (const char* core : {"SkylakeX", "SKYLAKEX", "Cooperlake", "SapphireRapids"})
     EXPECT_EQ(openblas_core_leaves_unused(core, true, true), nullptr) << core;
-  for (const char* core : {"Prescott", "Nehalem", "Core2", "Unknown"})
+  for (const char* core : {"Prescott", "Nehalem", "Core2", "Unknown", "Sandybridge", "Piledriver"})
     EXPECT_STREQ(openblas_core_leaves_unused(core, false, true), "AVX2") << core;
-  for (const char* core : {"Haswell", "Zen", "Sandybridge"})  // AVX or AVX2 kernels on an AVX2 CPU
+  for (const char* core : {"Haswell", "Zen", "Excavator"})  // AVX2 kernels on an AVX2 CPU
     EXPECT_EQ(openblas_core_leaves_unused(core, false, true), nullptr) << core;
+  EXPECT_EQ(openblas_core_leaves_unused("Sandybridge", false, false), nullptr);  // an AVX CPU's own
   EXPECT_EQ(openblas_core_leaves_unused("Prescott", false, false), nullptr);  // nothing it could use
 }
 
