@@ -1,10 +1,13 @@
 // The README stays true: every YAML config snippet in it is a valid config that builds its
 // layer at T5-base width and is one of configs/attention/*.yaml, its sweep snippet expands,
-// and .ci/run runs the README's test command.
+// .ci/run runs the README's test command, the suite's size it states is the suite's, and its
+// complexity budget states what src/ is: its files' limit (functions' in function_length_test.cpp)
+// and how many lines src/ holds, within a tenth.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <regex>
@@ -15,6 +18,7 @@
 #include "common/config_tree.h"
 #include "common/fs.h"
 #include "experiments/sweep.h"
+#include "test_util.h"
 
 namespace thx {
 namespace {
@@ -80,6 +84,97 @@ TEST(Readme, CiRunsTheReadmeTestCommand) {
   EXPECT_NE(m[1].str().find("quickstart.sh"), std::string::npos);
   EXPECT_NE(m[2].str().find("ctest"), std::string::npos);
   EXPECT_NE(slurp(root + "/.ci/run").find("sed -n 2p"), std::string::npos);
+}
+
+// The number that `pattern`'s group matches in the README (digits with thousands commas; lines
+// joined by spaces), or -1 where it matches nothing.
+int64_t number_in(const std::string& markdown, const std::string& pattern) {
+  std::string text = markdown;
+  std::replace(text.begin(), text.end(), '\n', ' ');
+  std::smatch m;
+  if (!std::regex_search(text, m, std::regex(pattern))) return -1;
+  std::string digits = m[1].str();
+  digits.erase(std::remove(digits.begin(), digits.end(), ','), digits.end());
+  return std::stoll(digits);
+}
+
+// "The tests are N unit tests run as P processes, ... E CTest entries in all": N is this binary's
+// tests, E the default suite's CTest entries (`-LE slow`, as CI runs it), P those that run a
+// gtest suite ("Suite.*", and "Suite.* descending" for the emulated ones).
+TEST(Readme, StatesTheSuitesSizeAsItIs) {
+  const std::string readme = slurp(std::string(THX_SOURCE_DIR) + "/README.md");
+  const int64_t tests = ::testing::UnitTest::GetInstance()->total_test_count();
+  EXPECT_EQ(number_in(readme, "The tests are ([0-9,]+) unit tests"), tests) << "README.md, \"Tests\": the unit tests";
+  const auto listed = test::run_command("ctest --test-dir " THX_BUILD_DIR " -N -LE slow 2>&1");
+  ASSERT_EQ(listed.code, 0) << listed.out;
+  int64_t entries = -1, suites = 0;
+  std::smatch m;
+  if (std::regex_search(listed.out, m, std::regex("Total Tests: ([0-9]+)"))) entries = std::stoll(m[1].str());
+  std::istringstream lines(listed.out);
+  for (std::string line; std::getline(lines, line);)
+    suites += line.find("Test") != std::string::npos && line.find(".*") != std::string::npos;
+  EXPECT_GT(entries, 0) << listed.out;
+  EXPECT_EQ(number_in(readme, "unit tests run as ([0-9,]+) processes"), suites) << "README.md: the gtest processes";
+  EXPECT_EQ(number_in(readme, "([0-9,]+) CTest entries in all"), entries) << "README.md, \"Tests\": the CTest entries";
+  EXPECT_EQ(number_in("no such sentence", "The tests are ([0-9,]+) unit tests"), -1);
+}
+
+namespace fs = std::filesystem;
+
+struct SourceFile {
+  std::string path;
+  int64_t lines = 0;
+};
+
+// Every C++ and CUDA file under `dir`, with its count of lines, longest first.
+std::vector<SourceFile> source_files(const fs::path& dir) {
+  std::vector<SourceFile> out;
+  for (const auto& e : fs::recursive_directory_iterator(dir)) {
+    const std::string ext = e.path().extension().string();
+    if (!e.is_regular_file() || (ext != ".cpp" && ext != ".h" && ext != ".cu" && ext != ".cuh")) continue;
+    std::ifstream in(e.path());
+    const auto n = std::count(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>(), '\n');
+    out.push_back({e.path().lexically_relative(dir).string(), n});
+  }
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.lines > b.lines; });
+  return out;
+}
+
+// "path (N lines)" of each file over `limit` lines.
+std::vector<std::string> over(const std::vector<SourceFile>& files, int64_t limit) {
+  std::vector<std::string> out;
+  for (const auto& f : files)
+    if (f.lines > limit) out.push_back(f.path + " (" + std::to_string(f.lines) + " lines)");
+  return out;
+}
+
+TEST(Readme, NoSourceFileIsLongerThanItsBudgetSays) {
+  const std::string readme = slurp(std::string(THX_SOURCE_DIR) + "/README.md");
+  const int64_t limit = number_in(readme, "No source file is over ([0-9,]+) lines");
+  ASSERT_GT(limit, 0) << "README.md, \"Complexity budget\": no \"No source file is over N lines\"";
+  EXPECT_EQ(over(source_files(fs::path(THX_SOURCE_DIR) / "src"), limit), std::vector<std::string>{})
+      << "README.md's limit is " << limit << " lines a file";
+  EXPECT_EQ(number_in(readme, "and no function over ([0-9,]+)"), 80) << "function_length_test.cpp's limit";
+}
+
+TEST(Readme, ItsCountOfSrcIsWithinATenth) {
+  const std::string readme = slurp(std::string(THX_SOURCE_DIR) + "/README.md");
+  const int64_t said = number_in(readme, "`src/` is about ([0-9,]+) lines");
+  ASSERT_GT(said, 0) << "README.md, \"Complexity budget\": no \"`src/` is about N lines\"";
+  int64_t lines = 0;
+  for (const auto& f : source_files(fs::path(THX_SOURCE_DIR) / "src")) lines += f.lines;
+  EXPECT_LE(std::abs(lines - said) * 10, said) << "README.md says src/ is about " << said << " lines; it is " << lines;
+}
+
+TEST(Readme, TheBudgetChecksFindALongFileAndCountEveryKind) {
+  const test::TempDir dir;
+  fs::create_directories(dir.path / "a");
+  std::ofstream(dir.file("a/long.cu")) << std::string(651, '\n');
+  std::ofstream(dir.file("short.h")) << std::string(650, '\n');
+  std::ofstream(dir.file("notes.md")) << std::string(900, '\n');
+  const auto files = source_files(dir.path);
+  ASSERT_EQ(files.size(), 2u);
+  EXPECT_EQ(over(files, 650), std::vector<std::string>{"a/long.cu (651 lines)"});
 }
 
 }  // namespace THX_FILE_ID
