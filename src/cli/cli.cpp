@@ -224,19 +224,9 @@ int thx::cli_main(int argc, char** argv) {
   std::string th_path = "tiled";
   CLI::Option* th_path_option =
       app.add_option("--th-path", th_path, "on a GPU, the talking-heads family's path: tiled (blocks of query rows, "
-                                           "cuBLAS's products, thx's row kernels between them where built, bf16 "
-                                           "mixings on tensor cores: the default) | tiled-fma (the same, the row "
-                                           "kernels' mixings as fp32 FMAs) | tiled-aten (the same, ATen between "
-                                           "them) | tiled-gemm (the same in the operands' dtype: bf16 mixings as "
-                                           "cuBLAS products, the bias, mask and softmax in one launch of thx's "
-                                           "softmax kernel where built) | flash (bf16 as flash-style kernels on "
-                                           "tensor cores, forward and backward, else tiled) | fused (thx's fused "
-                                           "CUDA kernels where built, else tiled) | folded (the mixings folded "
-                                           "into Q and V: cuBLAS's large products, the weights kept) | gemm "
-                                           "(heads-major, the mixings as cuBLAS products in the operands' dtype, "
-                                           "the bias, mask and softmax in one launch of thx's softmax kernel where "
-                                           "built, the weights kept) | gemm-aten (the same, ATen's softmax) | "
-                                           "batched (ATen, every [b,h,n,m] tensor kept)")
+                                           "cuBLAS's products, thx's row kernels between them: the default), flash "
+                                           "(nothing of size [b,h,n,m] kept: the least memory) or another, each "
+                                           "described in docs/gpu.md, \"Talking-heads paths\"")
       ->check(CLI::IsMember({"fused", "tiled", "tiled-fma", "tiled-aten", "tiled-gemm", "flash", "folded", "gemm",
                              "gemm-aten", "batched"}))
       ->capture_default_str();

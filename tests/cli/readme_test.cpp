@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <regex>
+#include <set>
 #include <sstream>
 
 #include "attention/factory.h"
@@ -18,6 +19,7 @@
 #include "common/config_tree.h"
 #include "common/fs.h"
 #include "experiments/sweep.h"
+#include "cli/forked_cli.h"
 #include "test_util.h"
 
 namespace thx {
@@ -175,6 +177,26 @@ TEST(Readme, TheBudgetChecksFindALongFileAndCountEveryKind) {
   const auto files = source_files(dir.path);
   ASSERT_EQ(files.size(), 2u);
   EXPECT_EQ(over(files, 650), std::vector<std::string>{"a/long.cu (651 lines)"});
+}
+
+// docs/gpu.md's table of talking-heads paths has a row for each value `--th-path` takes, and
+// no other: thx's refusal of a path it does not know lists them.
+TEST(Readme, TheGpuPagesTableHasEveryThPath) {
+  const auto refused = test::fork_thx("--th-path not-a-path --help");
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(refused.out, m, std::regex("not in \\{([^}]*)\\}"))) << refused.out;
+  std::set<std::string> taken;
+  std::istringstream names(m[1].str());
+  for (std::string name; std::getline(names, name, ',');) taken.insert(name);
+  const std::string page = slurp(std::string(THX_SOURCE_DIR) + "/docs/gpu.md");
+  const size_t at = page.find("## Talking-heads paths");
+  ASSERT_NE(at, std::string::npos) << "docs/gpu.md has no section \"Talking-heads paths\"";
+  const std::string table = page.substr(at, page.find("\n## ", at + 1) - at);
+  std::set<std::string> rows;
+  const std::regex row("\n\\| `([a-z][a-z-]*)`");  // (not the header's `--th-path`)
+  for (std::sregex_iterator it(table.begin(), table.end(), row), end; it != end; ++it) rows.insert((*it)[1].str());
+  EXPECT_GE(taken.size(), 10u);
+  EXPECT_EQ(rows, taken);
 }
 
 }  // namespace THX_FILE_ID
