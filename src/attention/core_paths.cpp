@@ -7,7 +7,9 @@
 #include <ATen/Context.h>
 #include <ATen/record_function.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <limits>
 #include <string>
 
@@ -17,6 +19,7 @@
 #include "attention/folded.h"
 #include "attention/fused.h"
 #include "attention/heads_gemm.h"
+#include "attention/kernels.h"
 #include "attention/tiled.h"
 #include "common/torch_compat.h"
 
@@ -117,6 +120,52 @@ bool keeps_attention_weights_on_tiled_path(const AttentionDims& d, const torch::
   return keeps_weights(d, device, true, false);
 }
 
+namespace {
+std::atomic<int> g_bf16_core{-1};  // -1: as THX_BF16_CORE says; else a Bf16Core set by set_bf16_core
+Bf16Core env_bf16_core() {
+  static const Bf16Core core = [] {
+    const char* v = std::getenv("THX_BF16_CORE");
+    const std::string s = v ? v : "";
+    return s == "bf16" ? Bf16Core::bf16 : s == "fp32" ? Bf16Core::fp32 : Bf16Core::automatic;
+  }();
+  return core;
+}
+}  // namespace
+void set_bf16_core(Bf16Core core) { g_bf16_core = int(core); }
+Bf16Core bf16_core() {
+  const int set = g_bf16_core;
+  return set < 0 ? env_bf16_core() : Bf16Core(set);
+}
+bool bf16_core_in_fp32(int64_t d_k, int64_t d_v) {
+  switch (bf16_core()) {
+    case Bf16Core::bf16: return false;
+    case Bf16Core::fp32: return true;
+    default: return !kernels::amx::cpu_has_amx() && std::max(d_k, d_v) <= kBf16CoreFp32Width;
+  }
+}
+std::string bf16_core_env_error() {
+  const char* v = std::getenv("THX_BF16_CORE");
+  const std::string s = v ? v : "";
+  if (s.empty() || s == "auto" || s == "bf16" || s == "fp32") return "";
+  return "THX_BF16_CORE=" + s + ": not a choice of the CPU's bf16 attention core; allowed: auto, bf16, fp32";
+}
+
+namespace {
+// bf16 Q, K, V on the CPU where bf16_core_in_fp32: the fp32 core on them widened, its result
+// rounded to bf16 (autograd rounds Q's, K's and V's gradients the same way); undefined where the
+// fp32 core does not take the call.
+Tensor bf16_by_fp32_core(const Tensor& Q, const Tensor& K, const Tensor& V, const Tensor& P_l, const Tensor& P_w,
+                         const Tensor& bias, const Tensor& mask) {
+  const auto bf16 = [](const Tensor& t) { return t.scalar_type() == torch::kBFloat16; };
+  if (!Q.is_cpu() || !bf16(Q) || !bf16(K) || !bf16(V) || Q.dim() != 4 || V.dim() != 4 ||
+      !bf16_core_in_fp32(Q.size(3), V.size(3)))
+    return Tensor();
+  const auto fp32 = [](const Tensor& t) { return t.defined() ? t.to(torch::kFloat32) : t; };
+  const Tensor O = cpu_attention_core(fp32(Q), fp32(K), fp32(V), fp32(P_l), fp32(P_w), fp32(bias), mask);
+  return O.defined() ? O.to(torch::kBFloat16) : O;
+}
+}  // namespace
+
 Tensor attention_core(const Tensor& Q, const Tensor& K, const Tensor& V, const Tensor& P_l,
                       const Tensor& P_w, const Tensor& bias, const Tensor& mask) {
   RECORD_USER_SCOPE("thx::attention_core");  // (a profile's phase: experiments/step_profile.h)
@@ -154,6 +203,7 @@ Tensor attention_core(const Tensor& Q, const Tensor& K, const Tensor& V, const T
       return fused_th_attention_core(Q, K, V, P_l, P_w, bias, mask, *kernels);
     return tiled_attention_core(Q, K, V, P_l, P_w, bias, mask, 0, rows, g_tiled_narrow);
   }
+  if (const Tensor O = bf16_by_fp32_core(Q, K, V, P_l, P_w, bias, mask); O.defined()) return O;
   const Tensor O = cpu_attention_core(Q, K, V, P_l, P_w, bias, mask);
   return O.defined() ? O : attention_core_reference(Q, K, V, P_l, P_w, bias, mask);
 }

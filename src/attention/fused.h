@@ -66,6 +66,26 @@ torch::Tensor cpu_attention_core(const torch::Tensor& Q, const torch::Tensor& K,
                                  const torch::Tensor& P_l, const torch::Tensor& P_w, const torch::Tensor& bias,
                                  const torch::Tensor& mask);
 
+// Which core takes bf16 Q, K, V on the CPU (core_paths.cpp). `bf16`: the bf16 core above, its
+// per-head products oneDNN's bf16 matmuls. `fp32`: the fp32 core on Q, K, V widened to fp32
+// (exact), its products and sums in fp32, the output (and Q's, K's, V's gradients) rounded to
+// bf16 once: no less accurate than the bf16 core, whose weights W are rounded before U V.
+// `automatic` takes the fp32 core where the CPU has no AMX-BF16 and no head is wider than
+// kBf16CoreFp32Width: on an AVX512-BF16 EPYC (Zen 5, 2026-12-02) oneDNN's bf16 matmuls over
+// heads of 4 to 16 ran one layer 1.1-2.0x slower than the fp32 core's products in cache; at 32
+// the two were within 1.17x, at 64 the bf16 core was 1.25-1.5x faster. With AMX (an Emerald
+// Rapids Xeon) the bf16 core won at n = 512 and on tiles (docs/benchmarks.md, "The bf16 core at
+// small heads on an EPYC without AMX", and the section before it).
+// THX_BF16_CORE=auto|bf16|fp32 chooses for a run (read once); tests set it.
+enum class Bf16Core { automatic, bf16, fp32 };
+constexpr int64_t kBf16CoreFp32Width = 16;
+void set_bf16_core(Bf16Core core);
+Bf16Core bf16_core();
+// Whether bf16 Q, K, V with heads of d_k and d_v take the fp32 core (the choice above).
+bool bf16_core_in_fp32(int64_t d_k, int64_t d_v);
+// What is wrong with THX_BF16_CORE, in one line, or "" (thx refuses it before any work: cli.cpp).
+std::string bf16_core_env_error();
+
 // Use the fused code where it applies (default true). For tests and benchmarks.
 void set_fused_attention(bool enabled);
 bool fused_attention_enabled();

@@ -160,6 +160,7 @@ int run_parsed(const std::vector<std::unique_ptr<thx::Command>>& commands) {
   try {
     thx::aten_parts();  // (a bad THX_ATEN is one line before any work)
     if (const std::string bad = thx::kernels::kernels_env_error(); !bad.empty()) throw thx::InputError(bad);
+    if (const std::string bad = thx::bf16_core_env_error(); !bad.empty()) throw thx::InputError(bad);
     if (const std::string bad = thx::host_memory_env_error(); !bad.empty()) throw thx::InputError(bad);
     thx::guard_host_memory();  // the machine's memory running out: one line, not Linux's SIGKILL
     for (auto& c : commands)

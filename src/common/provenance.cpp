@@ -77,7 +77,7 @@ nlohmann::json session_provenance() {
   // The switches in the environment that change which code computes a number (sums in another
   // order): thx's kernels or ATen's composition (runtime.h), the CPU's row kernels (kernels.h),
   // OpenBLAS's kernels (runtime.h).
-  for (const char* name : {"THX_ATEN", "THX_KERNELS", "OPENBLAS_CORETYPE"})
+  for (const char* name : {"THX_ATEN", "THX_KERNELS", "THX_BF16_CORE", "OPENBLAS_CORETYPE"})
     if (const char* v = std::getenv(name); v && *v) j["environment"][name] = v;
   j["pid"] = int64_t(::getpid());
   j["started"] = g_started.empty() ? utc_now() : g_started;

@@ -336,10 +336,16 @@ std::function<void(const AttentionDims&, int64_t)>& bench_attention_inputs_hook(
 }
 
 namespace {
-// Where the bf16 core's head products ran on the CPU: AMX tiles (kernels.h) or fp32 kernels.
+// Which core took bf16 on the CPU (fused.h, Bf16Core), and where its head products ran: AMX tiles
+// (kernels.h) or fp32 kernels.
 std::string cpu_tiles_note(const std::vector<std::string>& precisions) {
   namespace amx = kernels::amx;
-  if (std::find(precisions.begin(), precisions.end(), "bf16") == precisions.end() || !amx::cpu_has_amx()) return "";
+  if (std::find(precisions.begin(), precisions.end(), "bf16") == precisions.end()) return "";
+  if (bf16_core() == Bf16Core::fp32) return " (bf16 on the fp32 core, its operands widened: THX_BF16_CORE)";
+  if (!amx::cpu_has_amx() && bf16_core() == Bf16Core::automatic)
+    return fmt::format(" (bf16 on the fp32 core, its operands widened, where no head is wider than {}: no AMX-BF16)",
+                       kBf16CoreFp32Width);
+  if (!amx::cpu_has_amx()) return "";
   if (amx::use() == amx::Use::off) return " (AMX tiles off: THX_KERNELS; the bf16 head products in fp32)";
   return fmt::format(" (bf16 head mixings and grams on AMX tiles at {} or more heads)", amx::kMinHeads);
 }

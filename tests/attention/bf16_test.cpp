@@ -14,6 +14,10 @@
 //   bf16 before the softmax (a softmax "silently in bf16").
 // - On CPUs with AMX-BF16, the same with every head product on tiles (kernels.h, amx): bf16
 //   factors (P_l, P_w, the stored W, dL rounded), the bound derived again for them.
+// - Those tests run the bf16 core itself on every CPU (Bf16Core::bf16). The fp32 core that takes
+//   bf16 at small heads on CPUs without AMX (fused.h, Bf16Core) is the fp32 core on the widened
+//   operands, rounded once, bit for bit; within one rounding of the float64 values; and taken
+//   exactly where the rule says.
 #include <gtest/gtest.h>
 
 #include <c10/util/BFloat16.h>
@@ -197,6 +201,13 @@ struct TilesUse {
   ~TilesUse() { kernels::amx::set_use(before); }
 };
 
+// The core that takes bf16 on the CPU (fused.h), set for one test and restored.
+struct CoreRoute {
+  Bf16Core before = bf16_core();
+  explicit CoreRoute(Bf16Core c) { set_bf16_core(c); }
+  ~CoreRoute() { set_bf16_core(before); }
+};
+
 void check_every_variant(bool tiles) {
   // n = 29 and m = 37: ragged against every block and vector width.
   for (bool pl : {false, true})
@@ -210,6 +221,7 @@ void check_every_variant(bool tiles) {
 }
 
 TEST(Bf16Core, OutputAndGradientsWithinTheDerivedBound) {
+  const CoreRoute core(Bf16Core::bf16);
   const TilesUse fp32(kernels::amx::Use::off);
   check_every_variant(false);
 }
@@ -217,6 +229,7 @@ TEST(Bf16Core, OutputAndGradientsWithinTheDerivedBound) {
 // Every head product on AMX tiles (where the CPU has them), at every size: within the bound
 // derived for bf16 factors. And the tiles did run: their results differ from the fp32 mixings'.
 TEST(Bf16Core, OnAmxTilesWithinTheirDerivedBound) {
+  const CoreRoute core(Bf16Core::bf16);
   if (!kernels::amx::cpu_has_amx()) GTEST_SKIP() << "this CPU has no AMX-BF16: the head products run in fp32 here";
   const TilesUse tiles(kernels::amx::Use::always);
   check_every_variant(true);
@@ -235,6 +248,7 @@ TEST(Bf16Core, OnAmxTilesWithinTheirDerivedBound) {
 // whole batch on one thread, adding over the batch in order: the same sum every run and at any
 // thread count, so one thread's gradient equals two threads' bit for bit.
 TEST(Bf16Core, ASharedBiasGradientIsExactAndRepeatsAtAnyThreadCount) {
+  const CoreRoute core(Bf16Core::bf16);
   const int before = at::get_num_threads();
   const Bf16Case c{8, 128, 128, 8, 8, 8, 16, 16, true, true, true, false};
   const CoreInputs in = inputs_of(c, 7);
@@ -260,6 +274,7 @@ Tensor planted_bf16_softmax(const CoreInputs& in) {
 }
 
 TEST(Bf16Core, PlantedBf16SoftmaxExceedsTheBound) {
+  const CoreRoute core(Bf16Core::bf16);
   // Large position biases, small dot products: rounding the logits to bf16 (a softmax run in
   // bf16) moves the weights by ~u |L| ~ 2%, far outside what the real path may err.
   const Bf16Case c{2, 29, 37, 4, 5, 3, 8, 6, true, true, true, true, 0.3, 6.0};
@@ -271,6 +286,7 @@ TEST(Bf16Core, PlantedBf16SoftmaxExceedsTheBound) {
 }
 
 TEST(Bf16Core, PlantedBf16SoftmaxExceedsTheTilesBound) {
+  const CoreRoute core(Bf16Core::bf16);
   // The AMX tiles' bound is about twice as wide (twice the roundings of the head products): at
   // the same biases the planted error is within it (0.98 of it, tried). It grows with the
   // logits, the bound does not: at twice the biases it is outside.
@@ -300,6 +316,78 @@ TEST(Bf16Core, HeadsSoftmaxRoundsOnceFromFp32) {
   const Tensor fp32_err = gamma32(double(m + hk + h) + 32) * torch::einsum("bnhm,hv->bnvm", {W, Pw64.abs()});
   const Tensor tol = kBf16U * (want.abs() + fp32_err) + fp32_err;
   EXPECT_TRUE(within(U, {want, tol}));
+}
+
+// ---- the fp32 core for bf16 (fused.h, Bf16Core) ------------------------------------------------
+
+const std::vector<Bf16Case> kRouteCases = {
+    {2, 29, 37, 4, 5, 3, 8, 6, true, true, true, true},     {2, 29, 37, 4, 4, 4, 8, 6, false, false, true, false},
+    {2, 29, 37, 4, 5, 5, 16, 16, true, false, false, true}, {3, 1, 17, 4, 4, 4, 16, 16, true, true, true, false}};
+
+// bf16 Q, K, V through the fp32 core: its output and Q's, K's and V's gradients are the fp32
+// core's on the same (bf16-exact) values, rounded to bf16 once; P_l's, P_w's and the bias's are
+// the fp32 core's, bit for bit.
+TEST(Bf16CoreInFp32, IsTheFp32CoreOnTheWidenedOperandsRoundedOnce) {
+  const CoreRoute core(Bf16Core::fp32);
+  for (const Bf16Case& c : kRouteCases) {
+    const CoreInputs in = inputs_of(c, 31);
+    const auto bf = run_core(in, torch::kBFloat16), fp = run_core(in, torch::kFloat32);
+    for (const auto& [name, got] : bf) {
+      const bool fp32 = name.rfind("dP", 0) == 0 || name == "dbias";
+      EXPECT_TRUE(torch::equal(got, fp32 ? fp.at(name) : fp.at(name).to(torch::kBFloat16)))
+          << name << " h=" << c.hk << "/" << c.h << "/" << c.hv;
+    }
+  }
+}
+
+// ... so each of those is within one bf16 rounding (u = 2^-8 of its size) of the float64 value,
+// plus the fp32 core's own error (1e-6 + 1e-5 of the largest, as the fp32 path is checked above): a
+// tighter bound than the bf16 core's four roundings forward and five backward.
+TEST(Bf16CoreInFp32, WithinOneRoundingOfTheFloat64Values) {
+  const CoreRoute core(Bf16Core::fp32);
+  for (const Bf16Case& c : kRouteCases) {
+    const CoreInputs in = inputs_of(c, 31);
+    const CoreBounds B = bounds_of(c, in);
+    const std::map<std::string, const Bounded*> exact = {{"O", &B.O}, {"dQ", &B.dQ}, {"dK", &B.dK}, {"dV", &B.dV}};
+    for (const auto& [name, got] : run_core(in, torch::kBFloat16)) {
+      if (!exact.count(name)) continue;
+      const Tensor x = exact.at(name)->x, err = (got.to(torch::kFloat64) - x).abs();
+      const Tensor bound = x.abs() * std::ldexp(1.0, -8) + 1.01 * (1e-6 + 1e-5 * x.abs().max());
+      EXPECT_TRUE((err <= bound).all().item<bool>()) << name << ": " << (err - bound).max().item<double>();
+    }
+  }
+}
+
+// The choice: automatic takes the fp32 core for heads of at most kBf16CoreFp32Width where the CPU
+// has no AMX-BF16, the bf16 core elsewhere; bf16 and fp32 force one. And attention_core follows it:
+// the bf16 core's result differs from the fp32 core's (its W is rounded before U V).
+TEST(Bf16CoreInFp32, TakenWhereTheRuleSays) {
+  const bool amx = kernels::amx::cpu_has_amx();
+  {
+    const CoreRoute core(Bf16Core::automatic);
+    EXPECT_EQ(bf16_core_in_fp32(16, 16), !amx);
+    EXPECT_EQ(bf16_core_in_fp32(4, 8), !amx);
+    EXPECT_FALSE(bf16_core_in_fp32(32, 16));
+    EXPECT_FALSE(bf16_core_in_fp32(16, 17));
+  }
+  const CoreInputs in = inputs_of(kRouteCases[0], 31);
+  Tensor by_rule, by_bf16, by_fp32;
+  {
+    const CoreRoute core(Bf16Core::automatic);
+    by_rule = run_core(in, torch::kBFloat16).at("O");
+  }
+  {
+    const CoreRoute core(Bf16Core::bf16);
+    EXPECT_FALSE(bf16_core_in_fp32(4, 4));
+    by_bf16 = run_core(in, torch::kBFloat16).at("O");
+  }
+  {
+    const CoreRoute core(Bf16Core::fp32);
+    EXPECT_TRUE(bf16_core_in_fp32(64, 64));
+    by_fp32 = run_core(in, torch::kBFloat16).at("O");
+  }
+  EXPECT_FALSE(torch::equal(by_bf16, by_fp32)) << "the two cores gave the same output: one of them did not run";
+  EXPECT_TRUE(torch::equal(by_rule, amx ? by_bf16 : by_fp32));
 }
 
 }  // namespace THX_FILE_ID

@@ -66,6 +66,20 @@ TEST(BadInput, AKernelBuildThisCpuCannotRunIsOneLine) {
   EXPECT_EQ(run_command("THX_KERNELS=generic " + std::string(THX_BINARY) + " costs >/dev/null 2>&1").code, 0);
 }
 
+// THX_BF16_CORE chooses the CPU's bf16 attention core (attention/fused.h): a value that is not one
+// is one line before any work, not the automatic choice without a word.
+TEST(BadInput, ABf16CoreThatIsNotOneIsOneLine) {
+  TempDir dir;
+  const RunResult r = run_command("THX_BF16_CORE=fp16 " + std::string(THX_BINARY) + " pretrain --config " THX_SOURCE_DIR
+                                  "/configs/t5/mini.yaml --run-dir " + dir.file("run") + " 2>&1");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_EQ(r.out, "thx: error: THX_BF16_CORE=fp16: not a choice of the CPU's bf16 attention core; allowed: auto, "
+                   "bf16, fp32\n");
+  EXPECT_FALSE(fs::exists(dir.file("run")));
+  for (const char* ok : {"auto", "bf16", "fp32"})
+    EXPECT_EQ(run_command("THX_BF16_CORE=" + std::string(ok) + " " + THX_BINARY + " costs >/dev/null 2>&1").code, 0);
+}
+
 // An output directory that is a file, or a path below a file, or a report's or a probe's file
 // that is a folder: one line, exit 2, before the work whose result it would hold (a benchmark
 // can take hours); nothing written, the file kept.
