@@ -129,10 +129,13 @@ namespace THX_FILE_ID {
 // two-rank run rounds at other points (each rank rounds its partial weight gradients to bf16
 // before the fp32 sum; its GEMMs see half the rows), so it is another bf16 run of the same
 // global batches, not the same bits. Each bf16 run lies within bf16's own error of the fp32
-// run, so, per parameter tensor, ||p_two - p_one|| <= ||p_two - p_fp32|| + ||p_one - p_fp32||:
-// asserted as <= 2.5 ||p_one - p_fp32||, allowing the two-rank run 1.5 times the error of the
-// one-process run (measured: at most 1.63, T5 talking-heads' P_w; 1.33 ALBERT). The key bias
-// is rounding residue (same_params).
+// run, so ||p_two - p_one|| <= ||p_two - p_fp32|| + ||p_one - p_fp32||. Asserted over the whole
+// model as <= ||p_one - p_fp32|| (the norms over every parameter tensor; measured 0.36-0.78), and
+// per tensor as <= 4 ||p_one - p_fp32||. One tensor's ratio is one sample of 15 chaotic steps:
+// measured 1.07-2.54, the largest T5's decoder norm_cross scale once bf16's attention core at
+// small heads became the fp32 core (fused.h, Bf16Core), which shrank that tensor's bf16 error
+// 2.4x but not the error the ranks' rounded partial gradients add (with the bf16 core: 1.17,
+// and at most 1.56). The key bias is rounding residue (same_params).
 void bf16_equivalent(const std::string& variant, bool albert) {
   setenv(kBf16AnyCpuEnv, "1", 1);
   const Runs r = setup(variant, albert, 1, "bf16");
@@ -145,13 +148,16 @@ void bf16_equivalent(const std::string& variant, bool albert) {
   const Checkpoint a = load_checkpoint(r.ckpt("one", 15)), b = load_checkpoint(r.ckpt("two", 15));
   const Checkpoint f = load_checkpoint(r.ckpt("fp32", 15));
   int compared = 0;
+  double ranks2 = 0, bf16_2 = 0;  // squared norms over the whole model
   for (const auto& [k, v] : a.params) {
     if (k.size() > 7 && k.compare(k.size() - 7, 7, "/bias_k") == 0) continue;
     const double dp = (v - b.params.at(k)).norm().item<double>(), prec = (v - f.params.at(k)).norm().item<double>();
     EXPECT_GT(prec, 0) << k << ": the bf16 run must differ from the fp32 run";
-    EXPECT_LE(dp, 2.5 * prec + 1e-7) << k << ": two ranks " << dp << " from one process; bf16 " << prec << " from fp32";
-    ++compared;
+    EXPECT_LE(dp, 4 * prec + 1e-7) << k << ": two ranks " << dp << " from one process; bf16 " << prec << " from fp32";
+    ranks2 += dp * dp, bf16_2 += prec * prec, ++compared;
   }
+  EXPECT_LE(std::sqrt(ranks2), std::sqrt(bf16_2)) << "the model: two ranks " << std::sqrt(ranks2)
+                                                  << " from one process; bf16 " << std::sqrt(bf16_2) << " from fp32";
   EXPECT_GT(compared, 10);
   unsetenv(kBf16AnyCpuEnv);
 }
