@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <limits>
+#include <optional>
 #include <string>
 
 #include "attention/config.h"
@@ -122,12 +123,17 @@ bool keeps_attention_weights_on_tiled_path(const AttentionDims& d, const torch::
 
 namespace {
 std::atomic<int> g_bf16_core{-1};  // -1: as THX_BF16_CORE says; else a Bf16Core set by set_bf16_core
+// THX_BF16_CORE's choice: unset, empty or "auto" automatic; nullopt for a value that is none.
+std::optional<Bf16Core> env_choice() {
+  const char* v = std::getenv("THX_BF16_CORE");
+  const std::string s = v ? v : "";
+  if (s.empty() || s == "auto") return Bf16Core::automatic;
+  if (s == "bf16") return Bf16Core::bf16;
+  if (s == "fp32") return Bf16Core::fp32;
+  return std::nullopt;
+}
 Bf16Core env_bf16_core() {
-  static const Bf16Core core = [] {
-    const char* v = std::getenv("THX_BF16_CORE");
-    const std::string s = v ? v : "";
-    return s == "bf16" ? Bf16Core::bf16 : s == "fp32" ? Bf16Core::fp32 : Bf16Core::automatic;
-  }();
+  static const Bf16Core core = env_choice().value_or(Bf16Core::automatic);  // (refused before any work: cli.cpp)
   return core;
 }
 }  // namespace
@@ -144,10 +150,9 @@ bool bf16_core_in_fp32(int64_t d_k, int64_t d_v) {
   }
 }
 std::string bf16_core_env_error() {
-  const char* v = std::getenv("THX_BF16_CORE");
-  const std::string s = v ? v : "";
-  if (s.empty() || s == "auto" || s == "bf16" || s == "fp32") return "";
-  return "THX_BF16_CORE=" + s + ": not a choice of the CPU's bf16 attention core; allowed: auto, bf16, fp32";
+  if (env_choice()) return "";
+  return "THX_BF16_CORE=" + std::string(std::getenv("THX_BF16_CORE")) +
+         ": not a choice of the CPU's bf16 attention core; allowed: auto, bf16, fp32";
 }
 
 namespace {
