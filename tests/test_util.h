@@ -21,6 +21,7 @@
 #include <string>
 #include <thread>
 
+#include "attention/fused.h"
 #include "common/determinism.h"
 #include "common/error.h"
 #include "common/fs.h"
@@ -230,5 +231,13 @@ inline int lines(const std::string& s) {
   }
   return n + any;
 }
+
+// The CPU's bf16 attention core chosen for a scope (attention/fused.h's Bf16Core), then what
+// was chosen before.
+struct CoreRoute {
+  Bf16Core before = bf16_core();
+  explicit CoreRoute(Bf16Core c) { set_bf16_core(c); }
+  ~CoreRoute() { set_bf16_core(before); }
+};
 
 }  // namespace thx::test

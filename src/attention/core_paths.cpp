@@ -22,6 +22,7 @@
 #include "attention/heads_gemm.h"
 #include "attention/kernels.h"
 #include "attention/tiled.h"
+#include "common/runtime.h"
 #include "common/torch_compat.h"
 
 namespace thx {
@@ -148,6 +149,11 @@ bool bf16_core_in_fp32(int64_t d_k, int64_t d_v) {
     case Bf16Core::fp32: return true;
     default: return !kernels::amx::cpu_has_amx() && std::max(d_k, d_v) <= kBf16CoreFp32Width;
   }
+}
+bool bf16_on_fp32_core(const AttentionDims& d, const torch::Device& device) {
+  const bool th_routed_off = g_th_paths_on_cpu && (d.has_P_l() || d.has_P_w());  // (the tests' tiled route)
+  return device.is_cpu() && d.d_k > 0 && !d.any_dynamic() && d.dropout <= 0 && !th_routed_off &&
+         fused_attention_enabled() && cpu_kernels_enabled() && bf16_core_in_fp32(d.d_k, d.d_v);
 }
 std::string bf16_core_env_error() {
   if (env_choice()) return "";

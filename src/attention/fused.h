@@ -85,6 +85,11 @@ Bf16Core bf16_core();
 bool bf16_core_in_fp32(int64_t d_k, int64_t d_v);
 // What is wrong with THX_BF16_CORE, in one line, or "" (thx refuses it before any work: cli.cpp).
 std::string bf16_core_env_error();
+// Whether bf16 attention of `dims` trained on `device` runs on that fp32 core (the CPU, the
+// choice above, and attention_core's route to fused.cpp's cores: no dynamic projections, no
+// attention dropout, the fused code enabled), which keeps Q, K, V and the weights in fp32 for
+// backward: the memory check's bound (models/spec.h) counts them at 4 bytes there.
+bool bf16_on_fp32_core(const AttentionDims& dims, const torch::Device& device);
 
 // Use the fused code where it applies (default true). For tests and benchmarks.
 void set_fused_attention(bool enabled);

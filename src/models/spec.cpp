@@ -42,6 +42,10 @@ struct Sizes {
   double qkvo_enc = 0, qkvo_dec = 0, qkvo_cross = 0;  // the widths of Q, K, V and O together (0: not counted)
   double keep_enc = 1, keep_dec = 1, keep_cross = 1;  // 1: the attention keeps its weights for backward
   double mixed_enc = 0, mixed_dec = 0, mixed_cross = 0;  // heads of the mixed weights kept beside them
+  double qk_enc = 0, qk_dec = 0, qk_cross = 0;  // h_k d_k: Q's width, and K's
+  // 1: bf16 on the fp32 core (attention/fused.h), which keeps Q, K, V and the weights in fp32:
+  // each counted a second time at act_bytes
+  double fp32_enc = 0, fp32_dec = 0, fp32_cross = 0;
   bool recompute = false;  // model.recompute: an encoder keeps its layers' inputs, and one layer at a time
   double act_bytes = 4;    // an activation's bytes: fp32, or (bf16 runs) 2
   StepMemory step;
@@ -56,13 +60,18 @@ MemoryBound bound(const Sizes& z) {
   const double trained = z.step.embedding_frozen ? params - embedding : params;
   const double positions = z.enc * z.n_in + z.dec * z.n_out;  // layer runs x positions
   const double enc_weights = z.keep_enc * (z.h_enc + z.mixed_enc) * z.n_in * z.n_in;  // a layer's, an example's
-  const double weights = z.enc * enc_weights + z.dec * (z.keep_dec * (z.h_dec + z.mixed_dec) * z.n_out * z.n_out +
-                                                        z.keep_cross * (z.h_cross + z.mixed_cross) * z.n_out * z.n_in);
+  const double dec_weights = z.keep_dec * (z.h_dec + z.mixed_dec) * z.n_out * z.n_out;
+  const double cross_weights = z.keep_cross * (z.h_cross + z.mixed_cross) * z.n_out * z.n_in;
+  const double weights = z.enc * enc_weights + z.dec * (dec_weights + cross_weights);
   // Q, K, V and O of each attention, which its backward pass needs on every path (the products'
   // inputs): an encoder layer's over its positions; encoder-decoder attention's Q and O over the
   // targets, K and V over the inputs (qkvo / 2 = h_k d_k + h_v d_v).
-  const double enc_qkvo = z.qkvo_enc * z.n_in;
-  const double qkvo = z.enc * enc_qkvo + z.dec * (z.qkvo_dec * z.n_out + z.qkvo_cross / 2 * (z.n_out + z.n_in));
+  // Where bf16 takes the fp32 core, Q, K, V (qkvo / 2 + h_k d_k wide) and the weights again.
+  const double enc_qkvo = z.qkvo_enc * z.n_in + z.fp32_enc * ((z.qkvo_enc / 2 + z.qk_enc) * z.n_in + enc_weights);
+  const double dec_qkvo = z.qkvo_dec * z.n_out + z.fp32_dec * ((z.qkvo_dec / 2 + z.qk_dec) * z.n_out + dec_weights);
+  const double cross_qkvo = z.qkvo_cross / 2 * (z.n_out + z.n_in) +
+                            z.fp32_cross * (z.qk_cross * z.n_out + z.qkvo_cross / 2 * z.n_in + cross_weights);
+  const double qkvo = z.enc * enc_qkvo + z.dec * (dec_qkvo + cross_qkvo);
   const double kept =
       z.recompute  // the encoder's layer inputs, and one layer's own at a time
           ? z.enc * z.n_in * z.d + std::min(z.enc, 1.0) * (z.n_in * (z.d + z.ff) + enc_weights + enc_qkvo)
@@ -125,6 +134,9 @@ MemoryBound training_memory_lower_bound(const ModelSpec& spec, int64_t vocab, in
   // (attention/fused.cpp's save_core), ATen's composition W, U and more.
   auto mixed = [&](const AttentionDims& a) { return device.is_cpu() && a.has_P_w() ? double(a.h_v) : 0.0; };
   z.keep_enc = keeps(spec.encoder_self), z.mixed_enc = mixed(spec.encoder_self);
+  auto fp32_core = [&](const AttentionDims& a) { return bf16 && bf16_on_fp32_core(a, device) ? 1.0 : 0.0; };
+  auto qk = [](const AttentionDims& a) { return double(a.h_k) * double(a.d_k); };
+  z.qk_enc = qk(spec.encoder_self), z.fp32_enc = fp32_core(spec.encoder_self);
   z.recompute = recompute && m.encoder_only();
   if (!m.encoder_only()) {
     z.h_dec = double(spec.decoder_self.h), z.att_dec = per_d(spec.decoder_self);
@@ -132,6 +144,8 @@ MemoryBound training_memory_lower_bound(const ModelSpec& spec, int64_t vocab, in
     z.qkvo_dec = qkvo(spec.decoder_self), z.qkvo_cross = qkvo(spec.encoder_decoder);
     z.keep_dec = keeps(spec.decoder_self), z.keep_cross = keeps(spec.encoder_decoder);
     z.mixed_dec = mixed(spec.decoder_self), z.mixed_cross = mixed(spec.encoder_decoder);
+    z.qk_dec = qk(spec.decoder_self), z.qk_cross = qk(spec.encoder_decoder);
+    z.fp32_dec = fp32_core(spec.decoder_self), z.fp32_cross = fp32_core(spec.encoder_decoder);
   }
   MemoryBound b = bound(z);
   // (A constant in the blame below: its reductions leave it out, and it adds to each alike.)

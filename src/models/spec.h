@@ -83,7 +83,9 @@ struct MemoryBound {
 // one layer's own: what the backward pass then keeps at once. The attention weights [h, n, m] of
 // an example are counted for the attentions that keep them for backward on `device`
 // (keeps_attention_weights, attention/fused.h: on a GPU, none on the default paths), or with
-// `on_tiled_path`, those that would keep them on the tiled path (`--th-path tiled`).
+// `on_tiled_path`, those that would keep them on the tiled path (`--th-path tiled`). With
+// `bf16` an activation counts 2 bytes, and 4 for the Q, K, V and weights of an attention that
+// takes the CPU's fp32 core (bf16_on_fp32_core, attention/fused.h), which keeps them in fp32.
 MemoryBound training_memory_lower_bound(const ModelSpec& spec, int64_t vocab, int64_t rows, int64_t n_in,
                                         int64_t n_out, const MemoryKeys& names = {}, bool recompute = false,
                                         const torch::Device& device = torch::Device(torch::kCPU),

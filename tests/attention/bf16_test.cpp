@@ -201,13 +201,6 @@ struct TilesUse {
   ~TilesUse() { kernels::amx::set_use(before); }
 };
 
-// The core that takes bf16 on the CPU (fused.h), set for one test and restored.
-struct CoreRoute {
-  Bf16Core before = bf16_core();
-  explicit CoreRoute(Bf16Core c) { set_bf16_core(c); }
-  ~CoreRoute() { set_bf16_core(before); }
-};
-
 void check_every_variant(bool tiles) {
   // n = 29 and m = 37: ragged against every block and vector width.
   for (bool pl : {false, true})

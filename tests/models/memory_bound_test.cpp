@@ -6,7 +6,8 @@
 // a few GB is not refused for weights they never hold (n = 8192 at 48 heads: 155 GB a T5-base
 // example counted that way, against the 1.6-1.8 GB the flash kernels took for a layer of 8).
 // Where the chosen --th-path alone keeps them (batched, folded, gemm), a line about memory offers
-// the tiled path and its bound. A bf16 run's activations count 2 bytes each.
+// the tiled path and its bound. A bf16 run's activations count 2 bytes each, and 4 those that
+// the CPU's fp32 core for bf16 keeps in fp32.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -243,10 +244,11 @@ TEST(MemoryBound, TheRefusalGivesTheTiledPathsBoundWhereThePathKeepsTheWeights) 
   EXPECT_EQ(on_tiled.find("--th-path"), std::string::npos) << on_tiled;
 }
 
-// A bf16 run keeps at least 2 bytes of each activation (the heads-major products' and the CPU
-// multi-head core's weights are bf16 alone): its bound counts that, and no more; the parameters
-// and gradients stay fp32.
+// A bf16 run keeps at least 2 bytes of each activation (the heads-major products' and the CPU's
+// bf16 core's weights are bf16 alone): its bound counts that, and no more; the parameters and
+// gradients stay fp32.
 TEST(MemoryBound, Bf16CountsTwoBytesAnActivation) {
+  const CoreRoute core(Bf16Core::bf16);
   const ModelSpec s = spec_of(variant("talking_heads"), variant("multi_head"), variant("project_logits"));
   const MemoryBound fp32 = training_memory_lower_bound(s, kVocab, kRows, kIn, kOut, {}, false, kCpu);
   const MemoryBound bf16 = training_memory_lower_bound(s, kVocab, kRows, kIn, kOut, {}, false, kCpu, false, true);
@@ -258,6 +260,36 @@ TEST(MemoryBound, Bf16CountsTwoBytesAnActivation) {
   const double have = (fp32.total() + bf16.total()) / 2;
   EXPECT_NE(training_memory_refusal(s, kVocab, kRows, kIn, kOut, {}, {}, kCpu, have), "");
   EXPECT_EQ(training_memory_refusal(s, kVocab, kRows, kIn, kOut, {}, {}, kCpu, have, true), "");
+}
+
+// Where bf16 takes the CPU's fp32 core (attention/fused.h: heads of 16 or less without AMX, or
+// THX_BF16_CORE=fp32), that core keeps Q, K and V widened to fp32, and its weights in fp32: 2
+// bytes more of each; O, the output rounded to bf16, stays at 2. Not for a GPU, and not for
+// attention that takes ATen's composition (dropout here).
+TEST(MemoryBound, Bf16OnTheFp32CoreCountsQKVAndTheWeightsAtFourBytes) {
+  const ModelSpec s = spec_of(variant("talking_heads"), variant("multi_head"), variant("project_logits"));
+  auto bf16_bound = [&](const ModelSpec& spec, const torch::Device& d) {
+    return training_memory_lower_bound(spec, kVocab, kRows, kIn, kOut, {}, false, d, false, true).activations;
+  };
+  const CoreRoute core(Bf16Core::fp32);
+  // Every Q, K and V here is kD wide; the talking-heads encoder keeps W and U, the others W.
+  const double enc = kEnc * (3.0 * kD * kIn + 2.0 * kH * kIn * kIn);
+  const double dec = kDec * (3.0 * kD * kOut + 1.0 * kH * kOut * kOut);
+  const double cross = kDec * (kD * kOut + 2.0 * kD * kIn + 1.0 * kH * kOut * kIn);  // Q over targets, K, V inputs
+  EXPECT_DOUBLE_EQ(bf16_bound(s, kCpu), expected(2, 1, 1) / 2 + 2.0 * kRows * (enc + dec + cross));
+  EXPECT_DOUBLE_EQ(bf16_bound(s, kCuda), bound(s, kCuda) / 2);
+  AttentionConfig dropped = variant("talking_heads");
+  dropped.dropout = 0.1;
+  const ModelSpec d = spec_of(dropped, variant("multi_head"), variant("project_logits"));
+  EXPECT_DOUBLE_EQ(bf16_bound(d, kCpu), expected(2, 1, 1) / 2 + 2.0 * kRows * (dec + cross));
+  {
+    const CoreRoute bf16(Bf16Core::bf16);
+    EXPECT_DOUBLE_EQ(bf16_bound(s, kCpu), expected(2, 1, 1) / 2);
+  }
+  set_fused_attention(false);  // ATen's composition everywhere
+  const double unfused = bf16_bound(s, kCpu);
+  set_fused_attention(true);
+  EXPECT_DOUBLE_EQ(unfused, expected(2, 1, 1) / 2);
 }
 
 TEST(MemoryBound, WithRecomputeOneEncoderLayersWeightsCountWhereKept) {
