@@ -247,6 +247,9 @@ int thx::cli_main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return parse_error(app, e, argc, argv);
   }
+  // Parsed, so help, --version and a bad command line have ended without a second start.
+  for (const auto& c : commands)
+    if (c->app->parsed() && c->computes()) thx::reexec_with_thread_environment(argv);
   thx::set_log_level(level);
   thx::configure_runtime(threads);
   thx::set_device_request(device);

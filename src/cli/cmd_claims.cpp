@@ -9,6 +9,7 @@ namespace thx {
 namespace {
 
 struct ClaimsCommand : Command {
+  bool computes() const override { return false; }  // (command.h)
   std::string sweep, tables = default_tables_csv();
   bool published = false;
 

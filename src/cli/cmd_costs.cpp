@@ -7,6 +7,7 @@ namespace thx {
 namespace {
 
 struct CostsCommand : Command {
+  bool computes() const override { return false; }  // (command.h)
   std::string format = "markdown", tables = default_tables_csv();
   int64_t d_model = 768, n = 512;
 

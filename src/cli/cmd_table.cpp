@@ -10,6 +10,7 @@ namespace thx {
 namespace {
 
 struct TableCommand : Command {
+  bool computes() const override { return false; }  // (command.h)
   std::string sweep, layout, format = "markdown", tables = default_tables_csv();
 
   explicit TableCommand(CLI::App& parent) {

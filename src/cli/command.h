@@ -15,13 +15,18 @@
 
 namespace thx {
 
-// The thx command line, as the binary runs it once its thread environment is set (main.cpp):
-// parses argv, runs the subcommand, and returns the exit code (cli.cpp says which).
+// The thx command line, as the binary runs it (main.cpp): parses argv, re-executes thx with the
+// thread environment where the subcommand computes and it is not set yet (Command::computes),
+// runs the subcommand, and returns the exit code (cli.cpp says which).
 int cli_main(int argc, char** argv);
 
 struct Command {
   virtual ~Command() = default;
   virtual int run() = 0;
+  // Whether the command computes: the thread pools' environment matters to it, so cli_main
+  // re-executes thx with it once parsed (common/runtime.h). Those that only read and format
+  // (table, claims, costs) start without that second load of LibTorch, as help and --version do.
+  virtual bool computes() const { return true; }
   CLI::App* app = nullptr;
 };
 

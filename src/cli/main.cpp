@@ -1,8 +1,7 @@
-// main.cpp: the thx binary: the thread environment, then the command line (cli/cli.cpp).
+// main.cpp: the thx binary: the command line (cli/cli.cpp), which re-executes thx with the
+// thread environment (common/runtime.h) once it knows the command computes.
 #include "cli/command.h"
-#include "common/runtime.h"
 
 int main(int argc, char** argv) {
-  thx::reexec_with_thread_environment(argv);  // see common/runtime.h
   return thx::cli_main(argc, argv);
 }

@@ -7,7 +7,7 @@
 //   GEMM. On a 2-core machine each steals the cores the other needs: measured, 30-50% slower
 //   layers. Both read their policy from the environment when the libraries load, so
 //   thx re-executes itself once with OMP_WAIT_POLICY=PASSIVE and OPENBLAS_THREAD_TIMEOUT=4
-//   unless the user has set them.
+//   unless the user has set them (for a command that computes: cli/command.h).
 // - fp32 matmuls: LibTorch's go to the BLAS, Debian 12's OpenBLAS 0.3.21, which picks its
 //   kernels by the CPU's model number and takes an Intel model it does not know for a Prescott
 //   (SSE3; OpenBLAS issue 4267, fixed in 0.3.25). An Emerald Rapids Xeon (family 6, model 207) of
@@ -99,8 +99,9 @@ constexpr int64_t kMaxThreads = 1024;
 // available_cores() logs a warning.
 void configure_runtime(int64_t threads = 0);
 
-// Call first in main(): re-executes the program with the thread-pool environment above if it
-// is not set yet. Returns only when no re-execution happened (or it failed).
+// Call before any work (cli_main does, once it has parsed a command that computes):
+// re-executes the program with the thread-pool environment above if it is not set yet.
+// Returns only when no re-execution happened (or it failed).
 void reexec_with_thread_environment(char** argv);
 // Only the OpenBLAS half of it, for programs without argv at hand (the test binaries, from a
 // static initializer: their arguments are read from /proc/self/cmdline).

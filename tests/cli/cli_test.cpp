@@ -565,6 +565,24 @@ TEST(Cli, AForkedCopyAnswersAsTheBinaryDoes) {
   EXPECT_EQ(self.out.rfind("thx_tests: 'pretrain' is a thx command, not a test option", 0), 0u) << self.out;
 }
 
+// thx re-executes itself with the thread pools' environment (common/runtime.h) only for a command
+// that computes, once parsed (cli/command.h): help, --version, a bad command line and the commands
+// that only read and format load LibTorch once. The dynamic loader, asked by LD_DEBUG=files, says
+// each time it hands control to thx.
+TEST(Cli, OnlyACommandThatComputesStartsTwice) {
+  auto starts = [](const std::string& args) {
+    const RunResult r = run_command("env -u OMP_WAIT_POLICY -u OPENBLAS_THREAD_TIMEOUT LD_DEBUG=files " +
+                                    std::string(THX_BINARY) + " " + args +
+                                    " 2>&1 >/dev/null | grep -c 'transferring control: .*/thx$'");
+    return std::atoi(r.out.c_str());
+  };
+  for (const char* light : {"--version", "--help", "bench attention --help", "frobnicate", "costs --format csv",
+                            "table --sweep /nonexistent", "claims --sweep /nonexistent"})
+    EXPECT_EQ(starts(light), 1) << light;
+  for (const char* computing : {"pretrain --config /nonexistent.yaml", "--threads 1 bench attention --heads 7"})
+    EXPECT_EQ(starts(computing), 2) << computing;
+}
+
 }  // namespace THX_FILE_ID
 }  // namespace
 }  // namespace thx::test
