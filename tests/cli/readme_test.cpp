@@ -2,7 +2,8 @@
 // layer at T5-base width and is one of configs/attention/*.yaml, its sweep snippet expands,
 // .ci/run runs the README's test command, the suite's size it states is the suite's, and its
 // complexity budget states what src/ is: its files' limit (functions' in function_length_test.cpp)
-// and how many lines src/ holds, within a tenth.
+// and how many lines src/ holds, within a tenth, and its table of environment variables names
+// every one thx reads.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -201,6 +202,38 @@ TEST(Readme, TheGpuPagesTableHasEveryThPath) {
   for (std::sregex_iterator it(table.begin(), table.end(), row), end; it != end; ++it) rows.insert((*it)[1].str());
   EXPECT_GE(taken.size(), 10u);
   EXPECT_EQ(rows, taken);
+}
+
+// The environment variables src/ names: each quoted name of capitals with an underscore (every
+// one is a variable), and each name getenv, or distributed/env.cpp's get and num, read.
+std::set<std::string> variables_src_reads() {
+  static const std::regex named(R"re("([A-Z][A-Z0-9]*_[A-Z0-9_]+)"|(?:getenv|get|num)\("([A-Z][A-Z0-9_]*)")re");
+  std::set<std::string> names;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(std::string(THX_SOURCE_DIR) + "/src")) {
+    if (!e.is_regular_file()) continue;
+    const std::string text = slurp(e.path().string());
+    for (std::sregex_iterator it(text.begin(), text.end(), named), end; it != end; ++it)
+      names.insert((*it)[1].matched ? (*it)[1].str() : (*it)[2].str());
+  }
+  return names;
+}
+
+// README.md's "Environment variables" table names every variable thx reads, and no other.
+TEST(Readme, NamesEveryVariableThxReads) {
+  const std::string readme = slurp(std::string(THX_SOURCE_DIR) + "/README.md");
+  const size_t at = readme.find("\n### Environment variables\n");
+  ASSERT_NE(at, std::string::npos) << "README.md has no \"Environment variables\" section";
+  const std::string section = readme.substr(at, readme.find("\n## ", at) - at);
+  std::set<std::string> listed;  // the backquoted names of each row's first cell
+  static const std::regex row(R"(\n\| ([^|]*) \|)"), name("`([A-Z][A-Z0-9_]*)`");
+  for (std::sregex_iterator r(section.begin(), section.end(), row), end; r != end; ++r) {
+    const std::string cell = (*r)[1].str();
+    for (std::sregex_iterator n(cell.begin(), cell.end(), name); n != end; ++n) listed.insert((*n)[1].str());
+  }
+  const std::set<std::string> read = variables_src_reads();
+  ASSERT_GE(read.size(), 20u) << "the search of src/ found too few variables";
+  for (const std::string& v : read) EXPECT_EQ(listed.count(v), 1u) << v << ": read by src/, not in the README's table";
+  for (const std::string& v : listed) EXPECT_EQ(read.count(v), 1u) << v << ": in the README's table, not read by src/";
 }
 
 }  // namespace THX_FILE_ID
