@@ -162,6 +162,7 @@ int run_parsed(const std::vector<std::unique_ptr<thx::Command>>& commands) {
     if (const std::string bad = thx::kernels::kernels_env_error(); !bad.empty()) throw thx::InputError(bad);
     if (const std::string bad = thx::bf16_core_env_error(); !bad.empty()) throw thx::InputError(bad);
     if (const std::string bad = thx::host_memory_env_error(); !bad.empty()) throw thx::InputError(bad);
+    if (const std::string bad = thx::omp_num_threads_env_error(); !bad.empty()) throw thx::InputError(bad);
     thx::guard_host_memory();  // the machine's memory running out: one line, not Linux's SIGKILL
     for (auto& c : commands)
       if (c->app->parsed()) return c->run();
@@ -204,8 +205,8 @@ int thx::cli_main(int argc, char** argv) {
       ->capture_default_str();
   int64_t threads = 0;
   app.add_option("--threads", threads,
-                 "intra-op CPU threads (0: every core this process may run on; under torchrun, cores / "
-                 "LOCAL_WORLD_SIZE)")
+                 "intra-op CPU threads (0: OMP_NUM_THREADS where set, else every core this process may run on; "
+                 "under torchrun, cores / LOCAL_WORLD_SIZE)")
       ->check(thx::non_negative_number())
       ->check(CLI::Validator(
           [](std::string& value) {

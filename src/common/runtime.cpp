@@ -231,6 +231,21 @@ int64_t available_cores() {
   return cores;
 }
 
+int64_t omp_num_threads_env() {
+  const char* v = std::getenv("OMP_NUM_THREADS");
+  if (!v || !*v) return 0;
+  const std::string s = v, first = s.substr(0, s.find(','));
+  if (first.empty() || first.size() > 4 || first.find_first_not_of("0123456789") != std::string::npos) return -1;
+  const int64_t n = std::stoll(first);
+  return n >= 1 && n <= kMaxThreads ? n : -1;
+}
+
+std::string omp_num_threads_env_error() {
+  if (omp_num_threads_env() >= 0) return "";
+  return fmt::format("OMP_NUM_THREADS={}: not a count of threads from 1 to {} (the default of --threads outside "
+                     "torchrun); unset it or set --threads", std::getenv("OMP_NUM_THREADS"), kMaxThreads);
+}
+
 void configure_runtime(int64_t threads) {
   static bool malloc_done = false;
   if (!malloc_done) {
@@ -238,15 +253,22 @@ void configure_runtime(int64_t threads) {
     mallopt(M_TRIM_THRESHOLD, INT_MAX);      // and keep up to 2 GB of freed memory
     malloc_done = true;
   }
+  std::string from = "--threads";
   if (threads <= 0) {
     // Under torchrun, the node's cores are shared by its LOCAL_WORLD_SIZE ranks.
-    int64_t local = 1;
-    if (const char* v = std::getenv("LOCAL_WORLD_SIZE")) local = std::max<int64_t>(1, std::atoll(v));
-    threads = std::max<int64_t>(1, available_cores() / local);
-  } else if (threads > available_cores()) {
+    const char* local = std::getenv("LOCAL_WORLD_SIZE");
+    if (!local && omp_num_threads_env() > 0) {
+      threads = omp_num_threads_env(), from = "OMP_NUM_THREADS=" + std::string(std::getenv("OMP_NUM_THREADS"));
+      thx::log("runtime")->debug("{} threads, as {} says (--threads sets another count)", threads, from);
+    } else {
+      threads = std::max<int64_t>(1, available_cores() / std::max<int64_t>(1, local ? std::atoll(local) : 1));
+    }
+  }
+  if (threads > available_cores()) {
     const int64_t cores = available_cores();
-    thx::log("runtime")->warn("--threads {}: more than the {} core{} this process may run on; past them threads only "
-                              "wait on each other", threads, cores, cores == 1 ? "" : "s");
+    thx::log("runtime")->warn("{}: more than the {} core{} this process may run on; past them threads only wait on "
+                              "each other", from == "--threads" ? "--threads " + std::to_string(threads) : from, cores,
+                              cores == 1 ? "" : "s");
   }
   torch::set_num_threads(static_cast<int>(threads));
   // ATen's thread count does not reach a pthreads OpenBLAS, which would otherwise use every

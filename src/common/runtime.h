@@ -95,9 +95,15 @@ int64_t cgroup_cores(const std::string& self_cgroup, const std::string& root);
 // it, more than the cores is taken with a warning (a run repeated with another machine's count).
 constexpr int64_t kMaxThreads = 1024;
 
-// threads <= 0: available_cores(), divided among torchrun's LOCAL_WORLD_SIZE ranks. More than
-// available_cores() logs a warning.
+// threads <= 0: under torchrun available_cores() divided among its LOCAL_WORLD_SIZE ranks (torchrun
+// sets OMP_NUM_THREADS=1 for several ranks itself: not taken), else OMP_NUM_THREADS where set, as
+// PyTorch takes it, else available_cores(). More than available_cores() logs a warning.
 void configure_runtime(int64_t threads = 0);
+// OMP_NUM_THREADS as OpenMP reads it: a whole number from 1 to kMaxThreads, the first of a comma
+// list (nested levels' counts); 0 where it is unset or empty, -1 where it is none of those.
+int64_t omp_num_threads_env();
+// What is wrong with OMP_NUM_THREADS, in one line, or "" (thx refuses it before any work: cli.cpp).
+std::string omp_num_threads_env_error();
 
 // Call before any work (cli_main does, once it has parsed a command that computes):
 // re-executes the program with the thread-pool environment above if it is not set yet.

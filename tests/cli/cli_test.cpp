@@ -69,6 +69,38 @@ TEST(Cli, ThreadsAreTheCoresThisProcessMayRunOn) {
   EXPECT_EQ(lines(r.out), 1) << r.out;
 }
 
+// OMP_NUM_THREADS, set, is the default of --threads, as PyTorch takes it (the first of a comma
+// list); not under torchrun, which sets it to 1 for several ranks itself (there the node's cores
+// are shared among them); --threads wins. A value that is no count is one line, exit 2.
+TEST(Cli, OmpNumThreadsIsTheDefaultOfThreadsOutsideTorchrun) {
+  const std::string bench = " bench attention --heads 2 --d-model 16 --n 8 --batch 1 --reps 1 --no-reference 2>&1";
+  const std::string thx = std::string(THX_BINARY);
+  RunResult r = run_command("taskset -c 0,1 env OMP_NUM_THREADS=1 " + thx + bench);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("batch 1, 1 thread, median of 1"), std::string::npos) << r.out;
+  r = run_command("taskset -c 0 env OMP_NUM_THREADS=3,1 " + thx + " --log-level warn" + bench);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("; 3 threads; "), std::string::npos) << r.out;  // (the report's CPU line)
+  EXPECT_NE(r.out.find("] OMP_NUM_THREADS=3,1: more than the 1 core this process may run on"), std::string::npos)
+      << r.out;
+  r = run_command("taskset -c 0 env OMP_NUM_THREADS=1 " + thx + " --threads 2" + bench);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("; 2 threads; "), std::string::npos) << r.out;
+  r = run_command("taskset -c 0 env OMP_NUM_THREADS=3 LOCAL_WORLD_SIZE=1 " + thx + bench);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("batch 1, 1 thread, median of 1"), std::string::npos) << r.out;
+  for (const char* bad : {"two", "0", "1025", "-1", ",2"}) {
+    r = run_command(std::string("env OMP_NUM_THREADS=") + bad + " " + thx + bench);
+    EXPECT_EQ(r.code, 2) << bad << ": " << r.out;
+    // (libgomp's own line about it comes first where it too takes the value for none)
+    const std::string line = std::string("thx: error: OMP_NUM_THREADS=") + bad +
+                             ": not a count of threads from 1 to 1024 (the default of --threads outside torchrun); "
+                             "unset it or set --threads\n";
+    EXPECT_EQ(r.out.find("thx: "), r.out.size() - line.size()) << r.out;
+    EXPECT_EQ(r.out.substr(r.out.size() - std::min(r.out.size(), line.size())), line) << r.out;
+  }
+}
+
 TEST(Cli, UnknownSubcommandOrFlagExitsTwo) {
   EXPECT_EQ(fork_thx("frobnicate").code, 2);
   EXPECT_EQ(fork_thx("costs --colour").code, 2);
