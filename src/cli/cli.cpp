@@ -248,9 +248,12 @@ int thx::cli_main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return parse_error(app, e, argc, argv);
   }
-  // Parsed, so help, --version and a bad command line have ended without a second start.
+  // Parsed, so help, --version and a bad command line have ended without a second start; a bad
+  // OMP_NUM_THREADS is refused below in this first one (libgomp, loaded again, would repeat its
+  // own line about it).
   for (const auto& c : commands)
-    if (c->app->parsed() && c->computes()) thx::reexec_with_thread_environment(argv);
+    if (c->app->parsed() && c->computes() && thx::omp_num_threads_env() >= 0)
+      thx::reexec_with_thread_environment(argv);
   thx::set_log_level(level);
   thx::configure_runtime(threads);
   thx::set_device_request(device);
