@@ -37,7 +37,8 @@ struct BenchTrainCommand : Command {
                     "ALBERT-base at batch 4, length 512, h = 12, 48");
     CLI::Option* profile = app->add_flag("--profile", topt.profile,
                   "also profile one step of each row: time by phase and the top ops (on a GPU, each kernel's "
-                  "time on it, by Kineto, under the op that launched it)");
+                  "time on it, by Kineto, under the op that launched it); the fastest of three steps under the "
+                  "profiler on the CPU, the second of two on a GPU");
     app->add_option("--trace", topt.trace_dir, "with --profile on a GPU: also write each profiled step's timeline "
                                                "here, one Chrome trace a row (Kineto's; Perfetto reads it)")
         ->type_name("DIR")->needs(profile);

@@ -321,8 +321,23 @@ void attribute_kernels(const KinetoSpans& spans, StepProfile& p) {
   for (int k = 0; k < kPhaseCount; ++k) p.phases.emplace_back(kDevicePhases[k], ph[k]);
 }
 
+// On the CPU the step runs three times under the profiler, and the fastest is the one reported.
+// The profiler's own records move the heap, so the first step under it (now and then the second
+// too) wrote its large buffers to fresh pages: a mini T5's attention core took 3,071 page faults
+// per encoder layer, 37 ms against 2.6, and the profile was 1.5-2.3 times the timed step, with all
+// of the excess in whichever op first touched them. On a GPU (the CUDA caching allocator keeps its
+// memory) one step warms up, as torch.profiler's schedule does; it also starts CUPTI.
 StepProfile profile_step(const std::function<void()>& fn, const c10::Device& device, const std::string& trace_path) {
-  return device.is_cuda() ? profile_on_device(fn, device, trace_path) : profile_on_cpu(fn);
+  if (device.is_cuda()) {
+    const StepProfile warm = profile_on_device(fn, device, "");
+    return warm.note.empty() ? profile_on_device(fn, device, trace_path) : warm;
+  }
+  StepProfile best = profile_on_cpu(fn);
+  for (int i = 1; i < 3; ++i) {
+    StepProfile p = profile_on_cpu(fn);
+    if (p.total_ms < best.total_ms) best = std::move(p);
+  }
+  return best;
 }
 
 namespace {

@@ -48,9 +48,11 @@ struct StepProfile {
 };
 
 // fn must be the whole step; optimizer steps inside it should run in a RECORD_USER_SCOPE
-// named "thx::optimizer" to be their own phase. On a CUDA device the step is timed to the end of
-// its last kernel, and where trace_path is not empty Kineto's timeline of it is written there
-// (Chrome's trace format, which Perfetto and chrome://tracing read; a failure is a warning).
+// named "thx::optimizer" to be their own phase. fn runs more than once under the profiler: on the
+// CPU three times, the fastest reported; on a GPU twice, the second reported. A first step under a
+// profiler is slower, and not evenly (step_profile.cpp). On a CUDA device the step is timed to the
+// end of its last kernel, and where trace_path is not empty Kineto's timeline of it is written
+// there (Chrome's trace format, which Perfetto and chrome://tracing read; a failure is a warning).
 StepProfile profile_step(const std::function<void()>& fn, const c10::Device& device = c10::Device(c10::kCPU),
                          const std::string& trace_path = "");
 
