@@ -51,7 +51,7 @@ struct Timed {
   int64_t params = 0;
   double peak_rss_mb = 0;                // the process's peak while the model was built and stepped
                                          // (on a GPU: the peak of its tensors)
-  std::optional<StepProfile> profile;    // one more step under the profiler, if asked
+  std::optional<StepProfile> profile;    // more steps under the profiler, if asked (step_profile.h)
   std::string repeats;                   // whether a step repeats to the bit (repeat_check), if asked
   bool out_of_memory = false;            // the device ran out of memory (no times)
 };

@@ -358,7 +358,8 @@ TextTable ops_table(const std::vector<StepProfile::Op>& v, const std::vector<std
 
 std::string render_device_profile(const StepProfile& p, const std::string& title, int top) {
   std::string head = fmt::format(
-      "{}: one step, {:.1f} ms of wall time, {:.1f} ms of it in {} kernels on the GPU (LibTorch's Kineto, "
+      "{}: one step (the second under the profiler), {:.1f} ms of wall time, {:.1f} ms of it in {} kernels on the "
+      "GPU (LibTorch's Kineto, "
       "CUPTI's record of each kernel; a kernel's phase is its launching op's or the nearest enclosing op's that "
       "names one, an autograd node standing for the forward op that made it, and inside thx::optimizer the "
       "optimizer's; shares of the wall time)\n\n",
@@ -386,8 +387,8 @@ std::string render_profile(const StepProfile& p, const std::string& title, int t
   phases.header = {"phase", "ms", "share"};
   phases.align = "lrr";
   for (const auto& [k, ms] : p.phases) phases.rows.push_back({k, fmt::format("{:.1f}", ms), share_of(ms, p.total_ms)});
-  return fmt::format("{}: one step, {:.1f} ms under the profiler (LibTorch's legacy CPU profiler, self time on the "
-                     "stepping thread)\n\n",
+  return fmt::format("{}: the fastest of three steps under the profiler, {:.1f} ms (LibTorch's legacy CPU profiler, "
+                     "self time on the stepping thread)\n\n",
                      title, p.total_ms) +
          render(phases, TableFormat::markdown) + "\n" +
          render(ops_table(p.ops, {"op (self time)", "calls", "ms", "share"}, p.total_ms, top), TableFormat::markdown);
