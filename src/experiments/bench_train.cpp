@@ -4,6 +4,7 @@
 #include <cctype>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <regex>
 #include <set>
 
@@ -251,9 +252,10 @@ class TrainBench {
     std::string peaks;
     for (const auto& p : precisions_) peaks += fmt::format("{}{} {:.1f}", peaks.empty() ? "" : ", ", p, peak_.at(p));
     std::string r = fmt::format("{}. Matmul peak ({}^3, best of 5, measured in this run), GFLOP/s: {}. "
-                                "Median of {} steps after {} warm-up; model FLOPs = 6 x forward multiply-adds; % of peak "
+                                "Median of {} after {} warm-up; model FLOPs = 6 x forward multiply-adds; % of peak "
                                 "is of the row's own precision's peak; {}{}.\n\n",
-                                device_description(o_.device), peak_size_, peaks, o_.steps, o_.warmup,
+                                device_description(o_.device), peak_size_, peaks,
+                                o_.steps == 1 ? std::string("1 step") : fmt::format("{} steps", o_.steps), o_.warmup,
                                 gpu_ ? "peak GPU MB is the caching allocator's peak of tensors, reset before each row"
                                      : "peak RSS is the process's, the heap trimmed before each row",
                                 aten_note()) +
@@ -425,6 +427,11 @@ void t5_base_rows(TrainBench& bench, const PretrainConfig& c, int64_t batch, boo
 std::string bench_train(const BenchTrainOptions& options) {
   BenchTrainOptions o = options;
   if (!o.markdown_out.empty()) check_output_file(o.markdown_out, "--out");  // before the hours it may take
+  // The peer runs after each row: a script that is not there would be found only then, row by row.
+  if (std::error_code ec; !o.peer.empty() && !std::filesystem::is_regular_file(o.peer, ec))
+    throw InputError(fmt::format("--peer {}: {} (the PyTorch peer, a Python script such as "
+                                 "../shared/bench/peer_t5.py)", o.peer,
+                                 std::filesystem::exists(o.peer, ec) ? "not a file" : "no such file"));
   o.tiled = o.tiled || th_path() != "fused";  // `--th-path tiled|batched|folded|gemm...`: not the fused kernels
   set_th_kernels(!o.tiled);
   // --aten's parts, read where each runs (common/runtime.h), for this bench (with THX_ATEN's).

@@ -205,6 +205,15 @@ TEST(Cli, BadBenchFlagsExitTwo) {
   EXPECT_EQ(r.out, "thx: error: --trace writes Kineto's timeline of a GPU's step (thx --device cuda); on the CPU, "
                    "--profile's tables are LibTorch's CPU profiler's\n");
   EXPECT_FALSE(std::filesystem::exists(traces));
+  // A --peer that is not a script: one line before any row (the peer runs after each, so it
+  // was found only then, a warning a row, the rows' time spent).
+  const std::string about = " (the PyTorch peer, a Python script such as ../shared/bench/peer_t5.py)\n";
+  r = fork_thx("bench train --peer " + traces);
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_EQ(r.out, "thx: error: --peer " + traces + ": no such file" + about);
+  r = fork_thx("bench train --peer " + dir.path.string());
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_EQ(r.out, "thx: error: --peer " + dir.path.string() + ": not a file" + about);
   // --aten adafactor with another optimizer, or rms_norm in a model without it, would report a
   // comparison that did not happen; an unknown part is named.
   r = fork_thx("bench train --aten loss,adafactor --set optimizer.name=lamb");
