@@ -7,7 +7,7 @@
 # its flags, the host code under `#if THX_CUDA` in place.
 #
 #   scripts/cuda_build_check.sh           Debian's LibTorch 1.13, clang 14 (the README's build),
-#                                         4 to 6 minutes on 2 cores; build-cudacheck/ (ignored).
+#                                         4 to 8 minutes on 2 cores; build-cudacheck/ (ignored).
 #                                         The links run with unresolved symbols reported, not
 #                                         fatal: it passes when every one is a function of
 #                                         LibTorch's CUDA libraries (c10::cuda, at::cuda), which
