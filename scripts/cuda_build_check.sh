@@ -19,7 +19,7 @@
 #                                         guards, with GCC (the GPU machines' compiler) and NCCL
 #                                         (nccl.h in CUDA's include folder), as scripts/
 #                                         gpu_build.sh builds: -I ahead of the wheel's own fmt,
-#                                         spdlog and protobuf headers. 10 to 12 minutes on 2
+#                                         spdlog and protobuf headers. 10 to 18 minutes on 2
 #                                         cores; build-cudacheck-<its version>/ (ignored). Only
 #                                         headers are used, so the verdict is the compiles': no
 #                                         library of that LibTorch is linked, and every symbol of
