@@ -104,6 +104,23 @@ struct Guard {
         .count();
   }
 
+  // The kernel's numbers: what this process may still take (bytes) and whether the limit, not
+  // the floor, sets it.
+  struct Reading {
+    HostMemory memory;
+    double resident = 0, left = 1e300;
+    bool capped = false;
+  };
+  Reading read() const {
+    Reading r;
+    if (floor > 0) r.memory = host_memory();
+    if (r.memory.total > 0) r.left = r.memory.available - floor;
+    r.resident = limit > 0 ? resident_bytes() : 0;
+    r.capped = limit > 0 && limit - r.resident < r.left;
+    if (r.capped) r.left = limit - r.resident;
+    return r;
+  }
+
   // Called with each new block (made, not yet written: the kernel's numbers do not count it).
   void check(size_t n) {
     const int64_t bytes = int64_t(n);
@@ -112,26 +129,23 @@ struct Guard {
     const int64_t now = now_ns();
     if (left_before >= 0 && now < next_read.load(std::memory_order_relaxed)) return;
     std::lock_guard<std::mutex> lock(reading);
-    double left = 1e300;
-    HostMemory m;
-    if (floor > 0) m = host_memory();
-    if (m.total > 0) left = m.available - floor;
-    const double resident = limit > 0 ? resident_bytes() : 0;
-    const bool capped = limit > 0 && limit - resident < left;
-    if (capped) left = limit - resident;
-    if (double(n) > left) {
+    Reading r = read();
+    // thx's heap keeps what it frees (runtime.h, keep_freed_memory), which the kernel counts as
+    // held: give it back and read again before refusing.
+    if (double(n) > r.left) trim_heap(), r = read();
+    if (double(n) > r.left) {
       budget.store(0), next_read.store(0);  // the next large one reads again
-      if (capped)
+      if (r.capped)
         TORCH_CHECK_WITH(OutOfMemoryError, false, fmt::format("host memory: {:.0f} MB more would take this process "
                          "past THX_MEMORY_LIMIT_MB={:.0f}: it holds {:.0f} MB", double(n) / kMB, limit / kMB,
-                         resident / kMB));
+                         r.resident / kMB));
       TORCH_CHECK_WITH(OutOfMemoryError, false, fmt::format("host memory: {:.0f} MB more, with {:.0f} MB of {} {:.0f} "
                        "MB available, would leave less than the {:.0f} MB that thx keeps free so that Linux's "
                        "out-of-memory killer does not end the run (THX_MEMORY_FLOOR_MB); this process holds {:.0f} MB",
-                       double(n) / kMB, m.available / kMB, m.owner, m.total / kMB, floor / kMB,
+                       double(n) / kMB, r.memory.available / kMB, r.memory.owner, r.memory.total / kMB, floor / kMB,
                        resident_bytes() / kMB));
     }
-    budget.store(int64_t(std::min(left - double(n), 4e18)));
+    budget.store(int64_t(std::min(r.left - double(n), 4e18)));
     next_read.store(now + kReadEveryNs);
   }
 };

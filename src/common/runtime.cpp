@@ -13,7 +13,6 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <climits>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -248,11 +247,7 @@ std::string omp_num_threads_env_error() {
 
 void configure_runtime(int64_t threads) {
   static bool malloc_done = false;
-  if (!malloc_done) {
-    mallopt(M_MMAP_MAX, 0);                  // large blocks from the heap, not fresh mmaps
-    mallopt(M_TRIM_THRESHOLD, INT_MAX);      // and keep up to 2 GB of freed memory
-    malloc_done = true;
-  }
+  if (!malloc_done) keep_freed_memory(), malloc_done = true;
   std::string from = "--threads";
   if (threads <= 0) {
     // Under torchrun, the node's cores are shared by its LOCAL_WORLD_SIZE ranks.
@@ -404,6 +399,11 @@ double status_mb(const char* field) {  // "VmRSS:     1234 kB"
 
 double rss_mb() { return status_mb("VmRSS:"); }
 void trim_heap() { malloc_trim(0); }
+
+void keep_freed_memory() {
+  mallopt(M_MMAP_MAX, 0);         // large blocks from the heap, not fresh mmaps
+  mallopt(M_TRIM_THRESHOLD, -1);  // and no trimming of its top on free (mallopt(3): -1 turns it off)
+}
 double peak_rss_mb() { return status_mb("VmHWM:"); }
 void reset_peak_rss() { std::ofstream("/proc/self/clear_refs") << "5"; }
 

@@ -19,7 +19,8 @@
 // - Memory: glibc serves allocations above 32 MB with mmap and unmaps them on free, so every
 //   [b,h,n,m] attention tensor would be fresh memory, paid for in page faults on first touch
 //   (measured: softmax over [2,24,512,512] 26 ms with them, 7 ms without). thx keeps freed
-//   memory in the heap for reuse instead. Peak RSS then stays at its high-water mark.
+//   memory in the heap for reuse instead (keep_freed_memory). RSS then stays at its high-water
+//   mark; host_memory's check gives the free memory back before it refuses a block.
 #pragma once
 #include <torch/torch.h>
 
@@ -135,6 +136,12 @@ std::string blas_description();
 double rss_mb();
 // Returns the heap's free memory to the system (malloc_trim), so that RSS counts live memory.
 void trim_heap();
+// Makes glibc serve large blocks from the heap, not fresh mmaps, and never trim the heap's top on
+// free (configure_runtime calls it). Trimming is off, not at its largest threshold (2 GB): a
+// T5-base step at 48 heads frees 5 GB at the top, and with the threshold each step gave it back
+// and faulted it in again (bench train: 49 s a step against 14; docs/benchmarks.md).
+// trim_heap() still returns free memory where thx asks.
+void keep_freed_memory();
 double peak_rss_mb();
 void reset_peak_rss();
 

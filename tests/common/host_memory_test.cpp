@@ -3,7 +3,7 @@
 // past its limit, is c10::OutOfMemoryError before anything is written to it; smaller blocks and
 // what fits pass; freed memory counts again; a refusal in backward keeps its type. And the
 // out-of-memory killer's count that names it in a sweep's report of a child's end and in a
-// data-parallel group's line for a rank that stopped.
+// data-parallel group's line for a rank that stopped. And runtime.h's heap that keeps what is freed.
 #include <c10/util/Exception.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -13,6 +13,9 @@
 #include <unistd.h>
 
 #include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <iterator>
 #include <string>
@@ -300,6 +303,34 @@ TEST(HostMemory, NamesTheOutOfMemoryKillerForAStoppedRank) {
             std::string::npos);
 }
 
+// runtime.h's keep_freed_memory: a 3 GiB block comes from the heap, not from mmap, and freed at
+// the heap's top it stays there: glibc's trimming is off, not at its largest threshold (2 GiB),
+// below what a T5-base step at 48 heads frees each step. The block is never written, so it takes
+// address space, not memory. mallopt's settings are the process's, so a child runs it.
+TEST(HostMemory, ABlockFreedAtTheHeapsTopStaysInTheHeap) {
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    keep_freed_memory();
+    constexpr size_t kSize = size_t(3) << 30;
+    char* const before = static_cast<char*>(sbrk(0));
+    void* block = std::malloc(kSize);
+    if (!block) _exit(3);  // the address space refused
+    char* const grown = static_cast<char*>(sbrk(0));
+    // From the heap: the break moved, and the block ends below it (glibc maps a block far above).
+    if (grown <= before || static_cast<char*>(block) + kSize > grown) _exit(4);
+    std::free(block);
+    _exit(static_cast<char*>(sbrk(0)) == grown ? 0 : 5);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status)) << "the child ended by signal " << WTERMSIG(status);
+  if (WEXITSTATUS(status) == 3) GTEST_SKIP() << "malloc refused 3 GiB of address space (vm.overcommit_memory?)";
+  EXPECT_NE(WEXITSTATUS(status), 4) << "the block did not come from the heap (glibc mapped it)";
+  EXPECT_NE(WEXITSTATUS(status), 5) << "glibc trimmed the heap's top when the block was freed";
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+}
+
 TEST(HostMemoryGuard, RefusesABlockThatWouldLeaveLessThanTheFloor) {
   const double floor = host_memory().available + 1e12;  // more than is available: every checked block
   {
@@ -328,6 +359,30 @@ TEST(HostMemoryGuard, CapsThisProcessAtItsLimitAndCountsFreedMemoryAgain) {
   const std::string why = refusal([] { return torch::empty({8 << 20}); });
   EXPECT_NE(why.find("host memory: 32 MB more would take this process past THX_MEMORY_LIMIT_MB="), std::string::npos)
       << why;
+}
+
+// With that heap (keep_freed_memory), what thx freed stays resident, and the kernel counts it as
+// held: the check gives it back (trim_heap) and reads again before it refuses. Here 128 MiB freed
+// leaves 32 MiB under the limit; 48 MiB more fits once they are given back. In a child, as above,
+// through c10's allocator, not torch's ops, whose OpenMP threads a child of fork must not use.
+TEST(HostMemoryGuard, GivesBackTheHeapsFreeMemoryBeforeItRefuses) {
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    keep_freed_memory();
+    {
+      const at::DataPtr freed = c10::GetCPUAllocator()->allocate(size_t(128) << 20);
+      std::memset(freed.get(), 1, size_t(128) << 20);
+    }
+    HostMemoryGuard guard(0, resident() + 32 * kMiB);  // it wraps the allocator: fetch it after
+    const std::string why = refusal([] { return c10::GetCPUAllocator()->allocate(size_t(48) << 20); });
+    if (!why.empty()) std::fprintf(stderr, "%s\n", why.c_str());
+    _exit(why.empty() ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status)) << "the child ended by signal " << WTERMSIG(status);
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "refused, though the heap held the memory free (the child's line above)";
 }
 
 // The loop catches the error by its type around forward and backward: autograd's engine hands
