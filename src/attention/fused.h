@@ -75,14 +75,22 @@ torch::Tensor cpu_attention_core(const torch::Tensor& Q, const torch::Tensor& K,
 // heads of 4 to 16 ran one layer 1.1-2.0x slower than the fp32 core's products in cache; at 32
 // the two were within 1.17x, at 64 the bf16 core was 1.25-1.5x faster. With AMX (an Emerald
 // Rapids Xeon) the bf16 core won at n = 512 and on tiles (docs/benchmarks.md, "The bf16 core at
-// small heads on an EPYC without AMX", and the section before it).
+// small heads on an EPYC without AMX", and the section before it). Heads of exactly 16 take the
+// bf16 core where its head mixings run on VDPBF16PS (kernels.h, amx::pays): one talking-heads
+// layer at 48 heads, d_model 768, n = 512 ran 1.2x faster there, and no layer measured slower
+// (docs/benchmarks.md, "The bf16 head mixings through VDPBF16PS"); narrower heads stay on the fp32
+// core, which was up to 1.33x faster at n = 128 even so.
 // THX_BF16_CORE=auto|bf16|fp32 chooses for a run (read once); tests set it.
 enum class Bf16Core { automatic, bf16, fp32 };
 constexpr int64_t kBf16CoreFp32Width = 16;
 void set_bf16_core(Bf16Core core);
 Bf16Core bf16_core();
-// Whether bf16 Q, K, V with heads of d_k and d_v take the fp32 core (the choice above).
-bool bf16_core_in_fp32(int64_t d_k, int64_t d_v);
+// Whether the bf16 core's head mixings of h_k -> h (P_l) and h -> h_v (P_w) run on tiles
+// (fused.cpp's choice: kernels::amx::pays).
+bool bf16_mixings_on_tiles(int64_t h_k, int64_t h, int64_t h_v, bool P_l, bool P_w);
+// Whether bf16 Q, K, V with heads of d_k and d_v, and head mixings on tiles or not, take the fp32
+// core (the choice above).
+bool bf16_core_in_fp32(int64_t d_k, int64_t d_v, bool mixings_on_tiles);
 // What is wrong with THX_BF16_CORE, in one line, or "" (thx refuses it before any work: cli.cpp).
 std::string bf16_core_env_error();
 // Whether bf16 attention of `dims` trained on `device` runs on that fp32 core (the CPU, the

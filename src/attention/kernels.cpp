@@ -143,7 +143,8 @@ std::atomic<int> g_use{-1};  // -1: as THX_KERNELS says; else a Use set by set_u
 // n = m = 512, batch 4, T5's bias; docs/benchmarks.md, 2026-11-30, Emerald Rapids): at 24 and 48
 // heads, both the mixings and the grams; at 12 heads neither (a 12-head mixing fills 12 of a
 // tile's 32 k and 12 of its 16 rows: on tiles the layer's TH/MH was 1.24-1.29, against
-// 1.21-1.26 on the fp32 kernels).
+// 1.21-1.26 on the fp32 kernels). Through VDPBF16PS (no AMX) the same threshold: at 24 and 48
+// heads the mixings paid on a Zen 5 (2026-12-03); 12 heads were not measured there.
 }  // namespace
 
 Use use() {
@@ -151,7 +152,7 @@ Use use() {
     const char* want = std::getenv("THX_KERNELS");
     return !want || !*want || std::string(want) == "amx" ? Use::where_it_pays : Use::off;
   }();
-  if (!cpu_has_amx()) return Use::off;
+  if (!available()) return Use::off;
   const int u = g_use.load();
   return u < 0 ? by_env : Use(u);
 }

@@ -56,14 +56,25 @@ std::string kernels_env_error();
 // factors, fp32 sums. At 48 heads, on one Emerald Rapids core, packing included: a mixing at
 // about twice the AVX-512 fp32 kernels' rate, a gram at about four times; at 12 heads slower
 // (docs/benchmarks.md). A factor given in fp32 (the projections) is rounded to bf16 once, by pack().
+// Where the CPU has no AMX but AVX512-BF16 (AMD Zen 4 and 5), the same packed tiles run through
+// VDPBF16PS: the same products and sums, in another order.
 namespace amx {
 // The fewest heads (in and out of a mixing, each side of a gram) at which pays() takes the tiles.
 constexpr int64_t kMinHeads = 24;
 // The CPU has AMX-BF16 and AVX-512 F/BW/VL, the OS keeps the tile state, and Linux granted this
 // process the tile data. Checked once. (Valgrind's CPU reports no AMX.)
 bool cpu_has_amx();
+// AVX512-BF16 and AVX-512 F/BW/VL, and the OS keeps their state. Checked once.
+bool cpu_has_avx512_bf16();
+// What runs the products: AMX tiles where cpu_has_amx(), else VDPBF16PS where
+// cpu_has_avx512_bf16(), else none (use() is then off). set_backend (tests) picks one this CPU
+// runs, or none, and returns false, changing nothing, for one it does not.
+enum class Backend { none, tiles, avx512_bf16 };
+Backend backend();
+bool set_backend(Backend b);
+bool available();  // backend() != none
 // Where the bf16 core uses the tiles. `where_it_pays`: for the products whose sizes measured
-// faster than the AVX-512 fp32 kernels (pays()); the default where cpu_has_amx(), unless
+// faster than the AVX-512 fp32 kernels (pays()); the default where available(), unless
 // THX_KERNELS names another build than "amx" (read once). Tests set `always` (every size) and
 // `off`.
 enum class Use { off, where_it_pays, always };
@@ -80,8 +91,9 @@ struct Packed {  // a left factor [rows x cols] in bf16, as 16 x 32 tiles
 struct Scratch {  // packed right (and gram left) factors, reused from call to call
   std::vector<uint16_t> a, b;
 };
-// mix and gram run tile instructions: call them only where cpu_has_amx() returned true (the
-// first call asks Linux for the tile data; without it the first tile instruction is SIGILL).
+// mix and gram run tile or VDPBF16PS instructions: call them only where available() returned
+// true (cpu_has_amx() asks Linux for the tile data; without it the first tile instruction is
+// SIGILL).
 // A[o, i] = bf16(C[o*c_o + i*c_i]), rounded to nearest even, o < O, i < I.
 Packed pack(const float* C, int64_t c_o, int64_t c_i, int64_t O, int64_t I);
 // out[o*out_stride + j] = sum_i A[o, i] * X[i*x_stride + j], o < A.rows, i < A.cols, j < len;

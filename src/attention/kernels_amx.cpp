@@ -1,7 +1,8 @@
 // kernels_amx.cpp: the bf16 core's head mixings and grams on AMX tiles (kernels.h, amx).
-// Compiled with -mamx-tile -mamx-bf16 and AVX-512 (CMakeLists.txt); used only where CPUID
-// reports AMX-BF16 and AVX-512 F/BW/VL, the OS enables the tile state in XCR0, and Linux grants
-// this process the tile data (arch_prctl ARCH_REQ_XCOMP_PERM).
+// Compiled with -mamx-tile -mamx-bf16 -mavx512bf16 and AVX-512 (CMakeLists.txt); used only where
+// CPUID reports AVX-512 F/BW/VL and AMX-BF16, the OS enables the tile state in XCR0, and Linux
+// grants this process the tile data (arch_prctl ARCH_REQ_XCOMP_PERM), or AVX512-BF16 (every CPU
+// with AMX-BF16 has it too), so each instruction these flags allow runs where the file runs.
 //
 // One tile product: C[16 x 16] (fp32) += A[16 x 32] (bf16) . B[32 x 16] (bf16), B held as 16
 // rows of 16 (k, k+1) pairs ("VNNI" order). TDPBF16PS multiplies bf16 exactly and adds in fp32
@@ -11,12 +12,17 @@
 //   A tiles: [row tile][k tile][16 rows][32],   B tiles: [column tile][k tile][16 pairs][16][2].
 // The product runs in blocks of 2 x 2 output tiles: four accumulators (tmm0-3), two A (tmm4-5)
 // and two B (tmm6-7) tiles, so each loaded tile serves two products.
+// Where a CPU has no AMX but AVX512-BF16 (AMD Zen 4 and 5), the same packed tiles go through
+// VDPBF16PS instead (product_dp): per (k, k+1) pair of A's row, broadcast, times B's row of 16
+// pairs, into 16 fp32 lanes. It multiplies and adds as TDPBF16PS does (exact products, fp32 sums
+// rounded to nearest even, denormals flushed), in another order.
 #include <cpuid.h>
 #include <immintrin.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 
 #include "attention/kernels.h"
@@ -69,7 +75,7 @@ void accumulate(const uint16_t* A0, const uint16_t* A1, const uint16_t* B0, cons
 // are what costs, on this project's VMs 19-30 GB/s once they leave L1.)
 // Callers check cpu_has_amx() first (its permission request comes before any tile instruction).
 template <class Emit>
-void product(const uint16_t* Ap, int64_t RT, const uint16_t* Bp, int64_t CT, int64_t KT, Emit&& emit) {
+void product_tiles(const uint16_t* Ap, int64_t RT, const uint16_t* Bp, int64_t CT, int64_t KT, Emit&& emit) {
   alignas(64) float C[4][256];
   configure();
   for (int64_t rt = 0; rt < RT; rt += 2)
@@ -91,6 +97,54 @@ void product(const uint16_t* Ap, int64_t RT, const uint16_t* Bp, int64_t CT, int
       if (r2 && c2) emit(rt + 1, ct + 1, C[3]);
     }
   _tile_release();
+}
+
+// Rows [r0, r0 + 8) of the output tiles (rt, ct) and, where b1, (rt, ct + 1): 8 x 2 accumulators
+// of 16 lanes, each pair of A's row broadcast from memory.
+template <bool TWO>
+void rows_dp(const uint16_t* a, const uint16_t* b0, const uint16_t* b1, int64_t KT, int64_t r0, float* C0, float* C1) {
+  __m512 acc[8][2];
+  for (int r = 0; r < 8; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+  for (int64_t kt = 0; kt < KT; ++kt)
+    for (int64_t p = 0; p < 16; ++p) {
+      const __m512bh x0 = (__m512bh)_mm512_loadu_si512(b0 + kt * kTile + p * 32);
+      const __m512bh x1 = TWO ? (__m512bh)_mm512_loadu_si512(b1 + kt * kTile + p * 32) : x0;
+      const uint16_t* ap = a + kt * kTile + r0 * 32 + 2 * p;
+#pragma GCC unroll 8
+      for (int r = 0; r < 8; ++r) {
+        int32_t pair;
+        std::memcpy(&pair, ap + r * 32, sizeof pair);
+        const __m512bh w = (__m512bh)_mm512_set1_epi32(pair);
+        acc[r][0] = _mm512_dpbf16_ps(acc[r][0], w, x0);
+        if (TWO) acc[r][1] = _mm512_dpbf16_ps(acc[r][1], w, x1);
+      }
+    }
+  for (int r = 0; r < 8; ++r) {
+    _mm512_store_ps(C0 + (r0 + r) * 16, acc[r][0]);
+    if (TWO) _mm512_store_ps(C1 + (r0 + r) * 16, acc[r][1]);
+  }
+}
+
+// product_tiles' result through VDPBF16PS: each row tile against column tiles two at a time.
+template <class Emit>
+void product_dp(const uint16_t* Ap, int64_t RT, const uint16_t* Bp, int64_t CT, int64_t KT, Emit&& emit) {
+  alignas(64) float C[2][256];
+  for (int64_t rt = 0; rt < RT; ++rt)
+    for (int64_t ct = 0; ct < CT; ct += 2) {
+      const uint16_t *a = Ap + rt * KT * kTile, *b0 = Bp + ct * KT * kTile, *b1 = b0 + KT * kTile;
+      const bool two = ct + 1 < CT;
+      for (int64_t r0 = 0; r0 < 16; r0 += 8)
+        two ? rows_dp<true>(a, b0, b1, KT, r0, C[0], C[1]) : rows_dp<false>(a, b0, b1, KT, r0, C[0], C[1]);
+      emit(rt, ct, C[0]);
+      if (two) emit(rt, ct + 1, C[1]);
+    }
+}
+
+// Callers check available() first.
+template <class Emit>
+void product(const uint16_t* Ap, int64_t RT, const uint16_t* Bp, int64_t CT, int64_t KT, Emit&& emit) {
+  if (backend() == Backend::tiles) product_tiles(Ap, RT, Bp, CT, KT, emit);
+  else product_dp(Ap, RT, Bp, CT, KT, emit);
 }
 
 // Rows X [R x len] (bf16, x_stride apart) as A tiles, K = len.
@@ -189,12 +243,46 @@ bool cpu_and_os_allow() {
   return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
 }
 
+// AVX512-BF16 with AVX-512 F/BW/VL, and the OS keeps the AVX-512 state.
+bool cpu_and_os_allow_dp() {
+  unsigned a, b, c, d;
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+  if (!((b & (1u << 16)) && (b & (1u << 30)) && (b & (1u << 31)))) return false;  // F, BW, VL
+  if (!__get_cpuid_count(7, 1, &a, &b, &c, &d) || !(a & (1u << 5))) return false;  // AVX512_BF16
+  if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & (1u << 27))) return false;          // OSXSAVE
+  uint32_t lo, hi;
+  __asm__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  return (lo & 0xE6) == 0xE6;  // YMM and the three AVX-512 state components
+}
+
+std::atomic<int> g_backend{-1};  // -1: the best this CPU has; else a Backend set by set_backend
+
 }  // namespace
 
 bool cpu_has_amx() {
   static const bool ok = cpu_and_os_allow();
   return ok;
 }
+
+bool cpu_has_avx512_bf16() {
+  static const bool ok = cpu_and_os_allow_dp();
+  return ok;
+}
+
+Backend backend() {
+  const int set = g_backend.load();
+  if (set >= 0) return Backend(set);
+  return cpu_has_amx() ? Backend::tiles : cpu_has_avx512_bf16() ? Backend::avx512_bf16 : Backend::none;
+}
+
+bool set_backend(Backend b) {
+  const bool runs = b == Backend::none || (b == Backend::tiles && cpu_has_amx()) ||
+                    (b == Backend::avx512_bf16 && cpu_has_avx512_bf16());
+  if (runs) g_backend.store(int(b));
+  return runs;
+}
+
+bool available() { return backend() != Backend::none; }
 
 Packed pack(const float* C, int64_t c_o, int64_t c_i, int64_t O, int64_t I) {
   std::vector<float> values(size_t(O * I));

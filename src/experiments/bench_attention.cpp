@@ -337,17 +337,23 @@ std::function<void(const AttentionDims&, int64_t)>& bench_attention_inputs_hook(
 
 namespace {
 // Which core took bf16 on the CPU (fused.h, Bf16Core), and where its head products ran: AMX tiles
-// (kernels.h) or fp32 kernels.
+// or VDPBF16PS (kernels.h), or fp32 kernels.
 std::string cpu_tiles_note(const std::vector<std::string>& precisions) {
   namespace amx = kernels::amx;
   if (std::find(precisions.begin(), precisions.end(), "bf16") == precisions.end()) return "";
   if (bf16_core() == Bf16Core::fp32) return " (bf16 on the fp32 core, its operands widened: THX_BF16_CORE)";
+  const bool tiles = amx::use() != amx::Use::off;
+  const char* backend = amx::backend() == amx::Backend::tiles ? "AMX tiles" : "VDPBF16PS";
+  std::string core;
   if (!amx::cpu_has_amx() && bf16_core() == Bf16Core::automatic)
-    return fmt::format(" (bf16 on the fp32 core, its operands widened, where no head is wider than {}: no AMX-BF16)",
-                       kBf16CoreFp32Width);
-  if (!amx::cpu_has_amx()) return "";
-  if (amx::use() == amx::Use::off) return " (AMX tiles off: THX_KERNELS; the bf16 head products in fp32)";
-  return fmt::format(" (bf16 head mixings and grams on AMX tiles at {} or more heads)", amx::kMinHeads);
+    core = fmt::format("bf16 on the fp32 core, its operands widened, where no head is wider than {}{}: no AMX-BF16",
+                       kBf16CoreFp32Width, tiles ? fmt::format(", heads of {} mixed on {} excepted",
+                                                               kBf16CoreFp32Width, backend)
+                                                 : "");
+  if (!amx::available()) return core.empty() ? "" : " (" + core + ")";
+  if (!core.empty()) core += "; ";
+  if (!tiles) return fmt::format(" ({}{} off: THX_KERNELS; the bf16 head products in fp32)", core, backend);
+  return fmt::format(" ({}bf16 head mixings and grams on {} at {} or more heads)", core, backend, amx::kMinHeads);
 }
 }  // namespace
 

@@ -1,5 +1,6 @@
-// The AMX tile products of the bf16 core (kernels.h, amx; kernels_amx.cpp), on CPUs that have
-// AMX-BF16 (Sapphire and Emerald Rapids); elsewhere they skip, saying so.
+// The tile products of the bf16 core (kernels.h, amx; kernels_amx.cpp), under each backend the
+// CPU has: AMX tiles (Sapphire and Emerald Rapids) and VDPBF16PS on the same packed tiles (those,
+// and AMD Zen 4 and 5); elsewhere they skip, saying so.
 //
 // - mix and gram against float64 sums of the same bf16 values: a product of two bf16 values is
 //   exact in fp32, so the only error is the fp32 accumulation, bounded by gamma(k) sum |a||b|
@@ -19,6 +20,7 @@
 
 #include "attention/kernels.h"
 #include "bf16_bounds.h"
+#include "tile_backends.h"
 
 namespace thx::test {
 namespace {
@@ -88,55 +90,61 @@ double mix_case(const MixCase& c, std::mt19937& rng, int64_t drop_row = -1) {
 }
 
 TEST(AmxKernels, MixEqualsFloat64WithinFp32Accumulation) {
-  if (!amx::cpu_has_amx()) GTEST_SKIP() << "this CPU has no AMX-BF16 (or Linux grants no tile data): not used here";
-  std::mt19937 rng(5);
-  // Ragged against 16 rows, 32 k and 16 columns; the paper's 12, 24 and 48 heads at length 512.
-  for (const MixCase& c : std::vector<MixCase>{{1, 1, 1}, {5, 3, 7}, {17, 33, 16}, {24, 37, 45}, {12, 12, 512},
-                                               {24, 24, 512}, {48, 48, 512}, {33, 65, 100}})
-    EXPECT_LE(mix_case(c, rng), 1.0) << "O=" << c.O << " I=" << c.I << " len=" << c.len;
+  if (!amx::available()) GTEST_SKIP() << kNoTileBackend;
+  for_each_tile_backend([&] {
+    std::mt19937 rng(5);
+    // Ragged against 16 rows, 32 k and 16 columns; the paper's 12, 24 and 48 heads at length 512.
+    for (const MixCase& c : std::vector<MixCase>{{1, 1, 1}, {5, 3, 7}, {17, 33, 16}, {24, 37, 45}, {12, 12, 512},
+                                                 {24, 24, 512}, {48, 48, 512}, {33, 65, 100}})
+      EXPECT_LE(mix_case(c, rng), 1.0) << "O=" << c.O << " I=" << c.I << " len=" << c.len;
+  });
 }
 
 TEST(AmxKernels, AMixMissingOneHeadExceedsTheBound) {
-  if (!amx::cpu_has_amx()) GTEST_SKIP() << "this CPU has no AMX-BF16 (or Linux grants no tile data): not used here";
-  std::mt19937 rng(6);
-  EXPECT_GT(mix_case({12, 12, 64}, rng, 11), 100.0) << "the check must see one head's term missing";
+  if (!amx::available()) GTEST_SKIP() << kNoTileBackend;
+  for_each_tile_backend([&] {
+    std::mt19937 rng(6);
+    EXPECT_GT(mix_case({12, 12, 64}, rng, 11), 100.0) << "the check must see one head's term missing";
+  });
 }
 
 // mix_bf16 is mix's fp32 result rounded as c10::BFloat16 rounds, bit for bit (the same tile sums),
 // NaN included; it writes only its rows and columns.
 TEST(AmxKernels, MixBf16IsTheFp32MixRoundedAsC10) {
-  if (!amx::cpu_has_amx()) GTEST_SKIP() << "this CPU has no AMX-BF16 (or Linux grants no tile data): not used here";
-  std::mt19937 rng(8);
-  std::normal_distribution<float> d;
-  for (const MixCase& c : std::vector<MixCase>{{5, 3, 7}, {17, 33, 45}, {48, 48, 512}}) {
-    const int64_t xs = c.len + 3, os = c.len + 5;
-    std::vector<float> C(size_t(c.O * c.I));
-    for (float& f : C) f = d(rng);
-    Values X = random_bf16(size_t(c.I * xs), rng);
-    X.bits[size_t(c.len / 2)] = 0x7FC1;  // a NaN in row 0: column len/2 of every output is NaN
-    const amx::Packed A = amx::pack(C.data(), c.I, 1, c.O, c.I);
-    amx::Scratch s;
-    std::vector<float> fp32(size_t(c.O * os));
-    amx::mix(fp32.data(), os, A, X.bits.data(), xs, c.len, s);
-    const uint16_t sentinel = 0xABCD;
-    std::vector<uint16_t> bf(size_t((c.O + 1) * os), sentinel);
-    amx::mix_bf16(bf.data(), os, A, X.bits.data(), xs, c.len, s);
-    int64_t wrong = 0;
-    for (int64_t o = 0; o <= c.O; ++o)
-      for (int64_t j = 0; j < os; ++j) {
-        const bool inside = o < c.O && j < c.len;
-        const uint16_t want = inside ? c10::BFloat16(fp32[size_t(o * os + j)]).x : sentinel;
-        if (bf[size_t(o * os + j)] != want && wrong++ < 5)
-          ADD_FAILURE() << "O=" << c.O << " at " << o << "," << j << ": " << bf[size_t(o * os + j)] << ", want "
-                        << want;
-      }
-    EXPECT_EQ(wrong, 0);
-    EXPECT_EQ(bf[size_t(c.len / 2)], 0x7FC0) << "NaN rounds to c10's quiet NaN";
-  }
+  if (!amx::available()) GTEST_SKIP() << kNoTileBackend;
+  for_each_tile_backend([&] {
+    std::mt19937 rng(8);
+    std::normal_distribution<float> d;
+    for (const MixCase& c : std::vector<MixCase>{{5, 3, 7}, {17, 33, 45}, {48, 48, 512}}) {
+      const int64_t xs = c.len + 3, os = c.len + 5;
+      std::vector<float> C(size_t(c.O * c.I));
+      for (float& f : C) f = d(rng);
+      Values X = random_bf16(size_t(c.I * xs), rng);
+      X.bits[size_t(c.len / 2)] = 0x7FC1;  // a NaN in row 0: column len/2 of every output is NaN
+      const amx::Packed A = amx::pack(C.data(), c.I, 1, c.O, c.I);
+      amx::Scratch s;
+      std::vector<float> fp32(size_t(c.O * os));
+      amx::mix(fp32.data(), os, A, X.bits.data(), xs, c.len, s);
+      const uint16_t sentinel = 0xABCD;
+      std::vector<uint16_t> bf(size_t((c.O + 1) * os), sentinel);
+      amx::mix_bf16(bf.data(), os, A, X.bits.data(), xs, c.len, s);
+      int64_t wrong = 0;
+      for (int64_t o = 0; o <= c.O; ++o)
+        for (int64_t j = 0; j < os; ++j) {
+          const bool inside = o < c.O && j < c.len;
+          const uint16_t want = inside ? c10::BFloat16(fp32[size_t(o * os + j)]).x : sentinel;
+          if (bf[size_t(o * os + j)] != want && wrong++ < 5)
+            ADD_FAILURE() << "O=" << c.O << " at " << o << "," << j << ": " << bf[size_t(o * os + j)] << ", want "
+                          << want;
+        }
+      EXPECT_EQ(wrong, 0);
+      EXPECT_EQ(bf[size_t(c.len / 2)], 0x7FC0) << "NaN rounds to c10's quiet NaN";
+    }
+  });
 }
 
 TEST(AmxKernels, PackRoundsAsC10) {
-  if (!amx::cpu_has_amx()) GTEST_SKIP() << "this CPU has no AMX-BF16 (or Linux grants no tile data): not used here";
+  if (!amx::available()) GTEST_SKIP() << kNoTileBackend;
   // Ties and near-ties of bf16 rounding, and C read transposed (c_o = 1).
   const std::vector<float> C = {1.0f + 1.0f / 256, 1.0f + 3.0f / 256, -1.00390625f, 1.00390637f, 3e-39f, 65504.0f};
   const amx::Packed A = amx::pack(C.data(), 1, 2, 2, 3);  // A[o][i] = C[o + 2 i]
@@ -148,29 +156,31 @@ TEST(AmxKernels, PackRoundsAsC10) {
 }
 
 TEST(AmxKernels, GramAddsFloat64SumsWithinFp32Accumulation) {
-  if (!amx::cpu_has_amx()) GTEST_SKIP() << "this CPU has no AMX-BF16 (or Linux grants no tile data): not used here";
-  std::mt19937 rng(7);
-  std::normal_distribution<float> d;
-  for (const MixCase& c : std::vector<MixCase>{{1, 1, 1}, {5, 3, 37}, {17, 33, 64}, {48, 48, 512}, {12, 24, 29}}) {
-    const int64_t NA = c.O, NB = c.I, len = c.len, as = len + 1, bs = len + 7;
-    const Values A = random_bf16(size_t(NA * as), rng), B = random_bf16(size_t(NB * bs), rng);
-    std::vector<float> G(size_t(NA * NB));
-    for (float& g : G) g = d(rng);
-    const std::vector<float> G0 = G;
-    amx::Scratch s;
-    amx::gram(G.data(), A.bits.data(), as, NA, B.bits.data(), bs, NB, len, s);
-    std::vector<double> want, scale;
-    for (int64_t a = 0; a < NA; ++a)
-      for (int64_t b = 0; b < NB; ++b) {
-        double sum = G0[size_t(a * NB + b)], abs = std::abs(sum);
-        for (int64_t j = 0; j < len; ++j) {
-          const double p = A.x[size_t(a * as + j)] * B.x[size_t(b * bs + j)];
-          sum += p, abs += std::abs(p);
+  if (!amx::available()) GTEST_SKIP() << kNoTileBackend;
+  for_each_tile_backend([&] {
+    std::mt19937 rng(7);
+    std::normal_distribution<float> d;
+    for (const MixCase& c : std::vector<MixCase>{{1, 1, 1}, {5, 3, 37}, {17, 33, 64}, {48, 48, 512}, {12, 24, 29}}) {
+      const int64_t NA = c.O, NB = c.I, len = c.len, as = len + 1, bs = len + 7;
+      const Values A = random_bf16(size_t(NA * as), rng), B = random_bf16(size_t(NB * bs), rng);
+      std::vector<float> G(size_t(NA * NB));
+      for (float& g : G) g = d(rng);
+      const std::vector<float> G0 = G;
+      amx::Scratch s;
+      amx::gram(G.data(), A.bits.data(), as, NA, B.bits.data(), bs, NB, len, s);
+      std::vector<double> want, scale;
+      for (int64_t a = 0; a < NA; ++a)
+        for (int64_t b = 0; b < NB; ++b) {
+          double sum = G0[size_t(a * NB + b)], abs = std::abs(sum);
+          for (int64_t j = 0; j < len; ++j) {
+            const double p = A.x[size_t(a * as + j)] * B.x[size_t(b * bs + j)];
+            sum += p, abs += std::abs(p);
+          }
+          want.push_back(sum), scale.push_back(abs);
         }
-        want.push_back(sum), scale.push_back(abs);
-      }
-    EXPECT_LE(worst_ratio(G, want, scale, double(len + 1)), 1.0) << "NA=" << NA << " NB=" << NB << " len=" << len;
-  }
+      EXPECT_LE(worst_ratio(G, want, scale, double(len + 1)), 1.0) << "NA=" << NA << " NB=" << NB << " len=" << len;
+    }
+  });
 }
 
 }  // namespace THX_FILE_ID

@@ -12,12 +12,13 @@
 //   float64 values, so the two paths are compared through them.
 // - The check can fail: the same bound rejects a planted variant whose logits are rounded to
 //   bf16 before the softmax (a softmax "silently in bf16").
-// - On CPUs with AMX-BF16, the same with every head product on tiles (kernels.h, amx): bf16
-//   factors (P_l, P_w, the stored W, dL rounded), the bound derived again for them.
+// - On CPUs with AMX-BF16 or AVX512-BF16, the same with every head product on tiles (kernels.h,
+//   amx; under each backend the CPU has): bf16 factors (P_l, P_w, the stored W, dL rounded), the
+//   bound derived again for them.
 // - Those tests run the bf16 core itself on every CPU (Bf16Core::bf16). The fp32 core that takes
-//   bf16 at small heads on CPUs without AMX (fused.h, Bf16Core) is the fp32 core on the widened
-//   operands, rounded once, bit for bit; within one rounding of the float64 values; and taken
-//   exactly where the rule says.
+//   bf16 at small heads on CPUs without AMX (fused.h, Bf16Core; heads of 16 mixed on tiles
+//   excepted) is the fp32 core on the widened operands, rounded once, bit for bit; within one
+//   rounding of the float64 values; and taken exactly where the rule says.
 #include <gtest/gtest.h>
 
 #include <c10/util/BFloat16.h>
@@ -30,6 +31,7 @@
 #include "bf16_bounds.h"
 #include "common/precision.h"
 #include "test_util.h"
+#include "tile_backends.h"
 
 namespace thx::test {
 namespace {
@@ -219,20 +221,23 @@ TEST(Bf16Core, OutputAndGradientsWithinTheDerivedBound) {
   check_every_variant(false);
 }
 
-// Every head product on AMX tiles (where the CPU has them), at every size: within the bound
-// derived for bf16 factors. And the tiles did run: their results differ from the fp32 mixings'.
+// Every head product on tiles (under each backend the CPU has: AMX, VDPBF16PS), at every size:
+// within the bound derived for bf16 factors. And the tiles did run: their results differ from the
+// fp32 mixings'.
 TEST(Bf16Core, OnAmxTilesWithinTheirDerivedBound) {
   const CoreRoute core(Bf16Core::bf16);
-  if (!kernels::amx::cpu_has_amx()) GTEST_SKIP() << "this CPU has no AMX-BF16: the head products run in fp32 here";
-  const TilesUse tiles(kernels::amx::Use::always);
-  check_every_variant(true);
-  const Bf16Case c{2, 29, 37, 4, 5, 3, 8, 6, true, true, true, true};
-  const CoreInputs in = inputs_of(c, 31);
-  const auto on_tiles = run_core(in, torch::kBFloat16);
-  kernels::amx::set_use(kernels::amx::Use::off);
-  const auto in_fp32 = run_core(in, torch::kBFloat16);
-  for (const char* name : {"O", "dQ", "dP_l", "dP_w"})
-    EXPECT_FALSE(torch::equal(on_tiles.at(name), in_fp32.at(name))) << name << ": the tiles did not run";
+  if (!kernels::amx::available()) GTEST_SKIP() << kNoTileBackend;
+  for_each_tile_backend([] {
+    const TilesUse tiles(kernels::amx::Use::always);
+    check_every_variant(true);
+    const Bf16Case c{2, 29, 37, 4, 5, 3, 8, 6, true, true, true, true};
+    const CoreInputs in = inputs_of(c, 31);
+    const auto on_tiles = run_core(in, torch::kBFloat16);
+    kernels::amx::set_use(kernels::amx::Use::off);
+    const auto in_fp32 = run_core(in, torch::kBFloat16);
+    for (const char* name : {"O", "dQ", "dP_l", "dP_w"})
+      EXPECT_FALSE(torch::equal(on_tiles.at(name), in_fp32.at(name))) << name << ": the tiles did not run";
+  });
 }
 
 // A bias shared by the batch ([1,h,n,m], T5's and BERT's relative bias) at two threads. The bf16
@@ -283,13 +288,15 @@ TEST(Bf16Core, PlantedBf16SoftmaxExceedsTheTilesBound) {
   // The AMX tiles' bound is about twice as wide (twice the roundings of the head products): at
   // the same biases the planted error is within it (0.98 of it, tried). It grows with the
   // logits, the bound does not: at twice the biases it is outside.
-  if (!kernels::amx::cpu_has_amx()) GTEST_SKIP() << "this CPU has no AMX-BF16: the head products run in fp32 here";
-  const TilesUse tiles(kernels::amx::Use::always);
-  const Bf16Case c{2, 29, 37, 4, 5, 3, 8, 6, true, true, true, true, 0.3, 12.0};
-  const CoreInputs in = inputs_of(c, 32);
-  const CoreBounds B = bounds_of(c, in, true);
-  EXPECT_TRUE(within(run_core(in, torch::kBFloat16).at("O"), B.O)) << "the real path";
-  EXPECT_FALSE(within(planted_bf16_softmax(in), B.O)) << "a softmax over bf16 logits must exceed the bound";
+  if (!kernels::amx::available()) GTEST_SKIP() << kNoTileBackend;
+  for_each_tile_backend([] {
+    const TilesUse tiles(kernels::amx::Use::always);
+    const Bf16Case c{2, 29, 37, 4, 5, 3, 8, 6, true, true, true, true, 0.3, 12.0};
+    const CoreInputs in = inputs_of(c, 32);
+    const CoreBounds B = bounds_of(c, in, true);
+    EXPECT_TRUE(within(run_core(in, torch::kBFloat16).at("O"), B.O)) << "the real path";
+    EXPECT_FALSE(within(planted_bf16_softmax(in), B.O)) << "a softmax over bf16 logits must exceed the bound";
+  });
 }
 
 TEST(Bf16Core, HeadsSoftmaxRoundsOnceFromFp32) {
@@ -351,36 +358,64 @@ TEST(Bf16CoreInFp32, WithinOneRoundingOfTheFloat64Values) {
   }
 }
 
+// The output of a case by the rule, by the bf16 core and by the fp32 core: the first equals one of
+// the others, and those two differ (the bf16 core's W is rounded before U V).
+struct ByCore {
+  Tensor rule, bf16, fp32;
+};
+ByCore by_each_core(const Bf16Case& c) {
+  const CoreInputs in = inputs_of(c, 31);
+  ByCore r;
+  const std::pair<Bf16Core, Tensor*> runs[] = {{Bf16Core::automatic, &r.rule}, {Bf16Core::bf16, &r.bf16},
+                                                {Bf16Core::fp32, &r.fp32}};
+  for (auto [choice, out] : runs) {
+    const CoreRoute core(choice);
+    *out = run_core(in, torch::kBFloat16).at("O");
+  }
+  EXPECT_FALSE(torch::equal(r.bf16, r.fp32)) << "the two cores gave the same output: one of them did not run";
+  return r;
+}
+
 // The choice: automatic takes the fp32 core for heads of at most kBf16CoreFp32Width where the CPU
-// has no AMX-BF16, the bf16 core elsewhere; bf16 and fp32 force one. And attention_core follows it:
-// the bf16 core's result differs from the fp32 core's (its W is rounded before U V).
+// has no AMX-BF16, except heads of exactly that width whose mixings run on tiles, and the bf16
+// core elsewhere; bf16 and fp32 force one. And attention_core follows it.
 TEST(Bf16CoreInFp32, TakenWhereTheRuleSays) {
   const bool amx = kernels::amx::cpu_has_amx();
   {
     const CoreRoute core(Bf16Core::automatic);
-    EXPECT_EQ(bf16_core_in_fp32(16, 16), !amx);
-    EXPECT_EQ(bf16_core_in_fp32(4, 8), !amx);
-    EXPECT_FALSE(bf16_core_in_fp32(32, 16));
-    EXPECT_FALSE(bf16_core_in_fp32(16, 17));
-  }
-  const CoreInputs in = inputs_of(kRouteCases[0], 31);
-  Tensor by_rule, by_bf16, by_fp32;
-  {
-    const CoreRoute core(Bf16Core::automatic);
-    by_rule = run_core(in, torch::kBFloat16).at("O");
+    EXPECT_EQ(bf16_core_in_fp32(16, 16, false), !amx);
+    EXPECT_FALSE(bf16_core_in_fp32(16, 16, true));
+    EXPECT_EQ(bf16_core_in_fp32(4, 8, false), !amx);
+    EXPECT_EQ(bf16_core_in_fp32(8, 8, true), !amx);
+    EXPECT_FALSE(bf16_core_in_fp32(32, 16, false));
+    EXPECT_FALSE(bf16_core_in_fp32(16, 17, false));
   }
   {
     const CoreRoute core(Bf16Core::bf16);
-    EXPECT_FALSE(bf16_core_in_fp32(4, 4));
-    by_bf16 = run_core(in, torch::kBFloat16).at("O");
+    EXPECT_FALSE(bf16_core_in_fp32(4, 4, false));
   }
   {
     const CoreRoute core(Bf16Core::fp32);
-    EXPECT_TRUE(bf16_core_in_fp32(64, 64));
-    by_fp32 = run_core(in, torch::kBFloat16).at("O");
+    EXPECT_TRUE(bf16_core_in_fp32(64, 64, true));
   }
-  EXPECT_FALSE(torch::equal(by_bf16, by_fp32)) << "the two cores gave the same output: one of them did not run";
-  EXPECT_TRUE(torch::equal(by_rule, amx ? by_bf16 : by_fp32));
+  const ByCore narrow = by_each_core(kRouteCases[0]);
+  EXPECT_TRUE(torch::equal(narrow.rule, amx ? narrow.bf16 : narrow.fp32));
+}
+
+// Heads of 16 mixed 24 to 24 (P_l and P_w) on tiles where the CPU has a backend for them: the rule
+// takes the bf16 core there (fused.h), and the fp32 core where it has none or they are off
+// (THX_KERNELS, TilesUse).
+TEST(Bf16CoreInFp32, HeadsOf16MixedOnTilesTakeTheBf16Core) {
+  const Bf16Case c{1, 5, 7, 24, 24, 24, 16, 16, true, true, false, false};
+  const bool tiles = kernels::amx::use() != kernels::amx::Use::off, amx = kernels::amx::cpu_has_amx();
+  EXPECT_EQ(bf16_mixings_on_tiles(24, 24, 24, true, true), tiles);
+  EXPECT_FALSE(bf16_mixings_on_tiles(24, 24, 24, false, false)) << "multi-head mixes nothing";
+  const ByCore on = by_each_core(c);
+  EXPECT_TRUE(torch::equal(on.rule, amx || tiles ? on.bf16 : on.fp32));
+  const TilesUse off(kernels::amx::Use::off);
+  EXPECT_FALSE(bf16_mixings_on_tiles(24, 24, 24, true, true));
+  const ByCore without = by_each_core(c);
+  EXPECT_TRUE(torch::equal(without.rule, amx ? without.bf16 : without.fp32));
 }
 
 }  // namespace THX_FILE_ID
