@@ -243,18 +243,6 @@ bool cpu_and_os_allow() {
   return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
 }
 
-// AVX512-BF16 with AVX-512 F/BW/VL, and the OS keeps the AVX-512 state.
-bool cpu_and_os_allow_dp() {
-  unsigned a, b, c, d;
-  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
-  if (!((b & (1u << 16)) && (b & (1u << 30)) && (b & (1u << 31)))) return false;  // F, BW, VL
-  if (!__get_cpuid_count(7, 1, &a, &b, &c, &d) || !(a & (1u << 5))) return false;  // AVX512_BF16
-  if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & (1u << 27))) return false;          // OSXSAVE
-  uint32_t lo, hi;
-  __asm__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-  return (lo & 0xE6) == 0xE6;  // YMM and the three AVX-512 state components
-}
-
 std::atomic<int> g_backend{-1};  // -1: the best this CPU has; else a Backend set by set_backend
 
 }  // namespace
@@ -264,8 +252,14 @@ bool cpu_has_amx() {
   return ok;
 }
 
+// As kernels.cpp asks for its AVX-512 build: libgcc's CPU model, which counts an AVX-512 feature
+// only where the OS keeps the AVX-512 state (XCR0).
 bool cpu_has_avx512_bf16() {
-  static const bool ok = cpu_and_os_allow_dp();
+  static const bool ok = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16");
+  }();
   return ok;
 }
 

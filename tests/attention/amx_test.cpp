@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "attention/kernels.h"
+#include "common/precision.h"
 #include "bf16_bounds.h"
 #include "tile_backends.h"
 
@@ -87,6 +88,15 @@ double mix_case(const MixCase& c, std::mt19937& rng, int64_t drop_row = -1) {
     for (int64_t j = o < c.O ? c.len : 0; j < os; ++j)
       EXPECT_EQ(out[size_t(o * os + j)], kSentinel) << "mix wrote past its output at row " << o << " column " << j;
   return worst_ratio(got, want, scale, double(c.I));
+}
+
+// The backend follows the CPU: VDPBF16PS wherever /proc/cpuinfo lists avx512_bf16 (common/precision.h
+// reads it apart from CPUID), so a check that failed to see it cannot leave the tests below skipping
+// where they should run.
+TEST(AmxKernels, ABackendRunsWhereTheCpuListsBf16Products) {
+  EXPECT_EQ(amx::cpu_has_avx512_bf16(), cpu_bf16().avx512_bf16) << cpu_bf16().describe();
+  if (cpu_bf16().avx512_bf16) EXPECT_TRUE(amx::available()) << cpu_bf16().describe();
+  if (!amx::cpu_has_amx()) EXPECT_NE(amx::backend(), amx::Backend::tiles);
 }
 
 TEST(AmxKernels, MixEqualsFloat64WithinFp32Accumulation) {
