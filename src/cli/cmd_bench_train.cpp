@@ -17,6 +17,7 @@ struct BenchTrainCommand : Command {
   ConfigOptions config;
   BenchTrainOptions topt;
   CLI::Option* peer_heads = nullptr;
+  std::string peer_heap_ = "glibc";
 
   explicit BenchTrainCommand(CLI::App& parent) {
     app = parent.add_subcommand(
@@ -29,7 +30,7 @@ struct BenchTrainCommand : Command {
     app->add_option("--precision", topt.precision,
                     "fp32 | bf16 | both (each timed, with its own matmul peak); default: train.precision")
         ->type_name("PRECISION");
-    app->add_option("--peer", topt.peer, "also run this peer_t5.py (PyTorch eager; --bf16 beside thx's bf16 rows) on "
+    CLI::Option* peer = app->add_option("--peer", topt.peer, "also run this peer_t5.py (PyTorch eager; --bf16 beside thx's bf16 rows) on "
                                            "the same configuration and threads; with --base also at base size, "
                                            "h = 12 and 48, in bf16")->type_name("FILE");
     CLI::Option* base = app->add_flag("--base", topt.base_sweep,
@@ -46,6 +47,12 @@ struct BenchTrainCommand : Command {
                     "these parts by their ATen composition, not thx's kernels (the CPU's loops, a GPU's kernels), to "
                     "measure what the kernels save: adafactor (its update), loss (cross-entropy with z-loss), rms_norm "
                     "(T5's)")->delimiter(',')->type_name("PARTS");
+    app->add_option("--peer-heap", peer_heap_,
+                    "the peer's heap: glibc (its defaults, as a PyTorch user runs: large blocks are mapped, given "
+                    "back when freed and faulted in again each step) or kept (as thx keeps its own, through "
+                    "GLIBC_TUNABLES: what the allocator costs the peer; more memory, which at T5-base with 48 "
+                    "heads is more than 23 GiB)")
+        ->check(CLI::IsMember({"glibc", "kept"}))->capture_default_str()->needs(peer);
     app->add_option("--out", topt.markdown_out, "also write the Markdown report here");
     app->add_option("--base-batch", topt.base_batch, "batch of the T5 base rows (0: 8 on the CPU, 32 on a GPU)")
         ->check(thx::non_negative_number())->capture_default_str();
@@ -77,6 +84,7 @@ struct BenchTrainCommand : Command {
       if (peer_heads->count() > 0 && std::find(rows.begin(), rows.end(), h) == rows.end())
         throw InputError(fmt::format("--peer-heads: {} is not among the base rows' h ({})", h, fmt::join(rows, ",")));
     const AtenParts aten = parse_aten_parts(topt.aten, "--aten");
+    topt.peer_kept_heap = peer_heap_ == "kept";
     ConfigTree tree = config.tree();
     topt.config = load_model_config(tree);
     if (config.dump) return dump_config(topt.config.yaml);

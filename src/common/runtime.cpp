@@ -404,6 +404,10 @@ void keep_freed_memory() {
   mallopt(M_MMAP_MAX, 0);         // large blocks from the heap, not fresh mmaps
   mallopt(M_TRIM_THRESHOLD, -1);  // and no trimming of its top on free (mallopt(3): -1 turns it off)
 }
+std::string kept_heap_environment() {  // (trim_threshold SIZE_MAX is mallopt's -1)
+  return "GLIBC_TUNABLES=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=18446744073709551615"
+         "${GLIBC_TUNABLES:+:$GLIBC_TUNABLES} ";
+}
 double peak_rss_mb() { return status_mb("VmHWM:"); }
 void reset_peak_rss() { std::ofstream("/proc/self/clear_refs") << "5"; }
 

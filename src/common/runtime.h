@@ -142,6 +142,10 @@ void trim_heap();
 // and faulted it in again (bench train: 49 s a step against 14; docs/benchmarks.md).
 // trim_heap() still returns free memory where thx asks.
 void keep_freed_memory();
+// keep_freed_memory's two settings as glibc's tunables (GLIBC_TUNABLES, which a process reads as
+// it starts), for a child that should keep its heap as thx does (bench train's PyTorch peer): a
+// shell's assignment to put before its command, with the user's own tunables after them (they win).
+std::string kept_heap_environment();
 double peak_rss_mb();
 void reset_peak_rss();
 

@@ -146,8 +146,11 @@ Timed time_steps(const PretrainConfig& c, const ModelSpec& spec, int64_t vocab, 
 }
 
 // Runs the peer script; returns its median step time in seconds, or -1 with a warning.
+// On glibc's defaults, as a PyTorch user runs it, or with its heap kept as thx keeps its own
+// (runtime.h): glibc gives each large block back when freed and faults it in again, which made the
+// peer's T5-base step 3.2x slower on a Zen 5 VM (docs/benchmarks.md, "The peer's heap").
 double run_peer(const std::string& peer, const PretrainConfig& c, int64_t vocab, int64_t steps, bool bf16,
-                const torch::Device& device) {
+                bool kept_heap, const torch::Device& device) {
   const AttentionConfig& a = c.attention.encoder_self;
   const bool th = a.variant == "talking_heads";
   if (!(a.variant == "multi_head" || th) || c.model.encoder_layers != c.model.decoder_layers) {
@@ -158,7 +161,7 @@ double run_peer(const std::string& peer, const PretrainConfig& c, int64_t vocab,
   // On the CPU: Debian's python3 (the same ATen 1.13) in eager mode. On a GPU: the machine's
   // PyTorch 2 as its users run it, compiled, multi-head through SDPA (THX_PEER_PYTHON overrides).
   const char* python = std::getenv("THX_PEER_PYTHON");
-  const std::string cmd = fmt::format(
+  const std::string cmd = (kept_heap ? kept_heap_environment() : std::string()) + fmt::format(
       "{} {} --bench --attn {} --heads {} --d-model {} --d-ff {} --layers {} "
       "--batch {} --inputs-len {} --targets-len {} --threads {} --steps {} --vocab {}{}{} 2>&1",
       python ? python : device.is_cuda() ? "python3" : "/usr/bin/python3", peer, th ? "th" : "mha", a.h,
@@ -248,17 +251,24 @@ class TrainBench {
     ratios_.rows.push_back({std::to_string(h), tm > 0 && tt > 0 ? fmt::format("{:.2f}", tt / tm) : "-", paper});
   }
 
+  std::string peer_heap_note() const {
+    if (o_.peer.empty()) return "";
+    return o_.peer_kept_heap ? "; the peer's heap kept as thx keeps its own (--peer-heap kept: large blocks from "
+                               "the heap, never trimmed, through GLIBC_TUNABLES)"
+                             : "; the peer's heap on glibc's defaults (--peer-heap kept: as thx keeps its own)";
+  }
+
   std::string report() const {
     std::string peaks;
     for (const auto& p : precisions_) peaks += fmt::format("{}{} {:.1f}", peaks.empty() ? "" : ", ", p, peak_.at(p));
     std::string r = fmt::format("{}. Matmul peak ({}^3, best of 5, measured in this run), GFLOP/s: {}. "
                                 "Median of {} after {} warm-up; model FLOPs = 6 x forward multiply-adds; % of peak "
-                                "is of the row's own precision's peak; {}{}.\n\n",
+                                "is of the row's own precision's peak; {}{}{}.\n\n",
                                 device_description(o_.device), peak_size_, peaks,
                                 o_.steps == 1 ? std::string("1 step") : fmt::format("{} steps", o_.steps), o_.warmup,
                                 gpu_ ? "peak GPU MB is the caching allocator's peak of tensors, reset before each row"
                                      : "peak RSS is the process's, the heap trimmed before each row",
-                                aten_note()) +
+                                aten_note(), peer_heap_note()) +
                     render(table_, TableFormat::markdown);
     if (!speedups_.rows.empty()) r += "\n" + render(speedups_, TableFormat::markdown);
     if (!deterministic_.rows.empty())
@@ -306,7 +316,7 @@ class TrainBench {
       empty_device_cache(o_.device);  // and a GPU's, which LibTorch's caching allocator keeps
       PretrainConfig pc = c;
       pc.train.batch_size = batch;
-      peer_s = run_peer(o_.peer, pc, vocab, o_.steps, precision == "bf16", o_.device);
+      peer_s = run_peer(o_.peer, pc, vocab, o_.steps, precision == "bf16", o_.peer_kept_heap, o_.device);
     }
     const double of_peak = 100 * gflops / peak_.at(precision);
     table_.rows.push_back({name, summary(c), precision, std::to_string(t.params), std::to_string(batch),

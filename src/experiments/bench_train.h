@@ -18,6 +18,7 @@ struct BenchTrainOptions {
   int64_t steps = 5, warmup = 2;
   std::string precision;      // fp32 | bf16 | both; empty: the config's train.precision
   std::string peer;           // path of peer_t5.py; empty: no peer run (bf16 rows run it with --bf16)
+  bool peer_kept_heap = false;  // --peer-heap kept: the peer's heap kept as thx keeps its own (runtime.h)
   bool base_sweep = false;    // also: base size, batch 8, 512/114, MH and TH at h 12, 24, 48
   bool profile = false;       // also: one step per row under LibTorch's profiler, by phase (step_profile.h)
   std::string trace_dir;      // with profile, on a GPU: each profiled step's Kineto trace here (<row>.json)

@@ -214,6 +214,13 @@ TEST(Cli, BadBenchFlagsExitTwo) {
   r = fork_thx("bench train --peer " + dir.path.string());
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_EQ(r.out, "thx: error: --peer " + dir.path.string() + ": not a file" + about);
+  // --peer-heap says how the peer's heap is kept: only beside a peer, only glibc or kept.
+  r = fork_thx("bench train --peer-heap kept");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_EQ(r.out, "thx: error: --peer-heap requires --peer (thx --help lists the options)\n");
+  r = fork_thx("bench train --peer " + traces + " --peer-heap mmap");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_EQ(r.out, "thx: error: --peer-heap: mmap not in {glibc,kept} (thx --help lists the options)\n");
   // --aten adafactor with another optimizer, or rms_norm in a model without it, would report a
   // comparison that did not happen; an unknown part is named.
   r = fork_thx("bench train --aten loss,adafactor --set optimizer.name=lamb");

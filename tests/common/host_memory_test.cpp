@@ -331,6 +331,42 @@ TEST(HostMemory, ABlockFreedAtTheHeapsTopStaysInTheHeap) {
   EXPECT_EQ(WEXITSTATUS(status), 0);
 }
 
+// runtime.h's kept_heap_environment: a process started behind it keeps its heap as
+// keep_freed_memory does, which is how bench train runs the PyTorch peer. The child is Python
+// (ctypes on glibc's malloc and sbrk), as the peer is; the same 3 GiB block as above, never
+// written. Exit 4: glibc mapped the block; 5: it trimmed the heap's top; 3: no address space.
+TEST(HostMemory, AProcessStartedBehindTheKeptHeapsTunablesKeepsItsHeap) {
+  TempDir dir;
+  const std::string script = (dir.path / "heap.py").string();
+  std::ofstream(script) << R"(import ctypes
+libc = ctypes.CDLL(None)
+libc.sbrk.restype, libc.sbrk.argtypes = ctypes.c_void_p, [ctypes.c_long]
+libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
+libc.free.argtypes = [ctypes.c_void_p]
+size = 3 << 30
+before = libc.sbrk(0)
+block = libc.malloc(size)
+if not block: raise SystemExit(3)
+grown = libc.sbrk(0)
+if grown <= before or block + size > grown: raise SystemExit(4)
+libc.free(block)
+raise SystemExit(0 if libc.sbrk(0) == grown else 5)
+)";
+  const auto run = [&](const std::string& users, bool kept) {
+    const std::string env = users.empty() ? "env -u GLIBC_TUNABLES " : "env GLIBC_TUNABLES=" + users + " ";
+    return run_command(env + "sh -c '" + (kept ? kept_heap_environment() : std::string()) + test_python() + " " +
+                       script + "' 2>&1");
+  };
+  RunResult r = run("", true);
+  if (r.code == 3) GTEST_SKIP() << "malloc refused 3 GiB of address space (vm.overcommit_memory?)";
+  EXPECT_EQ(r.code, 0) << r.out;
+  // glibc's defaults map the block: the settings are what keep it.
+  EXPECT_EQ(run("", false).code, 4);
+  // The user's own tunables are kept beside them, and come last, so that the user's win.
+  EXPECT_EQ(run("glibc.malloc.tcache_count=0", true).code, 0);
+  EXPECT_EQ(run("glibc.malloc.trim_threshold=131072", true).code, 5);
+}
+
 TEST(HostMemoryGuard, RefusesABlockThatWouldLeaveLessThanTheFloor) {
   const double floor = host_memory().available + 1e12;  // more than is available: every checked block
   {
