@@ -30,9 +30,10 @@ struct BenchTrainCommand : Command {
     app->add_option("--precision", topt.precision,
                     "fp32 | bf16 | both (each timed, with its own matmul peak); default: train.precision")
         ->type_name("PRECISION");
-    CLI::Option* peer = app->add_option("--peer", topt.peer, "also run this peer_t5.py (PyTorch eager; --bf16 beside thx's bf16 rows) on "
-                                           "the same configuration and threads; with --base also at base size, "
-                                           "h = 12 and 48, in bf16")->type_name("FILE");
+    CLI::Option* peer = app->add_option("--peer", topt.peer,
+                                        "also run this peer_t5.py (PyTorch eager; --bf16 beside thx's bf16 rows) on "
+                                        "the same configuration and threads; with --base also at base size, "
+                                        "h = 12 and 48, in bf16")->type_name("FILE");
     CLI::Option* base = app->add_flag("--base", topt.base_sweep,
                     "also time the base size: T5 at batch 8 (--base-batch), 512/114, h = 12, 24, 48; BERT-base or "
                     "ALBERT-base at batch 4, length 512, h = 12, 48");
