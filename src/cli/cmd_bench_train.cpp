@@ -51,8 +51,8 @@ struct BenchTrainCommand : Command {
     app->add_option("--peer-heap", peer_heap_,
                     "the peer's heap: glibc (its defaults, as a PyTorch user runs: large blocks are mapped, given "
                     "back when freed and faulted in again each step) or kept (as thx keeps its own, through "
-                    "GLIBC_TUNABLES: what the allocator costs the peer; more memory, which at T5-base with 48 "
-                    "heads is more than 23 GiB)")
+                    "GLIBC_TUNABLES: what the allocator costs the peer; it holds what it frees, which at T5-base "
+                    "with 48 heads came to over 24 GB)")
         ->check(CLI::IsMember({"glibc", "kept"}))->capture_default_str()->needs(peer);
     app->add_option("--out", topt.markdown_out, "also write the Markdown report here");
     app->add_option("--base-batch", topt.base_batch, "batch of the T5 base rows (0: 8 on the CPU, 32 on a GPU)")
