@@ -347,9 +347,10 @@ std::string cpu_tiles_note(const std::vector<std::string>& precisions) {
   std::string core;
   if (!amx::cpu_has_amx() && bf16_core() == Bf16Core::automatic)
     core = fmt::format("bf16 on the fp32 core, its operands widened, where no head is wider than {}{}: no AMX-BF16",
-                       kBf16CoreFp32Width, tiles ? fmt::format(", heads of {} mixed on {} excepted",
-                                                               kBf16CoreFp32Width, backend)
-                                                 : "");
+                       kBf16CoreFp32Width,
+                       tiles ? fmt::format(", heads mixed on {} excepted where {} wide or h x min(n, m) >= {}", backend,
+                                           kBf16CoreFp32Width, kBf16CoreHeadRows)
+                             : "");
   if (!amx::available()) return core.empty() ? "" : " (" + core + ")";
   if (!core.empty()) core += "; ";
   if (!tiles) return fmt::format(" ({}{} off: THX_KERNELS; the bf16 head products in fp32)", core, backend);

@@ -16,9 +16,10 @@
 //   amx; under each backend the CPU has): bf16 factors (P_l, P_w, the stored W, dL rounded), the
 //   bound derived again for them.
 // - Those tests run the bf16 core itself on every CPU (Bf16Core::bf16). The fp32 core that takes
-//   bf16 at small heads on CPUs without AMX (fused.h, Bf16Core; heads of 16 mixed on tiles
-//   excepted) is the fp32 core on the widened operands, rounded once, bit for bit; within one
-//   rounding of the float64 values; and taken exactly where the rule says.
+//   bf16 at small heads on CPUs without AMX (fused.h, Bf16Core; heads mixed on tiles excepted
+//   where 16 wide or many over long rows) is the fp32 core on the widened operands, rounded
+//   once, bit for bit; within one rounding of the float64 values; and taken exactly where the
+//   rule says.
 #include <gtest/gtest.h>
 
 #include <c10/util/BFloat16.h>
@@ -213,6 +214,7 @@ void check_every_variant(bool tiles) {
     }
   check_bf16_core({3, 1, 17, 4, 4, 4, 16, 16, true, true, true, false}, tiles);  // one query row (decoding)
   check_bf16_core({2, 5, 40, 20, 36, 18, 8, 8, true, true, true, true}, tiles);   // more than a tile of heads
+  check_bf16_core({2, 29, 37, 4, 5, 3, 2, 1, true, true, true, true}, tiles);     // heads of 2 and 1 (BERT's)
 }
 
 TEST(Bf16Core, OutputAndGradientsWithinTheDerivedBound) {
@@ -377,26 +379,36 @@ ByCore by_each_core(const Bf16Case& c) {
 }
 
 // The choice: automatic takes the fp32 core for heads of at most kBf16CoreFp32Width where the CPU
-// has no AMX-BF16, except heads of exactly that width whose mixings run on tiles, and the bf16
-// core elsewhere; bf16 and fp32 force one. And attention_core follows it.
+// has no AMX-BF16, except heads mixed on tiles that are of exactly that width or many over long
+// rows (h x min(n, m) at least kBf16CoreHeadRows), and the bf16 core elsewhere; bf16 and fp32
+// force one. And attention_core follows it.
 TEST(Bf16CoreInFp32, TakenWhereTheRuleSays) {
   const bool amx = kernels::amx::cpu_has_amx();
   {
     const CoreRoute core(Bf16Core::automatic);
-    EXPECT_EQ(bf16_core_in_fp32(16, 16, false), !amx);
-    EXPECT_FALSE(bf16_core_in_fp32(16, 16, true));
-    EXPECT_EQ(bf16_core_in_fp32(4, 8, false), !amx);
-    EXPECT_EQ(bf16_core_in_fp32(8, 8, true), !amx);
-    EXPECT_FALSE(bf16_core_in_fp32(32, 16, false));
-    EXPECT_FALSE(bf16_core_in_fp32(16, 17, false));
+    EXPECT_EQ(bf16_core_in_fp32(16, 16, 24, 5, 7, false), !amx);
+    EXPECT_FALSE(bf16_core_in_fp32(16, 16, 24, 5, 7, true));
+    EXPECT_EQ(bf16_core_in_fp32(4, 8, 24, 5, 7, false), !amx);
+    EXPECT_EQ(bf16_core_in_fp32(8, 8, 24, 5, 7, true), !amx);
+    EXPECT_FALSE(bf16_core_in_fp32(32, 16, 24, 5, 7, false));
+    EXPECT_FALSE(bf16_core_in_fp32(16, 17, 24, 5, 7, false));
+    // Many narrow heads over long rows, mixed on tiles: the bf16 core; one row fewer on either
+    // side, or a decoding step's one query, the fp32 core.
+    EXPECT_FALSE(bf16_core_in_fp32(8, 8, 64, 256, 256, true));
+    EXPECT_FALSE(bf16_core_in_fp32(1, 1, 768, 4096, 128, true));
+    EXPECT_EQ(bf16_core_in_fp32(8, 8, 64, 256, 256, false), !amx) << "not mixed on tiles";
+    EXPECT_EQ(bf16_core_in_fp32(8, 8, 64, 255, 256, true), !amx);
+    EXPECT_EQ(bf16_core_in_fp32(8, 8, 64, 256, 255, true), !amx);
+    EXPECT_EQ(bf16_core_in_fp32(4, 4, 192, 1, 4096, true), !amx);
+    static_assert(64 * 256 == kBf16CoreHeadRows, "the cases above sit on the rule's edge");
   }
   {
     const CoreRoute core(Bf16Core::bf16);
-    EXPECT_FALSE(bf16_core_in_fp32(4, 4, false));
+    EXPECT_FALSE(bf16_core_in_fp32(4, 4, 4, 5, 7, false));
   }
   {
     const CoreRoute core(Bf16Core::fp32);
-    EXPECT_TRUE(bf16_core_in_fp32(64, 64, true));
+    EXPECT_TRUE(bf16_core_in_fp32(64, 64, 64, 512, 512, true));
   }
   const ByCore narrow = by_each_core(kRouteCases[0]);
   EXPECT_TRUE(torch::equal(narrow.rule, amx ? narrow.bf16 : narrow.fp32));
@@ -416,6 +428,18 @@ TEST(Bf16CoreInFp32, HeadsOf16MixedOnTilesTakeTheBf16Core) {
   EXPECT_FALSE(bf16_mixings_on_tiles(24, 24, 24, true, true));
   const ByCore without = by_each_core(c);
   EXPECT_TRUE(torch::equal(without.rule, amx ? without.bf16 : without.fp32));
+}
+
+// Heads of 2 mixed 64 to 64 on tiles: attention_core takes the bf16 core where 64 heads meet 256
+// queries and 256 keys, and the fp32 core where one of them is 255 (CPUs without AMX-BF16; with
+// it the bf16 core always; without a backend for tiles the fp32 core always).
+TEST(Bf16CoreInFp32, ManyNarrowHeadsMixedOnTilesTakeTheBf16CoreOverLongRows) {
+  const bool tiles = kernels::amx::use() != kernels::amx::Use::off, amx = kernels::amx::cpu_has_amx();
+  EXPECT_EQ(bf16_mixings_on_tiles(64, 64, 64, true, true), tiles);
+  for (const int64_t m : {256, 255}) {
+    const ByCore by = by_each_core({1, 256, m, 64, 64, 64, 2, 2, true, true, false, true});
+    EXPECT_TRUE(torch::equal(by.rule, amx || (tiles && m == 256) ? by.bf16 : by.fp32)) << "m = " << m;
+  }
 }
 
 }  // namespace THX_FILE_ID

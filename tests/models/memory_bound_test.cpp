@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include "attention/fused.h"
+#include "attention/kernels.h"
 #include "common/log.h"
 #include "common/torch_compat.h"
 #include "models/spec.h"
@@ -290,6 +291,35 @@ TEST(MemoryBound, Bf16OnTheFp32CoreCountsQKVAndTheWeightsAtFourBytes) {
   const double unfused = bf16_bound(s, kCpu);
   set_fused_attention(true);
   EXPECT_DOUBLE_EQ(unfused, expected(2, 1, 1) / 2);
+}
+
+// The rule's lengths are each attention's own: 64 heads of 1 mixed on tiles over 256 inputs take
+// the bf16 core in the encoder (64 x 256 reaches kBf16CoreHeadRows), and the decoder's (24
+// targets) and the encoder-decoder attention's (24 queries of 256 keys) the fp32 core, on a CPU
+// without AMX-BF16 whose bf16 mixings run on tiles; with 255 inputs the encoder's too.
+TEST(MemoryBound, Bf16CountsTheFp32CoreByEachAttentionsOwnLengths) {
+  constexpr int64_t h = 64, d = kD / h;
+  AttentionConfig th = variant("talking_heads"), mh = variant("multi_head"), pl = variant("project_logits");
+  th.h = mh.h = pl.h = h;
+  const ModelSpec s = spec_of(th, mh, pl);
+  auto bf16_bound = [&](Bf16Core choice, int64_t n_in) {
+    const CoreRoute core(choice);
+    return training_memory_lower_bound(s, kVocab, kRows, n_in, kOut, {}, false, kCpu, false, true).activations;
+  };
+  const bool amx = kernels::amx::cpu_has_amx(), tiles = bf16_mixings_on_tiles(h, h, h, true, true);
+  for (const int64_t n_in : {256, 255}) {
+    const double automatic = bf16_bound(Bf16Core::automatic, n_in), all_bf16 = bf16_bound(Bf16Core::bf16, n_in),
+                 all_fp32 = bf16_bound(Bf16Core::fp32, n_in);
+    // The encoder's layers' Q, K, V, and the talking-heads weights W and U, 2 bytes more each.
+    const double encoder = 2.0 * kRows * kEnc * (3.0 * d * h * n_in + 2.0 * h * n_in * n_in);
+    EXPECT_LT(all_bf16 + encoder, all_fp32) << "the decoder's attentions count too";
+    if (amx)
+      EXPECT_DOUBLE_EQ(automatic, all_bf16);
+    else if (tiles && n_in == 256)
+      EXPECT_DOUBLE_EQ(automatic, all_fp32 - encoder);
+    else
+      EXPECT_DOUBLE_EQ(automatic, all_fp32) << "n_in = " << n_in;
+  }
 }
 
 TEST(MemoryBound, WithRecomputeOneEncoderLayersWeightsCountWhereKept) {
