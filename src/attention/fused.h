@@ -79,11 +79,12 @@ torch::Tensor cpu_attention_core(const torch::Tensor& Q, const torch::Tensor& K,
 // bf16 core where its head mixings run on VDPBF16PS (kernels.h, amx::pays): one talking-heads
 // layer at 48 heads, d_model 768, n = 512 ran 1.2x faster there, and no layer measured slower
 // that day (docs/benchmarks.md, "The bf16 head mixings through VDPBF16PS"; a later run found the
-// fp32 core 1.1-1.25x faster at n = 128, batch 8: left so, see "Many narrow heads"). Narrower heads mixed there take
-// the bf16 core where the heads times the shorter length (min(n, m)) come to kBf16CoreHeadRows:
-// there the mixings' work outweighs oneDNN's narrow products: one talking-heads layer ran 1.07-2.3x
-// faster on the bf16 core (d_model 192 to 768, 32 to 768 heads, n 128 to 512), and below it the
-// fp32 core was up to 1.34x faster, the bf16 core at most 1.14x ("Many narrow heads", 2026-12-03).
+// fp32 core 1.1-1.25x faster at n = 128, batch 8: left so, see "Many narrow heads"). Narrower
+// heads mixed there take the bf16 core where the heads times the shorter length (min(n, m)) come
+// to kBf16CoreHeadRows: there the mixings' work outweighs oneDNN's narrow products, and one
+// talking-heads layer ran 1.07-2.3x faster on the bf16 core (d_model 192 to 768, 32 to 768 heads,
+// n 128 to 512); below it the fp32 core was up to 1.34x faster, the bf16 core at most 1.14x
+// (docs/benchmarks.md, "Many narrow heads: the bf16 core by heads x length").
 // THX_BF16_CORE=auto|bf16|fp32 chooses for a run (read once); tests set it.
 enum class Bf16Core { automatic, bf16, fp32 };
 constexpr int64_t kBf16CoreFp32Width = 16, kBf16CoreHeadRows = 16384;
