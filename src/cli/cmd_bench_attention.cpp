@@ -53,7 +53,11 @@ struct BenchAttentionCommand : Command {
         "attention", "Forward+backward of one attention layer: multi_head vs talking_heads at "
                      "each h, vs the paper's einsum reference, vs the fp32 matmul peak");
     app->add_option("--d-model", opt.d_model)->capture_default_str()->check(thx::positive_number());
-    app->add_option("--n", opt.n, "n = m")->capture_default_str()->check(thx::positive_number());
+    app->add_option("--n", opt.n, "query positions (and key positions, without --m)")
+        ->capture_default_str()->check(thx::positive_number());
+    app->add_option("--m", opt.m, "key and value positions, an encoder-decoder attention's memory of another length "
+                                  "(default: --n, self-attention)")
+        ->check(thx::positive_number());
     app->add_option("--batch", opt.batch)->capture_default_str()->check(thx::positive_number());
     heads_ = app->add_option("--heads", opt.heads, "head counts h (d_k = d_v = d_model / h)")
         ->delimiter(',')

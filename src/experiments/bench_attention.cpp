@@ -50,7 +50,9 @@ struct Subject {
   AttentionDims dims;
   std::shared_ptr<Attention> layer;
   paper::Params params;
-  torch::Tensor X, G, B;  // B: the bias (BenchAttentionOptions::bias), or undefined
+  // X: the queries' inputs; M: the memory's (X itself where m = n); B: the bias
+  // (BenchAttentionOptions::bias), or undefined.
+  torch::Tensor X, M, G, B;
 
   torch::Device device;
   // On a GPU, the most any production step held above what was allocated before it (its
@@ -66,14 +68,17 @@ struct Subject {
   // The step's inputs, on the device. Apart from the constructor, so that a device too small for
   // them (the bias at n = 8192 and 48 heads is 12.9 GB) puts this variant out of its cell alone.
   void allocate_inputs(const BenchAttentionOptions& opt) {
-    const int64_t bytes = 4 * (2 * opt.batch * opt.n * opt.d_model + (opt.bias ? dims.h * opt.n * opt.n : 0));
+    const bool memory = opt.m != opt.n;
+    const int64_t bytes =
+        4 * ((2 * opt.n + (memory ? opt.m : 0)) * opt.batch * opt.d_model + (opt.bias ? dims.h * opt.n * opt.m : 0));
     try {
       if (bench_attention_inputs_hook()) bench_attention_inputs_hook()(dims, bytes);  // (tests only)
       X = torch::randn({opt.batch, opt.n, opt.d_model}).to(device).requires_grad_(true);
+      M = memory ? torch::randn({opt.batch, opt.m, opt.d_model}).to(device).requires_grad_(true) : X;
       G = torch::randn({opt.batch, opt.n, opt.d_model}).to(device);
-      if (opt.bias) B = torch::randn({1, dims.h, opt.n, opt.n}).to(device).requires_grad_(true);
+      if (opt.bias) B = torch::randn({1, dims.h, opt.n, opt.m}).to(device).requires_grad_(true);
     } catch (const c10::OutOfMemoryError&) {
-      X = G = B = torch::Tensor();  // (what did fit leaves room for the other variant)
+      X = M = G = B = torch::Tensor();  // (what did fit leaves room for the other variant)
       throw;
     }
     inputs_fit = true;
@@ -81,7 +86,7 @@ struct Subject {
   template <class F>
   double step(F&& forward, bool production) {
     for (auto& p : layer->parameters()) p.mutable_grad() = torch::Tensor();
-    X.mutable_grad() = torch::Tensor();
+    X.mutable_grad() = M.mutable_grad() = torch::Tensor();
     if (B.defined()) B.mutable_grad() = torch::Tensor();
     synchronize(device);
     reset_device_peak(device);
@@ -103,13 +108,13 @@ struct Subject {
   }
   double production(const std::string& precision) {
     PrecisionScope scope(precision);
-    return step([&] { return layer->forward(X, X, B); }, true);
+    return step([&] { return layer->forward(X, M, B); }, true);
   }
   double reference() {
     return step(
         [&] {
-          return dims.name() == "multi_head" ? paper::multi_head(X, X, params, B)
-                                             : paper::talking_heads(X, X, params, B);
+          return dims.name() == "multi_head" ? paper::multi_head(X, M, params, B)
+                                             : paper::talking_heads(X, M, params, B);
         },
         false);
   }
@@ -182,6 +187,11 @@ void check_forced_launch(const BenchAttentionOptions& opt, const std::vector<std
     }
 }
 
+// "n = m = 512" (self-attention), or "n = 114 queries, m = 512 keys" (an encoder-decoder's).
+std::string lengths_text(const BenchAttentionOptions& opt) {
+  return opt.m == opt.n ? fmt::format("n = m = {}", opt.n) : fmt::format("n = {} queries, m = {} keys", opt.n, opt.m);
+}
+
 // The median of v, or -1 for none.
 double median_or(const std::vector<double>& v) { return v.empty() ? -1 : median(v); }
 
@@ -192,7 +202,7 @@ void add_run_row(const BenchAttentionOptions& opt, const Subject& subject, int64
                  AttentionTables& out) {
   const AttentionDims& d = subject.dims;
   const double secs = median_or(t), ref_s = median_or(ref);
-  const double gflops = 6 * double(opt.batch) * multiplies(d, opt.n, opt.n, CostConvention::Full) / secs / 1e9;
+  const double gflops = 6 * double(opt.batch) * multiplies(d, opt.n, opt.m, CostConvention::Full) / secs / 1e9;
   const std::string ref_text = !reference ? "-" : ref_s < 0 ? "out of memory" : fmt::format("{:.1f}", ref_s * 1e3);
   const bool both = secs >= 0 && ref_s >= 0;
   if (secs < 0)
@@ -222,7 +232,7 @@ void add_run_row(const BenchAttentionOptions& opt, const Subject& subject, int64
 void add_ratio_row(const BenchAttentionOptions& opt, const Subject (&subject)[2], int64_t h,
                    const std::string& precision, const bool (&oom)[2], double time_ratio, AttentionTables& out) {
   // The target compares with the paper's multiplies (section 5).
-  const double mult_ratio = multiplies(subject[1].dims, opt.n, opt.n) / multiplies(subject[0].dims, opt.n, opt.n);
+  const double mult_ratio = multiplies(subject[1].dims, opt.n, opt.m) / multiplies(subject[0].dims, opt.n, opt.m);
   const std::string none = oom[0] && oom[1] ? "both" : oom[0] ? "multi_head" : "talking_heads";
   if (oom[0] || oom[1]) {
     out.runs_out_of_memory.push_back(fmt::format("h = {} {}: {}", h, precision, none));
@@ -348,7 +358,7 @@ std::string cpu_tiles_note(const std::vector<std::string>& precisions) {
   if (!amx::cpu_has_amx() && bf16_core() == Bf16Core::automatic)
     core = fmt::format("bf16 on the fp32 core, its operands widened, where no head is wider than {}{}: no AMX-BF16",
                        kBf16CoreFp32Width,
-                       tiles ? fmt::format(", heads mixed on {} excepted where {} wide or h x min(n, m) >= {}", backend,
+                       tiles ? fmt::format(", heads mixed on {} excepted where {} wide or h x m (keys) >= {}", backend,
                                            kBf16CoreFp32Width, kBf16CoreHeadRows)
                              : "");
   if (!amx::available()) return core.empty() ? "" : " (" + core + ")";
@@ -361,6 +371,7 @@ std::string cpu_tiles_note(const std::vector<std::string>& precisions) {
 std::string bench_attention(const BenchAttentionOptions& options) {
   auto log = thx::log("bench");
   BenchAttentionOptions opt = options;  // its own path, else `thx --th-path`'s
+  if (opt.m <= 0) opt.m = opt.n;  // (self-attention)
   if (!opt.markdown_out.empty()) check_output_file(opt.markdown_out, "--out");  // before the hours it may take
   const std::string path =
       opt.batched ? "batched" : opt.tiled && !tiled_path(th_path()) ? "tiled" : opt.fused ? "fused" : th_path();
@@ -376,7 +387,7 @@ std::string bench_attention(const BenchAttentionOptions& options) {
   torch::manual_seed(0);
   const std::vector<std::string> precisions = bench_precisions(opt.precision, "--precision", opt.device);
   const int threads = torch::get_num_threads();
-  log->info("attention fwd+bwd: d_model {}, n = m = {}, batch {}{}, {} thread{}, median of {}", opt.d_model, opt.n,
+  log->info("attention fwd+bwd: d_model {}, {}, batch {}{}, {} thread{}, median of {}", opt.d_model, lengths_text(opt),
             opt.batch, opt.bias ? ", T5's relative position bias" : "", threads, threads == 1 ? "" : "s", opt.reps);
   const bool gpu = opt.device.is_cuda();
   const std::string th_path = !gpu           ? "the CPU cores" + cpu_tiles_note(precisions)
@@ -418,12 +429,13 @@ std::string bench_attention(const BenchAttentionOptions& options) {
   std::string report = fmt::format(
       "{}. Matmul peak ({}^3, best of 5, this run), GFLOP/s: {}; % of peak is of the "
       "row's own precision.\n"
-      "One attention layer, forward + backward (dX and every parameter gradient{}), d_model {}, "
-      "n = m = {}, batch {}{}; median of {} runs, multi-head and talking-heads interleaved; "
+      "One attention layer, forward + backward (dX{} and every parameter gradient{}), d_model {}, "
+      "{}, batch {}{}; median of {} runs, multi-head and talking-heads interleaved; "
       "TH/MH time is the median of the per-pair ratios. Talking-heads ran on {}.{}\n"
       "GFLOP/s counts 6 x batch x the layer's multiplies per example (all of them, section 5 extended).\n\n",
-      device_description(opt.device), peak_size, peak_text, opt.bias ? " and the bias's" : "", opt.d_model, opt.n,
-      opt.batch, opt.bias ? ", with T5's relative position bias (a learned [1,h,n,m] fp32 bias on the logits)" : "",
+      device_description(opt.device), peak_size, peak_text, opt.m != opt.n ? ", the memory's dM" : "",
+      opt.bias ? " and the bias's" : "", opt.d_model, lengths_text(opt), opt.batch,
+      opt.bias ? ", with T5's relative position bias (a learned [1,h,n,m] fp32 bias on the logits)" : "",
       opt.reps, th_path,
       gpu ? " Step peak MB: the most a step held above what was allocated before it (its activations, "
             "workspace and gradients; + where it ran out of memory, what it had reached; where the cell's "

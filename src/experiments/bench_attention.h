@@ -19,10 +19,13 @@ namespace thx {
 
 struct BenchAttentionOptions {
   int64_t d_model = 768, n = 512, batch = 2;
+  // The keys' and values' positions (an encoder-decoder attention's memory); 0: n, self-attention
+  // (the queries' own positions are the memory, as in an encoder's layer).
+  int64_t m = 0;
   std::vector<int64_t> heads = {6, 12, 24, 48};
   int64_t reps = 5, warmup = 2;
   bool reference = true;
-  // T5's relative position bias: each layer's logits get a learned [1, h, n, n] fp32 bias, whose
+  // T5's relative position bias: each layer's logits get a learned [1, h, n, m] fp32 bias, whose
   // gradient the backward computes (as in T5's first layer; the others share it and add theirs).
   bool bias = false;
   // On a GPU, talking-heads takes `thx --th-path`'s path (attention/fused.h; tiled by default)

@@ -118,6 +118,10 @@ TEST(Cli, BadBenchFlagsExitTwo) {
   EXPECT_EQ(r.out, "thx: error: --heads: 7 does not divide --d-model 768\n");
   EXPECT_EQ(fork_thx("bench").code, 2);
   EXPECT_EQ(fork_thx("bench attention --reps 0").code, 2);
+  r = fork_thx("bench attention --m 0");  // the memory's positions, like --n's
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_EQ(lines(r.out), 1) << r.out;
+  EXPECT_NE(r.out.find("--m"), std::string::npos) << r.out;
   r = fork_thx("bench attention --d-model 64");  // a default head count that does not divide it says so
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_EQ(r.out, "thx: error: --heads: 6 (of the default --heads 6 12 24 48) does not divide --d-model 64\n");

@@ -154,20 +154,59 @@ TEST(BenchAttention, TheBiasReachesEveryStepWithItsGradient) {
   }
 }
 
+// --m (an encoder-decoder attention's memory of its own length): the queries keep n positions and
+// the keys and values have m, so each step's bias is [1, h, n, m] (a memory of n positions could
+// not take it: the logits would not broadcast), the inputs counted are the memory's too, and the
+// report says both lengths and that dM is computed.
+TEST(BenchAttention, TheMemoryHasItsOwnLength) {
+  HookReset reset;
+  BenchAttentionOptions o = tiny();
+  o.m = 5, o.bias = true;
+  int steps = 0;
+  bench_attention_step_hook() = [&](const AttentionDims& d, const torch::Tensor& bias) {
+    ++steps;
+    ASSERT_TRUE(bias.defined());
+    EXPECT_EQ(bias.sizes(), (std::vector<int64_t>{1, d.h, 8, 5}));
+  };
+  std::vector<int64_t> bytes;
+  bench_attention_inputs_hook() = [&](const AttentionDims& d, int64_t b) {
+    EXPECT_EQ(b, 4 * ((2 * 8 + 5) * 32 + d.h * 8 * 5)) << d.name() << " h=" << d.h;
+    bytes.push_back(b);
+  };
+  const std::string report = bench_attention(o);
+  EXPECT_EQ(steps, 2 * 2 * (o.warmup + o.reps));
+  EXPECT_EQ(bytes.size(), 4u);
+  EXPECT_NE(report.find("n = 8 queries, m = 5 keys"), std::string::npos) << report;
+  EXPECT_NE(report.find("dX, the memory's dM and every parameter gradient"), std::string::npos) << report;
+  for (const char* variant : {"multi_head", "talking_heads"})
+    EXPECT_GE(row(report, "variant", variant, "4").size(), 7u) << variant;
+  o.m = 8;  // the queries' own length: self-attention, as without --m
+  bench_attention_step_hook() = nullptr;
+  bench_attention_inputs_hook() = [&](const AttentionDims& d, int64_t b) { EXPECT_EQ(b, 4 * (2 * 8 * 32 + d.h * 64)); };
+  const std::string self = bench_attention(o);
+  EXPECT_NE(self.find("n = m = 8,"), std::string::npos) << self;
+  EXPECT_EQ(self.find("dM"), std::string::npos) << self;
+}
+
 // GFLOP/s counts the whole batch: 6 x batch x the layer's multiplies per example, here
-// multi-head's 4 n d^2 (the four projections) + 2 n^2 d (scores and weighted sums), from its
-// time. (Until 2026-11-30 the batch was left out: every published GFLOP/s and % of peak of this
+// multi-head's 2 n d^2 + 2 m d^2 (the four projections, two on the queries' side and two on the
+// memory's) + 2 n m d (scores and weighted sums), from its time; with --m the memory's own length
+// m. (Until 2026-11-30 the batch was left out: every published GFLOP/s and % of peak of this
 // benchmark was the batch's factor too low.)
 TEST(BenchAttention, GflopsCountTheWholeBatch) {
-  BenchAttentionOptions o;
-  o.d_model = 128, o.n = 128, o.batch = 6, o.heads = {4}, o.reps = 3, o.warmup = 1, o.reference = false;
-  const std::string report = bench_attention(o);
-  const auto mh = row(report, "variant", "multi_head", "4");
-  ASSERT_GE(mh.size(), 7u) << report;
-  const double ms = std::stod(mh[4]), gflops = std::stod(mh[5]), n = 128, d = 128;
-  ASSERT_GE(ms, 2.0) << "too short for the rounded cells to check: " << report;
-  const double want = 6 * 6 * (4 * n * d * d + 2 * n * n * d) / (ms / 1e3) / 1e9;
-  EXPECT_NEAR(gflops, want, 0.03 * want + 0.1) << report;  // (ms rounded to 0.1: at most 2.5% at 2 ms)
+  for (const int64_t keys : {0, 256}) {
+    SCOPED_TRACE(keys == 0 ? "m = n" : "m = 256");
+    BenchAttentionOptions o;
+    o.d_model = 128, o.n = 128, o.m = keys, o.batch = 6, o.heads = {4}, o.reps = 3, o.warmup = 1;
+    o.reference = false;
+    const std::string report = bench_attention(o);
+    const auto mh = row(report, "variant", "multi_head", "4");
+    ASSERT_GE(mh.size(), 7u) << report;
+    const double ms = std::stod(mh[4]), gflops = std::stod(mh[5]), n = 128, m = keys == 0 ? n : keys, d = 128;
+    ASSERT_GE(ms, 2.0) << "too short for the rounded cells to check: " << report;
+    const double want = 6 * 6 * (2 * n * d * d + 2 * m * d * d + 2 * n * m * d) / (ms / 1e3) / 1e9;
+    EXPECT_NEAR(gflops, want, 0.03 * want + 0.1) << report;  // (ms rounded to 0.1: at most 2.5% at 2 ms)
+  }
 }
 
 }  // namespace THX_FILE_ID
