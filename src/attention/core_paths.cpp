@@ -146,21 +146,21 @@ Bf16Core bf16_core() {
 bool bf16_mixings_on_tiles(int64_t h_k, int64_t h, int64_t h_v, bool P_l, bool P_w) {
   return (P_l && kernels::amx::pays(h, h_k, 0)) || (P_w && kernels::amx::pays(h_v, h, 0));
 }
-bool bf16_core_in_fp32(int64_t d_k, int64_t d_v, int64_t h, int64_t n, int64_t m, bool mixings_on_tiles) {
+bool bf16_core_in_fp32(int64_t d_k, int64_t d_v, int64_t h, int64_t m, bool mixings_on_tiles) {
   switch (bf16_core()) {
     case Bf16Core::bf16: return false;
     case Bf16Core::fp32: return true;
     default: break;
   }
   const int64_t width = std::max(d_k, d_v);
-  const bool mixings_pay = mixings_on_tiles && (width == kBf16CoreFp32Width || h * std::min(n, m) >= kBf16CoreHeadRows);
+  const bool mixings_pay = mixings_on_tiles && (width == kBf16CoreFp32Width || h * m >= kBf16CoreHeadRows);
   return !kernels::amx::cpu_has_amx() && width <= kBf16CoreFp32Width && !mixings_pay;
 }
-bool bf16_on_fp32_core(const AttentionDims& d, int64_t n, int64_t m, const torch::Device& device) {
+bool bf16_on_fp32_core(const AttentionDims& d, int64_t m, const torch::Device& device) {
   const bool th_routed_off = g_th_paths_on_cpu && (d.has_P_l() || d.has_P_w());  // (the tests' tiled route)
   return device.is_cpu() && d.d_k > 0 && !d.any_dynamic() && d.dropout <= 0 && !th_routed_off &&
          fused_attention_enabled() && cpu_kernels_enabled() &&
-         bf16_core_in_fp32(d.d_k, d.d_v, d.h, n, m,
+         bf16_core_in_fp32(d.d_k, d.d_v, d.h, m,
                            bf16_mixings_on_tiles(d.h_k, d.h, d.h_v, d.has_P_l(), d.has_P_w()));
 }
 std::string bf16_core_env_error() {
@@ -180,7 +180,7 @@ Tensor bf16_by_fp32_core(const Tensor& Q, const Tensor& K, const Tensor& V, cons
     return Tensor();
   // Q [b,n,h_k,d_k], V [b,m,h_v,d_v], P_l [h_k,h], P_w [h,h_v]
   const int64_t h = P_l.defined() ? P_l.size(1) : P_w.defined() ? P_w.size(0) : Q.size(2);
-  if (!bf16_core_in_fp32(Q.size(3), V.size(3), h, Q.size(1), K.size(1),
+  if (!bf16_core_in_fp32(Q.size(3), V.size(3), h, K.size(1),
                          bf16_mixings_on_tiles(Q.size(2), h, V.size(2), P_l.defined(), P_w.defined())))
     return Tensor();
   const auto fp32 = [](const Tensor& t) { return t.defined() ? t.to(torch::kFloat32) : t; };

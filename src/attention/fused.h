@@ -80,11 +80,13 @@ torch::Tensor cpu_attention_core(const torch::Tensor& Q, const torch::Tensor& K,
 // layer at 48 heads, d_model 768, n = 512 ran 1.2x faster there, and no layer measured slower
 // that day (docs/benchmarks.md, "The bf16 head mixings through VDPBF16PS"; a later run found the
 // fp32 core 1.1-1.25x faster at n = 128, batch 8: left so, see "Many narrow heads"). Narrower
-// heads mixed there take the bf16 core where the heads times the shorter length (min(n, m)) come
-// to kBf16CoreHeadRows: there the mixings' work outweighs oneDNN's narrow products, and one
+// heads mixed there take the bf16 core where the heads times the keys' length m come to
+// kBf16CoreHeadRows: there the mixings' work outweighs oneDNN's narrow products, and one
 // talking-heads layer ran 1.07-2.3x faster on the bf16 core (d_model 192 to 768, 32 to 768 heads,
 // n 128 to 512); below it the fp32 core was up to 1.34x faster, the bf16 core at most 1.14x
-// (docs/benchmarks.md, "Many narrow heads: the bf16 core by heads x length").
+// (docs/benchmarks.md, "Many narrow heads: the bf16 core by heads x length"). The keys decide, not
+// the queries: where h x m came to it the bf16 core was 1.19-1.8x faster at 8 to 114 queries
+// (an encoder-decoder attention's) and tied at one ("Encoder-decoder attention: the keys decide").
 // THX_BF16_CORE=auto|bf16|fp32 chooses for a run (read once); tests set it.
 enum class Bf16Core { automatic, bf16, fp32 };
 constexpr int64_t kBf16CoreFp32Width = 16, kBf16CoreHeadRows = 16384;
@@ -93,16 +95,16 @@ Bf16Core bf16_core();
 // Whether the bf16 core's head mixings of h_k -> h (P_l) and h -> h_v (P_w) run on tiles
 // (fused.cpp's choice: kernels::amx::pays).
 bool bf16_mixings_on_tiles(int64_t h_k, int64_t h, int64_t h_v, bool P_l, bool P_w);
-// Whether bf16 Q, K, V with h heads of d_k and d_v, n queries and m keys, and head mixings on
-// tiles or not, take the fp32 core (the choice above).
-bool bf16_core_in_fp32(int64_t d_k, int64_t d_v, int64_t h, int64_t n, int64_t m, bool mixings_on_tiles);
+// Whether bf16 Q, K, V with h heads of d_k and d_v over m keys, and head mixings on tiles or not,
+// take the fp32 core (the choice above; the queries' number does not enter it).
+bool bf16_core_in_fp32(int64_t d_k, int64_t d_v, int64_t h, int64_t m, bool mixings_on_tiles);
 // What is wrong with THX_BF16_CORE, in one line, or "" (thx refuses it before any work: cli.cpp).
 std::string bf16_core_env_error();
-// Whether bf16 attention of `dims` over n queries and m keys trained on `device` runs on that fp32
+// Whether bf16 attention of `dims` over m keys trained on `device` runs on that fp32
 // core (the CPU, the choice above, and attention_core's route to fused.cpp's cores: no dynamic
 // projections, no attention dropout, the fused code enabled), which keeps Q, K, V and the weights
 // in fp32 for backward: the memory check's bound (models/spec.h) counts them at 4 bytes there.
-bool bf16_on_fp32_core(const AttentionDims& dims, int64_t n, int64_t m, const torch::Device& device);
+bool bf16_on_fp32_core(const AttentionDims& dims, int64_t m, const torch::Device& device);
 
 // Use the fused code where it applies (default true). For tests and benchmarks.
 void set_fused_attention(bool enabled);

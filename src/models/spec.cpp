@@ -134,11 +134,11 @@ MemoryBound training_memory_lower_bound(const ModelSpec& spec, int64_t vocab, in
   // (attention/fused.cpp's save_core), ATen's composition W, U and more.
   auto mixed = [&](const AttentionDims& a) { return device.is_cpu() && a.has_P_w() ? double(a.h_v) : 0.0; };
   z.keep_enc = keeps(spec.encoder_self), z.mixed_enc = mixed(spec.encoder_self);
-  auto fp32_core = [&](const AttentionDims& a, int64_t n, int64_t m) {
-    return bf16 && bf16_on_fp32_core(a, n, m, device) ? 1.0 : 0.0;
+  auto fp32_core = [&](const AttentionDims& a, int64_t keys) {
+    return bf16 && bf16_on_fp32_core(a, keys, device) ? 1.0 : 0.0;
   };
   auto qk = [](const AttentionDims& a) { return double(a.h_k) * double(a.d_k); };
-  z.qk_enc = qk(spec.encoder_self), z.fp32_enc = fp32_core(spec.encoder_self, n_in, n_in);
+  z.qk_enc = qk(spec.encoder_self), z.fp32_enc = fp32_core(spec.encoder_self, n_in);
   z.recompute = recompute && m.encoder_only();
   if (!m.encoder_only()) {
     z.h_dec = double(spec.decoder_self.h), z.att_dec = per_d(spec.decoder_self);
@@ -147,8 +147,8 @@ MemoryBound training_memory_lower_bound(const ModelSpec& spec, int64_t vocab, in
     z.keep_dec = keeps(spec.decoder_self), z.keep_cross = keeps(spec.encoder_decoder);
     z.mixed_dec = mixed(spec.decoder_self), z.mixed_cross = mixed(spec.encoder_decoder);
     z.qk_dec = qk(spec.decoder_self), z.qk_cross = qk(spec.encoder_decoder);
-    z.fp32_dec = fp32_core(spec.decoder_self, n_out, n_out);
-    z.fp32_cross = fp32_core(spec.encoder_decoder, n_out, n_in);
+    z.fp32_dec = fp32_core(spec.decoder_self, n_out);
+    z.fp32_cross = fp32_core(spec.encoder_decoder, n_in);  // (its keys are the inputs)
   }
   MemoryBound b = bound(z);
   // (A constant in the blame below: its reductions leave it out, and it adds to each alike.)

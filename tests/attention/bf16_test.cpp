@@ -380,35 +380,35 @@ ByCore by_each_core(const Bf16Case& c) {
 
 // The choice: automatic takes the fp32 core for heads of at most kBf16CoreFp32Width where the CPU
 // has no AMX-BF16, except heads mixed on tiles that are of exactly that width or many over long
-// rows (h x min(n, m) at least kBf16CoreHeadRows), and the bf16 core elsewhere; bf16 and fp32
+// keys (h x m at least kBf16CoreHeadRows), and the bf16 core elsewhere; bf16 and fp32
 // force one. And attention_core follows it.
 TEST(Bf16CoreInFp32, TakenWhereTheRuleSays) {
   const bool amx = kernels::amx::cpu_has_amx();
   {
     const CoreRoute core(Bf16Core::automatic);
-    EXPECT_EQ(bf16_core_in_fp32(16, 16, 24, 5, 7, false), !amx);
-    EXPECT_FALSE(bf16_core_in_fp32(16, 16, 24, 5, 7, true));
-    EXPECT_EQ(bf16_core_in_fp32(4, 8, 24, 5, 7, false), !amx);
-    EXPECT_EQ(bf16_core_in_fp32(8, 8, 24, 5, 7, true), !amx);
-    EXPECT_FALSE(bf16_core_in_fp32(32, 16, 24, 5, 7, false));
-    EXPECT_FALSE(bf16_core_in_fp32(16, 17, 24, 5, 7, false));
-    // Many narrow heads over long rows, mixed on tiles: the bf16 core; one row fewer on either
-    // side, or a decoding step's one query, the fp32 core.
-    EXPECT_FALSE(bf16_core_in_fp32(8, 8, 64, 256, 256, true));
-    EXPECT_FALSE(bf16_core_in_fp32(1, 1, 768, 4096, 128, true));
-    EXPECT_EQ(bf16_core_in_fp32(8, 8, 64, 256, 256, false), !amx) << "not mixed on tiles";
-    EXPECT_EQ(bf16_core_in_fp32(8, 8, 64, 255, 256, true), !amx);
-    EXPECT_EQ(bf16_core_in_fp32(8, 8, 64, 256, 255, true), !amx);
-    EXPECT_EQ(bf16_core_in_fp32(4, 4, 192, 1, 4096, true), !amx);
-    static_assert(64 * 256 == kBf16CoreHeadRows, "the cases above sit on the rule's edge");
+    EXPECT_EQ(bf16_core_in_fp32(16, 16, 24, 7, false), !amx);
+    EXPECT_FALSE(bf16_core_in_fp32(16, 16, 24, 7, true));
+    EXPECT_EQ(bf16_core_in_fp32(4, 8, 24, 7, false), !amx);
+    EXPECT_EQ(bf16_core_in_fp32(8, 8, 24, 7, true), !amx);
+    EXPECT_FALSE(bf16_core_in_fp32(32, 16, 24, 7, false));
+    EXPECT_FALSE(bf16_core_in_fp32(16, 17, 24, 7, false));
+    // Many narrow heads over many keys, mixed on tiles: the bf16 core; one key fewer, the fp32 core.
+    EXPECT_FALSE(bf16_core_in_fp32(8, 8, 64, 256, true));
+    EXPECT_FALSE(bf16_core_in_fp32(1, 1, 768, 128, true));
+    EXPECT_EQ(bf16_core_in_fp32(8, 8, 64, 256, false), !amx) << "not mixed on tiles";
+    EXPECT_EQ(bf16_core_in_fp32(8, 8, 64, 255, true), !amx);
+    EXPECT_EQ(bf16_core_in_fp32(4, 4, 192, 85, true), !amx);
+    EXPECT_FALSE(bf16_core_in_fp32(4, 4, 192, 86, true));
+    static_assert(64 * 256 == kBf16CoreHeadRows && 192 * 85 < kBf16CoreHeadRows && 192 * 86 > kBf16CoreHeadRows,
+                  "the cases above sit on the rule's edge");
   }
   {
     const CoreRoute core(Bf16Core::bf16);
-    EXPECT_FALSE(bf16_core_in_fp32(4, 4, 4, 5, 7, false));
+    EXPECT_FALSE(bf16_core_in_fp32(4, 4, 4, 7, false));
   }
   {
     const CoreRoute core(Bf16Core::fp32);
-    EXPECT_TRUE(bf16_core_in_fp32(64, 64, 64, 512, 512, true));
+    EXPECT_TRUE(bf16_core_in_fp32(64, 64, 64, 512, true));
   }
   const ByCore narrow = by_each_core(kRouteCases[0]);
   EXPECT_TRUE(torch::equal(narrow.rule, amx ? narrow.bf16 : narrow.fp32));
@@ -431,14 +431,15 @@ TEST(Bf16CoreInFp32, HeadsOf16MixedOnTilesTakeTheBf16Core) {
 }
 
 // Heads of 2 mixed 64 to 64 on tiles: attention_core takes the bf16 core where 64 heads meet 256
-// queries and 256 keys, and the fp32 core where one of them is 255 (CPUs without AMX-BF16; with
-// it the bf16 core always; without a backend for tiles the fp32 core always).
-TEST(Bf16CoreInFp32, ManyNarrowHeadsMixedOnTilesTakeTheBf16CoreOverLongRows) {
+// keys, whether 256 queries or 8 (an encoder-decoder attention's few targets) look at them, and
+// the fp32 core over 255 keys, even from 256 queries (CPUs without AMX-BF16; with it the bf16 core
+// always; without a backend for tiles the fp32 core always).
+TEST(Bf16CoreInFp32, ManyNarrowHeadsMixedOnTilesTakeTheBf16CoreOverManyKeys) {
   const bool tiles = kernels::amx::use() != kernels::amx::Use::off, amx = kernels::amx::cpu_has_amx();
   EXPECT_EQ(bf16_mixings_on_tiles(64, 64, 64, true, true), tiles);
-  for (const int64_t m : {256, 255}) {
-    const ByCore by = by_each_core({1, 256, m, 64, 64, 64, 2, 2, true, true, false, true});
-    EXPECT_TRUE(torch::equal(by.rule, amx || (tiles && m == 256) ? by.bf16 : by.fp32)) << "m = " << m;
+  for (const auto& [n, m] : {std::pair<int64_t, int64_t>{256, 256}, {8, 256}, {256, 255}}) {
+    const ByCore by = by_each_core({1, n, m, 64, 64, 64, 2, 2, true, true, false, true});
+    EXPECT_TRUE(torch::equal(by.rule, amx || (tiles && m == 256) ? by.bf16 : by.fp32)) << n << " x " << m;
   }
 }
 

@@ -293,10 +293,10 @@ TEST(MemoryBound, Bf16OnTheFp32CoreCountsQKVAndTheWeightsAtFourBytes) {
   EXPECT_DOUBLE_EQ(unfused, expected(2, 1, 1) / 2);
 }
 
-// The rule's lengths are each attention's own: 64 heads of 1 mixed on tiles over 256 inputs take
-// the bf16 core in the encoder (64 x 256 reaches kBf16CoreHeadRows), and the decoder's (24
-// targets) and the encoder-decoder attention's (24 queries of 256 keys) the fp32 core, on a CPU
-// without AMX-BF16 whose bf16 mixings run on tiles; with 255 inputs the encoder's too.
+// The rule's keys are each attention's own: 64 heads of 1 mixed on tiles over 256 inputs take the
+// bf16 core in the encoder (64 x 256 reaches kBf16CoreHeadRows) and in the encoder-decoder
+// attention (24 queries of those 256 keys), the decoder's (24 targets) the fp32 core, on a CPU
+// without AMX-BF16 whose bf16 mixings run on tiles; with 255 inputs all three the fp32 core.
 TEST(MemoryBound, Bf16CountsTheFp32CoreByEachAttentionsOwnLengths) {
   constexpr int64_t h = 64, d = kD / h;
   AttentionConfig th = variant("talking_heads"), mh = variant("multi_head"), pl = variant("project_logits");
@@ -310,13 +310,16 @@ TEST(MemoryBound, Bf16CountsTheFp32CoreByEachAttentionsOwnLengths) {
   for (const int64_t n_in : {256, 255}) {
     const double automatic = bf16_bound(Bf16Core::automatic, n_in), all_bf16 = bf16_bound(Bf16Core::bf16, n_in),
                  all_fp32 = bf16_bound(Bf16Core::fp32, n_in);
-    // The encoder's layers' Q, K, V, and the talking-heads weights W and U, 2 bytes more each.
+    // The encoder's layers' Q, K, V, and the talking-heads weights W and U, 2 bytes more each; the
+    // encoder-decoder attention's Q over the targets, K and V over the inputs, and its weights W
+    // (project_logits: no U).
     const double encoder = 2.0 * kRows * kEnc * (3.0 * d * h * n_in + 2.0 * h * n_in * n_in);
-    EXPECT_LT(all_bf16 + encoder, all_fp32) << "the decoder's attentions count too";
+    const double cross = 2.0 * kRows * kDec * (d * h * kOut + 2.0 * d * h * n_in + 1.0 * h * kOut * n_in);
+    EXPECT_LT(all_bf16 + encoder + cross, all_fp32) << "the decoder's self-attention counts too";
     if (amx)
       EXPECT_DOUBLE_EQ(automatic, all_bf16);
     else if (tiles && n_in == 256)
-      EXPECT_DOUBLE_EQ(automatic, all_fp32 - encoder);
+      EXPECT_DOUBLE_EQ(automatic, all_fp32 - encoder - cross);
     else
       EXPECT_DOUBLE_EQ(automatic, all_fp32) << "n_in = " << n_in;
   }
