@@ -93,7 +93,7 @@ struct Subject {
     const double before = device_allocated_mb(device);
     Clock::time_point t0;
     try {
-      if (production && bench_attention_step_hook()) bench_attention_step_hook()(dims, B);  // (tests only)
+      if (production && bench_attention_step_hook()) bench_attention_step_hook()(dims, B, M);  // (tests only)
       t0 = Clock::now();
       torch::Tensor Y = forward();
       (Y * G).sum().backward();
@@ -190,6 +190,18 @@ void check_forced_launch(const BenchAttentionOptions& opt, const std::vector<std
 // "n = m = 512" (self-attention), or "n = 114 queries, m = 512 keys" (an encoder-decoder's).
 std::string lengths_text(const BenchAttentionOptions& opt) {
   return opt.m == opt.n ? fmt::format("n = m = {}", opt.n) : fmt::format("n = {} queries, m = {} keys", opt.n, opt.m);
+}
+
+// The gradients a step computes: "dX and every parameter gradient", with the memory's dM (--m)
+// and the bias's (--bias) where there are.
+std::string gradients_text(const BenchAttentionOptions& opt) {
+  std::vector<std::string> g = {"dX"};
+  if (opt.m != opt.n) g.push_back("the memory's dM");
+  g.push_back("every parameter gradient");
+  if (opt.bias) g.push_back("the bias's");
+  std::string text = g[0];
+  for (size_t i = 1; i < g.size(); ++i) text += (i + 1 == g.size() ? " and " : ", ") + g[i];
+  return text;
 }
 
 // The median of v, or -1 for none.
@@ -335,8 +347,8 @@ std::string targets_text(const BenchAttentionOptions& opt, const std::vector<std
 
 }  // namespace
 
-std::function<void(const AttentionDims&, const torch::Tensor&)>& bench_attention_step_hook() {
-  static std::function<void(const AttentionDims&, const torch::Tensor&)> hook;
+BenchAttentionStepHook& bench_attention_step_hook() {
+  static BenchAttentionStepHook hook;
   return hook;
 }
 
@@ -429,12 +441,12 @@ std::string bench_attention(const BenchAttentionOptions& options) {
   std::string report = fmt::format(
       "{}. Matmul peak ({}^3, best of 5, this run), GFLOP/s: {}; % of peak is of the "
       "row's own precision.\n"
-      "One attention layer, forward + backward (dX{} and every parameter gradient{}), d_model {}, "
+      "One attention layer, forward + backward ({}), d_model {}, "
       "{}, batch {}{}; median of {} runs, multi-head and talking-heads interleaved; "
       "TH/MH time is the median of the per-pair ratios. Talking-heads ran on {}.{}\n"
       "GFLOP/s counts 6 x batch x the layer's multiplies per example (all of them, section 5 extended).\n\n",
-      device_description(opt.device), peak_size, peak_text, opt.m != opt.n ? ", the memory's dM" : "",
-      opt.bias ? " and the bias's" : "", opt.d_model, lengths_text(opt), opt.batch,
+      device_description(opt.device), peak_size, peak_text, gradients_text(opt), opt.d_model, lengths_text(opt),
+      opt.batch,
       opt.bias ? ", with T5's relative position bias (a learned [1,h,n,m] fp32 bias on the logits)" : "",
       opt.reps, th_path,
       gpu ? " Step peak MB: the most a step held above what was allocated before it (its activations, "

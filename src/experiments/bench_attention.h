@@ -47,10 +47,13 @@ struct BenchAttentionOptions {
 // out of device memory (c10::OutOfMemoryError) in a cell says so in its row, and the rest go on.
 std::string bench_attention(const BenchAttentionOptions& opt);
 
-// For tests: called before each timed production step with the layer's dimensions and its bias
-// (undefined without --bias) (a CPU cannot run out of memory on demand; a test's hook throws
+// For tests: called before each timed production step with the layer's dimensions, its bias
+// (undefined without --bias) and its memory (the keys' and values' inputs: the queries' own
+// without --m) (a CPU cannot run out of memory on demand; a test's hook throws
 // c10::OutOfMemoryError). Empty by default.
-std::function<void(const AttentionDims&, const torch::Tensor& bias)>& bench_attention_step_hook();
+using BenchAttentionStepHook =
+    std::function<void(const AttentionDims&, const torch::Tensor& bias, const torch::Tensor& memory)>;
+BenchAttentionStepHook& bench_attention_step_hook();
 // For tests: called before a variant allocates a cell's inputs (X, dY and the bias) with the
 // layer's dimensions and their bytes. Empty by default.
 std::function<void(const AttentionDims&, int64_t bytes)>& bench_attention_inputs_hook();

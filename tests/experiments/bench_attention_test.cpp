@@ -55,7 +55,7 @@ BenchAttentionOptions tiny() {
 TEST(BenchAttention, AVariantOutOfMemoryIsItsRowAndTheOthersGoOn) {
   HookReset reset;
   int th_steps = 0;
-  bench_attention_step_hook() = [&](const AttentionDims& d, const torch::Tensor&) {
+  bench_attention_step_hook() = [&](const AttentionDims& d, const torch::Tensor&, const torch::Tensor&) {
     if (d.name() != "talking_heads" || d.h != 4) return;
     // Out of memory from its second step on (after a warm-up that fitted): it leaves the cell.
     if (++th_steps > 1) TORCH_CHECK_WITH(OutOfMemoryError, false, "CUDA out of memory. Tried to allocate 3.20 GiB");
@@ -94,7 +94,7 @@ TEST(BenchAttention, InputsThatDoNotFitAreTheirVariantsRow) {
     if (d.name() == "talking_heads" && d.h == 4)
       TORCH_CHECK_WITH(OutOfMemoryError, false, "CUDA out of memory. Tried to allocate 12.00 GiB");
   };
-  bench_attention_step_hook() = [&](const AttentionDims& d, const torch::Tensor&) {
+  bench_attention_step_hook() = [&](const AttentionDims& d, const torch::Tensor&, const torch::Tensor&) {
     th4_steps += d.name() == "talking_heads" && d.h == 4;
   };
   BenchAttentionOptions o = tiny();
@@ -130,7 +130,7 @@ TEST(BenchAttention, TheBiasReachesEveryStepWithItsGradient) {
   for (const bool with : {true, false}) {
     SCOPED_TRACE(with ? "--bias" : "no bias");
     std::vector<std::tuple<std::string, int64_t, torch::Tensor>> seen;  // (variant, h, the step's bias)
-    bench_attention_step_hook() = [&](const AttentionDims& d, const torch::Tensor& bias) {
+    bench_attention_step_hook() = [&](const AttentionDims& d, const torch::Tensor& bias, const torch::Tensor&) {
       seen.emplace_back(d.name(), d.h, bias);
     };
     BenchAttentionOptions o = tiny();
@@ -155,18 +155,21 @@ TEST(BenchAttention, TheBiasReachesEveryStepWithItsGradient) {
 }
 
 // --m (an encoder-decoder attention's memory of its own length): the queries keep n positions and
-// the keys and values have m, so each step's bias is [1, h, n, m] (a memory of n positions could
-// not take it: the logits would not broadcast), the inputs counted are the memory's too, and the
-// report says both lengths and that dM is computed.
+// the keys and values have m, so each step's memory is [batch, m, d_model] and its bias [1, h, n, m]
+// (a memory of n positions could not take it: the logits would not broadcast), the memory's
+// gradient dM is computed (each variant's last step leaves it), the inputs counted are the
+// memory's too, and the report says both lengths and that dM is computed.
 TEST(BenchAttention, TheMemoryHasItsOwnLength) {
   HookReset reset;
   BenchAttentionOptions o = tiny();
   o.m = 5, o.bias = true;
-  int steps = 0;
-  bench_attention_step_hook() = [&](const AttentionDims& d, const torch::Tensor& bias) {
-    ++steps;
+  std::vector<torch::Tensor> memories;  // (each step's; a variant's steps share one)
+  bench_attention_step_hook() = [&](const AttentionDims& d, const torch::Tensor& bias, const torch::Tensor& memory) {
+    memories.push_back(memory);
     ASSERT_TRUE(bias.defined());
     EXPECT_EQ(bias.sizes(), (std::vector<int64_t>{1, d.h, 8, 5}));
+    EXPECT_EQ(memory.sizes(), (std::vector<int64_t>{1, 5, 32}));
+    EXPECT_TRUE(memory.requires_grad());
   };
   std::vector<int64_t> bytes;
   bench_attention_inputs_hook() = [&](const AttentionDims& d, int64_t b) {
@@ -174,18 +177,25 @@ TEST(BenchAttention, TheMemoryHasItsOwnLength) {
     bytes.push_back(b);
   };
   const std::string report = bench_attention(o);
-  EXPECT_EQ(steps, 2 * 2 * (o.warmup + o.reps));
+  EXPECT_EQ(memories.size(), 2u * 2 * (o.warmup + o.reps));
+  for (const torch::Tensor& memory : memories) {
+    ASSERT_TRUE(memory.grad().defined());
+    EXPECT_GT(memory.grad().abs().sum().item<double>(), 0);
+  }
   EXPECT_EQ(bytes.size(), 4u);
   EXPECT_NE(report.find("n = 8 queries, m = 5 keys"), std::string::npos) << report;
-  EXPECT_NE(report.find("dX, the memory's dM and every parameter gradient"), std::string::npos) << report;
+  EXPECT_NE(report.find("(dX, the memory's dM, every parameter gradient and the bias's)"), std::string::npos)
+      << report;
   for (const char* variant : {"multi_head", "talking_heads"})
     EXPECT_GE(row(report, "variant", variant, "4").size(), 7u) << variant;
-  o.m = 8;  // the queries' own length: self-attention, as without --m
-  bench_attention_step_hook() = nullptr;
-  bench_attention_inputs_hook() = [&](const AttentionDims& d, int64_t b) { EXPECT_EQ(b, 4 * (2 * 8 * 32 + d.h * 64)); };
+  o.m = 8, o.bias = false;  // the queries' own length: self-attention, as without --m
+  bench_attention_step_hook() = [&](const AttentionDims&, const torch::Tensor&, const torch::Tensor& memory) {
+    EXPECT_EQ(memory.size(1), 8);
+  };
+  bench_attention_inputs_hook() = [&](const AttentionDims&, int64_t b) { EXPECT_EQ(b, 4 * 2 * 8 * 32); };
   const std::string self = bench_attention(o);
   EXPECT_NE(self.find("n = m = 8,"), std::string::npos) << self;
-  EXPECT_EQ(self.find("dM"), std::string::npos) << self;
+  EXPECT_NE(self.find("(dX and every parameter gradient)"), std::string::npos) << self;
 }
 
 // GFLOP/s counts the whole batch: 6 x batch x the layer's multiplies per example, here
