@@ -416,11 +416,13 @@ run() {
     # (6.4 GB each at 48 heads, batch 1): a variant out of memory is its row, the others go on
     # (issue 31's "show where"). The flash kernels, the row kernels and gemm (both) also with T5's
     # relative position bias (--bias) at n = 2048: what the bias's loads and its gradient cost them,
-    # which every T5 layer pays and the rows without it do not show. A path that fails does not stop
-    # the others.
+    # which every T5 layer pays and the rows without it do not show. The flash kernels, the row
+    # kernels and gemm also at T5's encoder-decoder attention: 114 targets over 512 inputs (--m),
+    # batch 32 as the whole step's, with the einsum reference (n != m, issue 31's coverage, which no
+    # GPU has timed so far). A path that fails does not stop the others.
     local paths=${GPU_ATTENTION_PATHS:-flash tiled gemm gemm-aten tiled-gemm folded batched}
     [ "$flash_ok" = 1 ] || paths=${paths/flash/}
-    phase bench-attention 170 bash -c "
+    phase bench-attention 180 bash -c "
       bench() { $thx --device cuda bench attention --precision bf16 --heads 12,24,48 \"\$@\"; }
       failed=0
       for path in $paths; do
@@ -432,6 +434,9 @@ run() {
         esac
         case \$path in flash|tiled|gemm|gemm-aten)
           bench --n 2048 --batch 8 --bias --no-reference \$flag --out $OUT/attention-\$path-bias-n2048.md || failed=1 ;;
+        esac
+        case \$path in flash|tiled|gemm)
+          bench --n 114 --m 512 --batch 32 \$flag --out $OUT/attention-\$path-n114-m512.md || failed=1 ;;
         esac
       done
       # version 2.4's padded heads against none (the same numbers): fused at n = 2048

@@ -66,7 +66,7 @@ struct BenchAttentionCommand : Command {
     app->add_option("--reps", opt.reps, "timed runs per layer (median)")
         ->capture_default_str()->check(thx::positive_number());
     app->add_flag("--no-reference", no_reference, "skip the einsum reference");
-    app->add_flag("--bias", opt.bias, "T5's relative position bias: a learned [1,h,n,n] fp32 bias on each "
+    app->add_flag("--bias", opt.bias, "T5's relative position bias: a learned [1,h,n,m] fp32 bias on each "
                                       "variant's logits, its gradient computed too");
     app->add_option("--precision", opt.precision, "fp32 | bf16 | both (each with its own matmul peak; the einsum "
                                                   "reference runs in fp32)")->capture_default_str();
