@@ -15,6 +15,8 @@ TEST(Metrics, AccuracyAndBinaryF1) {
   EXPECT_DOUBLE_EQ(accuracy(p, g), 0.8);
   EXPECT_DOUBLE_EQ(binary_f1(p, g), 0.8);
   EXPECT_DOUBLE_EQ(binary_f1({0, 0}, {0, 0}), 0.0);  // no positives: sklearn's 0
+  // pred 1 0 0 1, gold 1 1 0 0: TP 1, FP 1, FN 1 -> 2 / (2 + 1 + 1) = 1/2 (2/3 without the FN).
+  EXPECT_DOUBLE_EQ(binary_f1({1, 0, 0, 1}, {1, 1, 0, 0}), 0.5);
 }
 
 TEST(Metrics, MatthewsCorrelation) {
@@ -47,10 +49,15 @@ TEST(Metrics, MacroF1AndMultiRc) {
   EXPECT_NEAR(macro_f1({0, 1, 1, 1, 2, 0}, {0, 0, 1, 1, 2, 2}, 3), (0.5 + 0.8 + 2.0 / 3.0) / 3.0, 1e-12);
   // A class never predicted and never gold counts 0 in the mean (the mean is over all classes).
   EXPECT_NEAR(macro_f1({0, 1}, {0, 1}, 3), 2.0 / 3.0, 1e-12);
-  // MultiRC: q1 all right, q2 one wrong -> EM 1/2; F1a over options: TP 2, FP 1 -> 0.8.
+  // MultiRC: q1 all right, q2 its second answer wrong -> EM 1/2; F1a over options: TP 2, FP 1 -> 0.8.
   const MultiRcScore m = multirc_score({1, 0, 1, 1}, {1, 0, 1, 0}, {"q1", "q1", "q2", "q2"});
   EXPECT_DOUBLE_EQ(m.exact_match, 0.5);
   EXPECT_DOUBLE_EQ(m.f1a, 0.8);
+  // q3 wrong at its first answer, right at its last: still not all right -> EM 1/3; F1a: TP 3,
+  // FP 1, FN 1 -> 6/8.
+  const MultiRcScore m3 = multirc_score({1, 0, 1, 1, 0, 1}, {1, 0, 1, 0, 1, 1}, {"q1", "q1", "q2", "q2", "q3", "q3"});
+  EXPECT_DOUBLE_EQ(m3.exact_match, 1.0 / 3.0);
+  EXPECT_DOUBLE_EQ(m3.f1a, 0.75);
 }
 
 TEST(SquadMetric, NormalizationAsTheOfficialScripts) {
@@ -103,6 +110,13 @@ TEST(SquadMetric, ScoresWithMultipleGoldsMissingAndV2) {
   p["q3"] = "something";
   s = score_squad(qs, p, "2.0");
   EXPECT_NEAR(*s.no_ans_f1, 0.0, 1e-9);
+  // v2.0 drops the golds that normalize to nothing (the v2 script's `if normalize_answer(a)`):
+  // answerable with "the" and "Paris", the empty prediction scores 0, not 1 against "the".
+  s = score_squad({{"q4", {"the", "Paris"}, true}}, {{"q4", ""}}, "2.0");
+  EXPECT_EQ(s.exact, 0.0);
+  EXPECT_EQ(s.f1, 0.0);
+  s = score_squad({{"q4", {"the", "Paris"}, true}}, {{"q4", "paris"}}, "2.0");
+  EXPECT_NEAR(s.exact, 100.0, 1e-9);
   EXPECT_THROW(score_squad(qs, p, "3.0"), InputError);
 }
 
@@ -123,6 +137,10 @@ TEST(Metrics, RecordAndBenchmarkAverage) {
   const auto [em, f1] = record_em_f1({"Barack Obama", "Obama"}, "obama");
   EXPECT_EQ(em, 1.0);
   EXPECT_EQ(f1, 1.0);
+  // The best gold is the first: each is the maximum over golds, not the last gold's (F1 2/3).
+  const auto [em2, f12] = record_em_f1({"Obama", "Barack Obama"}, "obama");
+  EXPECT_EQ(em2, 1.0);
+  EXPECT_EQ(f12, 1.0);
   // T5: a task with two metrics averages them first: ((80 + 90)/2 + 70) / 2 = 77.5.
   const BenchmarkAverage a = benchmark_average({{"mrpc", {{"f1", 90}, {"accuracy", 80}}}, {"rte", {{"accuracy", 70}}}});
   EXPECT_DOUBLE_EQ(a.value, 77.5);
