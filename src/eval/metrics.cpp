@@ -268,13 +268,19 @@ std::pair<double, double> record_em_f1(const std::vector<std::string>& golds, co
 std::pair<double, double> best_no_answer_threshold(const std::vector<SquadQuestion>& questions,
                                                    const std::map<std::string, std::string>& predictions,
                                                    const std::map<std::string, double>& scores,
-                                                   const std::map<std::string, double>& na_probs) {
+                                                   const std::map<std::string, double>& na_probs,
+                                                   const std::vector<std::string>* na_order) {
+  THX_CHECK(!na_order || na_order->size() == na_probs.size(), "no-answer probabilities: {} ids in order for {}",
+            na_order ? na_order->size() : 0, na_probs.size());
   std::map<std::string, bool> has_ans;
   double cur = 0;
   for (const auto& q : questions) has_ans[q.id] = q.has_answer, cur += !q.has_answer;
   double best = cur, thresh = 0;
   std::vector<std::pair<double, std::string>> order;
-  for (const auto& [id, p] : na_probs) order.emplace_back(p, id);
+  if (na_order)
+    for (const auto& id : *na_order) order.emplace_back(na_probs.at(id), id);
+  else
+    for (const auto& [id, p] : na_probs) order.emplace_back(p, id);
   std::stable_sort(order.begin(), order.end(),
                    [](const auto& a, const auto& b) { return a.first < b.first; });
   for (const auto& [p, id] : order) {
@@ -295,7 +301,7 @@ std::pair<double, double> best_no_answer_threshold(const std::vector<SquadQuesti
 
 SquadScore score_squad(const std::vector<SquadQuestion>& questions,
                        const std::map<std::string, std::string>& predictions, const std::string& version,
-                       const std::map<std::string, double>* na_probs) {
+                       const std::map<std::string, double>* na_probs, const std::vector<std::string>* na_order) {
   THX_CHECK(version == "1.1" || version == "2.0", "SQuAD version '{}'; allowed: 1.1, 2.0", version);
   const bool v2 = version == "2.0";
   SquadScore s;
@@ -327,8 +333,9 @@ SquadScore score_squad(const std::vector<SquadQuestion>& questions,
     if (s.has_ans_total) s.has_ans_exact = 100.0 * has_e / s.has_ans_total, s.has_ans_f1 = 100.0 * has_f / s.has_ans_total;
     if (s.no_ans_total) s.no_ans_exact = 100.0 * no_e / s.no_ans_total, s.no_ans_f1 = 100.0 * no_f / s.no_ans_total;
     if (na_probs) {
-      std::tie(s.best_exact, s.best_exact_thresh) = best_no_answer_threshold(questions, predictions, exact, *na_probs);
-      std::tie(s.best_f1, s.best_f1_thresh) = best_no_answer_threshold(questions, predictions, f1, *na_probs);
+      std::tie(s.best_exact, s.best_exact_thresh) =
+          best_no_answer_threshold(questions, predictions, exact, *na_probs, na_order);
+      std::tie(s.best_f1, s.best_f1_thresh) = best_no_answer_threshold(questions, predictions, f1, *na_probs, na_order);
     }
   }
   return s;

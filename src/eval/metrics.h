@@ -63,17 +63,24 @@ struct SquadScore {
 
 // Score predictions {id: text} as the official script of `version` ("1.1" or "2.0") does. A
 // question without a prediction scores 0 and is counted in `missing`. na_probs (v2.0): the
-// no-answer probability per id, for the best-threshold search of the official script.
+// no-answer probability per id, for the best-threshold search of the official script; na_order:
+// its ids in the order of the file they were read from (below), or none for the ids' order.
 SquadScore score_squad(const std::vector<SquadQuestion>& questions,
                        const std::map<std::string, std::string>& predictions, const std::string& version,
-                       const std::map<std::string, double>* na_probs = nullptr);
+                       const std::map<std::string, double>* na_probs = nullptr,
+                       const std::vector<std::string>* na_order = nullptr);
 
 // v2.0's find_best_thresh: the best score (percent) and the no-answer probability threshold
-// above which predicting "" maximizes it. scores: per id 0/1 (exact) or F1.
+// above which predicting "" maximizes it. scores: per id 0/1 (exact) or F1. The script visits
+// the ids by probability in a stable sort of its na_prob file's order, so among equal
+// probabilities the file's order decides where the best prefix ends: na_order gives that order
+// (every id of na_probs once); without it the ids' order, which is the order of the files thx
+// writes (predictions.cpp).
 std::pair<double, double> best_no_answer_threshold(const std::vector<SquadQuestion>& questions,
                                                    const std::map<std::string, std::string>& predictions,
                                                    const std::map<std::string, double>& scores,
-                                                   const std::map<std::string, double>& na_probs);
+                                                   const std::map<std::string, double>& na_probs,
+                                                   const std::vector<std::string>* na_order = nullptr);
 
 // ReCoRD: max over gold answers of SQuAD v1.1 exact match and F1.
 std::pair<double, double> record_em_f1(const std::vector<std::string>& golds, const std::string& pred);

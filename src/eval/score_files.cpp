@@ -42,15 +42,16 @@ ScoreReport score_squad_files(const std::string& data, const std::string& predic
   for (const auto& q : qs) known[q.id] = true;
   for (const auto& [id, a] : preds) unknown += !known.count(id);
   std::map<std::string, double> na;
+  std::vector<std::string> na_order;  // the file's order: the v2 script's tie order (metrics.h)
   if (!na_probs.empty()) {
-    const json j = read_json(na_probs);
+    const nlohmann::ordered_json j = read_ordered_json(na_probs);
     if (!j.is_object()) throw InputError(fmt::format("{}: expected {{question id: probability}}", na_probs));
     for (const auto& [id, v] : j.items()) {
       if (!v.is_number()) throw InputError(fmt::format("{}: the value for '{}' is not a number", na_probs, id));
-      na[id] = v.get<double>();
+      na[id] = v.get<double>(), na_order.push_back(id);
     }
   }
-  const SquadScore s = score_squad(qs, preds, version, na_probs.empty() ? nullptr : &na);
+  const SquadScore s = score_squad(qs, preds, version, na_probs.empty() ? nullptr : &na, &na_order);
   if (as_json) {
     json j{{"version", version}, {"exact", s.exact}, {"f1", s.f1}, {"total", s.total}, {"missing", s.missing}};
     if (s.has_ans_f1) j["HasAns_exact"] = *s.has_ans_exact, j["HasAns_f1"] = *s.has_ans_f1, j["HasAns_total"] = s.has_ans_total;

@@ -442,14 +442,22 @@ TaskData read_superglue(const std::string& task, const std::string& path, const 
 
 // ---- SQuAD -----------------------------------------------------------------------------------
 
-json read_json(const std::string& path) {
+namespace {
+template <class Json>
+Json parse_json_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw InputError(fmt::format("{}: cannot open", path));
   try {
-    return json::parse(in);
-  } catch (const json::exception& e) {
+    return Json::parse(in);
+  } catch (const typename Json::exception& e) {
     throw InputError(fmt::format("{}: not JSON ({})", path, e.what()));
   }
+}
+}  // namespace
+
+json read_json(const std::string& path) { return parse_json_file<json>(path); }
+nlohmann::ordered_json read_ordered_json(const std::string& path) {
+  return parse_json_file<nlohmann::ordered_json>(path);
 }
 
 int64_t utf8_offset(const std::string& text, int64_t index) {

@@ -89,6 +89,8 @@ TaskData read_race(const std::string& dir, const ReadOptions& o = {});
 
 // A whole JSON file; InputError "<path>: cannot open" or "<path>: not JSON (<where>)".
 nlohmann::json read_json(const std::string& path);
+// The same with each object's keys in the file's order (Python's json.load keeps it).
+nlohmann::ordered_json read_ordered_json(const std::string& path);
 // The byte offset of code point `index` in UTF-8 text (index == its length: the size); -1 past
 // the end. The text is valid UTF-8 (JSON strings are: the parser rejects anything else).
 int64_t utf8_offset(const std::string& text, int64_t index);

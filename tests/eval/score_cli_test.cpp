@@ -31,6 +31,19 @@ TEST(ScoreSquad, PrintsEmF1AndTheV2Breakdown) {
   r = fork_thx("score squad --json --data " + data + " --predictions " + p + " --na-probs " + na);
   EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("\"best_f1_thresh\""), std::string::npos) << r.out;
+  // Equal probabilities are visited in the na_prob file's order, as the v2 script's stable sort
+  // of json.load's dict does: a right (+1) with c's non-empty prediction (-1) at 0.5, then b at
+  // 0.9 (EM +0, F1 +2/3), from 1 (c's abstention). c first: EM 0, 1, 1: best 1 of 3 at 0; F1 0,
+  // 1, 5/3: 5/9 at 0.9. a first: EM 2, 1, 1: 2/3 at 0.5; F1 2, 1, 5/3: 2/3 at 0.5.
+  const std::string px = t.write("px.json", R"({"a": "Denver!", "b": "in 2016", "c": "x"})");
+  r = fork_thx("score squad --data " + data + " --predictions " + px + " --na-probs " +
+               t.write("ca.json", R"({"c": 0.5, "a": 0.5, "b": 0.9})"));
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("best threshold: EM 33.33 (at 0)  F1 55.56 (at 0.9)"), std::string::npos) << r.out;
+  r = fork_thx("score squad --data " + data + " --predictions " + px + " --na-probs " +
+               t.write("ac.json", R"({"a": 0.5, "c": 0.5, "b": 0.9})"));
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("best threshold: EM 66.67 (at 0.5)  F1 66.67 (at 0.5)"), std::string::npos) << r.out;
   // A missing prediction scores 0 and is reported.
   r = fork_thx("score squad --data " + data + " --predictions " + t.write("q.json", R"({"a": "Denver"})"));
   EXPECT_EQ(r.code, 0);
