@@ -72,9 +72,8 @@ std::map<std::string, double> score_task(const TaskSpec& spec, const std::vector
   return m;
 }
 
-double selection_score(const std::map<std::string, double>& metrics) {
-  // SQuAD: F1 (its EM rises with it); other tasks: the mean of their metrics, as T5 averages.
-  if (metrics.count("f1") && metrics.count("exact_match")) return metrics.at("f1");
+double selection_score(const std::string& task, const std::map<std::string, double>& metrics) {
+  if (task_spec(task).benchmark == "squad" && metrics.count("f1")) return metrics.at("f1");
   double s = 0;
   for (const auto& [k, v] : metrics) s += v;
   return metrics.empty() ? 0.0 : s / double(metrics.size());
@@ -83,7 +82,7 @@ double selection_score(const std::map<std::string, double>& metrics) {
 bool note_eval(TaskRecord& r, int64_t step, const TaskEval& ev) {
   r.examples = ev.examples;
   r.history.push_back({{"step", step}, {"metrics", ev.metrics}, {"label_misses", ev.label_misses}});
-  if (r.best_step < 0 || selection_score(ev.metrics) > selection_score(r.best)) {
+  if (r.best_step < 0 || selection_score(r.task, ev.metrics) > selection_score(r.task, r.best)) {
     r.best = ev.metrics, r.best_step = step;
     return true;
   }

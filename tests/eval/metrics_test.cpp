@@ -1,9 +1,13 @@
-// The official metrics on cases computed by hand (the arithmetic is in the comments), and the
-// SQuAD scripts' normalization and scoring edge cases.
+// The official metrics on cases computed by hand (the arithmetic is in the comments), the SQuAD
+// scripts' normalization and scoring edge cases, which metrics each task reports, and which
+// evaluation of a run counts as its best.
 #include <gtest/gtest.h>
+
+#include <set>
 
 #include "common/error.h"
 #include "eval/metrics.h"
+#include "eval/scoring.h"
 
 namespace thx {
 namespace {
@@ -145,6 +149,109 @@ TEST(Metrics, RecordAndBenchmarkAverage) {
   const BenchmarkAverage a = benchmark_average({{"mrpc", {{"f1", 90}, {"accuracy", 80}}}, {"rte", {{"accuracy", 70}}}});
   EXPECT_DOUBLE_EQ(a.value, 77.5);
   EXPECT_EQ(a.tasks, (std::vector<std::string>{"mrpc", "rte"}));
+}
+
+// The metrics each task reports, as the GLUE and SuperGLUE papers (and T5) name them: CoLA and
+// the diagnostics AX and AX-b by Matthews correlation, MRPC and QQP by F1 and accuracy, STS-B by
+// Pearson and Spearman, CB by macro-F1 and accuracy, MultiRC by F1a and exact match, ReCoRD and
+// SQuAD by exact match and F1 (v2.0 with the F1 of its answerable questions, and of its
+// unanswerable ones where it has any), every other task by accuracy.
+const std::map<std::string, std::set<std::string>>& official_metrics() {
+  static const std::set<std::string> acc = {"accuracy"}, em_f1 = {"exact_match", "f1"};
+  static const std::map<std::string, std::set<std::string>> m = {
+      {"cola", {"mcc"}}, {"sst2", acc}, {"mrpc", {"f1", "accuracy"}}, {"stsb", {"pearson", "spearman"}},
+      {"qqp", {"f1", "accuracy"}}, {"mnli", acc}, {"mnli_mm", acc}, {"qnli", acc}, {"rte", acc}, {"wnli", acc},
+      {"ax", {"mcc"}}, {"boolq", acc}, {"cb", {"f1_macro", "accuracy"}}, {"copa", acc},
+      {"multirc", {"f1a", "exact_match"}}, {"record", em_f1}, {"rte_sg", acc}, {"wic", acc}, {"wsc", acc},
+      {"axb", {"mcc"}}, {"axg", acc}, {"squad11", em_f1}, {"squad20", {"exact_match", "f1", "has_ans_f1"}}, {"race", acc}};
+  return m;
+}
+
+// Each task's scores on a case where its candidate metrics differ, computed by hand:
+// - two classes, gold 1 1 1 0 0 0, pred 1 1 1 1 0 0: TP 3, FP 1, FN 0, TN 2: accuracy 5/6, F1
+//   6/7, MCC (3·2 − 1·0) / sqrt(4·2·3·3) = 6 / sqrt(72); MultiRC with questions q1 q1 q2 q2 q3 q3:
+//   q2 wrong, EM 2/3;
+// - three classes, gold 0 1 2 0 1 2, pred 0 1 1 0 1 2: accuracy 5/6, MCC 18 / sqrt(528) (above),
+//   macro-F1 (1 + 4/5 + 2/3) / 3 over the three (9/10 over two);
+// - four options (RACE), gold 0 1 2 3, pred 0 1 2 0: accuracy 3/4;
+// - STS-B, gold 1 2 3 4, pred 1 8 27 64: Spearman 1, Pearson 104 / sqrt(5 · 2390);
+// - answers: golds {Obama, Barack Obama} and {Paris}, predictions "obama" and "in Paris": EM 1/2,
+//   F1 (1 + 2/3) / 2.
+TEST(Scoring, EachTaskReportsItsOfficialMetrics) {
+  const std::map<std::string, double> binary = {
+      {"accuracy", 500.0 / 6}, {"f1", 600.0 / 7}, {"mcc", 600 / std::sqrt(72.0)}, {"f1a", 600.0 / 7},
+      {"exact_match", 200.0 / 3}};
+  const std::map<std::string, double> three = {
+      {"accuracy", 500.0 / 6}, {"mcc", 1800 / std::sqrt(528.0)}, {"f1_macro", 100 * (1 + 0.8 + 2.0 / 3) / 3}};
+  const std::map<std::string, double> spans = {
+      {"exact_match", 50}, {"f1", 100 * (1 + 2.0 / 3) / 2}, {"has_ans_f1", 100 * (1 + 2.0 / 3) / 2}};
+  for (const TaskSpec& spec : task_specs()) {
+    SCOPED_TRACE(spec.name);
+    ASSERT_TRUE(official_metrics().count(spec.name)) << "a task this test does not know";
+    std::vector<TaskExample> dev;
+    std::vector<int> pred;
+    std::vector<double> scores;
+    std::vector<std::string> texts;
+    const std::map<std::string, double>* want = &binary;
+    if (spec.kind == TaskKind::regression) {
+      for (int i = 1; i <= 4; ++i) dev.emplace_back().score = i, scores.push_back(double(i * i * i));
+      static const std::map<std::string, double> sts = {{"pearson", 10400 / std::sqrt(5.0 * 2390)}, {"spearman", 100}};
+      want = &sts;
+    } else if (spec.kind == TaskKind::span) {
+      const std::vector<std::vector<std::string>> golds = {{"Obama", "Barack Obama"}, {"Paris"}};
+      for (size_t i = 0; i < golds.size(); ++i) {
+        TaskExample& e = dev.emplace_back();
+        e.id = "q" + std::to_string(i), e.answers = golds[i];
+      }
+      texts = {"obama", "in Paris"}, want = &spans;
+    } else {
+      std::vector<int> gold = {1, 1, 1, 0, 0, 0};
+      pred = {1, 1, 1, 1, 0, 0};
+      if (spec.labels.size() == 3) gold = {0, 1, 2, 0, 1, 2}, pred = {0, 1, 1, 0, 1, 2}, want = &three;
+      if (spec.labels.size() == 4) gold = {0, 1, 2, 3}, pred = {0, 1, 2, 0};
+      ASSERT_LE(spec.labels.size(), 4u);
+      for (size_t i = 0; i < gold.size(); ++i) {
+        TaskExample& e = dev.emplace_back();
+        e.label = gold[i], e.group = "q" + std::to_string(i / 2);
+      }
+    }
+    const std::map<std::string, double> got = score_task(spec, dev, pred, scores, texts);
+    std::set<std::string> names;
+    for (const auto& [k, v] : got) names.insert(k);
+    EXPECT_EQ(names, official_metrics().at(spec.name));
+    for (const auto& [k, v] : got) {
+      const double expect = spec.labels.size() == 4 ? 75.0 : want->count(k) ? want->at(k) : -1;
+      EXPECT_NEAR(v, expect, 1e-9) << k;
+    }
+  }
+}
+
+// A run's best evaluation of a task: SQuAD's by F1, every other task's by the mean of its metrics
+// (ReCoRD's EM and F1 too); an equal later one keeps the earlier step.
+TEST(Scoring, TheBestEvaluationIsSquadsF1AndEveryOtherTasksMean) {
+  const std::map<std::string, double> em_f1 = {{"exact_match", 80}, {"f1", 90}};
+  EXPECT_EQ(selection_score("squad11", em_f1), 90);
+  EXPECT_EQ(selection_score("squad20", em_f1), 90);
+  EXPECT_EQ(selection_score("record", em_f1), 85);
+  EXPECT_EQ(selection_score("mrpc", {{"f1", 90}, {"accuracy", 70}}), 80);
+  TaskRecord r;
+  r.task = "record";
+  TaskEval ev;
+  ev.metrics = {{"exact_match", 80}, {"f1", 90}};
+  EXPECT_TRUE(note_eval(r, 10, ev));
+  ev.metrics = {{"exact_match", 85}, {"f1", 85}};  // the same mean: the earlier stays best
+  EXPECT_FALSE(note_eval(r, 20, ev));
+  ev.metrics = {{"exact_match", 84}, {"f1", 88}};  // a higher mean, a lower F1
+  EXPECT_TRUE(note_eval(r, 30, ev));
+  EXPECT_EQ(r.best_step, 30);
+  EXPECT_EQ(r.history.size(), 3u);
+  r = TaskRecord{};
+  r.task = "squad11";
+  ev.metrics = {{"exact_match", 80}, {"f1", 90}};
+  EXPECT_TRUE(note_eval(r, 10, ev));
+  ev.metrics = {{"exact_match", 88}, {"f1", 89}};  // a higher mean, a lower F1
+  EXPECT_FALSE(note_eval(r, 20, ev));
+  EXPECT_EQ(r.best_step, 10);
 }
 
 }  // namespace THX_FILE_ID
