@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <numeric>
+#include <set>
 
 #include "common/error.h"
 #include "data/data_fixtures.h"
@@ -126,6 +127,25 @@ TEST(MlmMasking, CapAndSmallSequences) {
   o.max_predictions = 20;
   const MaskedExample e = mask_tokens({Tokenizer::kCls, 8, Tokenizer::kSep}, {0, 0, 0}, ws, o, kVocab, rng);
   EXPECT_EQ(e.positions, (std::vector<int32_t>{1}));
+}
+
+// A word piece that continues a word (odd id) right after [SEP], as a segment truncated at its
+// front begins, is a unit of its own, not a part of the word before the [SEP]: in [CLS] 8 [SEP]
+// 9 [SEP] with one prediction each of the two is masked alone; joined, the two-piece unit
+// exceeds the one prediction and nothing would be masked.
+TEST(MlmMasking, AWholeWordNeverSpansASeparator) {
+  const auto ws = word_starts();
+  MlmOptions o;
+  o.max_predictions = 1;
+  std::mt19937_64 rng(3);
+  const std::vector<int32_t> ids = {Tokenizer::kCls, 8, Tokenizer::kSep, 9, Tokenizer::kSep};
+  std::set<int32_t> seen;
+  for (int k = 0; k < 20; ++k) {
+    const MaskedExample e = mask_tokens(ids, std::vector<int32_t>(ids.size(), 0), ws, o, kVocab, rng);
+    ASSERT_EQ(e.positions.size(), 1u);
+    seen.insert(e.positions[0]);
+  }
+  EXPECT_EQ(seen, (std::set<int32_t>{1, 3}));
 }
 
 TEST(MlmStream, SentenceOrderLabelsAndSwaps) {
