@@ -522,9 +522,11 @@ TEST(Schedule, PolynomialWarmupAndDecay) {
   EXPECT_DOUBLE_EQ(learning_rate(c, 3125, T), 0.00176 * (1 - 3125.0 / T));
   EXPECT_DOUBLE_EQ(learning_rate(c, 62500, T), 0.00088);
   EXPECT_DOUBLE_EQ(learning_rate(c, T, T), 0.0);
+  EXPECT_DOUBLE_EQ(learning_rate(c, T + 1000, T), 0.0);  // past the planned steps: held at the end
   c.power = 2.0, c.end_learning_rate = 1e-5;
   EXPECT_DOUBLE_EQ(learning_rate(c, 62500, T), (0.00176 - 1e-5) * 0.25 + 1e-5);
   EXPECT_DOUBLE_EQ(learning_rate(c, T, T), 1e-5);
+  EXPECT_DOUBLE_EQ(learning_rate(c, T + 1000, T), 1e-5);
 }
 
 TEST(Schedule, InverseSqrtWithLinearDecay) {
@@ -536,6 +538,7 @@ TEST(Schedule, InverseSqrtWithLinearDecay) {
   EXPECT_NEAR(learning_rate(c, 90000, T), 1 / std::sqrt(90000.0), 1e-15);
   EXPECT_NEAR(learning_rate(c, 95000, T), 0.5 / std::sqrt(95000.0), 1e-15);
   EXPECT_DOUBLE_EQ(learning_rate(c, T, T), 0.0);
+  EXPECT_DOUBLE_EQ(learning_rate(c, T + 1000, T), 0.0);  // past the planned steps: 0, never negative
   c.schedule = "constant";
   c.learning_rate = 1e-3;
   EXPECT_DOUBLE_EQ(learning_rate(c, 5, T), 1e-3);
