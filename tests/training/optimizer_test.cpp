@@ -28,10 +28,12 @@ Vec to_vec(const torch::Tensor& t) {
   return Vec(d.data_ptr<double>(), d.data_ptr<double>() + d.numel());
 }
 
+// w_scale and g_scale: the parameter's and the gradients' sizes (0.05 and 0.1, 10 at step 2, by
+// default); the tolerance's absolute part scales with w_scale.
 void check_adafactor(std::vector<int64_t> shape, bool expect_factored, std::optional<double> beta1,
-                     std::vector<int64_t> view = {}) {
+                     std::vector<int64_t> view = {}, double w_scale = 0.05, double g_scale = 1.0) {
   torch::manual_seed(3);
-  torch::Tensor w = (torch::randn(shape) * 0.05).requires_grad_(true);
+  torch::Tensor w = (torch::randn(shape) * w_scale).requires_grad_(true);
   RefAdafactor ref;
   ref.shape = view.empty() ? shape : view;
   ref.beta1 = beta1;
@@ -43,7 +45,7 @@ void check_adafactor(std::vector<int64_t> shape, bool expect_factored, std::opti
   auto opt = make_adafactor({{"w", w, ref.shape, false}}, o);
   Vec rw = to_vec(w);
   for (int step = 1; step <= 3; ++step) {
-    torch::Tensor g = torch::randn(shape) * (step == 2 ? 10.0 : 0.1);  // step 2 clips
+    torch::Tensor g = torch::randn(shape) * (step == 2 ? 10.0 : 0.1) * g_scale;  // step 2 clips
     w.mutable_grad() = g;
     const double lr = 0.01 / step;
     opt->step(lr);
@@ -51,7 +53,7 @@ void check_adafactor(std::vector<int64_t> shape, bool expect_factored, std::opti
     const Vec got = to_vec(w);
     double worst = 0;
     for (size_t e = 0; e < got.size(); ++e)
-      worst = std::max(worst, std::abs(got[e] - rw[e]) - (1e-6 + 1e-5 * std::abs(rw[e])));
+      worst = std::max(worst, std::abs(got[e] - rw[e]) - (1e-6 * w_scale / 0.05 + 1e-5 * std::abs(rw[e])));
     EXPECT_LE(worst, 0.0) << "step " << step << ", shape " << c10::str(shape);
   }
   const auto st = opt->state();
@@ -66,6 +68,13 @@ TEST(Adafactor, ThreeDimensionalPerHeadMatchesTheFormulas) {
   check_adafactor({150, 4, 140}, true, std::nullopt);  // d0 = dim 0, d1 = dim 2
 }
 TEST(Adafactor, MomentumMatchesTheFormulas) { check_adafactor({130, 140}, true, 0.9); }
+// Where the epsilons decide: a parameter of RMS 1e-5 moves by epsilon2 = 1e-3 times the learning
+// rate (not by its own RMS), and gradients of 1e-11 (squares of 1e-22) stay normalized to about 1
+// beside epsilon1 = 1e-30 (with 1e-20 they would shrink tenfold), factored and not.
+TEST(Adafactor, TinyParametersAndGradientsMeetTheEpsilons) {
+  check_adafactor({130, 140}, true, std::nullopt, {}, 1e-5, 1e-10);
+  check_adafactor({10, 20}, false, std::nullopt, {}, 1e-5, 1e-10);
+}
 TEST(Adafactor, CombinedViewOfAPerHeadParameter) {
   // A [160, 32, 4] parameter seen as [160, 128] (optimizer.factor_attention: combined).
   check_adafactor({160, 32, 4}, true, std::nullopt, {160, 128});
