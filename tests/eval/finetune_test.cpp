@@ -86,6 +86,21 @@ TEST(SpanHead, WindowsAndMaximumContext) {
     for (size_t i = 0; i < w.size(); ++i) owners += is_max_context(w, i, t);
     EXPECT_EQ(owners, 1) << t;
   }
+  // A stride longer than the room steps by the room, so that no token is skipped (BERT's
+  // min(length, doc_stride)): 10 tokens, room 3, stride 5.
+  EXPECT_EQ(doc_windows(10, 3, 5), (std::vector<std::pair<int64_t, int64_t>>{{0, 3}, {3, 3}, {6, 3}, {9, 1}}));
+  // Equal scores: the first window wins. 5 tokens, room 4, stride 1: token 2 has min(2, 1) = 1 in
+  // window 0 and min(1, 2) = 1 in window 1.
+  const auto ties = doc_windows(5, 4, 1);
+  EXPECT_TRUE(is_max_context(ties, 0, 2));
+  EXPECT_FALSE(is_max_context(ties, 1, 2));
+  // The length's 0.01 per token counts: 350 tokens, room 300, stride 250 give windows of 300 and
+  // 100 tokens; token 275 has min(275, 24) + 3 = 27 in the first and min(25, 74) + 1 = 26 in the
+  // second (without the length term 24 against 25, the second).
+  const auto wide = doc_windows(350, 300, 250);
+  ASSERT_EQ(wide, (std::vector<std::pair<int64_t, int64_t>>{{0, 300}, {250, 100}}));
+  EXPECT_TRUE(is_max_context(wide, 0, 275));
+  EXPECT_FALSE(is_max_context(wide, 1, 275));
 }
 
 TEST(SpanHead, MergesWindowsByMaximumContext) {
@@ -112,6 +127,7 @@ TEST(SpanHead, MergesWindowsByMaximumContext) {
   // The no-answer score is the smallest [CLS] score over windows.
   a.start_logits[0] = 1.f, a.end_logits[0] = 1.f, b.start_logits[0] = -1.f;
   EXPECT_DOUBLE_EQ(best_span({a, b}, 20, 30).null_score, -1.0);
+  EXPECT_DOUBLE_EQ(best_span({b, a}, 20, 30).null_score, -1.0);  // the smallest, not the last window's
   // max_answer_length 1 excludes the two-word span; end before start never counts.
   s = best_span({a, b}, 20, 1);
   EXPECT_EQ(s.end_word - s.start_word, 0);
