@@ -221,6 +221,19 @@ run() {
       head -n 25 > "$OUT/build-steps.txt"
     tar czf "$OUT/build-ninja.tgz" -C "$BUILD" .ninja_log build.ninja
   fi
+  # Why the GPU build's executables need no libstdc++ (Linking.*, the fourth and fifth sessions)
+  # although gpu_build.sh links them with -lstdc++ under --no-as-needed: which file the linker
+  # takes for -lstdc++ with the build's -L, what an empty program then needs, and what thx_tests
+  # needs (less than a second; linking.txt).
+  {
+    echo "c++: $(command -v c++) $(c++ -dumpfullversion 2>&1); libstdc++.so: $(c++ -print-file-name=libstdc++.so)"
+    echo 'int main() { return 0; }' | c++ -x c++ - -o "$OUT/linking-probe" \
+      -Wl,--push-state,--no-as-needed,-lstdc++,--pop-state -L"$CARRY/root/usr/lib/x86_64-linux-gnu" \
+      -Wl,--trace 2>&1 | grep -iE "stdc|error"
+    readelf -d "$OUT/linking-probe" 2>&1 | grep NEEDED
+    echo "$BUILD/thx_tests:"; readelf -d "$BUILD/thx_tests" 2>&1 | grep NEEDED
+    rm -f "$OUT/linking-probe"
+  } > "$OUT/linking.txt" 2>&1
   LD_LIBRARY_PATH="$(realpath -m "$CARRY")/root/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   export LD_LIBRARY_PATH
   local thx=$BUILD/thx prep="$CARRY/prepared"

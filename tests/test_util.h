@@ -47,6 +47,19 @@ inline const bool kOpenBlasKernels = (reexec_for_openblas_kernels(), true);
 //   (common/determinism.h). On the CPU the runs repeat anyway, and the key keeps its default.
 inline bool deterministic_here() { return torch::cuda::is_available(); }
 
+// The device a run that names none trains on here (--device auto): cuda:0 on a GPU machine, else
+// the CPU. For tests that check what such a run logs or sizes against the device it took.
+inline torch::Device run_device() { return resolve_device("auto", "the test's run"); }
+
+// A GPU machine is another system than CI's Debian (Ubuntu, no apt, PyTorch's wheel in its own
+// Python): a tool or Python module that scripts/setup.sh installs may be absent there. Why a check
+// that needs one cannot run here, where `probe` (a shell command) fails on such a machine; "" where
+// it can. Without a GPU it is always "": CI runs setup.sh, and there a missing one must fail.
+inline std::string absent_on_gpu_machine(const std::string& probe, const std::string& what) {
+  if (!torch::cuda::is_available() || std::system((probe + " > /dev/null 2>&1").c_str()) == 0) return "";
+  return what + " is absent on this GPU machine (scripts/setup.sh installs it on CI's machines, which run this check)";
+}
+
 // cuBLAS's fixed workspace (common/determinism.h) for this process before its first product: a
 // test that trains in-process under train.deterministic on a GPU may come after others that
 // started cuBLAS, and ATen reads the variable once. (thx itself sets it where a run asks.)

@@ -106,9 +106,10 @@ std::optional<at::Generator> device_generator(const torch::Device& d) {
   return at::globalContext().defaultGenerator(d);
 }
 
-// One line for a device out of memory: where, with how large a micro-batch, what to change.
-std::string out_of_memory(const LoopOptions& o, const std::string& prefix, const std::string& doing, int64_t step,
-                          int world, const c10::OutOfMemoryError& e, const std::string& hint) {
+// One line for a micro-batch too large for the device (`kind`: out of its memory, or a product
+// over cuBLAS's 32-bit sizes): where, with how large a micro-batch, what to change.
+std::string too_large(const LoopOptions& o, const std::string& prefix, const std::string& kind,
+                      const std::string& doing, int64_t step, int world, const c10::Error& e, const std::string& hint) {
   std::string what = e.what_without_backtrace();
   what = what.substr(0, what.find('\n'));
   const std::string micro = o.batch_size > 0 && doing == "training"
@@ -116,8 +117,25 @@ std::string out_of_memory(const LoopOptions& o, const std::string& prefix, const
                                               o.batch_size / (o.grad_accum * world), o.batch_size, o.grad_accum,
                                               world > 1 ? fmt::format(" / {} ranks", world) : "")
                                 : "";
-  return fmt::format("{}step {}: out of memory in {}{} ({}); {}; the checkpoints in {} are as they were", prefix,
-                     step, doing, micro, what, hint, o.checkpoint_dir);
+  return fmt::format("{}step {}: {} in {}{} ({}); {}; the checkpoints in {} are as they were", prefix, step, kind,
+                     doing, micro, what, hint, o.checkpoint_dir);
+}
+std::string out_of_memory(const LoopOptions& o, const std::string& prefix, const std::string& doing, int64_t step,
+                          int world, const c10::OutOfMemoryError& e, const std::string& hint) {
+  return too_large(o, prefix, "out of memory", doing, step, world, e, hint);
+}
+
+// cuBLAS takes 32-bit sizes: ATen refuses a product with a dimension of 2^31 or more (its
+// "argument n must be non-negative and less than 2147483647"), which a micro-batch reaches before
+// a large GPU's memory runs out (the fifth GPU session's H200: the batched talking-heads
+// path's mixing over 11,215 examples x 512 x 512 positions). As one line, like running out of
+// memory; any other error returns, for the caller to rethrow.
+void refuse_over_blas_sizes(const LoopOptions& o, const std::string& prefix, const std::string& doing, int64_t step,
+                            int world, const c10::Error& e, const std::string& hint) {
+  if (std::string(e.what_without_backtrace()).find(" must be non-negative and less than 2147483647") !=
+      std::string::npos)
+    throw InputError(too_large(o, prefix, "a product too large for cuBLAS's 32-bit sizes", doing, step, world, e,
+                               hint));
 }
 
 // Under deterministic algorithms, ATen's refusal of an op (or of cuBLAS) as one line (InputError):
@@ -440,6 +458,7 @@ struct Recorder {
     } catch (const c10::OutOfMemoryError& e) {
       throw InputError(out_of_memory(r.o, r.prefix, "evaluation", at, r.world, e, r.o.eval_memory_hint));
     } catch (const c10::Error& e) {
+      refuse_over_blas_sizes(r.o, r.prefix, "evaluation", at, r.world, e, r.o.eval_memory_hint);
       refuse_nondeterministic(r.o, r.prefix, "evaluation", at, e);
       throw;
     }
@@ -519,6 +538,7 @@ StepLoss one_step(Run& r, const std::vector<Batch>& micro, dist::GradSync* sync,
   } catch (const c10::OutOfMemoryError& e) {
     throw InputError(out_of_memory(r.o, r.prefix, "training", step + 1, r.world, e, r.o.train_memory_hint));
   } catch (const c10::Error& e) {
+    refuse_over_blas_sizes(r.o, r.prefix, "training", step + 1, r.world, e, r.o.train_memory_hint);
     refuse_nondeterministic(r.o, r.prefix, "training", step + 1, e);
     throw;
   }

@@ -13,6 +13,7 @@
 #include <random>
 
 #include "attention/cuda/th_fused.h"
+#include "attention/cuda/th_rows_args.h"
 #include "attention/fused.h"
 #include "attention/kernels.h"
 #include "attention/tiled.h"
@@ -214,8 +215,11 @@ TEST(FusedCore, ThPathChoosesTheTalkingHeadsPath) {
     const torch::Tensor fused = l ? fused_th_attention_core(Q, K, V, Pl, Pw, {}, {}, *l) : torch::Tensor();
     const torch::Tensor batched = attention_core_reference(Q, K, V, Pl, Pw, {}, {});
     EXPECT_TRUE(torch::equal(attention_core(Q, K, V, Pl, Pw, {}, {}), batched));
-    set_th_path("tiled");
-    EXPECT_TRUE(torch::equal(attention_core(Q, K, V, Pl, Pw, {}, {}), tiled_attention_core(Q, K, V, Pl, Pw, {}, {})));
+    set_th_path("tiled");  // blocks of rows with thx's row kernels between cuBLAS's products (on tensor cores where
+                           // the GPU has them), not ATen's composition, which rounds otherwise
+    const torch::Tensor rows =
+        tiled_attention_core(Q, K, V, Pl, Pw, {}, {}, 0, cuda_th_rows_launcher(th_tensor_cores()));
+    EXPECT_TRUE(torch::equal(attention_core(Q, K, V, Pl, Pw, {}, {}), rows));
     set_th_path("fused");
     if (l) EXPECT_TRUE(torch::equal(attention_core(Q, K, V, Pl, Pw, {}, {}), fused));
   }

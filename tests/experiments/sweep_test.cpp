@@ -227,7 +227,7 @@ TEST(Sweep, ARunsMemoryIsTheBoundItsOwnCheckUses) {
       return training_memory_lower_bound(pc.spec, 1000, pc.train.batch_size / pc.train.grad_accum,
                                          pc.data.inputs_length,
                                          bert ? pc.data.max_predictions_per_seq : pc.data.targets_length, {},
-                                         bert && pc.spec.model.recompute, torch::kCPU, false,
+                                         bert && pc.spec.model.recompute, run_device(), false,
                                          pc.train.precision == "bf16", s);
     };
     const MemoryBound b = bound_with(step);
@@ -235,7 +235,7 @@ TEST(Sweep, ARunsMemoryIsTheBoundItsOwnCheckUses) {
     statistics.statistics = optimizer_statistics(pc.optimizer);
     const double held = bound_with(statistics).optimizer;
     EXPECT_EQ(held > 0, pc.optimizer.name == "adafactor") << c.config;
-    EXPECT_EQ(r.device, "cpu");
+    EXPECT_EQ(r.device, run_device().is_cuda() ? "cuda" : "cpu");
     EXPECT_DOUBLE_EQ(r.memory.parameters, b.parameters) << c.config;
     EXPECT_DOUBLE_EQ(r.memory.gradients, b.gradients) << c.config;
     EXPECT_DOUBLE_EQ(r.memory.optimizer, c.copies * b.parameters + held) << c.config;

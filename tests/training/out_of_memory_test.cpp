@@ -36,16 +36,22 @@ class PutOptimizer : public Optimizer {
 
 class OutOfMemoryTrainee : public LinearTrainee {
  public:
-  // put: at fail_at_forward, run put_ (no deterministic implementation in ATen) instead.
-  explicit OutOfMemoryTrainee(int64_t fail_at_forward, int64_t fail_at_eval, bool put = false)
-      : fail_forward_(fail_at_forward), fail_eval_(fail_at_eval), put_(put) {}
+  // put: at fail_at_forward, run put_ (no deterministic implementation in ATen) instead; blas: throw
+  // ATen's refusal of a product over cuBLAS's 32-bit sizes instead (its words on the fifth GPU
+  // session's H200).
+  explicit OutOfMemoryTrainee(int64_t fail_at_forward, int64_t fail_at_eval, bool put = false, bool blas = false)
+      : fail_forward_(fail_at_forward), fail_eval_(fail_at_eval), put_(put), blas_(blas) {}
   Optimizer& optimizer() override { return update_ ? *update_ : *opt_; }
   std::unique_ptr<Optimizer> update_;  // in place of Adafactor, where a test sets it
   MicroLoss forward(const Batch& b) override {
-    if (++forwards_ == fail_forward_ && put_)
+    if (++forwards_ == fail_forward_ && put_) {
       torch::zeros({3}).put_(torch::tensor({int64_t{1}, int64_t{1}}), torch::tensor({1.0f, 2.0f}), false);
-    else if (forwards_ == fail_forward_)
+    } else if (forwards_ == fail_forward_ && blas_) {
+      TORCH_CHECK(false, "at::cuda::blas::gemm<float> argument n must be non-negative and less than 2147483647 but "
+                  "got 2939944960");
+    } else if (forwards_ == fail_forward_) {
       TORCH_CHECK_WITH(OutOfMemoryError, false, "CUDA out of memory. Tried to allocate 20.00 GiB");
+    }
     return LinearTrainee::forward(b);
   }
   nlohmann::json evaluate(int64_t step) override {
@@ -55,7 +61,7 @@ class OutOfMemoryTrainee : public LinearTrainee {
 
  private:
   int64_t fail_forward_, fail_eval_, forwards_ = 0, evals_ = 0;
-  bool put_ = false;
+  bool put_ = false, blas_ = false;
 };
 
 LoopOptions options(const TempDir& dir) {
@@ -83,6 +89,21 @@ TEST(OutOfMemory, ATrainingStepIsOneLineAndKeepsTheLastCheckpoint) {
   LoopOptions r = o;
   r.resume = true;
   EXPECT_EQ(train(again, r).step, 4);
+}
+
+// A product over cuBLAS's 32-bit sizes (a micro-batch a large GPU's memory would still hold): the
+// same one line as running out of memory, with ATen's words. (Another c10::Error passes through:
+// the next test's run without the key.)
+TEST(OutOfMemory, AProductOverCublasSizesIsOneLineAndKeepsTheLastCheckpoint) {
+  TempDir dir;
+  const LoopOptions o = options(dir);
+  OutOfMemoryTrainee t(/*fail_at_forward=*/5, -1, false, /*blas=*/true);  // step 3's first micro-batch
+  EXPECT_EQ(error_of([&] { train(t, o); }),
+            "step 3: a product too large for cuBLAS's 32-bit sizes in training with micro-batches of 4 examples "
+            "(batch 8 / grad_accum 2) (at::cuda::blas::gemm<float> argument n must be non-negative and less than "
+            "2147483647 but got 2939944960); raise train.grad_accum (smaller micro-batches, the same batch) or lower "
+            "train.batch_size; the checkpoints in " + o.checkpoint_dir + " are as they were");
+  EXPECT_EQ(list_checkpoints(o.checkpoint_dir), std::vector<std::string>{checkpoint_path(o.checkpoint_dir, 2)});
 }
 
 TEST(OutOfMemory, AnEvaluationNamesItsOwnBatchKey) {
