@@ -191,6 +191,56 @@ TEST(ConfigTree, BadFilesAndOverridesAreInputErrors) {
   EXPECT_THROW(t.set("name.sub=1"), InputError);  // name holds a scalar
 }
 
+// --set's keys: one with nothing before '=' or an empty part is refused with the reason.
+TEST(ConfigTree, SetNamesWhatIsWrongWithItsKey) {
+  ConfigTree t;
+  auto error = [&](const std::string& assignment) { return test::error_of([&] { t.set(assignment); }); };
+  EXPECT_EQ(error("=3"), "--set =3: expected KEY=VALUE, e.g. --set attention.h=24");
+  EXPECT_EQ(error("inner.a.=3"), "--set inner.a.=3: empty component in key 'inner.a.'");
+  EXPECT_EQ(error(".a=3"), "--set .a=3: empty component in key '.a'");
+  // A block that a file left empty (null) takes subkeys; one holding a value does not.
+  t.merge_text("inner:\nname: n\n", "n.yaml");
+  t.set("inner.a=4");
+  EXPECT_EQ(cfg::read<Outer>(t.root()).inner.a, 4);
+  EXPECT_EQ(error("name.x=1"), "--set name.x=1: 'name' holds a value, not a mapping of keys");
+}
+
+// Origins: a list's element was written where its list was; a subtree replaced by a value
+// forgets its keys' origins; take() moves a block's origins and no other block's, even one whose
+// name begins with it (attention and attention_encoder_self).
+TEST(ConfigTree, OriginsFollowListsReplacementsAndTakenBlocks) {
+  ConfigTree t;
+  t.merge_text("inner:\n  a: 2\n  list: [p, q]\ninner_x: 5\nname: n\n", "o.yaml");
+  EXPECT_EQ(t.origin("inner.list[1]"), "o.yaml:3");
+  const ConfigTree taken = t.take("inner");
+  EXPECT_EQ(taken.origin("inner.a"), "o.yaml:2");
+  EXPECT_EQ(t.origin("inner.a"), "defaults");
+  EXPECT_EQ(t.origin("inner_x"), "o.yaml:4");
+  ConfigTree r;
+  r.merge_text("inner:\n  a: 2\n", "a.yaml");
+  r.merge_text("inner: 5\n", "b.yaml");
+  EXPECT_EQ(r.origin("inner"), "b.yaml:1");
+  EXPECT_EQ(r.origin("inner.a"), "defaults");
+}
+
+// inherit(): a child block gets what its parent sets and it does not, into nested blocks too,
+// with their origins; an empty path stays empty when paths are resolved (a required key's check
+// must still see it unset).
+TEST(ConfigTree, InheritanceReachesNestedBlocksAndEmptyPathsStayEmpty) {
+  ConfigTree t;
+  t.merge_text("child:\n  inner: {a: 1}\nparent:\n  inner: {a: 9, b: 2}\n  rate: 3\n", "i.yaml");
+  t.inherit("child", "parent");
+  EXPECT_EQ(t.root()["child"]["inner"]["a"].as<int>(), 1);
+  EXPECT_EQ(t.root()["child"]["inner"]["b"].as<int>(), 2);
+  EXPECT_EQ(t.root()["child"]["rate"].as<int>(), 3);
+  EXPECT_EQ(t.origin("child.inner.b"), "i.yaml:4");
+  test::TempDir dir;
+  ConfigTree p;
+  p.merge_file(dir.write("p.yaml", "name: ''\n"));
+  p.resolve_paths({"name"});
+  EXPECT_EQ(p.root()["name"].as<std::string>(), "");
+}
+
 TEST(Schema, NullOptionalAndEmptyFile) {
   ConfigTree t;
   t.merge_text("", "empty.yaml");

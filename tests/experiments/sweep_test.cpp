@@ -159,6 +159,65 @@ TEST(Sweep, AT5RunIsCostedAtModelVocabSize) {
   }
 }
 
+// Each attention layer type is costed at its own queries and keys: the encoder's self-attention at
+// n = m = the inputs, the decoder's at the targets, the encoder-decoder attention's queries at the
+// targets over the inputs' keys. A run's FLOPs count its whole batch whatever its grad_accum; shards
+// without a manifest cost it at T5's padded vocabulary (32,128); the resolved attention names each
+// layer type where they differ, with its dynamic projections.
+TEST(Sweep, EachLayerTypeIsCostedAtItsOwnQueriesAndKeys) {
+  const std::string file = std::string(THX_SOURCE_DIR) + "/configs/t5/mini.yaml";
+  ConfigTree tree, again;
+  for (ConfigTree* t : {&tree, &again}) {
+    t->merge_file(file);
+    t->set("data.prepared=/nonexistent/thx-shards");
+    t->set("train.grad_accum=2");
+    t->set("attention_encoder_decoder.variant=talking_heads");
+    t->set("attention_encoder_decoder.dynamic=[M_w]");
+  }
+  const ResolvedRun r = resolve_pretrain_run(tree);
+  const PretrainConfig pc = load_pretrain_config(again);
+  const int64_t n = pc.data.inputs_length, t = pc.data.targets_length;
+  ASSERT_NE(n, t);
+  const json mults = json::parse(r.info.at("multiplies_per_att_layer"));
+  EXPECT_DOUBLE_EQ(mults.at("encoder_self").get<double>(), multiplies(pc.spec.encoder_self, n, n));
+  EXPECT_DOUBLE_EQ(mults.at("decoder_self").get<double>(), multiplies(pc.spec.decoder_self, t, t));
+  EXPECT_DOUBLE_EQ(mults.at("encoder_decoder").get<double>(), multiplies(pc.spec.encoder_decoder, t, n));
+  EXPECT_DOUBLE_EQ(r.flops, 6.0 * double(pc.train.batch_size) * double(pc.train.steps) *
+                                t5_forward_multiplies(pc.spec, n, t, 32128));
+  EXPECT_EQ(json::parse(r.info.at("attention")).at("encoder_decoder").at("dynamic"), json::array({"M_w"}));
+  EXPECT_EQ(r.attention, "encoder_self " + pc.spec.encoder_self.summary() + "; decoder_self " +
+                             pc.spec.decoder_self.summary() + "; encoder_decoder " +
+                             pc.spec.encoder_decoder.summary());
+}
+
+// What a run's metrics.jsonl says: the median step time and tokens/s (of an odd count, the middle
+// one), the last and the best held-out ln(PPL), an encoder's accuracies of the last evaluation only,
+// finished only with an evaluation at the last step. A fine-tuning still running ("finished":
+// false) is no result yet.
+TEST(Sweep, ARunsMetricsAreSummarizedAsItsRecordsSay) {
+  TempDir dir;
+  dir.write("metrics.jsonl",
+            "{\"step\": 10, \"step_time_s\": 5, \"tokens_per_s\": 1}\n"
+            "{\"step\": 20, \"step_time_s\": 1, \"tokens_per_s\": 9}\n"
+            "{\"step\": 30, \"step_time_s\": 3, \"tokens_per_s\": 4}\n"
+            "{\"step\": 30, \"ln_ppl\": 2.5, \"mlm_accuracy\": 0.5}\n"
+            "{\"step\": 40, \"ln_ppl\": 2.75}\n");
+  bool finished = true;
+  const json m = summarize_metrics(dir.path.string(), 50, &finished);
+  EXPECT_FALSE(finished);  // the last evaluation is step 40's, of 50
+  EXPECT_EQ(m.at("step_time_s").get<double>(), 3.0);
+  EXPECT_EQ(m.at("tokens_per_s").get<double>(), 4.0);
+  EXPECT_EQ(m.at("ln_ppl").get<double>(), 2.75);
+  EXPECT_EQ(m.at("best_ln_ppl").get<double>(), 2.5);
+  EXPECT_FALSE(m.contains("mlm")) << m.dump();
+  summarize_metrics(dir.path.string(), 40, &finished);
+  EXPECT_TRUE(finished);
+  std::filesystem::create_directories(dir.file("finetune/a"));
+  dir.write("finetune/a/rte.json", R"({"task": "rte", "metrics": {"accuracy": 60}, "history": [], "finished": false})");
+  dir.write("finetune/a/cola.json", R"({"task": "cola", "metrics": {"mcc": 30}, "history": []})");
+  EXPECT_EQ(read_downstream(dir.path.string()), json::parse(R"({"cola": {"mcc": 30}})"));
+}
+
 // Durations of progress lines and the dry run's estimate read at their scale: a paper sweep on
 // a CPU is centuries, not "2002143h13m".
 TEST(Sweep, DurationsReadAtTheirScale) {

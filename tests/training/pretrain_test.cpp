@@ -51,6 +51,27 @@ TEST(Checkpoint, RoundTripPruneAndCorruption) {
   }
 }
 
+// What a checkpoint's folder may hold besides checkpoints is never one: a file an interrupted
+// save left (H5Writer's "<name>.tmp-<pid>", common/h5.h), copies and other names. A data-parallel
+// run's world size comes back (a resume on another number of ranks says so), and a file
+// without parameters is refused, naming it.
+TEST(Checkpoint, OnlyWholeCheckpointsAreListedAndTheirStateComesBack) {
+  TempDir dir;
+  Checkpoint c;
+  c.params["shared"] = torch::randn({3, 2});
+  c.world_size = 4;
+  const std::string path = checkpoint_path(dir.path.string(), 20);
+  save_checkpoint(path, c);
+  for (const char* other : {"step-00000030.h5.tmp-4242", "step-00000040.h5.bak", "step-50.h5", "step-00000060.hdf5"})
+    fs::copy_file(path, dir.file(other));
+  EXPECT_EQ(list_checkpoints(dir.path.string()), std::vector<std::string>{path});
+  EXPECT_EQ(load_checkpoint(path).world_size, 4);
+  Checkpoint empty;
+  const std::string none = dir.file("none.h5");
+  save_checkpoint(none, empty);
+  EXPECT_EQ(error_of([&] { load_checkpoint(none); }), none + ": missing group /params");
+}
+
 TEST(Pretrain, RunDirectoryStepProbeAndProtection) {
   TempDir dir;
   const PretrainConfig c = tiny_pretrain(prepared_corpus(dir), 10);
