@@ -25,6 +25,7 @@ list(APPEND costs CudaKernels 100 CudaHostCode 42)
 # (each on a line of its own: `set(emulated ...)`, then `list(APPEND emulated ...)`).
 set(emulated Emulator CudaMma CudaPrimitives Flash TiledRowKernels TiledRowKernelsTc FusedThEmulated FusedThPadded RmsNormEmulated)
 list(APPEND emulated RowsSoftmax HeadsGemmRowSoftmax AdafactorEmulated CrossEntropyEmulated)
+list(APPEND emulated RowsMix)
 # Tests left out of a suite's descending run: Flash's three exhaustive sweeps (every bucket, every
 # variant's memory reads, the bias's gradient: 101 of its 124 s, each run twice made the suite the
 # CI's longest after the sweeps'). Its NoRaceWhenThreadsTakeTurnsInEitherOrder runs a problem with

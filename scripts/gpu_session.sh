@@ -325,14 +325,15 @@ run() {
     # reads; racecheck: shared-memory races between a block's threads), each group on its own so
     # that a slow run of one cannot take the others' verdicts with it: the flash kernels (every
     # variant and mask, both backwards), the row kernels on tensor cores and as FMAs (small
-    # shapes: T5-base width would not fit the time) with the RMS norm's, the loss's, Adafactor's, and the fused kernels
+    # shapes: T5-base width would not fit the time) with the softmax's, the heads-major
+    # mixings' and the RMS norm's, the loss's, Adafactor's, and the fused kernels
     # (memcheck only: their racecheck passed in the third session, and the group holding it ran
     # past its 45 s in the fourth).
     phase sanitize 80 bash -c '
       cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer); failed=0
       for tool in memcheck racecheck; do
         for filter in "FlashOnCuda.Bf16*" \
-            "TiledRowKernelsTcOnCuda.*:TiledRowKernelsOnCuda.EqualsThePapersCore*:RowsSoftmaxOnCuda.*:DevicePath.Rms*" \
+            "TiledRowKernelsTcOnCuda.*:TiledRowKernelsOnCuda.EqualsThePapersCore*:RowsSoftmaxOnCuda.*:RowsMixOnCuda.*:DevicePath.Rms*" \
             "DevicePath.CrossEntropyOnCuda*" \
             "Adafactor.GroupedUpdateOnCuda*" \
             "FusedThOnCuda.EqualsThePapersCoreForEveryVariantMaskAndDtype"; do

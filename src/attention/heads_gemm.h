@@ -18,6 +18,12 @@
 // gradients are products over the n m positions ([h, n m] x [n m, h_v] per example), written
 // in fp32 where LibTorch can (compat::bmm_wide) and summed over the examples in fp32.
 //
+// The mixings across up to 12 heads (in and out): where a launcher of thx's kernels is given
+// (`--th-path gemm` on a GPU of a build with them), thx's mixing kernel and its weights' gradient
+// (tiled.h, rows_mix and rows_mix_grad; cuda/th_mix_kernels.cuh: a thread a position, each value
+// read once, the sums in fp32) instead of cuBLAS's products, whose inner dimension of 12 took a
+// slow kernel on an H200 (benchmarks.md, the fifth GPU session); at more heads, cuBLAS's.
+//
 // The softmax: where a launcher of thx's kernels is given (`--th-path gemm` on a GPU of a build
 // with them), there is a bias or a mask (T5's every layer) and its softmax kernels take L, one
 // launch of theirs (tiled.h, rows_softmax; a warp a row): it reads L once (up to 2,048 keys) and
@@ -41,8 +47,9 @@ struct RowsLauncher;
 
 // Takes and gives what folded_attention_core does (folded.h: the shapes, the mask's sense, the
 // gradients); an undefined P_l or P_w is no mixing. Any device. kernels: thx's kernels' launcher
-// for the softmax (CUDA's for CUDA tensors, the tests' emulator), or null: ATen's operations only.
-// The autograd node does not keep it (the backward is ATen's).
+// for the softmax and the mixings (CUDA's for CUDA tensors, the tests' emulator), or null: ATen's
+// operations only. The autograd node keeps it for the backward's mixings (a launcher lives as
+// long as the program).
 torch::Tensor heads_gemm_attention_core(const torch::Tensor& Q, const torch::Tensor& K, const torch::Tensor& V,
                                         const torch::Tensor& P_l, const torch::Tensor& P_w, const torch::Tensor& bias,
                                         const torch::Tensor& mask, const cuda_th::RowsLauncher* kernels = nullptr);

@@ -499,6 +499,71 @@ Tensor rows_softmax(const Tensor& L, const Tensor& bias, const Tensor& mask, con
   return bf16 ? softmax_launch<thx_bf16>(L, b, m, *kernels) : softmax_launch<float>(L, b, m, *kernels);
 }
 
+namespace {
+// Whether the launcher's mixing kernels take T [b,g,n,m] mixed to g2 heads.
+bool mix_kernels_take(const Tensor& T, int64_t g2, const cuda_th::RowsLauncher* k) {
+  const auto t = T.scalar_type();
+  const bool kernel = k && (t == torch::kBFloat16 ? k->mix_bf16 != nullptr : t == torch::kFloat32 && k->mix_f32);
+  return kernel && T.dim() == 4 && T.is_contiguous() && T.numel() > 0 && T.size(1) <= cuda_th::kMixHeadsMax &&
+         g2 >= 1 && g2 <= cuda_th::kMixHeadsMax && T.size(0) <= 65535 &&
+         T.size(2) * T.size(3) / cuda_th::kMixThreads < std::numeric_limits<int>::max();
+}
+// Positions in pairs where every head's row starts at a pair's alignment: N even, the tensors so
+// aligned (E: their dtype).
+template <typename E>
+bool mix_pairs(int64_t N, std::initializer_list<Tensor> tensors) {
+  bool pairs = N % 2 == 0;
+  for (const Tensor& t : tensors) pairs = pairs && reinterpret_cast<uintptr_t>(t.data_ptr()) % (2 * sizeof(E)) == 0;
+  return pairs;
+}
+// The blocks an example (the grid's x) of the mixing or its gradient.
+unsigned mix_grid(int64_t N, bool pairs, bool grad) {
+  const int64_t block = int64_t(cuda_th::kMixThreads) * (pairs ? 2 : 1) *
+                        (grad ? cuda_th::kMixGradSteps : cuda_th::kMixGroups);
+  return unsigned((N + block - 1) / block);
+}
+template <typename E>
+void mix_launch(const cuda_th::MixArgs<E>& a, bool grad, bool pairs, int64_t b, const cuda_th::RowsLauncher& k) {
+  if constexpr (std::is_same_v<E, float>) k.mix_f32(a, grad, pairs, mix_grid(a.N, pairs, grad), unsigned(b));
+  else k.mix_bf16(a, grad, pairs, mix_grid(a.N, pairs, grad), unsigned(b));
+}
+template <typename E>
+Tensor mix_with(const Tensor& T, const Tensor& P, const cuda_th::RowsLauncher& k) {
+  const Tensor w = P.to(T.scalar_type()).to(torch::kFloat32).contiguous();  // rounded as autocast rounds a weight
+  Tensor out = torch::empty({T.size(0), P.size(1), T.size(2), T.size(3)}, T.options());
+  cuda_th::MixArgs<E> a;
+  a.A = static_cast<const E*>(T.data_ptr()), a.out = static_cast<E*>(out.data_ptr()), a.P = w.data_ptr<float>();
+  a.g = int(T.size(1)), a.g2 = int(P.size(1)), a.N = T.size(2) * T.size(3);
+  mix_launch(a, false, mix_pairs<E>(a.N, {T, out}), T.size(0), k);
+  return out;
+}
+template <typename E>
+Tensor mix_grad_with(const Tensor& A, const Tensor& B, const cuda_th::RowsLauncher& k) {
+  cuda_th::MixArgs<E> a;
+  a.g = int(A.size(1)), a.g2 = int(B.size(1)), a.N = A.size(2) * A.size(3);
+  const bool pairs = mix_pairs<E>(a.N, {A, B});
+  Tensor partial = torch::empty({A.size(0), mix_grid(a.N, pairs, true), a.g, a.g2}, A.options().dtype(torch::kFloat32));
+  a.A = static_cast<const E*>(A.data_ptr()), a.B = static_cast<const E*>(B.data_ptr());
+  a.partial = partial.data_ptr<float>();
+  mix_launch(a, true, pairs, A.size(0), k);
+  return partial.sum(std::vector<int64_t>{0, 1});
+}
+}  // namespace
+
+Tensor rows_mix(const Tensor& T, const Tensor& P, const cuda_th::RowsLauncher* kernels) {
+  if (!mix_kernels_take(T, P.dim() == 2 ? P.size(1) : 0, kernels)) return Tensor();
+  TORCH_CHECK(P.size(0) == T.size(1), "rows_mix: P ", P.sizes(), " for T ", T.sizes());
+  return T.scalar_type() == torch::kBFloat16 ? mix_with<thx_bf16>(T, P, *kernels) : mix_with<float>(T, P, *kernels);
+}
+
+Tensor rows_mix_grad(const Tensor& A, const Tensor& B, const cuda_th::RowsLauncher* kernels) {
+  if (!mix_kernels_take(A, B.dim() == 4 ? B.size(1) : 0, kernels) || B.scalar_type() != A.scalar_type() ||
+      !B.is_contiguous() || B.size(0) != A.size(0) || B.size(2) != A.size(2) || B.size(3) != A.size(3))
+    return Tensor();
+  return A.scalar_type() == torch::kBFloat16 ? mix_grad_with<thx_bf16>(A, B, *kernels)
+                                             : mix_grad_with<float>(A, B, *kernels);
+}
+
 #if !THX_CUDA_KERNELS
 const cuda_th::RowsLauncher* cuda_th_rows_launcher(bool, bool) { return nullptr; }
 #endif

@@ -70,6 +70,19 @@ torch::Tensor tiled_attention_core(const torch::Tensor& Q, const torch::Tensor& 
 torch::Tensor rows_softmax(const torch::Tensor& L, const torch::Tensor& bias, const torch::Tensor& mask,
                            const cuda_th::RowsLauncher* kernels);
 
+// T [b,g,n,m] mixed across heads by P [g,g2] -> [b,g2,n,m] in T's dtype (P's values rounded to it,
+// the sums in fp32), by the launcher's mixing kernel (cuda/th_mix_kernels.cuh: a thread a position
+// or a pair, reading each value once): what mix_heads_aligned gives, without cuBLAS's products
+// whose inner dimension, g, is short. Undefined where `kernels` is null or has no mixing kernels,
+// T is not a contiguous, non-empty fp32 or bf16 tensor, g or g2 is over cuda_th::kMixHeadsMax, or
+// b over 65,535 (a grid's y).
+torch::Tensor rows_mix(const torch::Tensor& T, const torch::Tensor& P, const cuda_th::RowsLauncher* kernels);
+// The mixing's weights' gradient from its input A [b,g,n,m] and its output's gradient B
+// [b,g2,n,m], as projection_grad gives it (fp32), by the launcher's kernel: per-block partial sums
+// in fp32, then one sum of them (no atomics: the same bits at every run). Undefined where rows_mix
+// would be for A (or B is not A's dtype, contiguous and shaped alike).
+torch::Tensor rows_mix_grad(const torch::Tensor& A, const torch::Tensor& B, const cuda_th::RowsLauncher* kernels);
+
 // Why the row kernels do not take this problem, or "" where they do: Q, K, V of one dtype, fp32
 // or bf16; at most cuda_th::kRowHeadsMax heads of each kind; a bool mask.
 std::string tiled_rows_unsupported(const torch::Tensor& Q, const torch::Tensor& K, const torch::Tensor& V,

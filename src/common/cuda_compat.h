@@ -11,14 +11,14 @@
 // The kernels use: threadIdx.x, blockIdx.{x,y}, blockDim.x, gridDim.x, __syncthreads(), dynamic
 // shared memory (THX_SHARED), fixed shared arrays (THX_STATIC_SHARED), the most threads a block
 // is launched with and the fewest blocks a multiprocessor must hold at once (THX_LAUNCH_BOUNDS:
-// registers are allocated to fit them), a warp's butterfly shuffle (thx_shfl_xor, every lane of
-// the warp taking part) and barrier (thx_syncwarp), atomicAdd on float and on four adjacent floats
-// (thx_atomic_add4: one vector reduction on sm_90, 16-byte aligned), an aligned 4-byte load
-// (thx_load_word), an aligned 8-byte load (thx_load8) and 4-byte store (thx_store_word), aligned
-// 16-byte copies and zeros (thx_copy16, thx_zero16), 16-byte copies from global to shared memory
-// that land later (thx_cp_async16, committed in groups and waited for: PTX's cp.async), the high
-// word of a 32-bit product
-// (thx_umulhi), the math below, and bf16 as bits (bf16_bits.h) with its conversions.
+// registers are allocated to fit them), a loop unrolled on the GPU only (THX_UNROLL), a warp's
+// butterfly shuffle (thx_shfl_xor, every lane of the warp taking part) and barrier
+// (thx_syncwarp), atomicAdd on float and on four adjacent floats (thx_atomic_add4: one vector
+// reduction on sm_90, 16-byte aligned), an aligned 4-byte load (thx_load_word), an aligned 8-byte
+// load (thx_load8) and 4-byte store (thx_store_word), aligned 16-byte copies and zeros
+// (thx_copy16, thx_zero16), 16-byte copies from global to shared memory that land later
+// (thx_cp_async16, committed in groups and waited for: PTX's cp.async), the high word of a 32-bit
+// product (thx_umulhi), the math below, and bf16 as bits (bf16_bits.h) with its conversions.
 #pragma once
 #include <cstdint>
 
@@ -38,6 +38,7 @@ struct alignas(8) ThxBytes8 {
 #define THX_SHARED(name) extern __shared__ __align__(16) unsigned char name[]
 #define THX_STATIC_SHARED __shared__
 #define THX_LAUNCH_BOUNDS(threads, blocks) __launch_bounds__(threads, blocks)
+#define THX_UNROLL _Pragma("unroll")
 THX_DEVICE float thx_exp(float x) { return expf(x); }
 // exp where a relative error of a few units of 2^-23 is far below what else rounds (the bf16
 // kernels' weights, rounded to bf16 after): CUDA's __expf, ex2.approx.ftz of x log2(e), two
@@ -86,6 +87,7 @@ THX_DEVICE int thx_opaque(int x) {
 #define THX_SHARED(name) extern __attribute__((shared)) __attribute__((aligned(16))) unsigned char name[]
 #define THX_STATIC_SHARED __attribute__((shared))
 #define THX_LAUNCH_BOUNDS(threads, blocks) __attribute__((launch_bounds(threads, blocks)))
+#define THX_UNROLL _Pragma("unroll")
 extern "C" __device__ void __syncthreads() __asm__("llvm.nvvm.barrier0");
 THX_DEVICE float thx_exp(float x) { return __nvvm_ex2_approx_f(x * 1.44269504f); }
 THX_DEVICE float thx_exp_fast(float x) { return __nvvm_ex2_approx_f(x * 1.44269504f); }
@@ -149,6 +151,9 @@ THX_DEVICE int thx_opaque(int x) {
 // One copy for the block running now (blocks run one at a time): a function's static.
 #define THX_STATIC_SHARED static
 #define THX_LAUNCH_BOUNDS(threads, blocks)
+// A loop a GPU's compiler must unroll (registers indexed by its counter), left a loop here: where
+// its body calls the emulator's warp shuffle, clang finds the unrolled loop too large and warns.
+#define THX_UNROLL
 
 namespace thx::emu {
 

@@ -1,6 +1,6 @@
-// rows_emulator.h: the tiled path's row kernels (and the flash and softmax kernels) run by the CPU
-// emulator of common/cuda_compat.h as launchers, with counts of their launches, and the tiled path's
-// results under autograd: what th_rows_emu_test.cpp and th_flash_emu_test.cpp share.
+// rows_emulator.h: the tiled path's row kernels (and the flash, softmax and mixing kernels) run
+// by the CPU emulator of common/cuda_compat.h as launchers, with counts of their launches, and the
+// tiled path's results under autograd: what th_rows_emu_test.cpp and th_flash_emu_test.cpp share.
 #pragma once
 #include <torch/torch.h>
 
@@ -9,6 +9,7 @@
 
 #include "attention/cuda/th_flash_backward.cuh"
 #include "attention/cuda/th_flash_forward_for.cuh"
+#include "attention/cuda/th_mix_kernels.cuh"
 #include "attention/cuda/th_rows_kernels.cuh"
 #include "attention/cuda/th_rows_tc_kernels.cuh"
 #include "attention/cuda/th_softmax_kernels.cuh"
@@ -23,6 +24,9 @@ using torch::Tensor;
 // flash backward's passes and of the softmax kernels.
 inline std::atomic<int> g_launches{0}, g_tc_launches{0}, g_flash_launches{0}, g_flash_back_launches{0},
     g_softmax_launches{0};
+// Launches of the mixing kernels across few heads (th_mix_kernels.cuh), of their gradients' and
+// of either taking positions in pairs.
+inline std::atomic<int> g_mix_launches{0}, g_mix_grad_launches{0}, g_mix_pairs_launches{0};
 // The last softmax launch's keys kept a lane (softmax_cache) and whether it took keys in pairs.
 inline std::atomic<int> g_softmax_cache{-1}, g_softmax_pairs{-1};
 
@@ -40,10 +44,18 @@ void emulate_softmax(const cuda_th::RowsArgs<T>& a, int cache, bool pairs, unsig
               [&a, cache, pairs] { cuda_th::softmax_kernel_for<T>(cache, pairs)(a); });
 }
 
+// The heads-major path's mixings across few heads (th_mix_kernels.cuh).
+template <typename T>
+void emulate_mix(const cuda_th::MixArgs<T>& a, bool grad, bool pairs, unsigned gx, unsigned gy) {
+  ++(grad ? g_mix_grad_launches : g_mix_launches), g_mix_pairs_launches += pairs;  // (not g_launches)
+  emu::launch({gx, gy, 1}, cuda_th::kMixThreads, 0, [&a, grad, pairs] { cuda_th::mix_kernel_for<T>(grad, pairs)(a); });
+}
+
 inline cuda_th::RowsLauncher emulator(int threads, int64_t group_rows_from = 4096) {
   cuda_th::RowsLauncher l{threads, group_rows_from, emulate<float, false>, emulate<thx_bf16, false>,
                           emulate<float, true>, emulate<thx_bf16, true>};
   l.softmax_f32 = emulate_softmax<float>, l.softmax_bf16 = emulate_softmax<thx_bf16>;
+  l.mix_f32 = emulate_mix<float>, l.mix_bf16 = emulate_mix<thx_bf16>;
   return l;
 }
 

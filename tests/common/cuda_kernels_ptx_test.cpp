@@ -1,11 +1,13 @@
 // thx's CUDA kernels compile as device code on a machine without CUDA: clang's CUDA mode
 // (-nocudainc, cuda_compat.h's second branch) compiles th_kernels.cuh, th_rows_kernels.cuh,
-// th_rows_tc_kernels.cuh, rms_norm_kernels.cuh, loss_kernels.cuh and adafactor_kernels.cuh for sm_80 to PTX with
+// th_rows_tc_kernels.cuh, th_softmax_kernels.cuh, th_mix_kernels.cuh, rms_norm_kernels.cuh,
+// loss_kernels.cuh and adafactor_kernels.cuh for sm_80 to PTX with
 // -Wall -Wextra -Werror,
 // and the PTX has every instantiation nvcc builds: the fused talking-heads forward and backward in
 // fp32, bf16 and bf16 on tensor cores, the row kernels' for each dtype and bucket of heads (and
 // bf16 on tensor cores for three), the flash kernels', the softmax's for each dtype, cache and
-// pairing, the RMS norm's for each pair of x and y dtypes, the loss's forward and backward for
+// pairing, the heads-major mixings' and their gradients' for each dtype and pairing, the RMS
+// norm's for each pair of x and y dtypes, the loss's forward and backward for
 // each dtype of the logits, and Adafactor's five. PTX 7.0
 // (CUDA 11's) is asked for: the warp shuffles need PTX 6.0 or later, and clang cannot tell the
 // version from a CUDA it does not have.
@@ -53,6 +55,7 @@ TEST(CudaKernels, CompileToPtxWithClang) {
                        "#include \"attention/cuda/th_rows_tc_kernels.cuh\"\n"
                        "#include \"attention/cuda/th_flash_backward.cuh\"\n"
                        "#include \"attention/cuda/th_softmax_kernels.cuh\"\n"
+                       "#include \"attention/cuda/th_mix_kernels.cuh\"\n"
                        "#include \"models/rms_norm_kernels.cuh\"\n"
                        "#include \"models/loss_kernels.cuh\"\n"
                        "#include \"training/adafactor_kernels.cuh\"\n"
@@ -102,6 +105,11 @@ TEST(CudaKernels, CompileToPtxWithClang) {
                        "#define SOFTMAXES(T) SOFTMAX(T, 0, false) SOFTMAX(T, 16, false) SOFTMAX(T, 32, false) \\\n"
                        "  SOFTMAX(T, 0, true) SOFTMAX(T, 16, true) SOFTMAX(T, 64, true)\n"
                        "SOFTMAXES(float) SOFTMAXES(thx_bf16)\n"
+                       "}\n"
+                       "namespace thx::cuda_th::heads_mix {\n"
+                       "#define MIX(T, P) template __global__ void mix_kernel<T, P>(MixArgs<T>); \\\n"
+                       "  template __global__ void mix_grad_kernel<T, P>(MixArgs<T>);\n"
+                       "MIX(float, false) MIX(float, true) MIX(thx_bf16, false) MIX(thx_bf16, true)\n"
                        "}\n";
   const RunResult r = run_command("clang++ -std=c++17 -x cuda --cuda-device-only -nocudainc -nocudalib "
                                   "--cuda-gpu-arch=sm_80 -Xclang -target-feature -Xclang +ptx70 "
@@ -112,7 +120,7 @@ TEST(CudaKernels, CompileToPtxWithClang) {
   const std::string text = read_file(ptx);
   int entries = 0;
   for (size_t at = text.find(".entry"); at != std::string::npos; at = text.find(".entry", at + 1)) ++entries;
-  EXPECT_EQ(entries, 6 + 8 + 4 + 16 + 6 + 6 + 12 + 12 + 5) << text.substr(0, 2000);
+  EXPECT_EQ(entries, 6 + 8 + 4 + 16 + 6 + 6 + 12 + 12 + 5 + 8) << text.substr(0, 2000);
 }
 
 // -I of the LibTorch this build used, where its headers are not in a system folder (a PyTorch
@@ -184,8 +192,9 @@ TEST(CudaKernels, NvccCompilesEveryCuFileForSm90) {
   // kernels fwd/bwd x fp32/bf16 x 4 buckets of heads, and on tensor cores fwd/bwd x 3 buckets; the
   // flash forward x 6 buckets, and its backward's two passes x 6; the softmax x fp32/bf16 x 3 caches x
   // keys in pairs or not; Adafactor's group update (reduce, average, stats, finish_stats, apply); the
-  // primitives' probe (tests/common)
-  EXPECT_EQ(kernels, 6 + 8 + 4 + 16 + 6 + 6 + 12 + 12 + 5 + 1);
+  // heads-major mixing and its gradient x fp32/bf16 x positions in pairs or not; the primitives'
+  // probe (tests/common)
+  EXPECT_EQ(kernels, 6 + 8 + 4 + 16 + 6 + 6 + 12 + 12 + 5 + 8 + 1);
   // No kernel is defined for the linker by this binary too (the CPU build's thx_tests: thx's
   // libraries, and the tests with the kernels they emulate, which a CUDA build's thx_tests links
   // beside these objects, where each kernel is also its host stub's name). A kernel defined

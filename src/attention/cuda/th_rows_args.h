@@ -156,6 +156,28 @@ inline int softmax_cache(int64_t m, bool pairs) {
   return m <= 16 * 32 ? 16 : m <= int64_t(most) * 32 ? most : 0;
 }
 
+// The heads-major path's mixings across few heads (th_mix_kernels.cuh), where cuBLAS's products
+// with so short an inner dimension take slow kernels (benchmarks.md, the fifth GPU session). A
+// mixing: out[b] = P^T A[b], A [b,g,N] and out [b,g2,N] (N = n m, an example's positions); its
+// weights' gradient: each block's sum of A[b,k,p] B[b,o,p] over its positions, partial [b,
+// blocks an example, g, g2] in fp32, summed by the host. One size of registers (kMixHeadsMax in
+// and out); a block of kMixThreads takes kMixGroups groups of kMixThreads positions (pairs: twice
+// as many) in the mixing, and kMixGradSteps in the gradient.
+constexpr int kMixHeadsMax = 12;
+constexpr int kMixThreads = 256;
+constexpr int kMixGroups = 2;
+constexpr int kMixGradSteps = 16;
+template <typename T>
+struct MixArgs {
+  const T* A = nullptr;      // [b, g, N]: the mixing's input
+  const T* B = nullptr;      // the gradient's: the mixing's output's gradient [b, g2, N]
+  T* out = nullptr;          // the mixing's: [b, g2, N]
+  const float* P = nullptr;  // the mixing's: P [g, g2], each value one of T's (as autocast rounds a weight)
+  float* partial = nullptr;  // the gradient's: [b, gridDim.x, g, g2]
+  int g = 0, g2 = 0;
+  int64_t N = 0;
+};
+
 // How the row kernels run: CUDA's (th_rows.cu) or the CPU emulator's (the tests).
 struct RowsLauncher {
   int threads;  // per block, a multiple of 32
@@ -189,6 +211,11 @@ struct RowsLauncher {
   // one at a time, grid_x blocks of kSoftmaxThreads. Or null: rows_softmax leaves it to ATen.
   void (*softmax_f32)(const RowsArgs<float>&, int cache, bool pairs, unsigned grid_x) = nullptr;
   void (*softmax_bf16)(const RowsArgs<thx_bf16>&, int cache, bool pairs, unsigned grid_x) = nullptr;
+  // The heads-major path's mixings across up to kMixHeadsMax heads (rows_mix, rows_mix_grad;
+  // th_mix_kernels.cuh): the mixing (grad false) or its weights' gradient (true), positions in
+  // pairs or one at a time, grid (grid_x, b) of kMixThreads. Or null: cuBLAS's products.
+  void (*mix_f32)(const MixArgs<float>&, bool grad, bool pairs, unsigned grid_x, unsigned grid_y) = nullptr;
+  void (*mix_bf16)(const MixArgs<thx_bf16>&, bool grad, bool pairs, unsigned grid_x, unsigned grid_y) = nullptr;
 };
 
 }  // namespace thx::cuda_th
@@ -197,7 +224,7 @@ namespace thx {
 // CUDA's launcher where thx was built with its CUDA kernels (THX_CUDA_KERNELS), else null; bf16
 // with its mixings on tensor cores, or (tensor_cores false: `thx --th-path tiled-fma`, `thx bench
 // attention --fma`) as fp32 FMAs; with the flash kernels forward and backward (flash, with tensor
-// cores: `thx --th-path flash`). Each has the softmax kernels.
+// cores: `thx --th-path flash`). Each has the softmax kernels and the mixings across few heads.
 const cuda_th::RowsLauncher* cuda_th_rows_launcher(bool tensor_cores = true, bool flash = false);
 }  // namespace thx
 
@@ -205,7 +232,8 @@ namespace thx::cuda_th {
 // CUDA's launches behind that launcher (th_launch.cuh), each group of kernels in a .cu file of its
 // own so that nvcc compiles them side by side: the FMA row kernels (fp32 th_rows.cu, bf16
 // th_rows_bf16.cu), those on tensor cores (th_rows_tc.cu), the flash kernels
-// (th_flash_forward.cu, th_flash_backward.cu) and the softmax (th_softmax.cu).
+// (th_flash_forward.cu, th_flash_backward.cu), the softmax (th_softmax.cu) and the mixings
+// across few heads (th_mix.cu).
 template <typename T, bool Backward>
 void launch_rows(const RowsArgs<T>& a, int H, unsigned grid_x, unsigned grid_y, int threads, int64_t bytes);
 template <bool Backward>
@@ -216,4 +244,6 @@ void launch_flash_backward(const FlashBackArgs<thx_bf16>& a, int H, int D, bool 
                            unsigned grid_y, int64_t bytes);
 template <typename T>
 void launch_softmax(const RowsArgs<T>& a, int cache, bool pairs, unsigned grid_x);
+template <typename T>
+void launch_mix(const MixArgs<T>& a, bool grad, bool pairs, unsigned grid_x, unsigned grid_y);
 }  // namespace thx::cuda_th
